@@ -1,0 +1,16 @@
+// The vinf subcommands and what they share.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <string>
+#include <vector>
+
+namespace vinf::app {
+
+// Parses args into vm; prints a clear message and returns false on bad options.
+bool parse_options(const std::vector<std::string>& args, const boost::program_options::options_description& opts,
+                   boost::program_options::variables_map& vm);
+
+int selfcheck(const std::vector<std::string>& args);
+
+}  // namespace vinf::app

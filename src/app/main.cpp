@@ -1,0 +1,75 @@
+// vinf: long-video generation with Video-Infinity on GPU clusters. One binary, subcommands.
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "app/commands.hpp"
+#include "mpi/fatal.hpp"
+#include "ops/runtime.hpp"
+
+namespace po = boost::program_options;
+
+namespace vinf::app {
+
+bool parse_options(const std::vector<std::string>& args, const po::options_description& opts, po::variables_map& vm) {
+  try {
+    po::store(po::command_line_parser(args).options(opts).run(), vm);
+    po::notify(vm);
+    return true;
+  } catch (const po::error& e) {
+    std::cerr << "vinf: error: " << e.what() << "\n(see --help)\n";
+    return false;
+  }
+}
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const std::vector<std::string>&);
+};
+
+const Command kCommands[] = {
+    {"selfcheck", "run every op on every available backend against the CPU reference", selfcheck},
+};
+
+void usage(std::ostream& os) {
+  os << "usage: vinf <command> [options]    (vinf <command> --help for its options)\n\ncommands:\n";
+  for (const Command& c : kCommands) os << "  " << c.name << std::string(12 - std::strlen(c.name), ' ') << c.summary << "\n";
+  os << "\nThe generation pipeline (generate, forward, decode, encode-text, make-model, inspect) is not in this\n"
+        "build yet; selfcheck is the most complete job it runs.\n"
+        "\nother options:\n  --version   print the version and the backends this build has\n  --help      this text\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    usage(args.empty() ? std::cerr : std::cout);
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << "vinf " << VINF_VERSION << " (CUDA backend: " << (built_with_cuda() ? "yes" : "no") << ")\n";
+    return 0;
+  }
+  for (const Command& c : kCommands) {
+    if (args[0] == c.name) return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  std::cerr << "vinf: error: unknown command '" << args[0] << "'\n\n";
+  usage(std::cerr);
+  return 2;
+}
+
+}  // namespace vinf::app
+
+int main(int argc, char** argv) {
+  try {
+    return vinf::app::main(argc, argv);
+  } catch (const std::exception& e) {
+    vinf::mpi::fatal(e);
+  }
+}

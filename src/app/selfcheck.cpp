@@ -1,0 +1,95 @@
+// `vinf selfcheck`: runs every op case on each available backend against the CPU reference and
+// prints a table. On a cluster this is the quick "is this node's GPU stack sane" check.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "app/commands.hpp"
+#include "core/error.hpp"
+#include "ops/verify.hpp"
+
+namespace po = boost::program_options;
+
+namespace vinf::app {
+namespace {
+
+struct Backend {
+  std::string name;
+  Device device;
+  CpuImpl impl;
+  DType dtype;
+};
+
+}  // namespace
+
+int selfcheck(const std::vector<std::string>& args) {
+  std::string device = "all", filter;
+  bool list = false;
+  po::options_description opts("vinf selfcheck: every op on every backend against the CPU reference\n\nOptions");
+  opts.add_options()("help,h", "show this help")(
+      "device", po::value(&device)->default_value(device),
+      "cpu, cuda or all (cuda is skipped with a message when no GPU is visible)")(
+      "filter", po::value(&filter), "only cases whose name contains this text")("list", po::bool_switch(&list),
+                                                                               "list the cases and exit");
+  po::variables_map vm;
+  if (!parse_options(args, opts, vm)) return 2;
+  if (vm.count("help")) {
+    std::cout << opts << "\nExit status: 0 when every result is within tolerance, 1 otherwise.\n";
+    return 0;
+  }
+  if (device != "cpu" && device != "cuda" && device != "all") {
+    std::cerr << "vinf selfcheck: error: --device must be cpu, cuda or all, got '" << device << "'\n";
+    return 2;
+  }
+  auto cases = opcheck::unit_cases();
+  if (list) {
+    for (const auto& c : cases) std::cout << c.family << "\t" << c.name << "\n";
+    return 0;
+  }
+
+  std::vector<Backend> backends;
+  if (device != "cuda") backends.push_back({"cpu-fast", Device::cpu(), CpuImpl::fast, DType::f32});
+  if (device != "cpu") {
+    const int gpus = cuda_device_count();
+    if (gpus == 0) {
+      std::cout << "cuda: skipped (" << (built_with_cuda() ? "no GPU visible" : "built without CUDA") << ")\n";
+      if (device == "cuda") return 1;
+    } else {
+      for (DType dt : {DType::f32, DType::f16, DType::bf16})
+        backends.push_back({std::string("cuda:0 ") + dtype_name(dt), Device::cuda(0), CpuImpl::fast, dt});
+    }
+  }
+
+  Runtime ref_rt(Device::cpu(), CpuImpl::reference);
+  std::unique_ptr<Runtime> cpu_rt, gpu_rt;
+  int failed = 0, run = 0;
+  std::printf("%-58s %-14s %12s %8s  %s\n", "case", "backend", "max |err|", "err/tol", "result");
+  for (const auto& c : cases) {
+    if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+    for (const Backend& b : backends) {
+      if (b.dtype != DType::f32 && !c.half_precision) continue;
+      std::unique_ptr<Runtime>& slot = b.device.is_cpu() ? cpu_rt : gpu_rt;
+      if (!slot) slot = std::make_unique<Runtime>(b.device, b.impl);
+      ++run;
+      try {
+        const auto ref = opcheck::run_case(c, ref_rt, DType::f32, b.dtype);
+        const auto got = opcheck::run_case(c, *slot, b.dtype, b.dtype);
+        const auto cmp = opcheck::compare(ref, got, opcheck::tolerance_for(b.dtype));
+        std::printf("%-58s %-14s %12.3g %8.3f  %s\n", c.name.c_str(), b.name.c_str(), cmp.max_abs_error, cmp.worst_ratio,
+                    cmp.ok ? "ok" : "FAIL");
+        if (!cmp.ok) {
+          ++failed;
+          std::printf("%s", cmp.report.c_str());
+        }
+      } catch (const Error& e) {
+        ++failed;
+        std::printf("%-58s %-14s %12s %8s  ERROR\n  %s\n", c.name.c_str(), b.name.c_str(), "-", "-", e.what());
+      }
+    }
+  }
+  std::printf("\n%d of %d checks passed\n", run - failed, run);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace vinf::app

@@ -1,0 +1,161 @@
+// Fast convolutions. conv2d: oneDNN, letting it pick blocked layouts and reordering our NCHW views
+// in and out (the plan per shape is cached in the CpuContext). temporal_conv: GEMMs over frames,
+// one GEMM with K = kt * Cin per output frame when the input is stored frame-major.
+#include <string>
+
+#include "core/error.hpp"
+#include "cpu/blas.hpp"
+#include "cpu/context.hpp"
+#include "cpu/cpu.hpp"
+#include "cpu/loops.hpp"
+#include "ops/context.hpp"
+
+namespace vinf::cpu {
+
+struct ConvPlan {
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward conv;
+  dnnl::memory::desc user_src, user_wei, user_dst, bias_md;
+};
+
+CpuContext::CpuContext() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+CpuContext::~CpuContext() = default;
+
+namespace fast {
+namespace {
+
+using dnnl::memory;
+
+memory::desc strided_desc(const Tensor& t) {
+  memory::dims dims(t.shape.begin(), t.shape.end());
+  memory::dims strides(t.strides.begin(), t.strides.begin() + t.rank());
+  return memory::desc(dims, memory::data_type::f32, strides);
+}
+
+std::string plan_key(const Tensor& x, const Tensor& w, bool bias, const Tensor& y, const ops::Conv2dParams& p) {
+  std::string k = x.describe() + "|" + w.describe() + "|" + y.describe();
+  k += "|s" + std::to_string(p.stride) + "p" + std::to_string(p.padding) + (bias ? "b" : "");
+  return k;
+}
+
+ConvPlan& get_plan(CpuContext& cc, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+                   const ops::Conv2dParams& p) {
+  auto& plans = cc.conv_plans();
+  const std::string key = plan_key(x, w, bias != nullptr, y, p);
+  if (auto it = plans.find(key); it != plans.end()) return *it->second;
+  auto plan = std::make_unique<ConvPlan>();
+  plan->user_src = strided_desc(x);
+  plan->user_wei = strided_desc(w);
+  plan->user_dst = strided_desc(y);
+  const memory::dims src_dims(x.shape.begin(), x.shape.end()), wei_dims(w.shape.begin(), w.shape.end()),
+      dst_dims(y.shape.begin(), y.shape.end());
+  const auto any = memory::format_tag::any;
+  const memory::desc src_any(src_dims, memory::data_type::f32, any), wei_any(wei_dims, memory::data_type::f32, any),
+      dst_any(dst_dims, memory::data_type::f32, any);
+  const memory::dims strides{p.stride, p.stride}, pad{p.padding, p.padding};
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (bias) {
+    plan->bias_md = memory::desc({w.size(0)}, memory::data_type::f32, memory::dims{bias->stride(0)});
+    const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                            src_any, wei_any, plan->bias_md, dst_any, strides, pad, pad);
+    plan->pd = dnnl::convolution_forward::primitive_desc(d, attr, cc.engine());
+  } else {
+    const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                            src_any, wei_any, dst_any, strides, pad, pad);
+    plan->pd = dnnl::convolution_forward::primitive_desc(d, attr, cc.engine());
+  }
+  plan->conv = dnnl::convolution_forward(plan->pd);
+  return *plans.emplace(key, std::move(plan)).first->second;
+}
+
+// Memory in the primitive's layout: the user's own when the layouts agree, else a reordered copy
+// in an arena block.
+memory staged(CpuContext& cc, Arena& arena, const memory::desc& want, const memory::desc& user, void* data,
+              bool copy_in, Allocation& hold) {
+  memory user_mem(user, cc.engine(), data);
+  if (want == user) return user_mem;
+  hold = arena.allocate(want.get_size());
+  memory m(want, cc.engine(), hold.data());
+  if (copy_in) dnnl::reorder(user_mem, m).execute(cc.stream(), user_mem, m);
+  return m;
+}
+
+}  // namespace
+
+void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+            const ops::Conv2dParams& p) {
+  VINF_CHECK(ctx.cpu != nullptr, "conv2d: the CPU fast path needs a CpuContext");
+  CpuContext& cc = *ctx.cpu;
+  try {
+    ConvPlan& plan = get_plan(cc, x, w, bias, y, p);
+    Allocation hs, hw, hd, hscratch;
+    memory src = staged(cc, *ctx.arena, plan.pd.src_desc(), plan.user_src, x.data, true, hs);
+    memory wei = staged(cc, *ctx.arena, plan.pd.weights_desc(), plan.user_wei, w.data, true, hw);
+    memory dst = staged(cc, *ctx.arena, plan.pd.dst_desc(), plan.user_dst, y.data, false, hd);
+    hscratch = ctx.arena->allocate(plan.pd.scratchpad_desc().get_size());
+    memory scratch(plan.pd.scratchpad_desc(), cc.engine(), hscratch.data());
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, memory(plan.bias_md, cc.engine(), bias->data));
+    plan.conv.execute(cc.stream(), args);
+    if (!(plan.pd.dst_desc() == plan.user_dst)) {
+      memory user_dst(plan.user_dst, cc.engine(), y.data);
+      dnnl::reorder(dst, user_dst).execute(cc.stream(), dst, user_dst);
+    }
+    cc.stream().wait();
+  } catch (const dnnl::error& e) {
+    VINF_FAIL("conv2d: oneDNN failed for x ", x.describe(), ", w ", w.describe(), ": ", e.what());
+  }
+}
+
+void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, int pad) {
+  const std::int64_t N = x.size(0), Ci = x.size(1), T = x.size(2), S = x.size(3);
+  const std::int64_t Co = w.size(0), KT = w.size(2), To = y.size(2);
+  // Weights as a (Cout, kt * Cin) matrix with column k * Cin + i = w[o, i, k].
+  OwnedTensor wk = ctx.arena->empty(DType::f32, {Co, KT, Ci});
+  copy(w.permute({0, 2, 1}), wk);
+  // BLAS wants unit-stride pixel rows; copy the rare views that are not.
+  OwnedTensor hx, hy;
+  Tensor xs = x, ys = y;
+  if (x.stride(3) != 1) {
+    hx = ctx.arena->empty(DType::f32, x.shape);
+    copy(x, hx);
+    xs = hx;
+  }
+  if (y.stride(3) != 1) {
+    hy = ctx.arena->empty(DType::f32, y.shape);
+    ys = hy;
+  }
+  if (bias) copy(bias->unsqueeze(1).unsqueeze(0).unsqueeze(3).expand(ys.shape), ys);
+  // Frame-major input: the channels of consecutive frames form one matrix of kt * Cin rows.
+  const bool fused = xs.stride(2) == Ci * xs.stride(1);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t t = 0; t < To; ++t) {
+      // Taps that read real frames: ti = t + k - pad in [0, T).
+      const std::int64_t k0 = std::max<std::int64_t>(0, pad - t), k1 = std::min<std::int64_t>(KT, T + pad - t);
+      float* c = ys.ptr<float>() + n * ys.stride(0) + t * ys.stride(2);
+      float beta = bias ? 1.f : 0.f;
+      if (k1 <= k0) {
+        if (!bias) fill(ys.select(0, n).select(1, t), 0.0);
+        continue;
+      }
+      const float* frame0 = xs.ptr<float>() + n * xs.stride(0) + (t + k0 - pad) * xs.stride(2);
+      if (fused) {
+        const BlasMatrix a{wk.ptr<float>() + k0 * Ci, false, KT * Ci};
+        const BlasMatrix b{frame0, false, xs.stride(1)};
+        sgemm(Co, S, (k1 - k0) * Ci, 1.f, a, b, beta, c, ys.stride(1));
+      } else {
+        for (std::int64_t k = k0; k < k1; ++k) {
+          const BlasMatrix a{wk.ptr<float>() + k * Ci, false, KT * Ci};
+          const BlasMatrix b{frame0 + (k - k0) * xs.stride(2), false, xs.stride(1)};
+          sgemm(Co, S, Ci, 1.f, a, b, beta, c, ys.stride(1));
+          beta = 1.f;
+        }
+      }
+    }
+  if (y.stride(3) != 1) copy(ys, y);
+}
+
+}  // namespace fast
+}  // namespace vinf::cpu

@@ -1,0 +1,66 @@
+// CPU kernels, internal to the op library (src/ops dispatches here after checking arguments).
+// `ref` holds the naive references: plain loops over any strides, double accumulation, kept simple
+// and frozen; they are the oracle the fast paths and the CUDA kernels are tested against. The fast
+// paths use oneDNN (convolutions), OpenBLAS (GEMMs) and OpenMP loops. Compute ops take f32 tensors;
+// copy and fill take every dtype.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/activation.hpp"
+#include "ops/attention.hpp"
+#include "ops/conv.hpp"
+#include "ops/embedding.hpp"
+#include "ops/norm.hpp"
+
+namespace vinf::cpu {
+
+namespace ref {
+void copy(const Tensor& src, const Tensor& dst);
+void fill(const Tensor& dst, double value);
+void axpby(float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out);
+void mul(const Tensor& a, const Tensor& b, const Tensor& out);
+void activation(ops::Activation act, const Tensor& x, const Tensor& out);
+void geglu(const Tensor& x, const Tensor& out);
+void group_norm_sums(const Tensor& x, int groups, const Tensor& sums);  // x (N, C, T, S)
+void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const Tensor& gamma, const Tensor& beta,
+                      const Tensor& y, const ops::GroupNormParams& p);
+void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, float eps);  // 2-D
+void softmax(const Tensor& x, const Tensor& out);                                                       // 2-D
+void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);                     // 2-D
+void bmm(const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta);
+void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, const ops::Conv2dParams& p);
+void temporal_conv(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, int pad);
+void upsample_nearest(const Tensor& x, const Tensor& y);
+void timestep_embedding(const Tensor& t, const Tensor& out, const ops::TimestepEmbeddingParams& p);
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
+               const Tensor& out, const ops::AttentionParams& p);
+void normal(const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset);
+}  // namespace ref
+
+namespace fast {
+void copy(const Tensor& src, const Tensor& dst);
+void fill(const Tensor& dst, double value);
+void axpby(float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out);
+void mul(const Tensor& a, const Tensor& b, const Tensor& out);
+void activation(ops::Activation act, const Tensor& x, const Tensor& out);
+void geglu(const Tensor& x, const Tensor& out);
+void group_norm_sums(const Tensor& x, int groups, const Tensor& sums);
+void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const Tensor& gamma, const Tensor& beta,
+                      const Tensor& y, const ops::GroupNormParams& p);
+void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, float eps);
+void softmax(const Tensor& x, const Tensor& out);
+void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);
+void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta);
+void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+            const ops::Conv2dParams& p);
+void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, int pad);
+void upsample_nearest(const Tensor& x, const Tensor& y);
+void timestep_embedding(const Tensor& t, const Tensor& out, const ops::TimestepEmbeddingParams& p);
+void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg,
+               const Tensor* vg, const Tensor& out, const ops::AttentionParams& p);
+std::size_t attention_workspace_bytes(std::int64_t head_dim, std::int64_t value_dim);
+void normal(const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset);
+}  // namespace fast
+
+}  // namespace vinf::cpu

@@ -1,0 +1,122 @@
+// Fast paths for copies and elementwise arithmetic: jointly coalesced layouts, contiguous inner
+// loops the compiler vectorises, rows spread over OpenMP threads.
+#include <cmath>
+#include <cstring>
+
+#include "cpu/cpu.hpp"
+#include "cpu/loops.hpp"
+
+namespace vinf::cpu::fast {
+namespace {
+
+template <class S, class D>
+void copy_typed(const Tensor& src, const Tensor& dst) {
+  const auto l = joint_layout<2>({&src, &dst});
+  const S* s = static_cast<const S*>(src.data);
+  D* d = static_cast<D*>(dst.data);
+  if (l.rank == 1 && l.stride[0][0] == 1 && l.stride[1][0] == 1) {
+    parallel_chunks(l.size[0], [&](std::int64_t b, std::int64_t e) {
+      if constexpr (std::is_same_v<S, D>) {
+        std::memcpy(d + b, s + b, static_cast<std::size_t>(e - b) * sizeof(S));
+      } else {
+        for (std::int64_t i = b; i < e; ++i) d[i] = narrow<D>(widen(s[i]));
+      }
+    });
+    return;
+  }
+  for_each_row<2>(l, [&](const std::array<std::int64_t, 2>& base, std::int64_t n, const std::array<std::int64_t, 2>& st) {
+    const S* sp = s + base[0];
+    D* dp = d + base[1];
+    for (std::int64_t i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<S, D>) dp[i * st[1]] = sp[i * st[0]];
+      else dp[i * st[1]] = narrow<D>(widen(sp[i * st[0]]));
+    }
+  });
+}
+
+inline float silu(float x) { return x / (1.f + std::exp(-x)); }
+inline float gelu(float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); }
+inline float quick_gelu(float x) { return x / (1.f + std::exp(-1.702f * x)); }
+
+template <class Fn>
+void unary(const Tensor& x, const Tensor& out, Fn f) {
+  const auto l = joint_layout<2>({&x, &out});
+  const float* xp = x.ptr<float>();
+  float* op = out.ptr<float>();
+  if (l.rank == 1 && l.stride[0][0] == 1 && l.stride[1][0] == 1) {
+    parallel_chunks(l.size[0], [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) op[i] = f(xp[i]);
+    });
+    return;
+  }
+  for_each_row<2>(l, [&](const std::array<std::int64_t, 2>& base, std::int64_t n, const std::array<std::int64_t, 2>& st) {
+    for (std::int64_t i = 0; i < n; ++i) op[base[1] + i * st[1]] = f(xp[base[0] + i * st[0]]);
+  });
+}
+
+template <class Fn>
+void binary(const Tensor& a, const Tensor& b, const Tensor& out, Fn f) {
+  const auto l = joint_layout<3>({&a, &b, &out});
+  const float* ap = a.ptr<float>();
+  const float* bp = b.ptr<float>();
+  float* op = out.ptr<float>();
+  for_each_row<3>(l, [&](const std::array<std::int64_t, 3>& base, std::int64_t n, const std::array<std::int64_t, 3>& st) {
+    const float* x = ap + base[0];
+    const float* y = bp + base[1];
+    float* z = op + base[2];
+    if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+      for (std::int64_t i = 0; i < n; ++i) z[i] = f(x[i], y[i]);
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) z[i * st[2]] = f(x[i * st[0]], y[i * st[1]]);
+    }
+  });
+}
+
+}  // namespace
+
+void copy(const Tensor& src, const Tensor& dst) {
+  dispatch_dtype(src.dtype, [&](auto s) {
+    dispatch_dtype(dst.dtype, [&](auto d) { copy_typed<decltype(s), decltype(d)>(src, dst); });
+  });
+}
+
+void fill(const Tensor& dst, double value) {
+  dispatch_dtype(dst.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T v = narrow<T>(value);
+    const auto l = joint_layout<1>({&dst});
+    T* p = static_cast<T*>(dst.data);
+    for_each_row<1>(l, [&](const std::array<std::int64_t, 1>& base, std::int64_t n, const std::array<std::int64_t, 1>& st) {
+      for (std::int64_t i = 0; i < n; ++i) p[base[0] + i * st[0]] = v;
+    });
+  });
+}
+
+void axpby(float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out) {
+  if (beta == 0.f) {
+    unary(a, out, [alpha](float x) { return alpha * x; });
+    return;
+  }
+  binary(a, b, out, [alpha, beta](float x, float y) { return alpha * x + beta * y; });
+}
+
+void mul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  binary(a, b, out, [](float x, float y) { return x * y; });
+}
+
+void activation(ops::Activation act, const Tensor& x, const Tensor& out) {
+  switch (act) {
+    case ops::Activation::none: copy(x, out); break;
+    case ops::Activation::silu: unary(x, out, silu); break;
+    case ops::Activation::gelu: unary(x, out, gelu); break;
+    case ops::Activation::quick_gelu: unary(x, out, quick_gelu); break;
+  }
+}
+
+void geglu(const Tensor& x, const Tensor& out) {
+  const int last = out.rank() - 1;
+  const std::int64_t d = out.size(last);
+  binary(x.slice(last, 0, d), x.slice(last, d, d), out, [](float a, float g) { return a * gelu(g); });
+}
+
+}  // namespace vinf::cpu::fast

@@ -1,0 +1,140 @@
+// Fast GroupNorm / LayerNorm / softmax: OpenMP over (sample, group) or rows, contiguous inner loops.
+#include <cmath>
+
+#include "cpu/cpu.hpp"
+#include "cpu/loops.hpp"
+
+namespace vinf::cpu::fast {
+namespace {
+
+inline float activate(ops::Activation act, float v) {
+  switch (act) {
+    case ops::Activation::none: return v;
+    case ops::Activation::silu: return v / (1.f + std::exp(-v));
+    case ops::Activation::gelu: return 0.5f * v * (1.f + std::erf(v * 0.70710678118654752f));
+    case ops::Activation::quick_gelu: return v / (1.f + std::exp(-1.702f * v));
+  }
+  return v;
+}
+
+}  // namespace
+
+void group_norm_sums(const Tensor& x, int groups, const Tensor& sums) {
+  const std::int64_t N = x.size(0), C = x.size(1), T = x.size(2), S = x.size(3), cg = C / groups;
+  const float* xp = x.ptr<float>();
+  double* out = static_cast<double*>(sums.data);
+  const std::int64_t jobs = N * groups;
+#pragma omp parallel for schedule(dynamic) if (x.numel() >= kParallelGrain)
+  for (std::int64_t job = 0; job < jobs; ++job) {
+    const std::int64_t n = job / groups, g = job % groups;
+    double s1 = 0, s2 = 0;
+    for (std::int64_t c = g * cg; c < (g + 1) * cg; ++c)
+      for (std::int64_t t = 0; t < T; ++t) {
+        const float* row = xp + n * x.strides[0] + c * x.strides[1] + t * x.strides[2];
+        const std::int64_t ss = x.strides[3];
+        // Float partial sums over blocks of 1024 values, double across blocks.
+        for (std::int64_t s0 = 0; s0 < S; s0 += 1024) {
+          const std::int64_t s_end = std::min(S, s0 + 1024);
+          float r1 = 0, r2 = 0;
+          if (ss == 1) {
+#pragma omp simd reduction(+ : r1, r2)
+            for (std::int64_t s = s0; s < s_end; ++s) {
+              r1 += row[s];
+              r2 += row[s] * row[s];
+            }
+          } else {
+            for (std::int64_t s = s0; s < s_end; ++s) {
+              r1 += row[s * ss];
+              r2 += row[s * ss] * row[s * ss];
+            }
+          }
+          s1 += r1;
+          s2 += r2;
+        }
+      }
+    out[n * sums.strides[0] + g * sums.strides[1]] = s1;
+    out[n * sums.strides[0] + g * sums.strides[1] + sums.strides[2]] = s2;
+  }
+}
+
+void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const Tensor& gamma, const Tensor& beta,
+                      const Tensor& y, const ops::GroupNormParams& p) {
+  const std::int64_t N = x.size(0), C = x.size(1), T = x.size(2), S = x.size(3), cg = C / p.groups;
+  const double* st = static_cast<const double*>(sums.data);
+  const float* xp = x.ptr<float>();
+  float* yp = y.ptr<float>();
+  const std::int64_t rows = N * C * T;
+#pragma omp parallel for schedule(static) if (x.numel() >= kParallelGrain)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t t = r % T, c = (r / T) % C, n = r / (T * C), g = c / cg;
+    const double s1 = st[n * sums.strides[0] + g * sums.strides[1]];
+    const double s2 = st[n * sums.strides[0] + g * sums.strides[1] + sums.strides[2]];
+    const double mean = s1 / count;
+    const double var = std::max(s2 / count - mean * mean, 0.0);
+    const float rstd = static_cast<float>(1.0 / std::sqrt(var + p.eps));
+    const float a = rstd * gamma.ptr<float>()[c * gamma.strides[0]];
+    const float b = beta.ptr<float>()[c * beta.strides[0]] - static_cast<float>(mean) * a;
+    const float* xr = xp + n * x.strides[0] + c * x.strides[1] + t * x.strides[2];
+    float* yr = yp + n * y.strides[0] + c * y.strides[1] + t * y.strides[2];
+    const std::int64_t xs = x.strides[3], ys = y.strides[3];
+    if (xs == 1 && ys == 1) {
+      switch (p.act) {
+        case ops::Activation::none:
+          for (std::int64_t s = 0; s < S; ++s) yr[s] = xr[s] * a + b;
+          break;
+        case ops::Activation::silu:
+          for (std::int64_t s = 0; s < S; ++s) {
+            const float v = xr[s] * a + b;
+            yr[s] = v / (1.f + std::exp(-v));
+          }
+          break;
+        default:
+          for (std::int64_t s = 0; s < S; ++s) yr[s] = activate(p.act, xr[s] * a + b);
+      }
+    } else {
+      for (std::int64_t s = 0; s < S; ++s) yr[s * ys] = activate(p.act, xr[s * xs] * a + b);
+    }
+  }
+}
+
+void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, float eps) {
+  const std::int64_t M = x.size(0), D = x.size(1);
+  const float* gp = gamma.ptr<float>();
+  const float* bp = beta.ptr<float>();
+  const std::int64_t gs = gamma.strides[0], bs = beta.strides[0];
+#pragma omp parallel for schedule(static) if (x.numel() >= kParallelGrain)
+  for (std::int64_t m = 0; m < M; ++m) {
+    const float* xr = x.ptr<float>() + m * x.strides[0];
+    float* yr = y.ptr<float>() + m * y.strides[0];
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (std::int64_t d = 0; d < D; ++d) sum += xr[d];
+    const float mean = sum / static_cast<float>(D);
+    float var = 0;
+#pragma omp simd reduction(+ : var)
+    for (std::int64_t d = 0; d < D; ++d) var += (xr[d] - mean) * (xr[d] - mean);
+    const float rstd = 1.f / std::sqrt(var / static_cast<float>(D) + eps);
+    for (std::int64_t d = 0; d < D; ++d) yr[d] = (xr[d] - mean) * rstd * gp[d * gs] + bp[d * bs];
+  }
+}
+
+void softmax(const Tensor& x, const Tensor& out) {
+  const std::int64_t M = x.size(0), D = x.size(1);
+#pragma omp parallel for schedule(static) if (x.numel() >= kParallelGrain)
+  for (std::int64_t m = 0; m < M; ++m) {
+    const float* xr = x.ptr<float>() + m * x.strides[0];
+    float* orow = out.ptr<float>() + m * out.strides[0];
+    float mx = -INFINITY;
+    for (std::int64_t d = 0; d < D; ++d) mx = std::max(mx, xr[d]);
+    float sum = 0;
+    for (std::int64_t d = 0; d < D; ++d) {
+      const float e = std::exp(xr[d] - mx);
+      orow[d] = e;
+      sum += e;
+    }
+    const float inv = 1.f / sum;
+    for (std::int64_t d = 0; d < D; ++d) orow[d] *= inv;
+  }
+}
+
+}  // namespace vinf::cpu::fast

@@ -1,0 +1,53 @@
+// CUDA backend state for one device: the stream every op is queued on, the cuBLAS and cuDNN
+// handles bound to it, and cached convolution algorithm choices. Passed explicitly; nothing here
+// relies on a current device or the default stream.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "core/arena.hpp"
+
+namespace vinf::cuda {
+
+struct ConvAlgo {
+  cudnnConvolutionFwdAlgo_t algo;
+  std::size_t workspace = 0;
+};
+
+class CudaContext {
+ public:
+  explicit CudaContext(int device);
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  cudnnHandle_t cudnn() const { return cudnn_; }
+  const cudaDeviceProp& properties() const { return props_; }
+  std::unordered_map<std::string, ConvAlgo>& conv_algos() { return conv_algos_; }
+  void synchronize();
+
+ private:
+  int device_;
+  cudaDeviceProp props_{};
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  std::unordered_map<std::string, ConvAlgo> conv_algos_;
+};
+
+// cudaMalloc-backed memory for an Arena on `device`.
+std::unique_ptr<RawMemory> device_memory(int device);
+
+// Usable devices; 0 when there is no driver or no visible device (the error is cleared).
+int device_count();
+
+}  // namespace vinf::cuda

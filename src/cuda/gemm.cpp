@@ -1,0 +1,102 @@
+// GEMMs through cuBLAS: row-major products mapped onto column-major cuBLAS by computing
+// C^T = op(B)^T op(A)^T, f32 accumulation for every storage type.
+#include "cuda/gemm.hpp"
+
+#include "core/error.hpp"
+#include "cpu/blas.hpp"
+#include "cuda/check.hpp"
+#include "cuda/context.hpp"
+#include "cuda/ops.hpp"
+#include "ops/elementwise.hpp"
+
+namespace vinf::cuda {
+
+cudaDataType_t cuda_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::f16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+    default: VINF_FAIL("no cuBLAS type for ", dtype_name(t));
+  }
+}
+
+void gemm_rowmajor(ExecContext& ctx, DType dtype, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+                   const GemmOperand& a, const GemmOperand& b, float beta, void* c, std::int64_t ldc,
+                   std::int64_t batch, std::int64_t stride_c) {
+  if (M == 0 || N == 0 || batch == 0) return;
+  constexpr std::int64_t kMax = 0x7fffffff;
+  VINF_CHECK(M <= kMax && N <= kMax && K <= kMax && a.ld <= kMax && b.ld <= kMax && ldc <= kMax && batch <= kMax,
+             "GEMM dimensions exceed cuBLAS's 32-bit interface (M=", M, ", N=", N, ", K=", K, ")");
+  const cudaDataType_t t = cuda_dtype(dtype);
+  VINF_CHECK_CUBLAS(cublasGemmStridedBatchedEx(
+      ctx.cuda->cublas(), b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
+      static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, b.data, t, static_cast<int>(b.ld),
+      b.batch_stride, a.data, t, static_cast<int>(a.ld), a.batch_stride, &beta, c, t,
+      static_cast<int>(std::max<std::int64_t>(ldc, 1)), stride_c, static_cast<int>(batch), CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
+}
+
+namespace {
+
+// cuBLAS reads views with one unit stride; anything else is copied to a contiguous block.
+GemmOperand operand(ExecContext& ctx, const Tensor& m3, OwnedTensor& hold) {
+  // m3 is [batch, rows, cols]; all batch entries share the layout of entry 0.
+  cpu::BlasMatrix bm;  // as_blas_matrix reads the strides only, any dtype
+  const Tensor m = m3.select(0, 0);
+  Tensor src = m3;
+  if (!cpu::as_blas_matrix(m, bm)) {
+    hold = ctx.arena->empty(m3.dtype, m3.shape);
+    ops::copy(ctx, m3, hold);
+    src = hold;
+    cpu::as_blas_matrix(hold.select(0, 0), bm);
+  }
+  return {src.data, bm.transposed, bm.ld, src.size(0) > 1 ? src.stride(0) : 0};
+}
+
+void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
+  const DType d = (*ts.begin())->dtype;
+  for (const Tensor* t : ts)
+    VINF_CHECK(t->dtype == d, op, ": CUDA needs one dtype for all operands, got ", dtype_name(d), " and ", t->describe());
+}
+
+}  // namespace
+
+void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
+  check_same_dtype("linear", {&x, &w, &y});
+  const std::int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  OwnedTensor hx, hw, hy;
+  const GemmOperand a = operand(ctx, x.unsqueeze(0), hx);
+  GemmOperand b = operand(ctx, w.unsqueeze(0), hw);
+  b.transposed = !b.transposed;  // y = x w^T
+  Tensor out = y;
+  if (!(y.stride(1) == 1 && (M == 1 || y.stride(0) >= N))) {
+    hy = ctx.arena->empty(y.dtype, y.shape);
+    out = hy;
+  }
+  float beta = 0.f;
+  if (bias) {
+    ops::copy(ctx, bias->unsqueeze(0).expand(out.shape), out);
+    beta = 1.f;
+  }
+  gemm_rowmajor(ctx, y.dtype, M, N, K, 1.f, a, b, beta, out.data, M == 1 ? N : out.stride(0), 1, 0);
+  if (out.data != y.data) ops::copy(ctx, out, y);
+}
+
+void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta) {
+  check_same_dtype("bmm", {&a, &b, &out});
+  const std::int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
+  OwnedTensor ha, hb, ho;
+  const GemmOperand ma = operand(ctx, a, ha), mb = operand(ctx, b, hb);
+  Tensor dst = out;
+  const bool direct = out.stride(2) == 1 && (M == 1 || out.stride(1) >= N) && (B == 1 || out.stride(0) != 0);
+  if (!direct) {
+    ho = ctx.arena->empty(out.dtype, out.shape);
+    if (beta != 0.f) ops::copy(ctx, out, ho);
+    dst = ho;
+  }
+  gemm_rowmajor(ctx, out.dtype, M, N, K, alpha, ma, mb, beta, dst.data, M == 1 ? N : dst.stride(1), B,
+                B > 1 ? dst.stride(0) : 0);
+  if (!direct) ops::copy(ctx, dst, out);
+}
+
+}  // namespace vinf::cuda

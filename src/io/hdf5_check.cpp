@@ -1,0 +1,24 @@
+#include "io/hdf5_check.hpp"
+
+namespace vinf::io {
+namespace {
+
+herr_t collect(unsigned n, const H5E_error2_t* e, void* data) {
+  auto* out = static_cast<std::string*>(data);
+  if (n > 0) *out += "; ";
+  *out += e->func_name ? e->func_name : "?";
+  *out += ": ";
+  *out += e->desc ? e->desc : "?";
+  return 0;
+}
+
+}  // namespace
+
+std::string hdf5_error_text() {
+  std::string text;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect, &text);
+  H5Eclear2(H5E_DEFAULT);
+  return text.empty() ? "no details on the HDF5 error stack" : text;
+}
+
+}  // namespace vinf::io

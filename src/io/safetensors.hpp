@@ -1,0 +1,52 @@
+// Read-only access to a .safetensors file, memory-mapped: an 8-byte little-endian header length,
+// a JSON header {name: {dtype, shape, data_offsets: [begin, end)}, "__metadata__": {...}}, then
+// the packed little-endian data. Every malformed file is rejected with a vinf::Error that names
+// the file (and the tensor, where there is one).
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace vinf::io {
+
+class SafetensorsFile {
+ public:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    std::size_t offset = 0;  // from the start of the data section
+    std::size_t bytes = 0;
+  };
+
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::vector<Entry>& entries() const { return entries_; }
+  const Entry* find(const std::string& name) const;
+  bool contains(const std::string& name) const { return find(name) != nullptr; }
+  // A CPU view of the mapped bytes. Read-only: the mapping is PROT_READ.
+  Tensor tensor(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  std::size_t map_size_ = 0;
+  const char* data_ = nullptr;  // start of the data section
+  std::vector<Entry> entries_;
+  std::map<std::string, std::size_t> index_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// "F32" -> f32 etc.; false for types vinf does not handle.
+bool parse_safetensors_dtype(const std::string& s, DType& out);
+
+}  // namespace vinf::io

@@ -1,0 +1,22 @@
+// Pointwise activations and GEGLU.
+#pragma once
+
+#include "ops/context.hpp"
+
+namespace vinf::ops {
+
+enum class Activation {
+  none,
+  silu,        // x * sigmoid(x)
+  gelu,        // exact: x * (1 + erf(x / sqrt 2)) / 2
+  quick_gelu,  // x * sigmoid(1.702 x)
+};
+const char* activation_name(Activation a);
+
+// out = act(x); shapes equal, any strides.
+void activation(ExecContext& ctx, Activation act, const Tensor& x, const Tensor& out);
+
+// x [..., 2D] -> out [..., D] = x[..., :D] * gelu(x[..., D:]) (value half first, gate second).
+void geglu(ExecContext& ctx, const Tensor& x, const Tensor& out);
+
+}  // namespace vinf::ops

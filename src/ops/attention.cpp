@@ -1,0 +1,53 @@
+#include "ops/attention.hpp"
+
+#include "ops/dispatch.hpp"
+
+namespace vinf::ops {
+namespace {
+
+void check_operand(const ExecContext& ctx, const char* arg, const Tensor& t, std::int64_t b, std::int64_t h,
+                   std::int64_t last) {
+  const char* op = "attention";
+  check_rank(op, arg, t, 4);
+  VINF_CHECK(t.size(0) == b && t.size(1) == h && t.size(3) == last, op, ": ", arg, " ", t.describe(), " must be [", b,
+             ",", h, ",*,", last, "]");
+  VINF_CHECK(t.stride(3) == 1 || t.size(3) == 1, op, ": the last dim of ", arg, " ", t.describe(), " must be contiguous");
+  check_on_device(ctx, op, arg, t);
+  detail::check_compute_dtype(ctx, op, arg, t);
+}
+
+}  // namespace
+
+void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
+               const Tensor& out, const AttentionParams& p) {
+  const char* op = "attention";
+  check_rank(op, "q", q, 4);
+  const std::int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3), Dv = v.rank() == 4 ? v.size(3) : 0;
+  check_operand(ctx, "q", q, B, H, D);
+  check_operand(ctx, "k", k, B, H, D);
+  check_operand(ctx, "v", v, B, H, Dv);
+  VINF_CHECK(k.size(2) == v.size(2), op, ": k ", k.describe(), " and v ", v.describe(), " hold different key counts");
+  check_operand(ctx, "out", out, B, H, Dv);
+  VINF_CHECK(out.size(2) == Lq, op, ": out ", out.describe(), " must have ", Lq, " rows");
+  VINF_CHECK((kg == nullptr) == (vg == nullptr), op, ": global keys and values come together");
+  if (kg) {
+    check_operand(ctx, "global k", *kg, B, H, D);
+    check_operand(ctx, "global v", *vg, B, H, Dv);
+    VINF_CHECK(kg->size(2) == vg->size(2), op, ": global k and v hold different key counts");
+  }
+  VINF_CHECK(p.band_lo <= p.band_hi, op, ": band [", p.band_lo, ", ", p.band_hi, "] is empty");
+  VINF_CHECK(p.token_count_log_base >= 0.f && p.token_count_log_base != 1.f, op,
+             ": token_count_log_base must be 0 (off) or a positive base other than 1");
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::attention(ctx, q, k, v, kg, vg, out, p));
+    return;
+  }
+  detail::reference(ctx) ? cpu::ref::attention(q, k, v, kg, vg, out, p) : cpu::fast::attention(ctx, q, k, v, kg, vg, out, p);
+}
+
+std::size_t attention_workspace_bytes(const ExecContext& ctx, const Tensor& q, const Tensor& v) {
+  if (ctx.device.is_cuda() || ctx.cpu_impl == CpuImpl::reference) return 0;
+  return cpu::fast::attention_workspace_bytes(q.size(3), v.size(3));
+}
+
+}  // namespace vinf::ops

@@ -1,0 +1,49 @@
+// Attention with an additive bias and a banded key pattern, the core of Video-Infinity's dual-scope
+// temporal attention, and plain full attention (spatial self-attention, cross-attention) as the
+// special case "no band, no global keys".
+//
+// Query row i sees the local keys j in [lo_i, hi_i], lo_i = max(0, i + band_lo),
+// hi_i = min(Lk - 1, i + band_hi), plus every global key. Scores are
+//   s_ij = q_i . k_j * scale * f_i + (local_bias | global_bias)
+// with f_i = log(n_i) / log(token_count_log_base) when that base is > 0 (n_i = keys row i sees),
+// else 1; softmax over the visible keys; out_i = sum_j p_ij v_j. A row that sees no key gets zeros.
+// Nothing of size rows x keys is materialised: the CPU path streams key blocks through an online
+// softmax with a fixed per-thread workspace, the CUDA kernel keeps its tiles in shared memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/context.hpp"
+
+namespace vinf::ops {
+
+struct AttentionParams {
+  static constexpr std::int64_t kUnbounded = std::int64_t{1} << 40;
+  float scale = 1.f;                       // usually attn_scale / sqrt(head_dim)
+  std::int64_t band_lo = -kUnbounded;      // row i sees local keys from i + band_lo ...
+  std::int64_t band_hi = kUnbounded;       // ... to i + band_hi (clamped to [0, Lk - 1])
+  float local_bias = 0.f;
+  float global_bias = 0.f;
+  float token_count_log_base = 0.f;        // > 0 enables the per-row factor log(n_i) / log(base)
+};
+
+// q [B, H, Lq, d]; k [B, H, Lk, d]; v [B, H, Lk, dv]; global keys kg [B, H, G, d] and values
+// vg [B, H, G, dv], or both null; out [B, H, Lq, dv]. The last dimension of every tensor must be
+// contiguous; other strides are free (split heads of a (B, L, H*d) projection are a permuted view,
+// a stride-0 batch broadcasts keys). f32 on the CPU; f32, f16 or bf16 on CUDA.
+void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg,
+               const Tensor* vg, const Tensor& out, const AttentionParams& p);
+
+// The workspace attention() takes from ctx.arena for these arguments. It depends on head sizes and
+// thread count only, not on the numbers of rows or keys.
+std::size_t attention_workspace_bytes(const ExecContext& ctx, const Tensor& q, const Tensor& v);
+
+// The visible local range of row i (empty when lo > hi), shared by every implementation.
+inline void attention_band(const AttentionParams& p, std::int64_t i, std::int64_t lk, std::int64_t& lo,
+                           std::int64_t& hi) {
+  lo = i + p.band_lo < 0 ? 0 : i + p.band_lo;
+  hi = i + p.band_hi > lk - 1 ? lk - 1 : i + p.band_hi;
+}
+
+}  // namespace vinf::ops

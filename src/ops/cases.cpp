@@ -1,0 +1,422 @@
+#include "ops/cases.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.hpp"
+#include "ops/activation.hpp"
+#include "ops/attention.hpp"
+#include "ops/conv.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/embedding.hpp"
+#include "ops/gemm.hpp"
+#include "ops/norm.hpp"
+#include "ops/random.hpp"
+#include "ops/resample.hpp"
+#include "ops/softmax.hpp"
+
+namespace vinf::opcheck {
+
+CaseEnv::CaseEnv(ExecContext& c, DType dt, DType round_to, std::uint64_t seed)
+    : ctx(c), dtype(dt), round_to_(round_to), seed_(seed) {}
+
+Tensor CaseEnv::hold(DType dt, const Shape& shape) {
+  owned_.push_back(ctx.arena->empty(dt, shape));
+  return owned_.back();
+}
+
+Tensor CaseEnv::input(const Shape& shape, float scale, float shift) {
+  // Generated and rounded on the host, then copied to the device: identical on every backend.
+  const std::int64_t n = shape.numel();
+  std::vector<float> host(static_cast<std::size_t>(n));
+  std::vector<std::uint16_t> rounded(static_cast<std::size_t>(n));
+  Arena staging(host_memory());
+  ExecContext hc{Device::cpu(), &staging, CpuImpl::fast, nullptr, nullptr};
+  const Tensor h = Tensor::wrap(host.data(), DType::f32, Device::cpu(), shape);
+  ops::normal(hc, h, seed_, next_stream_++, 0);
+  for (float& x : host) x = x * scale + shift;
+  if (round_to_ != DType::f32) {
+    const Tensor r = Tensor::wrap(rounded.data(), round_to_, Device::cpu(), shape);
+    ops::copy(hc, h, r);
+    ops::copy(hc, r, h);
+  }
+  Tensor t = hold(dtype, shape);
+  ops::copy(ctx, h, t);
+  return t;
+}
+
+Tensor CaseEnv::values(DType dt, const Shape& shape, const std::vector<double>& v) {
+  VINF_CHECK(static_cast<std::int64_t>(v.size()) == shape.numel(), "values: ", v.size(), " values for ", shape.str());
+  Tensor t = hold(dt, shape);
+  Arena staging(host_memory());
+  ExecContext hc{Device::cpu(), &staging, CpuImpl::fast, nullptr, nullptr};
+  ops::copy(ctx.device.is_cpu() ? hc : ctx, Tensor::wrap(const_cast<double*>(v.data()), DType::f64, Device::cpu(), shape), t);
+  return t;
+}
+
+Tensor CaseEnv::output(const Shape& shape) { return output(dtype, shape); }
+
+Tensor CaseEnv::output(DType dt, const Shape& shape) {
+  Tensor t = hold(dt, shape);
+  ops::fill(ctx, t, std::numeric_limits<double>::quiet_NaN());
+  outputs_.push_back(t);
+  return t;
+}
+
+Tensor CaseEnv::scratch(DType dt, const Shape& shape) { return hold(dt, shape); }
+
+namespace {
+
+using Runner = std::function<void()>;
+using ops::Activation;
+
+double conv_flops(const Shape& y, std::int64_t cin, std::int64_t kh, std::int64_t kw) {
+  return 2.0 * static_cast<double>(y.numel()) * static_cast<double>(cin * kh * kw);
+}
+
+// --- elementwise -------------------------------------------------------------------------------
+
+void add_elementwise(std::vector<OpCase>& v) {
+  v.push_back({"copy", "copy permuted 3x5x7 -> contiguous", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({3, 5, 7}).permute({2, 0, 1});
+                 const Tensor y = e.output({7, 3, 5});
+                 return [&e, x, y] { ops::copy(e.ctx, x, y); };
+               }});
+  v.push_back({"copy", "copy into a strided slice 4x9", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({4, 3});
+                 const Tensor y = e.output({4, 9});
+                 return [&e, x, y] {
+                   ops::fill(e.ctx, y, 0.5);
+                   ops::copy(e.ctx, x, y.slice(1, 5, 3));
+                 };
+               }});
+  v.push_back({"fill", "fill 3x17 with -1.25", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor y = e.output({3, 17});
+                 return [&e, y] { ops::fill(e.ctx, y, -1.25); };
+               }});
+  v.push_back({"axpby", "axpby 4x33x17 with broadcast b", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor a = e.input({4, 33, 17});
+                 const Tensor b = e.input({33, 1}).expand({4, 33, 17});
+                 const Tensor y = e.output({4, 33, 17});
+                 return [&e, a, b, y] { ops::axpby(e.ctx, 2.5f, a, -0.5f, b, y); };
+               }});
+  v.push_back({"mul", "mul 5x7x9 by a per-channel scale", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor a = e.input({5, 7, 9});
+                 const Tensor b = e.input({7}).unsqueeze(1).expand({5, 7, 9});
+                 const Tensor y = e.output({5, 7, 9});
+                 return [&e, a, b, y] { ops::mul(e.ctx, a, b, y); };
+               }});
+  v.push_back({"scale", "scale 1000 in place", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor y = e.output({1000});
+                 const Tensor x = e.input({1000});
+                 return [&e, x, y] {
+                   ops::copy(e.ctx, x, y);
+                   ops::scale(e.ctx, y, -3.f, y);
+                 };
+               }});
+  v.push_back({"concat", "concat (2,3,5)+(2,4,5) along 1", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor a = e.input({2, 3, 5}), b = e.input({2, 4, 5});
+                 const Tensor y = e.output({2, 7, 5});
+                 return [&e, a, b, y] {
+                   const Tensor parts[] = {a, b};
+                   ops::concat(e.ctx, parts, 1, y);
+                 };
+               }});
+}
+
+// --- activations -------------------------------------------------------------------------------
+
+void add_activations(std::vector<OpCase>& v) {
+  for (Activation act : {Activation::silu, Activation::gelu, Activation::quick_gelu}) {
+    v.push_back({ops::activation_name(act), std::string(ops::activation_name(act)) + " 3x1001", 0,
+                 [act](CaseEnv& e) -> Runner {
+                   const Tensor x = e.input({3, 1001}, 3.f);
+                   const Tensor y = e.output({3, 1001});
+                   return [&e, act, x, y] { ops::activation(e.ctx, act, x, y); };
+                 }});
+  }
+  v.push_back({"silu", "silu on a transposed view 13x11", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({11, 13}, 3.f).transpose(0, 1);
+                 const Tensor y = e.output({13, 11});
+                 return [&e, x, y] { ops::activation(e.ctx, Activation::silu, x, y); };
+               }});
+  v.push_back({"geglu", "geglu 7x(2*37)", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({7, 74}, 2.f);
+                 const Tensor y = e.output({7, 37});
+                 return [&e, x, y] { ops::geglu(e.ctx, x, y); };
+               }});
+}
+
+// --- norms ---------------------------------------------------------------------------------------
+
+void add_norms(std::vector<OpCase>& v) {
+  v.push_back({"group_norm", "group_norm per frame 6x32x5x7 g8 +silu", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({6, 32, 5, 7}, 2.f, 0.5f);
+                 const Tensor g = e.input({32}, 0.5f, 1.f), b = e.input({32}, 0.5f);
+                 const Tensor y = e.output({6, 32, 5, 7});
+                 return [&e, x, g, b, y] { ops::group_norm(e.ctx, x, g, b, y, {8, 1e-5f, Activation::silu}); };
+               }});
+  v.push_back({"group_norm", "group_norm temporal frame-major B2 F5 C16 3x7 g4", 0, [](CaseEnv& e) -> Runner {
+                 // Storage (B*F, C, H, W); statistics per (b, group) across frames.
+                 const Tensor x = e.input({10, 16, 3, 7}, 1.5f, -0.3f);
+                 const Tensor g = e.input({16}, 0.5f, 1.f), b = e.input({16}, 0.5f);
+                 const Tensor y = e.output({10, 16, 3, 7});
+                 auto clip = [](const Tensor& t) { return t.reshape({2, 5, 16, 21}).permute({0, 2, 1, 3}); };
+                 return [&e, x, g, b, y, clip] { ops::group_norm(e.ctx, clip(x), g, b, clip(y), {4, 1e-6f}); };
+               }});
+  v.push_back({"group_norm", "group_norm_sums + apply, two halves summed", 0, [](CaseEnv& e) -> Runner {
+                 // What the distributed GroupNorm does: partial sums per part, added, then applied.
+                 const Tensor x = e.input({3, 12, 8, 5}, 1.f, 2.f);
+                 const Tensor g = e.input({12}, 0.5f, 1.f), b = e.input({12}, 0.5f);
+                 const Tensor s0 = e.scratch(DType::f64, {3, 3, 2}), s1 = e.scratch(DType::f64, {3, 3, 2});
+                 const Tensor total = e.output(DType::f64, {3, 3, 2});
+                 const Tensor y = e.output({3, 12, 8, 5});
+                 return [&e, x, g, b, s0, s1, total, y] {
+                   ops::group_norm_sums(e.ctx, x.slice(2, 0, 3), 3, s0);
+                   ops::group_norm_sums(e.ctx, x.slice(2, 3, 5), 3, s1);
+                   // The all-reduce, done on the host here.
+                   std::vector<double> a(18), c(18);
+                   const Tensor ha = Tensor::wrap(a.data(), DType::f64, Device::cpu(), {3, 3, 2});
+                   const Tensor hc = Tensor::wrap(c.data(), DType::f64, Device::cpu(), {3, 3, 2});
+                   ops::copy(e.ctx, s0, ha);
+                   ops::copy(e.ctx, s1, hc);
+                   for (std::size_t i = 0; i < a.size(); ++i) a[i] += c[i];
+                   ops::copy(e.ctx, ha, total);
+                   ops::group_norm_apply(e.ctx, x, total, 4.0 * 8 * 5, g, b, y, {3, 1e-5f});
+                 };
+               }});
+  v.push_back({"layer_norm", "layer_norm 37x129", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({37, 129}, 2.f, 1.f);
+                 const Tensor g = e.input({129}, 0.5f, 1.f), b = e.input({129}, 0.5f);
+                 const Tensor y = e.output({37, 129});
+                 return [&e, x, g, b, y] { ops::layer_norm(e.ctx, x, g, b, y, 1e-5f); };
+               }});
+  v.push_back({"layer_norm", "layer_norm 3x5x64 on a row-strided view", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({3, 5, 80}).slice(2, 8, 64);
+                 const Tensor g = e.input({64}, 0.5f, 1.f), b = e.input({64}, 0.5f);
+                 const Tensor y = e.output({3, 5, 64});
+                 return [&e, x, g, b, y] { ops::layer_norm(e.ctx, x, g, b, y, 1e-5f); };
+               }});
+  v.push_back({"softmax", "softmax 13x77", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({13, 77}, 4.f);
+                 const Tensor y = e.output({13, 77});
+                 return [&e, x, y] { ops::softmax(e.ctx, x, y); };
+               }});
+}
+
+// --- GEMMs ---------------------------------------------------------------------------------------
+
+void add_gemms(std::vector<OpCase>& v) {
+  v.push_back({"linear", "linear 3x7x33 -> 19 +bias", 2.0 * 21 * 33 * 19, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({3, 7, 33});
+                 const Tensor w = e.input({19, 33}, 0.2f), b = e.input({19});
+                 const Tensor y = e.output({3, 7, 19});
+                 return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
+               }});
+  v.push_back({"linear", "linear one row 1x65 -> 31", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({1, 65});
+                 const Tensor w = e.input({31, 65}, 0.15f);
+                 const Tensor y = e.output({1, 31});
+                 return [&e, x, w, y] { ops::linear(e.ctx, x, w, nullptr, y); };
+               }});
+  v.push_back({"linear", "linear on a transposed input 9x40 -> 12", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({40, 9}).transpose(0, 1);
+                 const Tensor w = e.input({12, 40}, 0.15f), b = e.input({12});
+                 const Tensor y = e.output({9, 12});
+                 return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
+               }});
+  v.push_back({"bmm", "bmm 5x17x33 @ 5x33x9", 2.0 * 5 * 17 * 33 * 9, [](CaseEnv& e) -> Runner {
+                 const Tensor a = e.input({5, 17, 33}), b = e.input({5, 33, 9}, 0.2f);
+                 const Tensor y = e.output({5, 17, 9});
+                 return [&e, a, b, y] { ops::bmm(e.ctx, a, b, y); };
+               }});
+  v.push_back({"bmm", "bmm transposed b, broadcast a, alpha/beta", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor a = e.input({1, 6, 21}).expand({4, 6, 21});
+                 const Tensor b = e.input({4, 11, 21}, 0.2f).transpose(1, 2);
+                 const Tensor c0 = e.input({4, 6, 11});
+                 const Tensor y = e.output({4, 6, 11});
+                 return [&e, a, b, c0, y] {
+                   ops::copy(e.ctx, c0, y);
+                   ops::bmm(e.ctx, a, b, y, 0.5f, 2.f);
+                 };
+               }});
+}
+
+// --- convolutions --------------------------------------------------------------------------------
+
+OpCase conv_case(std::string name, Shape xs, std::int64_t cout, int k, int stride, int pad, bool bias) {
+  const std::int64_t ho = (xs[2] + 2 * pad - k) / stride + 1, wo = (xs[3] + 2 * pad - k) / stride + 1;
+  const Shape ys{xs[0], cout, ho, wo};
+  return {"conv2d", std::move(name), conv_flops(ys, xs[1], k, k), [=](CaseEnv& e) -> Runner {
+            const Tensor x = e.input(xs);
+            const Tensor w = e.input({cout, xs[1], k, k}, 1.f / std::sqrt(static_cast<float>(xs[1] * k * k)));
+            const Tensor b = e.input({cout});
+            const Tensor y = e.output(ys);
+            return [&e, x, w, b, y, stride, pad, bias] { ops::conv2d(e.ctx, x, w, bias ? &b : nullptr, y, {stride, pad}); };
+          }};
+}
+
+// Temporal conv on frame-major storage (B*F, C, S) viewed as (B, C, F, S), as the model holds it.
+OpCase temporal_case(std::string name, std::int64_t B, std::int64_t F, std::int64_t C, std::int64_t S, int pad,
+                     bool frame_major, bool bias) {
+  const std::int64_t to = F + 2 * pad - 2;
+  return {"temporal_conv", std::move(name), 2.0 * B * to * C * S * C * 3, [=](CaseEnv& e) -> Runner {
+            auto view = [&](const Tensor& t, std::int64_t frames) {
+              return frame_major ? t.reshape({B, frames, C, S}).permute({0, 2, 1, 3}) : t.reshape({B, C, frames, S});
+            };
+            const Tensor x = view(e.input({B * F, C, S}), F);
+            const Tensor w = e.input({C, C, 3, 1, 1}, 1.f / std::sqrt(3.f * static_cast<float>(C))).reshape({C, C, 3});
+            const Tensor b = e.input({C});
+            const Tensor y = view(e.output({B * to, C, S}), to);
+            return [&e, x, w, b, y, pad, bias] { ops::temporal_conv(e.ctx, x, w, bias ? &b : nullptr, y, pad); };
+          }};
+}
+
+void add_convs(std::vector<OpCase>& v) {
+  v.push_back(conv_case("conv2d 3x3 s1 p1 5->7 9x11 +bias", {2, 5, 9, 11}, 7, 3, 1, 1, true));
+  v.push_back(conv_case("conv2d 3x3 s2 p1 6->4 9x12 +bias", {2, 6, 9, 12}, 4, 3, 2, 1, true));
+  v.push_back(conv_case("conv2d 1x1 10->4 5x7", {3, 10, 5, 7}, 4, 1, 1, 0, false));
+  v.push_back(conv_case("conv2d 3x3 s1 p1 32->16 8x8 +bias", {4, 32, 8, 8}, 16, 3, 1, 1, true));
+  v.push_back(temporal_case("temporal_conv k3 p1 frame-major B2 F6 C8 S15 +bias", 2, 6, 8, 15, 1, true, true));
+  v.push_back(temporal_case("temporal_conv k3 p1 channel-major B2 F7 C5 S9", 2, 7, 5, 9, 1, false, false));
+  v.push_back(temporal_case("temporal_conv k3 p0 (halo frames) B1 F10 C6 S4 +bias", 1, 10, 6, 4, 0, true, true));
+}
+
+// --- resampling, embeddings, noise -----------------------------------------------------------
+
+void add_misc(std::vector<OpCase>& v) {
+  v.push_back({"upsample_nearest", "upsample 2x 2x3x5x7", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({2, 3, 5, 7});
+                 const Tensor y = e.output({2, 3, 10, 14});
+                 return [&e, x, y] { ops::upsample_nearest(e.ctx, x, y); };
+               }});
+  v.push_back({"upsample_nearest", "upsample to a skip size 5x7 -> 9x13", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({1, 2, 5, 7});
+                 const Tensor y = e.output({1, 2, 9, 13});
+                 return [&e, x, y] { ops::upsample_nearest(e.ctx, x, y); };
+               }});
+  v.push_back({"timestep_embedding", "timestep embedding dim 32 flip, t in {0,1,500,999}", 0,
+               [](CaseEnv& e) -> Runner {
+                 const Tensor t = e.values(DType::i64, {4}, {0, 1, 500, 999});
+                 const Tensor y = e.output({4, 32});
+                 return [&e, t, y] { ops::timestep_embedding(e.ctx, t, y, {true, 0.f, 10000.f}); };
+               }});
+  v.push_back({"timestep_embedding", "timestep embedding dim 33 sin-first shift 1, f32 t", 0,
+               [](CaseEnv& e) -> Runner {
+                 const Tensor t = e.values(DType::f32, {3}, {24, 3.5, 800});
+                 const Tensor y = e.output({3, 33});
+                 return [&e, t, y] { ops::timestep_embedding(e.ctx, t, y, {false, 1.f, 10000.f}); };
+               }});
+  v.push_back({"normal", "philox normal 3x1001 offset 5 stream 7", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor y = e.output({3, 1001});
+                 return [&e, y] { ops::normal(e.ctx, y, 1234, 7, 5); };
+               }});
+}
+
+// --- attention -----------------------------------------------------------------------------------
+
+struct AttnShape {
+  std::int64_t B, H, Lq, Lk, G, D, Dv;
+};
+
+OpCase attention_case(std::string name, AttnShape s, ops::AttentionParams p, bool split_heads = false) {
+  double visible = 0;
+  for (std::int64_t i = 0; i < s.Lq; ++i) {
+    std::int64_t lo, hi;
+    ops::attention_band(p, i, s.Lk, lo, hi);
+    visible += static_cast<double>(std::max<std::int64_t>(0, hi - lo + 1) + s.G);
+  }
+  const double flops = 2.0 * static_cast<double>(s.B * s.H) * visible * static_cast<double>(s.D + s.Dv);
+  return {"attention", std::move(name), flops, [=](CaseEnv& e) -> Runner {
+            Tensor q, k, v;
+            if (split_heads) {  // heads split out of (B, L, H*d) projections: strided views
+              q = e.input({s.B, s.Lq, s.H * s.D}).reshape({s.B, s.Lq, s.H, s.D}).permute({0, 2, 1, 3});
+              k = e.input({s.B, s.Lk, s.H * s.D}).reshape({s.B, s.Lk, s.H, s.D}).permute({0, 2, 1, 3});
+              v = e.input({s.B, s.Lk, s.H * s.Dv}).reshape({s.B, s.Lk, s.H, s.Dv}).permute({0, 2, 1, 3});
+            } else {
+              q = e.input({s.B, s.H, s.Lq, s.D});
+              k = e.input({s.B, s.H, s.Lk, s.D});
+              v = e.input({s.B, s.H, s.Lk, s.Dv});
+            }
+            Tensor kg, vg;
+            if (s.G > 0) {
+              kg = e.input({s.B, s.H, s.G, s.D});
+              vg = e.input({s.B, s.H, s.G, s.Dv});
+            }
+            const Tensor y = e.output({s.B, s.H, s.Lq, s.Dv});
+            const bool global = s.G > 0;
+            return [&e, q, k, v, kg, vg, y, p, global] {
+              ops::attention(e.ctx, q, k, v, global ? &kg : nullptr, global ? &vg : nullptr, y, p);
+            };
+          }};
+}
+
+ops::AttentionParams full(float scale) {
+  ops::AttentionParams p;
+  p.scale = scale;
+  return p;
+}
+
+ops::AttentionParams banded(float scale, std::int64_t lo, std::int64_t hi, float local_bias, float global_bias) {
+  ops::AttentionParams p;
+  p.scale = scale;
+  p.band_lo = lo;
+  p.band_hi = hi;
+  p.local_bias = local_bias;
+  p.global_bias = global_bias;
+  return p;
+}
+
+void add_attention(std::vector<OpCase>& v) {
+  v.push_back(attention_case("attention full 2x3 17x23 d16 (cross-attention)", {2, 3, 17, 23, 0, 16, 16}, full(0.25f)));
+  // Video-Infinity compat: keys [left p | own F | right p], row i sees i..i+2p, plus G global keys.
+  v.push_back(attention_case("attention banded F13 p3 G4 global bias 10", {5, 2, 13, 19, 4, 16, 16},
+                             banded(0.25f, 0, 6, 0.f, 10.f)));
+  // Invariant mode at the first clip: no left halo, row i sees i-p..i+p of [own F | right p].
+  v.push_back(attention_case("attention banded clipped ends F13 p3 local bias 10", {3, 2, 13, 16, 4, 8, 8},
+                             banded(0.35f, -3, 3, 10.f, 0.f)));
+  ops::AttentionParams tn = banded(0.25f, 0, 6, 0.f, 0.f);
+  tn.token_count_log_base = 16.f;
+  v.push_back(attention_case("attention banded token-count scale base 16", {2, 2, 13, 19, 4, 16, 16}, tn));
+  v.push_back(attention_case("attention long rows Lq150 Lk300 d40 dv24 band [-20,50] G5", {1, 2, 150, 300, 5, 40, 24},
+                             banded(0.15f, -20, 50, 1.f, -1.f)));
+  v.push_back(attention_case("attention empty band rows (global keys only)", {1, 1, 9, 4, 3, 8, 8},
+                             banded(0.3f, 2, 3, 0.f, 0.f)));
+  v.push_back(attention_case("attention one head d512 37x37 (VAE mid-block)", {1, 1, 37, 37, 0, 512, 512},
+                             full(1.f / std::sqrt(512.f))));
+  v.push_back(attention_case("attention split-head views 2x(4x8) 11x11", {2, 4, 11, 11, 0, 8, 8}, full(0.35f), true));
+}
+
+}  // namespace
+
+std::vector<OpCase> unit_cases() {
+  std::vector<OpCase> v;
+  add_elementwise(v);
+  add_activations(v);
+  add_norms(v);
+  add_gemms(v);
+  add_convs(v);
+  add_misc(v);
+  add_attention(v);
+  return v;
+}
+
+std::vector<OpCase> bench_cases() {
+  std::vector<OpCase> v;
+  // VideoCrafter2 at 320x512, CFG batch 2 x 24 frames = 48 frame-images.
+  v.push_back(conv_case("conv3x3 C320 40x64 N48", {48, 320, 40, 64}, 320, 3, 1, 1, true));
+  v.push_back(conv_case("conv3x3 C640 20x32 N48", {48, 640, 20, 32}, 640, 3, 1, 1, true));
+  v.push_back({"linear", "linear 320->320 M122880", 2.0 * 122880 * 320 * 320, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({122880, 320});
+                 const Tensor w = e.input({320, 320}, 0.05f), b = e.input({320});
+                 const Tensor y = e.output({122880, 320});
+                 return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
+               }});
+  v.push_back(temporal_case("temporal_conv C320 40x64 B2 F24", 2, 24, 320, 40 * 64, 1, true, true));
+  // Temporal attention at level 0: B*H*W = 2*40*64 sequences, 5 heads of 64, F = 24, p = 8, G = 16.
+  v.push_back(attention_case("temporal attention F24 p8 G16 5120x5h d64", {5120, 5, 24, 40, 16, 64, 64},
+                             banded(0.125f, 0, 16, 0.f, 10.f)));
+  return v;
+}
+
+}  // namespace vinf::opcheck

@@ -1,0 +1,60 @@
+// One table of op cases drives the unit tests (every implementation against the CPU reference),
+// `vinf selfcheck` and the Google Benchmark suites. A case builds its inputs in a CaseEnv and
+// returns the call to run; the env remembers which tensors are outputs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/arena.hpp"
+#include "ops/context.hpp"
+
+namespace vinf::opcheck {
+
+class CaseEnv {
+ public:
+  // Tensors are created on ctx.device in `dtype`; random inputs are first rounded through
+  // `round_to`, so a reference run in f32 sees exactly the values a f16/bf16 run sees.
+  CaseEnv(ExecContext& ctx, DType dtype, DType round_to, std::uint64_t seed);
+
+  ExecContext& ctx;
+  const DType dtype;
+
+  // N(0, 1) * scale + shift, deterministic per (seed, input number).
+  Tensor input(const Shape& shape, float scale = 1.f, float shift = 0.f);
+  // Fixed values (e.g. timesteps) in a given dtype.
+  Tensor values(DType dt, const Shape& shape, const std::vector<double>& v);
+  // An output to compare, prefilled with NaN so unwritten elements fail; `dt` defaults to dtype.
+  Tensor output(const Shape& shape);
+  Tensor output(DType dt, const Shape& shape);
+  // Scratch that is not compared.
+  Tensor scratch(DType dt, const Shape& shape);
+
+  const std::vector<Tensor>& outputs() const { return outputs_; }
+
+ private:
+  Tensor hold(DType dt, const Shape& shape);
+  DType round_to_;
+  std::uint64_t seed_, next_stream_ = 0;
+  std::vector<OwnedTensor> owned_;
+  std::vector<Tensor> outputs_;
+};
+
+struct OpCase {
+  std::string family;  // "conv2d"
+  std::string name;    // "conv2d 3x3 s2 6->4 9x12"
+  double flops = 0;    // floating-point operations per run (multiply-add = 2)
+  std::function<std::function<void()>(CaseEnv&)> setup;
+  // Dtypes the CUDA path is checked in (all three by default; f32 where f16 range is too small).
+  bool half_precision = true;
+};
+
+// Small shapes with odd sizes: every op, every code path.
+std::vector<OpCase> unit_cases();
+// VideoCrafter2 shapes for the benchmarks (large: seconds on a CPU).
+std::vector<OpCase> bench_cases();
+
+}  // namespace vinf::opcheck

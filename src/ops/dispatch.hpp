@@ -1,0 +1,26 @@
+// Internal to src/ops: how an op reaches its CPU or CUDA implementation.
+#pragma once
+
+#include "core/error.hpp"
+#include "cpu/cpu.hpp"
+#include "ops/context.hpp"
+
+#if VINF_WITH_CUDA
+#include "cuda/ops.hpp"
+#define VINF_ON_CUDA(call) call
+#else
+#define VINF_ON_CUDA(call) \
+  VINF_FAIL(__func__, ": this vinf was built without CUDA (configure with -DVINF_WITH_CUDA=ON on a machine with nvcc)")
+#endif
+
+namespace vinf::ops::detail {
+
+inline bool reference(const ExecContext& ctx) { return ctx.cpu_impl == CpuImpl::reference; }
+
+// The CPU path computes in f32; CUDA also takes f16 and bf16.
+inline void check_compute_dtype(const ExecContext& ctx, const char* op, const char* arg, const Tensor& t) {
+  if (ctx.device.is_cpu()) check_dtype(op, arg, t, DType::f32);
+  else check_float(op, arg, t);
+}
+
+}  // namespace vinf::ops::detail

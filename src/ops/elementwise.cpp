@@ -1,0 +1,76 @@
+#include "ops/elementwise.hpp"
+
+#include "ops/dispatch.hpp"
+
+namespace vinf::ops {
+
+void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
+  check_same_shape("copy", "src", src, "dst", dst);
+  if (src.device.is_cpu() && dst.device.is_cpu()) {
+    detail::reference(ctx) ? cpu::ref::copy(src, dst) : cpu::fast::copy(src, dst);
+    return;
+  }
+  VINF_CHECK(ctx.device.is_cuda(), "copy: a copy that involves a CUDA tensor needs a CUDA context (", src.describe(),
+             " -> ", dst.describe(), ")");
+  VINF_ON_CUDA(cuda::copy(ctx, src, dst));
+}
+
+void fill(ExecContext& ctx, const Tensor& dst, double value) {
+  check_on_device(ctx, "fill", "dst", dst);
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::fill(ctx, dst, value));
+    return;
+  }
+  detail::reference(ctx) ? cpu::ref::fill(dst, value) : cpu::fast::fill(dst, value);
+}
+
+namespace {
+void check_binary(const ExecContext& ctx, const char* op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_same_shape(op, "a", a, "out", out);
+  check_same_shape(op, "b", b, "out", out);
+  for (const Tensor* t : {&a, &b, &out}) {
+    check_on_device(ctx, op, "argument", *t);
+    detail::check_compute_dtype(ctx, op, "argument", *t);
+  }
+}
+}  // namespace
+
+void axpby(ExecContext& ctx, float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out) {
+  check_binary(ctx, "axpby", a, b, out);
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::axpby(ctx, alpha, a, beta, b, out));
+    return;
+  }
+  detail::reference(ctx) ? cpu::ref::axpby(alpha, a, beta, b, out) : cpu::fast::axpby(alpha, a, beta, b, out);
+}
+
+void mul(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_binary(ctx, "mul", a, b, out);
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::mul(ctx, a, b, out));
+    return;
+  }
+  detail::reference(ctx) ? cpu::ref::mul(a, b, out) : cpu::fast::mul(a, b, out);
+}
+
+void scale(ExecContext& ctx, const Tensor& x, float alpha, const Tensor& out) { axpby(ctx, alpha, x, 0.f, x, out); }
+
+void concat(ExecContext& ctx, std::span<const Tensor> inputs, int axis, const Tensor& out) {
+  VINF_CHECK(!inputs.empty(), "concat: no inputs");
+  const int ax = axis < 0 ? axis + out.rank() : axis;
+  VINF_CHECK(ax >= 0 && ax < out.rank(), "concat: axis ", axis, " out of range for ", out.describe());
+  std::int64_t at = 0;
+  for (const Tensor& in : inputs) {
+    VINF_CHECK(in.rank() == out.rank(), "concat: input ", in.describe(), " and output ", out.describe(),
+               " differ in rank");
+    for (int d = 0; d < out.rank(); ++d)
+      VINF_CHECK(d == ax || in.size(d) == out.size(d), "concat: input ", in.describe(), " does not match output ",
+                 out.describe(), " outside axis ", ax);
+    VINF_CHECK(at + in.size(ax) <= out.size(ax), "concat: inputs are longer than the output along axis ", ax);
+    copy(ctx, in, out.slice(ax, at, in.size(ax)));
+    at += in.size(ax);
+  }
+  VINF_CHECK(at == out.size(ax), "concat: inputs fill ", at, " of ", out.size(ax), " along axis ", ax);
+}
+
+}  // namespace vinf::ops

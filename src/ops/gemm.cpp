@@ -1,0 +1,52 @@
+#include "ops/gemm.hpp"
+
+#include "ops/dispatch.hpp"
+#include "ops/views.hpp"
+
+namespace vinf::ops {
+
+void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
+  const char* op = "linear";
+  check_rank(op, "w", w, 2);
+  const std::int64_t N = w.size(0), K = w.size(1);
+  VINF_CHECK(x.rank() >= 1 && x.size(-1) == K, op, ": x ", x.describe(), " must end in ", K, " to match w ", w.describe());
+  VINF_CHECK(y.rank() == x.rank() && y.size(-1) == N, op, ": y ", y.describe(), " must be x's shape with last dim ", N);
+  for (int d = 0; d + 1 < x.rank(); ++d)
+    VINF_CHECK(x.size(d) == y.size(d), op, ": x ", x.describe(), " and y ", y.describe(), " differ in dim ", d);
+  for (const Tensor* t : {&x, &w, &y}) {
+    check_on_device(ctx, op, "argument", *t);
+    detail::check_compute_dtype(ctx, op, "argument", *t);
+  }
+  if (bias) {
+    VINF_CHECK(bias->rank() == 1 && bias->size(0) == N, op, ": bias must be [", N, "], got ", bias->describe());
+    check_on_device(ctx, op, "bias", *bias);
+    detail::check_compute_dtype(ctx, op, "bias", *bias);
+  }
+  const Tensor rx = detail::as_rows(op, "x", x), ry = detail::as_rows(op, "y", y);
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::linear(ctx, rx, w, bias, ry));
+    return;
+  }
+  detail::reference(ctx) ? cpu::ref::linear(rx, w, bias, ry) : cpu::fast::linear(ctx, rx, w, bias, ry);
+}
+
+void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta) {
+  const char* op = "bmm";
+  check_rank(op, "a", a, 3);
+  check_rank(op, "b", b, 3);
+  check_rank(op, "out", out, 3);
+  VINF_CHECK(a.size(0) == out.size(0) && b.size(0) == out.size(0) && a.size(1) == out.size(1) &&
+                 b.size(2) == out.size(2) && a.size(2) == b.size(1),
+             op, ": shapes do not chain: a ", a.describe(), " @ b ", b.describe(), " -> out ", out.describe());
+  for (const Tensor* t : {&a, &b, &out}) {
+    check_on_device(ctx, op, "argument", *t);
+    detail::check_compute_dtype(ctx, op, "argument", *t);
+  }
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::bmm(ctx, a, b, out, alpha, beta));
+    return;
+  }
+  detail::reference(ctx) ? cpu::ref::bmm(a, b, out, alpha, beta) : cpu::fast::bmm(ctx, a, b, out, alpha, beta);
+}
+
+}  // namespace vinf::ops

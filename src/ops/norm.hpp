@@ -1,0 +1,37 @@
+// GroupNorm and LayerNorm, f32 statistics (f64 partial sums).
+//
+// GroupNorm sees its input as (N, C, T, S): N independent samples, C channels in `groups` groups,
+// and a trailing extent T x S over which statistics are taken along with the group's channels.
+// Per-frame GroupNorm on frame-images (B*F, C, H, W) is N = B*F, T = 1, S = H*W; the temporal
+// GroupNorm of a clip stored frame-major (B*F, C, H, W) is the strided view
+// (B, C, F, H*W) = x.reshape({B, F, C, H*W}).permute({0, 2, 1, 3}). Inputs of rank 3 (N, C, S)
+// are accepted as T = 1.
+#pragma once
+
+#include "ops/activation.hpp"
+#include "ops/context.hpp"
+
+namespace vinf::ops {
+
+struct GroupNormParams {
+  int groups = 32;
+  float eps = 1e-5f;
+  Activation act = Activation::none;  // fused after the affine transform (silu in resnets)
+};
+
+// y = (x - mean) / sqrt(var + eps) * gamma[c] + beta[c], statistics from x itself.
+void group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                const GroupNormParams& p);
+
+// The two halves, for statistics that are reduced elsewhere (the distributed GroupNorm all-reduces
+// these sums across ranks): sums is f64 [N, groups, 2] = {sum x, sum x^2} over this tensor's part.
+void group_norm_sums(ExecContext& ctx, const Tensor& x, int groups, const Tensor& sums);
+// Normalises x with statistics sums over `count` elements per (n, group).
+void group_norm_apply(ExecContext& ctx, const Tensor& x, const Tensor& sums, double count, const Tensor& gamma,
+                      const Tensor& beta, const Tensor& y, const GroupNormParams& p);
+
+// Over the last dimension (contiguous); gamma, beta [D].
+void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                float eps);
+
+}  // namespace vinf::ops

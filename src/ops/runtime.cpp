@@ -1,0 +1,58 @@
+#include "ops/runtime.hpp"
+
+#include <omp.h>
+
+#include "core/error.hpp"
+#include "cpu/context.hpp"
+
+#if VINF_WITH_CUDA
+#include "cuda/context.hpp"
+#else
+namespace vinf::cuda {
+class CudaContext {};
+}  // namespace vinf::cuda
+#endif
+
+namespace vinf {
+
+bool built_with_cuda() { return VINF_WITH_CUDA != 0; }
+
+int cuda_device_count() {
+#if VINF_WITH_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
+Runtime::Runtime(Device device, CpuImpl cpu_impl) {
+  ctx_.device = device;
+  ctx_.cpu_impl = cpu_impl;
+  if (device.is_cpu()) {
+    arena_ = std::make_unique<Arena>(host_memory());
+    cpu_ = std::make_unique<cpu::CpuContext>();
+    ctx_.cpu = cpu_.get();
+  } else {
+#if VINF_WITH_CUDA
+    cuda_ = std::make_unique<cuda::CudaContext>(device.index);
+    arena_ = std::make_unique<Arena>(cuda::device_memory(device.index));
+    ctx_.cuda = cuda_.get();
+#else
+    VINF_FAIL("cannot run on ", device.name(), ": this vinf was built without CUDA");
+#endif
+  }
+  ctx_.arena = arena_.get();
+}
+
+Runtime::~Runtime() {
+  // The arena's blocks must go back before the stream and handles they were used with.
+  arena_.reset();
+}
+
+void Runtime::synchronize() {
+#if VINF_WITH_CUDA
+  if (cuda_) cuda_->synchronize();
+#endif
+}
+
+}  // namespace vinf
