@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The vinf command line: help, version, exit codes and messages for bad input.
+set -u
+vinf=$1
+fails=0
+
+expect() {  # expect <exit code> <text the output must contain> -- command...
+  local want_rc=$1 want_text=$2
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$want_rc" ]; then
+    echo "FAIL: '$*' exited $rc, expected $want_rc"; echo "$out" | head -20; fails=$((fails + 1))
+  elif [[ "$out" != *"$want_text"* ]]; then
+    echo "FAIL: '$*' output lacks '$want_text'"; echo "$out" | head -20; fails=$((fails + 1))
+  else
+    echo "ok: $* -> $rc"
+  fi
+}
+
+expect 0 "usage: vinf <command>" -- "$vinf" --help
+expect 2 "usage: vinf <command>" -- "$vinf"
+expect 0 "vinf 0." -- "$vinf" --version
+expect 2 "unknown command 'bogus'" -- "$vinf" bogus
+expect 0 "--device" -- "$vinf" selfcheck --help
+expect 2 "--device must be cpu, cuda or all, got 'tpu'" -- "$vinf" selfcheck --device tpu
+expect 2 "unrecognised option '--no-such-flag'" -- "$vinf" selfcheck --no-such-flag
+expect 0 "checks passed" -- "$vinf" selfcheck --device cpu --filter conv2d
+expect 0 "attention banded" -- "$vinf" selfcheck --list
+
+[ "$fails" -eq 0 ] || { echo "$fails CLI check(s) failed"; exit 1; }

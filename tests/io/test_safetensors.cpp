@@ -1,0 +1,77 @@
+// The safetensors reader on the fixture files and on every kind of broken file.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../support.hpp"
+#include "core/error.hpp"
+#include "io/safetensors.hpp"
+
+using namespace vinf;
+
+namespace {
+
+std::string write_file(const std::string& name, const std::string& header, std::size_t data_bytes,
+                       std::uint64_t claimed_len = 0) {
+  const std::string path = "/tmp/vinf_test_" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream f(path, std::ios::binary);
+  std::uint64_t n = claimed_len ? claimed_len : header.size();
+  for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
+  f << header;
+  f << std::string(data_bytes, '\0');
+  return path;
+}
+
+std::string error_of(const std::string& path) {
+  try {
+    io::SafetensorsFile f(path);
+  } catch (const Error& e) {
+    std::remove(path.c_str());
+    return e.what();
+  }
+  std::remove(path.c_str());
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("reads the fixture inputs: names, dtypes, shapes, values, metadata") {
+  io::SafetensorsFile f(test::fixture("tiny-unet3d/inputs.safetensors"));
+  const auto* s = f.find("sample");
+  REQUIRE(s != nullptr);
+  CHECK(s->dtype == DType::f32);
+  CHECK(s->shape == Shape{2, 4, 16, 8, 8});
+  const Tensor t = f.tensor("timesteps");
+  CHECK(t.dtype == DType::i64);
+  CHECK(t.ptr<std::int64_t>()[0] == 900);
+  CHECK(t.ptr<std::int64_t>()[1] == 500);
+  CHECK(f.tensor("fps").ptr<std::int64_t>()[0] == 24);
+  CHECK(f.metadata().at("preset") == "tiny");
+  CHECK_THROWS_AS(f.tensor("no_such_tensor"), Error);
+}
+
+TEST_CASE("broken safetensors files are rejected with the file and tensor named") {
+  CHECK(error_of("/nonexistent/x.safetensors").find("cannot open /nonexistent/x.safetensors") != std::string::npos);
+  {
+    const std::string path = "/tmp/vinf_test_" + std::to_string(::getpid()) + "_tiny";
+    std::ofstream(path, std::ios::binary) << "abc";
+    CHECK(error_of(path).find("is not a safetensors file: 3 bytes") != std::string::npos);
+  }
+  std::string m = error_of(write_file("trunc", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4));
+  CHECK(m.find("tensor 'a' data [0, 8) lies outside the 4-byte data section") != std::string::npos);
+  m = error_of(write_file("badlen", "{}", 0, 1000));
+  CHECK(m.find("header length 1000 runs past the end of the file") != std::string::npos);
+  m = error_of(write_file("badjson", "{not json", 0));
+  CHECK(m.find("the header is not valid JSON") != std::string::npos);
+  m = error_of(write_file("dtype", R"({"a":{"dtype":"I8","shape":[2],"data_offsets":[0,2]}})", 2));
+  CHECK(m.find("tensor 'a' has dtype I8, which vinf does not read") != std::string::npos);
+  m = error_of(write_file("size", R"({"a":{"dtype":"F16","shape":[3],"data_offsets":[0,4]}})", 4));
+  CHECK(m.find("tensor 'a' holds 4 bytes but F16[3] needs 6") != std::string::npos);
+  m = error_of(write_file("fields", R"({"a":{"dtype":"F16","shape":[3]}})", 0));
+  CHECK(m.find("tensor 'a' lacks dtype, shape or data_offsets") != std::string::npos);
+}

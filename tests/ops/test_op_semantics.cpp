@@ -1,0 +1,199 @@
+// The naive references themselves, checked against hand-computed values and against compositions
+// of other ops, so that "fast equals reference" means "fast is right".
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "../support.hpp"
+#include "ops/activation.hpp"
+#include "ops/attention.hpp"
+#include "ops/conv.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/embedding.hpp"
+#include "ops/gemm.hpp"
+#include "ops/norm.hpp"
+#include "ops/random.hpp"
+#include "ops/resample.hpp"
+#include "ops/softmax.hpp"
+
+using namespace vinf;
+using test::HostTensor;
+
+namespace {
+
+// Both CPU implementations run every check.
+template <class Fn>
+void for_each_cpu_impl(Fn fn) {
+  for (CpuImpl impl : {CpuImpl::reference, CpuImpl::fast}) {
+    CAPTURE(impl == CpuImpl::reference ? "reference" : "fast");
+    Runtime rt(Device::cpu(), impl);
+    fn(rt.ctx());
+  }
+}
+
+HostTensor random(ExecContext& ctx, const Shape& s, std::uint64_t seed, float scale = 1.f) {
+  HostTensor t(s);
+  ops::normal(ctx, t, seed, 0, 0);
+  for (float& v : t.data) v *= scale;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d on a hand-computed example (stride 2, padding 1, bias)") {
+  for_each_cpu_impl([](ExecContext& ctx) {
+    // x = 1..16 on a 4x4 grid, kernel [[1,0,-1],[2,0,-2],[1,0,-1]] (Sobel-x), bias 0.5.
+    std::vector<float> xv(16);
+    for (int i = 0; i < 16; ++i) xv[static_cast<std::size_t>(i)] = static_cast<float>(i + 1);
+    HostTensor x({1, 1, 4, 4}, xv), w({1, 1, 3, 3}, {1, 0, -1, 2, 0, -2, 1, 0, -1}), b({1}, {0.5f}), y({1, 1, 2, 2});
+    ops::conv2d(ctx, x, w, &b.t, y, {2, 1});
+    // Output (0,0) centred on x(0,0): zero padding left, columns x(.,1) = 2, 6 -> -(2*2 + 6) = -10.
+    // (0,1) centred on x(0,2): 2*(2 - 4) + (6 - 8) = -6.  (1,0) centred on x(2,0): -(6 + 2*10 + 14) = -40.
+    // (1,1) centred on x(2,2): (6-8) + 2*(10-12) + (14-16) = -8.
+    CHECK(y.data == std::vector<float>{-9.5f, -5.5f, -39.5f, -7.5f});
+  });
+}
+
+TEST_CASE("temporal conv equals a 3x1x1 Conv3d written out by hand") {
+  for_each_cpu_impl([](ExecContext& ctx) {
+    // One channel, one pixel, frames 1..5, kernel (1, 2, 3), bias 1, padding 1:
+    // y[t] = 1 + x[t-1] + 2 x[t] + 3 x[t+1] with zeros outside.
+    HostTensor x({1, 1, 5, 1}, {1, 2, 3, 4, 5}), w({1, 1, 3}, {1, 2, 3}), b({1}, {1}), y({1, 1, 5, 1});
+    ops::temporal_conv(ctx, x, w, &b.t, y, 1);
+    CHECK(y.data == std::vector<float>{9, 15, 21, 27, 15});
+  });
+}
+
+TEST_CASE("group norm output has zero mean and unit variance per (sample, group); affine applied after") {
+  for_each_cpu_impl([](ExecContext& ctx) {
+    HostTensor x = random(ctx, {3, 8, 2, 10}, 1, 3.f);
+    for (float& v : x.data) v += 5.f;
+    HostTensor g({8}, std::vector<float>(8, 1.f)), b({8}, std::vector<float>(8, 0.f)), y({3, 8, 2, 10});
+    ops::group_norm(ctx, x, g, b, y, {2, 0.f});
+    for (int n = 0; n < 3; ++n)
+      for (int grp = 0; grp < 2; ++grp) {
+        double m = 0, v = 0;
+        for (int c = grp * 4; c < grp * 4 + 4; ++c)
+          for (int i = 0; i < 20; ++i) m += y.data[static_cast<std::size_t>((n * 8 + c) * 20 + i)];
+        m /= 80;
+        for (int c = grp * 4; c < grp * 4 + 4; ++c)
+          for (int i = 0; i < 20; ++i) {
+            const double d = y.data[static_cast<std::size_t>((n * 8 + c) * 20 + i)] - m;
+            v += d * d;
+          }
+        v /= 80;
+        CHECK(std::fabs(m) < 1e-5);
+        CHECK(v == doctest::Approx(1.0).epsilon(1e-5));
+      }
+  });
+}
+
+TEST_CASE("layer norm, softmax and activations at known points") {
+  for_each_cpu_impl([](ExecContext& ctx) {
+    HostTensor x({1, 4}, {1, 2, 3, 4}), g({4}, {1, 1, 1, 2}), b({4}, {0, 0, 0, 1}), y({1, 4});
+    ops::layer_norm(ctx, x, g, b, y, 0.f);
+    const float s = 1.f / std::sqrt(1.25f);
+    CHECK(y.data[0] == doctest::Approx(-1.5f * s));
+    CHECK(y.data[3] == doctest::Approx(2 * 1.5f * s + 1));
+
+    HostTensor z({1, 3}, {0, std::log(2.f), std::log(5.f)}), p({1, 3});
+    ops::softmax(ctx, z, p);
+    CHECK(p.data[0] == doctest::Approx(0.125));
+    CHECK(p.data[2] == doctest::Approx(0.625));
+
+    HostTensor a({3}, {-1, 0, 2}), o({3});
+    ops::activation(ctx, ops::Activation::gelu, a, o);
+    CHECK(o.data[0] == doctest::Approx(-0.15865525));
+    CHECK(o.data[2] == doctest::Approx(1.95449974));
+    ops::activation(ctx, ops::Activation::silu, a, o);
+    CHECK(o.data[0] == doctest::Approx(-0.26894142));
+    ops::activation(ctx, ops::Activation::quick_gelu, a, o);
+    CHECK(o.data[2] == doctest::Approx(2.0 / (1.0 + std::exp(-3.404))));
+    HostTensor gg({1, 4}, {3, -1, 2, 0}), go({1, 2});
+    ops::geglu(ctx, gg, go);  // value half first, gate second
+    CHECK(go.data[0] == doctest::Approx(3 * 1.95449974));
+    CHECK(go.data[1] == doctest::Approx(0.0));
+  });
+}
+
+TEST_CASE("timestep embedding: diffusers' layout and frequencies") {
+  for_each_cpu_impl([](ExecContext& ctx) {
+    std::vector<std::int64_t> tv{0, 900};
+    const Tensor t = Tensor::wrap(tv.data(), DType::i64, Device::cpu(), {2});
+    HostTensor y({2, 8});
+    ops::timestep_embedding(ctx, t, y, {true, 0.f, 10000.f});
+    // t = 0: [cos 0 x4 | sin 0 x4]. t = 900, j = 0: frequency 1.
+    for (int j = 0; j < 4; ++j) {
+      CHECK(y.data[static_cast<std::size_t>(j)] == 1.f);
+      CHECK(y.data[static_cast<std::size_t>(4 + j)] == 0.f);
+    }
+    CHECK(y.data[8] == doctest::Approx(std::cos(900.0)).epsilon(1e-4));
+    CHECK(y.data[12] == doctest::Approx(std::sin(900.0)).epsilon(1e-4));
+    // j = 1: frequency 10000^(-1/4) = 0.1.
+    CHECK(y.data[9] == doctest::Approx(std::cos(90.0)).epsilon(1e-4));
+  });
+}
+
+TEST_CASE("nearest upsampling copies each pixel into a 2x2 block") {
+  for_each_cpu_impl([](ExecContext& ctx) {
+    HostTensor x({1, 1, 2, 2}, {1, 2, 3, 4}), y({1, 1, 4, 4});
+    ops::upsample_nearest(ctx, x, y);
+    CHECK(y.data == std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4});
+  });
+}
+
+TEST_CASE("banded attention equals dense attention with an explicit mask and bias") {
+  // Dense composition: scores = q k^T * scale (bmm) + bias, -inf outside the band, softmax, @ v.
+  for_each_cpu_impl([](ExecContext& ctx) {
+    const std::int64_t Lq = 9, Lk = 13, G = 3, D = 8;
+    ops::AttentionParams p;
+    p.scale = 0.3f;
+    p.band_lo = -1;
+    p.band_hi = 4;
+    p.local_bias = 1.5f;
+    p.global_bias = -0.5f;
+    p.token_count_log_base = 16.f;
+    HostTensor q = random(ctx, {1, 1, Lq, D}, 1), k = random(ctx, {1, 1, Lk, D}, 2), v = random(ctx, {1, 1, Lk, D}, 3);
+    HostTensor kg = random(ctx, {1, 1, G, D}, 4), vg = random(ctx, {1, 1, G, D}, 5), out({1, 1, Lq, D});
+    ops::attention(ctx, q, k, v, &kg.t, &vg.t, out, p);
+
+    HostTensor keys({1, Lk + G, D}), vals({1, Lk + G, D}), scores({1, Lq, Lk + G}), probs({1, Lq, Lk + G}),
+        dense({1, Lq, D});
+    const Tensor parts_k[] = {k.t.reshape({1, Lk, D}), kg.t.reshape({1, G, D})};
+    const Tensor parts_v[] = {v.t.reshape({1, Lk, D}), vg.t.reshape({1, G, D})};
+    ops::concat(ctx, parts_k, 1, keys);
+    ops::concat(ctx, parts_v, 1, vals);
+    ops::bmm(ctx, q.t.reshape({1, Lq, D}), keys.t.transpose(1, 2), scores, p.scale);
+    for (std::int64_t i = 0; i < Lq; ++i) {
+      const std::int64_t lo = std::max<std::int64_t>(0, i - 1), hi = std::min<std::int64_t>(Lk - 1, i + 4);
+      const float f = std::log(static_cast<float>(hi - lo + 1 + G)) / std::log(16.f);
+      for (std::int64_t j = 0; j < Lk + G; ++j) {
+        float& s = scores.data[static_cast<std::size_t>(i * (Lk + G) + j)];
+        if (j < Lk) s = (j >= lo && j <= hi) ? s * f + p.local_bias : -std::numeric_limits<float>::infinity();
+        else s = s * f + p.global_bias;
+      }
+    }
+    ops::softmax(ctx, scores, probs);
+    ops::bmm(ctx, probs, vals, dense);
+    for (std::size_t i = 0; i < dense.data.size(); ++i) CHECK(out.data[i] == doctest::Approx(dense.data[i]).epsilon(1e-5));
+  });
+}
+
+TEST_CASE("GroupNorm from externally reduced sums of two parts equals GroupNorm of the whole") {
+  // What the distributed temporal GroupNorm relies on: partial sums over frame ranges add up.
+  for_each_cpu_impl([](ExecContext& ctx) {
+    HostTensor x = random(ctx, {2, 8, 6, 5}, 9, 2.f), g = random(ctx, {8}, 10), b = random(ctx, {8}, 11);
+    HostTensor whole({2, 8, 6, 5}), split({2, 8, 6, 5});
+    ops::group_norm(ctx, x, g, b, whole, {4, 1e-5f, ops::Activation::silu});
+    std::vector<double> s0(16), s1(16);
+    const Tensor t0 = Tensor::wrap(s0.data(), DType::f64, Device::cpu(), {2, 4, 2});
+    const Tensor t1 = Tensor::wrap(s1.data(), DType::f64, Device::cpu(), {2, 4, 2});
+    ops::group_norm_sums(ctx, x.t.slice(2, 0, 2), 4, t0);
+    ops::group_norm_sums(ctx, x.t.slice(2, 2, 4), 4, t1);
+    for (std::size_t i = 0; i < s0.size(); ++i) s0[i] += s1[i];
+    ops::group_norm_apply(ctx, x, t0, 2.0 * 6 * 5, g, b, split, {4, 1e-5f, ops::Activation::silu});
+    for (std::size_t i = 0; i < whole.data.size(); ++i) CHECK(split.data[i] == doctest::Approx(whole.data[i]).epsilon(1e-6));
+  });
+}
