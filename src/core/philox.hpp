@@ -10,11 +10,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define VINF_HD __host__ __device__ __forceinline__
-#else
-#define VINF_HD inline
-#endif
+#include "core/hd.hpp"
 
 namespace vinf::philox {
 
@@ -150,6 +146,19 @@ VINF_HD void normals4(std::uint64_t seed, std::uint64_t stream, std::uint64_t bl
     sincos_turns(u2, s, c);
     out[2 * pair] = fmul(radius, c);
     out[2 * pair + 1] = fmul(radius, s);
+  }
+}
+
+// Writes the values of Philox block `block_index` that fall in [offset, offset + n) of the
+// stream to store(k, value), k counted from offset. Fill loops on every backend go through here.
+template <class Store>
+VINF_HD void write_block(std::uint64_t seed, std::uint64_t stream, std::uint64_t block_index, std::uint64_t offset,
+                         std::uint64_t n, Store store) {
+  float v[4];
+  normals4(seed, stream, block_index, v);
+  for (int lane = 0; lane < 4; ++lane) {
+    const std::uint64_t idx = block_index * 4 + static_cast<std::uint64_t>(lane);
+    if (idx >= offset && idx < offset + n) store(idx - offset, v[lane]);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include "cpu/cpu.hpp"
 #include "cpu/loops.hpp"
+#include "ops/activation_math.hpp"
 
 namespace vinf::cpu::fast {
 namespace {
@@ -33,10 +34,6 @@ void copy_typed(const Tensor& src, const Tensor& dst) {
     }
   });
 }
-
-inline float silu(float x) { return x / (1.f + std::exp(-x)); }
-inline float gelu(float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); }
-inline float quick_gelu(float x) { return x / (1.f + std::exp(-1.702f * x)); }
 
 template <class Fn>
 void unary(const Tensor& x, const Tensor& out, Fn f) {
@@ -107,16 +104,16 @@ void mul(const Tensor& a, const Tensor& b, const Tensor& out) {
 void activation(ops::Activation act, const Tensor& x, const Tensor& out) {
   switch (act) {
     case ops::Activation::none: copy(x, out); break;
-    case ops::Activation::silu: unary(x, out, silu); break;
-    case ops::Activation::gelu: unary(x, out, gelu); break;
-    case ops::Activation::quick_gelu: unary(x, out, quick_gelu); break;
+    case ops::Activation::silu: unary(x, out, ops::silu<float>); break;
+    case ops::Activation::gelu: unary(x, out, ops::gelu<float>); break;
+    case ops::Activation::quick_gelu: unary(x, out, ops::quick_gelu<float>); break;
   }
 }
 
 void geglu(const Tensor& x, const Tensor& out) {
   const int last = out.rank() - 1;
   const std::int64_t d = out.size(last);
-  binary(x.slice(last, 0, d), x.slice(last, d, d), out, [](float a, float g) { return a * gelu(g); });
+  binary(x.slice(last, 0, d), x.slice(last, d, d), out, [](float a, float g) { return a * ops::gelu(g); });
 }
 
 }  // namespace vinf::cpu::fast

@@ -4,6 +4,7 @@
 
 #include "cpu/cpu.hpp"
 #include "cpu/strided.hpp"
+#include "ops/activation_math.hpp"
 
 namespace vinf::cpu::ref {
 
@@ -40,21 +41,10 @@ void mul(const Tensor& a, const Tensor& b, const Tensor& out) {
     out.ptr<float>()[offset_of(out, i)] = a.ptr<float>()[offset_of(a, i)] * b.ptr<float>()[offset_of(b, i)];
 }
 
-namespace {
-double apply(ops::Activation act, double x) {
-  switch (act) {
-    case ops::Activation::none: return x;
-    case ops::Activation::silu: return x / (1.0 + std::exp(-x));
-    case ops::Activation::gelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-    case ops::Activation::quick_gelu: return x / (1.0 + std::exp(-1.702 * x));
-  }
-  return x;
-}
-}  // namespace
 
 void activation(ops::Activation act, const Tensor& x, const Tensor& out) {
   for (std::int64_t i = 0, n = out.numel(); i < n; ++i)
-    out.ptr<float>()[offset_of(out, i)] = static_cast<float>(apply(act, x.ptr<float>()[offset_of(x, i)]));
+    out.ptr<float>()[offset_of(out, i)] = static_cast<float>(ops::activate<double>(act, x.ptr<float>()[offset_of(x, i)]));
 }
 
 void geglu(const Tensor& x, const Tensor& out) {
@@ -64,7 +54,7 @@ void geglu(const Tensor& x, const Tensor& out) {
   for (std::int64_t i = 0, n = out.numel(); i < n; ++i) {
     const double a = value.ptr<float>()[offset_of(value, i)];
     const double g = gate.ptr<float>()[offset_of(gate, i)];
-    out.ptr<float>()[offset_of(out, i)] = static_cast<float>(a * apply(ops::Activation::gelu, g));
+    out.ptr<float>()[offset_of(out, i)] = static_cast<float>(a * ops::gelu(g));
   }
 }
 

@@ -3,21 +3,9 @@
 
 #include "cpu/cpu.hpp"
 #include "cpu/loops.hpp"
+#include "ops/activation_math.hpp"
 
 namespace vinf::cpu::fast {
-namespace {
-
-inline float activate(ops::Activation act, float v) {
-  switch (act) {
-    case ops::Activation::none: return v;
-    case ops::Activation::silu: return v / (1.f + std::exp(-v));
-    case ops::Activation::gelu: return 0.5f * v * (1.f + std::erf(v * 0.70710678118654752f));
-    case ops::Activation::quick_gelu: return v / (1.f + std::exp(-1.702f * v));
-  }
-  return v;
-}
-
-}  // namespace
 
 void group_norm_sums(const Tensor& x, int groups, const Tensor& sums) {
   const std::int64_t N = x.size(0), C = x.size(1), T = x.size(2), S = x.size(3), cg = C / groups;
@@ -83,16 +71,13 @@ void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const T
           for (std::int64_t s = 0; s < S; ++s) yr[s] = xr[s] * a + b;
           break;
         case ops::Activation::silu:
-          for (std::int64_t s = 0; s < S; ++s) {
-            const float v = xr[s] * a + b;
-            yr[s] = v / (1.f + std::exp(-v));
-          }
+          for (std::int64_t s = 0; s < S; ++s) yr[s] = ops::silu(xr[s] * a + b);
           break;
         default:
-          for (std::int64_t s = 0; s < S; ++s) yr[s] = activate(p.act, xr[s] * a + b);
+          for (std::int64_t s = 0; s < S; ++s) yr[s] = ops::activate(p.act, xr[s] * a + b);
       }
     } else {
-      for (std::int64_t s = 0; s < S; ++s) yr[s * ys] = activate(p.act, xr[s * xs] * a + b);
+      for (std::int64_t s = 0; s < S; ++s) yr[s * ys] = ops::activate(p.act, xr[s * xs] * a + b);
     }
   }
 }

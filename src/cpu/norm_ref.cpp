@@ -4,6 +4,7 @@
 
 #include "cpu/cpu.hpp"
 #include "cpu/strided.hpp"
+#include "ops/activation_math.hpp"
 
 namespace vinf::cpu::ref {
 
@@ -26,17 +27,6 @@ void group_norm_sums(const Tensor& x, int groups, const Tensor& sums) {
   }
 }
 
-namespace {
-double act_value(ops::Activation act, double v) {
-  switch (act) {
-    case ops::Activation::none: return v;
-    case ops::Activation::silu: return v / (1.0 + std::exp(-v));
-    case ops::Activation::gelu: return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
-    case ops::Activation::quick_gelu: return v / (1.0 + std::exp(-1.702 * v));
-  }
-  return v;
-}
-}  // namespace
 
 void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const Tensor& gamma, const Tensor& beta,
                       const Tensor& y, const ops::GroupNormParams& p) {
@@ -53,7 +43,7 @@ void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const T
       const double w = gamma.ptr<float>()[c * gamma.strides[0]], b = beta.ptr<float>()[c * beta.strides[0]];
       for (std::int64_t t = 0; t < T; ++t)
         for (std::int64_t s = 0; s < S; ++s)
-          at_f32(y, n, c, t, s) = static_cast<float>(act_value(p.act, (at_f32(x, n, c, t, s) - mean) * rstd * w + b));
+          at_f32(y, n, c, t, s) = static_cast<float>(ops::activate<double>(p.act, (at_f32(x, n, c, t, s) - mean) * rstd * w + b));
     }
 }
 

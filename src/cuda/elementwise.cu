@@ -5,6 +5,7 @@
 #include "cpu/cpu.hpp"
 #include "cuda/common.cuh"
 #include "cuda/ops.hpp"
+#include "ops/activation_math.hpp"
 
 namespace vinf::cuda {
 namespace {
@@ -30,8 +31,6 @@ __global__ void fill_kernel(void* dst, DType dt, Strided ds, std::int64_t n, dou
 
 enum class Pointwise { axpby, mul, silu, gelu, quick_gelu, geglu };
 
-__device__ __forceinline__ float gelu_f(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
-
 __global__ void pointwise_kernel(Pointwise op, float alpha, float beta, const void* a, DType at, Strided as,
                                  const void* b, DType bt, Strided bs, void* out, DType ot, Strided os, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -41,10 +40,10 @@ __global__ void pointwise_kernel(Pointwise op, float alpha, float beta, const vo
     switch (op) {
       case Pointwise::axpby: r = beta == 0.f ? alpha * x : alpha * x + beta * load_f(b, bt, bs.offset(i)); break;
       case Pointwise::mul: r = x * load_f(b, bt, bs.offset(i)); break;
-      case Pointwise::silu: r = x / (1.f + expf(-x)); break;
-      case Pointwise::gelu: r = gelu_f(x); break;
-      case Pointwise::quick_gelu: r = x / (1.f + expf(-1.702f * x)); break;
-      default: r = x * gelu_f(load_f(b, bt, bs.offset(i))); break;  // geglu: a = value, b = gate
+      case Pointwise::silu: r = ops::silu(x); break;
+      case Pointwise::gelu: r = ops::gelu(x); break;
+      case Pointwise::quick_gelu: r = ops::quick_gelu(x); break;
+      default: r = x * ops::gelu(load_f(b, bt, bs.offset(i))); break;  // geglu: a = value, b = gate
     }
     store_f(out, ot, os.offset(i), r);
   }

@@ -1,6 +1,7 @@
 // GroupNorm (partial sums, then per-channel scale/shift, then apply), LayerNorm and softmax.
 #include "cuda/common.cuh"
 #include "cuda/ops.hpp"
+#include "ops/activation_math.hpp"
 
 namespace vinf::cuda {
 namespace {
@@ -61,12 +62,7 @@ __global__ void group_apply_kernel(View4 x, View4 y, const float2* ab, ops::Acti
     const std::int64_t s = i % x.s, t = (i / x.s) % x.t, c = (i / (x.s * x.t)) % x.c, n = i / (x.s * x.t * x.c);
     const float2 k = ab[n * x.c + c];
     float v = load_f(x.data, x.dtype, n * x.sn + c * x.sc + t * x.st + s * x.ss) * k.x + k.y;
-    switch (act) {
-      case ops::Activation::silu: v = v / (1.f + expf(-v)); break;
-      case ops::Activation::gelu: v = 0.5f * v * (1.f + erff(v * 0.70710678118654752f)); break;
-      case ops::Activation::quick_gelu: v = v / (1.f + expf(-1.702f * v)); break;
-      default: break;
-    }
+    v = ops::activate(act, v);
     store_f(const_cast<void*>(y.data), y.dtype, n * y.sn + c * y.sc + t * y.st + s * y.ss, v);
   }
 }

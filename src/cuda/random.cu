@@ -11,14 +11,8 @@ __global__ void normal_kernel(void* out, DType dt, std::int64_t n, std::uint64_t
                               std::uint64_t offset, std::uint64_t first_block, std::int64_t blocks) {
   for (std::int64_t bi = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; bi < blocks;
        bi += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    float v[4];
-    const std::uint64_t block = first_block + static_cast<std::uint64_t>(bi);
-    philox::normals4(seed, stream, block, v);
-    for (int lane = 0; lane < 4; ++lane) {
-      const std::uint64_t idx = block * 4 + static_cast<std::uint64_t>(lane);
-      if (idx < offset || idx >= offset + static_cast<std::uint64_t>(n)) continue;
-      store_f(out, dt, static_cast<std::int64_t>(idx - offset), v[lane]);
-    }
+    philox::write_block(seed, stream, first_block + static_cast<std::uint64_t>(bi), offset, static_cast<std::uint64_t>(n),
+                        [&](std::uint64_t k, float v) { store_f(out, dt, static_cast<std::int64_t>(k), v); });
   }
 }
 

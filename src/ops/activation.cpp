@@ -16,10 +16,7 @@ const char* activation_name(Activation a) {
 
 void activation(ExecContext& ctx, Activation act, const Tensor& x, const Tensor& out) {
   check_same_shape("activation", "x", x, "out", out);
-  for (const Tensor* t : {&x, &out}) {
-    check_on_device(ctx, "activation", "argument", *t);
-    detail::check_compute_dtype(ctx, "activation", "argument", *t);
-  }
+  detail::check_operands(ctx, "activation", {&x, &out});
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::activation(ctx, act, x, out));
     return;
@@ -34,10 +31,7 @@ void geglu(ExecContext& ctx, const Tensor& x, const Tensor& out) {
     VINF_CHECK(x.size(d) == out.size(d), "geglu: x ", x.describe(), " and out ", out.describe(), " differ in dim ", d);
   VINF_CHECK(x.size(-1) == 2 * out.size(-1), "geglu: the last dim of x ", x.describe(), " must be twice that of out ",
              out.describe());
-  for (const Tensor* t : {&x, &out}) {
-    check_on_device(ctx, "geglu", "argument", *t);
-    detail::check_compute_dtype(ctx, "geglu", "argument", *t);
-  }
+  detail::check_operands(ctx, "geglu", {&x, &out});
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::geglu(ctx, x, out));
     return;

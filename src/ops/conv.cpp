@@ -35,10 +35,7 @@ void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
   conv2d_output_size(x, w, p, ho, wo);
   VINF_CHECK(y.size(0) == x.size(0) && y.size(1) == w.size(0) && y.size(2) == ho && y.size(3) == wo, op, ": y must be [",
              x.size(0), ",", w.size(0), ",", ho, ",", wo, "], got ", y.describe());
-  for (const Tensor* t : {&x, &w, &y}) {
-    check_on_device(ctx, op, "argument", *t);
-    detail::check_compute_dtype(ctx, op, "argument", *t);
-  }
+  detail::check_operands(ctx, op, {&x, &w, &y});
   check_bias(ctx, op, bias, w.size(0));
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::conv2d(ctx, x, w, bias, y, p));
@@ -59,10 +56,7 @@ void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Ten
   VINF_CHECK(to >= 1, op, ": ", x.size(2), " frames with padding ", pad, " are fewer than the kernel's ", w.size(2));
   VINF_CHECK(y.size(0) == x.size(0) && y.size(1) == w.size(0) && y.size(2) == to && y.size(3) == x.size(3), op,
              ": y must be [", x.size(0), ",", w.size(0), ",", to, ",", x.size(3), "], got ", y.describe());
-  for (const Tensor* t : {&x, &w, &y}) {
-    check_on_device(ctx, op, "argument", *t);
-    detail::check_compute_dtype(ctx, op, "argument", *t);
-  }
+  detail::check_operands(ctx, op, {&x, &w, &y});
   check_bias(ctx, op, bias, w.size(0));
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::temporal_conv(ctx, x, w, bias, y, pad));

@@ -1,6 +1,8 @@
 // Internal to src/ops: how an op reaches its CPU or CUDA implementation.
 #pragma once
 
+#include <initializer_list>
+
 #include "core/error.hpp"
 #include "cpu/cpu.hpp"
 #include "ops/context.hpp"
@@ -21,6 +23,14 @@ inline bool reference(const ExecContext& ctx) { return ctx.cpu_impl == CpuImpl::
 inline void check_compute_dtype(const ExecContext& ctx, const char* op, const char* arg, const Tensor& t) {
   if (ctx.device.is_cpu()) check_dtype(op, arg, t, DType::f32);
   else check_float(op, arg, t);
+}
+
+// Every tensor is on the context's device and of a dtype the backend computes in.
+inline void check_operands(const ExecContext& ctx, const char* op, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    check_on_device(ctx, op, "argument", *t);
+    check_compute_dtype(ctx, op, "argument", *t);
+  }
 }
 
 }  // namespace vinf::ops::detail

@@ -28,10 +28,7 @@ namespace {
 void check_binary(const ExecContext& ctx, const char* op, const Tensor& a, const Tensor& b, const Tensor& out) {
   check_same_shape(op, "a", a, "out", out);
   check_same_shape(op, "b", b, "out", out);
-  for (const Tensor* t : {&a, &b, &out}) {
-    check_on_device(ctx, op, "argument", *t);
-    detail::check_compute_dtype(ctx, op, "argument", *t);
-  }
+  detail::check_operands(ctx, op, {&a, &b, &out});
 }
 }  // namespace
 

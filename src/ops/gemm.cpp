@@ -13,10 +13,7 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
   VINF_CHECK(y.rank() == x.rank() && y.size(-1) == N, op, ": y ", y.describe(), " must be x's shape with last dim ", N);
   for (int d = 0; d + 1 < x.rank(); ++d)
     VINF_CHECK(x.size(d) == y.size(d), op, ": x ", x.describe(), " and y ", y.describe(), " differ in dim ", d);
-  for (const Tensor* t : {&x, &w, &y}) {
-    check_on_device(ctx, op, "argument", *t);
-    detail::check_compute_dtype(ctx, op, "argument", *t);
-  }
+  detail::check_operands(ctx, op, {&x, &w, &y});
   if (bias) {
     VINF_CHECK(bias->rank() == 1 && bias->size(0) == N, op, ": bias must be [", N, "], got ", bias->describe());
     check_on_device(ctx, op, "bias", *bias);
@@ -38,10 +35,7 @@ void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, 
   VINF_CHECK(a.size(0) == out.size(0) && b.size(0) == out.size(0) && a.size(1) == out.size(1) &&
                  b.size(2) == out.size(2) && a.size(2) == b.size(1),
              op, ": shapes do not chain: a ", a.describe(), " @ b ", b.describe(), " -> out ", out.describe());
-  for (const Tensor* t : {&a, &b, &out}) {
-    check_on_device(ctx, op, "argument", *t);
-    detail::check_compute_dtype(ctx, op, "argument", *t);
-  }
+  detail::check_operands(ctx, op, {&a, &b, &out});
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::bmm(ctx, a, b, out, alpha, beta));
     return;

@@ -11,10 +11,7 @@ void upsample_nearest(ExecContext& ctx, const Tensor& x, const Tensor& y) {
   VINF_CHECK(x.size(0) == y.size(0) && x.size(1) == y.size(1) && y.size(2) >= x.size(2) && y.size(3) >= x.size(3) &&
                  x.size(2) > 0 && x.size(3) > 0,
              op, ": cannot upsample ", x.describe(), " to ", y.describe());
-  for (const Tensor* t : {&x, &y}) {
-    check_on_device(ctx, op, "argument", *t);
-    detail::check_compute_dtype(ctx, op, "argument", *t);
-  }
+  detail::check_operands(ctx, op, {&x, &y});
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::upsample_nearest(ctx, x, y));
     return;

@@ -1,0 +1,40 @@
+// The activation functions themselves, one definition for the CPU reference (double), the CPU
+// fast paths (float) and the CUDA kernels (float).
+#pragma once
+
+#include <math.h>
+
+#include "core/hd.hpp"
+#include "ops/activation.hpp"
+
+namespace vinf::ops {
+
+VINF_HD float math_exp(float x) { return expf(x); }
+VINF_HD double math_exp(double x) { return exp(x); }
+VINF_HD float math_erf(float x) { return erff(x); }
+VINF_HD double math_erf(double x) { return erf(x); }
+
+template <class T>
+VINF_HD T silu(T x) {
+  return x / (T(1) + math_exp(-x));
+}
+template <class T>
+VINF_HD T gelu(T x) {  // exact: x * Phi(x)
+  return T(0.5) * x * (T(1) + math_erf(x * T(0.70710678118654752440)));
+}
+template <class T>
+VINF_HD T quick_gelu(T x) {
+  return x / (T(1) + math_exp(T(-1.702) * x));
+}
+
+template <class T>
+VINF_HD T activate(Activation act, T x) {
+  switch (act) {
+    case Activation::silu: return silu(x);
+    case Activation::gelu: return gelu(x);
+    case Activation::quick_gelu: return quick_gelu(x);
+    default: return x;
+  }
+}
+
+}  // namespace vinf::ops
