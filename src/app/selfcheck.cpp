@@ -68,7 +68,6 @@ int selfcheck(const std::vector<std::string>& args) {
   for (const auto& c : cases) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
     for (const Backend& b : backends) {
-      if (b.dtype != DType::f32 && !c.half_precision) continue;
       std::unique_ptr<Runtime>& slot = b.device.is_cpu() ? cpu_rt : gpu_rt;
       if (!slot) slot = std::make_unique<Runtime>(b.device, b.impl);
       ++run;

@@ -48,8 +48,6 @@ struct OpCase {
   std::string name;    // "conv2d 3x3 s2 6->4 9x12"
   double flops = 0;    // floating-point operations per run (multiply-add = 2)
   std::function<std::function<void()>(CaseEnv&)> setup;
-  // Dtypes the CUDA path is checked in (all three by default; f32 where f16 range is too small).
-  bool half_precision = true;
 };
 
 // Small shapes with odd sizes: every op, every code path.

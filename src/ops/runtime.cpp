@@ -1,7 +1,5 @@
 #include "ops/runtime.hpp"
 
-#include <omp.h>
-
 #include "core/error.hpp"
 #include "cpu/context.hpp"
 

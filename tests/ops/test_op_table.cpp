@@ -13,7 +13,6 @@ void check_backend(Runtime& rt, DType dtype) {
   Runtime ref(Device::cpu(), CpuImpl::reference);
   int checked = 0;
   for (const auto& c : opcheck::unit_cases()) {
-    if (dtype != DType::f32 && !c.half_precision) continue;
     INFO("case: " << c.name << " on " << rt.device().name() << " " << dtype_name(dtype));
     const auto expected = opcheck::run_case(c, ref, DType::f32, dtype);
     const auto got = opcheck::run_case(c, rt, dtype, dtype);
