@@ -41,7 +41,6 @@ void mul(const Tensor& a, const Tensor& b, const Tensor& out) {
     out.ptr<float>()[offset_of(out, i)] = a.ptr<float>()[offset_of(a, i)] * b.ptr<float>()[offset_of(b, i)];
 }
 
-
 void activation(ops::Activation act, const Tensor& x, const Tensor& out) {
   for (std::int64_t i = 0, n = out.numel(); i < n; ++i)
     out.ptr<float>()[offset_of(out, i)] = static_cast<float>(ops::activate<double>(act, x.ptr<float>()[offset_of(x, i)]));

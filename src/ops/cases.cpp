@@ -29,13 +29,13 @@ Tensor CaseEnv::input(const Shape& shape, float scale, float shift) {
   // Generated and rounded on the host, then copied to the device: identical on every backend.
   const std::int64_t n = shape.numel();
   std::vector<float> host(static_cast<std::size_t>(n));
-  std::vector<std::uint16_t> rounded(static_cast<std::size_t>(n));
   Arena staging(host_memory());
   ExecContext hc{Device::cpu(), &staging, CpuImpl::fast, nullptr, nullptr};
   const Tensor h = Tensor::wrap(host.data(), DType::f32, Device::cpu(), shape);
   ops::normal(hc, h, seed_, next_stream_++, 0);
   for (float& x : host) x = x * scale + shift;
-  if (round_to_ != DType::f32) {
+  if (round_to_ != DType::f32) {  // through the 16-bit format and back
+    std::vector<std::uint16_t> rounded(static_cast<std::size_t>(n));
     const Tensor r = Tensor::wrap(rounded.data(), round_to_, Device::cpu(), shape);
     ops::copy(hc, h, r);
     ops::copy(hc, r, h);
