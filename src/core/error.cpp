@@ -70,5 +70,17 @@ namespace detail {
   throw Error(msg);
 }
 
+[[noreturn]] void raise_input(const std::string& what) {
+  const ProcessLabel& l = process_label();
+  // Only ranks matter to a user reading about their own input; the rank is named when there is one.
+  std::string msg = what;
+  if (l.rank >= 0) {
+    msg += " (rank ";
+    msg += std::to_string(l.rank);
+    msg += ")";
+  }
+  throw InputError(msg);
+}
+
 }  // namespace detail
 }  // namespace vinf

@@ -16,6 +16,14 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A problem with what the user gave the program (a file, a config value, an option), as opposed
+// to a failure inside it: the message names the input and says what to do, without source
+// locations, and the program exits with status 2.
+class InputError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Who this process is, for messages. The rank starts from the launcher's environment
 // (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID) and the bootstrap refines it.
 struct ProcessLabel {
@@ -36,6 +44,7 @@ std::string concat(Args&&... args) {
   return s.str();
 }
 [[noreturn]] void raise(const char* file, int line, const std::string& what, const std::string& detail);
+[[noreturn]] void raise_input(const std::string& what);
 }  // namespace detail
 
 }  // namespace vinf
@@ -46,6 +55,15 @@ std::string concat(Args&&... args) {
     if (!(cond)) [[unlikely]]                                                                        \
       ::vinf::detail::raise(__FILE__, __LINE__, ::vinf::detail::concat(__VA_ARGS__), "check `" #cond "`"); \
   } while (0)
+
+// VINF_INPUT_CHECK(cond, message parts...) / VINF_INPUT_FAIL(...): throw vinf::InputError, for bad
+// user input.
+#define VINF_INPUT_CHECK(cond, ...)                                                                  \
+  do {                                                                                               \
+    if (!(cond)) [[unlikely]]                                                                        \
+      ::vinf::detail::raise_input(::vinf::detail::concat(__VA_ARGS__));                              \
+  } while (0)
+#define VINF_INPUT_FAIL(...) ::vinf::detail::raise_input(::vinf::detail::concat(__VA_ARGS__))
 
 // VINF_FAIL(message parts...): throws unconditionally.
 #define VINF_FAIL(...) ::vinf::detail::raise(__FILE__, __LINE__, ::vinf::detail::concat(__VA_ARGS__), "")

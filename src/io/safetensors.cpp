@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -25,30 +26,30 @@ bool parse_safetensors_dtype(const std::string& s, DType& out) {
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  VINF_CHECK(fd >= 0, "cannot open ", path, ": ", std::strerror(errno));
+  VINF_INPUT_CHECK(fd >= 0, "cannot open ", path, ": ", std::strerror(errno));
   struct stat st{};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    VINF_FAIL("cannot stat ", path, ": ", std::strerror(err));
+    VINF_INPUT_FAIL("cannot stat ", path, ": ", std::strerror(err));
   }
   map_size_ = static_cast<std::size_t>(st.st_size);
   if (map_size_ < 8) {
     ::close(fd);
-    VINF_FAIL(path, " is not a safetensors file: ", map_size_, " bytes is shorter than the 8-byte header length");
+    VINF_INPUT_FAIL(path, " is not a safetensors file: ", map_size_, " bytes is shorter than the 8-byte header length");
   }
   map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_err = errno;
   ::close(fd);
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
-    VINF_FAIL("cannot map ", path, ": ", std::strerror(map_err));
+    VINF_INPUT_FAIL("cannot map ", path, ": ", std::strerror(map_err));
   }
   try {
     const auto* bytes = static_cast<const unsigned char*>(map_);
     std::uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
-    VINF_CHECK(header_len <= map_size_ - 8, path, ": header length ", header_len, " runs past the end of the file (",
+    VINF_INPUT_CHECK(header_len <= map_size_ - 8, path, ": header length ", header_len, " runs past the end of the file (",
                map_size_, " bytes); the file is truncated or not safetensors");
     data_ = static_cast<const char*>(map_) + 8 + header_len;
     const std::size_t data_size = map_size_ - 8 - header_len;
@@ -56,42 +57,42 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     try {
       header = nlohmann::json::parse(static_cast<const char*>(map_) + 8, data_);
     } catch (const nlohmann::json::exception& e) {
-      VINF_FAIL(path, ": the header is not valid JSON (", e.what(), ")");
+      VINF_INPUT_FAIL(path, ": the header is not valid JSON (", e.what(), ")");
     }
-    VINF_CHECK(header.is_object(), path, ": the header is not a JSON object");
+    VINF_INPUT_CHECK(header.is_object(), path, ": the header is not a JSON object");
     for (auto it = header.begin(); it != header.end(); ++it) {
       const std::string& name = it.key();
       if (name == "__metadata__") {
-        VINF_CHECK(it->is_object(), path, ": __metadata__ is not an object");
+        VINF_INPUT_CHECK(it->is_object(), path, ": __metadata__ is not an object");
         for (auto m = it->begin(); m != it->end(); ++m)
           metadata_[m.key()] = m->is_string() ? m->get<std::string>() : m->dump();
         continue;
       }
       const auto& v = *it;
-      VINF_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), path,
+      VINF_INPUT_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), path,
                  ": tensor '", name, "' lacks dtype, shape or data_offsets");
       Entry e;
       e.name = name;
       const std::string dt = v["dtype"].is_string() ? v["dtype"].get<std::string>() : "?";
-      VINF_CHECK(parse_safetensors_dtype(dt, e.dtype), path, ": tensor '", name, "' has dtype ", dt,
+      VINF_INPUT_CHECK(parse_safetensors_dtype(dt, e.dtype), path, ": tensor '", name, "' has dtype ", dt,
                  ", which vinf does not read (F32, F16, BF16, F64, I64)");
-      VINF_CHECK(v["shape"].is_array() && v["shape"].size() <= static_cast<std::size_t>(kMaxDims), path, ": tensor '",
+      VINF_INPUT_CHECK(v["shape"].is_array() && v["shape"].size() <= static_cast<std::size_t>(kMaxDims), path, ": tensor '",
                  name, "' has a bad shape ", v["shape"].dump());
       for (const auto& d : v["shape"]) {
-        VINF_CHECK(d.is_number_integer() && d.get<std::int64_t>() >= 0, path, ": tensor '", name, "' has a bad shape ",
+        VINF_INPUT_CHECK(d.is_number_integer() && d.get<std::int64_t>() >= 0, path, ": tensor '", name, "' has a bad shape ",
                    v["shape"].dump());
         e.shape.push_back(d.get<std::int64_t>());
       }
       const auto& off = v["data_offsets"];
-      VINF_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), path,
+      VINF_INPUT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), path,
                  ": tensor '", name, "' has bad data_offsets ", off.dump());
       const auto begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
-      VINF_CHECK(begin <= end && end <= data_size, path, ": tensor '", name, "' data [", begin, ", ", end,
+      VINF_INPUT_CHECK(begin <= end && end <= data_size, path, ": tensor '", name, "' data [", begin, ", ", end,
                  ") lies outside the ", data_size, "-byte data section; the file is truncated or corrupt");
       e.offset = begin;
       e.bytes = end - begin;
       const std::size_t want = static_cast<std::size_t>(e.shape.numel()) * dtype_size(e.dtype);
-      VINF_CHECK(e.bytes == want, path, ": tensor '", name, "' holds ", e.bytes, " bytes but ", dt, e.shape.str(),
+      VINF_INPUT_CHECK(e.bytes == want, path, ": tensor '", name, "' holds ", e.bytes, " bytes but ", dt, e.shape.str(),
                  " needs ", want);
       index_[name] = entries_.size();
       entries_.push_back(std::move(e));
@@ -114,8 +115,94 @@ const SafetensorsFile::Entry* SafetensorsFile::find(const std::string& name) con
 
 Tensor SafetensorsFile::tensor(const std::string& name) const {
   const Entry* e = find(name);
-  VINF_CHECK(e != nullptr, path_, ": no tensor named '", name, "'");
+  VINF_INPUT_CHECK(e != nullptr, path_, ": no tensor named '", name, "'");
   return Tensor::wrap(const_cast<char*>(data_ + e->offset), e->dtype, Device::cpu(), e->shape);
+}
+
+}  // namespace vinf::io
+
+namespace vinf::io {
+
+const char* safetensors_dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+    case DType::f64: return "F64";
+    case DType::i64: return "I64";
+  }
+  return "?";
+}
+
+namespace {
+
+// Closes and removes the temporary file unless the write completed.
+struct TempFile {
+  std::string path;
+  std::FILE* f = nullptr;
+  bool done = false;
+  ~TempFile() {
+    if (f) std::fclose(f);
+    if (!done) std::remove(path.c_str());
+  }
+};
+
+void write_all(TempFile& tmp, const std::string& final_path, const void* p, std::size_t n) {
+  if (n == 0) return;
+  VINF_INPUT_CHECK(std::fwrite(p, 1, n, tmp.f) == n, "cannot write ", final_path, ": ", std::strerror(errno),
+                   " (is the disk full?)");
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json m = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    header["__metadata__"] = m;
+  }
+  std::size_t offset = 0;
+  for (const TensorToWrite& t : tensors) {
+    VINF_CHECK(t.data != nullptr || t.fill, "write_safetensors: tensor '", t.name, "' has neither data nor fill");
+    VINF_CHECK(!header.contains(t.name), "write_safetensors: tensor '", t.name, "' appears twice");
+    const std::size_t bytes = static_cast<std::size_t>(t.shape.numel()) * dtype_size(t.dtype);
+    nlohmann::ordered_json e;
+    e["dtype"] = safetensors_dtype_name(t.dtype);
+    e["shape"] = std::vector<std::int64_t>(t.shape.begin(), t.shape.end());
+    e["data_offsets"] = {offset, offset + bytes};
+    header[t.name] = e;
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
+
+  TempFile tmp;
+  tmp.path = path + ".partial." + std::to_string(::getpid());
+  tmp.f = std::fopen(tmp.path.c_str(), "wb");
+  VINF_INPUT_CHECK(tmp.f != nullptr, "cannot create ", tmp.path, ": ", std::strerror(errno));
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((std::uint64_t{text.size()} >> (8 * i)) & 0xff);
+  write_all(tmp, path, len, 8);
+  write_all(tmp, path, text.data(), text.size());
+  std::vector<char> buffer;
+  for (const TensorToWrite& t : tensors) {
+    const std::size_t bytes = static_cast<std::size_t>(t.shape.numel()) * dtype_size(t.dtype);
+    if (t.data) {
+      write_all(tmp, path, t.data, bytes);
+    } else {
+      buffer.resize(bytes);
+      t.fill(buffer.data());
+      write_all(tmp, path, buffer.data(), bytes);
+    }
+  }
+  const int rc = std::fclose(tmp.f);
+  tmp.f = nullptr;
+  VINF_INPUT_CHECK(rc == 0, "cannot write ", path, ": ", std::strerror(errno), " (is the disk full?)");
+  VINF_INPUT_CHECK(std::rename(tmp.path.c_str(), path.c_str()) == 0, "cannot rename ", tmp.path, " to ", path, ": ",
+                   std::strerror(errno));
+  tmp.done = true;
 }
 
 }  // namespace vinf::io

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -48,5 +49,22 @@ class SafetensorsFile {
 
 // "F32" -> f32 etc.; false for types vinf does not handle.
 bool parse_safetensors_dtype(const std::string& s, DType& out);
+const char* safetensors_dtype_name(DType t);  // f32 -> "F32"
+
+// One tensor to write: its bytes come from `data` (host, contiguous, dtype and shape as given) or,
+// for files larger than memory, from `fill`, which is called once with a buffer of the tensor's size
+// just before the tensor is written.
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  const void* data = nullptr;
+  std::function<void(void* dst)> fill;
+};
+
+// Writes a safetensors file in the order given. The file is written under a temporary name in
+// the same directory and renamed at the end, so a failure never leaves a partial file at `path`.
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace vinf::io

@@ -1,0 +1,31 @@
+// Built-in model shapes and random-weight models in the diffusers directory layout:
+//   tiny  the golden-fixture shape (channels 32/64, one layer per block), for tests and demos;
+//   small VideoCrafter2's block structure at a fifth of its width (~57 M parameters), for CPU work;
+//   vc2   the full VideoCrafter2 UNet (1,413,284,420 parameters), for benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "model/config.hpp"
+
+namespace vinf::model {
+
+const std::vector<std::string>& preset_names();
+// Throws vinf::InputError naming the presets for an unknown name.
+UNetConfig preset_config(const std::string& name);
+// The dtype make-model writes unless told otherwise: f16 for vc2 (2.8 GB), f32 below.
+DType preset_default_dtype(const std::string& name);
+
+// Writes DIR/config.json and DIR/diffusion_pytorch_model.safetensors with random weights drawn
+// from the counter-based generator (seed, parameter index), so the same seed gives the same
+// model. Linear and conv weights ~ N(0, 1/fan_in); norm scales 1 + N(0, 0.01); biases N(0, 0.01).
+// Files are written under temporary names and renamed, so a failure leaves nothing half-written.
+// progress(done, total) is called after every tensor.
+void write_random_model(const UNetConfig& c, std::uint64_t seed, DType dtype, const std::string& dir,
+                        const std::function<void(std::size_t, std::size_t)>& progress = {});
+
+}  // namespace vinf::model

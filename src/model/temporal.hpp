@@ -1,0 +1,63 @@
+// The one door through which the UNet's temporal modules see frames that are not in their clip.
+// Temporal attention (every attention of transformer_in and temp_attentions), the temporal
+// convolution layers and the temporal GroupNorms call a TemporalContext; the plain context
+// (`--vi.mode off`) treats the clip as the whole video. Video-Infinity's context supplies halo
+// frames, global frames, masks, phase biases and synchronised statistics behind the same calls,
+// so the model never knows about ranks or MPI.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.hpp"
+#include "ops/attention.hpp"
+#include "ops/context.hpp"
+#include "ops/norm.hpp"
+
+namespace vinf::model {
+
+// One attention module's projections (diffusers `Attention`: to_q/to_k/to_v without bias, to_out.0
+// with bias) and its head split (channel index = head * head_dim + i).
+struct AttentionWeights {
+  Tensor to_q, to_k, to_v, to_out_weight, to_out_bias;
+  int heads = 1;
+  int head_dim = 1;
+};
+
+class TemporalContext {
+ public:
+  virtual ~TemporalContext() = default;
+
+  // Called at the start of every UNet call with its integer timestep.
+  virtual void begin_call(std::int64_t timestep) { (void)timestep; }
+
+  // GroupNorm over a clip: x and y are (B, C, T, S) views (frames T, pixels S). `halo` frames at
+  // each end of T are context from outside the clip (TemporalConvLayer padding), not own frames.
+  virtual void group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                          const ops::GroupNormParams& p, int halo, const std::string& module);
+
+  // Frames of context a TemporalConvLayer gets on each side (0: none; the convolution then pads
+  // with zeros as the plain model does).
+  virtual int conv_halo() const { return 0; }
+  // Fills the `halo` frames at both ends of padded (B, C, F + 2 halo, S); the clip's own frames
+  // are already in the middle.
+  virtual void fill_conv_halo(ExecContext& ctx, const Tensor& padded, int halo, const std::string& module);
+
+  // One temporal self-attention: x (R, F, inner) holds R = B * H * W sequences of the clip's F
+  // frames; writes out (R, F, inner), the heads merged, before to_out.
+  virtual void attention(ExecContext& ctx, const AttentionWeights& w, const Tensor& x, const Tensor& out,
+                         const std::string& module);
+};
+
+// The plain model: every clip is a whole video (`--vi.mode off`).
+using PlainTemporalContext = TemporalContext;
+
+// Self-attention of x (R, L, inner) with w's projections, heads merged into out (R, L, inner);
+// the attention pattern (band, global keys, biases) comes from p. Shared by every context.
+void self_attention(ExecContext& ctx, const AttentionWeights& w, const Tensor& x, const Tensor& out,
+                    const ops::AttentionParams& p);
+
+// (R, L, inner) -> the (R, heads, L, head_dim) view that ops::attention takes.
+Tensor split_heads(const Tensor& x, int heads);
+
+}  // namespace vinf::model

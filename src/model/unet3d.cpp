@@ -1,0 +1,401 @@
+#include "model/unet3d.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "core/arena.hpp"
+#include "core/error.hpp"
+#include "ops/activation.hpp"
+#include "ops/conv.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/embedding.hpp"
+#include "ops/gemm.hpp"
+#include "ops/norm.hpp"
+#include "ops/resample.hpp"
+
+namespace vinf::model {
+
+UNet3D::UNet3D(UNetConfig config, Weights weights)
+    : config_(std::move(config)), layout_(unet_layout(config_)), weights_(std::move(weights)) {}
+
+namespace {
+
+// An activation: owned by whoever still needs it (the current layer, the skip stack).
+using Act = std::shared_ptr<OwnedTensor>;
+
+// Rows of the feed-forward computed at once: bounds the 8 x inner GEGLU projection.
+constexpr std::int64_t kFeedForwardElements = std::int64_t{1} << 24;
+
+// One forward call's state: where it runs, the clip's batch and frame counts, the hooks.
+class Forward {
+ public:
+  Forward(const UNetConfig& c, const Weights& w, ExecContext& ctx, TemporalContext& tc,
+          const UNet3D::Observer& observe, std::int64_t batch, std::int64_t frames)
+      : c_(c), w_(w), ctx_(ctx), tc_(tc), observe_(observe), dtype_(w.dtype()), b_(batch), f_(frames) {}
+
+  Act empty(const Shape& s) const { return std::make_shared<OwnedTensor>(ctx_.arena->empty(dtype_, s)); }
+  const Tensor& w(const std::string& name) const { return w_.get(name); }
+  void observe(const std::string& name, const Tensor& t) const {
+    if (observe_) observe_(name, t);
+  }
+  // (B*F, C, H, W) -> the clip view (B, C, F, H*W) the temporal ops take.
+  Tensor clip(const Tensor& x) const {
+    return x.reshape({b_, x.size(0) / b_, x.size(1), x.size(2) * x.size(3)}).permute({0, 2, 1, 3});
+  }
+
+  // time_embedding(sinusoid(t)) + fps_embedding(sinusoid(fps)), then SiLU for the resnets.
+  void embeddings(std::int64_t timestep, double fps) {
+    const std::int64_t c0 = c_.block_out_channels.front(), e = c_.time_embed_dim();
+    temb_ = embedding_mlp("time_embedding", static_cast<float>(timestep), c0, e);
+    if (c_.fps_cond) {
+      Act fe = embedding_mlp("fps_embedding", static_cast<float>(fps), c0, e);
+      ops::add(ctx_, *temb_, *fe, *temb_);
+    }
+    observe("time_embedding", *temb_);
+    temb_act_ = empty({b_, e});
+    ops::activation(ctx_, ops::Activation::silu, *temb_, *temb_act_);
+  }
+
+  Act conv2d(const Tensor& x, const std::string& p, int stride, int pad) const {
+    const Tensor& wt = w(p + ".weight");
+    ops::Conv2dParams cp{stride, pad};
+    std::int64_t ho = 0, wo = 0;
+    ops::conv2d_output_size(x, wt, cp, ho, wo);
+    Act y = empty({x.size(0), wt.size(0), ho, wo});
+    ops::conv2d(ctx_, x, wt, &w(p + ".bias"), *y, cp);
+    return y;
+  }
+
+  // Per-frame GroupNorm (statistics over the group's channels x H x W of each frame-image).
+  Act group_norm_frames(const Tensor& x, const std::string& p, float eps, ops::Activation act) const {
+    Act y = empty(x.shape);
+    const Shape s4{x.size(0), x.size(1), 1, x.size(2) * x.size(3)};
+    ops::group_norm(ctx_, x.reshape(s4), w(p + ".weight"), w(p + ".bias"), y->reshape(s4),
+                    {c_.norm_num_groups, eps, act});
+    return y;
+  }
+
+  Act resnet(const Tensor& x, const std::string& p, float output_scale) const {
+    Act h;
+    {
+      Act a = group_norm_frames(x, p + ".norm1", c_.norm_eps, ops::Activation::silu);
+      h = conv2d(*a, p + ".conv1", 1, 1);
+    }
+    const std::int64_t cout = h->size(1), hw = h->size(2) * h->size(3);
+    {
+      Act tp = empty({b_, cout});
+      ops::linear(ctx_, *temb_act_, w(p + ".time_emb_proj.weight"), &w(p + ".time_emb_proj.bias"), *tp);
+      const Tensor h4 = h->reshape({b_, f_, cout, hw});
+      ops::add(ctx_, h4, tp->reshape({b_, 1, cout, 1}).expand(h4.shape), h4);
+    }
+    Act out;
+    {
+      Act a = group_norm_frames(*h, p + ".norm2", c_.norm_eps, ops::Activation::silu);
+      h.reset();
+      out = conv2d(*a, p + ".conv2", 1, 1);
+    }
+    if (w_.find(p + ".conv_shortcut.weight")) {
+      Act sc = conv2d(x, p + ".conv_shortcut", 1, 0);
+      ops::add(ctx_, *out, *sc, *out);
+    } else {
+      ops::add(ctx_, *out, x, *out);
+    }
+    if (output_scale != 1.f) ops::scale(ctx_, *out, 1.f / output_scale, *out);
+    return out;
+  }
+
+  // TemporalConvLayer: 4 x [temporal GroupNorm -> SiLU -> Conv3d (3,1,1)] + residual, with the
+  // context's halo frames (if any) around the clip and cropped after the last conv.
+  Act temporal_conv(const Act& x, const std::string& p) const {
+    observe(p + ".in", *x);
+    const int halo = tc_.conv_halo();
+    const std::int64_t ch = x->size(1), hh = x->size(2), ww = x->size(3);
+    const std::int64_t fp = f_ + 2 * halo;
+    Act cur = x;
+    if (halo > 0) {
+      cur = empty({b_ * fp, ch, hh, ww});
+      const Tensor frames = cur->reshape({b_, fp, ch, hh * ww});
+      ops::copy(ctx_, x->reshape({b_, f_, ch, hh * ww}), frames.slice(1, halo, f_));
+      tc_.fill_conv_halo(ctx_, clip(*cur), halo, p);
+    }
+    for (int s = 1; s <= 4; ++s) {
+      const std::string stage = p + ".conv" + std::to_string(s);
+      const std::string conv = stage + (s == 1 ? ".2" : ".3");
+      Act a = empty(cur->shape);
+      tc_.group_norm(ctx_, clip(*cur), w(stage + ".0.weight"), w(stage + ".0.bias"), clip(*a),
+                     {c_.norm_num_groups, 1e-5f, ops::Activation::silu}, halo, stage);
+      Act y = empty(cur->shape);
+      ops::temporal_conv(ctx_, clip(*a), w(conv + ".weight").reshape({ch, ch, 3}), &w(conv + ".bias"), clip(*y), 1);
+      cur = y;
+    }
+    Act out = empty(x->shape);
+    const Tensor own = halo > 0 ? cur->reshape({b_, fp, ch, hh * ww}).slice(1, halo, f_) : cur->reshape({b_, f_, ch, hh * ww});
+    ops::add(ctx_, x->reshape({b_, f_, ch, hh * ww}), own, out->reshape({b_, f_, ch, hh * ww}));
+    observe(p + ".out", *out);
+    return out;
+  }
+
+  AttentionWeights attention_weights(const std::string& p, int heads) const {
+    AttentionWeights a;
+    a.to_q = w(p + ".to_q.weight");
+    a.to_k = w(p + ".to_k.weight");
+    a.to_v = w(p + ".to_v.weight");
+    a.to_out_weight = w(p + ".to_out.0.weight");
+    a.to_out_bias = w(p + ".to_out.0.bias");
+    a.heads = heads;
+    a.head_dim = static_cast<int>(a.to_q.size(0)) / heads;
+    return a;
+  }
+
+  // x += to_out(attention): the residual step of both attentions of a transformer block.
+  void add_projected(const Tensor& x, const Tensor& attn, const AttentionWeights& a) const {
+    Act y = empty(x.shape);
+    ops::linear(ctx_, attn, a.to_out_weight, &a.to_out_bias, *y);
+    ops::add(ctx_, x, *y, x);
+  }
+
+  Act layer_norm(const Tensor& x, const std::string& p) const {
+    Act y = empty(x.shape);
+    ops::layer_norm(ctx_, x, w(p + ".weight"), w(p + ".bias"), *y, 1e-5f);
+    return y;
+  }
+
+  // GEGLU feed-forward with residual, in row chunks that bound the 8 x inner projection.
+  void feed_forward(const Tensor& x, const std::string& p) const {
+    const std::int64_t m = x.size(0), inner = x.size(1);
+    const std::int64_t rows = std::max<std::int64_t>(1, std::min(m, kFeedForwardElements / (8 * inner)));
+    Act n = layer_norm(x, p + ".norm3");
+    Act proj = empty({rows, 8 * inner}), gated = empty({rows, 4 * inner}), y = empty({rows, inner});
+    for (std::int64_t r0 = 0; r0 < m; r0 += rows) {
+      const std::int64_t r = std::min(rows, m - r0);
+      ops::linear(ctx_, n->slice(0, r0, r), w(p + ".ff.net.0.proj.weight"), &w(p + ".ff.net.0.proj.bias"),
+                  proj->slice(0, 0, r));
+      ops::geglu(ctx_, proj->slice(0, 0, r), gated->slice(0, 0, r));
+      ops::linear(ctx_, gated->slice(0, 0, r), w(p + ".ff.net.2.weight"), &w(p + ".ff.net.2.bias"), y->slice(0, 0, r));
+      ops::add(ctx_, x.slice(0, r0, r), y->slice(0, 0, r), x.slice(0, r0, r));
+    }
+  }
+
+  // Transformer2DModel: per-frame GroupNorm, linear proj_in, self-attention over the frame's
+  // pixels, cross-attention to the text of the frame's batch element, GEGLU, proj_out, residual.
+  Act spatial_transformer(const Tensor& x, const std::string& p, const Tensor& text) const {
+    const std::int64_t n = x.size(0), ch = x.size(1), s = x.size(2) * x.size(3);
+    const int heads = transformer_heads(c_, static_cast<int>(ch));
+    Act tokens = empty({n, s, ch});
+    {
+      Act normed = group_norm_frames(x, p + ".norm", 1e-6f, ops::Activation::none);
+      ops::copy(ctx_, normed->reshape({n, ch, s}).permute({0, 2, 1}), *tokens);
+    }
+    Act hs = empty({n * s, ch});
+    ops::linear(ctx_, *tokens, w(p + ".proj_in.weight"), &w(p + ".proj_in.bias"), hs->reshape({n, s, ch}));
+    tokens.reset();
+    const std::string blk = p + ".transformer_blocks.0";
+    {
+      const AttentionWeights a = attention_weights(blk + ".attn1", heads);
+      Act nrm = layer_norm(*hs, blk + ".norm1");
+      Act out = empty({n, s, ch});
+      ops::AttentionParams ap;
+      ap.scale = 1.f / std::sqrt(static_cast<float>(a.head_dim));
+      self_attention(ctx_, a, nrm->reshape({n, s, ch}), *out, ap);
+      add_projected(*hs, out->reshape({n * s, ch}), a);
+    }
+    {
+      const AttentionWeights a = attention_weights(blk + ".attn2", heads);
+      Act nrm = layer_norm(*hs, blk + ".norm2");
+      Act q = empty({n, s, ch}), out = empty({n, s, ch});
+      ops::linear(ctx_, nrm->reshape({n, s, ch}), a.to_q, nullptr, *q);
+      nrm.reset();
+      // The text keys and values are the same for every frame of a batch element: project the
+      // B x L text rows once and broadcast them over the frames (stride 0).
+      const std::int64_t l = text.size(1);
+      Act k = empty({b_, l, ch}), v = empty({b_, l, ch});
+      ops::linear(ctx_, text, a.to_k, nullptr, *k);
+      ops::linear(ctx_, text, a.to_v, nullptr, *v);
+      ops::AttentionParams ap;
+      ap.scale = 1.f / std::sqrt(static_cast<float>(a.head_dim));
+      for (std::int64_t b = 0; b < b_; ++b) {
+        const Shape kv_shape{f_, heads, l, a.head_dim};
+        const Tensor kb = split_heads(k->slice(0, b, 1), heads).expand(kv_shape);
+        const Tensor vb = split_heads(v->slice(0, b, 1), heads).expand(kv_shape);
+        ops::attention(ctx_, split_heads(q->slice(0, b * f_, f_), heads), kb, vb, nullptr, nullptr,
+                       split_heads(out->slice(0, b * f_, f_), heads), ap);
+      }
+      add_projected(*hs, out->reshape({n * s, ch}), a);
+    }
+    feed_forward(*hs, blk);
+    Act y = empty({n, s, ch});
+    ops::linear(ctx_, *hs, w(p + ".proj_out.weight"), &w(p + ".proj_out.bias"), y->reshape({n * s, ch}));
+    hs.reset();
+    Act out = empty(x.shape);
+    ops::add(ctx_, x.reshape({n, ch, s}), y->permute({0, 2, 1}), out->reshape({n, ch, s}));
+    return out;
+  }
+
+  // TransformerTemporalModel: temporal GroupNorm, one sequence of F frames per pixel, two
+  // self-attentions through the temporal context, GEGLU, residual.
+  Act temporal_transformer(const Act& x, const std::string& p, int heads) const {
+    observe(p + ".in", *x);
+    const std::int64_t ch = x->size(1), s = x->size(2) * x->size(3), rows = b_ * s;
+    const std::int64_t inner = w(p + ".proj_in.weight").size(0);
+    Act seq = empty({b_, s, f_, ch});
+    {
+      Act normed = empty(x->shape);
+      tc_.group_norm(ctx_, clip(*x), w(p + ".norm.weight"), w(p + ".norm.bias"), clip(*normed),
+                     {c_.norm_num_groups, 1e-6f, ops::Activation::none}, 0, p + ".norm");
+      ops::copy(ctx_, normed->reshape({b_, f_, ch, s}).permute({0, 3, 1, 2}), *seq);
+    }
+    Act hs = empty({rows * f_, inner});
+    ops::linear(ctx_, *seq, w(p + ".proj_in.weight"), &w(p + ".proj_in.bias"), hs->reshape({b_, s, f_, inner}));
+    seq.reset();
+    const std::string blk = p + ".transformer_blocks.0";
+    for (const char* attn : {".attn1", ".attn2"}) {
+      const AttentionWeights a = attention_weights(blk + attn, heads);
+      Act nrm = layer_norm(*hs, blk + (attn[5] == '1' ? ".norm1" : ".norm2"));
+      Act out = empty({rows, f_, inner});
+      tc_.attention(ctx_, a, nrm->reshape({rows, f_, inner}), *out, blk + attn);
+      nrm.reset();
+      add_projected(*hs, out->reshape({rows * f_, inner}), a);
+    }
+    feed_forward(*hs, blk);
+    Act y = empty({b_, s, f_, ch});
+    ops::linear(ctx_, *hs, w(p + ".proj_out.weight"), &w(p + ".proj_out.bias"), y->reshape({rows * f_, ch}));
+    hs.reset();
+    Act out = empty(x->shape);
+    ops::add(ctx_, x->reshape({b_, f_, ch, s}), y->permute({0, 2, 3, 1}), out->reshape({b_, f_, ch, s}));
+    observe(p + ".out", *out);
+    return out;
+  }
+
+  // resnet -> temporal conv -> (spatial transformer -> temporal transformer) of one block layer.
+  Act layer(const Act& x, const std::string& p, int j, bool cross, const Tensor& text, float output_scale = 1.f) const {
+    const std::string k = dot_index(j);
+    Act h = resnet(*x, p + ".resnets" + k, output_scale);
+    h = temporal_conv(h, p + ".temp_convs" + k);
+    if (cross) {
+      h = spatial_transformer(*h, p + ".attentions" + k, text);
+      h = temporal_transformer(h, p + ".temp_attentions" + k, transformer_heads(c_, static_cast<int>(h->size(1))));
+    }
+    return h;
+  }
+
+  // Channel concatenation [current, skip] of the up path.
+  Act concat(const Tensor& a, const Tensor& b) const {
+    Act y = empty({a.size(0), a.size(1) + b.size(1), a.size(2), a.size(3)});
+    const Tensor parts[] = {a, b};
+    ops::concat(ctx_, parts, 1, *y);
+    return y;
+  }
+
+  Act upsample(const Tensor& x, std::int64_t h, std::int64_t wd) const {
+    Act y = empty({x.size(0), x.size(1), h, wd});
+    ops::upsample_nearest(ctx_, x, *y);
+    return y;
+  }
+
+ private:
+  Act embedding_mlp(const std::string& p, float value, std::int64_t c0, std::int64_t e) const {
+    std::vector<float> host(static_cast<std::size_t>(b_), value);
+    OwnedTensor values = ctx_.arena->empty(DType::f32, {b_});
+    ops::copy(ctx_, Tensor::wrap(host.data(), DType::f32, Device::cpu(), {b_}), values);
+    OwnedTensor sinus = ctx_.arena->empty(DType::f32, {b_, c0});
+    ops::timestep_embedding(ctx_, values, sinus, {true, 0.f, 10000.f});
+    Act x = empty({b_, c0}), h = empty({b_, e}), y = empty({b_, e});
+    ops::copy(ctx_, sinus, *x);
+    ops::linear(ctx_, *x, w(p + ".linear_1.weight"), &w(p + ".linear_1.bias"), *h);
+    ops::activation(ctx_, ops::Activation::silu, *h, *h);
+    ops::linear(ctx_, *h, w(p + ".linear_2.weight"), &w(p + ".linear_2.bias"), *y);
+    return y;
+  }
+
+  const UNetConfig& c_;
+  const Weights& w_;
+  ExecContext& ctx_;
+  TemporalContext& tc_;
+  const UNet3D::Observer& observe_;
+  DType dtype_;
+  std::int64_t b_, f_;
+  Act temb_, temb_act_;
+};
+
+}  // namespace
+
+void UNet3D::forward(ExecContext& ctx, const Tensor& sample, std::int64_t timestep, double fps, const Tensor& text,
+                     const Tensor& out, TemporalContext& temporal, const Observer& observe) const {
+  const UNetConfig& c = config_;
+  VINF_INPUT_CHECK(sample.rank() == 5 && sample.size(1) == c.in_channels, "the UNet takes a sample (B, ",
+                   c.in_channels, ", F, H, W); got ", sample.shape.str());
+  const std::int64_t b = sample.size(0), f = sample.size(2), h = sample.size(3), wd = sample.size(4);
+  VINF_INPUT_CHECK(b > 0 && f > 0 && h > 0 && wd > 0, "the sample ", sample.shape.str(), " is empty");
+  VINF_INPUT_CHECK(text.rank() == 3 && text.size(0) == b && text.size(2) == c.cross_attention_dim && text.size(1) > 0,
+                   "the text embeddings must be (B = ", b, ", L, ", c.cross_attention_dim, ") for this model; got ",
+                   text.shape.str());
+  VINF_INPUT_CHECK(out.rank() == 5 && out.size(0) == b && out.size(1) == c.out_channels && out.size(2) == f &&
+                       out.size(3) == h && out.size(4) == wd,
+                   "the UNet output must be (", b, ", ", c.out_channels, ", ", f, ", ", h, ", ", wd, "); got ",
+                   out.shape.str());
+  temporal.begin_call(timestep);
+  Forward fw(c, weights_, ctx, temporal, observe, b, f);
+  fw.embeddings(timestep, fps);
+
+  // Text in the compute dtype, contiguous: the cross-attention keys and values come from it.
+  Act txt = fw.empty(text.shape);
+  ops::copy(ctx, text, *txt);
+
+  Act x = fw.empty({b * f, c.in_channels, h, wd});
+  ops::copy(ctx, sample.permute({0, 2, 1, 3, 4}), x->reshape({b, f, c.in_channels, h, wd}));
+  x = fw.conv2d(*x, "conv_in", 1, 1);
+  fw.observe("conv_in", *x);
+  x = fw.temporal_transformer(x, "transformer_in", UNetConfig::kTransformerInHeads);
+  fw.observe("transformer_in", *x);
+
+  std::vector<Act> skips{x};
+  for (const BlockLayout& blk : layout_.down) {
+    for (std::size_t j = 0; j < blk.resnet_in.size(); ++j) {
+      x = fw.layer(x, blk.prefix, static_cast<int>(j), blk.cross, *txt);
+      skips.push_back(x);
+    }
+    if (blk.resample) {
+      x = fw.conv2d(*x, blk.prefix + ".downsamplers.0.conv", 2, c.downsample_padding);
+      skips.push_back(x);
+    }
+    fw.observe(blk.prefix, *x);
+  }
+
+  x = fw.layer(x, "mid_block", 0, true, *txt, c.mid_block_scale_factor);
+  {
+    const std::string k = "mid_block.resnets.1";
+    x = fw.resnet(*x, k, c.mid_block_scale_factor);
+    x = fw.temporal_conv(x, "mid_block.temp_convs.1");
+  }
+  fw.observe("mid_block", *x);
+
+  for (const BlockLayout& blk : layout_.up) {
+    for (std::size_t j = 0; j < blk.resnet_in.size(); ++j) {
+      Act skip = skips.back();
+      skips.pop_back();
+      x = fw.concat(*x, *skip);
+      skip.reset();
+      x = fw.layer(x, blk.prefix, static_cast<int>(j), blk.cross, *txt);
+    }
+    if (blk.resample) {
+      // Up to the size of the skip the next block joins: 2x, or the odd size a stride-2
+      // downsampler rounded up from.
+      const Tensor& next = *skips.back();
+      x = fw.upsample(*x, next.size(2), next.size(3));
+      x = fw.conv2d(*x, blk.prefix + ".upsamplers.0.conv", 1, 1);
+    }
+    fw.observe(blk.prefix, *x);
+  }
+  VINF_CHECK(skips.empty(), "UNet3D: ", skips.size(), " skip tensors left after the up path");
+
+  x = fw.group_norm_frames(*x, "conv_norm_out", c.norm_eps, ops::Activation::none);
+  fw.observe("conv_norm_out", *x);
+  ops::activation(ctx, ops::Activation::silu, *x, *x);
+  x = fw.conv2d(*x, "conv_out", 1, 1);
+  fw.observe("conv_out", *x);
+  ops::copy(ctx, x->reshape({b, f, c.out_channels, h, wd}), out.permute({0, 2, 1, 3, 4}));
+}
+
+}  // namespace vinf::model

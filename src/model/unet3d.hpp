@@ -1,0 +1,45 @@
+// diffusers' UNet3DConditionModel with VideoCrafter2's fps conditioning, one call = one denoising
+// step for one clip. Activations are frame-major (B*F, C, H, W) images, row b*F + f, so every
+// spatial layer is a batched 2-D op and every temporal layer a strided (B, C, F, H*W) view. They
+// live in the runtime's arena and are released as soon as they are dead; only the skip stack
+// lives across blocks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "model/config.hpp"
+#include "model/params.hpp"
+#include "model/temporal.hpp"
+#include "model/weights.hpp"
+
+namespace vinf::model {
+
+class UNet3D {
+ public:
+  UNet3D(UNetConfig config, Weights weights);
+
+  const UNetConfig& config() const { return config_; }
+  const Weights& weights() const { return weights_; }
+  DType dtype() const { return weights_.dtype(); }
+
+  // Sees module outputs as the forward pass makes them: "time_embedding" [B, 4 C0], and in the
+  // frame-major layout "conv_in", "transformer_in", "down_blocks.<i>", "mid_block", "up_blocks.<i>",
+  // "conv_norm_out" (before its SiLU), "conv_out", plus "<module>.in" / "<module>.out" of every
+  // TemporalConvLayer and TransformerTemporalModel. The tensors are valid only during the call.
+  using Observer = std::function<void(const std::string& name, const Tensor& t)>;
+
+  // sample (B, in_channels, F, H, W), text (B, L, cross_attention_dim), out (B, out_channels, F, H,
+  // W), all on the context's device, any float dtype (computed in the weights' dtype). Throws
+  // vinf::InputError when the shapes do not fit the model.
+  void forward(ExecContext& ctx, const Tensor& sample, std::int64_t timestep, double fps, const Tensor& text,
+               const Tensor& out, TemporalContext& temporal, const Observer& observe = {}) const;
+
+ private:
+  UNetConfig config_;
+  UNetLayout layout_;
+  Weights weights_;
+};
+
+}  // namespace vinf::model

@@ -1,0 +1,177 @@
+#include "model/weights.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/runtime.hpp"
+
+namespace vinf::model {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kWeightsName = "diffusion_pytorch_model.safetensors";
+constexpr const char* kIndexName = "diffusion_pytorch_model.safetensors.index.json";
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+// "a, b, c and 4 more"
+std::string some_names(const std::vector<std::string>& names, std::size_t shown = 5) {
+  std::string s;
+  for (std::size_t i = 0; i < names.size() && i < shown; ++i) {
+    if (i) s += ", ";
+    s += "'";
+    s += names[i];
+    s += "'";
+  }
+  if (names.size() > shown) {
+    s += " and ";
+    s += std::to_string(names.size() - shown);
+    s += " more";
+  }
+  return s;
+}
+
+}  // namespace
+
+ModelFiles find_model_files(const std::string& dir_arg) {
+  std::error_code ec;
+  fs::path dir(dir_arg);
+  VINF_INPUT_CHECK(fs::exists(dir, ec), "model directory ", dir_arg, " does not exist");
+  VINF_INPUT_CHECK(fs::is_directory(dir, ec), dir_arg, " is not a directory (a model is a diffusers directory with ",
+                   "config.json and ", kWeightsName, ")");
+  if (!is_file(dir / "config.json") && is_file(dir / "unet" / "config.json")) dir /= "unet";
+  ModelFiles m;
+  m.dir = dir.string();
+  m.config = (dir / "config.json").string();
+  VINF_INPUT_CHECK(is_file(m.config), "model directory ", dir_arg, " has no config.json (nor unet/config.json)");
+  if (is_file(dir / kWeightsName)) {
+    m.weights.push_back((dir / kWeightsName).string());
+    return m;
+  }
+  VINF_INPUT_CHECK(is_file(dir / kIndexName), "model directory ", m.dir, " has neither ", kWeightsName, " nor ",
+                   kIndexName, is_file(dir / "diffusion_pytorch_model.bin")
+                       ? "; it has a PyTorch .bin checkpoint, which must be converted to safetensors first"
+                       : "");
+  m.index = (dir / kIndexName).string();
+  std::ifstream in(m.index);
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    VINF_INPUT_FAIL(m.index, " is not valid JSON (", e.what(), ")");
+  }
+  VINF_INPUT_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), m.index,
+                   " has no \"weight_map\" object");
+  std::set<std::string> shards;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    VINF_INPUT_CHECK(it->is_string(), m.index, ": weight_map entry '", it.key(), "' is not a file name");
+    const std::string shard = it->get<std::string>();
+    VINF_INPUT_CHECK(shard.find('/') == std::string::npos, m.index, ": shard name '", shard,
+                     "' must be a file in the same directory");
+    shards.insert(shard);
+  }
+  VINF_INPUT_CHECK(!shards.empty(), m.index, " lists no shards");
+  for (const std::string& s : shards) {
+    VINF_INPUT_CHECK(is_file(dir / s), m.index, " names shard ", s, ", which is not in ", m.dir);
+    m.weights.push_back((dir / s).string());
+  }
+  return m;
+}
+
+WeightFiles::WeightFiles(const ModelFiles& files) : files_(files) {
+  for (const std::string& path : files.weights) {
+    open_.push_back(std::make_unique<io::SafetensorsFile>(path));
+    const io::SafetensorsFile& f = *open_.back();
+    for (const auto& e : f.entries()) {
+      const auto [it, inserted] = by_name_.emplace(e.name, Found{&f, &e});
+      VINF_INPUT_CHECK(inserted, "tensor '", e.name, "' appears in both ", it->second.file->path(), " and ", path);
+    }
+  }
+}
+
+const WeightFiles::Found* WeightFiles::find(const std::string& name) const {
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &it->second;
+}
+
+void check_weights(const WeightFiles& files, const std::vector<ParamSpec>& params, bool allow_unexpected,
+                   std::vector<std::string>* warnings) {
+  const std::string where = files.files().index.empty() ? files.files().weights.front() : files.files().index;
+  std::vector<std::string> missing;
+  std::set<std::string> expected;
+  for (const ParamSpec& p : params) {
+    expected.insert(p.name);
+    const WeightFiles::Found* f = files.find(p.name);
+    if (!f) {
+      missing.push_back(p.name);
+      continue;
+    }
+    const auto& e = *f->entry;
+    VINF_INPUT_CHECK(e.dtype == DType::f32 || e.dtype == DType::f16 || e.dtype == DType::bf16, f->file->path(),
+                     ": tensor '", p.name, "' has dtype ", io::safetensors_dtype_name(e.dtype),
+                     "; model weights must be F32, F16 or BF16");
+    VINF_INPUT_CHECK(e.shape == p.shape, f->file->path(), ": tensor '", p.name, "' has shape ", e.shape.str(),
+                     " but the config (", files.files().config, ") implies ", p.shape.str(),
+                     "; are the config and the weights from the same model?");
+  }
+  VINF_INPUT_CHECK(missing.empty(), where, ": ", missing.size(), " parameter(s) the config needs are missing: ",
+                   some_names(missing), " (is ", files.files().config, " the config of these weights?)");
+  std::vector<std::string> unexpected;
+  for (const auto& [name, f] : files.all())
+    if (!expected.count(name)) unexpected.push_back(name);
+  if (unexpected.empty()) return;
+  VINF_INPUT_CHECK(allow_unexpected, where, ": ", unexpected.size(), " tensor(s) are not parameters of the model in ",
+                   files.files().config, ": ", some_names(unexpected),
+                   "; check the config, or pass --ignore-unexpected-weights to load anyway");
+  if (warnings)
+    warnings->push_back(where + ": ignored " + std::to_string(unexpected.size()) +
+                        " tensor(s) that are not model parameters: " + some_names(unexpected));
+}
+
+Weights::Weights(const WeightFiles& files, const std::vector<ParamSpec>& params, Runtime& rt, DType dtype,
+                 bool allow_unexpected, std::vector<std::string>* warnings)
+    : dtype_(dtype) {
+  check_weights(files, params, allow_unexpected, warnings);
+  constexpr std::size_t kAlign = 256;
+  std::vector<std::size_t> offsets;
+  for (const ParamSpec& p : params) {
+    offsets.push_back(bytes_);
+    bytes_ += (static_cast<std::size_t>(p.shape.numel()) * dtype_size(dtype) + kAlign - 1) / kAlign * kAlign;
+    count_ += p.shape.numel();
+  }
+  memory_ = rt.arena().allocate(bytes_);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& p = params[i];
+    const WeightFiles::Found* f = files.find(p.name);
+    const Tensor src = f->file->tensor(p.name);
+    const Tensor dst = Tensor::wrap(static_cast<char*>(memory_.data()) + offsets[i], dtype, rt.device(), p.shape);
+    ops::copy(rt.ctx(), src, dst);
+    tensors_.emplace(p.name, dst);
+  }
+  rt.synchronize();
+}
+
+const Tensor* Weights::find(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+const Tensor& Weights::get(const std::string& name) const {
+  const Tensor* t = find(name);
+  VINF_CHECK(t != nullptr, "the model has no parameter '", name, "'");
+  return *t;
+}
+
+}  // namespace vinf::model

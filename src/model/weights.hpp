@@ -1,0 +1,77 @@
+// A model directory's weights: diffusers' config.json next to diffusion_pytorch_model.safetensors
+// or shards listed in diffusion_pytorch_model.safetensors.index.json. The files are memory-mapped,
+// checked against the parameter list the config implies (missing, unexpected, shape, dtype) and
+// copied to the device in the compute dtype, all parameters in one allocation.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/arena.hpp"
+#include "io/safetensors.hpp"
+#include "model/params.hpp"
+
+namespace vinf {
+class Runtime;
+}
+
+namespace vinf::model {
+
+// The files of one diffusers model directory. `dir` may also be a pipeline root with the model
+// in a `unet/` subfolder.
+struct ModelFiles {
+  std::string dir;           // the folder that holds config.json
+  std::string config;        // its path
+  std::vector<std::string> weights;  // one file, or the shards of the index
+  std::string index;         // the index JSON, when sharded
+};
+ModelFiles find_model_files(const std::string& dir);
+
+// Every tensor of the weight files by name, with the file it lives in.
+class WeightFiles {
+ public:
+  explicit WeightFiles(const ModelFiles& files);
+  struct Found {
+    const io::SafetensorsFile* file;
+    const io::SafetensorsFile::Entry* entry;
+  };
+  const Found* find(const std::string& name) const;
+  const std::map<std::string, Found>& all() const { return by_name_; }
+  const ModelFiles& files() const { return files_; }
+
+ private:
+  ModelFiles files_;
+  std::vector<std::unique_ptr<io::SafetensorsFile>> open_;
+  std::map<std::string, Found> by_name_;
+};
+
+// Checks the files against `params`: throws vinf::InputError naming the file and the key for a
+// missing parameter, a shape mismatch or a dtype that is not F32/F16/BF16, and for keys the model
+// does not have unless allow_unexpected (then they are reported through warnings).
+void check_weights(const WeightFiles& files, const std::vector<ParamSpec>& params, bool allow_unexpected,
+                   std::vector<std::string>* warnings);
+
+class Weights {
+ public:
+  Weights() = default;
+  // Checks, then copies every parameter to rt's device as `dtype`.
+  Weights(const WeightFiles& files, const std::vector<ParamSpec>& params, Runtime& rt, DType dtype,
+          bool allow_unexpected, std::vector<std::string>* warnings);
+
+  const Tensor& get(const std::string& name) const;
+  const Tensor* find(const std::string& name) const;
+  std::size_t bytes() const { return bytes_; }
+  std::int64_t count() const { return count_; }
+  DType dtype() const { return dtype_; }
+
+ private:
+  Allocation memory_;
+  std::map<std::string, Tensor> tensors_;
+  std::size_t bytes_ = 0;
+  std::int64_t count_ = 0;
+  DType dtype_ = DType::f32;
+};
+
+}  // namespace vinf::model
