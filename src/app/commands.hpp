@@ -12,5 +12,8 @@ bool parse_options(const std::vector<std::string>& args, const boost::program_op
                    boost::program_options::variables_map& vm);
 
 int selfcheck(const std::vector<std::string>& args);
+int forward(const std::vector<std::string>& args);
+int make_model(const std::vector<std::string>& args);
+int inspect(const std::vector<std::string>& args);
 
 }  // namespace vinf::app

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "core/error.hpp"
 #include "mpi/fatal.hpp"
 #include "ops/runtime.hpp"
 
@@ -33,14 +34,16 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"forward", "one UNet call per timestep on given inputs (checks a model against reference numbers)", forward},
+    {"make-model", "write a random-weight UNet (tiny, small or vc2 shape) in diffusers layout", make_model},
+    {"inspect", "describe a model directory or a safetensors file", inspect},
     {"selfcheck", "run every op on every available backend against the CPU reference", selfcheck},
 };
 
 void usage(std::ostream& os) {
   os << "usage: vinf <command> [options]    (vinf <command> --help for its options)\n\ncommands:\n";
   for (const Command& c : kCommands) os << "  " << c.name << std::string(12 - std::strlen(c.name), ' ') << c.summary << "\n";
-  os << "\nThe generation pipeline (generate, forward, decode, encode-text, make-model, inspect) is not in this\n"
-        "build yet; selfcheck is the most complete job it runs.\n"
+  os << "\nNot in this version yet: generate, decode, encode-text (and --vi.mode other than off).\n"
         "\nother options:\n  --version   print the version and the backends this build has\n  --help      this text\n";
 }
 
@@ -69,6 +72,8 @@ int main(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return vinf::app::main(argc, argv);
+  } catch (const vinf::InputError& e) {
+    vinf::mpi::fatal(e, 2);  // bad input: the message says which file, key or option
   } catch (const std::exception& e) {
     vinf::mpi::fatal(e);
   }

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The model commands end to end: forward against diffusers' numbers, make-model, inspect, and a
+# clear message with exit status 2 for every rejected model or input.
+# usage: test_model_cli.sh VINF TEST_TOOL FIXTURE_MODEL_DIR
+set -u
+vinf=$1 tool=$2 fixture=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+
+expect() {  # expect <exit code> <text the output must contain> -- command...
+  local want_rc=$1 want_text=$2
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$want_rc" ]; then
+    echo "FAIL: '$*' exited $rc, expected $want_rc"; echo "$out" | tail -20; fails=$((fails + 1))
+  elif [[ "$out" != *"$want_text"* ]]; then
+    echo "FAIL: '$*' output lacks '$want_text'"; echo "$out" | tail -20; fails=$((fails + 1))
+  else
+    echo "ok: $* -> $rc"
+  fi
+}
+
+inputs=$fixture/inputs.safetensors
+ref=$fixture/ref_plain.safetensors
+
+# The acceptance run: the plain model reproduces diffusers within 1e-4.
+expect 0 "wrote $work/x.safetensors" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/x.safetensors" --vi.mode off
+expect 0 "ok noise_pred.t500" -- "$tool" compare "$work/x.safetensors" "$ref" 1e-4 noise_pred.t900 noise_pred.t500
+expect 0 "peak memory" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/y.safetensors" --vi.mode off --device cpu
+
+# Options and inputs.
+expect 0 "--vi.mode" -- "$vinf" forward --help
+expect 2 "--model is required" -- "$vinf" forward --inputs "$inputs" --out "$work/z.safetensors"
+expect 2 "--vi.mode invariant needs the Video-Infinity temporal layer" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors"
+expect 2 "--vi.mode must be invariant, compat or off, got 'sideways'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode sideways
+expect 2 "--dtype must be f32, f16 or bf16, got 'f8'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off --dtype f8
+expect 2 "--device must be auto, cpu or cuda, got 'tpu'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off --device tpu
+expect 2 "has no tensor 'sample'" -- "$vinf" forward --model "$fixture" --inputs "$ref" --out "$work/z.safetensors" --vi.mode off
+expect 2 "does not exist" -- "$vinf" forward --model "$work/nowhere" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off
+expect 2 "cannot open $work/none.safetensors" -- "$vinf" forward --model "$fixture" --inputs "$work/none.safetensors" --out "$work/z.safetensors" --vi.mode off
+[ ! -e "$work/z.safetensors" ] || { echo "FAIL: a failed run left $work/z.safetensors"; fails=$((fails + 1)); }
+
+# Every kind of broken model is refused with the file and the key named.
+"$tool" broken-models "$fixture" "$work/broken" || { echo "FAIL: could not write the broken models"; exit 1; }
+run_broken() { "$vinf" forward --model "$work/broken/$1" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off; }
+expect 2 "parameter(s) the config needs are missing: 'mid_block.temp_convs.1.conv3.3.weight'" -- run_broken missing-key
+expect 2 "are not parameters of the model in $work/broken/unexpected-key/config.json: 'mid_block.extra_layer.weight'; check the config, or pass --ignore-unexpected-weights" -- run_broken unexpected-key
+expect 0 "warning: $work/broken/unexpected-key/diffusion_pytorch_model.safetensors: ignored 1 tensor(s)" -- "$vinf" forward --model "$work/broken/unexpected-key" --inputs "$inputs" --out "$work/u.safetensors" --vi.mode off --ignore-unexpected-weights
+expect 2 "tensor 'up_blocks.1.attentions.0.proj_in.weight' has shape [1025] but the config" -- run_broken bad-shape
+expect 2 "tensor 'conv_in.bias' has dtype I64; model weights must be F32, F16 or BF16" -- run_broken bad-dtype
+expect 2 "the file is truncated or corrupt" -- run_broken truncated
+expect 2 "bad-header/diffusion_pytorch_model.safetensors: the header is not valid JSON" -- run_broken bad-header
+expect 2 "unknown block type 'SpiralBlock3D' in down_block_types[1]" -- run_broken unknown-block
+expect 2 "config key 'act_fn' is \"gelu\"; vinf supports only \"silu\"" -- run_broken unsupported-config
+expect 2 "has neither diffusion_pytorch_model.safetensors nor" -- run_broken no-weights
+[ ! -e "$work/z.safetensors" ] || { echo "FAIL: a failed run left $work/z.safetensors"; fails=$((fails + 1)); }
+
+# make-model: the tiny preset has the fixture's shape, so the fixture inputs run on it.
+expect 0 "1349636 parameters" -- "$vinf" make-model --preset tiny --seed 7 --out "$work/tiny"
+expect 2 "already exists; pass --overwrite" -- "$vinf" make-model --preset tiny --seed 7 --out "$work/tiny"
+expect 0 "wrote" -- "$vinf" make-model --preset tiny --seed 7 --out "$work/tiny" --overwrite
+expect 0 "wrote" -- "$vinf" make-model --preset tiny --seed 7 --out "$work/tiny-again"
+cmp -s "$work/tiny/diffusion_pytorch_model.safetensors" "$work/tiny-again/diffusion_pytorch_model.safetensors" \
+  && echo "ok: the same seed gives the same weights" || { echo "FAIL: make-model is not deterministic"; fails=$((fails + 1)); }
+expect 0 "wrote" -- "$vinf" forward --model "$work/tiny" --inputs "$inputs" --out "$work/t.safetensors" --vi.mode off
+expect 2 "unknown model preset 'huge'; the presets are tiny, small and vc2" -- "$vinf" make-model --preset huge --out "$work/h"
+expect 2 "--preset is required" -- "$vinf" make-model --out "$work/h"
+expect 0 "F16 (470 tensors)" -- bash -c "'$vinf' make-model --preset tiny --dtype f16 --out '$work/tiny16' && '$vinf' inspect '$work/tiny16'"
+expect 0 "wrote" -- "$vinf" forward --model "$work/tiny16" --inputs "$inputs" --out "$work/t16.safetensors" --vi.mode off
+
+# inspect.
+expect 0 "total                       470        1,349,636" -- "$vinf" inspect "$fixture"
+expect 0 "check: every parameter the config implies is present" -- "$vinf" inspect "$fixture"
+expect 0 "noise_pred.t900" -- "$vinf" inspect "$ref"
+expect 2 "parameter(s) the config needs are missing" -- "$vinf" inspect "$work/broken/missing-key"
+expect 2 "does not exist" -- "$vinf" inspect "$work/nothing-here"
+expect 2 "neither a model directory nor a .safetensors file" -- "$vinf" inspect "$fixture/config.json"
+
+[ "$fails" -eq 0 ] || { echo "$fails model CLI check(s) failed"; exit 1; }
+echo "all model CLI checks passed"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `vinf forward` under mpirun -np N with --vi.mode off: rank r runs the plain model on frames
+# [r F/N, (r+1) F/N), so each slice of the gathered result must equal a one-process run on just
+# those frames, and the file must hold every frame.
+# usage: test_forward_ranks.sh MPIEXEC VINF TEST_TOOL FIXTURE_MODEL_DIR N
+set -u
+mpiexec=$1 vinf=$2 tool=$3 fixture=$4 n=$5
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+inputs=$fixture/inputs.safetensors
+frames=16
+
+"$mpiexec" -np "$n" "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/all.safetensors" --vi.mode off --device cpu \
+  || { echo "FAIL: mpirun -np $n vinf forward exited $?"; exit 1; }
+fails=0
+for ((r = 0; r < n; r++)); do
+  f0=$((r * frames / n)) f1=$(((r + 1) * frames / n))
+  "$tool" slice-frames "$inputs" "$work/in$r.safetensors" "$f0" "$f1" || exit 1
+  "$vinf" forward --model "$fixture" --inputs "$work/in$r.safetensors" --out "$work/r$r.safetensors" --vi.mode off --device cpu 2>/dev/null \
+    || { echo "FAIL: the one-process run on frames [$f0, $f1) failed"; exit 1; }
+  "$tool" compare-frames "$work/all.safetensors" "$work/r$r.safetensors" "$f0" "$f1" 1e-5 noise_pred.t900 noise_pred.t500 \
+    || fails=$((fails + 1))
+done
+if [ "$n" -eq 1 ]; then
+  "$tool" compare "$work/all.safetensors" "$fixture/ref_plain.safetensors" 1e-4 noise_pred.t900 noise_pred.t500 || fails=$((fails + 1))
+fi
+# Too many ranks for the frames is refused on every rank, with a clear message.
+if [ "$n" -gt 1 ]; then
+  "$tool" slice-frames "$inputs" "$work/short.safetensors" 0 $((n - 1)) || exit 1
+  out=$("$mpiexec" -np "$n" "$vinf" forward --model "$fixture" --inputs "$work/short.safetensors" --out "$work/s.safetensors" --vi.mode off --device cpu 2>&1)
+  rc=$?
+  if [ "$rc" -eq 0 ] || [[ "$out" != *"fewer than the $n ranks it is split over"* ]]; then
+    echo "FAIL: $((n - 1)) frames over $n ranks: exit $rc"; echo "$out" | tail -5; fails=$((fails + 1))
+  fi
+fi
+[ "$fails" -eq 0 ] && echo "forward over $n rank(s) matches the per-clip runs" || exit 1

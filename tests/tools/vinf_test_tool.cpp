@@ -1,0 +1,182 @@
+// Helpers for the command-line tests, so that the shell scripts need nothing beyond coreutils:
+//   compare A B TOL [KEY...]        max |a - b| of F32 tensors present in both (or the keys given);
+//                                   exit 1 when a key is missing, shapes differ or the error > TOL
+//   compare-frames A B F0 F1 TOL    as compare, for frames [F0, F1) of A's 5-D tensors against all of B
+//   slice-frames IN OUT F0 F1       IN's inputs with `sample` cut to frames [F0, F1)
+//   broken-models MODEL DIR         variants of a good model directory, each with one defect
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.hpp"
+
+using namespace vinf;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Frames [f0, f0 + n) of a (B, C, F, H, W) tensor as a contiguous copy.
+std::vector<float> frames_of(const Tensor& t, std::int64_t f0, std::int64_t n) {
+  const std::int64_t bc = t.size(0) * t.size(1), f = t.size(2), hw = t.size(3) * t.size(4);
+  std::vector<float> out(static_cast<std::size_t>(bc * n * hw));
+  for (std::int64_t i = 0; i < bc; ++i)
+    std::memcpy(out.data() + i * n * hw, t.ptr<float>() + (i * f + f0) * hw, sizeof(float) * n * hw);
+  return out;
+}
+
+int compare(int argc, char** argv, bool frames) {
+  const int first_key = frames ? 7 : 5;
+  if (argc < first_key) return 2;
+  const io::SafetensorsFile a(argv[2]), b(argv[3]);
+  const std::int64_t f0 = frames ? std::atoll(argv[4]) : 0, f1 = frames ? std::atoll(argv[5]) : 0;
+  const double tol = std::atof(argv[first_key - 1]);
+  std::vector<std::string> keys(argv + first_key, argv + argc);
+  if (keys.empty())
+    for (const auto& e : a.entries())
+      if (b.contains(e.name)) keys.push_back(e.name);
+  if (keys.empty()) {
+    std::cerr << "compare: no tensor in common\n";
+    return 1;
+  }
+  int bad = 0;
+  for (const std::string& k : keys) {
+    if (!a.contains(k) || !b.contains(k)) {
+      std::cerr << "compare: '" << k << "' is missing from " << (a.contains(k) ? argv[3] : argv[2]) << "\n";
+      ++bad;
+      continue;
+    }
+    Tensor x = a.tensor(k);
+    const Tensor y = b.tensor(k);
+    std::vector<float> cut;
+    if (frames && x.rank() == 5 && f1 > f0 && f1 <= x.size(2) && x.dtype == DType::f32) {
+      cut = frames_of(x, f0, f1 - f0);
+      x = Tensor::wrap(cut.data(), DType::f32, Device::cpu(), {x.size(0), x.size(1), f1 - f0, x.size(3), x.size(4)});
+    }
+    if (!(x.shape == y.shape) || x.dtype != DType::f32 || y.dtype != DType::f32) {
+      std::cerr << "compare: '" << k << "' differs in shape or dtype: " << x.describe() << " vs " << y.describe() << "\n";
+      ++bad;
+      continue;
+    }
+    double worst = 0;
+    for (std::int64_t i = 0; i < x.numel(); ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(x.ptr<float>()[i]) - y.ptr<float>()[i]));
+    const bool ok = worst <= tol;
+    std::printf("%s %s max |diff| %.3g (tolerance %.3g)\n", ok ? "ok" : "FAIL", k.c_str(), worst, tol);
+    bad += ok ? 0 : 1;
+  }
+  return bad ? 1 : 0;
+}
+
+int slice_frames(int argc, char** argv) {
+  if (argc != 6) return 2;
+  const io::SafetensorsFile in(argv[2]);
+  const std::int64_t f0 = std::atoll(argv[4]), f1 = std::atoll(argv[5]);
+  const Tensor s = in.tensor("sample");
+  const std::int64_t b = s.size(0), c = s.size(1);
+  const std::vector<float> cut = frames_of(s, f0, f1 - f0);
+  std::vector<io::TensorToWrite> out;
+  for (const auto& e : in.entries()) {
+    if (e.name == "sample")
+      out.push_back({"sample", DType::f32, {b, c, f1 - f0, s.size(3), s.size(4)}, cut.data(), {}});
+    else
+      out.push_back({e.name, e.dtype, e.shape, in.tensor(e.name).data, {}});
+  }
+  io::write_safetensors(argv[3], out);
+  return 0;
+}
+
+// Copies every tensor of `in` except `drop`, adding `extra` and replacing `reshape`'s shape or
+// `retype`'s dtype (the data are then garbage of the right size, which is fine: loading must stop
+// before it reads them).
+void rewrite(const io::SafetensorsFile& in, const std::string& path, const std::string& drop, const std::string& extra,
+             const std::string& reshape, const std::string& retype) {
+  std::vector<io::TensorToWrite> out;
+  std::vector<std::vector<char>> keep;
+  for (const auto& e : in.entries()) {
+    if (e.name == drop) continue;
+    io::TensorToWrite t{e.name, e.dtype, e.shape, in.tensor(e.name).data, {}};
+    if (e.name == reshape || e.name == retype) {
+      if (e.name == reshape) t.shape = Shape{e.shape.numel() + 1};
+      if (e.name == retype) t.dtype = DType::i64;
+      keep.emplace_back(static_cast<std::size_t>(t.shape.numel()) * dtype_size(t.dtype), '\0');
+      t.data = keep.back().data();
+    }
+    out.push_back(t);
+  }
+  static const float one = 1.f;
+  if (!extra.empty()) out.push_back({extra, DType::f32, {1}, &one, {}});
+  io::write_safetensors(path, out);
+}
+
+int broken_models(int argc, char** argv) {
+  if (argc != 4) return 2;
+  const fs::path good(argv[2]), root(argv[3]);
+  const io::SafetensorsFile in((good / "diffusion_pytorch_model.safetensors").string());
+  const std::string weights = "diffusion_pytorch_model.safetensors";
+  auto variant = [&](const char* name) {
+    const fs::path d = root / name;
+    fs::create_directories(d);
+    fs::copy_file(good / "config.json", d / "config.json", fs::copy_options::overwrite_existing);
+    return d;
+  };
+  rewrite(in, (variant("missing-key") / weights).string(), "mid_block.temp_convs.1.conv3.3.weight", "", "", "");
+  rewrite(in, (variant("unexpected-key") / weights).string(), "", "mid_block.extra_layer.weight", "", "");
+  rewrite(in, (variant("bad-shape") / weights).string(), "", "", "up_blocks.1.attentions.0.proj_in.weight", "");
+  rewrite(in, (variant("bad-dtype") / weights).string(), "", "", "", "conv_in.bias");
+  {
+    const fs::path d = variant("truncated");
+    fs::copy_file(good / weights, d / weights, fs::copy_options::overwrite_existing);
+    fs::resize_file(d / weights, fs::file_size(d / weights) - 1000);
+  }
+  {
+    const fs::path d = variant("bad-header");
+    std::ofstream(d / weights) << std::string("\x10\x00\x00\x00\x00\x00\x00\x00", 8) << "{not json at all";
+  }
+  {
+    const fs::path d = variant("unknown-block");
+    fs::copy_file(good / weights, d / weights, fs::copy_options::overwrite_existing);
+    std::ifstream cfg(good / "config.json");
+    std::string text((std::istreambuf_iterator<char>(cfg)), std::istreambuf_iterator<char>());
+    const auto pos = text.find("\"DownBlock3D\"");
+    if (pos == std::string::npos) return 1;
+    text.replace(pos, 13, "\"SpiralBlock3D\"");
+    std::ofstream(d / "config.json") << text;
+  }
+  {
+    const fs::path d = variant("unsupported-config");
+    fs::copy_file(good / weights, d / weights, fs::copy_options::overwrite_existing);
+    std::ifstream cfg(good / "config.json");
+    std::string text((std::istreambuf_iterator<char>(cfg)), std::istreambuf_iterator<char>());
+    const auto pos = text.find("\"silu\"");
+    if (pos == std::string::npos) return 1;
+    text.replace(pos, 6, "\"gelu\"");
+    std::ofstream(d / "config.json") << text;
+  }
+  {
+    const fs::path d = variant("no-weights");
+    (void)d;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::string cmd = argc > 1 ? argv[1] : "";
+    if (cmd == "compare") return compare(argc, argv, false);
+    if (cmd == "compare-frames") return compare(argc, argv, true);
+    if (cmd == "slice-frames") return slice_frames(argc, argv);
+    if (cmd == "broken-models") return broken_models(argc, argv);
+    std::cerr << "usage: vinf_test_tool compare|slice-frames|broken-models ...\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "vinf_test_tool: " << e.what() << "\n";
+    return 1;
+  }
+}
