@@ -1,0 +1,201 @@
+// The parameter grammar (counts and shapes from model-spec §3), config parsing and its
+// rejections, the weight loader (single file, shards, dtype conversion) and make-model.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../support.hpp"
+#include "core/error.hpp"
+#include "core/half.hpp"
+#include "io/safetensors.hpp"
+#include "model/params.hpp"
+#include "model/presets.hpp"
+#include "model/weights.hpp"
+
+using namespace vinf;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string input_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+const model::ParamSpec* find_param(const std::vector<model::ParamSpec>& ps, const std::string& name) {
+  for (const auto& p : ps)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("vinf-model-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the vc2 preset has VideoCrafter2's 1,484 tensors and 1,413,284,420 parameters") {
+  model::UNetConfig c = model::preset_config("vc2");
+  const auto ps = model::unet_parameters(c);
+  CHECK(ps.size() == 1484);
+  CHECK(model::parameter_count(ps) == 1413284420);
+  // The shapes model-spec §3.8 names.
+  REQUIRE(find_param(ps, "up_blocks.0.resnets.0.conv1.weight"));
+  CHECK(find_param(ps, "up_blocks.0.resnets.0.conv1.weight")->shape == Shape{1280, 2560, 3, 3});
+  CHECK(find_param(ps, "up_blocks.1.resnets.2.conv1.weight")->shape == Shape{1280, 1920, 3, 3});
+  CHECK(find_param(ps, "up_blocks.3.resnets.0.conv_shortcut.weight")->shape == Shape{320, 960, 1, 1});
+  CHECK(find_param(ps, "down_blocks.1.resnets.0.conv_shortcut.weight")->shape == Shape{640, 320, 1, 1});
+  CHECK(find_param(ps, "transformer_in.proj_in.weight")->shape == Shape{512, 320});
+  CHECK(find_param(ps, "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight")->shape == Shape{320, 1024});
+  CHECK(find_param(ps, "mid_block.temp_convs.1.conv4.3.weight")->shape == Shape{1280, 1280, 3, 1, 1});
+  CHECK(find_param(ps, "down_blocks.3.attentions.0.norm.weight") == nullptr);  // DownBlock3D has no transformers
+  CHECK(find_param(ps, "up_blocks.3.upsamplers.0.conv.weight") == nullptr);    // nor does the last up block upsample
+  c.fps_cond = false;
+  CHECK(model::parameter_count(model::unet_parameters(c)) == 1411233860);
+}
+
+TEST_CASE("the tiny preset is the fixture's model: same config, same tensor names and shapes") {
+  const auto files = model::find_model_files(test::fixture("tiny-unet3d"));
+  const model::UNetConfig fixture = model::load_unet_config(files.config, nullptr);
+  const model::UNetConfig tiny = model::preset_config("tiny");
+  CHECK(fixture.block_out_channels == tiny.block_out_channels);
+  CHECK(fixture.down_cross == tiny.down_cross);
+  CHECK(fixture.up_cross == tiny.up_cross);
+  CHECK(fixture.attention_head_dim == tiny.attention_head_dim);
+  CHECK(fixture.cross_attention_dim == tiny.cross_attention_dim);
+  CHECK(fixture.norm_num_groups == tiny.norm_num_groups);
+  CHECK(fixture.fps_cond);
+  const model::WeightFiles wf(files);
+  CHECK(wf.all().size() == model::unet_parameters(tiny).size());
+  CHECK_NOTHROW(model::check_weights(wf, model::unet_parameters(tiny), false, nullptr));
+  // A config written by make-model reads back the same.
+  std::vector<std::string> warnings;
+  const model::UNetConfig again = model::parse_unet_config(model::unet_config_json(tiny), "x", &warnings);
+  CHECK(warnings.empty());
+  CHECK(model::unet_parameters(again).size() == model::unet_parameters(tiny).size());
+}
+
+TEST_CASE("config values the runtime does not support are rejected by name") {
+  const std::string good = read_text(test::fixture("tiny-unet3d/config.json"));
+  auto with = [&](const std::string& key, const nlohmann::json& value) {
+    nlohmann::json j = nlohmann::json::parse(good);
+    if (value.is_discarded()) j.erase(key);
+    else j[key] = value;
+    return input_error_of([&] { model::parse_unet_config(j.dump(), "cfg.json", nullptr); });
+  };
+  CHECK(with("num_attention_heads", 8).find("cfg.json: config key 'num_attention_heads' is 8") != std::string::npos);
+  CHECK(with("attention_head_dim", nlohmann::json::array({8, 8})).find("a per-block list is not supported") !=
+        std::string::npos);
+  CHECK(with("layers_per_block", nlohmann::json::array({1, 1})).find("'layers_per_block' must be a positive integer") !=
+        std::string::npos);
+  CHECK(with("act_fn", "gelu").find("'act_fn' is \"gelu\"; vinf supports only \"silu\"") != std::string::npos);
+  CHECK(with("time_cond_proj_dim", 256).find("'time_cond_proj_dim' is 256") != std::string::npos);
+  CHECK(with("downsample_padding", 2).find("'downsample_padding' is 2; vinf supports only 1") != std::string::npos);
+  CHECK(with("up_block_types", nlohmann::json::array({"UpBlock3D", "UpBlock2D"}))
+            .find("unknown block type 'UpBlock2D' in up_block_types[1]") != std::string::npos);
+  CHECK(with("down_block_types", nlohmann::json::array({"DownBlock3D"})).find("has 1 entries but block_out_channels has 2") !=
+        std::string::npos);
+  CHECK(with("block_out_channels", nlohmann::json::array({32, 60})).find("block_out_channels[1] = 60 is not divisible") !=
+        std::string::npos);
+  CHECK(with("block_out_channels", nlohmann::json(nlohmann::json::value_t::discarded))
+            .find("'block_out_channels' must be a non-empty list") != std::string::npos);
+  CHECK(with("fps_cond", "yes").find("'fps_cond' must be true or false") != std::string::npos);
+  CHECK(input_error_of([] { model::parse_unet_config("{\"block_out_channels\": [32,", "cfg.json", nullptr); })
+            .find("cfg.json is not valid JSON") != std::string::npos);
+  // Unknown keys are warnings, not errors.
+  nlohmann::json j = nlohmann::json::parse(good);
+  j["some_future_key"] = 1;
+  std::vector<std::string> warnings;
+  CHECK_NOTHROW(model::parse_unet_config(j.dump(), "cfg.json", &warnings));
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("'some_future_key' is not used by vinf") != std::string::npos);
+}
+
+TEST_CASE("sharded weights with an index load the same as one file; f16 weights convert to f32") {
+  TempDir dir;
+  const auto src = model::find_model_files(test::fixture("tiny-unet3d"));
+  const io::SafetensorsFile whole(src.weights.front());
+  // Two shards, alternating tensors, plus the index diffusers writes.
+  std::vector<io::TensorToWrite> a, b;
+  nlohmann::json index;
+  for (std::size_t i = 0; i < whole.entries().size(); ++i) {
+    const auto& e = whole.entries()[i];
+    const std::string shard = i % 2 ? "diffusion_pytorch_model-00002-of-00002.safetensors"
+                                    : "diffusion_pytorch_model-00001-of-00002.safetensors";
+    (i % 2 ? b : a).push_back({e.name, e.dtype, e.shape, whole.tensor(e.name).data, {}});
+    index["weight_map"][e.name] = shard;
+  }
+  io::write_safetensors((dir.path / "diffusion_pytorch_model-00001-of-00002.safetensors").string(), a);
+  io::write_safetensors((dir.path / "diffusion_pytorch_model-00002-of-00002.safetensors").string(), b);
+  std::ofstream(dir.path / "diffusion_pytorch_model.safetensors.index.json") << index.dump();
+  fs::copy_file(src.config, dir.path / "config.json");
+
+  const auto files = model::find_model_files(dir.path.string());
+  CHECK(files.weights.size() == 2);
+  const model::UNetConfig c = model::load_unet_config(files.config, nullptr);
+  Runtime rt(Device::cpu());
+  const model::Weights sharded(model::WeightFiles(files), model::unet_parameters(c), rt, DType::f32, false, nullptr);
+  const model::Weights single(model::WeightFiles(src), model::unet_parameters(c), rt, DType::f32, false, nullptr);
+  CHECK(sharded.count() == 1349636);
+  for (const char* name : {"conv_in.weight", "mid_block.attentions.0.proj_out.bias", "up_blocks.1.temp_convs.0.conv4.3.weight"}) {
+    const Tensor x = sharded.get(name), y = single.get(name);
+    CHECK(std::memcmp(x.data, y.data, x.nbytes()) == 0);
+  }
+
+  // A shard the index names but the directory lacks.
+  fs::remove(dir.path / "diffusion_pytorch_model-00002-of-00002.safetensors");
+  CHECK(input_error_of([&] { model::find_model_files(dir.path.string()); })
+            .find("names shard diffusion_pytorch_model-00002-of-00002.safetensors, which is not in") != std::string::npos);
+
+  // make-model as f16: the loader widens to f32 exactly.
+  TempDir f16dir;
+  model::write_random_model(model::preset_config("tiny"), 3, DType::f16, f16dir.path.string());
+  const auto f16files = model::find_model_files(f16dir.path.string());
+  const model::WeightFiles f16w(f16files);
+  const model::Weights widened(f16w, model::unet_parameters(c), rt, DType::f32, false, nullptr);
+  const Tensor raw = f16w.find("conv_in.weight")->file->tensor("conv_in.weight");
+  CHECK(raw.dtype == DType::f16);
+  const Tensor wide = widened.get("conv_in.weight");
+  for (std::int64_t i = 0; i < raw.numel(); ++i)
+    CHECK(wide.ptr<float>()[i] == f16_bits_to_f32(raw.ptr<std::uint16_t>()[i]));
+  // Weights ~ N(0, 1/fan_in): conv_in has fan_in 4*3*3 = 36, so the spread is about 1/6.
+  double sq = 0;
+  for (std::int64_t i = 0; i < wide.numel(); ++i) sq += wide.ptr<float>()[i] * wide.ptr<float>()[i];
+  CHECK(std::sqrt(sq / wide.numel()) == doctest::Approx(1.0 / 6).epsilon(0.1));
+}
+
+TEST_CASE("a model directory may be a pipeline root with unet/") {
+  TempDir dir;
+  fs::create_directories(dir.path / "unet");
+  fs::copy_file(test::fixture("tiny-unet3d/config.json"), dir.path / "unet/config.json");
+  fs::copy_file(test::fixture("tiny-unet3d/diffusion_pytorch_model.safetensors"),
+                dir.path / "unet/diffusion_pytorch_model.safetensors");
+  CHECK(model::find_model_files(dir.path.string()).dir == (dir.path / "unet").string());
+  CHECK(input_error_of([&] { model::find_model_files((dir.path / "nothing").string()); }).find("does not exist") !=
+        std::string::npos);
+}
