@@ -1,5 +1,7 @@
 #include "model/params.hpp"
 
+#include <cmath>
+
 namespace vinf::model {
 
 namespace {
@@ -121,6 +123,16 @@ std::int64_t parameter_count(const std::vector<ParamSpec>& params) {
   std::int64_t n = 0;
   for (const ParamSpec& p : params) n += p.shape.numel();
   return n;
+}
+
+RandomInit random_init(const ParamSpec& p) {
+  RandomInit r;
+  if (p.shape.rank() >= 2) {
+    r.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.shape.numel() / p.shape[0])));
+  } else if (p.name.size() >= 7 && p.name.compare(p.name.size() - 7, 7, ".weight") == 0) {
+    r.shift = 1.f;  // a norm's scale
+  }
+  return r;
 }
 
 std::string parameter_group(const std::string& name) {

@@ -26,6 +26,14 @@ inline std::string dot_index(std::size_t j) {
 
 std::vector<ParamSpec> unet_parameters(const UNetConfig& c);
 std::int64_t parameter_count(const std::vector<ParamSpec>& params);
+
+// How random-weight models draw a parameter: value = shift + scale * N(0, 1). Linear and conv
+// weights scale 1/sqrt(fan_in); norm scales 1 + 0.1 N; biases 0.1 N.
+struct RandomInit {
+  float scale = 0.1f;
+  float shift = 0.f;
+};
+RandomInit random_init(const ParamSpec& p);
 // The top-level module a parameter belongs to: "conv_in", "time_embedding", "down_blocks.1", ...
 std::string parameter_group(const std::string& name);
 

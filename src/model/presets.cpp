@@ -46,11 +46,6 @@ DType preset_default_dtype(const std::string& name) { return name == "vc2" ? DTy
 
 namespace {
 
-bool ends_with(const std::string& s, const char* suffix) {
-  const std::size_t n = std::char_traits<char>::length(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
 void write_text_file(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".partial";
   {
@@ -87,14 +82,8 @@ void write_random_model(const UNetConfig& c, std::uint64_t seed, DType dtype, co
       scratch.resize(static_cast<std::size_t>(q.shape.numel()));
       const Tensor f32 = Tensor::wrap(scratch.data(), DType::f32, Device::cpu(), q.shape);
       ops::normal(rt.ctx(), f32, seed, k, 0);
-      float scale = 0.1f, shift = 0.f;
-      if (q.shape.rank() >= 2) {
-        const double fan_in = static_cast<double>(q.shape.numel() / q.shape[0]);
-        scale = static_cast<float>(1.0 / std::sqrt(fan_in));
-      } else if (ends_with(q.name, ".weight")) {
-        shift = 1.f;  // a norm's scale
-      }
-      for (float& v : scratch) v = shift + scale * v;
+      const RandomInit init = random_init(q);
+      for (float& v : scratch) v = init.shift + init.scale * v;
       ops::copy(rt.ctx(), f32, Tensor::wrap(dst, dtype, Device::cpu(), q.shape));
       ++done;
       if (progress) progress(done, params.size());

@@ -22,7 +22,7 @@ DType preset_default_dtype(const std::string& name);
 
 // Writes DIR/config.json and DIR/diffusion_pytorch_model.safetensors with random weights drawn
 // from the counter-based generator (seed, parameter index), so the same seed gives the same
-// model. Linear and conv weights ~ N(0, 1/fan_in); norm scales 1 + N(0, 0.01); biases N(0, 0.01).
+// model, distributed as random_init() says (params.hpp).
 // Files are written under temporary names and renamed, so a failure leaves nothing half-written.
 // progress(done, total) is called after every tensor.
 void write_random_model(const UNetConfig& c, std::uint64_t seed, DType dtype, const std::string& dir,

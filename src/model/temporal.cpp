@@ -5,6 +5,7 @@
 #include "core/arena.hpp"
 #include "core/error.hpp"
 #include "ops/gemm.hpp"
+#include "ops/softmax.hpp"
 
 namespace vinf::model {
 
@@ -43,8 +44,26 @@ void self_attention(ExecContext& ctx, const AttentionWeights& w, const Tensor& x
   ops::linear(ctx, x, w.to_q, nullptr, q);
   ops::linear(ctx, x, w.to_k, nullptr, k);
   ops::linear(ctx, x, w.to_v, nullptr, v);
-  ops::attention(ctx, split_heads(q, w.heads), split_heads(k, w.heads), split_heads(v, w.heads), nullptr, nullptr,
-                 split_heads(out, w.heads), p);
+  attend(ctx, split_heads(q, w.heads), split_heads(k, w.heads), split_heads(v, w.heads), split_heads(out, w.heads), p);
+}
+
+void attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+            const ops::AttentionParams& p, AttentionPath path) {
+  const std::int64_t rows = q.size(0), heads = q.size(1), lq = q.size(2), lk = k.size(2);
+  const bool plain = p.band_lo <= -lk && p.band_hi >= lq + lk && p.local_bias == 0.f && p.token_count_log_base <= 0.f;
+  if (path == AttentionPath::automatic)
+    path = plain && ctx.device.is_cuda() && lq * lk >= 4096 ? AttentionPath::gemm : AttentionPath::kernel;
+  VINF_CHECK(path == AttentionPath::kernel || plain, "attend: the GEMM path computes plain full attention only");
+  if (path == AttentionPath::kernel) {
+    ops::attention(ctx, q, k, v, nullptr, nullptr, out, p);
+    return;
+  }
+  OwnedTensor scores = ctx.arena->empty(q.dtype, {heads, lq, lk}), probs = ctx.arena->empty(q.dtype, {heads, lq, lk});
+  for (std::int64_t r = 0; r < rows; ++r) {
+    ops::bmm(ctx, q.select(0, r), k.select(0, r).transpose(1, 2), scores, p.scale, 0.f);
+    ops::softmax(ctx, scores, probs);
+    ops::bmm(ctx, probs, v.select(0, r), out.select(0, r), 1.f, 0.f);
+  }
 }
 
 }  // namespace vinf::model

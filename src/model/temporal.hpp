@@ -57,6 +57,16 @@ using PlainTemporalContext = TemporalContext;
 void self_attention(ExecContext& ctx, const AttentionWeights& w, const Tensor& x, const Tensor& out,
                     const ops::AttentionParams& p);
 
+// ops::attention's contract on q (R, h, Lq, d), k (R, h, Lk, d), v (R, h, Lk, dv), out
+// (R, h, Lq, dv), no global keys. Two ways to compute it: the streaming kernel (ops::attention),
+// or two batched GEMMs around a softmax, one row r at a time (workspace h x Lq x Lk). `automatic`
+// takes the GEMMs for plain full attention over long sequences on CUDA (spatial self- and
+// cross-attention, where cuBLAS beats the kernel) and the kernel otherwise (on the CPU the kernel
+// is faster: 5.8 s against 7.5 s for a small-preset UNet call).
+enum class AttentionPath { automatic, kernel, gemm };
+void attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+            const ops::AttentionParams& p, AttentionPath path = AttentionPath::automatic);
+
 // (R, L, inner) -> the (R, heads, L, head_dim) view that ops::attention takes.
 Tensor split_heads(const Tensor& x, int heads);
 

@@ -219,8 +219,8 @@ class Forward {
         const Shape kv_shape{f_, heads, l, a.head_dim};
         const Tensor kb = split_heads(k->slice(0, b, 1), heads).expand(kv_shape);
         const Tensor vb = split_heads(v->slice(0, b, 1), heads).expand(kv_shape);
-        ops::attention(ctx_, split_heads(q->slice(0, b * f_, f_), heads), kb, vb, nullptr, nullptr,
-                       split_heads(out->slice(0, b * f_, f_), heads), ap);
+        attend(ctx_, split_heads(q->slice(0, b * f_, f_), heads), kb, vb, split_heads(out->slice(0, b * f_, f_), heads),
+               ap);
       }
       add_projected(*hs, out->reshape({n * s, ch}), a);
     }

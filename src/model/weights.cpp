@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/random.hpp"
 #include "ops/runtime.hpp"
 
 namespace vinf::model {
@@ -144,6 +145,12 @@ Weights::Weights(const WeightFiles& files, const std::vector<ParamSpec>& params,
                  bool allow_unexpected, std::vector<std::string>* warnings)
     : dtype_(dtype) {
   check_weights(files, params, allow_unexpected, warnings);
+  allocate(params, rt, dtype);
+  for (const ParamSpec& p : params) ops::copy(rt.ctx(), files.find(p.name)->file->tensor(p.name), tensors_.at(p.name));
+  rt.synchronize();
+}
+
+void Weights::allocate(const std::vector<ParamSpec>& params, Runtime& rt, DType dtype) {
   constexpr std::size_t kAlign = 256;
   std::vector<std::size_t> offsets;
   for (const ParamSpec& p : params) {
@@ -152,15 +159,29 @@ Weights::Weights(const WeightFiles& files, const std::vector<ParamSpec>& params,
     count_ += p.shape.numel();
   }
   memory_ = rt.arena().allocate(bytes_);
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const ParamSpec& p = params[i];
-    const WeightFiles::Found* f = files.find(p.name);
-    const Tensor src = f->file->tensor(p.name);
-    const Tensor dst = Tensor::wrap(static_cast<char*>(memory_.data()) + offsets[i], dtype, rt.device(), p.shape);
-    ops::copy(rt.ctx(), src, dst);
-    tensors_.emplace(p.name, dst);
+  for (std::size_t i = 0; i < params.size(); ++i)
+    tensors_.emplace(params[i].name,
+                     Tensor::wrap(static_cast<char*>(memory_.data()) + offsets[i], dtype, rt.device(), params[i].shape));
+}
+
+Weights Weights::random(const std::vector<ParamSpec>& params, Runtime& rt, DType dtype, std::uint64_t seed) {
+  Weights w;
+  w.dtype_ = dtype;
+  w.allocate(params, rt, dtype);
+  OwnedTensor shift = rt.arena().empty(DType::f32, {1});
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const ParamSpec& p = params[k];
+    OwnedTensor v = rt.arena().empty(DType::f32, p.shape);
+    ops::normal(rt.ctx(), v, seed, k, 0);
+    const RandomInit init = random_init(p);
+    ops::fill(rt.ctx(), shift, init.shift);
+    Shape ones;
+    for (int d = 0; d < p.shape.rank(); ++d) ones.push_back(1);
+    ops::axpby(rt.ctx(), init.scale, v, 1.f, shift.view().reshape(ones).expand(p.shape), v);
+    ops::copy(rt.ctx(), v, w.tensors_.at(p.name));
   }
   rt.synchronize();
+  return w;
 }
 
 const Tensor* Weights::find(const std::string& name) const {

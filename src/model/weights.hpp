@@ -60,6 +60,10 @@ class Weights {
   Weights(const WeightFiles& files, const std::vector<ParamSpec>& params, Runtime& rt, DType dtype,
           bool allow_unexpected, std::vector<std::string>* warnings);
 
+  // Random parameters drawn on rt's device as make-model draws them, for benchmarks of shapes
+  // whose weights are not on disk.
+  static Weights random(const std::vector<ParamSpec>& params, Runtime& rt, DType dtype, std::uint64_t seed);
+
   const Tensor& get(const std::string& name) const;
   const Tensor* find(const std::string& name) const;
   std::size_t bytes() const { return bytes_; }
@@ -67,6 +71,9 @@ class Weights {
   DType dtype() const { return dtype_; }
 
  private:
+  // One allocation for all of `params`, 256-byte aligned views.
+  void allocate(const std::vector<ParamSpec>& params, Runtime& rt, DType dtype);
+
   Allocation memory_;
   std::map<std::string, Tensor> tensors_;
   std::size_t bytes_ = 0;

@@ -15,9 +15,12 @@
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "io/safetensors.hpp"
+#include "model/flops.hpp"
 #include "model/params.hpp"
 #include "model/presets.hpp"
+#include "model/temporal.hpp"
 #include "model/weights.hpp"
+#include "ops/random.hpp"
 
 using namespace vinf;
 namespace fs = std::filesystem;
@@ -198,4 +201,61 @@ TEST_CASE("a model directory may be a pipeline root with unet/") {
   CHECK(model::find_model_files(dir.path.string()).dir == (dir.path / "unet").string());
   CHECK(input_error_of([&] { model::find_model_files((dir.path / "nothing").string()); }).find("does not exist") !=
         std::string::npos);
+}
+
+TEST_CASE("one VideoCrafter2 UNet call at 320x512, 24 frames, CFG batch 2 is about 37.8 TFLOP (model-spec §8)") {
+  const model::FlopCount f = model::unet_flops(model::preset_config("vc2"), 2, 24, 40, 64, 77);
+  MESSAGE("conv " << f.conv / 1e12 << " T, temporal conv " << f.temporal_conv / 1e12 << " T, linear "
+                  << f.linear / 1e12 << " T, attention " << f.attention / 1e12 << " T");
+  CHECK(f.total() / 1e12 == doctest::Approx(37.8).epsilon(0.01));
+  CHECK(f.temporal_conv / 1e12 == doctest::Approx(5.06).epsilon(0.01));
+  // §8's 17.7 T projects the text keys/values for all 48 frame-images (0.19 T); vinf projects
+  // them once per batch element (0.008 T).
+  CHECK(f.linear / 1e12 == doctest::Approx(17.7 - 0.19 + 0.008).epsilon(0.005));
+  CHECK(f.attention / 1e12 == doctest::Approx(2.30 + 0.11 + 0.08).epsilon(0.01));
+}
+
+TEST_CASE("in-memory random weights are the weights make-model writes for the same seed") {
+  TempDir dir;
+  const model::UNetConfig c = model::preset_config("tiny");
+  const auto params = model::unet_parameters(c);
+  model::write_random_model(c, 42, DType::f32, dir.path.string());
+  Runtime rt(Device::cpu());
+  const model::Weights from_disk(model::WeightFiles(model::find_model_files(dir.path.string())), params, rt, DType::f32,
+                                 false, nullptr);
+  const model::Weights in_memory = model::Weights::random(params, rt, DType::f32, 42);
+  CHECK(in_memory.count() == from_disk.count());
+  double worst = 0;
+  for (const auto& p : params) {
+    const Tensor a = from_disk.get(p.name), b = in_memory.get(p.name);
+    for (std::int64_t i = 0; i < a.numel(); ++i)
+      worst = std::max(worst, static_cast<double>(std::fabs(a.ptr<float>()[i] - b.ptr<float>()[i])));
+  }
+  CHECK(worst < 1e-6);
+  CHECK(from_disk.get("mid_block.resnets.0.norm1.weight").ptr<float>()[0] != 0.f);
+}
+
+TEST_CASE("attention through GEMMs + softmax equals the streaming kernel (the CUDA choice for long sequences)") {
+  Runtime rt(Device::cpu());
+  const std::int64_t r = 3, h = 2, lq = 70, lk = 90, d = 16;
+  OwnedTensor q = rt.arena().empty(DType::f32, {r, lq, h * d}), k = rt.arena().empty(DType::f32, {r, lk, h * d}),
+              v = rt.arena().empty(DType::f32, {r, lk, h * d});
+  ops::normal(rt.ctx(), q, 9, 0, 0);
+  ops::normal(rt.ctx(), k, 9, 1, 0);
+  ops::normal(rt.ctx(), v, 9, 2, 0);
+  OwnedTensor a = rt.arena().empty(DType::f32, {r, lq, h * d}), b = rt.arena().empty(DType::f32, {r, lq, h * d});
+  ops::AttentionParams p;
+  p.scale = 0.25f;
+  model::attend(rt.ctx(), model::split_heads(q, h), model::split_heads(k, h), model::split_heads(v, h),
+                model::split_heads(a, h), p, model::AttentionPath::kernel);
+  model::attend(rt.ctx(), model::split_heads(q, h), model::split_heads(k, h), model::split_heads(v, h),
+                model::split_heads(b, h), p, model::AttentionPath::gemm);
+  double worst = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(a.ptr<float>()[i] - b.ptr<float>()[i])));
+  CHECK(worst < 1e-5);
+  p.band_lo = -2;
+  p.band_hi = 2;
+  CHECK_THROWS_AS(model::attend(rt.ctx(), model::split_heads(q, h), model::split_heads(k, h), model::split_heads(v, h),
+                                model::split_heads(b, h), p, model::AttentionPath::gemm),
+                  Error);
 }

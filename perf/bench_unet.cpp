@@ -1,0 +1,137 @@
+// One UNet call (CFG batch 2) with random weights of a preset's shape: time, FLOPs (counted from
+// the layout, model/flops.hpp), achieved TFLOP/s and, on a GPU with a known peak, MFU.
+//   CPU:  the small preset, 8 frames at a 32 x 32 latent, f32
+//   CUDA: the vc2 preset at 320 x 512 (40 x 64 latent), 24 frames, bf16 and f16 (model-spec §8:
+//         ~37.6 TFLOP per call with the text K/V projected once per batch element)
+//   --vinf_suite=smoke: the tiny preset on small inputs, to check that the harness runs.
+//
+//   vinf_bench_unet [--vinf_suite=bench|smoke] [--vinf_devices=cpu,cuda] [Google Benchmark flags]
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "model/flops.hpp"
+#include "model/presets.hpp"
+#include "model/unet3d.hpp"
+#include "ops/random.hpp"
+#include "ops/runtime.hpp"
+
+#if VINF_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+using namespace vinf;
+
+namespace {
+
+struct Shape5 {
+  std::int64_t b, f, h, w, tokens;
+};
+
+struct Setup {
+  std::string preset;
+  Device device;
+  DType dtype;
+  Shape5 in;
+};
+
+// Nominal dense 16-bit tensor-core peak of the GPU, TFLOP/s; 0 when the model is not known.
+double gpu_peak_tflops(std::string* name) {
+#if VINF_WITH_CUDA
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return 0;
+  *name = p.name;
+  const std::string n = p.name;
+  if (n.find("H100") != std::string::npos && n.find("PCIe") != std::string::npos) return 756;
+  if (n.find("H100") != std::string::npos || n.find("H200") != std::string::npos || n.find("H800") != std::string::npos)
+    return 989.4;
+  if (n.find("A100") != std::string::npos) return 312;
+#else
+  (void)name;
+#endif
+  return 0;
+}
+
+void unet_call(benchmark::State& state, const Setup& s) {
+  Runtime rt(s.device);
+  const model::UNetConfig c = model::preset_config(s.preset);
+  const model::UNet3D unet(c, model::Weights::random(model::unet_parameters(c), rt, s.dtype, 1));
+  const Shape sample_shape{s.in.b, c.in_channels, s.in.f, s.in.h, s.in.w};
+  OwnedTensor sample = rt.arena().empty(DType::f32, sample_shape);
+  OwnedTensor text = rt.arena().empty(DType::f32, {s.in.b, s.in.tokens, c.cross_attention_dim});
+  OwnedTensor out = rt.arena().empty(DType::f32, {s.in.b, c.out_channels, s.in.f, s.in.h, s.in.w});
+  ops::normal(rt.ctx(), sample, 2, 0, 0);
+  ops::normal(rt.ctx(), text, 2, 1, 0);
+  model::PlainTemporalContext plain;
+  unet.forward(rt.ctx(), sample, 999, 24, text, out, plain);  // warm-up: plans, arena blocks
+  rt.synchronize();
+  rt.arena().reset_peak();
+  for (auto _ : state) {
+    unet.forward(rt.ctx(), sample, 999, 24, text, out, plain);
+    rt.synchronize();
+  }
+  const double flops = model::unet_flops(c, s.in.b, s.in.f, s.in.h, s.in.w, s.in.tokens).total();
+  state.counters["TFLOP/call"] = flops / 1e12;
+  state.counters["TFLOP/s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak GiB"] = static_cast<double>(rt.arena().stats().peak_in_use) / (1u << 30);
+  state.counters["weights GiB"] = static_cast<double>(unet.weights().bytes()) / (1u << 30);
+  if (s.device.is_cuda()) {
+    std::string gpu;
+    const double peak = gpu_peak_tflops(&gpu);
+    if (peak > 0) state.counters["MFU"] = benchmark::Counter(flops / 1e12 / peak, benchmark::Counter::kIsIterationInvariantRate);
+    state.SetLabel(gpu);
+  }
+}
+
+std::string flag_value(int& argc, char** argv, const std::string& name, const std::string& fallback) {
+  std::string value = fallback;
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--" + name + "=", 0) == 0) value = a.substr(name.size() + 3);
+    else argv[out++] = argv[i];
+  }
+  argc = out;
+  return value;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string suite = flag_value(argc, argv, "vinf_suite", "bench");
+  const std::string devices = flag_value(argc, argv, "vinf_devices", "cpu,cuda");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+
+  static std::vector<Setup> setups;
+  const bool cpu = devices.find("cpu") != std::string::npos;
+  const bool gpu = devices.find("cuda") != std::string::npos && cuda_device_count() > 0;
+  if (suite == "smoke") {
+    if (cpu) setups.push_back({"tiny", Device::cpu(), DType::f32, {2, 4, 8, 8, 8}});
+    if (gpu) setups.push_back({"tiny", Device::cuda(0), DType::bf16, {2, 4, 8, 8, 8}});
+  } else {
+    if (cpu) setups.push_back({"small", Device::cpu(), DType::f32, {2, 8, 32, 32, 77}});
+    if (gpu) {
+      setups.push_back({"small", Device::cuda(0), DType::bf16, {2, 24, 40, 64, 77}});
+      setups.push_back({"vc2", Device::cuda(0), DType::bf16, {2, 24, 40, 64, 77}});
+      setups.push_back({"vc2", Device::cuda(0), DType::f16, {2, 24, 40, 64, 77}});
+    }
+  }
+  if (devices.find("cuda") != std::string::npos && !gpu)
+    std::cout << "cuda: skipped (" << (built_with_cuda() ? "no GPU visible" : "built without CUDA") << ")\n";
+  for (const Setup& s : setups) {
+    const std::string name = "unet_call/" + s.preset + " [" + (s.device.is_cpu() ? "cpu" : "cuda") + " " +
+                             dtype_name(s.dtype) + "] B" + std::to_string(s.in.b) + " F" + std::to_string(s.in.f) +
+                             " " + std::to_string(s.in.h) + "x" + std::to_string(s.in.w);
+    benchmark::RegisterBenchmark(name.c_str(), [&s](benchmark::State& st) { unet_call(st, s); })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(suite == "smoke" ? 0.001 : 2.0);
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
