@@ -18,6 +18,7 @@
 #include "model/unet3d.hpp"
 #include "ops/random.hpp"
 #include "ops/runtime.hpp"
+#include "bench_flags.hpp"
 
 #if VINF_WITH_CUDA
 #include <cuda_runtime.h>
@@ -86,23 +87,11 @@ void unet_call(benchmark::State& state, const Setup& s) {
   }
 }
 
-std::string flag_value(int& argc, char** argv, const std::string& name, const std::string& fallback) {
-  std::string value = fallback;
-  int out = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind("--" + name + "=", 0) == 0) value = a.substr(name.size() + 3);
-    else argv[out++] = argv[i];
-  }
-  argc = out;
-  return value;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string suite = flag_value(argc, argv, "vinf_suite", "bench");
-  const std::string devices = flag_value(argc, argv, "vinf_devices", "cpu,cuda");
+  const std::string suite = bench::take_flag(argc, argv, "vinf_suite", "bench");
+  const std::string devices = bench::take_flag(argc, argv, "vinf_devices", "cpu,cuda");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
 

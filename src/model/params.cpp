@@ -81,7 +81,8 @@ std::vector<ParamSpec> unet_parameters(const UNetConfig& c) {
   g.transformer("transformer_in", c0, UNetConfig::kTransformerInHeads * c.attention_head_dim,
                 UNetConfig::kTransformerInHeads * c.attention_head_dim);
   const UNetLayout l = unet_layout(c);
-  for (const BlockLayout& b : l.down) {
+  // resnet, temporal conv and (cross blocks) both transformers of every layer, then the resampler.
+  auto block = [&](const BlockLayout& b, const char* resampler) {
     const std::int64_t ch = b.out_channels;
     for (std::size_t j = 0; j < b.resnet_in.size(); ++j) {
       const std::string k = dot_index(j);
@@ -92,8 +93,9 @@ std::vector<ParamSpec> unet_parameters(const UNetConfig& c) {
         g.transformer(b.prefix + ".temp_attentions" + k, ch, ch, ch);
       }
     }
-    if (b.resample) g.conv(b.prefix + ".downsamplers.0.conv", ch, ch, 3);
-  }
+    if (b.resample) g.conv(b.prefix + resampler, ch, ch, 3);
+  };
+  for (const BlockLayout& b : l.down) block(b, ".downsamplers.0.conv");
   const std::int64_t m = l.mid_channels;
   g.resnet("mid_block.resnets.0", m, m, e);
   g.resnet("mid_block.resnets.1", m, m, e);
@@ -101,19 +103,7 @@ std::vector<ParamSpec> unet_parameters(const UNetConfig& c) {
   g.temporal_conv("mid_block.temp_convs.1", m);
   g.transformer("mid_block.attentions.0", m, m, kv);
   g.transformer("mid_block.temp_attentions.0", m, m, m);
-  for (const BlockLayout& b : l.up) {
-    const std::int64_t ch = b.out_channels;
-    for (std::size_t j = 0; j < b.resnet_in.size(); ++j) {
-      const std::string k = dot_index(j);
-      g.resnet(b.prefix + ".resnets" + k, b.resnet_in[j], ch, e);
-      g.temporal_conv(b.prefix + ".temp_convs" + k, ch);
-      if (b.cross) {
-        g.transformer(b.prefix + ".attentions" + k, ch, ch, kv);
-        g.transformer(b.prefix + ".temp_attentions" + k, ch, ch, ch);
-      }
-    }
-    if (b.resample) g.conv(b.prefix + ".upsamplers.0.conv", ch, ch, 3);
-  }
+  for (const BlockLayout& b : l.up) block(b, ".upsamplers.0.conv");
   g.affine("conv_norm_out", c0);
   g.conv("conv_out", c.out_channels, c0, 3);
   return out;

@@ -2,22 +2,7 @@
 # The vinf command line: help, version, exit codes and messages for bad input.
 set -u
 vinf=$1
-fails=0
-
-expect() {  # expect <exit code> <text the output must contain> -- command...
-  local want_rc=$1 want_text=$2
-  shift 3
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$want_rc" ]; then
-    echo "FAIL: '$*' exited $rc, expected $want_rc"; echo "$out" | head -20; fails=$((fails + 1))
-  elif [[ "$out" != *"$want_text"* ]]; then
-    echo "FAIL: '$*' output lacks '$want_text'"; echo "$out" | head -20; fails=$((fails + 1))
-  else
-    echo "ok: $* -> $rc"
-  fi
-}
+. "$(dirname "$0")/expect.sh"
 
 expect 0 "usage: vinf <command>" -- "$vinf" --help
 expect 2 "usage: vinf <command>" -- "$vinf"

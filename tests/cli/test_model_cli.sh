@@ -6,22 +6,7 @@ set -u
 vinf=$1 tool=$2 fixture=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-fails=0
-
-expect() {  # expect <exit code> <text the output must contain> -- command...
-  local want_rc=$1 want_text=$2
-  shift 3
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$want_rc" ]; then
-    echo "FAIL: '$*' exited $rc, expected $want_rc"; echo "$out" | tail -20; fails=$((fails + 1))
-  elif [[ "$out" != *"$want_text"* ]]; then
-    echo "FAIL: '$*' output lacks '$want_text'"; echo "$out" | tail -20; fails=$((fails + 1))
-  else
-    echo "ok: $* -> $rc"
-  fi
-}
+. "$(dirname "$0")/expect.sh"
 
 inputs=$fixture/inputs.safetensors
 ref=$fixture/ref_plain.safetensors

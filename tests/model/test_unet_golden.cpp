@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../support.hpp"
+#include "core/error.hpp"
 #include "io/safetensors.hpp"
 #include "model/unet3d.hpp"
 #include "ops/elementwise.hpp"
@@ -97,4 +98,35 @@ TEST_CASE("golden: the fps embedding is live and matches diffusers without it") 
   const Tensor nofps = g.ref.tensor("noise_pred_nofps.t900");
   CHECK(max_abs_diff(without, nofps) < 1e-4);
   CHECK(max_abs_diff(with, nofps) > 0.1);  // diffusers' two outputs differ by up to 0.46
+}
+
+TEST_CASE("latent sizes that are not multiples of the downsampling factor run: upsampling goes to the skip's size") {
+  Runtime rt(Device::cpu());
+  const model::UNet3D unet = load_tiny(rt, DType::f32);
+  for (const Shape& shape : {Shape{1, 4, 3, 7, 5}, Shape{2, 4, 1, 9, 9}}) {
+    OwnedTensor sample = rt.arena().empty(DType::f32, shape), text = rt.arena().empty(DType::f32, {shape[0], 8, 32});
+    OwnedTensor out = rt.arena().empty(DType::f32, shape);
+    ops::fill(rt.ctx(), sample, 0.5);
+    ops::fill(rt.ctx(), text, -0.25);
+    ops::fill(rt.ctx(), out, NAN);
+    model::PlainTemporalContext plain;
+    std::vector<std::string> seen;
+    unet.forward(rt.ctx(), sample, 400, 24, text, out, plain, [&](const std::string& name, const Tensor& t) {
+      if (name == "down_blocks.0") CHECK(t.shape == Shape{shape[0] * shape[2], 32, (shape[3] + 1) / 2, (shape[4] + 1) / 2});
+      if (name == "up_blocks.0") CHECK(t.shape == Shape{shape[0] * shape[2], 64, shape[3], shape[4]});
+      seen.push_back(name);
+    });
+    CHECK(seen.size() > 10);
+    bool finite = true;
+    for (std::int64_t i = 0; i < out.numel(); ++i) finite = finite && std::isfinite(out.ptr<float>()[i]);
+    CHECK(finite);
+  }
+  // Inputs that do not fit the model are refused with what was expected.
+  OwnedTensor bad = rt.arena().empty(DType::f32, {1, 3, 2, 8, 8}), text = rt.arena().empty(DType::f32, {1, 8, 32});
+  OwnedTensor out = rt.arena().empty(DType::f32, {1, 4, 2, 8, 8});
+  model::PlainTemporalContext plain;
+  CHECK_THROWS_WITH_AS(unet.forward(rt.ctx(), bad, 1, 24, text, out, plain), doctest::Contains("the UNet takes a sample (B, 4, F, H, W)"),
+                       InputError);
+  OwnedTensor good = rt.arena().empty(DType::f32, {1, 4, 2, 8, 8}), wide = rt.arena().empty(DType::f32, {1, 8, 16});
+  CHECK_THROWS_WITH_AS(unet.forward(rt.ctx(), good, 1, 24, wide, out, plain), doctest::Contains("(B = 1, L, 32)"), InputError);
 }
