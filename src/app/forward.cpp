@@ -105,7 +105,8 @@ int forward(const std::vector<std::string>& args) {
       "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
       "dtype", po::value(&dtype_opt)->default_value(dtype_opt), "compute dtype: f32 | f16 | bf16 (16-bit on CUDA only)")(
       "vi.mode", po::value(&vi_mode)->default_value(vi_mode),
-      "Video-Infinity mode: invariant | compat | off (off = the plain diffusers model on each clip)")(
+      "Video-Infinity mode: invariant | compat | off (off = the plain diffusers model on each clip; "
+      "this version has only off)")(
       "ignore-unexpected-weights", po::bool_switch(&ignore_unexpected),
       "load a weight file that holds tensors the model does not use (they are listed as a warning)");
   po::variables_map vm;
