@@ -1,5 +1,7 @@
 #include "mpi/session.hpp"
 
+#include <exception>
+
 #include "core/error.hpp"
 #include "mpi/check.hpp"
 #include "ops/runtime.hpp"
@@ -21,6 +23,9 @@ Session::Session(int* argc, char*** argv) {
 }
 
 Session::~Session() {
+  // Unwinding from an error: leave MPI to the fatal path, which aborts every rank. Finalising
+  // here would wait for ranks that are still inside a collective.
+  if (std::uncaught_exceptions() > 0) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();

@@ -33,4 +33,20 @@ if [ "$n" -gt 1 ]; then
     echo "FAIL: $((n - 1)) frames over $n ranks: exit $rc"; echo "$out" | tail -5; fails=$((fails + 1))
   fi
 fi
+# A bad input on one rank only (the last gets a model directory that does not exist) ends every
+# rank with that rank's message and status 2, while the others wait in a collective: no hang.
+if [ "$n" -gt 1 ]; then
+  cat > "$work/one_bad_rank.sh" <<WRAP
+#!/usr/bin/env bash
+m="$fixture"
+[ "\${OMPI_COMM_WORLD_RANK:-0}" = "$((n - 1))" ] && m="$work/no-such-model"
+exec "$vinf" forward --model "\$m" --inputs "$inputs" --out "$work/bad.safetensors" --vi.mode off --device cpu
+WRAP
+  chmod +x "$work/one_bad_rank.sh"
+  out=$(timeout 120 "$mpiexec" -np "$n" "$work/one_bad_rank.sh" 2>&1)
+  rc=$?
+  if [ "$rc" -ne 2 ] || [[ "$out" != *"no-such-model does not exist (rank $((n - 1)))"* ]] || [ -e "$work/bad.safetensors" ]; then
+    echo "FAIL: one bad rank of $n: exit $rc (want 2)"; echo "$out" | tail -5; fails=$((fails + 1))
+  fi
+fi
 [ "$fails" -eq 0 ] && echo "forward over $n rank(s) matches the per-clip runs" || exit 1
