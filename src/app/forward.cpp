@@ -80,12 +80,6 @@ ForwardInputs read_inputs(const io::SafetensorsFile& f, const model::UNetConfig&
   return in;
 }
 
-std::string mib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
-  return buf;
-}
-
 }  // namespace
 
 int forward(const std::vector<std::string>& args) {
@@ -153,7 +147,7 @@ int forward(const std::vector<std::string>& args) {
   model::UNet3D unet(config, model::Weights(wf, params, rt, dtype, ignore_unexpected, &warnings));
   for (const std::string& w : warnings) log("warning: " + w);
   log("model " + files.dir + ": " + std::to_string(unet.weights().count()) + " parameters, " +
-      mib(static_cast<double>(unet.weights().bytes())) + " as " + dtype_name(dtype) + " on " + device.name() +
+      format_mib(static_cast<double>(unet.weights().bytes())) + " as " + dtype_name(dtype) + " on " + device.name() +
       " (loaded in " + std::to_string(seconds_since(t_load)).substr(0, 5) + " s)");
   log(std::to_string(ranks) + " rank(s), " + std::to_string(frames) + " frames, " +
       std::to_string(f1 - f0) + (ranks > 1 ? " frames on rank 0" : " frames per call") + ", " +
@@ -202,8 +196,8 @@ int forward(const std::vector<std::string>& args) {
     log("t=" + std::to_string(t) + ": " + std::to_string(secs).substr(0, 6) + " s");
   }
   const double peak = mpi.max(static_cast<double>(rt.arena().stats().peak_in_use));
-  log("peak memory " + mib(peak) + " per rank (max over ranks; the weights are " +
-      mib(static_cast<double>(unet.weights().bytes())) + " of it)");
+  log("peak memory " + format_mib(peak) + " per rank (max over ranks; the weights are " +
+      format_mib(static_cast<double>(unet.weights().bytes())) + " of it)");
   if (root) {
     std::vector<io::TensorToWrite> out;
     std::string ts_list;

@@ -26,12 +26,6 @@ std::string grouped(std::int64_t n) {  // 1413284420 -> "1,413,284,420"
   return out;
 }
 
-std::string mib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
-  return buf;
-}
-
 int inspect_model(const std::string& dir) {
   const model::ModelFiles files = model::find_model_files(dir);
   std::vector<std::string> warnings;
@@ -41,7 +35,7 @@ int inspect_model(const std::string& dir) {
   std::uintmax_t disk = 0;
   for (const std::string& f : files.weights) disk += std::filesystem::file_size(f);
   std::cout << "model " << files.dir << " (UNet3DConditionModel, " << files.weights.size() << " weight file"
-            << (files.weights.size() == 1 ? "" : "s") << ", " << mib(static_cast<double>(disk)) << " on disk)\n  channels";
+            << (files.weights.size() == 1 ? "" : "s") << ", " << format_mib(static_cast<double>(disk)) << " on disk)\n  channels";
   for (int ch : c.block_out_channels) std::cout << " " << ch;
   std::cout << "; " << c.layers_per_block << " layer(s) per block; heads of " << c.attention_head_dim
             << " channels; cross_attention_dim " << c.cross_attention_dim << "; " << c.norm_num_groups
@@ -64,11 +58,11 @@ int inspect_model(const std::string& dir) {
   std::printf("  %-22s %8zu %16s\n", "total", params.size(), grouped(total).c_str());
   std::cout << "  stored as";
   for (const auto& [dt, n] : stored) std::cout << " " << dt << " (" << n << " tensors)";
-  std::cout << "\n  weights in memory: " << mib(4.0 * total) << " as f32, " << mib(2.0 * total) << " as f16/bf16\n";
+  std::cout << "\n  weights in memory: " << format_mib(4.0 * total) << " as f32, " << format_mib(2.0 * total) << " as f16/bf16\n";
   try {
     model::check_weights(wf, params, false, nullptr);
     std::cout << "  check: every parameter the config implies is present with its shape; nothing else\n";
-  } catch (const InputError& e) {
+  } catch (const InputError&) {
     std::cout << "  check: FAILED\n";
     throw;
   }
@@ -97,13 +91,7 @@ int inspect(const std::vector<std::string>& args) {
   po::positional_options_description pos;
   pos.add("path", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::cerr << "vinf: error: " << e.what() << "\n(see vinf inspect --help)\n";
-    return 2;
-  }
+  if (!parse_options(args, opts, vm, &pos)) return 2;
   if (vm.count("help")) {
     std::cout << opts;
     return 0;

@@ -1,4 +1,5 @@
 // vinf: long-video generation with Video-Infinity on GPU clusters. One binary, subcommands.
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iostream>
@@ -14,15 +15,25 @@ namespace po = boost::program_options;
 
 namespace vinf::app {
 
-bool parse_options(const std::vector<std::string>& args, const po::options_description& opts, po::variables_map& vm) {
+bool parse_options(const std::vector<std::string>& args, const po::options_description& opts, po::variables_map& vm,
+                   const po::positional_options_description* positional) {
   try {
-    po::store(po::command_line_parser(args).options(opts).run(), vm);
+    po::command_line_parser parser(args);
+    parser.options(opts);
+    if (positional) parser.positional(*positional);
+    po::store(parser.run(), vm);
     po::notify(vm);
     return true;
   } catch (const po::error& e) {
     std::cerr << "vinf: error: " << e.what() << "\n(see --help)\n";
     return false;
   }
+}
+
+std::string format_mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return buf;
 }
 
 namespace {
