@@ -10,16 +10,16 @@
 namespace vinf::model {
 
 void TemporalContext::group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                 const Tensor& y, const ops::GroupNormParams& p, int halo, const std::string& module) {
-  (void)module;
-  VINF_CHECK(halo == 0, "the plain temporal context gives no halo frames, yet ", module, " has ", halo);
+                                 const Tensor& y, const ops::GroupNormParams& p, Halo halo, const std::string& module) {
+  VINF_CHECK(halo.total() == 0, "the plain temporal context gives no halo frames, yet ", module, " has ", halo.total());
   ops::group_norm(ctx, x, gamma, beta, y, p);
 }
 
-void TemporalContext::fill_conv_halo(ExecContext& ctx, const Tensor& padded, int halo, const std::string& module) {
+void TemporalContext::fill_conv_halo(ExecContext& ctx, const Tensor& padded, Halo halo, const std::string& module) {
   (void)ctx;
   (void)padded;
-  VINF_CHECK(halo == 0, "the plain temporal context gives no halo frames, yet ", module, " asked for ", halo);
+  VINF_CHECK(halo.total() == 0, "the plain temporal context gives no halo frames, yet ", module, " asked for ",
+             halo.total());
 }
 
 void TemporalContext::attention(ExecContext& ctx, const AttentionWeights& w, const Tensor& x, const Tensor& out,

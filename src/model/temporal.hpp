@@ -24,6 +24,12 @@ struct AttentionWeights {
   int head_dim = 1;
 };
 
+// Frames of outside context around a clip: `left` before its first frame, `right` after its last.
+struct Halo {
+  int left = 0, right = 0;
+  int total() const { return left + right; }
+};
+
 class TemporalContext {
  public:
   virtual ~TemporalContext() = default;
@@ -31,17 +37,17 @@ class TemporalContext {
   // Called at the start of every UNet call with its integer timestep.
   virtual void begin_call(std::int64_t timestep) { (void)timestep; }
 
-  // GroupNorm over a clip: x and y are (B, C, T, S) views (frames T, pixels S). `halo` frames at
-  // each end of T are context from outside the clip (TemporalConvLayer padding), not own frames.
+  // GroupNorm over a clip: x and y are (B, C, T, S) views (frames T, pixels S). The `halo` frames
+  // at the ends of T are context from outside the clip (TemporalConvLayer padding), not own frames.
   virtual void group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
-                          const ops::GroupNormParams& p, int halo, const std::string& module);
+                          const ops::GroupNormParams& p, Halo halo, const std::string& module);
 
-  // Frames of context a TemporalConvLayer gets on each side (0: none; the convolution then pads
-  // with zeros as the plain model does).
-  virtual int conv_halo() const { return 0; }
-  // Fills the `halo` frames at both ends of padded (B, C, F + 2 halo, S); the clip's own frames
-  // are already in the middle.
-  virtual void fill_conv_halo(ExecContext& ctx, const Tensor& padded, int halo, const std::string& module);
+  // Frames of context a TemporalConvLayer gets on each side (none: the convolution pads with
+  // zeros as the plain model does).
+  virtual Halo conv_halo() const { return {}; }
+  // Fills the halo frames at the ends of padded (B, C, halo.left + F + halo.right, S); the clip's
+  // own frames are already in the middle.
+  virtual void fill_conv_halo(ExecContext& ctx, const Tensor& padded, Halo halo, const std::string& module);
 
   // One temporal self-attention: x (R, F, inner) holds R = B * H * W sequences of the clip's F
   // frames; writes out (R, F, inner), the heads merged, before to_out.

@@ -110,14 +110,14 @@ class Forward {
   // context's halo frames (if any) around the clip and cropped after the last conv.
   Act temporal_conv(const Act& x, const std::string& p) const {
     observe(p + ".in", *x);
-    const int halo = tc_.conv_halo();
+    const Halo halo = tc_.conv_halo();
     const std::int64_t ch = x->size(1), hh = x->size(2), ww = x->size(3);
-    const std::int64_t fp = f_ + 2 * halo;
+    const std::int64_t fp = f_ + halo.total();
     Act cur = x;
-    if (halo > 0) {
+    if (halo.total() > 0) {
       cur = empty({b_ * fp, ch, hh, ww});
       const Tensor frames = cur->reshape({b_, fp, ch, hh * ww});
-      ops::copy(ctx_, x->reshape({b_, f_, ch, hh * ww}), frames.slice(1, halo, f_));
+      ops::copy(ctx_, x->reshape({b_, f_, ch, hh * ww}), frames.slice(1, halo.left, f_));
       tc_.fill_conv_halo(ctx_, clip(*cur), halo, p);
     }
     for (int s = 1; s <= 4; ++s) {
@@ -131,7 +131,7 @@ class Forward {
       cur = y;
     }
     Act out = empty(x->shape);
-    const Tensor own = halo > 0 ? cur->reshape({b_, fp, ch, hh * ww}).slice(1, halo, f_) : cur->reshape({b_, f_, ch, hh * ww});
+    const Tensor own = cur->reshape({b_, fp, ch, hh * ww}).slice(1, halo.left, f_);
     ops::add(ctx_, x->reshape({b_, f_, ch, hh * ww}), own, out->reshape({b_, f_, ch, hh * ww}));
     observe(p + ".out", *out);
     return out;
@@ -149,10 +149,13 @@ class Forward {
     return a;
   }
 
-  // x += to_out(attention): the residual step of both attentions of a transformer block.
-  void add_projected(const Tensor& x, const Tensor& attn, const AttentionWeights& a) const {
+  // x += to_out(attention): the residual step of both attentions of a transformer block. The
+  // projected attention output is observed as `<module>.out` when a module name is given.
+  void add_projected(const Tensor& x, const Tensor& attn, const AttentionWeights& a, const std::string& module = {},
+                     const Shape& observed_shape = {}) const {
     Act y = empty(x.shape);
     ops::linear(ctx_, attn, a.to_out_weight, &a.to_out_bias, *y);
+    if (!module.empty()) observe(module + ".out", y->reshape(observed_shape));
     ops::add(ctx_, x, *y, x);
   }
 
@@ -243,7 +246,7 @@ class Forward {
     {
       Act normed = empty(x->shape);
       tc_.group_norm(ctx_, clip(*x), w(p + ".norm.weight"), w(p + ".norm.bias"), clip(*normed),
-                     {c_.norm_num_groups, 1e-6f, ops::Activation::none}, 0, p + ".norm");
+                     {c_.norm_num_groups, 1e-6f, ops::Activation::none}, Halo{}, p + ".norm");
       ops::copy(ctx_, normed->reshape({b_, f_, ch, s}).permute({0, 3, 1, 2}), *seq);
     }
     Act hs = empty({rows * f_, inner});
@@ -254,9 +257,10 @@ class Forward {
       const AttentionWeights a = attention_weights(blk + attn, heads);
       Act nrm = layer_norm(*hs, blk + (attn[5] == '1' ? ".norm1" : ".norm2"));
       Act out = empty({rows, f_, inner});
+      observe(blk + attn + ".in", nrm->reshape({rows, f_, inner}));
       tc_.attention(ctx_, a, nrm->reshape({rows, f_, inner}), *out, blk + attn);
       nrm.reset();
-      add_projected(*hs, out->reshape({rows * f_, inner}), a);
+      add_projected(*hs, out->reshape({rows * f_, inner}), a, blk + attn, {rows, f_, inner});
     }
     feed_forward(*hs, blk);
     Act y = empty({b_, s, f_, ch});

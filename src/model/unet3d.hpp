@@ -27,7 +27,9 @@ class UNet3D {
   // Sees module outputs as the forward pass makes them: "time_embedding" [B, 4 C0], and in the
   // frame-major layout "conv_in", "transformer_in", "down_blocks.<i>", "mid_block", "up_blocks.<i>",
   // "conv_norm_out" (before its SiLU), "conv_out", plus "<module>.in" / "<module>.out" of every
-  // TemporalConvLayer and TransformerTemporalModel. The tensors are valid only during the call.
+  // TemporalConvLayer, TransformerTemporalModel and temporal attention ("<...>.attn1" input after
+  // its LayerNorm and output after to_out, (B*H*W, F, inner)). The tensors are valid only during
+  // the call.
   using Observer = std::function<void(const std::string& name, const Tensor& t)>;
 
   // sample (B, in_channels, F, H, W), text (B, L, cross_attention_dim), out (B, out_channels, F, H,

@@ -11,7 +11,10 @@ namespace vinf::mpi {
 Session::Session(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (!initialized) VINF_CHECK_MPI(MPI_Init(argc, argv));
+  // MPI_THREAD_MULTIPLE lets the communication watchdog call MPI_Abort from its own thread; with
+  // less it ends the process instead (mpirun/srun then end the others).
+  int provided = 0;
+  if (!initialized) VINF_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   VINF_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   VINF_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));

@@ -19,7 +19,9 @@ expect 0 "peak memory" -- "$vinf" forward --model "$fixture" --inputs "$inputs" 
 # Options and inputs.
 expect 0 "--vi.mode" -- "$vinf" forward --help
 expect 2 "--model is required" -- "$vinf" forward --inputs "$inputs" --out "$work/z.safetensors"
-expect 2 "--vi.mode invariant needs the Video-Infinity temporal layer" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors"
+# The default mode is invariant: it runs (one clip, so no bytes move) and says so.
+expect 0 "--vi.mode invariant, 1 clip(s)" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/inv.safetensors"
+expect 2 "cannot read $work/none.json" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --import-vi-config "$work/none.json"
 expect 2 "--vi.mode must be invariant, compat or off, got 'sideways'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode sideways
 expect 2 "--dtype must be f32, f16 or bf16, got 'f8'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off --dtype f8
 expect 2 "--device must be auto, cpu or cuda, got 'tpu'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off --device tpu

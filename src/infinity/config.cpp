@@ -1,0 +1,193 @@
+#include "infinity/config.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace vinf::infinity {
+
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::off: return "off";
+    case Mode::compat: return "compat";
+    case Mode::invariant: return "invariant";
+  }
+  return "?";
+}
+
+void Config::biases(std::int64_t t, float& local, float& global) const {
+  local = global = 0.f;
+  if (!dynamic_bias) return;
+  if (t < local_phase.t) {
+    local += local_phase.local_bias;
+    global += local_phase.global_bias;
+  }
+  if (t >= global_phase.t) {
+    local += global_phase.local_bias;
+    global += global_phase.global_bias;
+  }
+}
+
+void Options::add_to(po::options_description& opts) {
+  Config& v = values;
+  opts.add_options()(
+      "vi.mode", po::value(&mode)->default_value(mode),
+      "Video-Infinity mode: invariant (the result does not depend on the number of ranks), compat (reproduces "
+      "the released code: zero halos at the video ends, per-rank global frames and GroupNorm statistics), or off "
+      "(the plain model on each clip, no communication)")(
+      "vi.local-frames", po::value(&v.local_frames)->default_value(v.local_frames),
+      "p: attention window half-width in frames, taken from each neighbouring clip")(
+      "vi.global-frames", po::value(&v.global_frames)->default_value(v.global_frames),
+      "G: frames sampled across the video that every frame attends to")(
+      "vi.conv-halo", po::value(&v.conv_halo)->default_value(v.conv_halo),
+      "c: frames of each neighbouring clip around a temporal-conv layer")(
+      "vi.attn-scale", po::value(&v.attn_scale)->default_value(v.attn_scale), "factor on the attention logits")(
+      "vi.token-num-scale", po::value(&v.token_num_scale)->default_value(v.token_num_scale)->implicit_value(true),
+      "scale each query's logits by log(visible keys) / log(16)")(
+      "vi.dynamic-bias", po::value(&v.dynamic_bias)->default_value(v.dynamic_bias)->implicit_value(true),
+      "add the phase biases below to the local / global columns")(
+      "vi.local-phase-t", po::value(&v.local_phase.t)->default_value(v.local_phase.t),
+      "local phase: applies while t < this")(
+      "vi.local-phase-local-bias", po::value(&v.local_phase.local_bias)->default_value(v.local_phase.local_bias), "")(
+      "vi.local-phase-global-bias", po::value(&v.local_phase.global_bias)->default_value(v.local_phase.global_bias), "")(
+      "vi.global-phase-t", po::value(&v.global_phase.t)->default_value(v.global_phase.t),
+      "global phase: applies while t >= this")(
+      "vi.global-phase-local-bias", po::value(&v.global_phase.local_bias)->default_value(v.global_phase.local_bias), "")(
+      "vi.global-phase-global-bias", po::value(&v.global_phase.global_bias)->default_value(v.global_phase.global_bias),
+      "")("vi.sync-groupnorm", po::value(&v.sync_groupnorm)->default_value(v.sync_groupnorm)->implicit_value(true),
+          "compat mode: the paper's synchronised temporal GroupNorm (mean of per-rank means, variance about it); "
+          "invariant mode always uses whole-video statistics")(
+      "vi.halo", po::value(&halo)->default_value(halo),
+      "x: exchange the attention input and project halo/global frames locally (half the bytes); kv: exchange K "
+      "and V as the released code does")(
+      "vi.exchange", po::value(&exchange)->default_value(exchange),
+      "three-round: global all-gather, then halos in pairs (0,1),(2,3)..., then (1,2),(3,4)...; fused: both "
+      "neighbours at once")(
+      "import-vi-config", po::value(&import_file),
+      "read the [vi] settings from the released code's JSON config (plugin_configs); options given on the "
+      "command line win");
+}
+
+Config Options::resolve(const po::variables_map& vm) const {
+  Config c;
+  if (!import_file.empty()) import_released_config(import_file, c);
+  auto given = [&](const char* name) { return vm.count(name) && !vm[name].defaulted(); };
+  // Command-line values on top of the imported ones.
+  const Config& v = values;
+  if (given("vi.local-frames") || import_file.empty()) c.local_frames = v.local_frames;
+  if (given("vi.global-frames") || import_file.empty()) c.global_frames = v.global_frames;
+  if (given("vi.conv-halo") || import_file.empty()) c.conv_halo = v.conv_halo;
+  if (given("vi.attn-scale") || import_file.empty()) c.attn_scale = v.attn_scale;
+  if (given("vi.token-num-scale") || import_file.empty()) c.token_num_scale = v.token_num_scale;
+  if (given("vi.dynamic-bias") || import_file.empty()) c.dynamic_bias = v.dynamic_bias;
+  if (given("vi.local-phase-t") || import_file.empty()) c.local_phase.t = v.local_phase.t;
+  if (given("vi.local-phase-local-bias") || import_file.empty()) c.local_phase.local_bias = v.local_phase.local_bias;
+  if (given("vi.local-phase-global-bias") || import_file.empty()) c.local_phase.global_bias = v.local_phase.global_bias;
+  if (given("vi.global-phase-t") || import_file.empty()) c.global_phase.t = v.global_phase.t;
+  if (given("vi.global-phase-local-bias") || import_file.empty()) c.global_phase.local_bias = v.global_phase.local_bias;
+  if (given("vi.global-phase-global-bias") || import_file.empty())
+    c.global_phase.global_bias = v.global_phase.global_bias;
+  c.sync_groupnorm = v.sync_groupnorm;
+
+  if (mode == "invariant") c.mode = Mode::invariant;
+  else if (mode == "compat") c.mode = Mode::compat;
+  else if (mode == "off") c.mode = Mode::off;
+  else VINF_INPUT_FAIL("--vi.mode must be invariant, compat or off, got '", mode, "'");
+  VINF_INPUT_CHECK(halo == "x" || halo == "kv", "--vi.halo must be x or kv, got '", halo, "'");
+  c.halo = halo == "x" ? HaloData::x : HaloData::kv;
+  VINF_INPUT_CHECK(exchange == "three-round" || exchange == "fused", "--vi.exchange must be three-round or fused, got '",
+                   exchange, "'");
+  c.exchange = exchange == "fused" ? ExchangePattern::fused : ExchangePattern::three_round;
+  VINF_INPUT_CHECK(c.local_frames >= 0, "--vi.local-frames must be >= 0, got ", c.local_frames);
+  VINF_INPUT_CHECK(c.global_frames >= 0, "--vi.global-frames must be >= 0, got ", c.global_frames);
+  VINF_INPUT_CHECK(c.conv_halo >= 0, "--vi.conv-halo must be >= 0, got ", c.conv_halo);
+  VINF_INPUT_CHECK(c.attn_scale > 0.f, "--vi.attn-scale must be > 0, got ", c.attn_scale);
+  VINF_INPUT_CHECK(!(c.sync_groupnorm && c.mode == Mode::invariant), "--vi.sync-groupnorm is a compat-mode option ",
+                   "(invariant mode always normalises over the whole video); drop it or use --vi.mode compat");
+  return c;
+}
+
+namespace {
+
+using nlohmann::json;
+
+template <class T>
+void take(const json& obj, const char* key, T& out, const std::string& where) {
+  if (!obj.contains(key)) return;
+  try {
+    out = obj.at(key).get<T>();
+  } catch (const json::exception&) {
+    VINF_INPUT_FAIL(where, ".", key, " has the wrong type: ", obj.at(key).dump());
+  }
+}
+
+void take_phase(const json& attn, const char* key, Phase& p, const std::string& where) {
+  if (!attn.contains(key) || attn.at(key).is_null()) return;
+  const json& ph = attn.at(key);
+  const std::string w = where + "." + key;
+  VINF_INPUT_CHECK(ph.is_object(), w, " must be an object {t, local_biase, global_biase}");
+  take(ph, "t", p.t, w);
+  take(ph, "local_biase", p.local_bias, w);
+  take(ph, "global_biase", p.global_bias, w);
+}
+
+}  // namespace
+
+void import_released_config(const std::string& path, Config& c) {
+  std::ifstream in(path);
+  VINF_INPUT_CHECK(in.good(), "--import-vi-config: cannot read ", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::exception& e) {
+    VINF_INPUT_FAIL(path, " is not valid JSON: ", e.what());
+  }
+  VINF_INPUT_CHECK(j.is_object() && j.contains("plugin_configs") && j["plugin_configs"].is_object(), path,
+                   " has no plugin_configs object (expected the released Video-Infinity config.json)");
+  const json& pc = j["plugin_configs"];
+  const std::string where = path + ": plugin_configs";
+  if (pc.contains("attn")) {
+    const json& a = pc["attn"];
+    const std::string w = where + ".attn";
+    VINF_INPUT_CHECK(a.is_object(), w, " must be an object");
+    take(a, "padding", c.local_frames, w);
+    take(a, "top_k", c.global_frames, w);
+    take(a, "attn_scale", c.attn_scale, w);
+    take(a, "token_num_scale", c.token_num_scale, w);
+    take(a, "dynamic_scale", c.dynamic_bias, w);
+    take_phase(a, "local_phase", c.local_phase, w);
+    take_phase(a, "global_phase", c.global_phase, w);
+    // A phase set to null switches the biases off in the released code.
+    if ((a.contains("local_phase") && a["local_phase"].is_null()) ||
+        (a.contains("global_phase") && a["global_phase"].is_null()))
+      c.dynamic_bias = false;
+  }
+  if (pc.contains("conv_layer")) {
+    VINF_INPUT_CHECK(pc["conv_layer"].is_object(), where, ".conv_layer must be an object");
+    take(pc["conv_layer"], "padding", c.conv_halo, where + ".conv_layer");
+  }
+}
+
+void check_partition(const Config& c, std::int64_t frames, int clips) {
+  if (c.mode == Mode::off) return;
+  VINF_INPUT_CHECK(frames % clips == 0, "--vi.mode ", mode_name(c.mode), ": ", frames, " frames cannot be split into ",
+                   clips, " equal clips; use a number of ranks that divides the frames (or frames divisible by ",
+                   clips, ")");
+  const std::int64_t per = frames / clips;
+  VINF_INPUT_CHECK(c.local_frames <= per, "--vi.local-frames ", c.local_frames, " is larger than the ", per,
+                   " frames per clip (", frames, " frames over ", clips, " clips); use at most ", per, " or fewer ranks");
+  VINF_INPUT_CHECK(c.conv_halo <= per, "--vi.conv-halo ", c.conv_halo, " is larger than the ", per,
+                   " frames per clip (", frames, " frames over ", clips, " clips); use at most ", per, " or fewer ranks");
+  VINF_INPUT_CHECK(c.mode != Mode::invariant || clips == 1 || c.conv_halo >= 4, "--vi.mode invariant needs ",
+                   "--vi.conv-halo >= 4 (the reach of the 4 temporal convolutions) to be exact; got ", c.conv_halo);
+  VINF_INPUT_CHECK(c.global_frames <= frames, "--vi.global-frames ", c.global_frames, " is larger than the video (",
+                   frames, " frames)");
+}
+
+}  // namespace vinf::infinity

@@ -1,0 +1,62 @@
+// Video-Infinity settings (design.md §2, §5: the `[vi]` section and `--vi.*` options), their
+// command-line form, the released code's JSON config, and the checks against a video's shape.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <string>
+
+namespace vinf::infinity {
+
+enum class Mode { off, compat, invariant };
+enum class HaloData { x, kv };            // what the halo and global rounds carry
+enum class ExchangePattern { three_round, fused };
+
+struct Phase {
+  std::int64_t t = 800;
+  float local_bias = 0.f, global_bias = 0.f;
+};
+
+struct Config {
+  Mode mode = Mode::invariant;
+  int local_frames = 8;    // p: attention halo on each side
+  int global_frames = 16;  // G
+  int conv_halo = 4;       // c
+  float attn_scale = 1.f;
+  bool token_num_scale = false;
+  bool dynamic_bias = true;
+  Phase local_phase{800, 10.f, 0.f};   // applies while t < local_phase.t
+  Phase global_phase{800, 0.f, 10.f};  // applies while t >= global_phase.t
+  bool sync_groupnorm = false;         // compat only: the paper's synchronised GroupNorm
+  HaloData halo = HaloData::x;
+  ExchangePattern exchange = ExchangePattern::three_round;
+
+  // The biases added to the local and global columns at timestep t.
+  void biases(std::int64_t t, float& local, float& global) const;
+};
+
+const char* mode_name(Mode m);
+
+// The raw option values, bound to a Boost options description; resolve() turns them into a Config.
+struct Options {
+  std::string mode = "invariant", halo = "x", exchange = "three-round", import_file;
+  Config values;
+
+  // Adds the `vi.*` options and --import-vi-config, each with its default, to opts.
+  void add_to(boost::program_options::options_description& opts);
+  // The Config: the imported JSON file's values first, then every option given on the command
+  // line on top. Throws vinf::InputError for a bad value.
+  Config resolve(const boost::program_options::variables_map& vm) const;
+};
+
+// Applies the released code's JSON config (`plugin_configs.attn`: padding, top_k, attn_scale,
+// token_num_scale, dynamic_scale, local_phase, global_phase; `plugin_configs.conv_layer.padding`)
+// to c. `pipe_configs` belongs to `vinf generate` and is ignored here. Throws vinf::InputError
+// naming the file and key for what it cannot read.
+void import_released_config(const std::string& path, Config& c);
+
+// Checks a Config against the partition: `frames` in total over `clips` clips. Throws
+// vinf::InputError (the same on every rank) when frames do not divide, or p, c or G do not fit.
+void check_partition(const Config& c, std::int64_t frames, int clips);
+
+}  // namespace vinf::infinity

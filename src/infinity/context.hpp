@@ -1,0 +1,55 @@
+// Video-Infinity's temporal context (design.md §2): the UNet's temporal modules see, through it,
+// the halo frames of the neighbouring clips, the global frames of the whole video, phase biases and
+// GroupNorm statistics across clips. All communication goes through the clip group's communicator
+// (MPI, NCCL, or threads when one process emulates N clips), in the three rounds of design.md §2
+// or fused.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "infinity/config.hpp"
+#include "model/temporal.hpp"
+#include "mpi/communicator.hpp"
+
+namespace vinf::infinity {
+
+class Context final : public model::TemporalContext {
+ public:
+  // This rank holds clip comm.rank() of comm.size(), `clip_frames` frames each. The config must
+  // have passed check_partition for clip_frames * comm.size() frames and a mode other than off.
+  Context(const Config& config, mpi::Communicator& clip_group, std::int64_t clip_frames);
+
+  void begin_call(std::int64_t timestep) override { t_ = timestep; }
+  void group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                  const ops::GroupNormParams& p, model::Halo halo, const std::string& module) override;
+  model::Halo conv_halo() const override { return conv_halo_; }
+  void fill_conv_halo(ExecContext& ctx, const Tensor& padded, model::Halo halo, const std::string& module) override;
+  void attention(ExecContext& ctx, const model::AttentionWeights& w, const Tensor& x, const Tensor& out,
+                 const std::string& module) override;
+
+  // The video frames (global indices) whose keys every frame attends to, in key order, and which
+  // of them this rank contributes (local indices); counts[r] = frames rank r contributes.
+  const std::vector<std::int64_t>& global_frames() const { return global_frames_; }
+
+ private:
+  // Halo rounds 2 and 3 (or one fused call): send `first` to the left neighbour and `last` to the
+  // right one, receive into left / right (tensors of the same kind, one per carried array).
+  void exchange_halos(ExecContext& ctx, const std::vector<Tensor>& first, const std::vector<Tensor>& last,
+                      const std::vector<Tensor>& left, const std::vector<Tensor>& right);
+  // Round 1: every rank's global frames of each (R, F, D) array in `arrays`, concatenated into
+  // (R, G, D) outputs.
+  void gather_globals(ExecContext& ctx, const std::vector<Tensor>& arrays, const std::vector<Tensor>& outs);
+
+  Config c_;
+  mpi::Communicator& comm_;
+  std::int64_t f_, t_ = 0;
+  int rank_, size_;
+  model::Halo attn_halo_, conv_halo_;
+  std::vector<std::int64_t> global_frames_;  // video frame indices, in key order (the first G kept)
+  std::vector<std::int64_t> my_globals_;     // this rank's contributed local frame indices
+  std::vector<std::int64_t> counts_;         // frames contributed per rank
+  std::int64_t gathered_ = 0;                // frames gathered in all (>= global_frames_.size())
+};
+
+}  // namespace vinf::infinity

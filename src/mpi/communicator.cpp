@@ -1,0 +1,485 @@
+#include "mpi/communicator.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/error.hpp"
+#include "mpi/check.hpp"
+#include "ops/elementwise.hpp"
+
+namespace vinf::mpi {
+
+using Clock = std::chrono::steady_clock;
+
+const char* comm_op_name(CommOp op) {
+  switch (op) {
+    case CommOp::all_gather: return "all-gather";
+    case CommOp::exchange: return "exchange";
+    case CommOp::all_reduce: return "all-reduce";
+    case CommOp::broadcast: return "broadcast";
+    case CommOp::barrier: return "barrier";
+  }
+  return "?";
+}
+
+void CommCounters::add(const CommCounters& o) {
+  for (int i = 0; i < kCommOps; ++i) {
+    calls[i] += o.calls[i];
+    bytes[i] += o.bytes[i];
+    seconds[i] += o.seconds[i];
+  }
+}
+
+namespace {
+
+int world_rank_or_minus_one() {
+  int initialized = 0, finalized = 0, rank = -1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+[[noreturn]] void end_job(const std::string& message, int code) {
+  std::fprintf(stderr, "vinf: error: %s\n", message.c_str());
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0, size = 1, level = MPI_THREAD_SINGLE;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) {
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Query_thread(&level);
+    // MPI_Abort from the watchdog's thread needs MPI_THREAD_MULTIPLE; without it, leaving the
+    // process without MPI_Finalize makes mpirun/srun end the other ranks just the same.
+    if (size > 1 && level == MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, code);
+  }
+  std::_Exit(code);
+}
+
+// Communicator calls in flight in this process, watched by one thread that ends the job when one
+// of them outlives the timeout. Never destroyed: the thread may outlive static destructors.
+class Watchdog {
+ public:
+  static Watchdog& get() {
+    static Watchdog* w = new Watchdog;
+    return *w;
+  }
+  std::uint64_t arm(std::string what) {
+    std::lock_guard lock(m_);
+    if (!started_ && timeout_ > 0) {
+      started_ = true;
+      std::thread([this] { loop(); }).detach();
+    }
+    const std::uint64_t id = next_++;
+    active_.emplace(id, Active{Clock::now(), std::move(what)});
+    return id;
+  }
+  void disarm(std::uint64_t id) {
+    std::lock_guard lock(m_);
+    active_.erase(id);
+  }
+  void set_timeout(double s) {
+    std::lock_guard lock(m_);
+    timeout_ = s;
+  }
+  double timeout() {
+    std::lock_guard lock(m_);
+    return timeout_;
+  }
+
+ private:
+  struct Active {
+    Clock::time_point start;
+    std::string what;
+  };
+  void loop() {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::string message;
+      {
+        std::lock_guard lock(m_);
+        if (timeout_ <= 0) continue;
+        for (const auto& [id, a] : active_) {
+          const double waited = std::chrono::duration<double>(Clock::now() - a.start).count();
+          if (waited > timeout_) {
+            char secs[32];
+            std::snprintf(secs, sizeof secs, "%.1f", waited);
+            message = a.what + " has waited " + secs + " s, longer than the communication timeout (--comm-timeout " +
+                      std::to_string(static_cast<long long>(timeout_)) +
+                      " s): another rank of the group has died or hangs (see its log); ending the job";
+            break;
+          }
+        }
+      }
+      if (!message.empty()) end_job(message, 3);
+    }
+  }
+  std::mutex m_;
+  std::map<std::uint64_t, Active> active_;
+  std::uint64_t next_ = 0;
+  double timeout_ = 300;
+  bool started_ = false;
+};
+
+struct FaultPlan {
+  int rank = -1;
+  long call = -1;
+  bool hang = false;
+};
+
+FaultPlan fault_plan() {
+  FaultPlan f;
+  const char* env = std::getenv("VINF_FAULT");
+  if (!env) return f;
+  char action[16] = {};
+  if (std::sscanf(env, "rank=%d,call=%ld,action=%15s", &f.rank, &f.call, action) != 3) {
+    std::fprintf(stderr, "vinf: warning: ignoring VINF_FAULT='%s' (want rank=R,call=K,action=abort|hang)\n", env);
+    return {};
+  }
+  f.hang = std::strcmp(action, "hang") == 0;
+  return f;
+}
+
+std::atomic<long> g_calls{0};
+
+}  // namespace
+
+void set_comm_timeout(double seconds) { Watchdog::get().set_timeout(seconds); }
+double comm_timeout() { return Watchdog::get().timeout(); }
+
+void check_fault_injection(int world_rank) {
+  static const FaultPlan plan = fault_plan();
+  if (plan.rank < 0 || plan.rank != world_rank) return;
+  if (g_calls.fetch_add(1) + 1 != plan.call) return;
+  std::fprintf(stderr, "vinf: rank %d: fault injection (VINF_FAULT): %s at communicator call %ld\n", world_rank,
+               plan.hang ? "stops answering" : "aborts", plan.call);
+  std::fflush(stderr);
+  if (!plan.hang) std::abort();
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
+}
+
+// Counts a call, times it and keeps the watchdog on it.
+class Communicator::Guard {
+ public:
+  Guard(Communicator& c, CommOp op, std::uint64_t bytes) : c_(c), op_(op), t0_(Clock::now()) {
+    check_fault_injection(world_rank_or_minus_one());
+    std::string what = std::string(comm_op_name(op)) + " on the " + c.label_ + " (rank " + std::to_string(c.rank_) +
+                       " of " + std::to_string(c.size_) + ", " + c.backend() + ")";
+    const int wr = world_rank_or_minus_one();
+    if (wr >= 0) what = "world rank " + std::to_string(wr) + ": " + what;
+    id_ = Watchdog::get().arm(std::move(what));
+    const auto i = static_cast<std::size_t>(op);
+    ++c.counters_.calls[i];
+    c.counters_.bytes[i] += bytes;
+  }
+  ~Guard() {
+    Watchdog::get().disarm(id_);
+    c_.counters_.seconds[static_cast<std::size_t>(op_)] += std::chrono::duration<double>(Clock::now() - t0_).count();
+  }
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+
+ private:
+  Communicator& c_;
+  CommOp op_;
+  Clock::time_point t0_;
+  std::uint64_t id_ = 0;
+};
+
+void Communicator::all_gather(ExecContext& ctx, const Tensor& send, const Tensor& recv) {
+  all_gather_v(ctx, send, recv, std::vector<std::int64_t>(static_cast<std::size_t>(size_), send.numel()));
+}
+
+void Communicator::all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                                const std::vector<std::int64_t>& counts) {
+  VINF_CHECK(static_cast<int>(counts.size()) == size_, "all_gather_v: ", counts.size(), " counts for a group of ", size_);
+  VINF_CHECK(send.is_contiguous() && recv.is_contiguous() && send.dtype == recv.dtype,
+             "all_gather_v: contiguous tensors of one dtype expected");
+  std::int64_t total = 0;
+  for (std::int64_t n : counts) total += n;
+  VINF_CHECK(send.numel() == counts[static_cast<std::size_t>(rank_)] && recv.numel() == total, "all_gather_v: send ",
+             send.describe(), " / recv ", recv.describe(), " do not match the counts");
+  const std::uint64_t received = static_cast<std::uint64_t>(total - send.numel()) * dtype_size(send.dtype);
+  Guard g(*this, CommOp::all_gather, received);
+  do_all_gather_v(ctx, send, recv, counts);
+}
+
+void Communicator::exchange(ExecContext& ctx, std::span<const Transfer> transfers) {
+  std::uint64_t received = 0;
+  for (const Transfer& t : transfers) {
+    if (t.peer < 0) continue;
+    VINF_CHECK(t.peer < size_ && t.peer != rank_, "exchange: bad peer ", t.peer, " for rank ", rank_, " of ", size_);
+    VINF_CHECK((t.send.data == nullptr || t.send.is_contiguous()) && (t.recv.data == nullptr || t.recv.is_contiguous()),
+               "exchange: contiguous tensors expected");
+    if (t.recv.data) received += t.recv.nbytes();
+  }
+  Guard g(*this, CommOp::exchange, received);
+  do_exchange(ctx, transfers);
+}
+
+void Communicator::all_reduce_sum(ExecContext& ctx, const Tensor& buf) {
+  VINF_CHECK(buf.is_contiguous() && (buf.dtype == DType::f32 || buf.dtype == DType::f64),
+             "all_reduce_sum: a contiguous f32 or f64 tensor expected, got ", buf.describe());
+  Guard g(*this, CommOp::all_reduce, size_ > 1 ? buf.nbytes() : 0);
+  if (size_ > 1) do_all_reduce_sum(ctx, buf);
+}
+
+void Communicator::broadcast(ExecContext& ctx, const Tensor& buf, int root) {
+  VINF_CHECK(buf.is_contiguous() && root >= 0 && root < size_, "broadcast: bad arguments");
+  Guard g(*this, CommOp::broadcast, size_ > 1 && rank_ != root ? buf.nbytes() : 0);
+  if (size_ > 1) do_broadcast(ctx, buf, root);
+}
+
+void Communicator::barrier(ExecContext& ctx) {
+  Guard g(*this, CommOp::barrier, 0);
+  if (size_ > 1) do_barrier(ctx);
+}
+
+namespace {
+
+// A host image of a tensor: the tensor itself when it is in host memory, else a staged copy.
+class HostImage {
+ public:
+  HostImage(ExecContext& ctx, const Tensor& t, bool load) : ctx_(ctx), t_(t) {
+    if (!t.device.is_cuda()) {
+      ptr_ = static_cast<char*>(t.data);
+      return;
+    }
+    buf_.resize(t.nbytes());
+    ptr_ = buf_.data();
+    if (load) ops::copy(ctx, t, host());
+  }
+  char* data() const { return ptr_; }
+  Tensor host() const { return Tensor::wrap(ptr_, t_.dtype, Device::cpu(), t_.shape); }
+  // Writes the image back to the tensor (device tensors only).
+  void store() {
+    if (t_.device.is_cuda()) ops::copy(ctx_, host(), t_);
+  }
+
+ private:
+  ExecContext& ctx_;
+  Tensor t_;
+  std::vector<char> buf_;
+  char* ptr_ = nullptr;
+};
+
+int int_count(std::uint64_t bytes) {
+  VINF_CHECK(bytes <= static_cast<std::uint64_t>(INT_MAX), "a message of ", bytes,
+             " bytes is larger than MPI's int count; use more ranks or smaller frames");
+  return static_cast<int>(bytes);
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, int rank, int size) : Communicator(rank, size), comm_(comm) {}
+  const char* backend() const override { return "mpi"; }
+
+ protected:
+  void do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                       const std::vector<std::int64_t>& counts) override {
+    HostImage s(ctx, send, true), r(ctx, recv, false);
+    const std::size_t es = dtype_size(send.dtype);
+    std::vector<int> bytes(counts.size()), displs(counts.size());
+    std::uint64_t off = 0;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      bytes[i] = int_count(static_cast<std::uint64_t>(counts[i]) * es);
+      displs[i] = int_count(off);
+      off += static_cast<std::uint64_t>(bytes[i]);
+    }
+    VINF_CHECK_MPI(MPI_Allgatherv(s.data(), bytes[static_cast<std::size_t>(rank())], MPI_BYTE, r.data(), bytes.data(),
+                                  displs.data(), MPI_BYTE, comm_));
+    r.store();
+  }
+  void do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) override {
+    std::vector<MPI_Request> reqs;
+    std::vector<std::unique_ptr<HostImage>> sends, recvs;
+    std::vector<Tensor> recv_targets;
+    for (const Transfer& t : transfers) {
+      if (t.peer < 0) continue;
+      if (t.recv.data && t.recv.numel() > 0) {
+        recvs.push_back(std::make_unique<HostImage>(ctx, t.recv, false));
+        reqs.emplace_back();
+        VINF_CHECK_MPI(MPI_Irecv(recvs.back()->data(), int_count(t.recv.nbytes()), MPI_BYTE, t.peer, kTag, comm_,
+                                 &reqs.back()));
+      }
+    }
+    for (const Transfer& t : transfers) {
+      if (t.peer < 0 || !t.send.data || t.send.numel() == 0) continue;
+      sends.push_back(std::make_unique<HostImage>(ctx, t.send, true));
+      reqs.emplace_back();
+      VINF_CHECK_MPI(MPI_Isend(sends.back()->data(), int_count(t.send.nbytes()), MPI_BYTE, t.peer, kTag, comm_,
+                               &reqs.back()));
+    }
+    VINF_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+    for (auto& r : recvs) r->store();
+  }
+  void do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
+    HostImage h(ctx, buf, true);
+    VINF_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, h.data(), int_count(static_cast<std::uint64_t>(buf.numel())),
+                                 buf.dtype == DType::f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, comm_));
+    h.store();
+  }
+  void do_broadcast(ExecContext& ctx, const Tensor& buf, int root) override {
+    HostImage h(ctx, buf, rank() == root);
+    VINF_CHECK_MPI(MPI_Bcast(h.data(), int_count(buf.nbytes()), MPI_BYTE, root, comm_));
+    h.store();
+  }
+  void do_barrier(ExecContext&) override { VINF_CHECK_MPI(MPI_Barrier(comm_)); }
+
+ private:
+  static constexpr int kTag = 7001;
+  MPI_Comm comm_;
+};
+
+// The in-process transport: buffered point-to-point mailboxes between the threads of one group,
+// FIFO per (source, destination) pair; collectives are built from them in a fixed order.
+class Hub {
+ public:
+  explicit Hub(int n) : n_(n) {}
+  void send(int src, int dst, const char* p, std::size_t bytes) {
+    {
+      std::lock_guard lock(m_);
+      box_[{src, dst}].emplace_back(p, p + bytes);
+    }
+    cv_.notify_all();
+  }
+  std::vector<char> recv(int src, int dst) {
+    std::unique_lock lock(m_);
+    auto& q = box_[{src, dst}];
+    cv_.wait(lock, [&] { return !q.empty(); });
+    std::vector<char> v = std::move(q.front());
+    q.pop_front();
+    return v;
+  }
+  int size() const { return n_; }
+
+ private:
+  int n_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::map<std::pair<int, int>, std::deque<std::vector<char>>> box_;
+};
+
+class ThreadCommunicator final : public Communicator {
+ public:
+  ThreadCommunicator(std::shared_ptr<Hub> hub, int rank) : Communicator(rank, hub->size()), hub_(std::move(hub)) {}
+  const char* backend() const override { return "threads"; }
+
+ protected:
+  void do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                       const std::vector<std::int64_t>& counts) override {
+    HostImage s(ctx, send, true), r(ctx, recv, false);
+    const std::size_t es = dtype_size(send.dtype);
+    for (int p = 0; p < size(); ++p)
+      if (p != rank()) hub_->send(rank(), p, s.data(), send.nbytes());
+    std::size_t off = 0;
+    for (int p = 0; p < size(); ++p) {
+      const std::size_t n = static_cast<std::size_t>(counts[static_cast<std::size_t>(p)]) * es;
+      if (p == rank()) {
+        std::memcpy(r.data() + off, s.data(), n);
+      } else {
+        const std::vector<char> m = hub_->recv(p, rank());
+        VINF_CHECK(m.size() == n, "all-gather: rank ", p, " sent ", m.size(), " bytes, expected ", n);
+        std::memcpy(r.data() + off, m.data(), n);
+      }
+      off += n;
+    }
+    r.store();
+  }
+  void do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) override {
+    for (const Transfer& t : transfers) {
+      if (t.peer < 0 || !t.send.data) continue;
+      HostImage s(ctx, t.send, true);
+      hub_->send(rank(), t.peer, s.data(), t.send.nbytes());
+    }
+    for (const Transfer& t : transfers) {
+      if (t.peer < 0 || !t.recv.data) continue;
+      HostImage r(ctx, t.recv, false);
+      const std::vector<char> m = hub_->recv(t.peer, rank());
+      VINF_CHECK(m.size() == t.recv.nbytes(), "exchange: rank ", t.peer, " sent ", m.size(), " bytes, expected ",
+                 t.recv.nbytes());
+      std::memcpy(r.data(), m.data(), m.size());
+      r.store();
+    }
+  }
+  void do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
+    HostImage h(ctx, buf, true);
+    for (int p = 0; p < size(); ++p)
+      if (p != rank()) hub_->send(rank(), p, h.data(), buf.nbytes());
+    // Sum in rank order on every thread, so that every rank gets bitwise the same result.
+    std::vector<char> mine(h.data(), h.data() + buf.nbytes()), acc;
+    for (int p = 0; p < size(); ++p) {
+      std::vector<char> part = p == rank() ? mine : hub_->recv(p, rank());
+      if (p == 0) {
+        acc = std::move(part);
+        continue;
+      }
+      if (buf.dtype == DType::f64)
+        add_into<double>(acc, part);
+      else
+        add_into<float>(acc, part);
+    }
+    std::memcpy(h.data(), acc.data(), acc.size());
+    h.store();
+  }
+  void do_broadcast(ExecContext& ctx, const Tensor& buf, int root) override {
+    HostImage h(ctx, buf, rank() == root);
+    if (rank() == root) {
+      for (int p = 0; p < size(); ++p)
+        if (p != root) hub_->send(root, p, h.data(), buf.nbytes());
+    } else {
+      const std::vector<char> m = hub_->recv(root, rank());
+      std::memcpy(h.data(), m.data(), m.size());
+    }
+    h.store();
+  }
+  void do_barrier(ExecContext&) override {
+    for (int p = 0; p < size(); ++p)
+      if (p != rank()) hub_->send(rank(), p, nullptr, 0);
+    for (int p = 0; p < size(); ++p)
+      if (p != rank()) hub_->recv(p, rank());
+  }
+
+ private:
+  template <class T>
+  static void add_into(std::vector<char>& acc, const std::vector<char>& part) {
+    T* a = reinterpret_cast<T*>(acc.data());
+    const T* b = reinterpret_cast<const T*>(part.data());
+    for (std::size_t i = 0; i < acc.size() / sizeof(T); ++i) a[i] += b[i];
+  }
+  std::shared_ptr<Hub> hub_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm) {
+  int rank = 0, size = 1;
+  VINF_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  VINF_CHECK_MPI(MPI_Comm_size(comm, &size));
+  return std::make_unique<MpiCommunicator>(comm, rank, size);
+}
+
+std::vector<std::unique_ptr<Communicator>> make_thread_group(int n) {
+  VINF_CHECK(n >= 1, "a thread group needs at least one rank");
+  auto hub = std::make_shared<Hub>(n);
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int r = 0; r < n; ++r) out.push_back(std::make_unique<ThreadCommunicator>(hub, r));
+  return out;
+}
+
+#if !VINF_WITH_CUDA
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, const Device&) {
+  VINF_FAIL("NCCL needs a CUDA build of vinf; this one has the CPU path only");
+}
+#endif
+
+}  // namespace vinf::mpi

@@ -1,0 +1,110 @@
+// A process group's collectives, behind one interface with three transports: MPI (host memory; the
+// CPU path and a fallback on GPUs), NCCL (device memory, CUDA builds), and an in-process group of
+// threads (one process emulating N ranks: the single-process oracle of the tests and of
+// `vinf forward --vi.emulate-clips`).
+//
+// Every call is counted (calls, payload bytes, seconds) per operation kind, guarded by the
+// watchdog (a call that does not finish within the timeout ends the job with a message instead of
+// hanging it), and is blocking: when it returns, the received data is in place.
+//
+// Payload bytes are what this rank receives from other ranks: an all-gather of n bytes per rank
+// counts (size - 1) n, an exchange the bytes received from the peers, an all-reduce and a broadcast
+// the buffer's bytes (0 on a one-rank group).
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+#include "ops/context.hpp"
+
+namespace vinf::mpi {
+
+enum class CommOp { all_gather, exchange, all_reduce, broadcast, barrier };
+inline constexpr int kCommOps = 5;
+const char* comm_op_name(CommOp op);
+
+struct CommCounters {
+  std::array<std::uint64_t, kCommOps> calls{}, bytes{};
+  std::array<double, kCommOps> seconds{};
+  void add(const CommCounters& o);
+};
+
+// One pairwise transfer of an exchange: send `send` to `peer` and receive `recv` from it (either
+// may be empty when only one direction carries data). peer < 0: nothing.
+struct Transfer {
+  int peer = -1;
+  Tensor send, recv;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // "mpi", "nccl" or "threads".
+  // What the group is, for messages ("clip group", "cfg group").
+  void set_label(std::string label) { label_ = std::move(label); }
+  const std::string& label() const { return label_; }
+  virtual const char* backend() const = 0;
+
+  // recv holds size() pieces of send's bytes, in rank order. Both contiguous.
+  void all_gather(ExecContext& ctx, const Tensor& send, const Tensor& recv);
+  // counts[r] elements from rank r (send holds counts[rank()]), concatenated in rank order.
+  void all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv, const std::vector<std::int64_t>& counts);
+  // Pairwise exchanges, all posted at once (one or two peers: the halo rounds, or both
+  // neighbours in the fused form). The peers must call with the mirrored transfers.
+  void exchange(ExecContext& ctx, std::span<const Transfer> transfers);
+  // Element-wise sum over ranks, in place; f32 or f64. Every rank gets bitwise the same result.
+  void all_reduce_sum(ExecContext& ctx, const Tensor& buf);
+  void broadcast(ExecContext& ctx, const Tensor& buf, int root);
+  void barrier(ExecContext& ctx);
+
+  const CommCounters& counters() const { return counters_; }
+  void reset_counters() { counters_ = {}; }
+
+ protected:
+  Communicator(int rank, int size) : rank_(rank), size_(size) {}
+  virtual void do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                               const std::vector<std::int64_t>& counts) = 0;
+  virtual void do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) = 0;
+  virtual void do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) = 0;
+  virtual void do_broadcast(ExecContext& ctx, const Tensor& buf, int root) = 0;
+  virtual void do_barrier(ExecContext& ctx) = 0;
+
+ private:
+  class Guard;
+  int rank_, size_;
+  std::string label_ = "group";
+  CommCounters counters_;
+};
+
+// Over an MPI communicator (not owned; it must outlive this). Device tensors go through host
+// staging buffers (Open MPI here is not CUDA-aware).
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
+
+// NCCL on `device` (the rank's GPU), bootstrapped over `comm`: its rank 0 makes the ncclUniqueId
+// and broadcasts it. Collective over comm. Throws vinf::Error in builds without CUDA.
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, const Device& device);
+
+// One process, n ranks: element r is rank r's communicator, to be used from its own thread.
+std::vector<std::unique_ptr<Communicator>> make_thread_group(int n);
+
+// The watchdog: a communicator call that has not finished after `seconds` prints what it was
+// waiting for (operation, group, rank) and ends the job (MPI_Abort on every rank). 0 disables it.
+// The default is 300 s; `--comm-timeout` sets it.
+void set_comm_timeout(double seconds);
+double comm_timeout();
+
+// A test hook (environment variable VINF_FAULT="rank=R,call=K,action=abort|hang"): world rank R
+// aborts, or stops answering, at its K-th communicator call. Used by the fault tests only.
+void check_fault_injection(int world_rank);
+
+}  // namespace vinf::mpi

@@ -1,0 +1,43 @@
+// The process grid of design.md §3: world = cfg_size x clip_size. Rank w has CFG branch
+// w / clip_size and clip w % clip_size, so a clip group (same branch, consecutive clips) is a run
+// of consecutive ranks: neighbours in the video are neighbours in the job, usually on one node.
+// A cfg group holds the ranks of one clip in both branches.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "mpi/communicator.hpp"
+#include "mpi/session.hpp"
+
+namespace vinf::mpi {
+
+class ProcessGrid {
+ public:
+  // Collective over the world. Throws vinf::InputError (on every rank alike) when cfg_size is not
+  // 1 or 2 or does not divide the world size.
+  ProcessGrid(const Session& session, int cfg_size);
+  ~ProcessGrid();
+  ProcessGrid(const ProcessGrid&) = delete;
+  ProcessGrid& operator=(const ProcessGrid&) = delete;
+
+  int cfg_size() const { return cfg_size_; }
+  int clip_size() const { return clip_size_; }
+  int cfg_index() const { return cfg_index_; }
+  int clip_index() const { return clip_index_; }
+  MPI_Comm clip_comm() const { return clip_comm_; }
+  MPI_Comm cfg_comm() const { return cfg_comm_; }
+
+ private:
+  int cfg_size_ = 1, clip_size_ = 1, cfg_index_ = 0, clip_index_ = 0;
+  MPI_Comm clip_comm_ = MPI_COMM_NULL, cfg_comm_ = MPI_COMM_NULL;
+};
+
+// The transport for a group: "mpi", "nccl" (a CUDA device), or "auto" (NCCL on CUDA devices, MPI
+// on the CPU). Throws vinf::InputError for another name or NCCL without a GPU.
+std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, const Device& device, const std::string& backend,
+                                                const std::string& label);
+
+}  // namespace vinf::mpi
