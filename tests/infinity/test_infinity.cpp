@@ -1,0 +1,309 @@
+// Video-Infinity's pieces in one process, over the thread transport: collectives, the temporal
+// context's modules against the whole video (invariant) and its byte counts against the analytic
+// ones, the options and the released JSON config.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "../support.hpp"
+#include "core/arena.hpp"
+#include "core/error.hpp"
+#include "infinity/config.hpp"
+#include "infinity/context.hpp"
+#include "mpi/communicator.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/norm.hpp"
+#include "ops/random.hpp"
+
+using namespace vinf;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Runs fn(rank, communicator, context) on n threads, one runtime each; rethrows the first error.
+void run_clips(int n, const std::function<void(int, mpi::Communicator&, ExecContext&)>& fn,
+               std::vector<mpi::CommCounters>* counters = nullptr) {
+  auto group = mpi::make_thread_group(n);
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Runtime rt(Device::cpu());
+        fn(r, *group[static_cast<std::size_t>(r)], rt.ctx());
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) REQUIRE_MESSAGE(e.empty(), e);
+  if (counters)
+    for (auto& c : group) counters->push_back(c->counters());
+}
+
+test::HostTensor random_tensor(const Shape& s, std::uint64_t stream) {
+  test::HostTensor t(s);
+  Runtime rt(Device::cpu());
+  ops::normal(rt.ctx(), t, 11, stream, 0);
+  return t;
+}
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape == b.shape);
+  test::HostTensor ca(a.shape), cb(b.shape);
+  Runtime rt(Device::cpu());
+  ops::copy(rt.ctx(), a, ca);
+  ops::copy(rt.ctx(), b, cb);
+  double m = 0;
+  for (std::size_t i = 0; i < ca.data.size(); ++i) m = std::max(m, std::fabs(double(ca.data[i]) - cb.data[i]));
+  return m;
+}
+
+struct AttnSetup {
+  static constexpr std::int64_t rows = 6, width = 8, heads = 2;
+  test::HostTensor q = random_tensor({width, width}, 1), k = random_tensor({width, width}, 2),
+                   v = random_tensor({width, width}, 3), o = random_tensor({width, width}, 4),
+                   ob = random_tensor({width}, 5);
+  model::AttentionWeights w() const {
+    return {q, k, v, o, ob, static_cast<int>(heads), static_cast<int>(width / heads)};
+  }
+};
+
+infinity::Config vi(infinity::Mode mode, int p, int g) {
+  infinity::Config c;
+  c.mode = mode;
+  c.local_frames = p;
+  c.global_frames = g;
+  c.conv_halo = 2;  // fits every clip length used here
+  return c;
+}
+
+// One attention module on a video of `frames` frames split over n clips; returns the whole output.
+test::HostTensor attention_over_clips(const infinity::Config& c, const AttnSetup& s, const test::HostTensor& x, int n,
+                                      std::int64_t t, std::vector<mpi::CommCounters>* counters = nullptr) {
+  const std::int64_t frames = x.t.size(1), per = frames / n;
+  test::HostTensor out({s.rows, frames, s.width});
+  run_clips(n, [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
+    infinity::Context vc(c, comm, per);
+    vc.begin_call(t);
+    OwnedTensor xin = ctx.arena->empty(DType::f32, {s.rows, per, s.width});
+    OwnedTensor y = ctx.arena->empty(DType::f32, {s.rows, per, s.width});
+    ops::copy(ctx, x.t.slice(1, r * per, per), xin);
+    vc.attention(ctx, s.w(), xin, y, "test.attn1");
+    ops::copy(ctx, y, out.t.slice(1, r * per, per));
+  }, counters);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("thread transport: all-gather (varying counts), exchange, all-reduce, broadcast") {
+  run_clips(3, [](int r, mpi::Communicator& comm, ExecContext& ctx) {
+    // Rank r contributes r + 1 values r*10 + i.
+    std::vector<float> mine(static_cast<std::size_t>(r + 1)), all(6);
+    for (int i = 0; i <= r; ++i) mine[static_cast<std::size_t>(i)] = float(r * 10 + i);
+    comm.all_gather_v(ctx, Tensor::wrap(mine.data(), DType::f32, Device::cpu(), {r + 1}),
+                      Tensor::wrap(all.data(), DType::f32, Device::cpu(), {6}), {1, 2, 3});
+    CHECK(all == std::vector<float>{0, 10, 11, 20, 21, 22});
+    // Ring exchange with both neighbours in one call.
+    float to_left = float(100 + r), to_right = float(200 + r), from_left = -1, from_right = -1;
+    std::vector<mpi::Transfer> tr;
+    if (r > 0) tr.push_back({r - 1, Tensor::wrap(&to_left, DType::f32, Device::cpu(), {1}),
+                             Tensor::wrap(&from_left, DType::f32, Device::cpu(), {1})});
+    if (r < 2) tr.push_back({r + 1, Tensor::wrap(&to_right, DType::f32, Device::cpu(), {1}),
+                             Tensor::wrap(&from_right, DType::f32, Device::cpu(), {1})});
+    comm.exchange(ctx, tr);
+    if (r > 0) CHECK(from_left == float(200 + r - 1));
+    if (r < 2) CHECK(from_right == float(100 + r + 1));
+    double sum[2] = {double(r), 0.1 * r};
+    comm.all_reduce_sum(ctx, Tensor::wrap(sum, DType::f64, Device::cpu(), {2}));
+    CHECK(sum[0] == 3.0);
+    CHECK(sum[1] == doctest::Approx(0.3));
+    float b = r == 2 ? 7.f : 0.f;
+    comm.broadcast(ctx, Tensor::wrap(&b, DType::f32, Device::cpu(), {1}), 2);
+    CHECK(b == 7.f);
+    comm.barrier(ctx);
+    const auto& c = comm.counters();
+    // Bytes received from others: all-gather 6 - (r + 1) floats; exchange one float per neighbour.
+    CHECK(c.bytes[0] == static_cast<std::uint64_t>(4 * (6 - (r + 1))));
+    CHECK(c.bytes[1] == static_cast<std::uint64_t>(4 * ((r > 0) + (r < 2))));
+    CHECK(c.bytes[2] == 16);
+    CHECK(c.bytes[3] == (r == 2 ? 0u : 4u));
+    CHECK(c.calls[4] == 1);
+  });
+}
+
+TEST_CASE("invariant attention over 1-4 clips equals the whole video, with the analytic byte counts") {
+  const AttnSetup s;
+  const test::HostTensor x = random_tensor({s.rows, 12, s.width}, 9);
+  for (int p : {1, 3}) {
+    for (int g : {0, 5}) {
+      for (std::int64_t t : {900, 500}) {
+        infinity::Config c = vi(infinity::Mode::invariant, p, g);
+        c.token_num_scale = p == 3;
+        const test::HostTensor whole = attention_over_clips(c, s, x, 1, t);
+        for (int n : {2, 3, 4}) {
+          for (auto halo : {infinity::HaloData::x, infinity::HaloData::kv}) {
+            c.halo = halo;
+            std::vector<mpi::CommCounters> counters;
+            const test::HostTensor split = attention_over_clips(c, s, x, n, t, &counters);
+            CAPTURE(p);
+            CAPTURE(g);
+            CAPTURE(n);
+            CHECK(max_diff(split, whole) < 1e-5);
+            const std::uint64_t frame_bytes = s.rows * s.width * 4 * (halo == infinity::HaloData::kv ? 2 : 1);
+            const std::int64_t per = 12 / n;
+            for (int r = 0; r < n; ++r) {
+              // Halo: p frames from each existing neighbour; globals: the G frames of the video
+              // minus the ones this rank owns (floor(k * 12 / G) in [r per, (r + 1) per)).
+              int own_globals = 0;
+              for (int k = 0; k < g; ++k) own_globals += (k * 12 / g) / per == r;
+              const auto& cr = counters[static_cast<std::size_t>(r)];
+              CHECK(cr.bytes[1] == frame_bytes * p * ((r > 0) + (r < n - 1)));
+              CHECK(cr.bytes[0] == frame_bytes * static_cast<std::uint64_t>(g - own_globals));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("compat attention: strided global frames per rank, zero halos at the ends, all-gather bytes") {
+  const AttnSetup s;
+  const test::HostTensor x = random_tensor({s.rows, 12, s.width}, 10);
+  // G = 5 over 3 ranks: G / N = 1 frame each at stride 4, i.e. frame 0 of every clip.
+  infinity::Config c = vi(infinity::Mode::compat, 2, 5);
+  std::vector<mpi::CommCounters> counters;
+  attention_over_clips(c, s, x, 3, 900, &counters);
+  for (const auto& cr : counters) CHECK(cr.bytes[0] == 2u * s.rows * s.width * 4);
+  run_clips(3, [](int, mpi::Communicator& comm, ExecContext&) {
+    infinity::Context vc(vi(infinity::Mode::compat, 2, 5), comm, 4);
+    CHECK(vc.global_frames() == std::vector<std::int64_t>{0, 4, 8});
+    infinity::Context few(vi(infinity::Mode::compat, 2, 2), comm, 4);  // G < N: frame 0 of the first G clips
+    CHECK(few.global_frames() == std::vector<std::int64_t>{0, 4});
+    infinity::Context inv(vi(infinity::Mode::invariant, 2, 5), comm, 4);
+    CHECK(inv.global_frames() == std::vector<std::int64_t>{0, 2, 4, 7, 9});
+    CHECK(vc.conv_halo().left == 2);  // compat pads both ends, invariant only between clips
+    CHECK(inv.conv_halo().left == (comm.rank() > 0 ? 2 : 0));
+    CHECK(inv.conv_halo().right == (comm.rank() < 2 ? 2 : 0));
+  });
+}
+
+TEST_CASE("temporal conv halo and invariant GroupNorm over clips equal the whole video") {
+  const std::int64_t b = 2, ch = 4, frames = 12, sp = 3, groups = 2;
+  // Frame-major (B, F, C, S) storage, seen as (B, C, F, S) as the model does.
+  const test::HostTensor video = random_tensor({b, frames, ch, sp}, 12);
+  const test::HostTensor gamma = random_tensor({ch}, 13), beta = random_tensor({ch}, 14);
+  test::HostTensor whole_norm({b, frames, ch, sp});
+  {
+    Runtime rt(Device::cpu());
+    ops::group_norm(rt.ctx(), video.t.permute({0, 2, 1, 3}), gamma, beta, whole_norm.t.permute({0, 2, 1, 3}),
+                    {static_cast<int>(groups), 1e-5f, ops::Activation::none});
+  }
+  for (int n : {2, 3}) {
+    const std::int64_t per = frames / n;
+    infinity::Config c = vi(infinity::Mode::invariant, 1, 2);
+    c.conv_halo = 4;
+    run_clips(n, [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
+      infinity::Context vc(c, comm, per);
+      const model::Halo h = vc.conv_halo();
+      const std::int64_t fp = per + h.total();
+      OwnedTensor padded = ctx.arena->empty(DType::f32, {b, fp, ch, sp});
+      ops::fill(ctx, padded, -99.0);
+      ops::copy(ctx, video.t.slice(1, r * per, per), padded.slice(1, h.left, per));
+      vc.fill_conv_halo(ctx, padded.permute({0, 2, 1, 3}), h, "test.temp_convs.0");
+      // The halo holds the neighbours' frames: the video's frames [r per - left, (r+1) per + right).
+      CHECK(max_diff(padded, video.t.slice(1, r * per - h.left, fp)) == 0.0);
+      // GroupNorm with whole-video statistics: equals the unsplit GroupNorm on every frame held.
+      OwnedTensor y = ctx.arena->empty(DType::f32, padded.shape);
+      vc.group_norm(ctx, padded.permute({0, 2, 1, 3}), gamma, beta, y.permute({0, 2, 1, 3}),
+                    {static_cast<int>(groups), 1e-5f, ops::Activation::none}, h, "test.norm");
+      CHECK(max_diff(y, whole_norm.t.slice(1, r * per - h.left, fp)) < 1e-5);
+    });
+  }
+}
+
+TEST_CASE("phase biases follow the released rule") {
+  infinity::Config c;
+  float l = 0, g = 0;
+  c.biases(900, l, g);
+  CHECK((l == 0.f && g == 10.f));
+  c.biases(799, l, g);
+  CHECK((l == 10.f && g == 0.f));
+  c.biases(800, l, g);
+  CHECK((l == 0.f && g == 10.f));
+  c.local_phase.t = 900;  // overlapping phases add up
+  c.biases(850, l, g);
+  CHECK((l == 10.f && g == 10.f));
+  c.dynamic_bias = false;
+  c.biases(100, l, g);
+  CHECK((l == 0.f && g == 0.f));
+}
+
+TEST_CASE("--import-vi-config reads the released JSON; the command line wins") {
+  const fs::path dir = fs::temp_directory_path() / ("vinf-vi-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "config.json").string();
+  std::ofstream(path) << R"({"pipe_configs": {"num_frames": 24},
+    "plugin_configs": {"attn": {"padding": 2, "top_k": 4, "top_k_chunk_size": 24, "attn_scale": 0.5,
+      "token_num_scale": true, "dynamic_scale": true, "local_phase": {"t": 700, "local_biase": 3, "global_biase": 1},
+      "global_phase": {"t": 900, "local_biase": 2, "global_biase": 5}}, "conv_layer": {"padding": 3}}})";
+  namespace po = boost::program_options;
+  auto resolve = [&](std::vector<std::string> args) {
+    infinity::Options o;
+    po::options_description d;
+    o.add_to(d);
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(d).run(), vm);
+    po::notify(vm);
+    return o.resolve(vm);
+  };
+  const infinity::Config c = resolve({"--import-vi-config", path, "--vi.global-frames", "6", "--vi.mode", "compat"});
+  CHECK(c.local_frames == 2);
+  CHECK(c.global_frames == 6);
+  CHECK(c.attn_scale == 0.5f);
+  CHECK(c.token_num_scale);
+  CHECK(c.conv_halo == 3);
+  CHECK(c.local_phase.t == 700);
+  CHECK(c.local_phase.local_bias == 3.f);
+  CHECK(c.global_phase.global_bias == 5.f);
+  CHECK(c.mode == infinity::Mode::compat);
+  const infinity::Config d = resolve({});
+  CHECK((d.local_frames == 8 && d.global_frames == 16 && d.conv_halo == 4 && d.mode == infinity::Mode::invariant));
+  std::ofstream(path) << R"({"plugin_configs": {"attn": {"padding": "two"}}})";
+  try {
+    resolve({"--import-vi-config", path});
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("plugin_configs.attn.padding has the wrong type") != std::string::npos);
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("partition checks name the option and the numbers") {
+  auto msg = [](const infinity::Config& c, std::int64_t frames, int clips) -> std::string {
+    try {
+      infinity::check_partition(c, frames, clips);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(msg(vi(infinity::Mode::compat, 2, 4), 16, 2).empty());
+  CHECK(msg(vi(infinity::Mode::compat, 2, 4), 15, 2).find("15 frames cannot be split into 2 equal clips") != std::string::npos);
+  CHECK(msg(vi(infinity::Mode::compat, 9, 4), 16, 2).find("--vi.local-frames 9 is larger than the 8 frames per clip") !=
+        std::string::npos);
+  CHECK(msg(vi(infinity::Mode::compat, 2, 17), 16, 2).find("--vi.global-frames 17 is larger than the video") !=
+        std::string::npos);
+  infinity::Config c = vi(infinity::Mode::invariant, 2, 4);
+  c.conv_halo = 2;
+  CHECK(msg(c, 16, 2).find("needs --vi.conv-halo >= 4") != std::string::npos);
+  CHECK(msg(vi(infinity::Mode::off, 99, 99), 15, 2).empty());  // off: no Video-Infinity constraints
+}
