@@ -130,4 +130,19 @@ if [ "$n" -gt 1 ]; then
   fi
 fi
 
+# 5. On a GPU machine: the NCCL transport gives the same numbers as MPI (one GPU per rank; with
+#    fewer GPUs than ranks the ranks share them).
+gpu_check=$("$vinf" selfcheck --device cuda 2>&1)
+if [ $? -eq 0 ] && "$vinf" --version | grep -q 'CUDA backend: yes' && [[ "$gpu_check" != *skipped* ]]; then
+  for backend in mpi nccl; do
+    run --inputs "$work/in.safetensors" --device cuda --comm-backend $backend --vi.mode compat --vi.local-frames 2 \
+      --vi.global-frames 4 --out "$work/gpu.$backend.safetensors" 2>"$work/gpu.$backend.log" \
+      || { echo "FAIL: GPU run with --comm-backend $backend"; tail -5 "$work/gpu.$backend.log"; fails=$((fails + 1)); }
+  done
+  check "NCCL = MPI transport on the GPU" "$tool" compare "$work/gpu.nccl.safetensors" "$work/gpu.mpi.safetensors" 1e-6 $keys
+  check "GPU (NCCL) = CPU emulation" "$tool" compare "$work/gpu.nccl.safetensors" "$work/ranks1.safetensors" 1e-3 $keys
+else
+  echo "skipped the NCCL checks: no usable GPU (or a build without CUDA)"
+fi
+
 [ "$fails" -eq 0 ] && echo "Video-Infinity over $n rank(s): all checks passed" || { echo "$fails check(s) failed"; exit 1; }
