@@ -55,6 +55,15 @@ if [ "$n" -le 2 ]; then
   fi
 fi
 
+# CFG parallelism (world = 2 x clips): rank pairs split the batch; N = 2 is one clip per branch
+# (the released code at 1 rank), N = 4 two clips per branch (at 2 ranks).
+if [ "$n" -eq 2 ] || [ "$n" -eq 4 ]; then
+  run --inputs "$fixture/inputs.safetensors" --vi.mode compat --vi.local-frames 2 --vi.global-frames 4 --parallel.cfg 2 \
+    --out "$work/cfg2.safetensors" 2>/dev/null || { echo "FAIL: --parallel.cfg 2 run"; fails=$((fails + 1)); }
+  check "--parallel.cfg 2 over $n ranks = released code at $((n / 2)) rank(s)" \
+    "$tool" compare "$work/cfg2.safetensors" "$golden/default.ws$((n / 2)).safetensors" 1e-4 $keys
+fi
+
 # 2. N ranks = one process emulating N clips; invariant: N ranks = 1 rank. 12 frames for N = 3
 #    (4 per clip), 16 otherwise.
 frames=16
