@@ -73,25 +73,30 @@ void Options::add_to(po::options_description& opts) {
 }
 
 Config Options::resolve(const po::variables_map& vm) const {
-  Config c;
-  if (!import_file.empty()) import_released_config(import_file, c);
-  auto given = [&](const char* name) { return vm.count(name) && !vm[name].defaulted(); };
-  // Command-line values on top of the imported ones.
-  const Config& v = values;
-  if (given("vi.local-frames") || import_file.empty()) c.local_frames = v.local_frames;
-  if (given("vi.global-frames") || import_file.empty()) c.global_frames = v.global_frames;
-  if (given("vi.conv-halo") || import_file.empty()) c.conv_halo = v.conv_halo;
-  if (given("vi.attn-scale") || import_file.empty()) c.attn_scale = v.attn_scale;
-  if (given("vi.token-num-scale") || import_file.empty()) c.token_num_scale = v.token_num_scale;
-  if (given("vi.dynamic-bias") || import_file.empty()) c.dynamic_bias = v.dynamic_bias;
-  if (given("vi.local-phase-t") || import_file.empty()) c.local_phase.t = v.local_phase.t;
-  if (given("vi.local-phase-local-bias") || import_file.empty()) c.local_phase.local_bias = v.local_phase.local_bias;
-  if (given("vi.local-phase-global-bias") || import_file.empty()) c.local_phase.global_bias = v.local_phase.global_bias;
-  if (given("vi.global-phase-t") || import_file.empty()) c.global_phase.t = v.global_phase.t;
-  if (given("vi.global-phase-local-bias") || import_file.empty()) c.global_phase.local_bias = v.global_phase.local_bias;
-  if (given("vi.global-phase-global-bias") || import_file.empty())
-    c.global_phase.global_bias = v.global_phase.global_bias;
-  c.sync_groupnorm = v.sync_groupnorm;
+  // Boost has put every option's value (given or default) into `values`. With an imported file,
+  // its values replace the defaults, and only the options given on the command line go on top.
+  Config c = values;
+  if (!import_file.empty()) {
+    const Config& v = values;
+    c = Config{};
+    import_released_config(import_file, c);
+    auto pick = [&](const char* name, auto& dst, const auto& src) {
+      if (vm.count(name) && !vm[name].defaulted()) dst = src;
+    };
+    pick("vi.local-frames", c.local_frames, v.local_frames);
+    pick("vi.global-frames", c.global_frames, v.global_frames);
+    pick("vi.conv-halo", c.conv_halo, v.conv_halo);
+    pick("vi.attn-scale", c.attn_scale, v.attn_scale);
+    pick("vi.token-num-scale", c.token_num_scale, v.token_num_scale);
+    pick("vi.dynamic-bias", c.dynamic_bias, v.dynamic_bias);
+    pick("vi.local-phase-t", c.local_phase.t, v.local_phase.t);
+    pick("vi.local-phase-local-bias", c.local_phase.local_bias, v.local_phase.local_bias);
+    pick("vi.local-phase-global-bias", c.local_phase.global_bias, v.local_phase.global_bias);
+    pick("vi.global-phase-t", c.global_phase.t, v.global_phase.t);
+    pick("vi.global-phase-local-bias", c.global_phase.local_bias, v.global_phase.local_bias);
+    pick("vi.global-phase-global-bias", c.global_phase.global_bias, v.global_phase.global_bias);
+    c.sync_groupnorm = v.sync_groupnorm;
+  }
 
   if (mode == "invariant") c.mode = Mode::invariant;
   else if (mode == "compat") c.mode = Mode::compat;

@@ -28,8 +28,7 @@ class Context final : public model::TemporalContext {
   void attention(ExecContext& ctx, const model::AttentionWeights& w, const Tensor& x, const Tensor& out,
                  const std::string& module) override;
 
-  // The video frames (global indices) whose keys every frame attends to, in key order, and which
-  // of them this rank contributes (local indices); counts[r] = frames rank r contributes.
+  // The video frames (global indices) whose keys every frame attends to, in key order.
   const std::vector<std::int64_t>& global_frames() const { return global_frames_; }
 
  private:

@@ -171,10 +171,10 @@ void check_fault_injection(int world_rank) {
 class Communicator::Guard {
  public:
   Guard(Communicator& c, CommOp op, std::uint64_t bytes) : c_(c), op_(op), t0_(Clock::now()) {
-    check_fault_injection(world_rank_or_minus_one());
+    const int wr = world_rank_or_minus_one();
+    check_fault_injection(wr);
     std::string what = std::string(comm_op_name(op)) + " on the " + c.label_ + " (rank " + std::to_string(c.rank_) +
                        " of " + std::to_string(c.size_) + ", " + c.backend() + ")";
-    const int wr = world_rank_or_minus_one();
     if (wr >= 0) what = "world rank " + std::to_string(wr) + ": " + what;
     id_ = Watchdog::get().arm(std::move(what));
     const auto i = static_cast<std::size_t>(op);
