@@ -17,6 +17,7 @@ bool parse_options(const std::vector<std::string>& args, const boost::program_op
 std::string format_mib(double bytes);
 
 int selfcheck(const std::vector<std::string>& args);
+int generate(const std::vector<std::string>& args);
 int forward(const std::vector<std::string>& args);
 int make_model(const std::vector<std::string>& args);
 int inspect(const std::vector<std::string>& args);

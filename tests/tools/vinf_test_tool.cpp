@@ -4,6 +4,9 @@
 //   compare-frames A B F0 F1 TOL    as compare, for frames [F0, F1) of A's 5-D tensors against all of B
 //   slice-frames IN OUT F0 F1       IN's inputs with `sample` cut to frames [F0, F1)
 //   broken-models MODEL DIR         variants of a good model directory, each with one defect
+//   h5-compare A B RTOL             max |a - b| of the /latents of two latents.h5 files, against
+//                                   RTOL times the largest |b| (at least 1)
+//   h5-check FILE F C H W           /latents is [F, C, H, W], finite, and the file says its format
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +15,8 @@
 #include <iostream>
 #include <string>
 #include <vector>
+
+#include <hdf5.h>
 
 #include "io/safetensors.hpp"
 
@@ -70,6 +75,75 @@ int compare(int argc, char** argv, bool frames) {
     bad += ok ? 0 : 1;
   }
   return bad ? 1 : 0;
+}
+
+// /latents of an HDF5 file (serial access), with its shape.
+std::vector<float> read_latents(const char* path, std::vector<hsize_t>& dims, std::string& format) {
+  const hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) throw std::runtime_error(std::string("cannot open ") + path);
+  const hid_t d = H5Dopen2(f, "/latents", H5P_DEFAULT);
+  if (d < 0) throw std::runtime_error(std::string(path) + " has no /latents");
+  const hid_t space = H5Dget_space(d);
+  dims.assign(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space)), 0);
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  hsize_t n = 1;
+  for (hsize_t x : dims) n *= x;
+  std::vector<float> v(n);
+  if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+    throw std::runtime_error(std::string("cannot read /latents of ") + path);
+  format.clear();
+  if (H5Aexists(f, "format") > 0) {
+    const hid_t a = H5Aopen(f, "format", H5P_DEFAULT);
+    const hid_t type = H5Aget_type(a);
+    format.resize(H5Tget_size(type));
+    H5Aread(a, type, format.data());
+    H5Tclose(type);
+    H5Aclose(a);
+  }
+  H5Sclose(space);
+  H5Dclose(d);
+  H5Fclose(f);
+  return v;
+}
+
+int h5_compare(int argc, char** argv) {
+  if (argc != 5) return 2;
+  std::vector<hsize_t> da, db;
+  std::string fa, fb;
+  const std::vector<float> a = read_latents(argv[2], da, fa), b = read_latents(argv[3], db, fb);
+  if (da != db) {
+    std::cerr << "h5-compare: the shapes differ\n";
+    return 1;
+  }
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  const double tol = std::atof(argv[4]) * std::max(1.0, scale);
+  std::printf("%s /latents max |diff| %.3g (tolerance %.3g: relative to max |value| %.3g)\n", worst <= tol ? "ok" : "FAIL", worst,
+              tol, scale);
+  return worst <= tol ? 0 : 1;
+}
+
+int h5_check(int argc, char** argv) {
+  if (argc != 7) return 2;
+  std::vector<hsize_t> dims;
+  std::string format;
+  const std::vector<float> v = read_latents(argv[2], dims, format);
+  const std::vector<hsize_t> want{std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10),
+                                  std::strtoull(argv[5], nullptr, 10), std::strtoull(argv[6], nullptr, 10)};
+  std::size_t bad = 0;
+  double rms = 0;
+  for (float x : v) {
+    bad += std::isfinite(x) ? 0 : 1;
+    rms += static_cast<double>(x) * x;
+  }
+  rms = v.empty() ? 0 : std::sqrt(rms / static_cast<double>(v.size()));
+  const bool ok = dims == want && bad == 0 && format.rfind("vinf-latents", 0) == 0 && rms > 0;
+  std::printf("%s %s: %zu dims, %zu values, %zu not finite, rms %.3g, format '%s'\n", ok ? "ok" : "FAIL", argv[2],
+              dims.size(), v.size(), bad, rms, format.c_str());
+  return ok ? 0 : 1;
 }
 
 int slice_frames(int argc, char** argv) {
@@ -173,7 +247,9 @@ int main(int argc, char** argv) {
     if (cmd == "compare-frames") return compare(argc, argv, true);
     if (cmd == "slice-frames") return slice_frames(argc, argv);
     if (cmd == "broken-models") return broken_models(argc, argv);
-    std::cerr << "usage: vinf_test_tool compare|slice-frames|broken-models ...\n";
+    if (cmd == "h5-compare") return h5_compare(argc, argv);
+    if (cmd == "h5-check") return h5_check(argc, argv);
+    std::cerr << "usage: vinf_test_tool compare|compare-frames|slice-frames|broken-models|h5-compare|h5-check ...\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "vinf_test_tool: " << e.what() << "\n";

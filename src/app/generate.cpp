@@ -1,0 +1,405 @@
+// `vinf generate` (design.md §5): the main job. Every rank denoises its clip of the video latent
+// (and, with --parallel.cfg 2, one of the two guidance branches); the temporal layers talk over the
+// clip group, the guidance branches swap predictions over the cfg group. Rank 0 reports progress
+// and writes run.json; latents.h5 is written collectively.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "app/commands.hpp"
+#include "app/generate_options.hpp"
+#include "core/error.hpp"
+#include "core/progress.hpp"
+#include "infinity/context.hpp"
+#include "io/latents_h5.hpp"
+#include "model/presets.hpp"
+#include "model/unet3d.hpp"
+#include "mpi/check.hpp"
+#include "mpi/grid.hpp"
+#include "mpi/session.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/runtime.hpp"
+#include "sampling/conditioning.hpp"
+#include "sampling/noise.hpp"
+#include "sampling/sampler.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace vinf::app {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void broadcast_string(std::string& s, MPI_Comm comm) {
+  int n = static_cast<int>(s.size());
+  VINF_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, 0, comm));
+  s.resize(static_cast<std::size_t>(n));
+  VINF_CHECK_MPI(MPI_Bcast(s.data(), n, MPI_CHAR, 0, comm));
+}
+
+// outputs/<name>-<Slurm job id[_array task]> or outputs/<name>-<local date-time>.
+std::string default_out_dir(const std::string& name) {
+  std::string id;
+  if (const char* job = std::getenv("SLURM_ARRAY_JOB_ID"); job && *job) {
+    const char* task = std::getenv("SLURM_ARRAY_TASK_ID");
+    id = std::string(job) + "_" + (task ? task : "0");
+  } else if (const char* j = std::getenv("SLURM_JOB_ID"); j && *j) {
+    id = j;
+  } else {
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &local);
+    id = buf;
+  }
+  return "outputs/" + name + "-" + id;
+}
+
+// Rank 0 decides the output directory and whether it may be used; every rank gets the verdict.
+std::string choose_out_dir(const GenerateOptions& o, const mpi::Session& mpi) {
+  std::string dir = o.out.empty() ? default_out_dir(o.name) : o.out, problem;
+  if (mpi.rank() == 0) {
+    std::error_code ec;
+    if (fs::exists(dir, ec)) {
+      if (!fs::is_directory(dir, ec))
+        problem = "--out " + dir + " exists and is not a directory";
+      else if (!o.overwrite)
+        problem = "the output directory " + dir + " exists (" +
+                  (fs::exists(dir + "/run.json") ? std::string("a finished run") : "an unfinished or failed run") +
+                  "); choose another --out, or --overwrite to replace its files";
+    }
+  }
+  broadcast_string(dir, mpi.world());
+  broadcast_string(problem, mpi.world());
+  VINF_INPUT_CHECK(problem.empty(), problem);
+  return dir;
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".partial";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    out.flush();
+    VINF_INPUT_CHECK(out.good(), "cannot write ", tmp, " (disk full or the directory not writable?)");
+  }
+  VINF_INPUT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path);
+}
+
+json counters_json(const mpi::CommCounters& c) {
+  json j = json::object();
+  for (int i = 0; i < mpi::kCommOps; ++i) {
+    if (c.calls[static_cast<std::size_t>(i)] == 0) continue;
+    j[mpi::comm_op_name(static_cast<mpi::CommOp>(i))] = {{"calls", c.calls[static_cast<std::size_t>(i)]},
+                                                         {"bytes", c.bytes[static_cast<std::size_t>(i)]},
+                                                         {"seconds", c.seconds[static_cast<std::size_t>(i)]}};
+  }
+  return j;
+}
+
+json vi_json(const infinity::Config& v) {
+  return {{"mode", infinity::mode_name(v.mode)},
+          {"local-frames", v.local_frames},
+          {"global-frames", v.global_frames},
+          {"conv-halo", v.conv_halo},
+          {"attn-scale", v.attn_scale},
+          {"token-num-scale", v.token_num_scale},
+          {"dynamic-bias", v.dynamic_bias},
+          {"local-phase-t", v.local_phase.t},
+          {"local-phase-local-bias", v.local_phase.local_bias},
+          {"local-phase-global-bias", v.local_phase.global_bias},
+          {"global-phase-t", v.global_phase.t},
+          {"global-phase-local-bias", v.global_phase.local_bias},
+          {"global-phase-global-bias", v.global_phase.global_bias},
+          {"sync-groupnorm", v.sync_groupnorm},
+          {"halo", v.halo == infinity::HaloData::x ? "x" : "kv"},
+          {"exchange", v.exchange == infinity::ExchangePattern::fused ? "fused" : "three-round"}};
+}
+
+// What rank 0 collects from every rank for run.json.
+struct RankReport {
+  mpi::CommCounters clip, cfg;
+  double arena_peak = 0, max_rss = 0;
+};
+
+double max_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;  // Linux reports KiB
+}
+
+}  // namespace
+
+int generate(const std::vector<std::string>& args) {
+  GenerateOptions o;
+  if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
+  mpi::set_comm_timeout(o.comm_timeout);
+  DType dtype;
+  VINF_INPUT_CHECK(parse_dtype(o.dtype, dtype) && (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16),
+                   "--dtype must be f32, f16 or bf16, got '", o.dtype, "'");
+
+  const auto t_start = Clock::now();
+  mpi::Session mpi(nullptr, nullptr);
+  const bool root = mpi.rank() == 0;
+  auto log = [&](const std::string& line) {
+    if (root && !o.quiet) std::cerr << "vinf generate: " << line << "\n" << std::flush;
+  };
+  auto detail = [&](const std::string& line) {
+    if (root && o.verbose) std::cerr << "vinf generate: " << line << "\n" << std::flush;
+  };
+  check_generate_job(o, mpi.size());
+  mpi::ProcessGrid grid(mpi, o.cfg);
+  const Device device = mpi.choose_device(o.device);
+  VINF_INPUT_CHECK(device.is_cuda() || dtype == DType::f32, "--dtype ", o.dtype,
+                   " runs on CUDA only; the CPU path computes in f32 (this run uses the CPU)");
+  const int clips = grid.clip_size(), clip = grid.clip_index();
+  const std::int64_t frames = o.frames, nf = frames / clips, first_frame = clip * nf;
+  const std::int64_t lh = o.height / 8, lw = o.width / 8;
+  const bool guided = o.guidance > 1.0;
+
+  // The model's shape and the text, all checked before the weights are read.
+  std::vector<std::string> warnings;
+  model::UNetConfig ucfg;
+  model::ModelFiles files;
+  if (o.builtin()) {
+    ucfg = model::preset_config(o.builtin_preset());
+  } else {
+    files = model::find_model_files(o.unet.empty() ? o.model : o.unet);
+    ucfg = model::load_unet_config(files.config, &warnings);
+  }
+  sampling::NoiseScheduleConfig sched_cfg;
+  std::string sched_source = "zeroscope's values (built in)";
+  {
+    std::string path = o.scheduler_config;
+    if (path.empty() && !o.builtin() && fs::exists(o.model + "/scheduler/scheduler_config.json"))
+      path = o.model + "/scheduler";
+    if (!path.empty()) {
+      sched_cfg = sampling::read_scheduler_config(path);
+      sched_source = path;
+    }
+  }
+  const sampling::Scheduler scheduler(sampling::parse_scheduler(o.scheduler), sched_cfg, o.steps, o.eta);
+  const auto t_text = Clock::now();
+  const sampling::TextEmbeddings text =
+      o.embeddings.empty()
+          ? sampling::random_text_embeddings(o.prompts, o.negative, o.tokens, ucfg.cross_attention_dim,
+                                             static_cast<std::uint64_t>(o.model_seed))
+          : sampling::read_text_embeddings(o.embeddings, ucfg.cross_attention_dim, guided);
+  const double text_seconds = seconds_since(t_text);
+  const int prompts = static_cast<int>(text.prompts.size());
+  VINF_INPUT_CHECK(o.prompts.empty() || static_cast<int>(o.prompts.size()) == prompts, "--prompt.text is given ",
+                   o.prompts.size(), " times but ", o.embeddings, " holds ", prompts, " prompt embeddings");
+  const std::string out_dir = choose_out_dir(o, mpi);
+
+  // Weights.
+  const auto t_load = Clock::now();
+  Runtime rt(device);
+  std::unique_ptr<model::WeightFiles> wf;
+  const auto params = model::unet_parameters(ucfg);
+  model::Weights weights;
+  if (o.builtin()) {
+    weights = model::Weights::random(params, rt, dtype, static_cast<std::uint64_t>(o.model_seed));
+  } else {
+    wf = std::make_unique<model::WeightFiles>(files);
+    weights = model::Weights(*wf, params, rt, dtype, false, &warnings);
+  }
+  const model::UNet3D unet(ucfg, std::move(weights));
+  const double load_seconds = mpi.max(seconds_since(t_load));
+  for (const std::string& w : warnings) log("warning: " + w);
+  log("model " + (o.builtin() ? o.model + " (seed " + std::to_string(o.model_seed) + ")" : files.dir) + ": " +
+      std::to_string(unet.weights().count()) + " parameters as " + dtype_name(dtype) + " on " + device.name() +
+      ", loaded in " + format_duration(load_seconds));
+  log(std::to_string(frames) + " frames of " + std::to_string(o.width) + "x" + std::to_string(o.height) + " over " +
+      std::to_string(clips) + " clip(s) of " + std::to_string(nf) + (o.cfg == 2 ? " x 2 guidance branches" : "") +
+      ", --vi.mode " + infinity::mode_name(o.vi.mode) + ", " + o.scheduler + " " + std::to_string(o.steps) +
+      " steps, guidance " + std::to_string(o.guidance).substr(0, 5) + ", noise " + o.noise + " seed " +
+      std::to_string(o.seed));
+  detail("scheduler config: " + sched_source + "; text embeddings: " + text.source);
+  {
+    std::string ts;
+    for (std::size_t i = 0; i < scheduler.timesteps().size(); ++i)
+      ts += (i ? " " : "") + std::to_string(scheduler.timesteps()[i]);
+    detail("timesteps: " + ts);
+    for (int c = 0; c < clips; ++c)
+      detail("clip " + std::to_string(c) + " (frames " + std::to_string(c * nf) + "-" + std::to_string((c + 1) * nf - 1) +
+             "): prompt " + std::to_string(sampling::prompt_for_clip(c, clips, prompts)) +
+             (o.prompts.empty() ? "" : " '" + o.prompts[static_cast<std::size_t>(sampling::prompt_for_clip(c, clips, prompts))] + "'"));
+  }
+
+  if (root) {
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (ec) warnings.push_back(ec.message());
+  }
+  VINF_INPUT_CHECK(mpi.all(root ? fs::is_directory(out_dir) : true), "cannot create the output directory ", out_dir);
+
+  // Communicators: the clip group for the temporal layers, the cfg group for the guidance swap.
+  std::unique_ptr<mpi::Communicator> clip_comm, cfg_comm;
+  if (o.vi.mode != infinity::Mode::off)
+    clip_comm = mpi::make_communicator(grid.clip_comm(), device, o.comm_backend, "clip group");
+  if (o.cfg == 2) cfg_comm = mpi::make_communicator(grid.cfg_comm(), device, o.comm_backend, "cfg group");
+  std::unique_ptr<model::TemporalContext> temporal;
+  if (clip_comm)
+    temporal = std::make_unique<infinity::Context>(o.vi, *clip_comm, nf);
+  else
+    temporal = std::make_unique<model::PlainTemporalContext>();
+
+  // This rank's text batch: [negative, prompt], or its branch's one, or the prompt alone.
+  ExecContext& ctx = rt.ctx();
+  const std::vector<float>& prompt = text.prompts[static_cast<std::size_t>(sampling::prompt_for_clip(clip, clips, prompts))];
+  std::vector<const std::vector<float>*> rows;
+  if (!guided) rows = {&prompt};
+  else if (o.cfg == 2) rows = {grid.cfg_index() == 0 ? &text.negative : &prompt};
+  else rows = {&text.negative, &prompt};
+  const std::int64_t batch = static_cast<std::int64_t>(rows.size());
+  OwnedTensor text_dev = rt.arena().empty(DType::f32, {batch, text.tokens, text.width});
+  for (std::int64_t b = 0; b < batch; ++b)
+    ops::copy(ctx, Tensor::wrap(const_cast<float*>(rows[static_cast<std::size_t>(b)]->data()), DType::f32, Device::cpu(),
+                                {1, text.tokens, text.width}),
+              text_dev.slice(0, b, 1));
+
+  // Latents, noise, the UNet's batch and outputs.
+  const Shape latent_shape{1, ucfg.in_channels, nf, lh, lw};
+  VINF_INPUT_CHECK(ucfg.in_channels == ucfg.out_channels, "the UNet's in_channels (", ucfg.in_channels,
+                   ") and out_channels (", ucfg.out_channels, ") differ; it cannot denoise its own latents");
+  sampling::Sampler sampler(scheduler, rt.arena(), latent_shape);
+  const sampling::NoiseSource noise(o.noise == "compat" ? sampling::NoiseMode::compat : sampling::NoiseMode::invariant,
+                                    static_cast<std::uint64_t>(o.seed), clip, first_frame);
+  noise.initial(ctx, rt.arena(), sampler.latents());
+  const Shape unet_shape{batch, ucfg.in_channels, nf, lh, lw};
+  OwnedTensor unet_in = batch > 1 ? rt.arena().empty(DType::f32, unet_shape) : OwnedTensor{};
+  OwnedTensor pred = rt.arena().empty(DType::f32, unet_shape);
+  OwnedTensor both = o.cfg == 2 ? rt.arena().empty(DType::f32, {2, ucfg.in_channels, nf, lh, lw}) : OwnedTensor{};
+  OwnedTensor eps = rt.arena().empty(DType::f32, latent_shape);
+  OwnedTensor z = scheduler.stochastic() ? rt.arena().empty(DType::f32, latent_shape) : OwnedTensor{};
+  rt.synchronize();
+
+  Progress progress("vinf generate:", o.steps, static_cast<double>(frames), "frame-steps/s", root && !o.quiet, 10.0);
+  std::vector<double> step_seconds(static_cast<std::size_t>(o.steps));
+  const auto t_denoise = Clock::now();
+  for (int i = 0; i < o.steps; ++i) {
+    const auto t0 = Clock::now();
+    const std::int64_t t = scheduler.timesteps()[static_cast<std::size_t>(i)];
+    const Tensor& x = sampler.latents();
+    if (batch > 1) {
+      for (std::int64_t b = 0; b < batch; ++b) ops::copy(ctx, x, unet_in.slice(0, b, 1));
+    }
+    unet.forward(ctx, batch > 1 ? unet_in.view() : x, t, o.fps, text_dev, pred, *temporal);
+    if (!guided) {
+      ops::copy(ctx, pred, eps);
+    } else if (o.cfg == 2) {
+      cfg_comm->all_gather(ctx, pred, both);  // [uncond, cond]: cfg index 0 runs the negative prompt
+      sampling::guide(ctx, both.slice(0, 0, 1), both.slice(0, 1, 1), static_cast<float>(o.guidance), eps);
+    } else {
+      sampling::guide(ctx, pred.slice(0, 0, 1), pred.slice(0, 1, 1), static_cast<float>(o.guidance), eps);
+    }
+    if (scheduler.stochastic()) noise.step(ctx, rt.arena(), i, z);
+    sampler.step(ctx, i, eps, z);
+    rt.synchronize();
+    step_seconds[static_cast<std::size_t>(i)] = seconds_since(t0);
+    progress.update(i + 1, "t=" + std::to_string(t));
+  }
+  const double denoise_seconds = mpi.max(seconds_since(t_denoise));
+  std::vector<double> step_max(step_seconds.size());
+  VINF_CHECK_MPI(MPI_Allreduce(step_seconds.data(), step_max.data(), static_cast<int>(step_seconds.size()), MPI_DOUBLE,
+                               MPI_MAX, mpi.world()));
+
+  // latents.h5: the clip ranks of branch 0 hold the video (branch 1 holds the same numbers).
+  const auto t_write = Clock::now();
+  OwnedTensor frame_major = rt.arena().empty(DType::f32, {1, nf, ucfg.in_channels, lh, lw});
+  ops::copy(ctx, sampler.latents().permute({0, 2, 1, 3, 4}), frame_major);
+  std::vector<float> host(static_cast<std::size_t>(frame_major.numel()));
+  ops::copy(ctx, frame_major, Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major.shape));
+  rt.synchronize();
+  bool finite = true;
+  for (float v : host) finite = finite && std::isfinite(v);
+  VINF_CHECK(mpi.all(finite), "the final latents hold NaN or infinite values (a rank's numbers diverged); ",
+             "nothing was written to ", out_dir);
+
+  json config = {
+      {"model", o.model},
+      {"model.unet", o.builtin() ? "" : files.dir},
+      {"model.seed", o.model_seed},
+      {"model.scheduler-config", sched_source},
+      {"video", {{"frames", frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
+      {"sampler",
+       {{"scheduler", o.scheduler}, {"steps", o.steps}, {"guidance", o.guidance}, {"seed", o.seed},
+        {"eta", o.eta}, {"noise", o.noise}}},
+      {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"embeddings", text.source}}},
+      {"parallel", {{"cfg", o.cfg}, {"clips", clips}, {"world", mpi.size()}, {"frames-per-clip", nf}}},
+      {"vi", vi_json(o.vi)},
+      {"device", device.name()},
+      {"dtype", o.dtype},
+      {"comm-backend", clip_comm ? clip_comm->backend() : (cfg_comm ? cfg_comm->backend() : "none")}};
+  io::H5Attributes attrs;
+  attrs.text = {{"format", io::kLatentsFormat}, {"vinf_version", VINF_VERSION}, {"config", config.dump()},
+                {"noise_mode", o.noise}, {"scheduler", o.scheduler}, {"layout", "[frame, channel, height, width]"}};
+  attrs.integers = {{"format_version", io::kLatentsFormatVersion}, {"seed", o.seed}, {"steps", o.steps},
+                    {"world_size", mpi.size()}, {"cfg_size", o.cfg}, {"clip_size", clips}};
+  const bool writer = grid.cfg_index() == 0;
+  io::write_latents_h5(mpi.world(), out_dir + "/latents.h5", {frames, ucfg.in_channels, lh, lw},
+                       writer ? first_frame : 0, writer ? nf : 0, host.data(), attrs);
+  const double write_seconds = mpi.max(seconds_since(t_write));
+
+  // run.json from rank 0, last: its presence marks a finished run.
+  RankReport mine;
+  if (clip_comm) mine.clip = clip_comm->counters();
+  if (cfg_comm) mine.cfg = cfg_comm->counters();
+  mine.arena_peak = static_cast<double>(rt.arena().stats().peak_in_use);
+  mine.max_rss = max_rss_bytes();
+  std::vector<RankReport> reports(root ? static_cast<std::size_t>(mpi.size()) : 1);
+  VINF_CHECK_MPI(MPI_Gather(&mine, sizeof mine, MPI_BYTE, reports.data(), sizeof mine, MPI_BYTE, 0, mpi.world()));
+  if (root) {
+    json ranks = json::array();
+    for (int r = 0; r < mpi.size(); ++r) {
+      const RankReport& rep = reports[static_cast<std::size_t>(r)];
+      ranks.push_back({{"rank", r},
+                       {"clip", r % clips},
+                       {"cfg_branch", r / clips},
+                       {"frames", {r % clips * nf, (r % clips + 1) * nf}},
+                       {"bytes_received", {{"clip_group", counters_json(rep.clip)}, {"cfg_group", counters_json(rep.cfg)}}},
+                       {"peak_memory_bytes", rep.arena_peak},
+                       {"max_rss_bytes", rep.max_rss}});
+    }
+    json run = {
+        {"format", "vinf-run"},
+        {"format_version", 1},
+        {"vinf_version", VINF_VERSION},
+        {"status", "complete"},
+        {"out", out_dir},
+        {"config", config},
+        {"schedule", {{"timesteps", scheduler.timesteps()}, {"sigmas", scheduler.sigmas()}}},
+        {"times_s",
+         {{"load", load_seconds},
+          {"text", text_seconds},
+          {"denoise", denoise_seconds},
+          {"denoise_per_step", step_max},
+          {"write", write_seconds},
+          {"total", seconds_since(t_start)}}},
+        {"frame_steps_per_s", denoise_seconds > 0 ? static_cast<double>(frames) * o.steps / denoise_seconds : 0.0},
+        {"ranks", ranks},
+        {"outputs", {"latents.h5"}}};
+    write_text_atomically(out_dir + "/run.json", run.dump(2) + "\n");
+    double peak = 0;
+    for (const RankReport& r : reports) peak = std::max(peak, r.arena_peak);
+    log("denoised in " + format_duration(denoise_seconds) + " (" +
+        std::to_string(static_cast<double>(frames) * o.steps / std::max(denoise_seconds, 1e-9)).substr(0, 6) +
+        " frame-steps/s); peak memory " + format_mib(peak) + " per rank");
+    std::cout << "vinf generate: outputs in " << out_dir << "/ (latents.h5, run.json)\n" << std::flush;
+  }
+  return 0;
+}
+
+}  // namespace vinf::app

@@ -1,0 +1,178 @@
+#include "app/generate_options.hpp"
+
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "app/commands.hpp"
+#include "core/error.hpp"
+#include "sampling/scheduler.hpp"
+
+namespace po = boost::program_options;
+
+namespace vinf::app {
+
+namespace {
+
+constexpr std::int64_t kDefaultFramesPerClip = 24;
+constexpr std::int64_t kMaxPixels = 16384;
+
+po::options_description describe(GenerateOptions& o) {
+  po::options_description all(
+      "vinf generate: a video from text with Video-Infinity, the latent split along time over the ranks\n\n"
+      "usage: vinf generate --config FILE [options]\n"
+      "       mpirun -np N vinf generate --config FILE      (N clip ranks, or 2 x clips with --parallel.cfg 2)\n\n"
+      "Options come from the command line and from --config FILE (INI: a key before any section is a\n"
+      "top-level option, `[vi] local-frames = 8` is --vi.local-frames 8); the command line wins.\n"
+      "Writes OUT/latents.h5 (the final latents [F, C, H, W] with the config as attributes) and\n"
+      "OUT/run.json (config, times per phase and per step, bytes per collective kind, peak memory per rank).\n\n"
+      "Run");
+  all.add_options()("help,h", "show this help")(
+      "config", po::value(&o.config_file), "INI file with any of the options below")(
+      "model", po::value(&o.model),
+      "the model: a diffusers pipeline or UNet directory, or builtin:tiny / builtin:small (random weights made "
+      "in memory from --model.seed; text embeddings are then random too)")(
+      "out", po::value(&o.out),
+      "output directory (default outputs/<name>-<Slurm job id, or date-time>); an existing one is refused "
+      "unless --overwrite")(
+      "name", po::value(&o.name), "run name for the default output directory (default: the config file's name)")(
+      "overwrite", po::value(&o.overwrite)->default_value(o.overwrite)->implicit_value(true),
+      "write into an existing output directory, replacing the files this run makes")(
+      "quiet,q", po::value(&o.quiet)->default_value(o.quiet)->implicit_value(true),
+      "print only errors and the output location")(
+      "verbose,v", po::value(&o.verbose)->default_value(o.verbose)->implicit_value(true),
+      "also print the schedule, the prompts per clip and each rank's bytes per step")(
+      "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
+      "dtype", po::value(&o.dtype)->default_value(o.dtype), "UNet compute dtype: f32 | f16 | bf16 (16-bit on CUDA only)")(
+      "comm-backend", po::value(&o.comm_backend)->default_value(o.comm_backend),
+      "auto | mpi | nccl (auto: NCCL on GPUs, MPI on the CPU)")(
+      "comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout),
+      "seconds a collective may wait before the job is ended with a message (0: wait forever)");
+
+  po::options_description model("[model]");
+  model.add_options()("model.unet", po::value(&o.unet), "UNet directory, when it is not MODEL/unet")(
+      "model.scheduler-config", po::value(&o.scheduler_config),
+      "diffusers scheduler_config.json (file or directory; default MODEL/scheduler/ when present, else "
+      "zeroscope's values)")(
+      "model.seed", po::value(&o.model_seed)->default_value(o.model_seed), "weights seed of a builtin: model");
+
+  po::options_description video("[video]");
+  video.add_options()("video.frames", po::value(&o.frames)->default_value(o.frames),
+                      "frames of the whole video, divided evenly over the clip ranks (0: 24 per clip)")(
+      "video.height", po::value(&o.height)->default_value(o.height), "pixels, a multiple of 8")(
+      "video.width", po::value(&o.width)->default_value(o.width), "pixels, a multiple of 8")(
+      "video.fps", po::value(&o.fps)->default_value(o.fps), "frame rate the UNet is conditioned on");
+
+  po::options_description sampler("[sampler]");
+  sampler.add_options()(
+      "sampler.scheduler", po::value(&o.scheduler)->default_value(o.scheduler),
+      "dpmpp-sde (DPM-Solver++ SDE, linspace timesteps: what the released code runs), dpmpp-sde-karras, "
+      "dpmpp (ODE), ddim")("sampler.steps", po::value(&o.steps)->default_value(o.steps), "denoising steps")(
+      "sampler.guidance", po::value(&o.guidance)->default_value(o.guidance),
+      "classifier-free guidance scale (> 1 runs the negative and the positive branch; <= 1 only the positive)")(
+      "sampler.seed", po::value(&o.seed)->default_value(o.seed), "noise seed (>= 0)")(
+      "sampler.eta", po::value(&o.eta)->default_value(o.eta), "DDIM's noise scale in [0, 1]")(
+      "sampler.noise", po::value(&o.noise)->default_value(o.noise),
+      "invariant (keyed by global frame: the same video for any number of ranks), compat (one stream per clip "
+      "seeded seed + clip, as the released code), auto (compat in --vi.mode compat, else invariant)");
+
+  po::options_description prompt("[prompt]");
+  prompt.add_options()("prompt.text", po::value(&o.prompts)->multitoken(),
+                       "prompt; repeat for a list: clip r of N gets prompt int(r / N * P)")(
+      "prompt.negative", po::value(&o.negative)->default_value(o.negative), "negative prompt (guidance > 1)")(
+      "prompt.embeddings", po::value(&o.embeddings),
+      "safetensors with prompt_embeds [P, L, D] (one row per prompt) and negative_prompt_embeds [1, L, D], "
+      "used instead of a text encoder")(
+      "prompt.tokens", po::value(&o.tokens)->default_value(o.tokens), "tokens per random text embedding");
+
+  po::options_description parallel("[parallel]");
+  parallel.add_options()("parallel.cfg", po::value(&o.cfg)->default_value(o.cfg),
+                         "1: each rank runs both guidance branches as a batch of 2; 2: rank pairs split them and "
+                         "swap predictions every step (ranks = 2 x clips)");
+
+  po::options_description vi("[vi] Video-Infinity (design.md §2; flags take =true/=false)");
+  o.vi_options.add_to(vi);
+  all.add(model).add(video).add(sampler).add(prompt).add(parallel).add(vi);
+  return all;
+}
+
+}  // namespace
+
+int parse_generate_options(const std::vector<std::string>& args, GenerateOptions& o) {
+  po::options_description opts = describe(o);
+  po::variables_map vm;
+  if (!parse_options(args, opts, vm)) return 2;
+  if (vm.count("help")) {
+    std::cout << opts
+              << "\nExit status: 0 on success, 2 for bad input (the message names the option, file or key), 1 for "
+                 "other\nfailures, 3 when a collective timed out. A failure on any rank ends every rank.\n";
+    return 1;
+  }
+  if (!o.config_file.empty()) {
+    std::ifstream in(o.config_file);
+    VINF_INPUT_CHECK(in.good(), "--config ", o.config_file, ": cannot read the file");
+    try {
+      po::store(po::parse_config_file(in, opts), vm);
+      po::notify(vm);
+    } catch (const po::error& e) {
+      VINF_INPUT_FAIL("--config ", o.config_file, ": ", e.what());
+    }
+    VINF_INPUT_CHECK(!vm.count("help"), "--config ", o.config_file, ": 'help' is not a setting");
+  }
+
+  VINF_INPUT_CHECK(!o.model.empty(), "no model: give --model DIR (a diffusers directory) or --model builtin:tiny");
+  if (o.builtin()) {
+    const std::string p = o.builtin_preset();
+    VINF_INPUT_CHECK(p == "tiny" || p == "small", "--model ", o.model, ": the built-in models are builtin:tiny and ",
+                     "builtin:small");
+    VINF_INPUT_CHECK(o.unet.empty(), "--model.unet cannot be combined with a built-in model");
+  } else {
+    const std::string dir = o.unet.empty() ? o.model : o.unet;
+    VINF_INPUT_CHECK(std::filesystem::is_directory(dir), "--model", o.unet.empty() ? "" : ".unet", " ", dir,
+                     ": no such directory (a diffusers directory with config.json, or builtin:tiny)");
+  }
+  VINF_INPUT_CHECK(o.model_seed >= 0, "--model.seed must be >= 0, got ", o.model_seed);
+  VINF_INPUT_CHECK(o.frames >= 0, "--video.frames must be >= 0 (0: 24 per clip), got ", o.frames);
+  for (const auto& [name, v] : {std::pair{"height", o.height}, std::pair{"width", o.width}}) {
+    VINF_INPUT_CHECK(v >= 8 && v <= kMaxPixels, "--video.", name, " must be in [8, ", kMaxPixels, "], got ", v);
+    VINF_INPUT_CHECK(v % 8 == 0, "--video.", name, " must be a multiple of 8 (the latent is 1/8 of the size), got ",
+                     v, "; use ", v / 8 * 8 == 0 ? 8 : v / 8 * 8, " or ", (v / 8 + 1) * 8);
+  }
+  VINF_INPUT_CHECK(o.fps > 0 && o.fps <= 1000, "--video.fps must be in (0, 1000], got ", o.fps);
+  sampling::parse_scheduler(o.scheduler);
+  VINF_INPUT_CHECK(o.steps >= 1 && o.steps <= 1000, "--sampler.steps must be in [1, 1000], got ", o.steps);
+  VINF_INPUT_CHECK(o.guidance >= 0 && o.guidance <= 100, "--sampler.guidance must be in [0, 100], got ", o.guidance);
+  VINF_INPUT_CHECK(o.seed >= 0, "--sampler.seed must be >= 0, got ", o.seed);
+  VINF_INPUT_CHECK(o.eta >= 0 && o.eta <= 1, "--sampler.eta must be in [0, 1], got ", o.eta);
+  VINF_INPUT_CHECK(o.noise == "auto" || o.noise == "invariant" || o.noise == "compat",
+                   "--sampler.noise must be auto, invariant or compat, got '", o.noise, "'");
+  VINF_INPUT_CHECK(!o.prompts.empty() || !o.embeddings.empty(),
+                   "no prompt: give --prompt.text (repeatable) or --prompt.embeddings FILE");
+  if (o.embeddings.empty())
+    VINF_INPUT_CHECK(o.builtin(), "--model ", o.model, " needs --prompt.embeddings FILE: this version has no text ",
+                     "encoder yet (random embeddings are only for builtin: models)");
+  VINF_INPUT_CHECK(o.tokens >= 1 && o.tokens <= 1024, "--prompt.tokens must be in [1, 1024], got ", o.tokens);
+  VINF_INPUT_CHECK(o.cfg == 1 || o.cfg == 2, "--parallel.cfg must be 1 or 2, got ", o.cfg);
+  VINF_INPUT_CHECK(o.cfg == 1 || o.guidance > 1, "--parallel.cfg 2 splits the two guidance branches, but ",
+                   "--sampler.guidance ", o.guidance, " <= 1 runs only one; use --parallel.cfg 1");
+  VINF_INPUT_CHECK(o.comm_timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.comm_timeout);
+  VINF_INPUT_CHECK(!(o.quiet && o.verbose), "--quiet and --verbose exclude each other");
+  o.vi = o.vi_options.resolve(vm);
+  if (o.noise == "auto") o.noise = o.vi.mode == infinity::Mode::compat ? "compat" : "invariant";
+  if (o.name.empty())
+    o.name = o.config_file.empty() ? "vinf" : std::filesystem::path(o.config_file).stem().string();
+  return 0;
+}
+
+void check_generate_job(GenerateOptions& o, int world_size) {
+  VINF_INPUT_CHECK(world_size % o.cfg == 0, "--parallel.cfg 2 needs an even number of ranks (2 x clips), got ",
+                   world_size);
+  const int clips = world_size / o.cfg;
+  if (o.frames == 0) o.frames = kDefaultFramesPerClip * clips;
+  VINF_INPUT_CHECK(o.frames >= clips, "--video.frames ", o.frames, " is fewer than the ", clips,
+                   " clip ranks; use at most ", o.frames, " ranks or more frames");
+  infinity::check_partition(o.vi, o.frames, clips);
+}
+
+}  // namespace vinf::app

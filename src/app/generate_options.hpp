@@ -1,0 +1,52 @@
+// The options of `vinf generate` (design.md §5): the command line and an INI file (`--config
+// FILE`, sections map to dotted names, the command line wins), checked before any heavy work.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "infinity/config.hpp"
+
+namespace vinf::app {
+
+struct GenerateOptions {
+  std::string config_file;
+  // [model] (the top-level `model` is a directory or builtin:<preset>)
+  std::string model, unet, scheduler_config;
+  std::int64_t model_seed = 0;
+  // [video]
+  std::int64_t frames = 0;  // 0: 24 per clip
+  std::int64_t height = 320, width = 512;
+  double fps = 24;
+  // [sampler]
+  std::string scheduler = "dpmpp-sde", noise = "auto";
+  int steps = 30;
+  double guidance = 12, eta = 0;
+  std::int64_t seed = 123;
+  // [prompt]
+  std::vector<std::string> prompts;
+  std::string negative, embeddings;
+  std::int64_t tokens = 77;  // random embeddings only
+  // [parallel]
+  int cfg = 1;
+  // output and run
+  std::string out, name;
+  bool overwrite = false, quiet = false, verbose = false;
+  std::string device = "auto", dtype = "f32", comm_backend = "auto";
+  double comm_timeout = 300;
+  infinity::Options vi_options;
+  infinity::Config vi;
+
+  bool builtin() const { return model.rfind("builtin:", 0) == 0; }
+  std::string builtin_preset() const { return model.substr(8); }
+};
+
+// Parses and checks what does not need the job's size. Returns 0 to go on, 1 after --help was
+// printed, 2 after a bad option was reported. Throws vinf::InputError for bad values.
+int parse_generate_options(const std::vector<std::string>& args, GenerateOptions& o);
+
+// Checks against the job: clip ranks and the frames, CFG, the partition. Throws vinf::InputError.
+void check_generate_job(GenerateOptions& o, int world_size);
+
+}  // namespace vinf::app

@@ -1,0 +1,34 @@
+// Progress of a long loop for the person watching it: step i/N, elapsed, ETA and a rate. On a
+// terminal one live line with a bar (redrawn in place); otherwise (a Slurm log, a pipe) one plain
+// line per update, at most every `min_interval` seconds and always for the last step.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+namespace vinf {
+
+class Progress {
+ public:
+  // total: the number of steps; work_per_step and unit: the rate shown ("frame-steps/s").
+  Progress(std::string label, int total, double work_per_step, std::string unit, bool enabled,
+           double min_interval = 0.0, std::FILE* out = stderr);
+
+  // After step `done` (1-based) finished; `detail` is appended (e.g. the timestep).
+  void update(int done, const std::string& detail = {});
+  double elapsed() const;
+
+ private:
+  std::string label_, unit_;
+  int total_;
+  double work_per_step_, min_interval_, last_print_ = -1e30;
+  bool enabled_, tty_;
+  std::FILE* out_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// "1.5 s", "2 min 05 s", "1 h 02 min".
+std::string format_duration(double seconds);
+
+}  // namespace vinf

@@ -1,0 +1,86 @@
+#include "sampling/conditioning.hpp"
+
+#include "core/error.hpp"
+#include "core/philox.hpp"
+#include "io/safetensors.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/runtime.hpp"
+
+namespace vinf::sampling {
+
+namespace {
+
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : s) {
+    h ^= ch;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::vector<float> random_rows(const std::string& text, std::int64_t n, std::uint64_t seed) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  const std::uint64_t stream = fnv1a(text);
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = philox::normal_at(seed, stream, static_cast<std::uint64_t>(i));
+  return v;
+}
+
+// The tensor as f32 host values, any float dtype in the file.
+std::vector<float> read_f32(const io::SafetensorsFile& f, const std::string& name) {
+  const Tensor t = f.tensor(name);
+  std::vector<float> v(static_cast<std::size_t>(t.numel()));
+  Runtime rt(Device::cpu());
+  ops::copy(rt.ctx(), t, Tensor::wrap(v.data(), DType::f32, Device::cpu(), t.shape));
+  return v;
+}
+
+}  // namespace
+
+int prompt_for_clip(int clip, int clips, int prompts) {
+  const int p = static_cast<int>(static_cast<double>(clip) / static_cast<double>(clips) * prompts);
+  return p < prompts ? p : prompts - 1;
+}
+
+TextEmbeddings random_text_embeddings(const std::vector<std::string>& prompts, const std::string& negative,
+                                      std::int64_t tokens, std::int64_t width, std::uint64_t seed) {
+  TextEmbeddings e;
+  e.tokens = tokens;
+  e.width = width;
+  for (const std::string& p : prompts) e.prompts.push_back(random_rows(p, tokens * width, seed));
+  e.negative = random_rows(negative, tokens * width, seed);
+  e.source = "random (seed " + std::to_string(seed) + ", keyed by the text)";
+  return e;
+}
+
+TextEmbeddings read_text_embeddings(const std::string& path, std::int64_t width, bool need_negative) {
+  const io::SafetensorsFile f(path);
+  TextEmbeddings e;
+  e.source = path;
+  const auto* p = f.find("prompt_embeds");
+  VINF_INPUT_CHECK(p != nullptr, path, " has no tensor 'prompt_embeds' [P, L, D] (one row per prompt)");
+  VINF_INPUT_CHECK(p->shape.rank() == 3 && p->shape[0] > 0 && p->shape[1] > 0, path, ": 'prompt_embeds' must be ",
+                   "[P, L, D] with P, L > 0, got ", p->shape.str());
+  VINF_INPUT_CHECK(p->dtype == DType::f32 || p->dtype == DType::f16 || p->dtype == DType::bf16, path,
+                   ": 'prompt_embeds' must be F32, F16 or BF16");
+  VINF_INPUT_CHECK(p->shape[2] == width, path, ": 'prompt_embeds' has width ", p->shape[2],
+                   " but the model's cross_attention_dim is ", width);
+  e.tokens = p->shape[1];
+  e.width = width;
+  const std::vector<float> all = read_f32(f, "prompt_embeds");
+  const auto row = static_cast<std::size_t>(e.tokens * width);
+  for (std::int64_t i = 0; i < p->shape[0]; ++i)
+    e.prompts.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(i)),
+                           all.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(i + 1)));
+  if (const auto* n = f.find("negative_prompt_embeds")) {
+    VINF_INPUT_CHECK(n->shape.rank() == 3 && n->shape[0] == 1 && n->shape[1] == e.tokens && n->shape[2] == width,
+                     path, ": 'negative_prompt_embeds' must be [1, ", e.tokens, ", ", width, "], got ", n->shape.str());
+    e.negative = read_f32(f, "negative_prompt_embeds");
+  } else {
+    VINF_INPUT_CHECK(!need_negative, path, " has no 'negative_prompt_embeds' [1, L, D], which guidance > 1 needs ",
+                     "(or run with --sampler.guidance 1)");
+  }
+  return e;
+}
+
+}  // namespace vinf::sampling

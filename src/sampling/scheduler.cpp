@@ -1,0 +1,289 @@
+#include "sampling/scheduler.hpp"
+
+#include <algorithm>
+#include <cfenv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+
+namespace vinf::sampling {
+
+namespace {
+
+constexpr double kKarrasRho = 7.0;
+
+// numpy's round: half to even (the default floating-point rounding mode).
+std::int64_t round_half_even(double x) {
+  VINF_CHECK(std::fegetround() == FE_TONEAREST, "the floating-point rounding mode was changed");
+  return static_cast<std::int64_t>(std::nearbyint(x));
+}
+
+// torch.linspace in f32 (the betas): the first half counts up from start, the second half down
+// from end, with an f32 step.
+std::vector<float> linspace_f32(float start, float end, int n) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  const float step = n > 1 ? (end - start) / static_cast<float>(n - 1) : 0.f;
+  for (int i = 0; i < n; ++i)
+    v[static_cast<std::size_t>(i)] =
+        i < n / 2 ? start + step * static_cast<float>(i) : end - step * static_cast<float>(n - 1 - i);
+  return v;
+}
+
+std::vector<float> make_alphas_cumprod(const NoiseScheduleConfig& c) {
+  std::vector<float> betas;
+  if (c.beta_schedule == BetaSchedule::linear) {
+    betas = linspace_f32(static_cast<float>(c.beta_start), static_cast<float>(c.beta_end), c.num_train_timesteps);
+  } else {
+    betas = linspace_f32(static_cast<float>(std::sqrt(c.beta_start)), static_cast<float>(std::sqrt(c.beta_end)),
+                         c.num_train_timesteps);
+    for (float& b : betas) b = b * b;
+  }
+  std::vector<float> out(betas.size());
+  double running = 1.0;  // the cumulative product is accumulated in double, stored in f32
+  for (std::size_t i = 0; i < betas.size(); ++i) {
+    running *= static_cast<double>(1.f - betas[i]);
+    out[i] = static_cast<float>(running);
+  }
+  return out;
+}
+
+// sqrt((1 - abar) / abar) in f32, as diffusers derives its sigma table.
+float ve_sigma(float abar) { return std::sqrt((1.f - abar) / abar); }
+
+// The DPM-Solver timesteps of the linspace / leading / trailing spacings (diffusers'
+// set_timesteps with lambda_min_clipped = -inf).
+std::vector<std::int64_t> dpm_timesteps(const NoiseScheduleConfig& c, Spacing spacing, int n) {
+  const int T = c.num_train_timesteps;
+  std::vector<std::int64_t> ts;
+  switch (spacing) {
+    case Spacing::linspace: {
+      const double step = static_cast<double>(T - 1) / n;
+      for (int k = n; k >= 1; --k) ts.push_back(k == n ? T - 1 : round_half_even(k * step));
+      break;
+    }
+    case Spacing::leading: {
+      const int ratio = T / (n + 1);
+      for (int k = n; k >= 1; --k) ts.push_back(static_cast<std::int64_t>(k) * ratio + c.steps_offset);
+      break;
+    }
+    case Spacing::trailing: {
+      const double ratio = static_cast<double>(T) / n;
+      for (int k = 0; k < n; ++k) ts.push_back(round_half_even(T - k * ratio) - 1);
+      break;
+    }
+  }
+  return ts;
+}
+
+std::vector<std::int64_t> ddim_timesteps(const NoiseScheduleConfig& c, Spacing spacing, int n) {
+  const int T = c.num_train_timesteps;
+  std::vector<std::int64_t> ts;
+  switch (spacing) {
+    case Spacing::linspace: {
+      const double step = n > 1 ? static_cast<double>(T - 1) / (n - 1) : 0.0;
+      for (int k = n - 1; k >= 0; --k) ts.push_back(k == n - 1 && n > 1 ? T - 1 : round_half_even(k * step));
+      break;
+    }
+    case Spacing::leading: {
+      const int ratio = T / n;
+      for (int k = n - 1; k >= 0; --k) ts.push_back(static_cast<std::int64_t>(k) * ratio + c.steps_offset);
+      break;
+    }
+    case Spacing::trailing: {
+      const double ratio = static_cast<double>(T) / n;
+      for (int k = 0; k < n; ++k) ts.push_back(round_half_even(T - k * ratio) - 1);
+      break;
+    }
+  }
+  return ts;
+}
+
+// diffusers' _sigma_to_t: ln sigma interpolated piecewise-linearly in the table of ln sigma_j.
+double sigma_to_t(double sigma, const std::vector<float>& log_sigmas) {
+  const double ls = std::log(std::max(sigma, 1e-10));
+  const int last = static_cast<int>(log_sigmas.size()) - 2;
+  int low = 0;
+  for (int j = 0; j <= last + 1; ++j)
+    if (ls - static_cast<double>(log_sigmas[static_cast<std::size_t>(j)]) >= 0) low = j;
+  low = std::min(low, last);
+  const double lo = log_sigmas[static_cast<std::size_t>(low)], hi = log_sigmas[static_cast<std::size_t>(low + 1)];
+  const double w = std::clamp((lo - ls) / (lo - hi), 0.0, 1.0);
+  return (1.0 - w) * low + w * (low + 1);
+}
+
+Spacing parse_spacing(const std::string& s, const std::string& where) {
+  if (s == "linspace") return Spacing::linspace;
+  if (s == "leading") return Spacing::leading;
+  if (s == "trailing") return Spacing::trailing;
+  VINF_INPUT_FAIL(where, ": timestep_spacing '", s, "' is not one of linspace, leading, trailing");
+}
+
+}  // namespace
+
+const char* scheduler_name(SchedulerKind k) {
+  switch (k) {
+    case SchedulerKind::dpmpp_sde: return "dpmpp-sde";
+    case SchedulerKind::dpmpp_sde_karras: return "dpmpp-sde-karras";
+    case SchedulerKind::dpmpp: return "dpmpp";
+    case SchedulerKind::ddim: return "ddim";
+  }
+  return "?";
+}
+
+SchedulerKind parse_scheduler(const std::string& name) {
+  for (SchedulerKind k : {SchedulerKind::dpmpp_sde, SchedulerKind::dpmpp_sde_karras, SchedulerKind::dpmpp,
+                          SchedulerKind::ddim})
+    if (name == scheduler_name(k)) return k;
+  VINF_INPUT_FAIL("--sampler.scheduler '", name,
+                  "' is not one of dpmpp-sde (what the released code runs), dpmpp-sde-karras, dpmpp (ODE), ddim");
+}
+
+const char* spacing_name(Spacing s) {
+  switch (s) {
+    case Spacing::linspace: return "linspace";
+    case Spacing::leading: return "leading";
+    case Spacing::trailing: return "trailing";
+  }
+  return "?";
+}
+
+NoiseScheduleConfig read_scheduler_config(const std::string& path_in) {
+  std::string path = path_in;
+  if (std::filesystem::is_directory(path)) path += "/scheduler_config.json";
+  std::ifstream in(path);
+  VINF_INPUT_CHECK(in.good(), "cannot read the scheduler config ", path);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    VINF_INPUT_FAIL(path, " is not valid JSON: ", e.what());
+  }
+  VINF_INPUT_CHECK(j.is_object(), path, " must hold a JSON object");
+  NoiseScheduleConfig c;
+  auto number = [&](const char* key, auto& dst) {
+    if (!j.contains(key) || j[key].is_null()) return;
+    VINF_INPUT_CHECK(j[key].is_number(), path, ": '", key, "' must be a number");
+    dst = j[key].get<std::remove_reference_t<decltype(dst)>>();
+  };
+  auto must_be = [&](const char* key, auto ok, const char* what) {
+    if (j.contains(key) && !j[key].is_null())
+      VINF_INPUT_CHECK(ok(j[key]), path, ": '", key, "' = ", j[key].dump(), " is not supported (", what, ")");
+  };
+  try {
+    number("num_train_timesteps", c.num_train_timesteps);
+    number("beta_start", c.beta_start);
+    number("beta_end", c.beta_end);
+    number("steps_offset", c.steps_offset);
+    if (j.contains("beta_schedule")) {
+      const std::string b = j["beta_schedule"].get<std::string>();
+      VINF_INPUT_CHECK(b == "linear" || b == "scaled_linear", path, ": beta_schedule '", b,
+                       "' is not supported (linear or scaled_linear)");
+      c.beta_schedule = b == "linear" ? BetaSchedule::linear : BetaSchedule::scaled_linear;
+    }
+    if (j.contains("timestep_spacing") && !j["timestep_spacing"].is_null())
+      c.timestep_spacing = parse_spacing(j["timestep_spacing"].get<std::string>(), path);
+    if (j.contains("set_alpha_to_one")) c.set_alpha_to_one = j["set_alpha_to_one"].get<bool>();
+    must_be("prediction_type", [](const nlohmann::json& v) { return v == "epsilon"; }, "vinf predicts epsilon");
+    must_be("thresholding", [](const nlohmann::json& v) { return v == false; }, "dynamic thresholding");
+    must_be("clip_sample", [](const nlohmann::json& v) { return v == false; }, "sample clipping");
+    must_be("trained_betas", [](const nlohmann::json&) { return false; }, "explicit betas");
+    must_be("rescale_betas_zero_snr", [](const nlohmann::json& v) { return v == false; }, "zero-SNR rescaling");
+  } catch (const nlohmann::json::exception& e) {
+    VINF_INPUT_FAIL(path, ": ", e.what());
+  }
+  VINF_INPUT_CHECK(c.num_train_timesteps >= 2 && c.num_train_timesteps <= 100000, path,
+                   ": num_train_timesteps must be in [2, 100000], got ", c.num_train_timesteps);
+  VINF_INPUT_CHECK(c.beta_start > 0 && c.beta_end > c.beta_start && c.beta_end < 1, path,
+                   ": need 0 < beta_start < beta_end < 1, got ", c.beta_start, " and ", c.beta_end);
+  VINF_INPUT_CHECK(c.steps_offset >= 0, path, ": steps_offset must be >= 0");
+  return c;
+}
+
+Scheduler::Scheduler(SchedulerKind kind, const NoiseScheduleConfig& config, int steps, double eta)
+    : kind_(kind), config_(config), eta_(eta), alphas_cumprod_(make_alphas_cumprod(config)) {
+  const int T = config.num_train_timesteps;
+  VINF_INPUT_CHECK(steps >= 1 && steps <= T, "--sampler.steps must be in [1, ", T, "], got ", steps);
+  VINF_INPUT_CHECK(eta >= 0 && eta <= 1, "--sampler.eta must be in [0, 1], got ", eta);
+  if (kind == SchedulerKind::ddim) {
+    timesteps_ = ddim_timesteps(config, config.timestep_spacing.value_or(Spacing::leading), steps);
+    const float final_abar = config.set_alpha_to_one ? 1.f : alphas_cumprod_[0];
+    for (std::int64_t t : timesteps_) sigmas_.push_back(ve_sigma(alphas_cumprod_[static_cast<std::size_t>(t)]));
+    const std::int64_t last_prev = timesteps_.back() - T / steps;
+    sigmas_.push_back(ve_sigma(last_prev >= 0 ? alphas_cumprod_[static_cast<std::size_t>(last_prev)] : final_abar));
+    return;
+  }
+  std::vector<float> table(alphas_cumprod_.size());
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = ve_sigma(alphas_cumprod_[i]);
+  if (kind == SchedulerKind::dpmpp_sde_karras) {
+    std::vector<float> log_sigmas(table.size());
+    for (std::size_t i = 0; i < table.size(); ++i) log_sigmas[i] = std::log(table[i]);
+    const double lo = std::pow(static_cast<double>(table.front()), 1.0 / kKarrasRho);
+    const double hi = std::pow(static_cast<double>(table.back()), 1.0 / kKarrasRho);
+    for (int i = 0; i < steps; ++i) {
+      const double ramp = steps > 1 ? static_cast<double>(i) / (steps - 1) : 0.0;
+      const double s = std::pow(hi + ramp * (lo - hi), kKarrasRho);
+      timesteps_.push_back(round_half_even(sigma_to_t(s, log_sigmas)));
+      sigmas_.push_back(static_cast<float>(s));  // kept in f32, as diffusers keeps its sigmas
+    }
+  } else {
+    timesteps_ = dpm_timesteps(config, config.timestep_spacing.value_or(Spacing::linspace), steps);
+    for (std::int64_t t : timesteps_) sigmas_.push_back(table[static_cast<std::size_t>(t)]);
+  }
+  sigmas_.push_back(0.0);
+}
+
+bool Scheduler::stochastic() const {
+  return kind_ == SchedulerKind::dpmpp_sde || kind_ == SchedulerKind::dpmpp_sde_karras ||
+         (kind_ == SchedulerKind::ddim && eta_ > 0);
+}
+
+StepCoefficients Scheduler::coefficients(int i) const {
+  VINF_CHECK(i >= 0 && i < steps(), "step ", i, " is outside the schedule of ", steps(), " steps");
+  StepCoefficients k;
+  if (kind_ == SchedulerKind::ddim) {
+    const int T = config_.num_train_timesteps;
+    const std::int64_t t = timesteps_[static_cast<std::size_t>(i)], prev = t - T / steps();
+    const double a_t = alphas_cumprod_[static_cast<std::size_t>(t)];
+    const double a_prev = prev >= 0 ? alphas_cumprod_[static_cast<std::size_t>(prev)]
+                                    : (config_.set_alpha_to_one ? 1.0 : alphas_cumprod_[0]);
+    k.x0_x = 1.0 / std::sqrt(a_t);
+    k.x0_eps = -std::sqrt(1.0 - a_t) / std::sqrt(a_t);
+    const double std_dev = eta_ * std::sqrt((1.0 - a_prev) / (1.0 - a_t) * (1.0 - a_t / a_prev));
+    k.c_m0 = std::sqrt(a_prev);
+    k.c_eps = std::sqrt(std::max(0.0, 1.0 - a_prev - std_dev * std_dev));
+    k.c_noise = std_dev;
+    return k;
+  }
+  // DPM-Solver++ in the noise levels s (VE sigma): alpha = 1 / sqrt(s^2 + 1), sigma = s alpha,
+  // lambda = -ln s, so e^-h = s_next / s.
+  const double s = sigmas_[static_cast<std::size_t>(i)], s_next = sigmas_[static_cast<std::size_t>(i) + 1];
+  const double alpha_s = 1.0 / std::sqrt(s * s + 1.0);
+  k.x0_x = 1.0 / alpha_s;
+  k.x0_eps = -s;
+  if (s_next == 0.0) {  // the final step lands on the data prediction (lambda = +inf)
+    k.c_m0 = 1.0;
+    return k;
+  }
+  const double alpha_t = 1.0 / std::sqrt(s_next * s_next + 1.0), sigma_t = s_next * alpha_t, sigma_s = s * alpha_s;
+  const double e_h = s_next / s;  // e^-h
+  // Order 1 at the first step (no history) and, with final sigma 0, at the last; 2 otherwise.
+  k.order = (i == 0 || i == steps() - 1) ? 1 : 2;
+  const bool sde = kind_ != SchedulerKind::dpmpp;
+  const double d0 = sde ? alpha_t * (1.0 - e_h * e_h) : alpha_t * (1.0 - e_h);
+  k.c_x = sde ? sigma_t / sigma_s * e_h : sigma_t / sigma_s;
+  k.c_m0 = d0;
+  if (sde) k.c_noise = sigma_t * std::sqrt(1.0 - e_h * e_h);
+  if (k.order == 2) {
+    // Midpoint: + 1/2 d0 D1, D1 = (m0 - m1) / r0, r0 = h_prev / h.
+    const double s_prev = sigmas_[static_cast<std::size_t>(i) - 1];
+    const double r0 = std::log(s_prev / s) / std::log(s / s_next);
+    k.c_m0 += 0.5 * d0 / r0;
+    k.c_m1 = -0.5 * d0 / r0;
+  }
+  return k;
+}
+
+}  // namespace vinf::sampling

@@ -1,0 +1,81 @@
+// The denoising schedulers of model-spec §6: DPM-Solver++ multistep order 2 (SDE variant, as the
+// released Video-Infinity code runs it, with linspace or Karras sigmas; ODE variant) and DDIM.
+//
+// A scheduler is pure arithmetic on the noise schedule: it turns the step index into the
+// coefficients of one update,
+//   x0     = x0_x * x + x0_eps * eps                         (the data prediction)
+//   x_next = x * c_x + m0 * c_m0 + m1 * c_m1 + eps * c_eps + z * c_noise
+// where m0 is this step's x0, m1 the previous step's, eps the guided model output and z fresh
+// standard normal noise. The tensor side (sampler.hpp) applies them, so every variant and every
+// backend shares one update path, and a resumed run only needs the step index.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace vinf::sampling {
+
+enum class SchedulerKind { dpmpp_sde, dpmpp_sde_karras, dpmpp, ddim };
+const char* scheduler_name(SchedulerKind k);
+// "dpmpp-sde" | "dpmpp-sde-karras" | "dpmpp" | "ddim"; throws vinf::InputError naming them.
+SchedulerKind parse_scheduler(const std::string& name);
+
+enum class BetaSchedule { linear, scaled_linear };
+enum class Spacing { linspace, leading, trailing };
+const char* spacing_name(Spacing s);
+
+// The keys of a diffusers scheduler_config.json that change the numbers. Defaults: zeroscope's
+// file (model-spec §6.1).
+struct NoiseScheduleConfig {
+  int num_train_timesteps = 1000;
+  double beta_start = 0.00085, beta_end = 0.012;
+  BetaSchedule beta_schedule = BetaSchedule::scaled_linear;
+  int steps_offset = 1;
+  std::optional<Spacing> timestep_spacing;  // unset: linspace for DPM-Solver, leading for DDIM
+  bool set_alpha_to_one = false;            // DDIM's alpha after the last step
+};
+
+// Reads DIR/scheduler_config.json or a file. Throws vinf::InputError naming the file and key for
+// what it cannot use (a prediction type other than epsilon, thresholding, clip_sample, an unknown
+// beta schedule or spacing).
+NoiseScheduleConfig read_scheduler_config(const std::string& path);
+
+struct StepCoefficients {
+  double x0_x = 0, x0_eps = 0;
+  double c_x = 0, c_m0 = 0, c_m1 = 0, c_eps = 0, c_noise = 0;
+  int order = 1;
+};
+
+class Scheduler {
+ public:
+  // eta: DDIM's noise scale (0: deterministic); ignored by the DPM-Solver variants.
+  Scheduler(SchedulerKind kind, const NoiseScheduleConfig& config, int steps, double eta = 0.0);
+
+  SchedulerKind kind() const { return kind_; }
+  int steps() const { return static_cast<int>(timesteps_.size()); }
+  // The integer timestep the UNet gets at each step.
+  const std::vector<std::int64_t>& timesteps() const { return timesteps_; }
+  // steps + 1 noise levels sqrt((1 - abar) / abar): the one each step starts from, then the
+  // final one (0 for DPM-Solver, the level after the last DDIM step).
+  const std::vector<double>& sigmas() const { return sigmas_; }
+  // Whether step i draws fresh noise (the SDE variants always do, DDIM when eta > 0).
+  bool stochastic() const;
+  // The scale of the initial noise (1 for every variant here: the latents start as N(0, I)).
+  double init_noise_sigma() const { return 1.0; }
+  StepCoefficients coefficients(int i) const;
+
+  // abar_t for t = 0 .. num_train_timesteps - 1, in f32 as the reference computes it.
+  const std::vector<float>& alphas_cumprod() const { return alphas_cumprod_; }
+
+ private:
+  SchedulerKind kind_;
+  NoiseScheduleConfig config_;
+  double eta_;
+  std::vector<float> alphas_cumprod_;
+  std::vector<std::int64_t> timesteps_;
+  std::vector<double> sigmas_;
+};
+
+}  // namespace vinf::sampling
