@@ -6,6 +6,9 @@
 //   broken-models MODEL DIR         variants of a good model directory, each with one defect
 //   h5-compare A B RTOL             max |a - b| of the /latents of two latents.h5 files, against
 //                                   RTOL times the largest |b| (at least 1)
+//   text-embeddings OUT SEED L D NEGATIVE PROMPT...
+//                                   the random embeddings `vinf generate` makes for a builtin: model,
+//                                   as an embeddings file (prompt_embeds, negative_prompt_embeds)
 //   h5-check FILE F C H W           /latents is [F, C, H, W], finite, and the file says its format
 #include <cmath>
 #include <cstdio>
@@ -19,6 +22,7 @@
 #include <hdf5.h>
 
 #include "io/safetensors.hpp"
+#include "sampling/conditioning.hpp"
 
 using namespace vinf;
 namespace fs = std::filesystem;
@@ -146,6 +150,19 @@ int h5_check(int argc, char** argv) {
   return ok ? 0 : 1;
 }
 
+int text_embeddings(int argc, char** argv) {
+  if (argc < 8) return 2;
+  const std::int64_t tokens = std::atoll(argv[4]), width = std::atoll(argv[5]);
+  const std::vector<std::string> prompts(argv + 7, argv + argc);
+  const sampling::TextEmbeddings e =
+      sampling::random_text_embeddings(prompts, argv[6], tokens, width, std::strtoull(argv[3], nullptr, 10));
+  std::vector<float> all;
+  for (const auto& p : e.prompts) all.insert(all.end(), p.begin(), p.end());
+  io::write_safetensors(argv[2], {{"prompt_embeds", DType::f32, {static_cast<std::int64_t>(prompts.size()), tokens, width}, all.data(), {}},
+                                  {"negative_prompt_embeds", DType::f32, {1, tokens, width}, e.negative.data(), {}}});
+  return 0;
+}
+
 int slice_frames(int argc, char** argv) {
   if (argc != 6) return 2;
   const io::SafetensorsFile in(argv[2]);
@@ -249,6 +266,7 @@ int main(int argc, char** argv) {
     if (cmd == "broken-models") return broken_models(argc, argv);
     if (cmd == "h5-compare") return h5_compare(argc, argv);
     if (cmd == "h5-check") return h5_check(argc, argv);
+    if (cmd == "text-embeddings") return text_embeddings(argc, argv);
     std::cerr << "usage: vinf_test_tool compare|compare-frames|slice-frames|broken-models|h5-compare|h5-check ...\n";
     return 2;
   } catch (const std::exception& e) {

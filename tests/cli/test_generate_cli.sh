@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# `vinf generate` in one process: the help, the INI file and its precedence, a model directory with
+# an embeddings file against the built-in model, and a message with exit status 2 for every
+# rejected input, with no output directory left behind by a refused run.
+# usage: test_generate_cli.sh VINF TEST_TOOL
+set -u
+vinf=$1 tool=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/expect.sh"
+
+small=(--model builtin:tiny --video.frames 8 --video.height 32 --video.width 32 --sampler.steps 2
+       --prompt.text "a kite" --vi.local-frames 2 --vi.global-frames 4)
+
+# Help: every option with its default.
+expect 0 "--sampler.steps arg (=30)" -- "$vinf" generate --help
+expect 0 "--vi.global-frames arg (=16)" -- "$vinf" generate --help
+expect 0 "generate" -- "$vinf" --help
+
+# A small run, its outputs and what they say.
+expect 0 "outputs in $work/a/" -- "$vinf" generate "${small[@]}" --out "$work/a"
+expect 0 "ok $work/a/latents.h5" -- "$tool" h5-check "$work/a/latents.h5" 8 4 4 4
+expect 0 '"scheduler": "dpmpp-sde"' -- cat "$work/a/run.json"
+expect 0 '"timesteps": [' -- cat "$work/a/run.json"
+expect 0 "step 2/2" -- "$vinf" generate "${small[@]}" --out "$work/progress"
+
+# The output directory: refused when it exists, replaced with --overwrite.
+expect 2 "$work/a exists (a finished run)" -- "$vinf" generate "${small[@]}" --out "$work/a"
+expect 0 "outputs in $work/a/" -- "$vinf" generate "${small[@]}" --out "$work/a" --overwrite
+touch "$work/plain-file"
+expect 2 "exists and is not a directory" -- "$vinf" generate "${small[@]}" --out "$work/plain-file" --overwrite
+
+# The INI file: sections are dotted names, a key before any section is top-level, the command
+# line wins over the file.
+cat > "$work/run.ini" <<'EOF'
+model = builtin:tiny
+[video]
+frames = 8
+height = 32
+width = 32
+[sampler]
+steps = 2
+scheduler = ddim
+[prompt]
+text = a kite
+text = a boat
+[vi]
+local-frames = 2
+global-frames = 4
+EOF
+expect 0 "outputs in $work/ini/" -- "$vinf" generate --config "$work/run.ini" --out "$work/ini" --sampler.steps 3
+expect 0 '"steps": 3' -- cat "$work/ini/run.json"
+expect 0 '"scheduler": "ddim"' -- cat "$work/ini/run.json"
+expect 0 '"a boat"' -- cat "$work/ini/run.json"
+# The default output directory is outputs/<config name>-<id> under the working directory.
+(cd "$work" && SLURM_JOB_ID=4242 "$vinf" generate --config run.ini --quiet > /dev/null 2>&1)
+expect 0 "ok" -- "$tool" h5-check "$work/outputs/run-4242/latents.h5" 8 4 4 4
+
+# A model directory with an embeddings file gives exactly the built-in model's numbers (make-model
+# draws the weights as builtin: does; the tool writes the random embeddings builtin: uses).
+expect 0 "" -- "$vinf" make-model --preset tiny --seed 5 --out "$work/tiny5"
+expect 0 "" -- "$tool" text-embeddings "$work/emb.safetensors" 5 77 32 "" "a kite"
+expect 0 "outputs" -- "$vinf" generate "${small[@]}" --model.seed 5 --out "$work/b"
+expect 0 "outputs" -- "$vinf" generate --model "$work/tiny5" --prompt.embeddings "$work/emb.safetensors" \
+  --video.frames 8 --video.height 32 --video.width 32 --sampler.steps 2 --vi.local-frames 2 --vi.global-frames 4 --out "$work/c"
+expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/c/latents.h5" "$work/b/latents.h5" 0
+
+# Rejected inputs: the message names the option (or file), status 2, no output directory.
+bad() {  # bad TEXT options...
+  local text=$1
+  shift
+  expect 2 "$text" -- "$vinf" generate "$@" --out "$work/refused"
+  if [ -e "$work/refused" ]; then echo "FAIL: a refused run left $work/refused"; fails=$((fails + 1)); rm -rf "$work/refused"; fi
+}
+bad "unrecognised option '--bogus'" "${small[@]}" --bogus 1
+bad "--sampler.steps" --model builtin:tiny --prompt.text x --sampler.steps many
+bad "--sampler.steps must be in [1, 1000], got 0" --model builtin:tiny --prompt.text x --sampler.steps 0
+bad "no model: give --model" --prompt.text x
+bad "$work/nowhere: no such directory" --model "$work/nowhere" --prompt.text x
+bad "needs --prompt.embeddings FILE" --model "$work/tiny5" --prompt.text x
+bad "--video.height must be a multiple of 8" --model builtin:tiny --prompt.text x --video.height 100
+bad "--video.width must be in [8, 16384]" --model builtin:tiny --prompt.text x --video.width 0
+bad "--parallel.cfg 2 needs an even number of ranks" "${small[@]}" --parallel.cfg 2
+bad "--parallel.cfg 2 splits the two guidance branches" "${small[@]}" --parallel.cfg 2 --sampler.guidance 1
+bad "--sampler.scheduler 'euler' is not one of" "${small[@]}" --sampler.scheduler euler
+bad "--sampler.noise must be auto, invariant or compat" "${small[@]}" --sampler.noise loud
+bad "--sampler.seed must be >= 0" "${small[@]}" --sampler.seed -1
+bad "no prompt" --model builtin:tiny
+bad "the built-in models are builtin:tiny and builtin:small" --model builtin:huge --prompt.text x
+bad "--vi.mode must be invariant, compat or off" "${small[@]}" --vi.mode sideways
+bad "--vi.local-frames 9 is larger than the 8 frames per clip" --model builtin:tiny --prompt.text x --video.frames 8 --vi.local-frames 9
+"$tool" text-embeddings "$work/wide.safetensors" 0 77 64 "" x
+bad "cross_attention_dim is 32" --model "$work/tiny5" --prompt.embeddings "$work/wide.safetensors"
+bad "--config $work/none.ini: cannot read" --config "$work/none.ini"
+printf 'model = builtin:tiny\n[video]\nframez = 8\n' > "$work/typo.ini"
+bad "--config $work/typo.ini: unrecognised option 'video.framez'" --config "$work/typo.ini" --prompt.text x
+printf '{"prediction_type": "v_prediction"}' > "$work/v.json"
+bad "prediction_type" "${small[@]}" --model.scheduler-config "$work/v.json"
+expect 2 "cannot create the output directory" -- "$vinf" generate "${small[@]}" --out /proc/vinf-test
+
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]
