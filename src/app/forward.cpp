@@ -148,19 +148,6 @@ void write_dump(const std::string& prefix, int rank, const PieceResult& r, const
                         {{"rank", std::to_string(rank)}, {"vi.mode", mode}});
 }
 
-std::string counters_line(const mpi::CommCounters& c) {
-  std::string line;
-  for (int i = 0; i < mpi::kCommOps; ++i) {
-    if (c.calls[i] == 0) continue;
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "%s%s %llu B in %llu calls (%.3f s)", line.empty() ? "" : ", ",
-                  mpi::comm_op_name(static_cast<mpi::CommOp>(i)), static_cast<unsigned long long>(c.bytes[i]),
-                  static_cast<unsigned long long>(c.calls[i]), c.seconds[i]);
-    line += buf;
-  }
-  return line.empty() ? "no communication" : line;
-}
-
 }  // namespace
 
 int forward(const std::vector<std::string>& args) {
@@ -355,7 +342,7 @@ int forward(const std::vector<std::string>& args) {
     log("communication per rank over " + std::to_string(in.timesteps.size()) +
         " UNet call(s) (bytes received from other ranks):");
     for (std::size_t q = 0; q < counters.size(); ++q) {
-      const std::string line = counters_line(counters[q]);
+      const std::string line = counters[q].summary();
       log("  " + std::string(emulate > 0 ? "clip " : "rank ") + std::to_string(q) + ": " + line);
       comm_meta["comm." + std::to_string(q)] = line;
     }

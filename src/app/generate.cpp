@@ -286,7 +286,8 @@ int generate(const std::vector<std::string>& args) {
   OwnedTensor z = scheduler.stochastic() ? rt.arena().empty(DType::f32, latent_shape) : OwnedTensor{};
   rt.synchronize();
 
-  Progress progress("vinf generate:", o.steps, static_cast<double>(frames), "frame-steps/s", root && !o.quiet, 10.0);
+  Progress progress("vinf generate:", o.steps, static_cast<double>(frames), "frame-steps/s", root && !o.quiet,
+                    o.verbose ? 0.0 : 10.0);
   std::vector<double> step_seconds(static_cast<std::size_t>(o.steps));
   const auto t_denoise = Clock::now();
   for (int i = 0; i < o.steps; ++i) {
@@ -394,6 +395,12 @@ int generate(const std::vector<std::string>& args) {
     write_text_atomically(out_dir + "/run.json", run.dump(2) + "\n");
     double peak = 0;
     for (const RankReport& r : reports) peak = std::max(peak, r.arena_peak);
+    for (int r = 0; r < mpi.size() && o.verbose; ++r) {
+      const RankReport& rep = reports[static_cast<std::size_t>(r)];
+      detail("rank " + std::to_string(r) + " received: clip group " + rep.clip.summary() +
+             (o.cfg == 2 ? "; cfg group " + rep.cfg.summary() : "") + "; peak memory " +
+             format_mib(rep.arena_peak));
+    }
     log("denoised in " + format_duration(denoise_seconds) + " (" +
         std::to_string(static_cast<double>(frames) * o.steps / std::max(denoise_seconds, 1e-9)).substr(0, 6) +
         " frame-steps/s); peak memory " + format_mib(peak) + " per rank");

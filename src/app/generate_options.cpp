@@ -17,6 +17,7 @@ namespace {
 
 constexpr std::int64_t kDefaultFramesPerClip = 24;
 constexpr std::int64_t kMaxPixels = 16384;
+constexpr unsigned kHelpWidth = 100, kHelpColumn = 44;  // wide enough that descriptions stay readable
 
 po::options_description describe(GenerateOptions& o) {
   po::options_description all(
@@ -27,7 +28,8 @@ po::options_description describe(GenerateOptions& o) {
       "top-level option, `[vi] local-frames = 8` is --vi.local-frames 8); the command line wins.\n"
       "Writes OUT/latents.h5 (the final latents [F, C, H, W] with the config as attributes) and\n"
       "OUT/run.json (config, times per phase and per step, bytes per collective kind, peak memory per rank).\n\n"
-      "Run");
+      "Run",
+      kHelpWidth, kHelpColumn);
   all.add_options()("help,h", "show this help")(
       "config", po::value(&o.config_file), "INI file with any of the options below")(
       "model", po::value(&o.model),
@@ -42,7 +44,8 @@ po::options_description describe(GenerateOptions& o) {
       "quiet,q", po::value(&o.quiet)->default_value(o.quiet)->implicit_value(true),
       "print only errors and the output location")(
       "verbose,v", po::value(&o.verbose)->default_value(o.verbose)->implicit_value(true),
-      "also print the schedule, the prompts per clip and each rank's bytes per step")(
+      "also print the schedule, the prompts per clip, every step (not only every 10 s in a log) and each "
+      "rank's bytes per collective kind")(
       "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
       "dtype", po::value(&o.dtype)->default_value(o.dtype), "UNet compute dtype: f32 | f16 | bf16 (16-bit on CUDA only)")(
       "comm-backend", po::value(&o.comm_backend)->default_value(o.comm_backend),
@@ -50,21 +53,21 @@ po::options_description describe(GenerateOptions& o) {
       "comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout),
       "seconds a collective may wait before the job is ended with a message (0: wait forever)");
 
-  po::options_description model("[model]");
+  po::options_description model("[model]", kHelpWidth, kHelpColumn);
   model.add_options()("model.unet", po::value(&o.unet), "UNet directory, when it is not MODEL/unet")(
       "model.scheduler-config", po::value(&o.scheduler_config),
       "diffusers scheduler_config.json (file or directory; default MODEL/scheduler/ when present, else "
       "zeroscope's values)")(
       "model.seed", po::value(&o.model_seed)->default_value(o.model_seed), "weights seed of a builtin: model");
 
-  po::options_description video("[video]");
+  po::options_description video("[video]", kHelpWidth, kHelpColumn);
   video.add_options()("video.frames", po::value(&o.frames)->default_value(o.frames),
                       "frames of the whole video, divided evenly over the clip ranks (0: 24 per clip)")(
       "video.height", po::value(&o.height)->default_value(o.height), "pixels, a multiple of 8")(
       "video.width", po::value(&o.width)->default_value(o.width), "pixels, a multiple of 8")(
       "video.fps", po::value(&o.fps)->default_value(o.fps), "frame rate the UNet is conditioned on");
 
-  po::options_description sampler("[sampler]");
+  po::options_description sampler("[sampler]", kHelpWidth, kHelpColumn);
   sampler.add_options()(
       "sampler.scheduler", po::value(&o.scheduler)->default_value(o.scheduler),
       "dpmpp-sde (DPM-Solver++ SDE, linspace timesteps: what the released code runs), dpmpp-sde-karras, "
@@ -77,7 +80,7 @@ po::options_description describe(GenerateOptions& o) {
       "invariant (keyed by global frame: the same video for any number of ranks), compat (one stream per clip "
       "seeded seed + clip, as the released code), auto (compat in --vi.mode compat, else invariant)");
 
-  po::options_description prompt("[prompt]");
+  po::options_description prompt("[prompt]", kHelpWidth, kHelpColumn);
   prompt.add_options()("prompt.text", po::value(&o.prompts)->multitoken(),
                        "prompt; repeat for a list: clip r of N gets prompt int(r / N * P)")(
       "prompt.negative", po::value(&o.negative)->default_value(o.negative), "negative prompt (guidance > 1)")(
@@ -86,12 +89,12 @@ po::options_description describe(GenerateOptions& o) {
       "used instead of a text encoder")(
       "prompt.tokens", po::value(&o.tokens)->default_value(o.tokens), "tokens per random text embedding");
 
-  po::options_description parallel("[parallel]");
+  po::options_description parallel("[parallel]", kHelpWidth, kHelpColumn);
   parallel.add_options()("parallel.cfg", po::value(&o.cfg)->default_value(o.cfg),
                          "1: each rank runs both guidance branches as a batch of 2; 2: rank pairs split them and "
                          "swap predictions every step (ranks = 2 x clips)");
 
-  po::options_description vi("[vi] Video-Infinity (design.md §2; flags take =true/=false)");
+  po::options_description vi("[vi] Video-Infinity (design.md §2; flags take =true/=false)", kHelpWidth, kHelpColumn);
   o.vi_options.add_to(vi);
   all.add(model).add(video).add(sampler).add(prompt).add(parallel).add(vi);
   return all;

@@ -39,6 +39,19 @@ void CommCounters::add(const CommCounters& o) {
   }
 }
 
+std::string CommCounters::summary() const {
+  std::string line;
+  for (int i = 0; i < kCommOps; ++i) {
+    if (calls[i] == 0) continue;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s%s %llu B in %llu calls (%.3f s)", line.empty() ? "" : ", ",
+                  comm_op_name(static_cast<CommOp>(i)), static_cast<unsigned long long>(bytes[i]),
+                  static_cast<unsigned long long>(calls[i]), seconds[i]);
+    line += buf;
+  }
+  return line.empty() ? "no communication" : line;
+}
+
 namespace {
 
 int world_rank_or_minus_one() {

@@ -35,6 +35,8 @@ struct CommCounters {
   std::array<std::uint64_t, kCommOps> calls{}, bytes{};
   std::array<double, kCommOps> seconds{};
   void add(const CommCounters& o);
+  // "all-gather 123 B in 4 calls (0.012 s), exchange ..." or "no communication".
+  std::string summary() const;
 };
 
 // One pairwise transfer of an exchange: send `send` to `peer` and receive `recv` from it (either
