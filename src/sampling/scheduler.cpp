@@ -53,49 +53,23 @@ std::vector<float> make_alphas_cumprod(const NoiseScheduleConfig& c) {
 // sqrt((1 - abar) / abar) in f32, as diffusers derives its sigma table.
 float ve_sigma(float abar) { return std::sqrt((1.f - abar) / abar); }
 
-// The DPM-Solver timesteps of the linspace / leading / trailing spacings (diffusers'
-// set_timesteps with lambda_min_clipped = -inf).
-std::vector<std::int64_t> dpm_timesteps(const NoiseScheduleConfig& c, Spacing spacing, int n) {
+// diffusers' timestep spacings: a descending grid of `points` timesteps, of which the first `keep`
+// are used. DPM-Solver takes n of a grid of n + 1 (dropping 0), DDIM all n of a grid of n.
+std::vector<std::int64_t> spaced_timesteps(const NoiseScheduleConfig& c, Spacing spacing, int points, int keep) {
   const int T = c.num_train_timesteps;
   std::vector<std::int64_t> ts;
-  switch (spacing) {
-    case Spacing::linspace: {
-      const double step = static_cast<double>(T - 1) / n;
-      for (int k = n; k >= 1; --k) ts.push_back(k == n ? T - 1 : round_half_even(k * step));
-      break;
-    }
-    case Spacing::leading: {
-      const int ratio = T / (n + 1);
-      for (int k = n; k >= 1; --k) ts.push_back(static_cast<std::int64_t>(k) * ratio + c.steps_offset);
-      break;
-    }
-    case Spacing::trailing: {
-      const double ratio = static_cast<double>(T) / n;
-      for (int k = 0; k < n; ++k) ts.push_back(round_half_even(T - k * ratio) - 1);
-      break;
-    }
-  }
-  return ts;
-}
-
-std::vector<std::int64_t> ddim_timesteps(const NoiseScheduleConfig& c, Spacing spacing, int n) {
-  const int T = c.num_train_timesteps;
-  std::vector<std::int64_t> ts;
-  switch (spacing) {
-    case Spacing::linspace: {
-      const double step = n > 1 ? static_cast<double>(T - 1) / (n - 1) : 0.0;
-      for (int k = n - 1; k >= 0; --k) ts.push_back(k == n - 1 && n > 1 ? T - 1 : round_half_even(k * step));
-      break;
-    }
-    case Spacing::leading: {
-      const int ratio = T / n;
-      for (int k = n - 1; k >= 0; --k) ts.push_back(static_cast<std::int64_t>(k) * ratio + c.steps_offset);
-      break;
-    }
-    case Spacing::trailing: {
-      const double ratio = static_cast<double>(T) / n;
-      for (int k = 0; k < n; ++k) ts.push_back(round_half_even(T - k * ratio) - 1);
-      break;
+  for (int k = points - 1; static_cast<int>(ts.size()) < keep; --k) {
+    switch (spacing) {
+      case Spacing::linspace:  // numpy's linspace(0, T - 1, points), rounded half to even
+        if (points == 1) ts.push_back(0);
+        else ts.push_back(k == points - 1 ? T - 1 : round_half_even(k * (static_cast<double>(T - 1) / (points - 1))));
+        break;
+      case Spacing::leading:
+        ts.push_back(static_cast<std::int64_t>(k) * (T / points) + c.steps_offset);
+        break;
+      case Spacing::trailing:  // T, T - T/keep, ... minus 1
+        ts.push_back(round_half_even(T - (points - 1 - k) * (static_cast<double>(T) / keep)) - 1);
+        break;
     }
   }
   return ts;
@@ -208,7 +182,7 @@ Scheduler::Scheduler(SchedulerKind kind, const NoiseScheduleConfig& config, int 
   VINF_INPUT_CHECK(steps >= 1 && steps <= T, "--sampler.steps must be in [1, ", T, "], got ", steps);
   VINF_INPUT_CHECK(eta >= 0 && eta <= 1, "--sampler.eta must be in [0, 1], got ", eta);
   if (kind == SchedulerKind::ddim) {
-    timesteps_ = ddim_timesteps(config, config.timestep_spacing.value_or(Spacing::leading), steps);
+    timesteps_ = spaced_timesteps(config, config.timestep_spacing.value_or(Spacing::leading), steps, steps);
     const float final_abar = config.set_alpha_to_one ? 1.f : alphas_cumprod_[0];
     for (std::int64_t t : timesteps_) sigmas_.push_back(ve_sigma(alphas_cumprod_[static_cast<std::size_t>(t)]));
     const std::int64_t last_prev = timesteps_.back() - T / steps;
@@ -229,7 +203,7 @@ Scheduler::Scheduler(SchedulerKind kind, const NoiseScheduleConfig& config, int 
       sigmas_.push_back(static_cast<float>(s));  // kept in f32, as diffusers keeps its sigmas
     }
   } else {
-    timesteps_ = dpm_timesteps(config, config.timestep_spacing.value_or(Spacing::linspace), steps);
+    timesteps_ = spaced_timesteps(config, config.timestep_spacing.value_or(Spacing::linspace), steps + 1, steps);
     for (std::int64_t t : timesteps_) sigmas_.push_back(table[static_cast<std::size_t>(t)]);
   }
   sigmas_.push_back(0.0);

@@ -328,6 +328,15 @@ TEST_CASE("sampling: scheduler_config.json") {
   SUBCASE("trailing spacing") {
     const NoiseScheduleConfig c = read_scheduler_config(write(R"({"timestep_spacing": "trailing"})"));
     CHECK(Scheduler(SchedulerKind::dpmpp, c, 4).timesteps() == std::vector<std::int64_t>{999, 749, 499, 249});
+    CHECK(Scheduler(SchedulerKind::ddim, c, 3).timesteps() == std::vector<std::int64_t>{999, 666, 332});
+  }
+  SUBCASE("leading and linspace spacings for both families") {
+    NoiseScheduleConfig c;
+    c.timestep_spacing = Spacing::leading;  // DPM: a grid of n + 1 with step 1000 // (n + 1), 0 dropped
+    CHECK(Scheduler(SchedulerKind::dpmpp, c, 4).timesteps() == std::vector<std::int64_t>{801, 601, 401, 201});
+    c.timestep_spacing = Spacing::linspace;  // DDIM: linspace(0, 999, n)
+    CHECK(Scheduler(SchedulerKind::ddim, c, 4).timesteps() == std::vector<std::int64_t>{999, 666, 333, 0});
+    CHECK(Scheduler(SchedulerKind::ddim, c, 1).timesteps() == std::vector<std::int64_t>{0});
   }
   SUBCASE("what vinf cannot use is refused with the key") {
     CHECK_THROWS_WITH_AS(read_scheduler_config(write(R"({"prediction_type": "v_prediction"})")),
