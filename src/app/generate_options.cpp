@@ -82,7 +82,8 @@ po::options_description describe(GenerateOptions& o) {
 
   po::options_description prompt("[prompt]", kHelpWidth, kHelpColumn);
   prompt.add_options()("prompt.text", po::value(&o.prompts)->multitoken(),
-                       "prompt; repeat for a list: clip r of N gets prompt int(r / N * P)")(
+                       "prompt; repeat for a list: clip r of N gets prompt int(r / N * P) (as the released code; the video "
+                       "then depends on the number of clips, also in invariant mode)")(
       "prompt.negative", po::value(&o.negative)->default_value(o.negative), "negative prompt (guidance > 1)")(
       "prompt.embeddings", po::value(&o.embeddings),
       "safetensors with prompt_embeds [P, L, D] (one row per prompt) and negative_prompt_embeds [1, L, D], "
