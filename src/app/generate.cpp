@@ -4,6 +4,7 @@
 // and writes run.json; latents.h5 is written collectively.
 #include <sys/resource.h>
 
+#include <cmath>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -16,10 +17,11 @@
 
 #include "app/commands.hpp"
 #include "app/generate_options.hpp"
+#include "app/generate_support.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "infinity/context.hpp"
-#include "io/latents_h5.hpp"
+#include "io/checkpoint.hpp"
 #include "model/presets.hpp"
 #include "model/unet3d.hpp"
 #include "mpi/check.hpp"
@@ -32,7 +34,6 @@
 #include "sampling/sampler.hpp"
 
 namespace fs = std::filesystem;
-using json = nlohmann::ordered_json;
 
 namespace vinf::app {
 
@@ -40,93 +41,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-void broadcast_string(std::string& s, MPI_Comm comm) {
-  int n = static_cast<int>(s.size());
-  VINF_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, 0, comm));
-  s.resize(static_cast<std::size_t>(n));
-  VINF_CHECK_MPI(MPI_Bcast(s.data(), n, MPI_CHAR, 0, comm));
-}
-
-// outputs/<name>-<Slurm job id[_array task]> or outputs/<name>-<local date-time>.
-std::string default_out_dir(const std::string& name) {
-  std::string id;
-  if (const char* job = std::getenv("SLURM_ARRAY_JOB_ID"); job && *job) {
-    const char* task = std::getenv("SLURM_ARRAY_TASK_ID");
-    id = std::string(job) + "_" + (task ? task : "0");
-  } else if (const char* j = std::getenv("SLURM_JOB_ID"); j && *j) {
-    id = j;
-  } else {
-    const std::time_t now = std::time(nullptr);
-    std::tm local{};
-    localtime_r(&now, &local);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &local);
-    id = buf;
-  }
-  return "outputs/" + name + "-" + id;
-}
-
-// Rank 0 decides the output directory and whether it may be used; every rank gets the verdict.
-std::string choose_out_dir(const GenerateOptions& o, const mpi::Session& mpi) {
-  std::string dir = o.out.empty() ? default_out_dir(o.name) : o.out, problem;
-  if (mpi.rank() == 0) {
-    std::error_code ec;
-    if (fs::exists(dir, ec)) {
-      if (!fs::is_directory(dir, ec))
-        problem = "--out " + dir + " exists and is not a directory";
-      else if (!o.overwrite)
-        problem = "the output directory " + dir + " exists (" +
-                  (fs::exists(dir + "/run.json") ? std::string("a finished run") : "an unfinished or failed run") +
-                  "); choose another --out, or --overwrite to replace its files";
-    }
-  }
-  broadcast_string(dir, mpi.world());
-  broadcast_string(problem, mpi.world());
-  VINF_INPUT_CHECK(problem.empty(), problem);
-  return dir;
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".partial";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    out.flush();
-    VINF_INPUT_CHECK(out.good(), "cannot write ", tmp, " (disk full or the directory not writable?)");
-  }
-  VINF_INPUT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path);
-}
-
-json counters_json(const mpi::CommCounters& c) {
-  json j = json::object();
-  for (int i = 0; i < mpi::kCommOps; ++i) {
-    if (c.calls[static_cast<std::size_t>(i)] == 0) continue;
-    j[mpi::comm_op_name(static_cast<mpi::CommOp>(i))] = {{"calls", c.calls[static_cast<std::size_t>(i)]},
-                                                         {"bytes", c.bytes[static_cast<std::size_t>(i)]},
-                                                         {"seconds", c.seconds[static_cast<std::size_t>(i)]}};
-  }
-  return j;
-}
-
-json vi_json(const infinity::Config& v) {
-  return {{"mode", infinity::mode_name(v.mode)},
-          {"local-frames", v.local_frames},
-          {"global-frames", v.global_frames},
-          {"conv-halo", v.conv_halo},
-          {"attn-scale", v.attn_scale},
-          {"token-num-scale", v.token_num_scale},
-          {"dynamic-bias", v.dynamic_bias},
-          {"local-phase-t", v.local_phase.t},
-          {"local-phase-local-bias", v.local_phase.local_bias},
-          {"local-phase-global-bias", v.local_phase.global_bias},
-          {"global-phase-t", v.global_phase.t},
-          {"global-phase-local-bias", v.global_phase.local_bias},
-          {"global-phase-global-bias", v.global_phase.global_bias},
-          {"sync-groupnorm", v.sync_groupnorm},
-          {"halo", v.halo == infinity::HaloData::x ? "x" : "kv"},
-          {"exchange", v.exchange == infinity::ExchangePattern::fused ? "fused" : "three-round"}};
-}
 
 // What rank 0 collects from every rank for run.json.
 struct RankReport {
@@ -146,6 +60,7 @@ int generate(const std::vector<std::string>& args) {
   GenerateOptions o;
   if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
   mpi::set_comm_timeout(o.comm_timeout);
+  install_stop_signals();
   DType dtype;
   VINF_INPUT_CHECK(parse_dtype(o.dtype, dtype) && (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16),
                    "--dtype must be f32, f16 or bf16, got '", o.dtype, "'");
@@ -191,17 +106,74 @@ int generate(const std::vector<std::string>& args) {
     }
   }
   const sampling::Scheduler scheduler(sampling::parse_scheduler(o.scheduler), sched_cfg, o.steps, o.eta);
+  const std::string out_dir = choose_out_dir(o, mpi), ckpt_dir = out_dir + "/checkpoints";
+
+  // What identifies this run in its files, and the checkpoint it continues from (if any).
+  const json config = {
+      {"model", o.model},
+      {"model.unet", o.builtin() ? "" : files.dir},
+      {"model.seed", o.model_seed},
+      {"model.scheduler-config", sched_source},
+      {"video", {{"frames", frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
+      {"sampler",
+       {{"scheduler", o.scheduler}, {"steps", o.steps}, {"guidance", o.guidance}, {"seed", o.seed},
+        {"eta", o.eta}, {"noise", o.noise}}},
+      {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"embeddings", o.embeddings}}},
+      {"parallel", {{"cfg", o.cfg}, {"clips", clips}, {"world", mpi.size()}, {"frames-per-clip", nf}}},
+      {"checkpoint", {{"every", o.checkpoint_every}, {"keep", o.checkpoint_keep}}},
+      {"vi", vi_json(o.vi)},
+      {"device", device.name()},
+      {"dtype", o.dtype}};
+  io::RunStamp stamp;
+  stamp.config_json = config.dump();
+  stamp.numerics_json = numerics_json(o, clips).dump();
+  stamp.model_fingerprint = o.builtin() ? o.model + " seed " + std::to_string(o.model_seed) : model::model_fingerprint(files);
+  stamp.noise_mode = o.noise;
+  stamp.scheduler = o.scheduler;
+  stamp.seed = o.seed;
+  stamp.world_size = mpi.size();
+  stamp.cfg_size = o.cfg;
+  stamp.clip_size = clips;
+  const std::string resume_path = choose_checkpoint(o, out_dir, mpi);
+  std::unique_ptr<io::CheckpointInfo> resumed;
+  if (!resume_path.empty()) {
+    resumed = std::make_unique<io::CheckpointInfo>(io::read_checkpoint_info(resume_path));
+    check_resumable(*resumed, stamp, scheduler.timesteps());
+  } else if (!o.resume.empty()) {
+    log("--resume auto: no checkpoint in " + ckpt_dir + ", starting from the beginning");
+  }
+
+  // The text: cached in the checkpoint when resuming, else from the embeddings file or random.
   const auto t_text = Clock::now();
-  const sampling::TextEmbeddings text =
-      o.embeddings.empty()
-          ? sampling::random_text_embeddings(o.prompts, o.negative, o.tokens, ucfg.cross_attention_dim,
-                                             static_cast<std::uint64_t>(o.model_seed))
-          : sampling::read_text_embeddings(o.embeddings, ucfg.cross_attention_dim, guided);
+  sampling::TextEmbeddings text;
+  if (resumed) {
+    const io::TextCache& c = resumed->text;
+    VINF_INPUT_CHECK(c.width == ucfg.cross_attention_dim && (!guided || !c.negative_prompt_embeds.empty()),
+                     "checkpoint ", resume_path, " holds text embeddings that do not fit this model and guidance");
+    text.tokens = c.tokens;
+    text.width = c.width;
+    const auto row = static_cast<std::size_t>(c.tokens * c.width);
+    for (std::int64_t p = 0; p < c.prompts; ++p)
+      text.prompts.emplace_back(c.prompt_embeds.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(p)),
+                                c.prompt_embeds.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(p + 1)));
+    text.negative = c.negative_prompt_embeds;
+    text.source = resume_path + " (cached)";
+  } else if (o.embeddings.empty()) {
+    text = sampling::random_text_embeddings(o.prompts, o.negative, o.tokens, ucfg.cross_attention_dim,
+                                            static_cast<std::uint64_t>(o.model_seed));
+  } else {
+    text = sampling::read_text_embeddings(o.embeddings, ucfg.cross_attention_dim, guided);
+  }
   const double text_seconds = seconds_since(t_text);
   const int prompts = static_cast<int>(text.prompts.size());
   VINF_INPUT_CHECK(o.prompts.empty() || static_cast<int>(o.prompts.size()) == prompts, "--prompt.text is given ",
-                   o.prompts.size(), " times but ", o.embeddings, " holds ", prompts, " prompt embeddings");
-  const std::string out_dir = choose_out_dir(o, mpi);
+                   o.prompts.size(), " times but ", text.source, " holds ", prompts, " prompt embeddings");
+  io::TextCache text_cache;
+  text_cache.prompts = prompts;
+  text_cache.tokens = text.tokens;
+  text_cache.width = text.width;
+  for (const auto& p : text.prompts) text_cache.prompt_embeds.insert(text_cache.prompt_embeds.end(), p.begin(), p.end());
+  text_cache.negative_prompt_embeds = text.negative;
 
   // Weights.
   const auto t_load = Clock::now();
@@ -232,18 +204,21 @@ int generate(const std::vector<std::string>& args) {
     for (std::size_t i = 0; i < scheduler.timesteps().size(); ++i)
       ts += (i ? " " : "") + std::to_string(scheduler.timesteps()[i]);
     detail("timesteps: " + ts);
-    for (int c = 0; c < clips; ++c)
+    for (int c = 0; c < clips; ++c) {
+      const int p = sampling::prompt_for_clip(c, clips, prompts);
       detail("clip " + std::to_string(c) + " (frames " + std::to_string(c * nf) + "-" + std::to_string((c + 1) * nf - 1) +
-             "): prompt " + std::to_string(sampling::prompt_for_clip(c, clips, prompts)) +
-             (o.prompts.empty() ? "" : " '" + o.prompts[static_cast<std::size_t>(sampling::prompt_for_clip(c, clips, prompts))] + "'"));
+             "): prompt " + std::to_string(p) + (o.prompts.empty() ? "" : " '" + o.prompts[static_cast<std::size_t>(p)] + "'"));
+    }
   }
 
+  std::string mkdir_error;
   if (root) {
     std::error_code ec;
-    fs::create_directories(out_dir, ec);
-    if (ec) warnings.push_back(ec.message());
+    fs::create_directories(ckpt_dir, ec);
+    if (ec) mkdir_error = ec.message();
   }
-  VINF_INPUT_CHECK(mpi.all(root ? fs::is_directory(out_dir) : true), "cannot create the output directory ", out_dir);
+  broadcast_string(mkdir_error, mpi.world());
+  VINF_INPUT_CHECK(mkdir_error.empty(), "cannot create the output directory ", ckpt_dir, ": ", mkdir_error);
 
   // Communicators: the clip group for the temporal layers, the cfg group for the guidance swap.
   std::unique_ptr<mpi::Communicator> clip_comm, cfg_comm;
@@ -274,30 +249,73 @@ int generate(const std::vector<std::string>& args) {
   const Shape latent_shape{1, ucfg.in_channels, nf, lh, lw};
   VINF_INPUT_CHECK(ucfg.in_channels == ucfg.out_channels, "the UNet's in_channels (", ucfg.in_channels,
                    ") and out_channels (", ucfg.out_channels, ") differ; it cannot denoise its own latents");
+  const io::FramePart part{{frames, ucfg.in_channels, lh, lw}, grid.cfg_index() == 0 ? first_frame : 0,
+                           grid.cfg_index() == 0 ? nf : 0};  // branch 1 holds the same numbers as branch 0
   sampling::Sampler sampler(scheduler, rt.arena(), latent_shape);
   const sampling::NoiseSource noise(o.noise == "compat" ? sampling::NoiseMode::compat : sampling::NoiseMode::invariant,
                                     static_cast<std::uint64_t>(o.seed), clip, first_frame);
-  noise.initial(ctx, rt.arena(), sampler.latents());
+  // Host copies of (1, C, F, H, W) device tensors in the files' frame-major layout, and back.
+  OwnedTensor frame_major = rt.arena().empty(DType::f32, {1, nf, ucfg.in_channels, lh, lw});
+  auto to_host = [&](const Tensor& t) {
+    ops::copy(ctx, t.permute({0, 2, 1, 3, 4}), frame_major);
+    std::vector<float> host(static_cast<std::size_t>(frame_major.numel()));
+    ops::copy(ctx, frame_major, Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major.shape));
+    rt.synchronize();
+    return host;
+  };
+  int start_step = 0;
+  if (resumed) {
+    std::vector<float> lat(static_cast<std::size_t>(frame_major.numel())), prev(lat.size());
+    io::read_checkpoint_frames(mpi.world(), resume_path, first_frame, nf, lat.data(), prev.data());
+    OwnedTensor prev_dev = rt.arena().empty(DType::f32, frame_major.shape);
+    ops::copy(ctx, Tensor::wrap(lat.data(), DType::f32, Device::cpu(), frame_major.shape), frame_major);
+    ops::copy(ctx, Tensor::wrap(prev.data(), DType::f32, Device::cpu(), frame_major.shape), prev_dev);
+    sampler.restore(ctx, frame_major.permute({0, 2, 1, 3, 4}), prev_dev.permute({0, 2, 1, 3, 4}));
+    start_step = static_cast<int>(resumed->state.step);
+    log("resuming from " + resume_path + " (written by " + std::to_string(resumed->stamp.world_size) +
+        " rank(s)) after step " + std::to_string(start_step) + " of " + std::to_string(o.steps));
+  } else {
+    noise.initial(ctx, rt.arena(), sampler.latents());
+  }
   const Shape unet_shape{batch, ucfg.in_channels, nf, lh, lw};
   OwnedTensor unet_in = batch > 1 ? rt.arena().empty(DType::f32, unet_shape) : OwnedTensor{};
   OwnedTensor pred = rt.arena().empty(DType::f32, unet_shape);
   OwnedTensor both = o.cfg == 2 ? rt.arena().empty(DType::f32, {2, ucfg.in_channels, nf, lh, lw}) : OwnedTensor{};
   OwnedTensor eps = rt.arena().empty(DType::f32, latent_shape);
   OwnedTensor z = scheduler.stochastic() ? rt.arena().empty(DType::f32, latent_shape) : OwnedTensor{};
+  ActivationDump dump(o, batch, nf, first_frame, frames);
   rt.synchronize();
 
-  Progress progress("vinf generate:", o.steps, static_cast<double>(frames), "frame-steps/s", root && !o.quiet,
-                    o.verbose ? 0.0 : 10.0);
-  std::vector<double> step_seconds(static_cast<std::size_t>(o.steps));
+  std::vector<std::string> checkpoints_written;
+  double checkpoint_seconds = 0;
+  auto write_checkpoint = [&](int completed) {
+    const auto t0 = Clock::now();
+    const std::string path = ckpt_dir + "/" + io::checkpoint_name(completed);
+    io::SolverState state{completed, scheduler.timesteps(), scheduler.sigmas()};
+    const std::vector<float> lat = to_host(sampler.latents()), prev = to_host(sampler.previous_x0());
+    io::write_checkpoint(mpi.world(), path, stamp, part, lat.data(), prev.data(), state, text_cache);
+    if (root) io::prune_checkpoints(ckpt_dir, o.checkpoint_keep);
+    checkpoints_written.push_back(path);
+    checkpoint_seconds += mpi.max(seconds_since(t0));
+    detail("checkpoint " + path + " (" + format_duration(seconds_since(t0)) + ")");
+  };
+
+  Progress progress("vinf generate:", o.steps - start_step, static_cast<double>(frames), "frame-steps/s",
+                    root && !o.quiet, o.verbose ? 0.0 : 10.0);
+  std::vector<double> step_seconds;
   const auto t_denoise = Clock::now();
-  for (int i = 0; i < o.steps; ++i) {
+  int stopped_by = 0;
+  for (int i = start_step; i < o.steps; ++i) {
     const auto t0 = Clock::now();
     const std::int64_t t = scheduler.timesteps()[static_cast<std::size_t>(i)];
     const Tensor& x = sampler.latents();
     if (batch > 1) {
       for (std::int64_t b = 0; b < batch; ++b) ops::copy(ctx, x, unet_in.slice(0, b, 1));
     }
-    unet.forward(ctx, batch > 1 ? unet_in.view() : x, t, o.fps, text_dev, pred, *temporal);
+    const bool dumping = dump.wanted(i + 1);
+    unet.forward(ctx, batch > 1 ? unet_in.view() : x, t, o.fps, text_dev, pred, *temporal,
+                 dumping ? dump.observer(ctx) : model::UNet3D::Observer{});
+    if (dumping) dump.write_step(mpi.world(), out_dir + "/activations.h5", i + 1);
     if (!guided) {
       ops::copy(ctx, pred, eps);
     } else if (o.cfg == 2) {
@@ -309,49 +327,36 @@ int generate(const std::vector<std::string>& args) {
     if (scheduler.stochastic()) noise.step(ctx, rt.arena(), i, z);
     sampler.step(ctx, i, eps, z);
     rt.synchronize();
-    step_seconds[static_cast<std::size_t>(i)] = seconds_since(t0);
-    progress.update(i + 1, "t=" + std::to_string(t));
+    step_seconds.push_back(seconds_since(t0));
+    progress.update(i + 1 - start_step, (start_step > 0 ? "(" + std::to_string(i + 1) + "/" + std::to_string(o.steps) +
+                                                           " of the run) " : std::string()) + "t=" + std::to_string(t));
+    step_fault(mpi.rank(), i + 1);
+    // Every rank learns whether any rank was asked to stop, and they stop together.
+    const bool last = i + 1 == o.steps;
+    stopped_by = last ? 0 : static_cast<int>(mpi.max(static_cast<double>(stop_signal())));
+    if (last || stopped_by != 0 || (o.checkpoint_every > 0 && (i + 1) % o.checkpoint_every == 0))
+      write_checkpoint(i + 1);
+    if (stopped_by != 0) {
+      log(std::string("received ") + signal_name(stopped_by) + ": stopped after step " + std::to_string(i + 1) + " of " +
+          std::to_string(o.steps) + ", checkpoint " + checkpoints_written.back() +
+          "; run again with --resume auto to continue (exit status " + std::to_string(kExitStopped) + ")");
+      return kExitStopped;
+    }
   }
   const double denoise_seconds = mpi.max(seconds_since(t_denoise));
   std::vector<double> step_max(step_seconds.size());
   VINF_CHECK_MPI(MPI_Allreduce(step_seconds.data(), step_max.data(), static_cast<int>(step_seconds.size()), MPI_DOUBLE,
                                MPI_MAX, mpi.world()));
+  dump.finish(mpi.world(), out_dir + "/activations.h5");
 
   // latents.h5: the clip ranks of branch 0 hold the video (branch 1 holds the same numbers).
   const auto t_write = Clock::now();
-  OwnedTensor frame_major = rt.arena().empty(DType::f32, {1, nf, ucfg.in_channels, lh, lw});
-  ops::copy(ctx, sampler.latents().permute({0, 2, 1, 3, 4}), frame_major);
-  std::vector<float> host(static_cast<std::size_t>(frame_major.numel()));
-  ops::copy(ctx, frame_major, Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major.shape));
-  rt.synchronize();
+  const std::vector<float> host = to_host(sampler.latents());
   bool finite = true;
   for (float v : host) finite = finite && std::isfinite(v);
   VINF_CHECK(mpi.all(finite), "the final latents hold NaN or infinite values (a rank's numbers diverged); ",
-             "nothing was written to ", out_dir);
-
-  json config = {
-      {"model", o.model},
-      {"model.unet", o.builtin() ? "" : files.dir},
-      {"model.seed", o.model_seed},
-      {"model.scheduler-config", sched_source},
-      {"video", {{"frames", frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
-      {"sampler",
-       {{"scheduler", o.scheduler}, {"steps", o.steps}, {"guidance", o.guidance}, {"seed", o.seed},
-        {"eta", o.eta}, {"noise", o.noise}}},
-      {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"embeddings", text.source}}},
-      {"parallel", {{"cfg", o.cfg}, {"clips", clips}, {"world", mpi.size()}, {"frames-per-clip", nf}}},
-      {"vi", vi_json(o.vi)},
-      {"device", device.name()},
-      {"dtype", o.dtype},
-      {"comm-backend", clip_comm ? clip_comm->backend() : (cfg_comm ? cfg_comm->backend() : "none")}};
-  io::H5Attributes attrs;
-  attrs.text = {{"format", io::kLatentsFormat}, {"vinf_version", VINF_VERSION}, {"config", config.dump()},
-                {"noise_mode", o.noise}, {"scheduler", o.scheduler}, {"layout", "[frame, channel, height, width]"}};
-  attrs.integers = {{"format_version", io::kLatentsFormatVersion}, {"seed", o.seed}, {"steps", o.steps},
-                    {"world_size", mpi.size()}, {"cfg_size", o.cfg}, {"clip_size", clips}};
-  const bool writer = grid.cfg_index() == 0;
-  io::write_latents_h5(mpi.world(), out_dir + "/latents.h5", {frames, ucfg.in_channels, lh, lw},
-                       writer ? first_frame : 0, writer ? nf : 0, host.data(), attrs);
+             "latents.h5 was not written to ", out_dir);
+  io::write_latents(mpi.world(), out_dir + "/latents.h5", stamp, part, host.data());
   const double write_seconds = mpi.max(seconds_since(t_write));
 
   // run.json from rank 0, last: its presence marks a finished run.
@@ -374,6 +379,10 @@ int generate(const std::vector<std::string>& args) {
                        {"peak_memory_bytes", rep.arena_peak},
                        {"max_rss_bytes", rep.max_rss}});
     }
+    json outputs = {"latents.h5"};
+    for (const std::string& c : io::list_checkpoints(ckpt_dir)) outputs.push_back(fs::relative(c, out_dir).string());
+    if (dump.enabled()) outputs.push_back("activations.h5");
+    const int run_steps = o.steps - start_step;
     json run = {
         {"format", "vinf-run"},
         {"format_version", 1},
@@ -381,17 +390,20 @@ int generate(const std::vector<std::string>& args) {
         {"status", "complete"},
         {"out", out_dir},
         {"config", config},
+        {"resumed_from", resume_path.empty() ? json(nullptr) : json(resume_path)},
+        {"start_step", start_step},
         {"schedule", {{"timesteps", scheduler.timesteps()}, {"sigmas", scheduler.sigmas()}}},
         {"times_s",
          {{"load", load_seconds},
           {"text", text_seconds},
           {"denoise", denoise_seconds},
           {"denoise_per_step", step_max},
+          {"checkpoint", checkpoint_seconds},
           {"write", write_seconds},
           {"total", seconds_since(t_start)}}},
-        {"frame_steps_per_s", denoise_seconds > 0 ? static_cast<double>(frames) * o.steps / denoise_seconds : 0.0},
+        {"frame_steps_per_s", denoise_seconds > 0 ? static_cast<double>(frames) * run_steps / denoise_seconds : 0.0},
         {"ranks", ranks},
-        {"outputs", {"latents.h5"}}};
+        {"outputs", outputs}};
     write_text_atomically(out_dir + "/run.json", run.dump(2) + "\n");
     double peak = 0;
     for (const RankReport& r : reports) peak = std::max(peak, r.arena_peak);
@@ -401,8 +413,8 @@ int generate(const std::vector<std::string>& args) {
              (o.cfg == 2 ? "; cfg group " + rep.cfg.summary() : "") + "; peak memory " +
              format_mib(rep.arena_peak));
     }
-    log("denoised in " + format_duration(denoise_seconds) + " (" +
-        std::to_string(static_cast<double>(frames) * o.steps / std::max(denoise_seconds, 1e-9)).substr(0, 6) +
+    log("denoised " + std::to_string(run_steps) + " step(s) in " + format_duration(denoise_seconds) + " (" +
+        std::to_string(static_cast<double>(frames) * run_steps / std::max(denoise_seconds, 1e-9)).substr(0, 6) +
         " frame-steps/s); peak memory " + format_mib(peak) + " per rank");
     std::cout << "vinf generate: outputs in " << out_dir << "/ (latents.h5, run.json)\n" << std::flush;
   }

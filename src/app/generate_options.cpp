@@ -10,6 +10,7 @@
 #include "sampling/scheduler.hpp"
 
 namespace po = boost::program_options;
+namespace fs = std::filesystem;
 
 namespace vinf::app {
 
@@ -95,9 +96,24 @@ po::options_description describe(GenerateOptions& o) {
                          "1: each rank runs both guidance branches as a batch of 2; 2: rank pairs split them and "
                          "swap predictions every step (ranks = 2 x clips)");
 
+  po::options_description ckpt("[checkpoint] and resuming", kHelpWidth, kHelpColumn);
+  ckpt.add_options()("checkpoint.every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every),
+                     "write OUT/checkpoints/step-NNNNNN.h5 every K steps (0: only at the end and on a stop signal)")(
+      "checkpoint.keep", po::value(&o.checkpoint_keep)->default_value(o.checkpoint_keep),
+      "how many of the newest checkpoints to keep")(
+      "resume", po::value(&o.resume),
+      "auto: continue from the newest complete checkpoint in OUT/checkpoints (a fresh start when there is none); "
+      "PATH: from that checkpoint (OUT defaults to the run it belongs to). The settings that change the numbers "
+      "must match; invariant mode may resume on another number of ranks")(
+      "dump.modules", po::value(&o.dump_modules),
+      "write these modules' outputs over the whole video to OUT/activations.h5 (comma-separated globs over "
+      "the module names of vinf forward --dump-temporal, e.g. 'down_blocks.*,mid_block')")(
+      "dump.steps", po::value(&o.dump_steps)->default_value(o.dump_steps),
+      "the steps (1-based, comma-separated) whose UNet call --dump.modules records");
+
   po::options_description vi("[vi] Video-Infinity (design.md §2; flags take =true/=false)", kHelpWidth, kHelpColumn);
   o.vi_options.add_to(vi);
-  all.add(model).add(video).add(sampler).add(prompt).add(parallel).add(vi);
+  all.add(model).add(video).add(sampler).add(prompt).add(parallel).add(ckpt).add(vi);
   return all;
 }
 
@@ -110,7 +126,10 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
   if (vm.count("help")) {
     std::cout << opts
               << "\nExit status: 0 on success, 2 for bad input (the message names the option, file or key), 1 for "
-                 "other\nfailures, 3 when a collective timed out. A failure on any rank ends every rank.\n";
+                 "other\nfailures, 3 when a collective timed out, "
+              << kExitStopped
+              << " when a stop signal (SIGTERM, SIGUSR1) ended the run\nafter a checkpoint (run again with "
+                 "--resume auto). A failure on any rank ends every rank.\n";
     return 1;
   }
   if (!o.config_file.empty()) {
@@ -133,7 +152,7 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
     VINF_INPUT_CHECK(o.unet.empty(), "--model.unet cannot be combined with a built-in model");
   } else {
     const std::string dir = o.unet.empty() ? o.model : o.unet;
-    VINF_INPUT_CHECK(std::filesystem::is_directory(dir), "--model", o.unet.empty() ? "" : ".unet", " ", dir,
+    VINF_INPUT_CHECK(fs::is_directory(dir), "--model", o.unet.empty() ? "" : ".unet", " ", dir,
                      ": no such directory (a diffusers directory with config.json, or builtin:tiny)");
   }
   VINF_INPUT_CHECK(o.model_seed >= 0, "--model.seed must be >= 0, got ", o.model_seed);
@@ -162,10 +181,42 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
                    "--sampler.guidance ", o.guidance, " <= 1 runs only one; use --parallel.cfg 1");
   VINF_INPUT_CHECK(o.comm_timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.comm_timeout);
   VINF_INPUT_CHECK(!(o.quiet && o.verbose), "--quiet and --verbose exclude each other");
+  VINF_INPUT_CHECK(o.checkpoint_every >= 0, "--checkpoint.every must be >= 0 (0: only at the end), got ",
+                   o.checkpoint_every);
+  VINF_INPUT_CHECK(o.checkpoint_keep >= 1, "--checkpoint.keep must be >= 1, got ", o.checkpoint_keep);
+  if (!o.resume.empty() && o.resume != "auto")
+    VINF_INPUT_CHECK(fs::is_regular_file(o.resume), "--resume ", o.resume, ": no such checkpoint file (or use ",
+                     "--resume auto)");
+  auto split = [](const std::string& list) {
+    std::vector<std::string> items;
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      const std::size_t end = std::min(list.find(',', start), list.size());
+      std::string item = list.substr(start, end - start);
+      item.erase(0, item.find_first_not_of(" \t"));
+      item.erase(item.find_last_not_of(" \t") + 1);
+      if (!item.empty()) items.push_back(item);
+      start = end + 1;
+    }
+    return items;
+  };
+  o.dump_globs = split(o.dump_modules);
+  for (const std::string& item : split(o.dump_steps)) {
+    std::size_t used = 0;
+    int k = 0;
+    try {
+      k = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    VINF_INPUT_CHECK(used == item.size() && k >= 1 && k <= o.steps, "--dump.steps: '", item,
+                     "' is not a step number in [1, ", o.steps, "]");
+    o.dump_step_list.push_back(k);
+  }
   o.vi = o.vi_options.resolve(vm);
   if (o.noise == "auto") o.noise = o.vi.mode == infinity::Mode::compat ? "compat" : "invariant";
   if (o.name.empty())
-    o.name = o.config_file.empty() ? "vinf" : std::filesystem::path(o.config_file).stem().string();
+    o.name = o.config_file.empty() ? "vinf" : fs::path(o.config_file).stem().string();
   return 0;
 }
 

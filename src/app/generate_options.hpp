@@ -30,6 +30,12 @@ struct GenerateOptions {
   std::int64_t tokens = 77;  // random embeddings only
   // [parallel]
   int cfg = 1;
+  // [checkpoint], resume, [dump]
+  int checkpoint_every = 10, checkpoint_keep = 2;
+  std::string resume;  // "", "auto" or a checkpoint file
+  std::string dump_modules, dump_steps = "1";
+  std::vector<std::string> dump_globs;  // parsed from dump_modules
+  std::vector<int> dump_step_list;      // parsed from dump_steps
   // output and run
   std::string out, name;
   bool overwrite = false, quiet = false, verbose = false;
@@ -45,6 +51,10 @@ struct GenerateOptions {
 // Parses and checks what does not need the job's size. Returns 0 to go on, 1 after --help was
 // printed, 2 after a bad option was reported. Throws vinf::InputError for bad values.
 int parse_generate_options(const std::vector<std::string>& args, GenerateOptions& o);
+
+// The exit status of a run that stopped on SIGTERM/SIGUSR1 after writing a checkpoint: the job
+// script requeues it, and `--resume auto` continues.
+inline constexpr int kExitStopped = 75;
 
 // Checks against the job: clip ranks and the frames, CFG, the partition. Throws vinf::InputError.
 void check_generate_job(GenerateOptions& o, int world_size);

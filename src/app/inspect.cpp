@@ -1,4 +1,4 @@
-// `vinf inspect`: what a model directory or a safetensors file holds.
+// `vinf inspect`: what a model directory, a safetensors file or an HDF5 file holds.
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -8,7 +8,9 @@
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
+#include "io/h5file.hpp"
 #include "io/safetensors.hpp"
+#include "mpi/session.hpp"
 #include "model/weights.hpp"
 
 namespace po = boost::program_options;
@@ -83,11 +85,41 @@ int inspect_safetensors(const std::string& path) {
 
 }  // namespace
 
+// A vinf HDF5 file (latents.h5, a checkpoint, activations.h5) or any HDF5 file: what it is, the
+// run it belongs to, its partition and its datasets. One process, serial HDF5 access.
+int inspect_hdf5(const std::string& path) {
+  mpi::Session mpi(nullptr, nullptr);
+  const io::H5File f = io::H5File::open(MPI_COMM_SELF, path);
+  const std::string format = f.has_attribute("/", "format") ? f.text("/", "format") : "(no vinf format attribute)";
+  std::printf("%s: HDF5, format %s", path.c_str(), format.c_str());
+  if (f.has_attribute("/", "format_version")) std::printf(" version %lld", static_cast<long long>(f.integer("/", "format_version")));
+  if (f.has_attribute("/", "vinf_version")) std::printf(", written by vinf %s", f.text("/", "vinf_version").c_str());
+  std::printf("\n");
+  if (f.has_attribute("/state", "step")) {
+    const std::int64_t step = f.integer("/state", "step");
+    const std::size_t total = f.exists("/state/timesteps") ? f.read_i64("/state/timesteps").size() : 0;
+    std::printf("  step %lld of %zu completed\n", static_cast<long long>(step), total);
+  }
+  if (f.has_attribute("/", "world_size"))
+    std::printf("  written by %lld rank(s): %lld clip(s) x %lld guidance branch(es)\n",
+                static_cast<long long>(f.integer("/", "world_size")), static_cast<long long>(f.integer("/", "clip_size")),
+                static_cast<long long>(f.integer("/", "cfg_size")));
+  if (f.has_attribute("/", "noise_mode"))
+    std::printf("  scheduler %s, noise %s, seed %lld\n", f.text("/", "scheduler").c_str(), f.text("/", "noise_mode").c_str(),
+                static_cast<long long>(f.integer("/", "seed")));
+  if (f.has_attribute("/", "model_fingerprint")) std::printf("  model %s\n", f.text("/", "model_fingerprint").c_str());
+  if (f.has_attribute("/", "numerics")) std::printf("  settings %s\n", f.text("/", "numerics").c_str());
+  std::printf("  datasets:\n");
+  for (const std::string& line : f.describe()) std::printf("    %s\n", line.c_str());
+  return 0;
+}
+
 int inspect(const std::vector<std::string>& args) {
   std::string path;
   po::options_description opts(
-      "vinf inspect: describe a model directory or a safetensors file\n\nusage: vinf inspect PATH\n\nOptions");
-  opts.add_options()("help,h", "show this help")("path", po::value(&path), "model directory or .safetensors file");
+      "vinf inspect: describe a model directory, a safetensors file, or an HDF5 file (latents.h5, a checkpoint,\n"
+      "activations.h5)\n\nusage: vinf inspect PATH\n\nOptions");
+  opts.add_options()("help,h", "show this help")("path", po::value(&path), "model directory, .safetensors or .h5 file");
   po::positional_options_description pos;
   pos.add("path", 1);
   po::variables_map vm;
@@ -96,12 +128,13 @@ int inspect(const std::vector<std::string>& args) {
     std::cout << opts;
     return 0;
   }
-  VINF_INPUT_CHECK(!path.empty(), "vinf inspect: give a model directory or a .safetensors file (see --help)");
+  VINF_INPUT_CHECK(!path.empty(), "vinf inspect: give a model directory, a .safetensors or an .h5 file (see --help)");
   std::error_code ec;
   VINF_INPUT_CHECK(std::filesystem::exists(path, ec), path, " does not exist");
   if (std::filesystem::is_directory(path, ec)) return inspect_model(path);
   if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) return inspect_safetensors(path);
-  VINF_INPUT_FAIL(path, " is neither a model directory nor a .safetensors file (HDF5 checkpoints are not described yet)");
+  if (io::is_hdf5(path)) return inspect_hdf5(path);
+  VINF_INPUT_FAIL(path, " is neither a model directory, a .safetensors file nor an HDF5 file");
 }
 
 }  // namespace vinf::app

@@ -3,8 +3,12 @@
 namespace vinf::io {
 namespace {
 
+// The innermost entries say what went wrong; the outer ones only repeat that a call failed.
+constexpr unsigned kEntries = 3;
+
 herr_t collect(unsigned n, const H5E_error2_t* e, void* data) {
   auto* out = static_cast<std::string*>(data);
+  if (n >= kEntries) return 0;
   if (n > 0) *out += "; ";
   *out += e->func_name ? e->func_name : "?";
   *out += ": ";

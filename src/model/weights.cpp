@@ -1,5 +1,6 @@
 #include "model/weights.hpp"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -162,6 +163,36 @@ void Weights::allocate(const std::vector<ParamSpec>& params, Runtime& rt, DType 
   for (std::size_t i = 0; i < params.size(); ++i)
     tensors_.emplace(params[i].name,
                      Tensor::wrap(static_cast<char*>(memory_.data()) + offsets[i], dtype, rt.device(), params[i].shape));
+}
+
+std::string model_fingerprint(const ModelFiles& files) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&](const std::string& bytes) {
+    for (unsigned char ch : bytes) {
+      h ^= ch;
+      h *= 0x100000001b3ull;
+    }
+  };
+  auto read_prefix = [](const std::string& path, std::size_t n) {
+    std::ifstream in(path, std::ios::binary);
+    VINF_INPUT_CHECK(in.good(), "cannot read ", path);
+    std::string bytes(n, '\0');
+    in.read(bytes.data(), static_cast<std::streamsize>(n));
+    bytes.resize(static_cast<std::size_t>(in.gcount()));
+    return bytes;
+  };
+  mix(read_prefix(files.config, 1 << 20));
+  for (const std::string& w : files.weights) {
+    const std::string len = read_prefix(w, 8);
+    VINF_INPUT_CHECK(len.size() == 8, w, " is too short to be a safetensors file");
+    std::uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(len[static_cast<std::size_t>(i)]);
+    VINF_INPUT_CHECK(n < (100u << 20), w, ": a safetensors header of ", n, " bytes is not plausible");
+    mix(read_prefix(w, 8 + static_cast<std::size_t>(n)));
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return buf;
 }
 
 Weights Weights::random(const std::vector<ParamSpec>& params, Runtime& rt, DType dtype, std::uint64_t seed) {

@@ -28,6 +28,9 @@ struct ModelFiles {
   std::string index;         // the index JSON, when sharded
 };
 ModelFiles find_model_files(const std::string& dir);
+// "fnv1a64:<hex>" over config.json and every weight file's safetensors header (names, dtypes,
+// shapes, offsets): it changes when the model does, without reading gigabytes of weights.
+std::string model_fingerprint(const ModelFiles& files);
 
 // Every tensor of the weight files by name, with the file it lives in.
 class WeightFiles {

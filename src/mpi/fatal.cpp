@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -17,6 +18,12 @@ std::string error_text(int code) {
   return std::string(text, static_cast<std::size_t>(len)) + " (code " + std::to_string(code) + ")";
 }
 
+namespace {
+std::atomic<bool> g_finalize_unsafe{false};
+}  // namespace
+
+void mark_finalize_unsafe() { g_finalize_unsafe = true; }
+
 [[noreturn]] void fatal(const char* message, int exit_code) {
   std::fprintf(stderr, "vinf: error: %s\n", message);
   std::fflush(stderr);
@@ -26,6 +33,10 @@ std::string error_text(int code) {
   if (initialized && !finalized) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size > 1) MPI_Abort(MPI_COMM_WORLD, exit_code);
+    if (g_finalize_unsafe) {
+      std::fflush(stdout);
+      std::_Exit(exit_code);
+    }
     MPI_Finalize();
   }
   std::exit(exit_code);

@@ -10,4 +10,9 @@ namespace vinf::mpi {
 [[noreturn]] void fatal(const std::exception& e, int exit_code = 1);
 [[noreturn]] void fatal(const char* message, int exit_code = 1);
 
+// Called when a library holds state that MPI_Finalize would crash on (HDF5 1.10 flushes its open
+// files from MPI_Finalize, and crashes on one whose writes failed): the fatal path then ends a
+// one-rank job without MPI_Finalize.
+void mark_finalize_unsafe();
+
 }  // namespace vinf::mpi

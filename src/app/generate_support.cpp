@@ -1,0 +1,302 @@
+#include "app/generate_support.hpp"
+
+#include <fnmatch.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "core/error.hpp"
+#include "mpi/check.hpp"
+#include "ops/elementwise.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vinf::app {
+
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+// outputs/<name>-<Slurm job id[_array task]> or outputs/<name>-<local date-time>.
+std::string default_out_dir(const std::string& name) {
+  std::string id;
+  if (const char* job = std::getenv("SLURM_ARRAY_JOB_ID"); job && *job) {
+    const char* task = std::getenv("SLURM_ARRAY_TASK_ID");
+    id = std::string(job) + "_" + (task ? task : "0");
+  } else if (const char* j = std::getenv("SLURM_JOB_ID"); j && *j) {
+    id = j;
+  } else {
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &local);
+    id = buf;
+  }
+  return "outputs/" + name + "-" + id;
+}
+
+// "a.b.c" -> value for every leaf of a JSON object.
+void flatten(const json& j, const std::string& prefix, std::map<std::string, std::string>& out) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+  } else {
+    out[prefix] = j.dump();
+  }
+}
+
+}  // namespace
+
+void broadcast_string(std::string& s, MPI_Comm comm) {
+  int n = static_cast<int>(s.size());
+  VINF_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, 0, comm));
+  s.resize(static_cast<std::size_t>(n));
+  VINF_CHECK_MPI(MPI_Bcast(s.data(), n, MPI_CHAR, 0, comm));
+}
+
+std::string decided_by_root(const mpi::Session& mpi, const std::function<std::string()>& fn) {
+  std::string value, error;
+  if (mpi.rank() == 0) {
+    try {
+      value = fn();
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+  }
+  broadcast_string(value, mpi.world());
+  broadcast_string(error, mpi.world());
+  VINF_INPUT_CHECK(error.empty(), error);
+  return value;
+}
+
+std::string choose_out_dir(const GenerateOptions& o, const mpi::Session& mpi) {
+  return decided_by_root(mpi, [&] {
+    std::string dir = o.out;
+    if (dir.empty() && !o.resume.empty() && o.resume != "auto") {
+      // checkpoints live in OUT/checkpoints/
+      dir = fs::path(o.resume).parent_path().parent_path().string();
+      if (dir.empty()) dir = ".";
+    }
+    if (dir.empty()) dir = default_out_dir(o.name);
+    std::error_code ec;
+    if (fs::exists(dir, ec)) {
+      VINF_INPUT_CHECK(fs::is_directory(dir, ec), "--out ", dir, " exists and is not a directory");
+      VINF_INPUT_CHECK(o.overwrite || !o.resume.empty(), "the output directory ", dir, " exists (",
+                       fs::exists(dir + "/run.json") ? "a finished run" : "an unfinished or failed run",
+                       "); continue it with --resume auto, choose another --out, or --overwrite to replace its files");
+    }
+    return dir;
+  });
+}
+
+std::string choose_checkpoint(const GenerateOptions& o, const std::string& out_dir, const mpi::Session& mpi) {
+  if (o.resume.empty()) return "";
+  return decided_by_root(mpi, [&]() -> std::string {
+    if (o.resume != "auto") {
+      io::read_checkpoint_info(o.resume);  // throws for a damaged or foreign file
+      return o.resume;
+    }
+    const std::vector<std::string> all = io::list_checkpoints(out_dir + "/checkpoints");
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      try {
+        io::read_checkpoint_info(*it);
+        return *it;
+      } catch (const InputError& e) {
+        std::cerr << "vinf generate: warning: skipping checkpoint " << *it << ": " << e.what() << "\n";
+      }
+    }
+    return "";
+  });
+}
+
+json numerics_json(const GenerateOptions& o, int clips) {
+  json vi = vi_json(o.vi);
+  vi.erase("halo");      // x and kv give the same numbers
+  vi.erase("exchange");  // so do the exchange patterns
+  json j = {{"video", {{"frames", o.frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
+            {"sampler",
+             {{"scheduler", o.scheduler}, {"steps", o.steps}, {"guidance", o.guidance}, {"seed", o.seed},
+              {"eta", o.eta}, {"noise", o.noise}}},
+            {"prompt", {{"text", o.prompts}, {"negative", o.negative}}},
+            {"vi", vi},
+            {"dtype", o.dtype}};
+  // Invariant mode gives the same video on any number of clips; the others do not.
+  if (o.vi.mode != infinity::Mode::invariant) j["parallel"] = {{"clips", clips}};
+  return j;
+}
+
+void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, const std::vector<std::int64_t>& timesteps) {
+  VINF_INPUT_CHECK(info.stamp.model_fingerprint == now.model_fingerprint, "checkpoint ", info.path,
+                   " was written for another model (fingerprint ", info.stamp.model_fingerprint, " there, ",
+                   now.model_fingerprint, " here)");
+  std::map<std::string, std::string> there, here;
+  try {
+    flatten(json::parse(info.stamp.numerics_json), "", there);
+  } catch (const json::exception& e) {
+    VINF_INPUT_FAIL("checkpoint ", info.path, ": its 'numerics' attribute is not JSON: ", e.what());
+  }
+  flatten(json::parse(now.numerics_json), "", here);
+  std::string diffs;
+  int n = 0;
+  for (const auto& [key, value] : here) {
+    const auto it = there.find(key);
+    const std::string old = it == there.end() ? "(not set)" : it->second;
+    if (old != value && n++ < 4) diffs += (diffs.empty() ? "" : "; ") + key + " " + old + " there, " + value + " here";
+  }
+  for (const auto& [key, value] : there)
+    if (!here.count(key) && n++ < 4) diffs += (diffs.empty() ? "" : "; ") + key + " " + value + " there, not set here";
+  VINF_INPUT_CHECK(diffs.empty(), "checkpoint ", info.path, " belongs to a run with other settings (", diffs,
+                   "); resume with the settings it was written with, or start a new run in another --out");
+  VINF_INPUT_CHECK(info.state.timesteps == timesteps, "checkpoint ", info.path,
+                   " was written with another schedule (a different scheduler config?)");
+}
+
+json counters_json(const mpi::CommCounters& c) {
+  json j = json::object();
+  for (int i = 0; i < mpi::kCommOps; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    if (c.calls[k] == 0) continue;
+    j[mpi::comm_op_name(static_cast<mpi::CommOp>(i))] = {
+        {"calls", c.calls[k]}, {"bytes", c.bytes[k]}, {"seconds", c.seconds[k]}};
+  }
+  return j;
+}
+
+json vi_json(const infinity::Config& v) {
+  return {{"mode", infinity::mode_name(v.mode)},
+          {"local-frames", v.local_frames},
+          {"global-frames", v.global_frames},
+          {"conv-halo", v.conv_halo},
+          {"attn-scale", v.attn_scale},
+          {"token-num-scale", v.token_num_scale},
+          {"dynamic-bias", v.dynamic_bias},
+          {"local-phase-t", v.local_phase.t},
+          {"local-phase-local-bias", v.local_phase.local_bias},
+          {"local-phase-global-bias", v.local_phase.global_bias},
+          {"global-phase-t", v.global_phase.t},
+          {"global-phase-local-bias", v.global_phase.local_bias},
+          {"global-phase-global-bias", v.global_phase.global_bias},
+          {"sync-groupnorm", v.sync_groupnorm},
+          {"halo", v.halo == infinity::HaloData::x ? "x" : "kv"},
+          {"exchange", v.exchange == infinity::ExchangePattern::fused ? "fused" : "three-round"}};
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".partial";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    out.flush();
+    VINF_INPUT_CHECK(out.good(), "cannot write ", tmp, " (disk full or the directory not writable?)");
+  }
+  VINF_INPUT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path);
+}
+
+void install_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+  std::signal(SIGXFSZ, SIG_IGN);
+}
+
+int stop_signal() { return g_stop_signal.load(); }
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "a signal";
+  }
+}
+
+void step_fault(int world_rank, int completed_steps) {
+  const char* spec = std::getenv("VINF_FAULT_STEP");
+  if (!spec) return;
+  int rank = -1, step = -1;
+  char sig[16] = {};
+  if (std::sscanf(spec, "rank=%d,step=%d,signal=%15s", &rank, &step, sig) != 3) return;
+  if (rank != world_rank || step != completed_steps) return;
+  const std::string s = sig;
+  std::raise(s == "KILL" ? SIGKILL : s == "USR1" ? SIGUSR1 : SIGTERM);
+}
+
+ActivationDump::ActivationDump(const GenerateOptions& o, std::int64_t batch, std::int64_t clip_frames,
+                               std::int64_t first_frame, std::int64_t frames)
+    : globs_(o.dump_globs),
+      steps_(o.dump_step_list),
+      batch_(batch),
+      clip_frames_(clip_frames),
+      first_frame_(first_frame),
+      frames_(frames) {
+  VINF_INPUT_CHECK(globs_.empty() || o.cfg == 1, "--dump.modules needs --parallel.cfg 1 (every rank then holds ",
+                   "both guidance branches of its frames)");
+}
+
+bool ActivationDump::wanted(int step) const {
+  return enabled() && std::find(steps_.begin(), steps_.end(), step) != steps_.end();
+}
+
+std::function<void(const std::string&, const Tensor&)> ActivationDump::observer(ExecContext& ctx) {
+  captured_.clear();
+  return [this, &ctx](const std::string& name, const Tensor& t) {
+    bool match = false;
+    for (const std::string& g : globs_) match = match || fnmatch(g.c_str(), name.c_str(), 0) == 0;
+    if (!match) return;
+    Captured c{name, t.shape, std::vector<float>(static_cast<std::size_t>(t.numel()))};
+    ops::copy(ctx, t, Tensor::wrap(c.data.data(), DType::f32, Device::cpu(), t.shape));
+    captured_.push_back(std::move(c));
+  };
+}
+
+void ActivationDump::write_step(MPI_Comm comm, const std::string& path, int step) {
+  if (!file_) {
+    file_ = std::make_unique<io::H5File>(io::H5File::create(comm, path + ".partial"));
+    file_->set_text("/", "format", "vinf-activations");
+    file_->set_text("/", "layout",
+                    "frame-major module outputs as [batch, frame, ...]; temporal attention internals as "
+                    "[batch*height*width, frame, width]; others whole");
+    file_->create_group("/activations");
+  }
+  const std::string group = "/activations/step" + std::to_string(step);
+  file_->create_group(group);
+  for (const Captured& c : captured_) {
+    const std::string name = group + "/" + c.name;
+    if (c.shape.rank() == 3 && c.shape[1] == clip_frames_) {
+      // Temporal attention internals (B * H * W, F_clip, width).
+      file_->write_frames(name, {c.shape[0], frames_, c.shape[2]}, 1, first_frame_, clip_frames_, c.data.data());
+    } else if (c.shape.rank() >= 2 && c.shape[0] == batch_ * clip_frames_) {
+      // (B * F_clip, ...) frame-major: [B, F, ...] over the whole video.
+      Shape full{batch_, frames_};
+      for (int d = 1; d < c.shape.rank(); ++d) full.push_back(c.shape[d]);
+      file_->write_frames(name, full, 1, first_frame_, clip_frames_, c.data.data());
+    } else {
+      file_->write_small(name, DType::f32, c.shape, c.data.data());  // the same on every rank
+    }
+  }
+  captured_.clear();
+}
+
+void ActivationDump::finish(MPI_Comm comm, const std::string& path) {
+  if (!file_) return;
+  file_->close();
+  file_.reset();
+  VINF_CHECK_MPI(MPI_Barrier(comm));
+  int rank = 0, ok = 1;
+  VINF_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  if (rank == 0) ok = std::rename((path + ".partial").c_str(), path.c_str()) == 0;
+  VINF_CHECK_MPI(MPI_Bcast(&ok, 1, MPI_INT, 0, comm));
+  VINF_INPUT_CHECK(ok, "cannot rename ", path, ".partial to ", path);
+}
+
+}  // namespace vinf::app

@@ -1,0 +1,83 @@
+// The pieces of `vinf generate` around the denoising loop: where the outputs go, which checkpoint a
+// run continues from and whether it may, stop signals, activation dumps, run.json's parts.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "app/generate_options.hpp"
+#include "core/arena.hpp"
+#include "io/checkpoint.hpp"
+#include "io/h5file.hpp"
+#include "mpi/communicator.hpp"
+#include "mpi/session.hpp"
+#include "ops/context.hpp"
+
+namespace vinf::app {
+
+using json = nlohmann::ordered_json;
+
+void broadcast_string(std::string& s, MPI_Comm comm);
+// Runs fn on rank 0; its result, or the message of the vinf::InputError it threw, reaches every
+// rank (which then all throw it), so a decision that reads the file system is the same everywhere.
+std::string decided_by_root(const mpi::Session& mpi, const std::function<std::string()>& fn);
+
+// The output directory: --out, or the run a --resume PATH belongs to, or outputs/<name>-<id>.
+// Refused when it exists, unless --overwrite or --resume.
+std::string choose_out_dir(const GenerateOptions& o, const mpi::Session& mpi);
+// The checkpoint to continue from ("" for a fresh start): --resume PATH (which must be readable),
+// or with auto the newest readable one in OUT/checkpoints, skipping damaged ones with a warning.
+std::string choose_checkpoint(const GenerateOptions& o, const std::string& out_dir, const mpi::Session& mpi);
+
+// The settings that change the numbers, which a resumed run must share with the checkpoint (the
+// number of clips only outside invariant mode).
+json numerics_json(const GenerateOptions& o, int clips);
+// Throws vinf::InputError naming the checkpoint and the first differences.
+void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, const std::vector<std::int64_t>& timesteps);
+
+json counters_json(const mpi::CommCounters& c);
+json vi_json(const infinity::Config& v);
+void write_text_atomically(const std::string& path, const std::string& text);
+
+// SIGTERM and SIGUSR1 (what Slurm sends before a time limit or a preemption) set a flag that the
+// loop checks after every step; SIGXFSZ is ignored so that a full quota is an error message.
+void install_stop_signals();
+int stop_signal();  // 0, or the signal that arrived
+const char* signal_name(int sig);
+// Test hook VINF_FAULT_STEP="rank=R,step=K,signal=TERM|USR1|KILL": world rank R sends itself the
+// signal after step K. Used by the checkpoint tests only.
+void step_fault(int world_rank, int completed_steps);
+
+// --dump.modules: the outputs of the selected modules over the whole video, collected on the
+// dump steps and written collectively to OUT/activations.h5 as /activations/step<k>/<module>.
+class ActivationDump {
+ public:
+  ActivationDump(const GenerateOptions& o, std::int64_t batch, std::int64_t clip_frames, std::int64_t first_frame,
+                 std::int64_t frames);
+  bool enabled() const { return !globs_.empty(); }
+  bool wanted(int step) const;  // 1-based
+  // The observer for the UNet call of a dump step: copies matching outputs to the host.
+  std::function<void(const std::string&, const Tensor&)> observer(ExecContext& ctx);
+  // Collective: writes what the observer collected under step<k>.
+  void write_step(MPI_Comm comm, const std::string& path, int step);
+  // Collective: renames the file into place.
+  void finish(MPI_Comm comm, const std::string& path);
+
+ private:
+  struct Captured {
+    std::string name;
+    Shape shape;
+    std::vector<float> data;
+  };
+  std::vector<std::string> globs_;
+  std::vector<int> steps_;
+  std::int64_t batch_, clip_frames_, first_frame_, frames_;
+  std::vector<Captured> captured_;
+  std::unique_ptr<io::H5File> file_;
+};
+
+}  // namespace vinf::app

@@ -1,0 +1,190 @@
+#include "io/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "core/error.hpp"
+#include "io/h5file.hpp"
+#include "mpi/check.hpp"
+#include "mpi/fatal.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vinf::io {
+
+namespace {
+
+void stamp_file(H5File& f, const char* format, const RunStamp& s) {
+  f.set_text("/", "format", format);
+  f.set_int("/", "format_version", kRunFileVersion);
+  f.set_text("/", "vinf_version", VINF_VERSION);
+  f.set_text("/", "config", s.config_json);
+  f.set_text("/", "numerics", s.numerics_json);
+  f.set_text("/", "model_fingerprint", s.model_fingerprint);
+  f.set_text("/", "noise_mode", s.noise_mode);
+  f.set_text("/", "scheduler", s.scheduler);
+  f.set_text("/", "layout", "[frame, channel, height, width]");
+  f.set_int("/", "seed", s.seed);
+  f.set_int("/", "world_size", s.world_size);
+  f.set_int("/", "cfg_size", s.cfg_size);
+  f.set_int("/", "clip_size", s.clip_size);
+}
+
+bool fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return false;
+  const bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// After every rank closed PATH.partial: rank 0 makes it durable and gives it its name.
+void commit(MPI_Comm comm, const std::string& partial, const std::string& path) {
+  VINF_CHECK_MPI(MPI_Barrier(comm));
+  int rank = 0, ok = 1;
+  VINF_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  if (rank == 0) {
+    ok = fsync_path(partial) && std::rename(partial.c_str(), path.c_str()) == 0;
+    if (ok) fsync_path(fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string());
+  }
+  VINF_CHECK_MPI(MPI_Bcast(&ok, 1, MPI_INT, 0, comm));
+  if (!ok) throw Error("cannot sync and rename " + partial + " to " + path + " (disk full or the directory not writable?)");
+}
+
+// Writes under PATH.partial with body(file), then commits; a failure removes the partial file.
+template <class Body>
+void write_atomically(MPI_Comm comm, const std::string& path, Body body) {
+  const std::string partial = path + ".partial";
+  std::unique_ptr<H5File> f;
+  try {
+    f = std::make_unique<H5File>(H5File::create(comm, partial));
+    body(*f);
+    f->close();
+  } catch (...) {
+    if (f) {
+      f->abandon();
+      mpi::mark_finalize_unsafe();
+    }
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    if (rank == 0) std::remove(partial.c_str());
+    throw;
+  }
+  commit(comm, partial, path);
+}
+
+}  // namespace
+
+void write_latents(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
+                   const float* latents) {
+  write_atomically(comm, path, [&](H5File& f) {
+    stamp_file(f, kLatentsFormat, stamp);
+    f.write_frames("/latents", part.full, 0, part.first, part.count, latents);
+  });
+}
+
+void write_checkpoint(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
+                      const float* latents, const float* previous_x0, const SolverState& state, const TextCache& text) {
+  write_atomically(comm, path, [&](H5File& f) {
+    stamp_file(f, kCheckpointFormat, stamp);
+    f.write_frames("/latents", part.full, 0, part.first, part.count, latents);
+    f.create_group("/state");
+    f.set_int("/state", "step", state.step);
+    f.write_small("/state/timesteps", DType::i64, {static_cast<std::int64_t>(state.timesteps.size())},
+                  state.timesteps.data());
+    const std::vector<float> sigmas(state.sigmas.begin(), state.sigmas.end());
+    f.write_small("/state/sigmas", DType::f32, {static_cast<std::int64_t>(sigmas.size())}, sigmas.data());
+    f.write_frames("/state/previous_x0", part.full, 0, part.first, part.count, previous_x0);
+    f.create_group("/text");
+    f.write_small("/text/prompt_embeds", DType::f32, {text.prompts, text.tokens, text.width}, text.prompt_embeds.data());
+    if (!text.negative_prompt_embeds.empty())
+      f.write_small("/text/negative_prompt_embeds", DType::f32, {1, text.tokens, text.width},
+                    text.negative_prompt_embeds.data());
+  });
+}
+
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  const H5File f = H5File::open(MPI_COMM_SELF, path);
+  VINF_INPUT_CHECK(f.has_attribute("/", "format") && f.text("/", "format") == kCheckpointFormat, path,
+                   " is not a vinf checkpoint (no format attribute '", kCheckpointFormat, "')");
+  const std::int64_t version = f.integer("/", "format_version");
+  VINF_INPUT_CHECK(version == kRunFileVersion, path, " has checkpoint format version ", version, "; this vinf reads ",
+                   kRunFileVersion);
+  CheckpointInfo info;
+  info.path = path;
+  RunStamp& s = info.stamp;
+  s.config_json = f.text("/", "config");
+  s.numerics_json = f.text("/", "numerics");
+  s.model_fingerprint = f.text("/", "model_fingerprint");
+  s.noise_mode = f.text("/", "noise_mode");
+  s.scheduler = f.text("/", "scheduler");
+  s.seed = f.integer("/", "seed");
+  s.world_size = f.integer("/", "world_size");
+  s.cfg_size = f.integer("/", "cfg_size");
+  s.clip_size = f.integer("/", "clip_size");
+  info.state.step = f.integer("/state", "step");
+  info.state.timesteps = f.read_i64("/state/timesteps");
+  const std::vector<float> sig = f.read_f32("/state/sigmas");
+  info.state.sigmas.assign(sig.begin(), sig.end());
+  info.full = f.shape("/latents");
+  VINF_INPUT_CHECK(info.full.rank() == 4 && f.shape("/state/previous_x0") == info.full, path,
+                   ": /latents and /state/previous_x0 must both be [F, C, H, W]");
+  VINF_INPUT_CHECK(info.state.step >= 1 && info.state.step <= static_cast<std::int64_t>(info.state.timesteps.size()) &&
+                       info.state.sigmas.size() == info.state.timesteps.size() + 1,
+                   path, ": step ", info.state.step, " does not fit its schedule of ", info.state.timesteps.size(),
+                   " steps");
+  const Shape emb = f.shape("/text/prompt_embeds");
+  VINF_INPUT_CHECK(emb.rank() == 3, path, ": /text/prompt_embeds must be [P, L, D]");
+  info.text.prompts = emb[0];
+  info.text.tokens = emb[1];
+  info.text.width = emb[2];
+  info.text.prompt_embeds = f.read_f32("/text/prompt_embeds");
+  if (f.exists("/text/negative_prompt_embeds")) info.text.negative_prompt_embeds = f.read_f32("/text/negative_prompt_embeds");
+  // Reading the last frame's chunk of both arrays finds a file cut short.
+  std::vector<float> probe(static_cast<std::size_t>(info.full[1] * info.full[2] * info.full[3]));
+  f.read_frames("/latents", 0, info.full[0] - 1, 1, probe.data());
+  f.read_frames("/state/previous_x0", 0, info.full[0] - 1, 1, probe.data());
+  return info;
+}
+
+void read_checkpoint_frames(MPI_Comm comm, const std::string& path, std::int64_t first, std::int64_t count,
+                            float* latents, float* previous_x0) {
+  const H5File f = H5File::open(comm, path);
+  f.read_frames("/latents", 0, first, count, latents);
+  f.read_frames("/state/previous_x0", 0, first, count, previous_x0);
+}
+
+std::string checkpoint_name(std::int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%06lld.h5", static_cast<long long>(step));
+  return buf;
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return found;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() == 14 && name.rfind("step-", 0) == 0 && name.substr(11) == ".h5" &&
+        std::all_of(name.begin() + 5, name.begin() + 11, [](char c) { return c >= '0' && c <= '9'; }))
+      found.push_back(e.path().string());
+  }
+  std::sort(found.begin(), found.end());  // zero-padded steps sort by name
+  return found;
+}
+
+void prune_checkpoints(const std::string& dir, int keep) {
+  const std::vector<std::string> all = list_checkpoints(dir);
+  for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 0)) < all.size(); ++i) std::remove(all[i].c_str());
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".partial") fs::remove(e.path(), ec);
+}
+
+}  // namespace vinf::io

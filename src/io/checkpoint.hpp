@@ -1,0 +1,83 @@
+// The HDF5 files of a run (design.md §6): `latents.h5` (the final latents) and the checkpoints
+// `checkpoints/step-NNNNNN.h5` (latents, solver state, cached text embeddings) from which a run
+// continues, in invariant mode also on another number of ranks.
+//
+// Layout: /latents F32 [F_total, C, H, W] (chunked per frame); checkpoints add /state (attribute
+// `step`: completed steps) with /state/timesteps I64 [S], /state/sigmas F32 [S + 1],
+// /state/previous_x0 F32 [F_total, C, H, W] (the multistep solver's memory), and /text with
+// /text/prompt_embeds F32 [P, L, D] and /text/negative_prompt_embeds F32 [1, L, D]. Root
+// attributes: format, format_version, vinf_version, config (JSON), numerics (JSON: the settings a
+// resume must share), model_fingerprint, noise_mode, scheduler, seed, world_size, cfg_size, clip_size.
+//
+// Every file is written collectively under PATH.partial, synced and renamed by rank 0 after every
+// rank closed it: a file under its final name is complete, and a crash while writing leaves the
+// previous checkpoint as it was.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace vinf::io {
+
+inline constexpr const char* kLatentsFormat = "vinf-latents";
+inline constexpr const char* kCheckpointFormat = "vinf-checkpoint";
+inline constexpr int kRunFileVersion = 1;
+
+// What identifies the run a file belongs to.
+struct RunStamp {
+  std::string config_json, numerics_json, model_fingerprint, noise_mode, scheduler;
+  std::int64_t seed = 0, world_size = 1, cfg_size = 1, clip_size = 1;
+};
+
+// The video's latent shape [F_total, C, H, W] and this rank's frames [first, first + count).
+// count = 0 for ranks that hold a copy another rank writes (the second guidance branch).
+struct FramePart {
+  Shape full;
+  std::int64_t first = 0, count = 0;
+};
+
+struct SolverState {
+  std::int64_t step = 0;  // completed steps
+  std::vector<std::int64_t> timesteps;
+  std::vector<double> sigmas;
+};
+
+// Rank 0's cached text conditioning (the other ranks' is not used).
+struct TextCache {
+  std::int64_t prompts = 0, tokens = 0, width = 0;
+  std::vector<float> prompt_embeds, negative_prompt_embeds;  // [P, L, D], [1, L, D] or empty
+};
+
+// Collective over comm. `latents` holds this rank's frames, frame-major.
+void write_latents(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
+                   const float* latents);
+void write_checkpoint(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
+                      const float* latents, const float* previous_x0, const SolverState& state, const TextCache& text);
+
+struct CheckpointInfo {
+  std::string path;
+  RunStamp stamp;
+  SolverState state;
+  Shape full;
+  TextCache text;
+};
+
+// Reads and checks a checkpoint's metadata and text cache (one process). Throws vinf::InputError
+// naming the file for a missing, damaged, truncated or foreign file.
+CheckpointInfo read_checkpoint_info(const std::string& path);
+// Collective: this rank's frames of /latents and /state/previous_x0.
+void read_checkpoint_frames(MPI_Comm comm, const std::string& path, std::int64_t first, std::int64_t count,
+                            float* latents, float* previous_x0);
+
+// "step-000012.h5"; the complete checkpoints of a directory, oldest first; removing all but the
+// newest `keep` of them and any leftover partial file (one process).
+std::string checkpoint_name(std::int64_t step);
+std::vector<std::string> list_checkpoints(const std::string& dir);
+void prune_checkpoints(const std::string& dir, int keep);
+
+}  // namespace vinf::io

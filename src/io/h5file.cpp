@@ -1,0 +1,314 @@
+#include "io/h5file.hpp"
+
+#include <functional>
+#include <utility>
+
+#include "core/error.hpp"
+#include "io/hdf5_check.hpp"
+#include "mpi/check.hpp"
+
+namespace vinf::io {
+
+namespace {
+
+// Closes an HDF5 handle on scope exit.
+class Handle {
+ public:
+  // A failure is the file system's (full, over quota, not writable) or the file's (damaged): the
+  // message names the file and the operation, without source locations.
+  Handle(hid_t id, herr_t (*close)(hid_t), const char* what, const std::string& path) : id_(id), close_(close) {
+    if (id < 0)
+      throw Error(std::string("HDF5 could not complete ") + what + " in " + path +
+                  " (disk full, quota exceeded, or a damaged file?): " + hdf5_error_text());
+  }
+  ~Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t get() const { return id_; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+// vinf reports HDF5 failures itself, with the file's name; the library's own printing is off.
+void quiet_hdf5() {
+  static const bool once = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)once;
+}
+
+hid_t access_list(MPI_Comm comm) {
+  const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  VINF_CHECK(fapl >= 0, "HDF5: H5Pcreate failed: ", hdf5_error_text());
+  if (comm != MPI_COMM_SELF) VINF_CHECK_HDF5(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
+  return fapl;
+}
+
+hid_t collective_transfer() {
+  const hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+  VINF_CHECK(dxpl >= 0, "HDF5: H5Pcreate failed: ", hdf5_error_text());
+  return dxpl;
+}
+
+std::vector<hsize_t> dims_of(const Shape& s) {
+  std::vector<hsize_t> d;
+  for (int i = 0; i < s.rank(); ++i) d.push_back(static_cast<hsize_t>(s[i]));
+  return d;
+}
+
+}  // namespace
+
+bool is_hdf5(const std::string& path) {
+  quiet_hdf5();
+  return H5Fis_hdf5(path.c_str()) > 0;
+}
+
+H5File::H5File(hid_t id, MPI_Comm comm, std::string path) : id_(id), comm_(comm), path_(std::move(path)) {
+  VINF_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
+}
+
+H5File::H5File(H5File&& o) noexcept : id_(std::exchange(o.id_, -1)), comm_(o.comm_), rank_(o.rank_), path_(std::move(o.path_)) {}
+
+H5File::~H5File() {
+  if (id_ >= 0) H5Fclose(id_);
+}
+
+void H5File::close() {
+  const hid_t id = std::exchange(id_, -1);
+  if (H5Fclose(id) < 0)
+    throw Error("HDF5 could not finish writing " + path_ + " (disk full or quota exceeded?): " + hdf5_error_text());
+}
+
+H5File H5File::create(MPI_Comm comm, const std::string& path) {
+  quiet_hdf5();
+  Handle fapl(access_list(comm), H5Pclose, "H5Pcreate", path);
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+  VINF_INPUT_CHECK(id >= 0, "cannot create ", path, " (is the directory writable and the disk not full?): ",
+                   hdf5_error_text());
+  return H5File(id, comm, path);
+}
+
+H5File H5File::open(MPI_Comm comm, const std::string& path) {
+  quiet_hdf5();
+  VINF_INPUT_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, " is missing or not an HDF5 file");
+  Handle fapl(access_list(comm), H5Pclose, "H5Pcreate", path);
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
+  VINF_INPUT_CHECK(id >= 0, "cannot open ", path, " (truncated or damaged?): ", hdf5_error_text());
+  return H5File(id, comm, path);
+}
+
+void H5File::create_group(const std::string& name) {
+  Handle g(H5Gcreate2(id_, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "creating a group", path_);
+}
+
+bool H5File::exists(const std::string& name) const {
+  // Each level must exist before the next is asked about.
+  std::size_t pos = 0;
+  while ((pos = name.find('/', pos + 1)) != std::string::npos)
+    if (H5Lexists(id_, name.substr(0, pos).c_str(), H5P_DEFAULT) <= 0) return false;
+  return H5Lexists(id_, name.c_str(), H5P_DEFAULT) > 0;
+}
+
+void H5File::set_text(const std::string& object, const std::string& name, const std::string& value) {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", path_);
+  VINF_CHECK_HDF5(H5Tset_size(type.get(), value.empty() ? 1 : value.size()));
+  VINF_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8));
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", path_);
+  Handle attr(H5Acreate_by_name(id_, object.c_str(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                                H5P_DEFAULT),
+              H5Aclose, "creating an attribute", path_);
+  VINF_CHECK_HDF5(H5Awrite(attr.get(), type.get(), value.empty() ? "" : value.c_str()));
+}
+
+void H5File::set_int(const std::string& object, const std::string& name, std::int64_t value) {
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", path_);
+  Handle attr(H5Acreate_by_name(id_, object.c_str(), name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT,
+                                H5P_DEFAULT, H5P_DEFAULT),
+              H5Aclose, "creating an attribute", path_);
+  VINF_CHECK_HDF5(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value));
+}
+
+bool H5File::has_attribute(const std::string& object, const std::string& name) const {
+  return exists(object == "/" ? "/" : object) && H5Aexists_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT) > 0;
+}
+
+std::string H5File::text(const std::string& object, const std::string& name) const {
+  VINF_INPUT_CHECK(has_attribute(object, name), path_, ": ", object, " has no attribute '", name, "'");
+  Handle attr(H5Aopen_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+              "opening an attribute", path_);
+  Handle type(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type", path_);
+  VINF_INPUT_CHECK(H5Tget_class(type.get()) == H5T_STRING && !H5Tis_variable_str(type.get()), path_, ": attribute '",
+                   name, "' is not a fixed-length string");
+  std::string value(H5Tget_size(type.get()), '\0');
+  VINF_CHECK_HDF5(H5Aread(attr.get(), type.get(), value.data()));
+  while (!value.empty() && value.back() == '\0') value.pop_back();
+  return value;
+}
+
+std::int64_t H5File::integer(const std::string& object, const std::string& name) const {
+  VINF_INPUT_CHECK(has_attribute(object, name), path_, ": ", object, " has no attribute '", name, "'");
+  Handle attr(H5Aopen_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+              "opening an attribute", path_);
+  std::int64_t v = 0;
+  VINF_INPUT_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &v) >= 0, path_, ": attribute '", name,
+                   "' is not an integer");
+  return v;
+}
+
+void H5File::write_frames(const std::string& name, const Shape& full, int axis, std::int64_t first,
+                          std::int64_t count, const float* data) {
+  VINF_CHECK(axis >= 0 && axis < full.rank() && first >= 0 && count >= 0 && first + count <= full[axis],
+             "write_frames: slices [", first, ", ", first + count, ") of axis ", axis, " of ", full.str());
+  const std::vector<hsize_t> dims = dims_of(full);
+  std::vector<hsize_t> chunk = dims, start(dims.size(), 0), block = dims;
+  chunk[static_cast<std::size_t>(axis)] = 1;
+  for (hsize_t& c : chunk) c = std::max<hsize_t>(c, 1);
+  start[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(first);
+  block[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(count);
+  const int rank = static_cast<int>(dims.size());
+  Handle space(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose, "H5Screate_simple", path_);
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "H5Pcreate", path_);
+  VINF_CHECK_HDF5(H5Pset_chunk(dcpl.get(), rank, chunk.data()));
+  Handle set(H5Dcreate2(id_, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+             H5Dclose, "creating a dataset", path_);
+  Handle file_space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_);
+  std::vector<hsize_t> mem_dims = block;
+  for (hsize_t& d : mem_dims) d = std::max<hsize_t>(d, 1);
+  Handle mem_space(H5Screate_simple(rank, mem_dims.data(), nullptr), H5Sclose, "H5Screate_simple", path_);
+  if (count > 0) {
+    VINF_CHECK_HDF5(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr));
+  } else {
+    VINF_CHECK_HDF5(H5Sselect_none(file_space.get()));
+    VINF_CHECK_HDF5(H5Sselect_none(mem_space.get()));
+  }
+  Handle dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path_);
+  if (comm_ != MPI_COMM_SELF) VINF_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
+  const float dummy = 0;
+  if (H5Dwrite(set.get(), H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), dxpl.get(), count > 0 ? data : &dummy) < 0)
+    throw Error("HDF5 could not write " + name + " to " + path_ + " (disk full or quota exceeded?): " + hdf5_error_text());
+}
+
+Shape H5File::shape(const std::string& name) const {
+  VINF_INPUT_CHECK(exists(name), path_, " has no dataset ", name);
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_);
+  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(rank, 0)));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  Shape s;
+  for (hsize_t d : dims) s.push_back(static_cast<std::int64_t>(d));
+  return s;
+}
+
+void H5File::read_frames(const std::string& name, int axis, std::int64_t first, std::int64_t count,
+                         float* data) const {
+  const Shape full = shape(name);
+  VINF_INPUT_CHECK(axis < full.rank() && first >= 0 && count >= 0 && first + count <= full[axis], path_, ": ", name,
+                   " ", full.str(), " has no slices [", first, ", ", first + count, ") along axis ", axis);
+  const std::vector<hsize_t> dims = dims_of(full);
+  std::vector<hsize_t> start(dims.size(), 0), block = dims;
+  start[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(first);
+  block[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(count);
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_);
+  Handle file_space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_);
+  std::vector<hsize_t> mem_dims = block;
+  for (hsize_t& d : mem_dims) d = std::max<hsize_t>(d, 1);
+  Handle mem_space(H5Screate_simple(static_cast<int>(dims.size()), mem_dims.data(), nullptr), H5Sclose,
+                   "H5Screate_simple", path_);
+  if (count > 0) {
+    VINF_CHECK_HDF5(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr));
+  } else {
+    VINF_CHECK_HDF5(H5Sselect_none(file_space.get()));
+    VINF_CHECK_HDF5(H5Sselect_none(mem_space.get()));
+  }
+  Handle dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path_);
+  if (comm_ != MPI_COMM_SELF) VINF_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
+  float dummy = 0;
+  VINF_INPUT_CHECK(H5Dread(set.get(), H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), dxpl.get(),
+                           count > 0 ? data : &dummy) >= 0,
+                   "cannot read ", name, " from ", path_, " (truncated or damaged?): ", hdf5_error_text());
+}
+
+void H5File::write_small(const std::string& name, DType dtype, const Shape& shape, const void* data) {
+  VINF_CHECK(dtype == DType::f32 || dtype == DType::i64, "write_small: f32 or i64");
+  const std::vector<hsize_t> dims = dims_of(shape);
+  const hid_t file_type = dtype == DType::f32 ? H5T_IEEE_F32LE : H5T_STD_I64LE;
+  const hid_t mem_type = dtype == DType::f32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT64;
+  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose, "H5Screate_simple",
+               path_);
+  Handle set(H5Dcreate2(id_, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose,
+             "creating a dataset", path_);
+  Handle file_space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_);
+  Handle mem_space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose,
+                   "H5Screate_simple", path_);
+  if (rank_ != 0 || shape.numel() == 0) {
+    VINF_CHECK_HDF5(H5Sselect_none(file_space.get()));
+    VINF_CHECK_HDF5(H5Sselect_none(mem_space.get()));
+  }
+  Handle dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path_);
+  if (comm_ != MPI_COMM_SELF) VINF_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
+  const std::int64_t dummy = 0;
+  if (H5Dwrite(set.get(), mem_type, mem_space.get(), file_space.get(), dxpl.get(),
+               rank_ == 0 && shape.numel() > 0 ? data : &dummy) < 0)
+    throw Error("HDF5 could not write " + name + " to " + path_ + " (disk full or quota exceeded?): " + hdf5_error_text());
+}
+
+namespace {
+
+template <class T>
+std::vector<T> read_whole(hid_t file, const std::string& name, hid_t mem_type, const std::string& path,
+                          const Shape& shape) {
+  std::vector<T> v(static_cast<std::size_t>(shape.numel()));
+  Handle set(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path);
+  if (!v.empty())
+    VINF_INPUT_CHECK(H5Dread(set.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0, "cannot read ", name,
+                     " from ", path, " (truncated or damaged?): ", hdf5_error_text());
+  return v;
+}
+
+}  // namespace
+
+std::vector<float> H5File::read_f32(const std::string& name) const {
+  return read_whole<float>(id_, name, H5T_NATIVE_FLOAT, path_, shape(name));
+}
+
+std::vector<std::int64_t> H5File::read_i64(const std::string& name) const {
+  return read_whole<std::int64_t>(id_, name, H5T_NATIVE_INT64, path_, shape(name));
+}
+
+std::vector<std::string> H5File::describe() const {
+  std::vector<std::string> lines;
+  auto visit = [](hid_t obj, const char* name, const H5O_info_t* info, void* data) -> herr_t {
+    auto* out = static_cast<std::vector<std::string>*>(data);
+    if (std::string(name) == ".") return 0;
+    std::string line = std::string("/") + name;
+    if (info->type == H5O_TYPE_GROUP) {
+      line += "/";
+    } else if (info->type == H5O_TYPE_DATASET) {
+      const hid_t set = H5Dopen2(obj, name, H5P_DEFAULT);
+      const hid_t space = H5Dget_space(set), type = H5Dget_type(set);
+      const int rank = H5Sget_simple_extent_ndims(space);
+      std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(rank, 0)));
+      H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+      line += "  [";
+      for (std::size_t i = 0; i < dims.size(); ++i) line += (i ? ", " : "") + std::to_string(dims[i]);
+      line += "] ";
+      line += H5Tget_class(type) == H5T_FLOAT ? "f" : "i";
+      line += std::to_string(H5Tget_size(type) * 8);
+      H5Tclose(type);
+      H5Sclose(space);
+      H5Dclose(set);
+    }
+    out->push_back(line);
+    return 0;
+  };
+  VINF_CHECK_HDF5(H5Ovisit(id_, H5_INDEX_NAME, H5_ITER_INC, visit, &lines));
+  return lines;
+}
+
+}  // namespace vinf::io

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Checkpoints and resuming of `vinf generate` over N ranks (built-in tiny model):
+# - a run killed (SIGKILL) after step 5 and resumed equals an uninterrupted run, bit for bit;
+# - SIGTERM (test hook) and SIGUSR1 (sent to mpirun): a checkpoint, exit status 75, resume completes;
+# - invariant mode resumes on another number of ranks (tolerance: GroupNorm sums in another order);
+# - incompatible checkpoints (model, steps, resolution, mode, clips in compat mode) are refused;
+# - a damaged newest checkpoint is skipped by --resume auto and refused by --resume PATH;
+# - a full disk while writing a checkpoint: a clear error, the previous checkpoints intact;
+# - --checkpoint.keep; activation dumps over the whole video equal a one-rank run's.
+# usage: test_checkpoint_ranks.sh MPIEXEC VINF TEST_TOOL FIXTURE_MODEL_DIR N
+set -u
+mpiexec=$1 vinf=$2 tool=$3 n=$5
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../cli/expect.sh"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+common=(--model builtin:tiny --device cpu --comm-timeout 60 --video.height 32 --video.width 32
+        --prompt.text "a lighthouse at dusk" --vi.local-frames 2 --vi.global-frames 4 --checkpoint.every 2)
+gen() {  # gen RANKS OUT options...
+  local ranks=$1 out=$2
+  shift 2
+  "$mpiexec" -np "$ranks" "$vinf" generate "${common[@]}" --out "$out" "$@"
+}
+same() {  # same DESCRIPTION A B RTOL
+  local out
+  if out=$("$tool" h5-compare "$2/latents.h5" "$3/latents.h5" "$4" 2>&1); then echo "ok: $1 ($out)"
+  else echo "FAIL: $1"; echo "$out"; fails=$((fails + 1)); fi
+}
+status_is() {  # status_is DESCRIPTION WANT GOT
+  if [ "$2" -eq "$3" ]; then echo "ok: $1 (exit $3)"; else echo "FAIL: $1: exit $3, expected $2"; fails=$((fails + 1)); fi
+}
+frames=24
+gen "$n" "$work/ref" --video.frames $frames --sampler.steps 8 --quiet > /dev/null 2>&1 || { echo "FAIL: reference run"; exit 1; }
+
+# 1. Killed after step 5 (checkpoints after 2 and 4), resumed: bit-identical.
+VINF_FAULT_STEP="rank=$((n - 1)),step=5,signal=KILL" gen "$n" "$work/kill" --video.frames $frames \
+  --sampler.steps 8 --quiet > /dev/null 2>&1
+[ -f "$work/kill/checkpoints/step-000004.h5" ] && [ ! -e "$work/kill/latents.h5" ] && [ ! -e "$work/kill/run.json" ] \
+  && echo "ok: killed run left step-000004.h5 and no result" || { echo "FAIL: killed run's files"; ls -R "$work/kill"; fails=$((fails + 1)); }
+expect 0 "resuming from $work/kill/checkpoints/step-000004.h5" -- gen "$n" "$work/kill" --video.frames $frames --sampler.steps 8 --resume auto
+same "killed at step 5 and resumed = uninterrupted" "$work/kill" "$work/ref" 0
+[ "$(ls "$work/kill/checkpoints" | wc -l)" -eq 2 ] && [ -f "$work/kill/checkpoints/step-000008.h5" ] \
+  && echo "ok: --checkpoint.keep 2 keeps the newest two" || { echo "FAIL: keep"; ls "$work/kill/checkpoints"; fails=$((fails + 1)); }
+expect 0 "step 8 of 8 completed" -- "$vinf" inspect "$work/kill/checkpoints/step-000008.h5"
+
+# 2. SIGTERM after step 3 on the last rank: every rank stops after a checkpoint, exit 75.
+VINF_FAULT_STEP="rank=$((n - 1)),step=3,signal=TERM" gen "$n" "$work/term" --video.frames $frames \
+  --sampler.steps 8 > "$work/term.log" 2>&1
+status_is "SIGTERM: checkpoint and the documented status" 75 $?
+grep -q "received SIGTERM: stopped after step 3 of 8" "$work/term.log" && [ -f "$work/term/checkpoints/step-000003.h5" ] \
+  && echo "ok: SIGTERM message and step-000003.h5" || { echo "FAIL: SIGTERM log/checkpoint"; tail -5 "$work/term.log"; fails=$((fails + 1)); }
+expect 0 "outputs in" -- gen "$n" "$work/term" --video.frames $frames --sampler.steps 8 --resume auto
+same "stopped by SIGTERM and resumed = uninterrupted" "$work/term" "$work/ref" 0
+
+# 3. A real signal: SIGUSR1 to mpirun, which forwards it to every rank.
+if [ "$n" -eq 2 ]; then
+  # mpirun itself in the background (not a function's subshell), so that $! is mpirun.
+  "$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --out "$work/usr1" --video.frames $frames --sampler.steps 60 \
+    --verbose > "$work/usr1.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 300); do grep -q "step 2/60" "$work/usr1.log" && break; sleep 0.1; done
+  kill -USR1 "$pid"
+  wait "$pid"
+  status_is "SIGUSR1 to mpirun: checkpoint and the documented status" 75 $?
+  grep -q "received SIGUSR1" "$work/usr1.log" || { echo "FAIL: no SIGUSR1 message"; tail -5 "$work/usr1.log"; fails=$((fails + 1)); }
+  expect 0 "outputs in" -- gen "$n" "$work/usr1" --video.frames $frames --sampler.steps 60 --resume auto --quiet
+fi
+
+# 4. Invariant mode resumes on another number of ranks.
+if [ "$n" -gt 1 ]; then
+  other=$(( n == 4 ? 2 : 1 ))
+  expect 0 "resuming from $work/term/checkpoints/step-000008.h5 (written by $n rank(s))" -- \
+    gen "$other" "$work/term" --video.frames $frames --sampler.steps 8 --resume "$work/term/checkpoints/step-000008.h5" --overwrite
+  VINF_FAULT_STEP="rank=0,step=3,signal=TERM" gen "$n" "$work/move" --video.frames $frames \
+    --sampler.steps 8 --quiet > /dev/null 2>&1
+  expect 0 "outputs in" -- gen "$other" "$work/move" --video.frames $frames --sampler.steps 8 --resume auto
+  same "written by $n ranks at step 3, finished by $other" "$work/move" "$work/ref" 3e-5
+fi
+
+# 5. Checkpoints of another run are refused, naming what differs.
+ck=$work/kill/checkpoints/step-000008.h5
+expect 2 "sampler.steps 8 there, 9 here" -- gen "$n" "$work/x1" --video.frames $frames --sampler.steps 9 --resume "$ck"
+expect 2 "written for another model" -- gen "$n" "$work/x2" --video.frames $frames --sampler.steps 8 --model.seed 7 --resume "$ck"
+expect 2 "video.height 32 there, 64 here" -- "$mpiexec" -np "$n" "$vinf" generate --model builtin:tiny --video.height 64 \
+  --video.width 32 --prompt.text "a lighthouse at dusk" --vi.local-frames 2 --vi.global-frames 4 --video.frames $frames \
+  --sampler.steps 8 --out "$work/x3" --resume "$ck"
+expect 2 "vi.mode \"invariant\" there, \"compat\" here" -- gen "$n" "$work/x4" --video.frames $frames --sampler.steps 8 \
+  --vi.mode compat --resume "$ck"
+expect 2 "is not a vinf checkpoint" -- gen "$n" "$work/x5" --video.frames $frames --sampler.steps 8 --resume "$work/ref/latents.h5"
+if [ "$n" -gt 1 ]; then
+  VINF_FAULT_STEP="rank=0,step=3,signal=TERM" gen "$n" "$work/compat" --video.frames $frames \
+    --sampler.steps 8 --vi.mode compat --quiet > /dev/null 2>&1
+  expect 2 "parallel.clips $n there, 1 here" -- gen 1 "$work/compat" --video.frames $frames --sampler.steps 8 \
+    --vi.mode compat --resume auto
+fi
+
+# 6. A damaged newest checkpoint: auto skips it (and finishes with the same latents), PATH refuses it.
+cp -r "$work/kill" "$work/damaged"
+truncate -s 5000 "$work/damaged/checkpoints/step-000008.h5"
+rm "$work/damaged/latents.h5" "$work/damaged/run.json"
+expect 0 "skipping checkpoint $work/damaged/checkpoints/step-000008.h5" -- \
+  gen "$n" "$work/damaged" --video.frames $frames --sampler.steps 8 --resume auto
+same "damaged newest checkpoint skipped, run finished from step 6" "$work/damaged" "$work/ref" 0
+truncate -s 5000 "$work/damaged/checkpoints/step-000008.h5"
+expect 2 "truncated or damaged" -- gen "$n" "$work/damaged" --video.frames $frames --sampler.steps 8 \
+  --resume "$work/damaged/checkpoints/step-000008.h5"
+
+# 7. The disk fills while a checkpoint is written (its temporary name points at /dev/full).
+VINF_FAULT_STEP="rank=0,step=5,signal=KILL" gen "$n" "$work/full" --video.frames $frames \
+  --sampler.steps 8 --quiet > /dev/null 2>&1
+ln -s /dev/full "$work/full/checkpoints/step-000006.h5.partial"
+expect 1 "disk full" -- gen "$n" "$work/full" --video.frames $frames --sampler.steps 8 --resume auto --quiet
+expect 0 "step 4 of 8 completed" -- "$vinf" inspect "$work/full/checkpoints/step-000004.h5"
+[ ! -e "$work/full/checkpoints/step-000006.h5" ] && [ ! -e "$work/full/latents.h5" ] \
+  && echo "ok: nothing written under a final name" || { echo "FAIL: files after the full disk"; ls -R "$work/full"; fails=$((fails + 1)); }
+rm -f "$work/full/checkpoints/step-000006.h5.partial"
+expect 0 "outputs in" -- gen "$n" "$work/full" --video.frames $frames --sampler.steps 8 --resume auto
+same "after the full disk, resumed from step 4 = uninterrupted" "$work/full" "$work/ref" 0
+
+# 8. Activation dumps: the selected modules over the whole video, the same on N ranks as on one.
+dump=(--dump.modules "mid_block,transformer_in.out,*temp_attentions.0.transformer_blocks.0.attn1.out" --dump.steps 1,3
+      --video.frames $frames --sampler.steps 3 --quiet)
+if gen "$n" "$work/dumpN" "${dump[@]}" > /dev/null && gen 1 "$work/dump1" "${dump[@]}" > /dev/null; then
+  expect 0 "/activations/step3/mid_block  [2, $frames, 64, 2, 2] f32" -- "$vinf" inspect "$work/dumpN/activations.h5"
+  expect 0 "" -- h5diff -d 1e-3 "$work/dumpN/activations.h5" "$work/dump1/activations.h5"
+else
+  echo "FAIL: dump runs"; fails=$((fails + 1))
+fi
+
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]
