@@ -64,7 +64,7 @@ expect 0 "check: every parameter the config implies is present" -- "$vinf" inspe
 expect 0 "noise_pred.t900" -- "$vinf" inspect "$ref"
 expect 2 "parameter(s) the config needs are missing" -- "$vinf" inspect "$work/broken/missing-key"
 expect 2 "does not exist" -- "$vinf" inspect "$work/nothing-here"
-expect 2 "neither a model directory nor a .safetensors file" -- "$vinf" inspect "$fixture/config.json"
+expect 2 "neither a model directory, a .safetensors file nor an HDF5 file" -- "$vinf" inspect "$fixture/config.json"
 
 [ "$fails" -eq 0 ] || { echo "$fails model CLI check(s) failed"; exit 1; }
 echo "all model CLI checks passed"

@@ -1,0 +1,93 @@
+// Checkpoint write and read bandwidth: every rank writes its frames of a [F, C, H, W] latent and
+// the solver memory of the same shape (what `vinf generate` writes) collectively to one HDF5 file,
+// then reads them back. Reports the slowest rank's time and the bandwidth over both arrays.
+//   mpirun -np N vinf_bench_checkpoint [--frames 2304] [--channels 4] [--height 40] [--width 64]
+//                                     [--repeat 3] [--dir DIR]
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.hpp"
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double slowest(double seconds) {
+  double out = 0;
+  MPI_Allreduce(&seconds, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  long long frames = 2304, channels = 4, height = 40, width = 64;
+  int repeat = 3;
+  std::string dir = std::filesystem::temp_directory_path().string();
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const char* v = argv[i + 1];
+    if (k == "--frames") frames = std::atoll(v);
+    else if (k == "--channels") channels = std::atoll(v);
+    else if (k == "--height") height = std::atoll(v);
+    else if (k == "--width") width = std::atoll(v);
+    else if (k == "--repeat") repeat = std::atoi(v);
+    else if (k == "--dir") dir = v;
+  }
+  if (frames % size != 0) {
+    if (rank == 0) std::fprintf(stderr, "frames (%lld) must divide over %d ranks\n", frames, size);
+    MPI_Finalize();
+    return 2;
+  }
+  const long long nf = frames / size, per_frame = channels * height * width;
+  std::vector<float> latents(static_cast<std::size_t>(nf * per_frame)), prev(latents.size()), back(latents.size());
+  for (std::size_t i = 0; i < latents.size(); ++i) {
+    latents[i] = static_cast<float>(rank * 1000 + i % 997) * 1e-3f;
+    prev[i] = -latents[i];
+  }
+  const vinf::io::FramePart part{{frames, channels, height, width}, rank * nf, nf};
+  vinf::io::RunStamp stamp;
+  stamp.config_json = stamp.numerics_json = "{}";
+  stamp.model_fingerprint = "benchmark";
+  stamp.world_size = stamp.clip_size = size;
+  vinf::io::SolverState state{1, std::vector<std::int64_t>(30, 1), std::vector<double>(31, 1.0)};
+  vinf::io::TextCache text{1, 77, 1024, std::vector<float>(77 * 1024, 0.5f), std::vector<float>(77 * 1024, 0.25f)};
+  const std::string path = dir + "/vinf-bench-checkpoint.h5";
+  const double bytes = 2.0 * static_cast<double>(frames * per_frame) * sizeof(float);
+  double best_write = 1e30, best_read = 1e30;
+  for (int r = 0; r < repeat; ++r) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now();
+    vinf::io::write_checkpoint(MPI_COMM_WORLD, path, stamp, part, latents.data(), prev.data(), state, text);
+    best_write = std::min(best_write, slowest(now() - t0));
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = now();
+    vinf::io::read_checkpoint_frames(MPI_COMM_WORLD, path, rank * nf, nf, back.data(), back.data());
+    best_read = std::min(best_read, slowest(now() - t0));
+  }
+  // The read put previous_x0 last into `back`.
+  const int ok = std::memcmp(back.data(), prev.data(), back.size() * sizeof(float)) == 0;
+  int all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (rank == 0) {
+    std::printf("ranks %d, latent [%lld, %lld, %lld, %lld] + solver state: %.1f MB; best of %d: write %.3f s (%.2f GB/s), "
+                "read %.3f s (%.2f GB/s)%s\n",
+                size, frames, channels, height, width, bytes / 1e6, repeat, best_write, bytes / best_write / 1e9,
+                best_read, bytes / best_read / 1e9, all_ok ? "" : "  READ-BACK MISMATCH");
+    std::remove(path.c_str());
+  }
+  MPI_Finalize();
+  return all_ok ? 0 : 1;
+}
