@@ -61,6 +61,34 @@ std::vector<hsize_t> dims_of(const Shape& s) {
   return d;
 }
 
+// What a rank passes to H5Dwrite / H5Dread for slices [first, first + count) of `axis` of a
+// dataset: the file and memory selections (none when count is 0) and a collective transfer list.
+struct SliceTransfer {
+  Handle file_space, mem_space, dxpl;
+  SliceTransfer(hid_t set, const std::vector<hsize_t>& dims, int axis, std::int64_t first, std::int64_t count,
+                bool parallel, const std::string& path)
+      : file_space(H5Dget_space(set), H5Sclose, "H5Dget_space", path),
+        mem_space(H5Screate_simple(static_cast<int>(dims.size()), memory_dims(dims, axis, count).data(), nullptr),
+                  H5Sclose, "H5Screate_simple", path),
+        dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path) {
+    if (count > 0) {
+      std::vector<hsize_t> start(dims.size(), 0), block = dims;
+      start[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(first);
+      block[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(count);
+      VINF_CHECK_HDF5(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr));
+    } else {
+      VINF_CHECK_HDF5(H5Sselect_none(file_space.get()));
+      VINF_CHECK_HDF5(H5Sselect_none(mem_space.get()));
+    }
+    if (parallel) VINF_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
+  }
+  static std::vector<hsize_t> memory_dims(std::vector<hsize_t> dims, int axis, std::int64_t count) {
+    dims[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(count);
+    for (hsize_t& d : dims) d = std::max<hsize_t>(d, 1);  // a zero-size space cannot be made; it selects none
+    return dims;
+  }
+};
+
 }  // namespace
 
 bool is_hdf5(const std::string& path) {
@@ -165,31 +193,19 @@ void H5File::write_frames(const std::string& name, const Shape& full, int axis, 
   VINF_CHECK(axis >= 0 && axis < full.rank() && first >= 0 && count >= 0 && first + count <= full[axis],
              "write_frames: slices [", first, ", ", first + count, ") of axis ", axis, " of ", full.str());
   const std::vector<hsize_t> dims = dims_of(full);
-  std::vector<hsize_t> chunk = dims, start(dims.size(), 0), block = dims;
+  std::vector<hsize_t> chunk = dims;
   chunk[static_cast<std::size_t>(axis)] = 1;
   for (hsize_t& c : chunk) c = std::max<hsize_t>(c, 1);
-  start[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(first);
-  block[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(count);
   const int rank = static_cast<int>(dims.size());
   Handle space(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose, "H5Screate_simple", path_);
   Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "H5Pcreate", path_);
   VINF_CHECK_HDF5(H5Pset_chunk(dcpl.get(), rank, chunk.data()));
   Handle set(H5Dcreate2(id_, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
              H5Dclose, "creating a dataset", path_);
-  Handle file_space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_);
-  std::vector<hsize_t> mem_dims = block;
-  for (hsize_t& d : mem_dims) d = std::max<hsize_t>(d, 1);
-  Handle mem_space(H5Screate_simple(rank, mem_dims.data(), nullptr), H5Sclose, "H5Screate_simple", path_);
-  if (count > 0) {
-    VINF_CHECK_HDF5(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr));
-  } else {
-    VINF_CHECK_HDF5(H5Sselect_none(file_space.get()));
-    VINF_CHECK_HDF5(H5Sselect_none(mem_space.get()));
-  }
-  Handle dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path_);
-  if (comm_ != MPI_COMM_SELF) VINF_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
+  const SliceTransfer io(set.get(), dims, axis, first, count, comm_ != MPI_COMM_SELF, path_);
   const float dummy = 0;
-  if (H5Dwrite(set.get(), H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), dxpl.get(), count > 0 ? data : &dummy) < 0)
+  if (H5Dwrite(set.get(), H5T_NATIVE_FLOAT, io.mem_space.get(), io.file_space.get(), io.dxpl.get(),
+               count > 0 ? data : &dummy) < 0)
     throw Error("HDF5 could not write " + name + " to " + path_ + " (disk full or quota exceeded?): " + hdf5_error_text());
 }
 
@@ -210,26 +226,10 @@ void H5File::read_frames(const std::string& name, int axis, std::int64_t first, 
   const Shape full = shape(name);
   VINF_INPUT_CHECK(axis < full.rank() && first >= 0 && count >= 0 && first + count <= full[axis], path_, ": ", name,
                    " ", full.str(), " has no slices [", first, ", ", first + count, ") along axis ", axis);
-  const std::vector<hsize_t> dims = dims_of(full);
-  std::vector<hsize_t> start(dims.size(), 0), block = dims;
-  start[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(first);
-  block[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(count);
   Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_);
-  Handle file_space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_);
-  std::vector<hsize_t> mem_dims = block;
-  for (hsize_t& d : mem_dims) d = std::max<hsize_t>(d, 1);
-  Handle mem_space(H5Screate_simple(static_cast<int>(dims.size()), mem_dims.data(), nullptr), H5Sclose,
-                   "H5Screate_simple", path_);
-  if (count > 0) {
-    VINF_CHECK_HDF5(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr));
-  } else {
-    VINF_CHECK_HDF5(H5Sselect_none(file_space.get()));
-    VINF_CHECK_HDF5(H5Sselect_none(mem_space.get()));
-  }
-  Handle dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path_);
-  if (comm_ != MPI_COMM_SELF) VINF_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
+  const SliceTransfer io(set.get(), dims_of(full), axis, first, count, comm_ != MPI_COMM_SELF, path_);
   float dummy = 0;
-  VINF_INPUT_CHECK(H5Dread(set.get(), H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), dxpl.get(),
+  VINF_INPUT_CHECK(H5Dread(set.get(), H5T_NATIVE_FLOAT, io.mem_space.get(), io.file_space.get(), io.dxpl.get(),
                            count > 0 ? data : &dummy) >= 0,
                    "cannot read ", name, " from ", path_, " (truncated or damaged?): ", hdf5_error_text());
 }
