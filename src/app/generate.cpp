@@ -60,13 +60,13 @@ int generate(const std::vector<std::string>& args) {
   GenerateOptions o;
   if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
   mpi::set_comm_timeout(o.comm_timeout);
-  install_stop_signals();
   DType dtype;
   VINF_INPUT_CHECK(parse_dtype(o.dtype, dtype) && (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16),
                    "--dtype must be f32, f16 or bf16, got '", o.dtype, "'");
 
   const auto t_start = Clock::now();
   mpi::Session mpi(nullptr, nullptr);
+  install_stop_signals();  // after MPI's own set-up, so that these handlers are the ones in place
   const bool root = mpi.rank() == 0;
   auto log = [&](const std::string& line) {
     if (root && !o.quiet) std::cerr << "vinf generate: " << line << "\n" << std::flush;

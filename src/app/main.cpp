@@ -46,6 +46,7 @@ struct Command {
 
 const Command kCommands[] = {
     {"generate", "generate a video: the main job (mpirun -np N vinf generate --config FILE)", generate},
+    {"decode", "VAE decoding only: latents to images (checks a VAE against reference numbers)", decode},
     {"forward", "one UNet call per timestep on given inputs (checks a model against reference numbers)", forward},
     {"make-model", "write a random-weight UNet (tiny, small or vc2 shape) in diffusers layout", make_model},
     {"inspect", "describe a model directory or a safetensors file", inspect},
@@ -55,7 +56,7 @@ const Command kCommands[] = {
 void usage(std::ostream& os) {
   os << "usage: vinf <command> [options]    (vinf <command> --help for its options)\n\ncommands:\n";
   for (const Command& c : kCommands) os << "  " << c.name << std::string(12 - std::strlen(c.name), ' ') << c.summary << "\n";
-  os << "\nNot in this version yet: decode, encode-text (text comes as embeddings; video as latents).\n"
+  os << "\nNot in this version yet: encode-text (text comes as embeddings), MP4/PNG output (video as latents).\n"
         "\nother options:\n  --version   print the version and the backends this build has\n  --help      this text\n";
 }
 

@@ -15,6 +15,9 @@ namespace vinf::model {
 struct ParamSpec {
   std::string name;
   Shape shape;
+  // Older names a weight file may use for this parameter (the loader takes the first present).
+  // A 2-D parameter may also be stored as [out, in, 1, 1] (a 1x1 conv in the original layout).
+  std::vector<std::string> aliases = {};
 };
 
 // ".3": the index part of a module name.

@@ -108,23 +108,47 @@ const WeightFiles::Found* WeightFiles::find(const std::string& name) const {
   return it == by_name_.end() ? nullptr : &it->second;
 }
 
+namespace {
+
+// The stored tensor for p (its own name or an alias), or null.
+const WeightFiles::Found* find_param(const WeightFiles& files, const ParamSpec& p, std::string* found_name = nullptr) {
+  if (const auto* f = files.find(p.name)) {
+    if (found_name) *found_name = p.name;
+    return f;
+  }
+  for (const std::string& a : p.aliases)
+    if (const auto* f = files.find(a)) {
+      if (found_name) *found_name = a;
+      return f;
+    }
+  return nullptr;
+}
+
+bool fits(const Shape& stored, const Shape& want) {
+  return stored == want || (want.rank() == 2 && stored.rank() == 4 && stored[0] == want[0] && stored[1] == want[1] &&
+                            stored[2] == 1 && stored[3] == 1);
+}
+
+}  // namespace
+
 void check_weights(const WeightFiles& files, const std::vector<ParamSpec>& params, bool allow_unexpected,
                    std::vector<std::string>* warnings) {
   const std::string where = files.files().index.empty() ? files.files().weights.front() : files.files().index;
   std::vector<std::string> missing;
   std::set<std::string> expected;
   for (const ParamSpec& p : params) {
-    expected.insert(p.name);
-    const WeightFiles::Found* f = files.find(p.name);
+    std::string name;
+    const WeightFiles::Found* f = find_param(files, p, &name);
     if (!f) {
       missing.push_back(p.name);
       continue;
     }
+    expected.insert(name);
     const auto& e = *f->entry;
     VINF_INPUT_CHECK(e.dtype == DType::f32 || e.dtype == DType::f16 || e.dtype == DType::bf16, f->file->path(),
-                     ": tensor '", p.name, "' has dtype ", io::safetensors_dtype_name(e.dtype),
+                     ": tensor '", name, "' has dtype ", io::safetensors_dtype_name(e.dtype),
                      "; model weights must be F32, F16 or BF16");
-    VINF_INPUT_CHECK(e.shape == p.shape, f->file->path(), ": tensor '", p.name, "' has shape ", e.shape.str(),
+    VINF_INPUT_CHECK(fits(e.shape, p.shape), f->file->path(), ": tensor '", name, "' has shape ", e.shape.str(),
                      " but the config (", files.files().config, ") implies ", p.shape.str(),
                      "; are the config and the weights from the same model?");
   }
@@ -147,7 +171,11 @@ Weights::Weights(const WeightFiles& files, const std::vector<ParamSpec>& params,
     : dtype_(dtype) {
   check_weights(files, params, allow_unexpected, warnings);
   allocate(params, rt, dtype);
-  for (const ParamSpec& p : params) ops::copy(rt.ctx(), files.find(p.name)->file->tensor(p.name), tensors_.at(p.name));
+  for (const ParamSpec& p : params) {
+    std::string name;
+    const WeightFiles::Found* f = find_param(files, p, &name);
+    ops::copy(rt.ctx(), f->file->tensor(name).reshape(p.shape), tensors_.at(p.name));
+  }
   rt.synchronize();
 }
 

@@ -9,6 +9,8 @@
 //   text-embeddings OUT SEED L D NEGATIVE PROMPT...
 //                                   the random embeddings `vinf generate` makes for a builtin: model,
 //                                   as an embeddings file (prompt_embeds, negative_prompt_embeds)
+//   vae-old-names DIR OUT_DIR       DIR's VAE with the mid-block attention under its older names
+//                                   (query/key/value/proj_attn) and 1x1-conv [C, C, 1, 1] weights
 //   h5-check FILE F C H W           /latents is [F, C, H, W], finite, and the file says its format
 #include <cmath>
 #include <cstdio>
@@ -163,6 +165,31 @@ int text_embeddings(int argc, char** argv) {
   return 0;
 }
 
+int vae_old_names(int argc, char** argv) {
+  if (argc != 4) return 2;
+  const fs::path in(argv[2]), out(argv[3]);
+  fs::create_directories(out);
+  fs::copy_file(in / "config.json", out / "config.json", fs::copy_options::overwrite_existing);
+  const io::SafetensorsFile f((in / "diffusion_pytorch_model.safetensors").string());
+  const std::pair<std::string, std::string> renames[] = {
+      {".to_q.", ".query."}, {".to_k.", ".key."}, {".to_v.", ".value."}, {".to_out.0.", ".proj_attn."}};
+  std::vector<io::TensorToWrite> tensors;
+  for (const auto& e : f.entries()) {
+    std::string name = e.name;
+    Shape shape = e.shape;
+    if (name.find("mid_block.attentions.0.") != std::string::npos)
+      for (const auto& [now, old] : renames)
+        if (const auto pos = name.find(now); pos != std::string::npos) {
+          name.replace(pos, now.size(), old);
+          if (shape.rank() == 2) shape = {shape[0], shape[1], 1, 1};
+        }
+    const Tensor t = f.tensor(e.name);
+    tensors.push_back({name, e.dtype, shape, t.data, {}});
+  }
+  io::write_safetensors((out / "diffusion_pytorch_model.safetensors").string(), tensors);
+  return 0;
+}
+
 int slice_frames(int argc, char** argv) {
   if (argc != 6) return 2;
   const io::SafetensorsFile in(argv[2]);
@@ -267,6 +294,7 @@ int main(int argc, char** argv) {
     if (cmd == "h5-compare") return h5_compare(argc, argv);
     if (cmd == "h5-check") return h5_check(argc, argv);
     if (cmd == "text-embeddings") return text_embeddings(argc, argv);
+    if (cmd == "vae-old-names") return vae_old_names(argc, argv);
     std::cerr << "usage: vinf_test_tool compare|compare-frames|slice-frames|broken-models|h5-compare|h5-check ...\n";
     return 2;
   } catch (const std::exception& e) {

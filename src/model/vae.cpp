@@ -1,0 +1,238 @@
+#include "model/vae.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/arena.hpp"
+#include "core/error.hpp"
+#include "ops/activation.hpp"
+#include "ops/attention.hpp"
+#include "ops/conv.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/gemm.hpp"
+#include "ops/norm.hpp"
+#include "ops/resample.hpp"
+#include "ops/runtime.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vinf::model {
+
+VaeConfig load_vae_config(const std::string& path) {
+  std::ifstream in(path);
+  VINF_INPUT_CHECK(in.good(), "cannot read the VAE config ", path);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    VINF_INPUT_FAIL(path, " is not valid JSON: ", e.what());
+  }
+  VaeConfig c;
+  try {
+    if (j.contains("_class_name"))
+      VINF_INPUT_CHECK(j["_class_name"] == "AutoencoderKL", path, ": _class_name ", j["_class_name"].dump(),
+                       " is not AutoencoderKL");
+    auto get = [&](const char* key, auto& dst) {
+      if (j.contains(key) && !j[key].is_null()) dst = j[key].get<std::remove_reference_t<decltype(dst)>>();
+    };
+    get("in_channels", c.in_channels);
+    get("out_channels", c.out_channels);
+    get("latent_channels", c.latent_channels);
+    get("block_out_channels", c.block_out_channels);
+    get("layers_per_block", c.layers_per_block);
+    get("norm_num_groups", c.norm_num_groups);
+    get("scaling_factor", c.scaling_factor);
+    get("use_post_quant_conv", c.use_post_quant_conv);
+    get("mid_block_add_attention", c.mid_block_attention);
+    if (j.contains("act_fn"))
+      VINF_INPUT_CHECK(j["act_fn"] == "silu", path, ": act_fn ", j["act_fn"].dump(), " is not supported (silu)");
+    if (j.contains("up_block_types"))
+      for (const auto& t : j["up_block_types"])
+        VINF_INPUT_CHECK(t == "UpDecoderBlock2D", path, ": up block type ", t.dump(), " is not UpDecoderBlock2D");
+    if (j.contains("shift_factor") && !j["shift_factor"].is_null())
+      VINF_INPUT_FAIL(path, ": shift_factor is not supported (a kl-f8 VAE has none)");
+  } catch (const nlohmann::json::exception& e) {
+    VINF_INPUT_FAIL(path, ": ", e.what());
+  }
+  VINF_INPUT_CHECK(!c.block_out_channels.empty() && c.layers_per_block >= 1 && c.norm_num_groups >= 1 &&
+                       c.latent_channels >= 1 && c.out_channels >= 1,
+                   path, ": block_out_channels, layers_per_block, norm_num_groups and the channel counts must be positive");
+  for (int ch : c.block_out_channels)
+    VINF_INPUT_CHECK(ch > 0 && ch % c.norm_num_groups == 0, path, ": block_out_channels ", ch,
+                     " is not a multiple of norm_num_groups ", c.norm_num_groups);
+  VINF_INPUT_CHECK(c.scaling_factor > 0, path, ": scaling_factor must be > 0");
+  return c;
+}
+
+std::vector<ParamSpec> vae_decoder_parameters(const VaeConfig& c) {
+  std::vector<ParamSpec> p;
+  auto conv = [&](const std::string& name, std::int64_t out, std::int64_t in, std::int64_t k) {
+    p.push_back({name + ".weight", {out, in, k, k}});
+    p.push_back({name + ".bias", {out}});
+  };
+  auto norm = [&](const std::string& name, std::int64_t ch) {
+    p.push_back({name + ".weight", {ch}});
+    p.push_back({name + ".bias", {ch}});
+  };
+  auto resnet = [&](const std::string& name, std::int64_t in, std::int64_t out) {
+    norm(name + ".norm1", in);
+    conv(name + ".conv1", out, in, 3);
+    norm(name + ".norm2", out);
+    conv(name + ".conv2", out, out, 3);
+    if (in != out) conv(name + ".conv_shortcut", out, in, 1);
+  };
+  const std::int64_t lat = c.latent_channels, top = c.block_out_channels.back();
+  if (c.use_post_quant_conv) conv("post_quant_conv", lat, lat, 1);
+  conv("decoder.conv_in", top, lat, 3);
+  resnet("decoder.mid_block.resnets.0", top, top);
+  if (c.mid_block_attention) {
+    const std::string a = "decoder.mid_block.attentions.0.";
+    norm(a + "group_norm", top);
+    const std::pair<const char*, const char*> names[] = {
+        {"to_q", "query"}, {"to_k", "key"}, {"to_v", "value"}, {"to_out.0", "proj_attn"}};
+    for (const auto& [now, old] : names) {
+      p.push_back({a + now + ".weight", {top, top}, {a + old + ".weight"}});
+      p.push_back({a + now + ".bias", {top}, {a + old + ".bias"}});
+    }
+  }
+  resnet("decoder.mid_block.resnets.1", top, top);
+  std::int64_t in = top;
+  const int blocks = static_cast<int>(c.block_out_channels.size());
+  for (int i = 0; i < blocks; ++i) {
+    const std::int64_t out = c.block_out_channels[static_cast<std::size_t>(blocks - 1 - i)];
+    const std::string b = "decoder.up_blocks" + dot_index(static_cast<std::size_t>(i));
+    for (int j = 0; j <= c.layers_per_block; ++j) resnet(b + ".resnets" + dot_index(static_cast<std::size_t>(j)), j == 0 ? in : out, out);
+    if (i + 1 < blocks) conv(b + ".upsamplers.0.conv", out, out, 3);
+    in = out;
+  }
+  norm("decoder.conv_norm_out", in);
+  conv("decoder.conv_out", c.out_channels, in, 3);
+  return p;
+}
+
+VaeDecoder::VaeDecoder(VaeConfig config, Weights weights) : config_(std::move(config)), weights_(std::move(weights)) {}
+
+VaeDecoder VaeDecoder::load(const std::string& dir_arg, Runtime& rt, DType dtype) {
+  std::string dir = dir_arg;
+  if (!fs::exists(fs::path(dir) / "config.json") && fs::exists(fs::path(dir) / "vae" / "config.json")) dir += "/vae";
+  const ModelFiles files = find_model_files(dir);
+  VaeConfig c = load_vae_config(files.config);
+  const WeightFiles wf(files);
+  // The file holds the encoder as well; decoding reads only the decoder's tensors.
+  Weights w(wf, vae_decoder_parameters(c), rt, dtype, true, nullptr);
+  return VaeDecoder(std::move(c), std::move(w));
+}
+
+namespace {
+
+using Act = std::shared_ptr<OwnedTensor>;
+
+// One decode call's helpers over a batch of images (N, C, H, W).
+class Decode {
+ public:
+  Decode(const VaeConfig& c, const Weights& w, ExecContext& ctx) : c_(c), w_(w), ctx_(ctx), dtype_(w.dtype()) {}
+
+  Act empty(const Shape& s) const { return std::make_shared<OwnedTensor>(ctx_.arena->empty(dtype_, s)); }
+  const Tensor& w(const std::string& name) const { return w_.get(name); }
+
+  Act conv(const Tensor& x, const std::string& p, int pad) const {
+    const Tensor& wt = w(p + ".weight");
+    const ops::Conv2dParams cp{1, pad};
+    std::int64_t ho = 0, wo = 0;
+    ops::conv2d_output_size(x, wt, cp, ho, wo);
+    Act y = empty({x.size(0), wt.size(0), ho, wo});
+    ops::conv2d(ctx_, x, wt, &w(p + ".bias"), *y, cp);
+    return y;
+  }
+
+  Act norm(const Tensor& x, const std::string& p, ops::Activation act) const {
+    Act y = empty(x.shape);
+    const Shape s4{x.size(0), x.size(1), 1, x.size(2) * x.size(3)};
+    ops::group_norm(ctx_, x.reshape(s4), w(p + ".weight"), w(p + ".bias"), y->reshape(s4),
+                    {c_.norm_num_groups, VaeConfig::kNormEps, act});
+    return y;
+  }
+
+  Act resnet(const Tensor& x, const std::string& p) const {
+    Act h = conv(*norm(x, p + ".norm1", ops::Activation::silu), p + ".conv1", 1);
+    h = conv(*norm(*h, p + ".norm2", ops::Activation::silu), p + ".conv2", 1);
+    if (w_.find(p + ".conv_shortcut.weight")) {
+      ops::add(ctx_, *h, *conv(x, p + ".conv_shortcut", 0), *h);
+    } else {
+      ops::add(ctx_, *h, x, *h);
+    }
+    return h;
+  }
+
+  // Single-head self-attention over the H*W positions of each image, plus the input.
+  Act attention(const Tensor& x, const std::string& p) const {
+    const std::int64_t n = x.size(0), ch = x.size(1), hw = x.size(2) * x.size(3);
+    Act tokens = empty({n, hw, ch});
+    ops::copy(ctx_, norm(x, p + ".group_norm", ops::Activation::none)->reshape({n, ch, hw}).permute({0, 2, 1}), *tokens);
+    Act q = empty({n, hw, ch}), k = empty({n, hw, ch}), v = empty({n, hw, ch});
+    ops::linear(ctx_, *tokens, w(p + ".to_q.weight"), &w(p + ".to_q.bias"), *q);
+    ops::linear(ctx_, *tokens, w(p + ".to_k.weight"), &w(p + ".to_k.bias"), *k);
+    ops::linear(ctx_, *tokens, w(p + ".to_v.weight"), &w(p + ".to_v.bias"), *v);
+    const Shape heads{n, 1, hw, ch};
+    ops::AttentionParams ap;
+    ap.scale = 1.f / std::sqrt(static_cast<float>(ch));
+    ops::attention(ctx_, q->reshape(heads), k->reshape(heads), v->reshape(heads), nullptr, nullptr,
+                   tokens->reshape(heads), ap);
+    ops::linear(ctx_, *tokens, w(p + ".to_out.0.weight"), &w(p + ".to_out.0.bias"), *q);
+    Act y = empty(x.shape);
+    ops::copy(ctx_, q->permute({0, 2, 1}), y->reshape({n, ch, hw}));
+    ops::add(ctx_, *y, x, *y);
+    return y;
+  }
+
+  Act upsample(const Tensor& x, const std::string& p) const {
+    Act y = empty({x.size(0), x.size(1), 2 * x.size(2), 2 * x.size(3)});
+    ops::upsample_nearest(ctx_, x, *y);
+    return conv(*y, p, 1);
+  }
+
+ private:
+  const VaeConfig& c_;
+  const Weights& w_;
+  ExecContext& ctx_;
+  DType dtype_;
+};
+
+}  // namespace
+
+void VaeDecoder::decode(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t frames_per_call) const {
+  const VaeConfig& c = config_;
+  VINF_INPUT_CHECK(latents.rank() == 4 && latents.size(1) == c.latent_channels, "the VAE decodes latents (N, ",
+                   c.latent_channels, ", h, w); got ", latents.shape.str());
+  const std::int64_t n = latents.size(0), up = c.upscale();
+  VINF_INPUT_CHECK(out.rank() == 4 && out.size(0) == n && out.size(1) == c.out_channels &&
+                       out.size(2) == latents.size(2) * up && out.size(3) == latents.size(3) * up,
+                   "the VAE output must be (", n, ", ", c.out_channels, ", ", latents.size(2) * up, ", ",
+                   latents.size(3) * up, "); got ", out.shape.str());
+  VINF_CHECK(frames_per_call >= 1, "frames_per_call must be >= 1");
+  const Decode d(c, weights_, ctx);
+  const int blocks = static_cast<int>(c.block_out_channels.size());
+  for (std::int64_t f0 = 0; f0 < n; f0 += frames_per_call) {
+    const std::int64_t nb = std::min(frames_per_call, n - f0);
+    Act x = d.empty({nb, c.latent_channels, latents.size(2), latents.size(3)});
+    ops::copy(ctx, latents.slice(0, f0, nb), *x);
+    if (c.use_post_quant_conv) x = d.conv(*x, "post_quant_conv", 0);
+    x = d.conv(*x, "decoder.conv_in", 1);
+    x = d.resnet(*x, "decoder.mid_block.resnets.0");
+    if (c.mid_block_attention) x = d.attention(*x, "decoder.mid_block.attentions.0");
+    x = d.resnet(*x, "decoder.mid_block.resnets.1");
+    for (int i = 0; i < blocks; ++i) {
+      const std::string b = "decoder.up_blocks" + dot_index(static_cast<std::size_t>(i));
+      for (int j = 0; j <= c.layers_per_block; ++j) x = d.resnet(*x, b + ".resnets" + dot_index(static_cast<std::size_t>(j)));
+      if (i + 1 < blocks) x = d.upsample(*x, b + ".upsamplers.0.conv");
+    }
+    x = d.norm(*x, "decoder.conv_norm_out", ops::Activation::silu);
+    x = d.conv(*x, "decoder.conv_out", 1);
+    ops::copy(ctx, *x, out.slice(0, f0, nb));
+  }
+}
+
+}  // namespace vinf::model

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `vinf decode`: the VAE decoder against diffusers' own output (tests/fixtures/tiny-unet3d/vae),
+# the same numbers for any frames-per-call and for the older attention key names, and a clear
+# message with exit status 2 for every rejected input.
+# usage: test_decode_cli.sh VINF TEST_TOOL FIXTURE_VAE_DIR
+set -u
+vinf=$1 tool=$2 vae=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/expect.sh"
+ref=$vae/ref_decode.safetensors
+
+expect 0 "wrote $work/a.safetensors" -- "$vinf" decode --vae "$vae" --latents "$ref" --out "$work/a.safetensors"
+expect 0 "ok decoded" -- "$tool" compare "$work/a.safetensors" "$ref" 1e-4 decoded
+# Frames decode independently: one at a time gives the same numbers as all four at once.
+expect 0 "wrote" -- "$vinf" decode --vae "$vae" --latents "$ref" --out "$work/b.safetensors" --frames-per-call 1
+expect 0 "max |diff| 0 " -- "$tool" compare "$work/b.safetensors" "$work/a.safetensors" 0 decoded
+# A file from the diffusers <= 0.16 era: query/key/value/proj_attn, [C, C, 1, 1] weights.
+expect 0 "" -- "$tool" vae-old-names "$vae" "$work/old-vae"
+expect 0 "wrote" -- "$vinf" decode --vae "$work/old-vae" --latents "$ref" --out "$work/c.safetensors"
+expect 0 "max |diff| 0 " -- "$tool" compare "$work/c.safetensors" "$work/a.safetensors" 0 decoded
+# A pipeline root with vae/ works too.
+mkdir -p "$work/pipeline" && ln -s "$(cd "$vae" && pwd)" "$work/pipeline/vae"
+expect 0 "wrote" -- "$vinf" decode --vae "$work/pipeline" --latents "$ref" --out "$work/d.safetensors"
+
+# Rejected inputs.
+expect 0 "--frames-per-call" -- "$vinf" decode --help
+expect 2 "--vae is required" -- "$vinf" decode --latents "$ref" --out "$work/x.safetensors"
+expect 2 "does not exist" -- "$vinf" decode --vae "$work/nowhere" --latents "$ref" --out "$work/x.safetensors"
+expect 2 "has no tensor 'latents'" -- "$vinf" decode --vae "$vae" --latents "$work/a.safetensors" --out "$work/x.safetensors"
+expect 2 "--frames-per-call must be >= 1" -- "$vinf" decode --vae "$vae" --latents "$ref" --out "$work/x.safetensors" --frames-per-call 0
+mkdir -p "$work/no-weights" && cp "$vae/config.json" "$work/no-weights/"
+expect 2 "has neither diffusion_pytorch_model.safetensors" -- "$vinf" decode --vae "$work/no-weights" --latents "$ref" --out "$work/x.safetensors"
+mkdir -p "$work/wide" && sed 's/"latent_channels": 4/"latent_channels": 8/' "$vae/config.json" > "$work/wide/config.json"
+cp "$vae/diffusion_pytorch_model.safetensors" "$work/wide/"
+expect 2 "implies [8,8,1,1]" -- "$vinf" decode --vae "$work/wide" --latents "$ref" --out "$work/x.safetensors"
+mkdir -p "$work/gelu" && sed 's/"silu"/"gelu"/' "$vae/config.json" > "$work/gelu/config.json"
+cp "$vae/diffusion_pytorch_model.safetensors" "$work/gelu/"
+expect 2 "act_fn \"gelu\" is not supported" -- "$vinf" decode --vae "$work/gelu" --latents "$ref" --out "$work/x.safetensors"
+[ ! -e "$work/x.safetensors" ] || { echo "FAIL: a refused decode wrote its output"; fails=$((fails + 1)); }
+
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]
