@@ -18,12 +18,14 @@
 #include "app/commands.hpp"
 #include "app/generate_options.hpp"
 #include "app/generate_support.hpp"
+#include "app/generate_video.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "infinity/context.hpp"
 #include "io/checkpoint.hpp"
 #include "model/presets.hpp"
 #include "model/unet3d.hpp"
+#include "model/vae.hpp"
 #include "mpi/check.hpp"
 #include "mpi/grid.hpp"
 #include "mpi/session.hpp"
@@ -114,6 +116,8 @@ int generate(const std::vector<std::string>& args) {
       {"model.unet", o.builtin() ? "" : files.dir},
       {"model.seed", o.model_seed},
       {"model.scheduler-config", sched_source},
+      {"model.vae", o.vae},
+      {"output", {{"video", o.video}, {"fps", o.output_fps}, {"png", o.png}}},
       {"video", {{"frames", frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
       {"sampler",
        {{"scheduler", o.scheduler}, {"steps", o.steps}, {"guidance", o.guidance}, {"seed", o.seed},
@@ -188,6 +192,27 @@ int generate(const std::vector<std::string>& args) {
     weights = model::Weights(*wf, params, rt, dtype, false, &warnings);
   }
   const model::UNet3D unet(ucfg, std::move(weights));
+  // The VAE: a random one for built-in models, --model.vae, or MODEL/vae when there is one.
+  std::unique_ptr<model::VaeDecoder> vae;
+  std::string vae_source = "none (latents only)";
+  if (o.video || o.png) {
+    if (o.builtin()) {
+      model::VaeConfig vc = model::vae_preset(o.builtin_preset());
+      auto vw = model::Weights::random(model::vae_decoder_parameters(vc), rt, dtype,
+                                       static_cast<std::uint64_t>(o.model_seed) + 1);
+      vae = std::make_unique<model::VaeDecoder>(std::move(vc), std::move(vw));
+      vae_source = "built-in " + o.builtin_preset() + " (random)";
+    } else if (!o.vae.empty() || fs::exists(o.model + "/vae/config.json")) {
+      vae_source = o.vae.empty() ? o.model + "/vae" : o.vae;
+      vae = std::make_unique<model::VaeDecoder>(model::VaeDecoder::load(vae_source, rt, dtype));
+    } else {
+      log("no VAE (no --model.vae and no " + o.model + "/vae): writing latents only");
+    }
+    if (vae)
+      VINF_INPUT_CHECK(vae->config().latent_channels == ucfg.out_channels && vae->config().upscale() == 8, "the VAE (",
+                       vae_source, ") takes ", vae->config().latent_channels, " latent channels at ",
+                       vae->config().upscale(), "x; the UNet makes ", ucfg.out_channels, " channels at 1/8 of the size");
+  }
   const double load_seconds = mpi.max(seconds_since(t_load));
   for (const std::string& w : warnings) log("warning: " + w);
   log("model " + (o.builtin() ? o.model + " (seed " + std::to_string(o.model_seed) + ")" : files.dir) + ": " +
@@ -358,6 +383,8 @@ int generate(const std::vector<std::string>& args) {
              "latents.h5 was not written to ", out_dir);
   io::write_latents(mpi.world(), out_dir + "/latents.h5", stamp, part, host.data());
   const double write_seconds = mpi.max(seconds_since(t_write));
+  VideoResult video;
+  if (vae) video = write_video_outputs(o, mpi, grid, rt, *vae, sampler.latents(), frames, out_dir);
 
   // run.json from rank 0, last: its presence marks a finished run.
   RankReport mine;
@@ -382,6 +409,7 @@ int generate(const std::vector<std::string>& args) {
     json outputs = {"latents.h5"};
     for (const std::string& c : io::list_checkpoints(ckpt_dir)) outputs.push_back(fs::relative(c, out_dir).string());
     if (dump.enabled()) outputs.push_back("activations.h5");
+    for (const std::string& f : video.files) outputs.push_back(f);
     const int run_steps = o.steps - start_step;
     json run = {
         {"format", "vinf-run"},
@@ -400,6 +428,8 @@ int generate(const std::vector<std::string>& args) {
           {"denoise_per_step", step_max},
           {"checkpoint", checkpoint_seconds},
           {"write", write_seconds},
+          {"decode", video.decode_seconds},
+          {"video", video.write_seconds},
           {"total", seconds_since(t_start)}}},
         {"frame_steps_per_s", denoise_seconds > 0 ? static_cast<double>(frames) * run_steps / denoise_seconds : 0.0},
         {"ranks", ranks},
@@ -416,7 +446,9 @@ int generate(const std::vector<std::string>& args) {
     log("denoised " + std::to_string(run_steps) + " step(s) in " + format_duration(denoise_seconds) + " (" +
         std::to_string(static_cast<double>(frames) * run_steps / std::max(denoise_seconds, 1e-9)).substr(0, 6) +
         " frame-steps/s); peak memory " + format_mib(peak) + " per rank");
-    std::cout << "vinf generate: outputs in " << out_dir << "/ (latents.h5, run.json)\n" << std::flush;
+    std::string listed = "latents.h5";
+    for (const std::string& f : video.files) listed += ", " + f;
+    std::cout << "vinf generate: outputs in " << out_dir << "/ (" << listed << ", run.json)\n" << std::flush;
   }
   return 0;
 }

@@ -56,6 +56,9 @@ po::options_description describe(GenerateOptions& o) {
 
   po::options_description model("[model]", kHelpWidth, kHelpColumn);
   model.add_options()("model.unet", po::value(&o.unet), "UNet directory, when it is not MODEL/unet")(
+      "model.vae", po::value(&o.vae),
+      "VAE directory, when it is not MODEL/vae (without a VAE the run writes latents only; builtin: models "
+      "have a random one)")(
       "model.scheduler-config", po::value(&o.scheduler_config),
       "diffusers scheduler_config.json (file or directory; default MODEL/scheduler/ when present, else "
       "zeroscope's values)")(
@@ -96,6 +99,15 @@ po::options_description describe(GenerateOptions& o) {
                          "1: each rank runs both guidance branches as a batch of 2; 2: rank pairs split them and "
                          "swap predictions every step (ranks = 2 x clips)");
 
+  po::options_description output("[output]", kHelpWidth, kHelpColumn);
+  output.add_options()("output.video", po::value(&o.video)->default_value(o.video)->implicit_value(true),
+                       "write OUT/video.mp4 (H.264 through ffmpeg) and OUT/contact.png (a grid of 16 thumbnails)")(
+      "output.fps", po::value(&o.output_fps)->default_value(o.output_fps),
+      "frame rate of video.mp4 (the released code writes 8)")(
+      "output.png", po::value(&o.png)->default_value(o.png)->implicit_value(true),
+      "also write every frame as OUT/frames/frame-NNNNNN.png")(
+      "output.ffmpeg", po::value(&o.ffmpeg)->default_value(o.ffmpeg), "the ffmpeg program (looked up in PATH)");
+
   po::options_description ckpt("[checkpoint] and resuming", kHelpWidth, kHelpColumn);
   ckpt.add_options()("checkpoint.every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every),
                      "write OUT/checkpoints/step-NNNNNN.h5 every K steps (0: only at the end and on a stop signal)")(
@@ -113,7 +125,7 @@ po::options_description describe(GenerateOptions& o) {
 
   po::options_description vi("[vi] Video-Infinity (design.md §2; flags take =true/=false)", kHelpWidth, kHelpColumn);
   o.vi_options.add_to(vi);
-  all.add(model).add(video).add(sampler).add(prompt).add(parallel).add(ckpt).add(vi);
+  all.add(model).add(video).add(sampler).add(prompt).add(parallel).add(output).add(ckpt).add(vi);
   return all;
 }
 
@@ -149,7 +161,8 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
     const std::string p = o.builtin_preset();
     VINF_INPUT_CHECK(p == "tiny" || p == "small", "--model ", o.model, ": the built-in models are builtin:tiny and ",
                      "builtin:small");
-    VINF_INPUT_CHECK(o.unet.empty(), "--model.unet cannot be combined with a built-in model");
+    VINF_INPUT_CHECK(o.unet.empty() && o.vae.empty(), "--model.unet and --model.vae cannot be combined with a ",
+                     "built-in model");
   } else {
     const std::string dir = o.unet.empty() ? o.model : o.unet;
     VINF_INPUT_CHECK(fs::is_directory(dir), "--model", o.unet.empty() ? "" : ".unet", " ", dir,
@@ -163,6 +176,9 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
                      v, "; use ", v / 8 * 8 == 0 ? 8 : v / 8 * 8, " or ", (v / 8 + 1) * 8);
   }
   VINF_INPUT_CHECK(o.fps > 0 && o.fps <= 1000, "--video.fps must be in (0, 1000], got ", o.fps);
+  VINF_INPUT_CHECK(o.output_fps > 0 && o.output_fps <= 1000, "--output.fps must be in (0, 1000], got ", o.output_fps);
+  if (!o.vae.empty())
+    VINF_INPUT_CHECK(fs::is_directory(o.vae), "--model.vae ", o.vae, ": no such directory");
   sampling::parse_scheduler(o.scheduler);
   VINF_INPUT_CHECK(o.steps >= 1 && o.steps <= 1000, "--sampler.steps must be in [1, 1000], got ", o.steps);
   VINF_INPUT_CHECK(o.guidance >= 0 && o.guidance <= 100, "--sampler.guidance must be in [0, 100], got ", o.guidance);

@@ -13,7 +13,7 @@ namespace vinf::app {
 struct GenerateOptions {
   std::string config_file;
   // [model] (the top-level `model` is a directory or builtin:<preset>)
-  std::string model, unet, scheduler_config;
+  std::string model, unet, vae, scheduler_config;
   std::int64_t model_seed = 0;
   // [video]
   std::int64_t frames = 0;  // 0: 24 per clip
@@ -30,6 +30,10 @@ struct GenerateOptions {
   std::int64_t tokens = 77;  // random embeddings only
   // [parallel]
   int cfg = 1;
+  // [output]
+  double output_fps = 8;
+  bool video = true, png = false;
+  std::string ffmpeg = "ffmpeg";
   // [checkpoint], resume, [dump]
   int checkpoint_every = 10, checkpoint_keep = 2;
   std::string resume;  // "", "auto" or a checkpoint file

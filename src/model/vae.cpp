@@ -21,6 +21,21 @@ namespace fs = std::filesystem;
 
 namespace vinf::model {
 
+VaeConfig vae_preset(const std::string& name) {
+  VaeConfig c;
+  if (name == "tiny") {
+    c.block_out_channels = {32, 32, 64, 64};
+    c.layers_per_block = 1;
+    c.norm_num_groups = 8;
+  } else if (name == "small") {
+    c.block_out_channels = {64, 128, 128, 128};
+    c.norm_num_groups = 16;
+  } else {
+    VINF_INPUT_FAIL("there is no built-in VAE '", name, "' (tiny, small)");
+  }
+  return c;
+}
+
 VaeConfig load_vae_config(const std::string& path) {
   std::ifstream in(path);
   VINF_INPUT_CHECK(in.good(), "cannot read the VAE config ", path);

@@ -28,6 +28,10 @@ struct VaeConfig {
   int upscale() const { return 1 << (static_cast<int>(block_out_channels.size()) - 1); }
 };
 
+// Built-in VAE shapes for random-weight models: tiny (channels 32, 32, 64, 64, one layer per block,
+// 8 groups) and small (64, 128, 128, 128, two layers): the full 8x upscale at a fraction of the cost.
+VaeConfig vae_preset(const std::string& name);
+
 // Reads a diffusers AutoencoderKL config.json. Throws vinf::InputError naming the file and key for
 // what it cannot use (another activation, block type or layout).
 VaeConfig load_vae_config(const std::string& path);

@@ -24,6 +24,24 @@ expect 0 '"scheduler": "dpmpp-sde"' -- cat "$work/a/run.json"
 expect 0 '"timesteps": [' -- cat "$work/a/run.json"
 expect 0 "step 2/2" -- "$vinf" generate "${small[@]}" --out "$work/progress"
 
+# The video outputs: video.mp4 (frames, size, rate), contact.png (4 x 2 thumbnails of 32x32), PNG frames.
+expect 0 "video.mp4, frames/, contact.png" -- "$vinf" generate "${small[@]}" --out "$work/v" --output.png --output.fps 12
+expect 0 "32,32,12/1,8" -- ffprobe -v error -count_frames -select_streams v:0 \
+  -show_entries stream=nb_read_frames,width,height,r_frame_rate -of csv=p=0 "$work/v/video.mp4"
+expect 0 "128,64" -- ffprobe -v error -show_entries stream=width,height -of csv=p=0 "$work/v/contact.png"
+expect 0 "32,32" -- ffprobe -v error -show_entries stream=width,height -of csv=p=0 "$work/v/frames/frame-000007.png"
+[ "$(ls "$work/v/frames" | wc -l)" -eq 8 ] && echo "ok: 8 PNG frames" || { echo "FAIL: PNG frames"; fails=$((fails + 1)); }
+expect 0 "outputs in $work/nv/ (latents.h5, run.json)" -- "$vinf" generate "${small[@]}" --out "$work/nv" --output.video=false
+# ffmpeg missing or dying: a clear error, the latents kept, no video left behind.
+expect 1 "cannot run ffmpeg ('$work/no-ffmpeg'" -- "$vinf" generate "${small[@]}" --out "$work/f1" --output.ffmpeg "$work/no-ffmpeg"
+printf '#!/bin/sh\nhead -c 100 > /dev/null\necho "fake ffmpeg gives up" >&2\nexit 3\n' > "$work/bad-ffmpeg"
+chmod +x "$work/bad-ffmpeg"
+expect 1 "fake ffmpeg gives up" -- "$vinf" generate "${small[@]}" --out "$work/f2" --output.ffmpeg "$work/bad-ffmpeg"
+for d in f1 f2; do
+  [ -f "$work/$d/latents.h5" ] && [ ! -e "$work/$d/video.mp4" ] && [ ! -e "$work/$d/video.mp4.partial.mp4" ] \
+    && echo "ok: $d: latents kept, no video" || { echo "FAIL: $d files"; ls "$work/$d"; fails=$((fails + 1)); }
+done
+
 # The output directory: refused when it exists, replaced with --overwrite.
 expect 2 "$work/a exists (a finished run)" -- "$vinf" generate "${small[@]}" --out "$work/a"
 expect 0 "outputs in $work/a/" -- "$vinf" generate "${small[@]}" --out "$work/a" --overwrite

@@ -74,6 +74,9 @@ if [ "$n" -eq 4 ]; then
     else
       echo "FAIL: demo run.json"; head -40 "$work/demo/run.json"; fails=$((fails + 1))
     fi
+    frames=$(ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames,width,height \
+               -of csv=p=0 "$work/demo/video.mp4" 2>&1)
+    [ "$frames" = "64,64,64" ] && echo "ok: demo video.mp4: 64 frames of 64x64" || { echo "FAIL: video.mp4: '$frames'"; fails=$((fails + 1)); }
     grep -q "step 2/2" <<< "$log" && grep -q "outputs in $work/demo" <<< "$log" \
       || { echo "FAIL: demo progress/outputs lines"; echo "$log"; fails=$((fails + 1)); }
   else

@@ -1,0 +1,118 @@
+#include "app/generate_video.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "app/generate_support.hpp"
+#include "core/error.hpp"
+#include "io/image.hpp"
+#include "io/video.hpp"
+#include "mpi/check.hpp"
+#include "ops/elementwise.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vinf::app {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+VideoResult write_video_outputs(const GenerateOptions& o, const mpi::Session& mpi, const mpi::ProcessGrid& grid,
+                                Runtime& rt, const model::VaeDecoder& vae, const Tensor& latents, std::int64_t frames,
+                                const std::string& out_dir) {
+  VideoResult result;
+  const model::VaeConfig& vc = vae.config();
+  const std::int64_t nf = latents.size(2), ch = latents.size(1), lh = latents.size(3), lw = latents.size(4);
+  const std::int64_t height = lh * vc.upscale(), width = lw * vc.upscale(), frame_bytes = height * width * 3;
+  const int clips = grid.clip_size();
+  ExecContext& ctx = rt.ctx();
+
+  // This clip's frames as RGB bytes (branch 1 holds the same latents and decodes nothing).
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::uint8_t> mine;
+  if (grid.cfg_index() == 0) {
+    mine.resize(static_cast<std::size_t>(nf * frame_bytes));
+    OwnedTensor z = rt.arena().empty(DType::f32, {nf, ch, lh, lw});
+    ops::copy(ctx, latents.permute({0, 2, 1, 3, 4}), z.view().reshape({1, nf, ch, lh, lw}));
+    ops::scale(ctx, z, 1.f / vc.scaling_factor, z);
+    constexpr std::int64_t kFramesPerCall = 4;
+    std::vector<float> host(static_cast<std::size_t>(kFramesPerCall * vc.out_channels * height * width));
+    for (std::int64_t f0 = 0; f0 < nf; f0 += kFramesPerCall) {
+      const std::int64_t k = std::min(kFramesPerCall, nf - f0);
+      const Shape shape{k, vc.out_channels, height, width};
+      OwnedTensor images = rt.arena().empty(DType::f32, shape);
+      vae.decode(ctx, z.slice(0, f0, k), images, kFramesPerCall);
+      ops::copy(ctx, images, Tensor::wrap(host.data(), DType::f32, Device::cpu(), shape));
+      rt.synchronize();
+      for (std::int64_t f = 0; f < k; ++f)
+        io::to_rgb8(host.data() + f * vc.out_channels * height * width, height, width,
+                    mine.data() + (f0 + f) * frame_bytes);
+    }
+  }
+  result.decode_seconds = mpi.max(seconds_since(t0));
+
+  // Rank 0 writes the frames in video order as they arrive; the others send theirs.
+  t0 = std::chrono::steady_clock::now();
+  std::string error;
+  if (mpi.rank() == 0) {
+    std::unique_ptr<io::VideoEncoder> encoder;
+    auto attempt = [&](auto&& fn) {
+      if (!error.empty()) return;
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    };
+    if (o.video) {
+      attempt([&] { encoder = std::make_unique<io::VideoEncoder>(o.ffmpeg, out_dir + "/video.mp4", width, height, o.output_fps); });
+      result.files.push_back("video.mp4");
+    }
+    if (o.png) {
+      std::error_code ec;
+      fs::create_directories(out_dir + "/frames", ec);
+      if (ec) error = "cannot create " + out_dir + "/frames: " + ec.message();
+      result.files.push_back("frames/");
+    }
+    io::ContactSheet sheet(frames, width, height);
+    std::vector<std::uint8_t> received(static_cast<std::size_t>(frame_bytes));
+    for (int c = 0; c < clips; ++c)
+      for (std::int64_t f = 0; f < nf; ++f) {
+        const std::uint8_t* rgb = mine.data() + f * frame_bytes;
+        if (c != 0) {
+          VINF_CHECK_MPI(MPI_Recv(received.data(), static_cast<int>(frame_bytes), MPI_BYTE, c, static_cast<int>(f),
+                                  mpi.world(), MPI_STATUS_IGNORE));
+          rgb = received.data();
+        }
+        const std::int64_t g = c * nf + f;
+        if (encoder) attempt([&] { encoder->write(rgb); });
+        if (o.png) {
+          char name[40];
+          std::snprintf(name, sizeof name, "/frames/frame-%06lld.png", static_cast<long long>(g));
+          attempt([&] { io::write_png(out_dir + name, rgb, width, height); });
+        }
+        sheet.add(g, rgb);
+      }
+    if (encoder) attempt([&] { encoder->finish(); });
+    attempt([&] { sheet.write(out_dir + "/contact.png"); });
+    result.files.push_back("contact.png");
+  } else if (grid.cfg_index() == 0) {
+    // Clip ranks of branch 0 are world ranks 0 .. clips - 1.
+    for (std::int64_t f = 0; f < nf; ++f)
+      VINF_CHECK_MPI(MPI_Send(mine.data() + f * frame_bytes, static_cast<int>(frame_bytes), MPI_BYTE, 0,
+                              static_cast<int>(f), mpi.world()));
+  }
+  broadcast_string(error, mpi.world());
+  if (!error.empty()) throw Error(error + " (latents.h5 is written and complete)");
+  result.write_seconds = mpi.max(seconds_since(t0));
+  return result;
+}
+
+}  // namespace vinf::app
