@@ -1,7 +1,10 @@
-// `vinf decode` (design.md §5): VAE decoding only. With --latents IN.safetensors (`latents` F32
-// [N, 4, h, w], decoded exactly as given: no scaling) and --out OUT.safetensors it writes
-// `decoded` F32 [N, 3, 8h, 8w], the raw decoder output.
+// `vinf decode` (design.md §5): VAE decoding only, as its own job. With --latents IN.safetensors
+// (`latents` F32 [N, 4, h, w], decoded exactly as given: no scaling) and --out OUT.safetensors it
+// writes `decoded` F32 [N, 3, 8h, 8w], the raw decoder output. With --checkpoint X.h5 (a
+// checkpoint or latents.h5 of vinf generate) the latents are divided by the VAE's scaling factor
+// and written to --out DIR as video.mp4, contact.png and optionally PNG frames, frame by frame.
 #include <boost/program_options.hpp>
+#include <filesystem>
 #include <chrono>
 #include <iostream>
 #include <string>
@@ -9,7 +12,11 @@
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
+#include "io/checkpoint.hpp"
+#include "io/h5file.hpp"
+#include "io/image.hpp"
 #include "io/safetensors.hpp"
+#include "io/video.hpp"
 #include "model/vae.hpp"
 #include "mpi/session.hpp"
 #include "ops/elementwise.hpp"
@@ -19,30 +26,98 @@ namespace po = boost::program_options;
 
 namespace vinf::app {
 
+namespace {
+
+// A vinf HDF5 file's /latents to DIR/video.mp4, contact.png and PNG frames, one chunk of frames
+// at a time (the whole video is never in memory).
+int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::string& path, const std::string& dir,
+                      const io::FrameWriter::Settings& settings, bool overwrite, std::int64_t frames_per_call) {
+  const io::H5File f = io::H5File::open(MPI_COMM_SELF, path);
+  const std::string format = f.has_attribute("/", "format") ? f.text("/", "format") : "";
+  VINF_INPUT_CHECK(format == io::kCheckpointFormat || format == io::kLatentsFormat, path,
+                   " is neither a vinf checkpoint nor a latents.h5 (format '", format, "')");
+  const Shape full = f.shape("/latents");
+  const model::VaeConfig& c = vae.config();
+  VINF_INPUT_CHECK(full.rank() == 4 && full[1] == c.latent_channels, path, ": /latents ", full.str(),
+                   " does not fit the VAE's ", c.latent_channels, " latent channels");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  VINF_INPUT_CHECK(!ec, "cannot create ", dir, ": ", ec.message());
+  VINF_INPUT_CHECK(overwrite || !std::filesystem::exists(dir + "/video.mp4"), dir,
+                   "/video.mp4 exists; choose another --out or --overwrite");
+  const std::int64_t frames = full[0], h = full[2] * c.upscale(), w = full[3] * c.upscale();
+  io::FrameWriter writer(dir, frames, w, h, settings);
+  const std::int64_t per_frame = full[1] * full[2] * full[3], out_frame = c.out_channels * h * w;
+  std::vector<float> latents(static_cast<std::size_t>(frames_per_call * per_frame));
+  std::vector<float> images(static_cast<std::size_t>(frames_per_call * out_frame));
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(h * w * 3));
+  for (std::int64_t f0 = 0; f0 < frames; f0 += frames_per_call) {
+    const std::int64_t k = std::min(frames_per_call, frames - f0);
+    f.read_frames("/latents", 0, f0, k, latents.data());
+    const Shape in_shape{k, full[1], full[2], full[3]}, out_shape{k, c.out_channels, h, w};
+    OwnedTensor x = rt.arena().empty(DType::f32, in_shape), y = rt.arena().empty(DType::f32, out_shape);
+    ops::copy(rt.ctx(), Tensor::wrap(latents.data(), DType::f32, Device::cpu(), in_shape), x);
+    ops::scale(rt.ctx(), x, 1.f / c.scaling_factor, x);
+    vae.decode(rt.ctx(), x, y, frames_per_call);
+    ops::copy(rt.ctx(), y, Tensor::wrap(images.data(), DType::f32, Device::cpu(), out_shape));
+    rt.synchronize();
+    for (std::int64_t i = 0; i < k; ++i) {
+      io::to_rgb8(images.data() + i * out_frame, h, w, rgb.data());
+      writer.add(f0 + i, rgb.data());
+    }
+  }
+  const std::string error = writer.finish();
+  if (!error.empty()) throw Error(error);
+  std::string listed;
+  for (const std::string& file : writer.files()) listed += (listed.empty() ? "" : ", ") + file;
+  std::cerr << "vinf decode: " << frames << " frame(s) " << w << "x" << h << " from " << path << "; wrote " << listed
+            << " in " << dir << "\n";
+  return 0;
+}
+
+}  // namespace
+
 int decode(const std::vector<std::string>& args) {
-  std::string vae_dir, latents_path, out_path, device_opt = "auto", dtype_opt = "f32";
+  std::string vae_dir, latents_path, checkpoint_path, out_path, device_opt = "auto", dtype_opt = "f32";
   std::int64_t frames_per_call = 4;
+  io::FrameWriter::Settings video;
+  bool overwrite = false;
   po::options_description opts(
       "vinf decode: VAE decoding only\n\n"
-      "usage: vinf decode --vae DIR --latents IN.safetensors --out OUT.safetensors\n\n"
+      "usage: vinf decode --vae DIR --latents IN.safetensors --out OUT.safetensors\n"
+      "       vinf decode --vae DIR --checkpoint X.h5 --out DIR [--output.png]\n\n"
       "IN holds latents F32 [N, 4, h, w], decoded exactly as given (no division by the scaling factor);\n"
-      "OUT gets decoded F32 [N, 3, 8h, 8w], the raw decoder output (no clamp).\n\nOptions");
+      "OUT gets decoded F32 [N, 3, 8h, 8w], the raw decoder output (no clamp). X.h5 is a checkpoint or the\n"
+      "latents.h5 of vinf generate: its latents are divided by the VAE's scaling factor and DIR gets\n"
+      "video.mp4 and contact.png (and frames/ with --output.png).\n\nOptions");
   opts.add_options()("help,h", "show this help")(
       "vae", po::value(&vae_dir), "VAE directory (config.json + diffusion_pytorch_model.safetensors), or a pipeline "
                                   "root with vae/")("latents", po::value(&latents_path), "input latents (safetensors)")(
+      "checkpoint", po::value(&checkpoint_path), "a checkpoint or latents.h5 of vinf generate")(
       "out", po::value(&out_path), "output file (safetensors); written under a temporary name, then renamed")(
       "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda")(
       "dtype", po::value(&dtype_opt)->default_value(dtype_opt), "compute dtype: f32 | f16 | bf16 (16-bit on CUDA only)")(
       "frames-per-call", po::value(&frames_per_call)->default_value(frames_per_call),
-      "images decoded at once (bounds the memory; the numbers do not depend on it)");
+      "images decoded at once (bounds the memory; the numbers do not depend on it)")(
+      "output.video", po::value(&video.video)->default_value(video.video)->implicit_value(true),
+      "with --checkpoint: write DIR/video.mp4")(
+      "output.fps", po::value(&video.fps)->default_value(video.fps), "frame rate of video.mp4")(
+      "output.png", po::value(&video.png)->default_value(video.png)->implicit_value(true),
+      "with --checkpoint: also write DIR/frames/frame-NNNNNN.png")(
+      "output.ffmpeg", po::value(&video.ffmpeg)->default_value(video.ffmpeg), "the ffmpeg program")(
+      "overwrite", po::value(&overwrite)->default_value(overwrite)->implicit_value(true),
+      "replace an existing DIR/video.mp4");
   po::variables_map vm;
   if (!parse_options(args, opts, vm)) return 2;
   if (vm.count("help")) {
     std::cout << opts << "\nExit status: 0 on success, 2 for bad input (the message names the file and key), 1 otherwise.\n";
     return 0;
   }
-  for (const char* required : {"vae", "latents", "out"})
+  for (const char* required : {"vae", "out"})
     VINF_INPUT_CHECK(vm.count(required), "vinf decode: --", required, " is required (see vinf decode --help)");
+  VINF_INPUT_CHECK(vm.count("latents") + vm.count("checkpoint") == 1,
+                   "vinf decode: give either --latents IN.safetensors or --checkpoint X.h5 (see vinf decode --help)");
+  VINF_INPUT_CHECK(video.fps > 0 && video.fps <= 1000, "--output.fps must be in (0, 1000], got ", video.fps);
   VINF_INPUT_CHECK(frames_per_call >= 1, "--frames-per-call must be >= 1, got ", frames_per_call);
   DType dtype;
   VINF_INPUT_CHECK(parse_dtype(dtype_opt, dtype) && (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16),
@@ -51,6 +126,11 @@ int decode(const std::vector<std::string>& args) {
   const Device device = mpi.choose_device(device_opt);
   VINF_INPUT_CHECK(device.is_cuda() || dtype == DType::f32, "--dtype ", dtype_opt, " runs on CUDA only");
 
+  if (!checkpoint_path.empty()) {
+    Runtime rt(device);
+    const model::VaeDecoder vae = model::VaeDecoder::load(vae_dir, rt, dtype);
+    return decode_checkpoint(rt, vae, checkpoint_path, out_path, video, overwrite, frames_per_call);
+  }
   const io::SafetensorsFile in(latents_path);
   const auto* e = in.find("latents");
   VINF_INPUT_CHECK(e != nullptr, latents_path, " has no tensor 'latents' [N, 4, h, w]");

@@ -1,9 +1,6 @@
 #include "app/generate_video.hpp"
 
 #include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <memory>
 
 #include "app/generate_support.hpp"
 #include "core/error.hpp"
@@ -11,8 +8,6 @@
 #include "io/video.hpp"
 #include "mpi/check.hpp"
 #include "ops/elementwise.hpp"
-
-namespace fs = std::filesystem;
 
 namespace vinf::app {
 
@@ -62,26 +57,7 @@ VideoResult write_video_outputs(const GenerateOptions& o, const mpi::Session& mp
   t0 = std::chrono::steady_clock::now();
   std::string error;
   if (mpi.rank() == 0) {
-    std::unique_ptr<io::VideoEncoder> encoder;
-    auto attempt = [&](auto&& fn) {
-      if (!error.empty()) return;
-      try {
-        fn();
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-    };
-    if (o.video) {
-      attempt([&] { encoder = std::make_unique<io::VideoEncoder>(o.ffmpeg, out_dir + "/video.mp4", width, height, o.output_fps); });
-      result.files.push_back("video.mp4");
-    }
-    if (o.png) {
-      std::error_code ec;
-      fs::create_directories(out_dir + "/frames", ec);
-      if (ec) error = "cannot create " + out_dir + "/frames: " + ec.message();
-      result.files.push_back("frames/");
-    }
-    io::ContactSheet sheet(frames, width, height);
+    io::FrameWriter writer(out_dir, frames, width, height, {o.video, o.png, o.output_fps, o.ffmpeg});
     std::vector<std::uint8_t> received(static_cast<std::size_t>(frame_bytes));
     for (int c = 0; c < clips; ++c)
       for (std::int64_t f = 0; f < nf; ++f) {
@@ -91,18 +67,10 @@ VideoResult write_video_outputs(const GenerateOptions& o, const mpi::Session& mp
                                   mpi.world(), MPI_STATUS_IGNORE));
           rgb = received.data();
         }
-        const std::int64_t g = c * nf + f;
-        if (encoder) attempt([&] { encoder->write(rgb); });
-        if (o.png) {
-          char name[40];
-          std::snprintf(name, sizeof name, "/frames/frame-%06lld.png", static_cast<long long>(g));
-          attempt([&] { io::write_png(out_dir + name, rgb, width, height); });
-        }
-        sheet.add(g, rgb);
+        writer.add(c * nf + f, rgb);
       }
-    if (encoder) attempt([&] { encoder->finish(); });
-    attempt([&] { sheet.write(out_dir + "/contact.png"); });
-    result.files.push_back("contact.png");
+    error = writer.finish();
+    result.files = writer.files();
   } else if (grid.cfg_index() == 0) {
     // Clip ranks of branch 0 are world ranks 0 .. clips - 1.
     for (std::int64_t f = 0; f < nf; ++f)

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -121,6 +122,49 @@ void VideoEncoder::finish() {
   }
   if (std::rename(partial_.c_str(), path_.c_str()) != 0) throw Error("cannot rename " + partial_ + " to " + path_);
   std::remove(log_.c_str());
+}
+
+template <class Fn>
+void FrameWriter::attempt(Fn&& fn) {
+  if (!error_.empty()) return;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    error_ = e.what();
+  }
+}
+
+FrameWriter::FrameWriter(const std::string& dir, std::int64_t frames, std::int64_t width, std::int64_t height,
+                         const Settings& s)
+    : dir_(dir), width_(width), height_(height), png_(s.png), sheet_(frames, width, height) {
+  if (s.video) {
+    attempt([&] { encoder_ = std::make_unique<VideoEncoder>(s.ffmpeg, dir + "/video.mp4", width, height, s.fps); });
+    files_.push_back("video.mp4");
+  }
+  if (png_) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir + "/frames", ec);
+    if (ec) error_ = "cannot create " + dir + "/frames: " + ec.message();
+    files_.push_back("frames/");
+  }
+}
+
+void FrameWriter::add(std::int64_t frame, const std::uint8_t* rgb) {
+  if (encoder_) attempt([&] { encoder_->write(rgb); });
+  if (png_) {
+    char name[40];
+    std::snprintf(name, sizeof name, "/frames/frame-%06lld.png", static_cast<long long>(frame));
+    attempt([&] { write_png(dir_ + name, rgb, width_, height_); });
+  }
+  sheet_.add(frame, rgb);
+}
+
+std::string FrameWriter::finish() {
+  if (encoder_) attempt([&] { encoder_->finish(); });
+  encoder_.reset();
+  attempt([&] { sheet_.write(dir_ + "/contact.png"); });
+  files_.push_back("contact.png");
+  return error_;
 }
 
 }  // namespace vinf::io

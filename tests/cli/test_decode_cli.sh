@@ -23,7 +23,28 @@ expect 0 "max |diff| 0 " -- "$tool" compare "$work/c.safetensors" "$work/a.safet
 mkdir -p "$work/pipeline" && ln -s "$(cd "$vae" && pwd)" "$work/pipeline/vae"
 expect 0 "wrote" -- "$vinf" decode --vae "$work/pipeline" --latents "$ref" --out "$work/d.safetensors"
 
+# A run's latents.h5 or final checkpoint to video.mp4 + contact.png (divided by the scaling factor).
+expect 0 "outputs" -- "$vinf" generate --model builtin:tiny --video.frames 8 --video.height 32 --video.width 32 \
+  --sampler.steps 2 --prompt.text "a kite" --vi.local-frames 2 --vi.global-frames 4 --output.video=false --out "$work/run"
+expect 0 "8 frame(s) 8x8" -- "$vinf" decode --vae "$vae" --checkpoint "$work/run/latents.h5" --out "$work/dec" --output.png
+expect 0 "8,8,8" -- ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames,width,height \
+  -of csv=p=0 "$work/dec/video.mp4"
+[ "$(ls "$work/dec/frames" | wc -l)" -eq 8 ] && echo "ok: 8 PNG frames" || { echo "FAIL: PNG frames"; fails=$((fails + 1)); }
+expect 0 "contact.png" -- "$vinf" decode --vae "$vae" --checkpoint "$work/run/checkpoints/step-000002.h5" --out "$work/dec2"
+cmp -s "$work/dec/contact.png" "$work/dec2/contact.png" && echo "ok: the final checkpoint decodes like latents.h5" \
+  || { echo "FAIL: contact sheets differ"; fails=$((fails + 1)); }
+expect 2 "video.mp4 exists" -- "$vinf" decode --vae "$vae" --checkpoint "$work/run/latents.h5" --out "$work/dec"
+expect 1 "cannot run ffmpeg" -- "$vinf" decode --vae "$vae" --checkpoint "$work/run/latents.h5" --out "$work/dec3" \
+  --output.ffmpeg "$work/no-ffmpeg"
+
 # Rejected inputs.
+expect 2 "either --latents IN.safetensors or --checkpoint X.h5" -- "$vinf" decode --vae "$vae" --out "$work/x.safetensors"
+expect 2 "is missing or not an HDF5 file" -- "$vinf" decode --vae "$vae" --checkpoint "$ref" --out "$work/x"
+expect 0 "outputs" -- "$vinf" generate --model builtin:tiny --video.frames 8 --video.height 32 --video.width 32 \
+  --sampler.steps 1 --prompt.text "a kite" --vi.local-frames 2 --vi.global-frames 4 --output.video=false \
+  --dump.modules mid_block --out "$work/dumprun"
+cp "$work/dumprun/activations.h5" "$work/dump.h5"
+expect 2 "neither a vinf checkpoint nor a latents.h5" -- "$vinf" decode --vae "$vae" --checkpoint "$work/dump.h5" --out "$work/x"
 expect 0 "--frames-per-call" -- "$vinf" decode --help
 expect 2 "--vae is required" -- "$vinf" decode --latents "$ref" --out "$work/x.safetensors"
 expect 2 "does not exist" -- "$vinf" decode --vae "$work/nowhere" --latents "$ref" --out "$work/x.safetensors"
