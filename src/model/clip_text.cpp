@@ -1,0 +1,159 @@
+#include "model/clip_text.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/arena.hpp"
+#include "core/error.hpp"
+#include "ops/attention.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/gemm.hpp"
+#include "ops/norm.hpp"
+#include "ops/runtime.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vinf::model {
+
+ClipTextConfig load_clip_text_config(const std::string& path) {
+  std::ifstream in(path);
+  VINF_INPUT_CHECK(in.good(), "cannot read the text encoder config ", path);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    VINF_INPUT_FAIL(path, " is not valid JSON: ", e.what());
+  }
+  ClipTextConfig c;
+  try {
+    // A full CLIPModel config keeps the text tower's settings under text_config.
+    if (j.contains("text_config") && j["text_config"].is_object()) j = j["text_config"];
+    auto get = [&](const char* key, auto& dst) {
+      if (j.contains(key) && !j[key].is_null()) dst = j[key].get<std::remove_reference_t<decltype(dst)>>();
+    };
+    get("vocab_size", c.vocab_size);
+    get("hidden_size", c.hidden_size);
+    get("intermediate_size", c.intermediate_size);
+    get("num_hidden_layers", c.layers);
+    get("num_attention_heads", c.heads);
+    get("max_position_embeddings", c.max_positions);
+    get("layer_norm_eps", c.layer_norm_eps);
+    if (j.contains("hidden_act")) {
+      const std::string act = j["hidden_act"].get<std::string>();
+      VINF_INPUT_CHECK(act == "gelu" || act == "quick_gelu", path, ": hidden_act '", act,
+                       "' is not supported (gelu, quick_gelu)");
+      c.act = act == "gelu" ? ops::Activation::gelu : ops::Activation::quick_gelu;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    VINF_INPUT_FAIL(path, ": ", e.what());
+  }
+  VINF_INPUT_CHECK(c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.layers > 0 && c.heads > 0 &&
+                       c.max_positions > 0 && c.hidden_size % c.heads == 0,
+                   path, ": the sizes must be positive and hidden_size a multiple of num_attention_heads");
+  return c;
+}
+
+std::vector<ParamSpec> clip_text_parameters(const ClipTextConfig& c) {
+  std::vector<ParamSpec> p;
+  const std::int64_t d = c.hidden_size, inner = c.intermediate_size;
+  auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in) {
+    p.push_back({name + ".weight", {out, in}});
+    p.push_back({name + ".bias", {out}});
+  };
+  auto norm = [&](const std::string& name) {
+    p.push_back({name + ".weight", {d}});
+    p.push_back({name + ".bias", {d}});
+  };
+  p.push_back({"text_model.embeddings.token_embedding.weight", {c.vocab_size, d}});
+  p.push_back({"text_model.embeddings.position_embedding.weight", {c.max_positions, d}});
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string l = "text_model.encoder.layers" + dot_index(static_cast<std::size_t>(i));
+    for (const char* proj : {".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj", ".self_attn.out_proj"})
+      linear(l + proj, d, d);
+    norm(l + ".layer_norm1");
+    linear(l + ".mlp.fc1", inner, d);
+    linear(l + ".mlp.fc2", d, inner);
+    norm(l + ".layer_norm2");
+  }
+  norm("text_model.final_layer_norm");
+  return p;
+}
+
+ClipTextModel::ClipTextModel(ClipTextConfig config, Weights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {}
+
+ClipTextModel ClipTextModel::load(const std::string& dir_arg, Runtime& rt, DType dtype) {
+  fs::path dir(dir_arg);
+  if (!fs::exists(dir / "config.json") && fs::exists(dir / "text_encoder" / "config.json")) dir /= "text_encoder";
+  VINF_INPUT_CHECK(fs::is_directory(dir), "text encoder directory ", dir_arg, " does not exist");
+  ModelFiles files;
+  files.dir = dir.string();
+  files.config = (dir / "config.json").string();
+  VINF_INPUT_CHECK(fs::exists(files.config), "text encoder directory ", files.dir, " has no config.json");
+  VINF_INPUT_CHECK(fs::exists(dir / "model.safetensors"), "text encoder directory ", files.dir,
+                   " has no model.safetensors",
+                   fs::exists(dir / "pytorch_model.bin") ? " (it has pytorch_model.bin: convert it to safetensors first, "
+                                                           "see INSTALL.md)"
+                                                         : "");
+  files.weights = {(dir / "model.safetensors").string()};
+  ClipTextConfig c = load_clip_text_config(files.config);
+  const WeightFiles wf(files);
+  // Older files also hold the position_ids buffer and, for a whole CLIPModel, the vision tower.
+  Weights w(wf, clip_text_parameters(c), rt, dtype, true, nullptr);
+  return ClipTextModel(std::move(c), std::move(w));
+}
+
+void ClipTextModel::encode(ExecContext& ctx, const std::vector<std::int64_t>& ids, std::int64_t batch,
+                           std::int64_t tokens, const Tensor& out) const {
+  const ClipTextConfig& c = config_;
+  const std::int64_t d = c.hidden_size, rows = batch * tokens, heads = c.heads, dh = d / heads;
+  VINF_INPUT_CHECK(tokens >= 1 && tokens <= c.max_positions, "the text encoder takes at most ", c.max_positions,
+                   " tokens, got ", tokens);
+  VINF_CHECK(static_cast<std::int64_t>(ids.size()) == rows, "encode: ", ids.size(), " ids for ", batch, " x ", tokens);
+  VINF_CHECK(out.rank() == 3 && out.size(0) == batch && out.size(1) == tokens && out.size(2) == d, "encode: out ",
+             out.shape.str());
+  const DType dt = weights_.dtype();
+  auto w = [&](const std::string& name) -> const Tensor& { return weights_.get(name); };
+  auto empty = [&](const Shape& s) { return ctx.arena->empty(dt, s); };
+
+  // Token rows, then the positions added.
+  OwnedTensor h = empty({batch, tokens, d});
+  const Tensor& table = w("text_model.embeddings.token_embedding.weight");
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t id = ids[static_cast<std::size_t>(r)];
+    VINF_INPUT_CHECK(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the vocabulary of ", c.vocab_size);
+    ops::copy(ctx, table.slice(0, id, 1), h.view().reshape({rows, d}).slice(0, r, 1));
+  }
+  const Tensor pos = w("text_model.embeddings.position_embedding.weight").slice(0, 0, tokens);
+  ops::add(ctx, h, pos.reshape({1, tokens, d}).expand(h.shape), h);
+
+  ops::AttentionParams causal;
+  causal.scale = 1.f / std::sqrt(static_cast<float>(dh));
+  causal.band_hi = 0;  // token i sees tokens 0 .. i
+  const Shape split{batch, tokens, heads, dh};
+  OwnedTensor a = empty({batch, tokens, d}), q = empty({batch, tokens, d}), k = empty({batch, tokens, d}),
+              v = empty({batch, tokens, d}), o = empty({batch, tokens, d}), m = empty({batch, tokens, c.intermediate_size});
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string l = "text_model.encoder.layers" + dot_index(static_cast<std::size_t>(i));
+    ops::layer_norm(ctx, h, w(l + ".layer_norm1.weight"), w(l + ".layer_norm1.bias"), a, c.layer_norm_eps);
+    ops::linear(ctx, a, w(l + ".self_attn.q_proj.weight"), &w(l + ".self_attn.q_proj.bias"), q);
+    ops::linear(ctx, a, w(l + ".self_attn.k_proj.weight"), &w(l + ".self_attn.k_proj.bias"), k);
+    ops::linear(ctx, a, w(l + ".self_attn.v_proj.weight"), &w(l + ".self_attn.v_proj.bias"), v);
+    auto heads_of = [&](const Tensor& t) { return t.reshape(split).permute({0, 2, 1, 3}); };
+    ops::attention(ctx, heads_of(q), heads_of(k), heads_of(v), nullptr, nullptr, heads_of(o), causal);
+    ops::linear(ctx, o, w(l + ".self_attn.out_proj.weight"), &w(l + ".self_attn.out_proj.bias"), a);
+    ops::add(ctx, h, a, h);
+    ops::layer_norm(ctx, h, w(l + ".layer_norm2.weight"), w(l + ".layer_norm2.bias"), a, c.layer_norm_eps);
+    ops::linear(ctx, a, w(l + ".mlp.fc1.weight"), &w(l + ".mlp.fc1.bias"), m);
+    ops::activation(ctx, c.act, m, m);
+    ops::linear(ctx, m, w(l + ".mlp.fc2.weight"), &w(l + ".mlp.fc2.bias"), a);
+    ops::add(ctx, h, a, h);
+  }
+  ops::layer_norm(ctx, h, w("text_model.final_layer_norm.weight"), w("text_model.final_layer_norm.bias"), a,
+                  c.layer_norm_eps);
+  ops::copy(ctx, a, out);
+}
+
+}  // namespace vinf::model

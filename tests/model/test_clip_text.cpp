@@ -1,0 +1,59 @@
+// The CLIP text encoder against transformers' own output (tests/fixtures/clip-text-tiny: a tiny
+// random CLIPTextModel, erf GELU, causal mask, no padding mask), for pad id 49407 and pad id 0.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "../support.hpp"
+#include "core/error.hpp"
+#include "io/safetensors.hpp"
+#include "model/clip_text.hpp"
+#include "ops/elementwise.hpp"
+
+using namespace vinf;
+
+namespace {
+
+void check_hidden_state(const char* ids_key, const char* ref_key) {
+  Runtime rt(Device::cpu());
+  const model::ClipTextModel clip = model::ClipTextModel::load(test::fixture("clip-text-tiny"), rt, DType::f32);
+  const io::SafetensorsFile inputs(test::fixture("clip-text-tiny/inputs.safetensors"));
+  const io::SafetensorsFile ref(test::fixture("clip-text-tiny/ref.safetensors"));
+  const Tensor ids = inputs.tensor(ids_key);
+  const std::vector<std::int64_t> id_list(ids.ptr<std::int64_t>(), ids.ptr<std::int64_t>() + ids.numel());
+  const std::int64_t batch = ids.size(0), tokens = ids.size(1), width = clip.config().hidden_size;
+  test::HostTensor got({batch, tokens, width});
+  OwnedTensor out = rt.arena().empty(DType::f32, {batch, tokens, width});
+  clip.encode(rt.ctx(), id_list, batch, tokens, out);
+  ops::copy(rt.ctx(), out, got);
+  const Tensor want = ref.tensor(ref_key);
+  REQUIRE(want.shape == got.t.shape);
+  double worst = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(got.data[static_cast<std::size_t>(i)]) - want.ptr<float>()[i]));
+  INFO(ref_key << ": max |diff| " << worst);
+  CHECK(worst < 1e-4);
+}
+
+}  // namespace
+
+TEST_CASE("golden: CLIP text encoder equals transformers (pad 49407)") {
+  check_hidden_state("input_ids", "last_hidden_state");
+}
+
+TEST_CASE("golden: CLIP text encoder equals transformers (pad 0)") {
+  check_hidden_state("input_ids_pad0", "last_hidden_state_pad0");
+}
+
+TEST_CASE("CLIP text encoder: config and inputs it refuses") {
+  Runtime rt(Device::cpu());
+  const model::ClipTextModel clip = model::ClipTextModel::load(test::fixture("clip-text-tiny"), rt, DType::f32);
+  OwnedTensor out = rt.arena().empty(DType::f32, {1, 2, 32});
+  CHECK_THROWS_WITH_AS(clip.encode(rt.ctx(), {49406, 49408}, 1, 2, out), doctest::Contains("outside the vocabulary"),
+                       InputError);
+  OwnedTensor long_out = rt.arena().empty(DType::f32, {1, 78, 32});
+  CHECK_THROWS_WITH_AS(clip.encode(rt.ctx(), std::vector<std::int64_t>(78, 1), 1, 78, long_out),
+                       doctest::Contains("at most 77 tokens"), InputError);
+  CHECK_THROWS_AS(model::ClipTextModel::load(test::fixture("no-such-dir"), rt, DType::f32), InputError);
+  CHECK(model::clip_text_parameters(model::ClipTextConfig{}).size() == 372);  // model-spec 5.3
+}
