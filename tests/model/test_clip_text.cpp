@@ -31,7 +31,7 @@ void check_hidden_state(const char* ids_key, const char* ref_key) {
   double worst = 0;
   for (std::int64_t i = 0; i < want.numel(); ++i)
     worst = std::max(worst, std::fabs(static_cast<double>(got.data[static_cast<std::size_t>(i)]) - want.ptr<float>()[i]));
-  INFO(ref_key << ": max |diff| " << worst);
+  INFO(std::string(ref_key) << ": max |diff| " << worst);
   CHECK(worst < 1e-4);
 }
 
