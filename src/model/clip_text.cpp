@@ -2,11 +2,11 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/arena.hpp"
 #include "core/error.hpp"
+#include "io/json_file.hpp"
 #include "ops/attention.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/gemm.hpp"
@@ -18,21 +18,12 @@ namespace fs = std::filesystem;
 namespace vinf::model {
 
 ClipTextConfig load_clip_text_config(const std::string& path) {
-  std::ifstream in(path);
-  VINF_INPUT_CHECK(in.good(), "cannot read the text encoder config ", path);
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    VINF_INPUT_FAIL(path, " is not valid JSON: ", e.what());
-  }
+  nlohmann::json j = io::read_json_file(path, "text encoder config");
   ClipTextConfig c;
   try {
     // A full CLIPModel config keeps the text tower's settings under text_config.
     if (j.contains("text_config") && j["text_config"].is_object()) j = j["text_config"];
-    auto get = [&](const char* key, auto& dst) {
-      if (j.contains(key) && !j[key].is_null()) dst = j[key].get<std::remove_reference_t<decltype(dst)>>();
-    };
+    auto get = [&](const char* key, auto& dst) { io::read_optional(j, key, dst); };
     get("vocab_size", c.vocab_size);
     get("hidden_size", c.hidden_size);
     get("intermediate_size", c.intermediate_size);

@@ -2,12 +2,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "core/arena.hpp"
 #include "core/error.hpp"
+#include "io/json_file.hpp"
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
 #include "ops/conv.hpp"
@@ -37,22 +37,13 @@ VaeConfig vae_preset(const std::string& name) {
 }
 
 VaeConfig load_vae_config(const std::string& path) {
-  std::ifstream in(path);
-  VINF_INPUT_CHECK(in.good(), "cannot read the VAE config ", path);
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    VINF_INPUT_FAIL(path, " is not valid JSON: ", e.what());
-  }
+  const nlohmann::json j = io::read_json_file(path, "VAE config");
   VaeConfig c;
   try {
     if (j.contains("_class_name"))
       VINF_INPUT_CHECK(j["_class_name"] == "AutoencoderKL", path, ": _class_name ", j["_class_name"].dump(),
                        " is not AutoencoderKL");
-    auto get = [&](const char* key, auto& dst) {
-      if (j.contains(key) && !j[key].is_null()) dst = j[key].get<std::remove_reference_t<decltype(dst)>>();
-    };
+    auto get = [&](const char* key, auto& dst) { io::read_optional(j, key, dst); };
     get("in_channels", c.in_channels);
     get("out_channels", c.out_channels);
     get("latent_channels", c.latent_channels);

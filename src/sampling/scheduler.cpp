@@ -4,10 +4,10 @@
 #include <cfenv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "io/json_file.hpp"
 
 namespace vinf::sampling {
 
@@ -127,14 +127,7 @@ const char* spacing_name(Spacing s) {
 NoiseScheduleConfig read_scheduler_config(const std::string& path_in) {
   std::string path = path_in;
   if (std::filesystem::is_directory(path)) path += "/scheduler_config.json";
-  std::ifstream in(path);
-  VINF_INPUT_CHECK(in.good(), "cannot read the scheduler config ", path);
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    VINF_INPUT_FAIL(path, " is not valid JSON: ", e.what());
-  }
+  const nlohmann::json j = io::read_json_file(path, "scheduler config");
   VINF_INPUT_CHECK(j.is_object(), path, " must hold a JSON object");
   NoiseScheduleConfig c;
   auto number = [&](const char* key, auto& dst) {
