@@ -15,6 +15,7 @@
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "infinity/context.hpp"
 #include "io/safetensors.hpp"
 #include "model/unet3d.hpp"
@@ -31,7 +32,6 @@ namespace vinf::app {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // The inputs file, checked against the contract and the model before any work starts.
 struct ForwardInputs {

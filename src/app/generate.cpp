@@ -22,6 +22,7 @@
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "infinity/context.hpp"
+#include "io/atomic_file.hpp"
 #include "io/checkpoint.hpp"
 #include "model/presets.hpp"
 #include "model/unet3d.hpp"
@@ -42,7 +43,6 @@ namespace vinf::app {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // What rank 0 collects from every rank for run.json.
 struct RankReport {
@@ -434,7 +434,7 @@ int generate(const std::vector<std::string>& args) {
         {"frame_steps_per_s", denoise_seconds > 0 ? static_cast<double>(frames) * run_steps / denoise_seconds : 0.0},
         {"ranks", ranks},
         {"outputs", outputs}};
-    write_text_atomically(out_dir + "/run.json", run.dump(2) + "\n");
+    io::write_file_atomically(out_dir + "/run.json", run.dump(2) + "\n");
     double peak = 0;
     for (const RankReport& r : reports) peak = std::max(peak, r.arena_peak);
     for (int r = 0; r < mpi.size() && o.verbose; ++r) {

@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "core/error.hpp"
+#include "io/atomic_file.hpp"
 #include "mpi/check.hpp"
 #include "ops/elementwise.hpp"
 
@@ -189,17 +190,6 @@ json vi_json(const infinity::Config& v) {
           {"exchange", v.exchange == infinity::ExchangePattern::fused ? "fused" : "three-round"}};
 }
 
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".partial";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    out.flush();
-    VINF_INPUT_CHECK(out.good(), "cannot write ", tmp, " (disk full or the directory not writable?)");
-  }
-  VINF_INPUT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path);
-}
-
 void install_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -291,12 +281,7 @@ void ActivationDump::finish(MPI_Comm comm, const std::string& path) {
   if (!file_) return;
   file_->close();
   file_.reset();
-  VINF_CHECK_MPI(MPI_Barrier(comm));
-  int rank = 0, ok = 1;
-  VINF_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  if (rank == 0) ok = std::rename((path + ".partial").c_str(), path.c_str()) == 0;
-  VINF_CHECK_MPI(MPI_Bcast(&ok, 1, MPI_INT, 0, comm));
-  VINF_INPUT_CHECK(ok, "cannot rename ", path, ".partial to ", path);
+  io::commit_partial(comm, path + ".partial", path);
 }
 
 }  // namespace vinf::app

@@ -41,7 +41,6 @@ void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, co
 
 json counters_json(const mpi::CommCounters& c);
 json vi_json(const infinity::Config& v);
-void write_text_atomically(const std::string& path, const std::string& text);
 
 // SIGTERM and SIGUSR1 (what Slurm sends before a time limit or a preemption) set a flag that the
 // loop checks after every step; SIGXFSZ is ignored so that a full quota is an error message.

@@ -4,20 +4,13 @@
 
 #include "app/generate_support.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "io/image.hpp"
 #include "io/video.hpp"
 #include "mpi/check.hpp"
 #include "ops/elementwise.hpp"
 
 namespace vinf::app {
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 VideoResult write_video_outputs(const GenerateOptions& o, const mpi::Session& mpi, const mpi::ProcessGrid& grid,
                                 Runtime& rt, const model::VaeDecoder& vae, const Tensor& latents, std::int64_t frames,

@@ -28,6 +28,11 @@ class Progress {
   std::chrono::steady_clock::time_point start_;
 };
 
+// Seconds elapsed since t0 on the steady clock.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // "1.5 s", "2 min 05 s", "1 h 02 min".
 std::string format_duration(double seconds);
 

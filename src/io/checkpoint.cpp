@@ -1,17 +1,13 @@
 #include "io/checkpoint.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <memory>
 
 #include "core/error.hpp"
+#include "io/atomic_file.hpp"
 #include "io/h5file.hpp"
 #include "mpi/check.hpp"
-#include "mpi/fatal.hpp"
 
 namespace fs = std::filesystem;
 
@@ -35,47 +31,21 @@ void stamp_file(H5File& f, const char* format, const RunStamp& s) {
   f.set_int("/", "clip_size", s.clip_size);
 }
 
-bool fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return false;
-  const bool ok = ::fsync(fd) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// After every rank closed PATH.partial: rank 0 makes it durable and gives it its name.
-void commit(MPI_Comm comm, const std::string& partial, const std::string& path) {
-  VINF_CHECK_MPI(MPI_Barrier(comm));
-  int rank = 0, ok = 1;
-  VINF_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  if (rank == 0) {
-    ok = fsync_path(partial) && std::rename(partial.c_str(), path.c_str()) == 0;
-    if (ok) fsync_path(fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string());
-  }
-  VINF_CHECK_MPI(MPI_Bcast(&ok, 1, MPI_INT, 0, comm));
-  if (!ok) throw Error("cannot sync and rename " + partial + " to " + path + " (disk full or the directory not writable?)");
-}
-
 // Writes under PATH.partial with body(file), then commits; a failure removes the partial file.
 template <class Body>
 void write_atomically(MPI_Comm comm, const std::string& path, Body body) {
   const std::string partial = path + ".partial";
-  std::unique_ptr<H5File> f;
   try {
-    f = std::make_unique<H5File>(H5File::create(comm, partial));
-    body(*f);
-    f->close();
+    H5File f = H5File::create(comm, partial);
+    body(f);
+    f.close();
   } catch (...) {
-    if (f) {
-      f->abandon();
-      mpi::mark_finalize_unsafe();
-    }
     int rank = 0;
     MPI_Comm_rank(comm, &rank);
     if (rank == 0) std::remove(partial.c_str());
     throw;
   }
-  commit(comm, partial, path);
+  commit_partial(comm, partial, path);
 }
 
 }  // namespace

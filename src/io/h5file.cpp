@@ -1,11 +1,13 @@
 #include "io/h5file.hpp"
 
+#include <exception>
 #include <functional>
 #include <utility>
 
 #include "core/error.hpp"
 #include "io/hdf5_check.hpp"
 #include "mpi/check.hpp"
+#include "mpi/fatal.hpp"
 
 namespace vinf::io {
 
@@ -96,14 +98,27 @@ bool is_hdf5(const std::string& path) {
   return H5Fis_hdf5(path.c_str()) > 0;
 }
 
-H5File::H5File(hid_t id, MPI_Comm comm, std::string path) : id_(id), comm_(comm), path_(std::move(path)) {
+H5File::H5File(hid_t id, MPI_Comm comm, std::string path)
+    : id_(id), comm_(comm), unwinding_at_open_(std::uncaught_exceptions()), path_(std::move(path)) {
   VINF_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
 }
 
-H5File::H5File(H5File&& o) noexcept : id_(std::exchange(o.id_, -1)), comm_(o.comm_), rank_(o.rank_), path_(std::move(o.path_)) {}
+H5File::H5File(H5File&& o) noexcept
+    : id_(std::exchange(o.id_, -1)),
+      comm_(o.comm_),
+      rank_(o.rank_),
+      unwinding_at_open_(o.unwinding_at_open_),
+      path_(std::move(o.path_)) {}
 
 H5File::~H5File() {
-  if (id_ >= 0) H5Fclose(id_);
+  if (id_ < 0) return;
+  if (std::uncaught_exceptions() > unwinding_at_open_) {
+    // Left by an error: HDF5 1.10 crashes when it closes (or later flushes, in MPI_Finalize) a file
+    // whose writes failed. Leave it open, and keep the fatal path away from MPI_Finalize.
+    mpi::mark_finalize_unsafe();
+    return;
+  }
+  H5Fclose(id_);
 }
 
 void H5File::close() {

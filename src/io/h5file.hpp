@@ -30,9 +30,6 @@ class H5File {
   ~H5File();
   // Closes and reports a failure (where buffered data reaches the file).
   void close();
-  // After a failed write: forgets the file without closing it (a second close of a file whose
-  // flush failed crashes HDF5 1.10; the library drops it at exit).
-  void abandon() { id_ = -1; }
   const std::string& path() const { return path_; }
 
   void create_group(const std::string& name);
@@ -66,6 +63,7 @@ class H5File {
   hid_t id_ = -1;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
+  int unwinding_at_open_ = 0;  // std::uncaught_exceptions() when opened: a larger count at destruction means an error
   std::string path_;
 };
 

@@ -3,10 +3,9 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <fstream>
 
 #include "core/error.hpp"
+#include "io/atomic_file.hpp"
 
 namespace vinf::io {
 
@@ -57,17 +56,7 @@ void write_png(const std::string& path, const std::uint8_t* rgb, std::int64_t wi
   chunk(png, "IHDR", header);
   chunk(png, "IDAT", packed);
   chunk(png, "IEND", "");
-  const std::string tmp = path + ".partial";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out.write(png.data(), static_cast<std::streamsize>(png.size()));
-    out.flush();
-    if (!out.good()) {
-      std::remove(tmp.c_str());
-      throw Error("cannot write " + tmp + " (disk full or the directory not writable?)");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot rename " + tmp + " to " + path);
+  write_file_atomically(path, png);
 }
 
 ContactSheet::ContactSheet(std::int64_t frames, std::int64_t width, std::int64_t height, int count, int columns,

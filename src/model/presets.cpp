@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/error.hpp"
+#include "io/atomic_file.hpp"
 #include "io/safetensors.hpp"
 #include "model/params.hpp"
 #include "ops/elementwise.hpp"
@@ -44,20 +45,6 @@ UNetConfig preset_config(const std::string& name) {
 
 DType preset_default_dtype(const std::string& name) { return name == "vc2" ? DType::f16 : DType::f32; }
 
-namespace {
-
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".partial";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    VINF_INPUT_CHECK(out.good(), "cannot write ", tmp);
-  }
-  VINF_INPUT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename ", tmp, " to ", path);
-}
-
-}  // namespace
-
 void write_random_model(const UNetConfig& c, std::uint64_t seed, DType dtype, const std::string& dir,
                         const std::function<void(std::size_t, std::size_t)>& progress) {
   VINF_INPUT_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16,
@@ -93,7 +80,7 @@ void write_random_model(const UNetConfig& c, std::uint64_t seed, DType dtype, co
   // The weights first: a directory with a config.json is a model, so the config comes last.
   io::write_safetensors(dir + "/diffusion_pytorch_model.safetensors", tensors,
                         {{"format", "pt"}, {"generator", "vinf make-model"}, {"seed", std::to_string(seed)}});
-  write_text_file(dir + "/config.json", unet_config_json(c));
+  io::write_file_atomically(dir + "/config.json", unet_config_json(c));
 }
 
 }  // namespace vinf::model
