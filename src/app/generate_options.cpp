@@ -27,8 +27,9 @@ po::options_description describe(GenerateOptions& o) {
       "       mpirun -np N vinf generate --config FILE      (N clip ranks, or 2 x clips with --parallel.cfg 2)\n\n"
       "Options come from the command line and from --config FILE (INI: a key before any section is a\n"
       "top-level option, `[vi] local-frames = 8` is --vi.local-frames 8); the command line wins.\n"
-      "Writes OUT/latents.h5 (the final latents [F, C, H, W] with the config as attributes) and\n"
-      "OUT/run.json (config, times per phase and per step, bytes per collective kind, peak memory per rank).\n\n"
+      "Writes OUT/latents.h5 (the final latents [F, C, H, W] with the config as attributes), OUT/video.mp4\n"
+      "and OUT/contact.png (when the model has a VAE), OUT/checkpoints/step-NNNNNN.h5, and last OUT/run.json\n"
+      "(config, times per phase and per step, bytes per collective kind, peak memory per rank).\n\n"
       "Run",
       kHelpWidth, kHelpColumn);
   all.add_options()("help,h", "show this help")(

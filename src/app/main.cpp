@@ -56,7 +56,7 @@ const Command kCommands[] = {
 void usage(std::ostream& os) {
   os << "usage: vinf <command> [options]    (vinf <command> --help for its options)\n\ncommands:\n";
   for (const Command& c : kCommands) os << "  " << c.name << std::string(12 - std::strlen(c.name), ' ') << c.summary << "\n";
-  os << "\nNot in this version yet: encode-text (text comes as embeddings), MP4/PNG output (video as latents).\n"
+  os << "\nNot in this version yet: encode-text (generate takes text as an embeddings file).\n"
         "\nother options:\n  --version   print the version and the backends this build has\n  --help      this text\n";
 }
 
