@@ -19,6 +19,7 @@ std::string format_mib(double bytes);
 int selfcheck(const std::vector<std::string>& args);
 int generate(const std::vector<std::string>& args);
 int decode(const std::vector<std::string>& args);
+int encode_text(const std::vector<std::string>& args);
 int forward(const std::vector<std::string>& args);
 int make_model(const std::vector<std::string>& args);
 int inspect(const std::vector<std::string>& args);

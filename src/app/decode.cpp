@@ -31,7 +31,8 @@ namespace {
 // A vinf HDF5 file's /latents to DIR/video.mp4, contact.png and PNG frames, one chunk of frames
 // at a time (the whole video is never in memory).
 int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::string& path, const std::string& dir,
-                      const io::FrameWriter::Settings& settings, bool overwrite, std::int64_t frames_per_call) {
+                      const io::FrameWriter::Settings& settings, bool overwrite, std::int64_t frames_per_call,
+                      std::int64_t tile) {
   const io::H5File f = io::H5File::open(MPI_COMM_SELF, path);
   const std::string format = f.has_attribute("/", "format") ? f.text("/", "format") : "";
   VINF_INPUT_CHECK(format == io::kCheckpointFormat || format == io::kLatentsFormat, path,
@@ -58,7 +59,7 @@ int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::stri
     OwnedTensor x = rt.arena().empty(DType::f32, in_shape), y = rt.arena().empty(DType::f32, out_shape);
     ops::copy(rt.ctx(), Tensor::wrap(latents.data(), DType::f32, Device::cpu(), in_shape), x);
     ops::scale(rt.ctx(), x, 1.f / c.scaling_factor, x);
-    vae.decode(rt.ctx(), x, y, frames_per_call);
+    vae.decode(rt.ctx(), x, y, frames_per_call, tile);
     ops::copy(rt.ctx(), y, Tensor::wrap(images.data(), DType::f32, Device::cpu(), out_shape));
     rt.synchronize();
     for (std::int64_t i = 0; i < k; ++i) {
@@ -79,7 +80,7 @@ int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::stri
 
 int decode(const std::vector<std::string>& args) {
   std::string vae_dir, latents_path, checkpoint_path, out_path, device_opt = "auto", dtype_opt = "f32";
-  std::int64_t frames_per_call = 4;
+  std::int64_t frames_per_call = 4, tile = 0;
   io::FrameWriter::Settings video;
   bool overwrite = false;
   po::options_description opts(
@@ -99,6 +100,9 @@ int decode(const std::vector<std::string>& args) {
       "dtype", po::value(&dtype_opt)->default_value(dtype_opt), "compute dtype: f32 | f16 | bf16 (16-bit on CUDA only)")(
       "frames-per-call", po::value(&frames_per_call)->default_value(frames_per_call),
       "images decoded at once (bounds the memory; the numbers do not depend on it)")(
+      "vae.tile", po::value(&tile)->default_value(tile),
+      "decode images larger than N x N latent pixels in overlapping N x N tiles (diffusers' tiled decoding: "
+      "bounded memory, slightly different pixels at the seams; 0: whole images)")(
       "output.video", po::value(&video.video)->default_value(video.video)->implicit_value(true),
       "with --checkpoint: write DIR/video.mp4")(
       "output.fps", po::value(&video.fps)->default_value(video.fps), "frame rate of video.mp4")(
@@ -119,6 +123,8 @@ int decode(const std::vector<std::string>& args) {
                    "vinf decode: give either --latents IN.safetensors or --checkpoint X.h5 (see vinf decode --help)");
   VINF_INPUT_CHECK(video.fps > 0 && video.fps <= 1000, "--output.fps must be in (0, 1000], got ", video.fps);
   VINF_INPUT_CHECK(frames_per_call >= 1, "--frames-per-call must be >= 1, got ", frames_per_call);
+  VINF_INPUT_CHECK(tile == 0 || (tile >= 4 && tile % 4 == 0), "--vae.tile must be 0 (off) or a multiple of 4 latent ",
+                   "pixels, got ", tile);
   DType dtype;
   VINF_INPUT_CHECK(parse_dtype(dtype_opt, dtype) && (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16),
                    "--dtype must be f32, f16 or bf16, got '", dtype_opt, "'");
@@ -129,7 +135,7 @@ int decode(const std::vector<std::string>& args) {
   if (!checkpoint_path.empty()) {
     Runtime rt(device);
     const model::VaeDecoder vae = model::VaeDecoder::load(vae_dir, rt, dtype);
-    return decode_checkpoint(rt, vae, checkpoint_path, out_path, video, overwrite, frames_per_call);
+    return decode_checkpoint(rt, vae, checkpoint_path, out_path, video, overwrite, frames_per_call, tile);
   }
   const io::SafetensorsFile in(latents_path);
   const auto* e = in.find("latents");
@@ -145,7 +151,7 @@ int decode(const std::vector<std::string>& args) {
   const Shape out_shape{latents.size(0), c.out_channels, latents.size(2) * c.upscale(), latents.size(3) * c.upscale()};
   OwnedTensor x = rt.arena().empty(DType::f32, latents.shape), y = rt.arena().empty(DType::f32, out_shape);
   ops::copy(rt.ctx(), latents, x);
-  vae.decode(rt.ctx(), x, y, frames_per_call);
+  vae.decode(rt.ctx(), x, y, frames_per_call, tile);
   std::vector<float> host(static_cast<std::size_t>(y.numel()));
   ops::copy(rt.ctx(), y, Tensor::wrap(host.data(), DType::f32, Device::cpu(), out_shape));
   rt.synchronize();

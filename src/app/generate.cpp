@@ -117,7 +117,10 @@ int generate(const std::vector<std::string>& args) {
       {"model.seed", o.model_seed},
       {"model.scheduler-config", sched_source},
       {"model.vae", o.vae},
+      {"model.text-encoder", o.text_encoder},
+      {"model.tokenizer", o.tokenizer},
       {"output", {{"video", o.video}, {"fps", o.output_fps}, {"png", o.png}}},
+      {"vae", {{"tile", o.vae_tile}}},
       {"video", {{"frames", frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
       {"sampler",
        {{"scheduler", o.scheduler}, {"steps", o.steps}, {"guidance", o.guidance}, {"seed", o.seed},
@@ -163,8 +166,7 @@ int generate(const std::vector<std::string>& args) {
     text.negative = c.negative_prompt_embeds;
     text.source = resume_path + " (cached)";
   } else if (o.embeddings.empty()) {
-    text = sampling::random_text_embeddings(o.prompts, o.negative, o.tokens, ucfg.cross_attention_dim,
-                                            static_cast<std::uint64_t>(o.model_seed));
+    text = encode_prompts_on_root(o, ucfg.cross_attention_dim, guided, device, mpi, warnings);
   } else {
     text = sampling::read_text_embeddings(o.embeddings, ucfg.cross_attention_dim, guided);
   }

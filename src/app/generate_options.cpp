@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <tuple>
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
@@ -35,8 +36,9 @@ po::options_description describe(GenerateOptions& o) {
   all.add_options()("help,h", "show this help")(
       "config", po::value(&o.config_file), "INI file with any of the options below")(
       "model", po::value(&o.model),
-      "the model: a diffusers pipeline or UNet directory, or builtin:tiny / builtin:small (random weights made "
-      "in memory from --model.seed; text embeddings are then random too)")(
+      "the model: a diffusers pipeline directory (unet/, vae/, text_encoder/, tokenizer/) or a UNet directory, "
+      "or builtin:tiny / builtin:small (random weights made in memory from --model.seed, with a random text "
+      "encoder over a byte-level tokenizer)")(
       "out", po::value(&o.out),
       "output directory (default outputs/<name>-<Slurm job id, or date-time>); an existing one is refused "
       "unless --overwrite")(
@@ -60,6 +62,11 @@ po::options_description describe(GenerateOptions& o) {
       "model.vae", po::value(&o.vae),
       "VAE directory, when it is not MODEL/vae (without a VAE the run writes latents only; builtin: models "
       "have a random one)")(
+      "model.text-encoder", po::value(&o.text_encoder),
+      "text encoder directory (transformers' CLIPTextModel: config.json + model.safetensors), when it is not "
+      "MODEL/text_encoder")(
+      "model.tokenizer", po::value(&o.tokenizer),
+      "CLIP tokenizer directory (vocab.json, merges.txt, tokenizer_config.json), when it is not MODEL/tokenizer")(
       "model.scheduler-config", po::value(&o.scheduler_config),
       "diffusers scheduler_config.json (file or directory; default MODEL/scheduler/ when present, else "
       "zeroscope's values)")(
@@ -92,8 +99,7 @@ po::options_description describe(GenerateOptions& o) {
       "prompt.negative", po::value(&o.negative)->default_value(o.negative), "negative prompt (guidance > 1)")(
       "prompt.embeddings", po::value(&o.embeddings),
       "safetensors with prompt_embeds [P, L, D] (one row per prompt) and negative_prompt_embeds [1, L, D], "
-      "used instead of a text encoder")(
-      "prompt.tokens", po::value(&o.tokens)->default_value(o.tokens), "tokens per random text embedding");
+      "used instead of the text encoder (vinf encode-text --negative writes one)");
 
   po::options_description parallel("[parallel]", kHelpWidth, kHelpColumn);
   parallel.add_options()("parallel.cfg", po::value(&o.cfg)->default_value(o.cfg),
@@ -108,6 +114,11 @@ po::options_description describe(GenerateOptions& o) {
       "output.png", po::value(&o.png)->default_value(o.png)->implicit_value(true),
       "also write every frame as OUT/frames/frame-NNNNNN.png")(
       "output.ffmpeg", po::value(&o.ffmpeg)->default_value(o.ffmpeg), "the ffmpeg program (looked up in PATH)");
+
+  po::options_description vae("[vae]", kHelpWidth, kHelpColumn);
+  vae.add_options()("vae.tile", po::value(&o.vae_tile)->default_value(o.vae_tile),
+                    "decode frames larger than N x N latent pixels in overlapping N x N tiles (diffusers' tiled "
+                    "decoding: bounded memory, slightly different pixels at the seams; 0: whole frames; e.g. 64)");
 
   po::options_description ckpt("[checkpoint] and resuming", kHelpWidth, kHelpColumn);
   ckpt.add_options()("checkpoint.every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every),
@@ -126,7 +137,7 @@ po::options_description describe(GenerateOptions& o) {
 
   po::options_description vi("[vi] Video-Infinity (design.md §2; flags take =true/=false)", kHelpWidth, kHelpColumn);
   o.vi_options.add_to(vi);
-  all.add(model).add(video).add(sampler).add(prompt).add(parallel).add(output).add(ckpt).add(vi);
+  all.add(model).add(video).add(sampler).add(prompt).add(parallel).add(vae).add(output).add(ckpt).add(vi);
   return all;
 }
 
@@ -162,7 +173,8 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
     const std::string p = o.builtin_preset();
     VINF_INPUT_CHECK(p == "tiny" || p == "small", "--model ", o.model, ": the built-in models are builtin:tiny and ",
                      "builtin:small");
-    VINF_INPUT_CHECK(o.unet.empty() && o.vae.empty(), "--model.unet and --model.vae cannot be combined with a ",
+    VINF_INPUT_CHECK(o.unet.empty() && o.vae.empty() && o.text_encoder.empty() && o.tokenizer.empty(),
+                     "--model.unet, --model.vae, --model.text-encoder and --model.tokenizer cannot be combined with a ",
                      "built-in model");
   } else {
     const std::string dir = o.unet.empty() ? o.model : o.unet;
@@ -189,10 +201,22 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
                    "--sampler.noise must be auto, invariant or compat, got '", o.noise, "'");
   VINF_INPUT_CHECK(!o.prompts.empty() || !o.embeddings.empty(),
                    "no prompt: give --prompt.text (repeatable) or --prompt.embeddings FILE");
-  if (o.embeddings.empty())
-    VINF_INPUT_CHECK(o.builtin(), "--model ", o.model, " needs --prompt.embeddings FILE: this version has no text ",
-                     "encoder yet (random embeddings are only for builtin: models)");
-  VINF_INPUT_CHECK(o.tokens >= 1 && o.tokens <= 1024, "--prompt.tokens must be in [1, 1024], got ", o.tokens);
+  if (o.embeddings.empty() && !o.builtin()) {
+    // The text encoder and tokenizer: given, or the pipeline's own.
+    for (auto [dir, option, sub] : {std::tuple{&o.text_encoder, "--model.text-encoder", "text_encoder"},
+                                    std::tuple{&o.tokenizer, "--model.tokenizer", "tokenizer"}}) {
+      if (dir->empty()) {
+        VINF_INPUT_CHECK(fs::is_directory(o.model + "/" + sub), "--model ", o.model, " has no ", sub, "/: give ", option,
+                         " DIR (the real setup takes zeroscope_v2_576w's), or --prompt.embeddings FILE (from vinf ",
+                         "encode-text)");
+        *dir = o.model + "/" + sub;
+      } else {
+        VINF_INPUT_CHECK(fs::is_directory(*dir), option, " ", *dir, ": no such directory");
+      }
+    }
+  }
+  VINF_INPUT_CHECK(o.vae_tile == 0 || (o.vae_tile >= 4 && o.vae_tile % 4 == 0),
+                   "--vae.tile must be 0 (off) or a multiple of 4 latent pixels, got ", o.vae_tile);
   VINF_INPUT_CHECK(o.cfg == 1 || o.cfg == 2, "--parallel.cfg must be 1 or 2, got ", o.cfg);
   VINF_INPUT_CHECK(o.cfg == 1 || o.guidance > 1, "--parallel.cfg 2 splits the two guidance branches, but ",
                    "--sampler.guidance ", o.guidance, " <= 1 runs only one; use --parallel.cfg 1");

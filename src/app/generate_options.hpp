@@ -13,7 +13,7 @@ namespace vinf::app {
 struct GenerateOptions {
   std::string config_file;
   // [model] (the top-level `model` is a directory or builtin:<preset>)
-  std::string model, unet, vae, scheduler_config;
+  std::string model, unet, vae, text_encoder, tokenizer, scheduler_config;  // resolved from MODEL when not given
   std::int64_t model_seed = 0;
   // [video]
   std::int64_t frames = 0;  // 0: 24 per clip
@@ -27,9 +27,10 @@ struct GenerateOptions {
   // [prompt]
   std::vector<std::string> prompts;
   std::string negative, embeddings;
-  std::int64_t tokens = 77;  // random embeddings only
   // [parallel]
   int cfg = 1;
+  // [vae]
+  std::int64_t vae_tile = 0;  // latent pixels; 0: whole frames
   // [output]
   double output_fps = 8;
   bool video = true, png = false;

@@ -10,11 +10,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
+#include "model/clip_text.hpp"
+#include "model/tokenizer.hpp"
 #include "mpi/check.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/runtime.hpp"
 
 namespace fs = std::filesystem;
 
@@ -76,6 +80,56 @@ std::string decided_by_root(const mpi::Session& mpi, const std::function<std::st
   broadcast_string(error, mpi.world());
   VINF_INPUT_CHECK(error.empty(), error);
   return value;
+}
+
+sampling::TextEmbeddings encode_prompts_on_root(const GenerateOptions& o, std::int64_t width, bool guided, Device device,
+                                                const mpi::Session& mpi, std::vector<std::string>& warnings) {
+  std::vector<std::string> texts = o.prompts;
+  if (guided) texts.push_back(o.negative);
+  std::vector<float> hidden;
+  std::int64_t tokens = 0;
+  const std::string source = decided_by_root(mpi, [&] {
+    const model::ClipTokenizer tokenizer =
+        o.builtin() ? model::ClipTokenizer::byte_level() : model::ClipTokenizer::load(o.tokenizer);
+    warnings.insert(warnings.end(), tokenizer.warnings().begin(), tokenizer.warnings().end());
+    Runtime rt(device);
+    std::string encoder_source = o.text_encoder;
+    std::unique_ptr<model::ClipTextModel> encoder;
+    if (o.builtin()) {
+      const model::ClipTextConfig c = model::clip_text_preset(static_cast<int>(width));
+      encoder = std::make_unique<model::ClipTextModel>(
+          c, model::Weights::random(model::clip_text_parameters(c), rt, DType::f32,
+                                    static_cast<std::uint64_t>(o.model_seed) + 2));
+      encoder_source = "built-in (random)";
+    } else {
+      encoder = std::make_unique<model::ClipTextModel>(model::ClipTextModel::load(o.text_encoder, rt, DType::f32));
+    }
+    VINF_INPUT_CHECK(encoder->config().hidden_size == width, "the text encoder ", encoder_source, " has hidden_size ",
+                     encoder->config().hidden_size, " but the UNet's cross_attention_dim is ", width,
+                     ": they are not from the same model");
+    std::vector<model::TokenizedText> ids;
+    hidden = model::encode_prompts(rt, tokenizer, *encoder, texts, &ids);
+    tokens = tokenizer.max_length();
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (ids[i].truncated())
+        warnings.push_back((i < o.prompts.size() ? "prompt " + std::to_string(i) : std::string("the negative prompt")) +
+                           " has " + std::to_string(ids[i].length) + " tokens; the text encoder takes " +
+                           std::to_string(tokens) + ", so these are dropped: '" + ids[i].dropped + "'");
+    return "tokenizer " + tokenizer.source() + ", text encoder " + encoder_source;
+  });
+  MPI_Bcast(&tokens, 1, MPI_INT64_T, 0, mpi.world());
+  const auto row = static_cast<std::size_t>(tokens * width);
+  hidden.resize(row * texts.size());
+  MPI_Bcast(hidden.data(), static_cast<int>(hidden.size()), MPI_FLOAT, 0, mpi.world());
+  sampling::TextEmbeddings text;
+  text.tokens = tokens;
+  text.width = width;
+  text.source = source;
+  for (std::size_t p = 0; p < o.prompts.size(); ++p)
+    text.prompts.emplace_back(hidden.begin() + static_cast<std::ptrdiff_t>(p * row),
+                              hidden.begin() + static_cast<std::ptrdiff_t>((p + 1) * row));
+  if (guided) text.negative.assign(hidden.end() - static_cast<std::ptrdiff_t>(row), hidden.end());
+  return text;
 }
 
 std::string choose_out_dir(const GenerateOptions& o, const mpi::Session& mpi) {

@@ -16,6 +16,7 @@
 #include "mpi/communicator.hpp"
 #include "mpi/session.hpp"
 #include "ops/context.hpp"
+#include "sampling/conditioning.hpp"
 
 namespace vinf::app {
 
@@ -25,6 +26,13 @@ void broadcast_string(std::string& s, MPI_Comm comm);
 // Runs fn on rank 0; its result, or the message of the vinf::InputError it threw, reaches every
 // rank (which then all throw it), so a decision that reads the file system is the same everywhere.
 std::string decided_by_root(const mpi::Session& mpi, const std::function<std::string()>& fn);
+
+// The prompts (and with guidance the negative prompt) through the tokenizer and text encoder:
+// --model.tokenizer / --model.text-encoder, or the built-in model's byte-level tokenizer and random
+// encoder. Rank 0 encodes and every rank gets the embeddings; `warnings` (rank 0) gets truncated
+// prompts and defaults the tokenizer files left open. Throws vinf::InputError on every rank.
+sampling::TextEmbeddings encode_prompts_on_root(const GenerateOptions& o, std::int64_t width, bool guided, Device device,
+                                                const mpi::Session& mpi, std::vector<std::string>& warnings);
 
 // The output directory: --out, or the run a --resume PATH belongs to, or outputs/<name>-<id>.
 // Refused when it exists, unless --overwrite or --resume.

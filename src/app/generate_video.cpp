@@ -36,7 +36,7 @@ VideoResult write_video_outputs(const GenerateOptions& o, const mpi::Session& mp
       const std::int64_t k = std::min(kFramesPerCall, nf - f0);
       const Shape shape{k, vc.out_channels, height, width};
       OwnedTensor images = rt.arena().empty(DType::f32, shape);
-      vae.decode(ctx, z.slice(0, f0, k), images, kFramesPerCall);
+      vae.decode(ctx, z.slice(0, f0, k), images, kFramesPerCall, o.vae_tile);
       ops::copy(ctx, images, Tensor::wrap(host.data(), DType::f32, Device::cpu(), shape));
       rt.synchronize();
       for (std::int64_t f = 0; f < k; ++f)

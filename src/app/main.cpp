@@ -47,17 +47,17 @@ struct Command {
 const Command kCommands[] = {
     {"generate", "generate a video: the main job (mpirun -np N vinf generate --config FILE)", generate},
     {"decode", "VAE decoding only: latents to images (checks a VAE against reference numbers)", decode},
+    {"encode-text", "prompts through the CLIP tokenizer and text encoder (an embeddings file for generate)", encode_text},
     {"forward", "one UNet call per timestep on given inputs (checks a model against reference numbers)", forward},
-    {"make-model", "write a random-weight UNet (tiny, small or vc2 shape) in diffusers layout", make_model},
+    {"make-model", "write a random-weight UNet or pipeline (tiny, small or vc2 shape) in diffusers layout", make_model},
     {"inspect", "describe a model directory or a safetensors file", inspect},
     {"selfcheck", "run every op on every available backend against the CPU reference", selfcheck},
 };
 
 void usage(std::ostream& os) {
   os << "usage: vinf <command> [options]    (vinf <command> --help for its options)\n\ncommands:\n";
-  for (const Command& c : kCommands) os << "  " << c.name << std::string(12 - std::strlen(c.name), ' ') << c.summary << "\n";
-  os << "\nNot in this version yet: encode-text (generate takes text as an embeddings file).\n"
-        "\nother options:\n  --version   print the version and the backends this build has\n  --help      this text\n";
+  for (const Command& c : kCommands) os << "  " << c.name << std::string(13 - std::strlen(c.name), ' ') << c.summary << "\n";
+  os << "\nother options:\n  --version   print the version and the backends this build has\n  --help      this text\n";
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// `vinf make-model`: a random-weight UNet in the diffusers directory layout, for tests, demos and
-// benchmarks without real weights.
+// `vinf make-model`: a random-weight UNet, or a whole pipeline, in the diffusers directory layout,
+// for tests, demos and benchmarks without real weights.
 #include <boost/program_options.hpp>
 #include <filesystem>
 #include <iostream>
@@ -15,17 +15,21 @@ namespace po = boost::program_options;
 namespace vinf::app {
 
 int make_model(const std::vector<std::string>& args) {
-  std::string preset, out, dtype_opt;
+  std::string preset, out, dtype_opt, layout = "unet";
   std::uint64_t seed = 0;
   bool overwrite = false;
   po::options_description opts(
       "vinf make-model: write a random-weight UNet in diffusers layout\n\n"
-      "usage: vinf make-model --preset tiny|small|vc2 --seed S --out DIR\n\n"
+      "usage: vinf make-model --preset tiny|small|vc2 --seed S --out DIR [--layout pipeline]\n\n"
       "Presets: tiny (the golden-fixture shape, 32/64 channels), small (VideoCrafter2's structure at a\n"
-      "fifth of its width), vc2 (the full VideoCrafter2 UNet, 1,413,284,420 parameters, ~2.8 GB as f16).\n\nOptions");
+      "fifth of its width), vc2 (the full VideoCrafter2 UNet, 1,413,284,420 parameters, ~2.8 GB as f16).\n"
+      "--layout pipeline writes DIR/unet, DIR/vae, DIR/text_encoder, DIR/tokenizer and model_index.json:\n"
+      "the model that `vinf generate --model builtin:PRESET --model.seed S` makes in memory (a small random\n"
+      "text encoder over a byte-level tokenizer; for vc2 the full-size VAE and OpenCLIP-H text encoder).\n\nOptions");
   opts.add_options()("help,h", "show this help")("preset", po::value(&preset), "tiny | small | vc2")(
       "seed", po::value(&seed)->default_value(0), "random seed (the same seed gives the same weights)")(
       "out", po::value(&out), "model directory to create")(
+      "layout", po::value(&layout)->default_value(layout), "unet (DIR is a UNet directory) | pipeline")(
       "dtype", po::value(&dtype_opt), "weight dtype f32 | f16 | bf16 (default: f16 for vc2, f32 otherwise)")(
       "overwrite", po::bool_switch(&overwrite), "replace a model already in DIR");
   po::variables_map vm;
@@ -41,8 +45,10 @@ int make_model(const std::vector<std::string>& args) {
   if (vm.count("dtype"))
     VINF_INPUT_CHECK(parse_dtype(dtype_opt, dtype) && (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16),
                      "--dtype must be f32, f16 or bf16, got '", dtype_opt, "'");
+  VINF_INPUT_CHECK(layout == "unet" || layout == "pipeline", "--layout must be unet or pipeline, got '", layout, "'");
+  const bool pipeline = layout == "pipeline";
   std::error_code ec;
-  for (const char* name : {"config.json", "diffusion_pytorch_model.safetensors"}) {
+  for (const char* name : {"config.json", "diffusion_pytorch_model.safetensors", "model_index.json", "unet"}) {
     const auto p = std::filesystem::path(out) / name;
     VINF_INPUT_CHECK(overwrite || !std::filesystem::exists(p, ec), p.string(),
                      " already exists; pass --overwrite to replace the model in ", out, " or choose another --out");
@@ -53,13 +59,19 @@ int make_model(const std::vector<std::string>& args) {
             << dtype_name(dtype) << " (" << (count * static_cast<std::int64_t>(dtype_size(dtype)) >> 20) << " MiB) -> "
             << out << "\n";
   int last_pct = -1;
-  model::write_random_model(config, seed, dtype, out, [&](std::size_t done, std::size_t total) {
+  auto progress = [&](std::size_t done, std::size_t total) {
     const int pct = static_cast<int>(100 * done / total);
     if (count > (std::int64_t{1} << 26) && pct / 10 != last_pct / 10) std::cerr << "  " << pct << "%\n" << std::flush;
     last_pct = pct;
-  });
-  std::cerr << "vinf make-model: wrote " << out << "/config.json and " << out
-            << "/diffusion_pytorch_model.safetensors\n";
+  };
+  if (pipeline) {
+    model::write_random_pipeline(preset, seed, dtype, out, progress);
+    std::cerr << "vinf make-model: wrote the pipeline " << out << " (unet/, vae/, text_encoder/, tokenizer/)\n";
+  } else {
+    model::write_random_model(config, seed, dtype, out, progress);
+    std::cerr << "vinf make-model: wrote " << out << "/config.json and " << out
+              << "/diffusion_pytorch_model.safetensors\n";
+  }
   return 0;
 }
 

@@ -46,6 +46,35 @@ ClipTextConfig load_clip_text_config(const std::string& path) {
   return c;
 }
 
+std::string clip_text_config_json(const ClipTextConfig& c) {
+  const nlohmann::ordered_json j = {{"architectures", {"CLIPTextModel"}},
+                                    {"model_type", "clip_text_model"},
+                                    {"vocab_size", c.vocab_size},
+                                    {"hidden_size", c.hidden_size},
+                                    {"intermediate_size", c.intermediate_size},
+                                    {"num_hidden_layers", c.layers},
+                                    {"num_attention_heads", c.heads},
+                                    {"max_position_embeddings", c.max_positions},
+                                    {"layer_norm_eps", c.layer_norm_eps},
+                                    {"hidden_act", c.act == ops::Activation::gelu ? "gelu" : "quick_gelu"},
+                                    {"bos_token_id", 0},
+                                    {"eos_token_id", 2},
+                                    {"pad_token_id", 1},
+                                    {"torch_dtype", "float32"}};
+  return j.dump(2) + "\n";
+}
+
+ClipTextConfig clip_text_preset(int width) {
+  ClipTextConfig c;
+  c.vocab_size = 514;
+  c.hidden_size = width;
+  c.intermediate_size = 4 * width;
+  c.layers = 2;
+  c.heads = 2;
+  VINF_CHECK(width > 0 && width % c.heads == 0, "clip_text_preset: width ", width);
+  return c;
+}
+
 std::vector<ParamSpec> clip_text_parameters(const ClipTextConfig& c) {
   std::vector<ParamSpec> p;
   const std::int64_t d = c.hidden_size, inner = c.intermediate_size;
@@ -145,6 +174,34 @@ void ClipTextModel::encode(ExecContext& ctx, const std::vector<std::int64_t>& id
   ops::layer_norm(ctx, h, w("text_model.final_layer_norm.weight"), w("text_model.final_layer_norm.bias"), a,
                   c.layer_norm_eps);
   ops::copy(ctx, a, out);
+}
+
+std::vector<float> encode_prompts(Runtime& rt, const ClipTokenizer& tokenizer, const ClipTextModel& encoder,
+                                  const std::vector<std::string>& prompts, std::vector<TokenizedText>* tokens) {
+  const ClipTextConfig& c = encoder.config();
+  VINF_INPUT_CHECK(tokenizer.max_length() <= c.max_positions, "the tokenizer (", tokenizer.source(), ") makes ",
+                   tokenizer.max_length(), " tokens but the text encoder has ", c.max_positions, " positions");
+  VINF_INPUT_CHECK(tokenizer.vocab_size() <= c.vocab_size, "the tokenizer (", tokenizer.source(), ") has ids up to ",
+                   tokenizer.vocab_size() - 1, " but the text encoder's vocabulary has ", c.vocab_size,
+                   ": they are not from the same model");
+  const auto batch = static_cast<std::int64_t>(prompts.size());
+  const std::int64_t length = tokenizer.max_length(), width = c.hidden_size;
+  std::vector<std::int64_t> ids;
+  ids.reserve(static_cast<std::size_t>(batch * length));
+  if (tokens) tokens->clear();
+  for (const std::string& p : prompts) {
+    TokenizedText t = tokenizer.encode(p);
+    ids.insert(ids.end(), t.ids.begin(), t.ids.end());
+    if (tokens) tokens->push_back(std::move(t));
+  }
+  std::vector<float> host(static_cast<std::size_t>(batch * length * width));
+  if (batch == 0) return host;
+  const Shape shape{batch, length, width};
+  OwnedTensor out = rt.arena().empty(DType::f32, shape);
+  encoder.encode(rt.ctx(), ids, batch, length, out);
+  ops::copy(rt.ctx(), out, Tensor::wrap(host.data(), DType::f32, Device::cpu(), shape));
+  rt.synchronize();
+  return host;
 }
 
 }  // namespace vinf::model

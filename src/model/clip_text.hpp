@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/params.hpp"
+#include "model/tokenizer.hpp"
 #include "model/weights.hpp"
 #include "ops/activation.hpp"
 #include "ops/context.hpp"
@@ -24,6 +25,11 @@ struct ClipTextConfig {
 
 // Reads transformers' config.json. Throws vinf::InputError naming the file and key.
 ClipTextConfig load_clip_text_config(const std::string& path);
+// transformers' config.json for c (what make-model writes).
+std::string clip_text_config_json(const ClipTextConfig& c);
+// The built-in models' text encoder: two layers of `width` (the UNet's cross_attention_dim), two
+// heads, erf GELU, 77 positions, the byte-level tokenizer's 514 ids.
+ClipTextConfig clip_text_preset(int width);
 std::vector<ParamSpec> clip_text_parameters(const ClipTextConfig& c);
 
 class ClipTextModel {
@@ -43,5 +49,12 @@ class ClipTextModel {
   ClipTextConfig config_;
   Weights weights_;
 };
+
+// Prompts to text conditioning: tokenized (truncated to the tokenizer's max_length; `tokens`, when
+// given, gets each prompt's TokenizedText to report truncation), encoded in one batch in f32, and
+// returned on the host as [N, max_length, hidden_size]. Throws vinf::InputError when the
+// tokenizer's ids or length do not fit the encoder.
+std::vector<float> encode_prompts(Runtime& rt, const ClipTokenizer& tokenizer, const ClipTextModel& encoder,
+                                  const std::vector<std::string>& prompts, std::vector<TokenizedText>* tokens = nullptr);
 
 }  // namespace vinf::model

@@ -8,7 +8,10 @@
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
 #include "io/safetensors.hpp"
+#include "model/clip_text.hpp"
 #include "model/params.hpp"
+#include "model/tokenizer.hpp"
+#include "model/vae.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/random.hpp"
 #include "ops/runtime.hpp"
@@ -45,15 +48,10 @@ UNetConfig preset_config(const std::string& name) {
 
 DType preset_default_dtype(const std::string& name) { return name == "vc2" ? DType::f16 : DType::f32; }
 
-void write_random_model(const UNetConfig& c, std::uint64_t seed, DType dtype, const std::string& dir,
-                        const std::function<void(std::size_t, std::size_t)>& progress) {
+void write_random_weights(const std::vector<ParamSpec>& params, std::uint64_t seed, DType dtype, const std::string& path,
+                          const std::function<void(std::size_t, std::size_t)>& progress) {
   VINF_INPUT_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16,
                    "make-model writes f32, f16 or bf16 weights, not ", dtype_name(dtype));
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  VINF_INPUT_CHECK(!ec, "cannot create the model directory ", dir, ": ", ec.message());
-
-  const std::vector<ParamSpec> params = unet_parameters(c);
   Runtime rt(Device::cpu());
   std::vector<float> scratch;
   std::vector<io::TensorToWrite> tensors;
@@ -77,10 +75,49 @@ void write_random_model(const UNetConfig& c, std::uint64_t seed, DType dtype, co
     };
     tensors.push_back(std::move(t));
   }
+  io::write_safetensors(path, tensors, {{"format", "pt"}, {"generator", "vinf make-model"}, {"seed", std::to_string(seed)}});
+}
+
+namespace {
+
+void make_directory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  VINF_INPUT_CHECK(!ec, "cannot create the model directory ", dir, ": ", ec.message());
+}
+
+}  // namespace
+
+void write_random_model(const UNetConfig& c, std::uint64_t seed, DType dtype, const std::string& dir,
+                        const std::function<void(std::size_t, std::size_t)>& progress) {
+  make_directory(dir);
   // The weights first: a directory with a config.json is a model, so the config comes last.
-  io::write_safetensors(dir + "/diffusion_pytorch_model.safetensors", tensors,
-                        {{"format", "pt"}, {"generator", "vinf make-model"}, {"seed", std::to_string(seed)}});
+  write_random_weights(unet_parameters(c), seed, dtype, dir + "/diffusion_pytorch_model.safetensors", progress);
   io::write_file_atomically(dir + "/config.json", unet_config_json(c));
+}
+
+void write_random_pipeline(const std::string& preset, std::uint64_t seed, DType dtype, const std::string& dir,
+                           const std::function<void(std::size_t, std::size_t)>& progress) {
+  const UNetConfig unet = preset_config(preset);
+  const VaeConfig vae = vae_preset(preset);
+  const ClipTextConfig text = preset == "vc2" ? ClipTextConfig{} : clip_text_preset(unet.cross_attention_dim);
+  make_directory(dir);
+  write_random_model(unet, seed, dtype, dir + "/unet", progress);
+  make_directory(dir + "/vae");
+  write_random_weights(vae_decoder_parameters(vae), seed + 1, dtype, dir + "/vae/diffusion_pytorch_model.safetensors");
+  io::write_file_atomically(dir + "/vae/config.json", vae_config_json(vae));
+  make_directory(dir + "/text_encoder");
+  write_random_weights(clip_text_parameters(text), seed + 2, dtype, dir + "/text_encoder/model.safetensors");
+  io::write_file_atomically(dir + "/text_encoder/config.json", clip_text_config_json(text));
+  ClipTokenizer::byte_level().save(dir + "/tokenizer");
+  io::write_file_atomically(dir + "/model_index.json",
+                            "{\n  \"_class_name\": \"TextToVideoSDPipeline\",\n"
+                            "  \"_vinf\": \"random weights, vinf make-model --preset " + preset + " --seed " +
+                                std::to_string(seed) + "\",\n"
+                            "  \"text_encoder\": [\"transformers\", \"CLIPTextModel\"],\n"
+                            "  \"tokenizer\": [\"transformers\", \"CLIPTokenizer\"],\n"
+                            "  \"unet\": [\"diffusers\", \"UNet3DConditionModel\"],\n"
+                            "  \"vae\": [\"diffusers\", \"AutoencoderKL\"]\n}\n");
 }
 
 }  // namespace vinf::model

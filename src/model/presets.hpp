@@ -11,6 +11,7 @@
 
 #include "core/dtype.hpp"
 #include "model/config.hpp"
+#include "model/params.hpp"
 
 namespace vinf::model {
 
@@ -27,5 +28,16 @@ DType preset_default_dtype(const std::string& name);
 // progress(done, total) is called after every tensor.
 void write_random_model(const UNetConfig& c, std::uint64_t seed, DType dtype, const std::string& dir,
                         const std::function<void(std::size_t, std::size_t)>& progress = {});
+
+// Any parameter list as one safetensors file, drawn as above (what Weights::random draws in memory).
+void write_random_weights(const std::vector<ParamSpec>& params, std::uint64_t seed, DType dtype, const std::string& path,
+                          const std::function<void(std::size_t, std::size_t)>& progress = {});
+
+// A whole pipeline in diffusers layout: DIR/unet (seed), DIR/vae (decoder, seed + 1),
+// DIR/text_encoder (clip_text_preset of the UNet's cross_attention_dim, seed + 2; the full
+// OpenCLIP-H shape for vc2), DIR/tokenizer (the byte-level tokenizer) and model_index.json: the
+// same model `--model builtin:<preset> --model.seed <seed>` makes in memory.
+void write_random_pipeline(const std::string& preset, std::uint64_t seed, DType dtype, const std::string& dir,
+                           const std::function<void(std::size_t, std::size_t)>& progress = {});
 
 }  // namespace vinf::model

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "io/atomic_file.hpp"
 #include "io/json_file.hpp"
 
 namespace fs = std::filesystem;
@@ -351,6 +352,26 @@ ClipTokenizer ClipTokenizer::byte_level(int max_length) {
   return t;
 }
 
+void ClipTokenizer::save(const std::string& dir) const {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  VINF_INPUT_CHECK(!ec, "cannot create the tokenizer directory ", dir, ": ", ec.message());
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  for (std::size_t id = 0; id < by_id_.size(); ++id)
+    if (!by_id_[id].empty()) vocab[by_id_[id]] = id;
+  std::vector<std::pair<int, const std::string*>> merges;
+  for (const auto& [pair, rank] : ranks_) merges.emplace_back(rank, &pair);
+  std::sort(merges.begin(), merges.end());
+  std::string merges_text = "#version: 0.2\n";
+  for (const auto& [rank, pair] : merges) merges_text += *pair + "\n";
+  const nlohmann::ordered_json config = {{"bos_token", bos_token_},   {"eos_token", eos_token_},
+                                         {"unk_token", unk_token_},   {"pad_token", pad_token_},
+                                         {"model_max_length", max_length_}, {"tokenizer_class", "CLIPTokenizer"}};
+  io::write_file_atomically(dir + "/vocab.json", vocab.dump(1) + "\n");
+  io::write_file_atomically(dir + "/merges.txt", merges_text);
+  io::write_file_atomically(dir + "/tokenizer_config.json", config.dump(2) + "\n");
+}
+
 std::int64_t ClipTokenizer::token_id(const std::string& token, const char* role) const {
   const auto it = vocab_.find(token);
   VINF_INPUT_CHECK(it != vocab_.end(), "tokenizer ", source_, ": the ", role, " '", token,
@@ -364,6 +385,9 @@ void ClipTokenizer::finish(const std::string& bos, const std::string& eos, const
   eos_id_ = token_id(eos, "eos_token");
   unk_id_ = token_id(unk, "unk_token");
   pad_id_ = token_id(pad, "pad_token");
+  bos_token_ = bos;
+  eos_token_ = eos;
+  unk_token_ = unk;
   pad_token_ = pad;
   std::int64_t largest = 0;
   for (const auto& [token, id] : vocab_) largest = std::max(largest, id);

@@ -37,6 +37,9 @@ class ClipTokenizer {
   // with eos.
   static ClipTokenizer byte_level(int max_length = 77);
 
+  // Writes vocab.json, merges.txt and tokenizer_config.json (transformers' layout) into dir.
+  void save(const std::string& dir) const;
+
   // Ids of the text without bos/eos and without truncation.
   std::vector<std::int64_t> tokenize(std::string_view text) const;
   // What the pipeline feeds the text encoder: truncated to max_length (keeping bos and eos) and padded.
@@ -67,7 +70,7 @@ class ClipTokenizer {
   std::unordered_map<std::string, int> ranks_;  // "a b" -> merge rank
   std::vector<std::pair<std::string, std::int64_t>> specials_;  // split out of the text as is
   std::int64_t bos_id_ = 0, eos_id_ = 0, unk_id_ = 0, pad_id_ = 0;
-  std::string pad_token_, source_;
+  std::string bos_token_, eos_token_, unk_token_, pad_token_, source_;
   int max_length_ = 77;
   std::vector<std::string> warnings_;
   mutable std::unordered_map<std::string, std::vector<std::int64_t>> cache_;  // word -> ids (not thread-safe)

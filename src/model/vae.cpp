@@ -1,5 +1,6 @@
 #include "model/vae.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -31,9 +32,27 @@ VaeConfig vae_preset(const std::string& name) {
     c.block_out_channels = {64, 128, 128, 128};
     c.norm_num_groups = 16;
   } else {
-    VINF_INPUT_FAIL("there is no built-in VAE '", name, "' (tiny, small)");
+    VINF_INPUT_CHECK(name == "vc2", "there is no built-in VAE '", name, "' (tiny, small, vc2)");  // vc2: kl-f8 itself
   }
   return c;
+}
+
+std::string vae_config_json(const VaeConfig& c) {
+  const std::size_t blocks = c.block_out_channels.size();
+  const nlohmann::ordered_json j = {{"_class_name", "AutoencoderKL"},
+                                    {"act_fn", "silu"},
+                                    {"in_channels", c.in_channels},
+                                    {"out_channels", c.out_channels},
+                                    {"latent_channels", c.latent_channels},
+                                    {"block_out_channels", c.block_out_channels},
+                                    {"down_block_types", std::vector<std::string>(blocks, "DownEncoderBlock2D")},
+                                    {"up_block_types", std::vector<std::string>(blocks, "UpDecoderBlock2D")},
+                                    {"layers_per_block", c.layers_per_block},
+                                    {"norm_num_groups", c.norm_num_groups},
+                                    {"scaling_factor", c.scaling_factor},
+                                    {"use_post_quant_conv", c.use_post_quant_conv},
+                                    {"mid_block_add_attention", c.mid_block_attention}};
+  return j.dump(2) + "\n";
 }
 
 VaeConfig load_vae_config(const std::string& path) {
@@ -209,35 +228,82 @@ class Decode {
 
 }  // namespace
 
-void VaeDecoder::decode(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t frames_per_call) const {
+void VaeDecoder::decode(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t frames_per_call,
+                        std::int64_t tile) const {
   const VaeConfig& c = config_;
   VINF_INPUT_CHECK(latents.rank() == 4 && latents.size(1) == c.latent_channels, "the VAE decodes latents (N, ",
                    c.latent_channels, ", h, w); got ", latents.shape.str());
-  const std::int64_t n = latents.size(0), up = c.upscale();
-  VINF_INPUT_CHECK(out.rank() == 4 && out.size(0) == n && out.size(1) == c.out_channels &&
-                       out.size(2) == latents.size(2) * up && out.size(3) == latents.size(3) * up,
-                   "the VAE output must be (", n, ", ", c.out_channels, ", ", latents.size(2) * up, ", ",
-                   latents.size(3) * up, "); got ", out.shape.str());
+  const std::int64_t n = latents.size(0), up = c.upscale(), h = latents.size(2), w = latents.size(3);
+  VINF_INPUT_CHECK(out.rank() == 4 && out.size(0) == n && out.size(1) == c.out_channels && out.size(2) == h * up &&
+                       out.size(3) == w * up,
+                   "the VAE output must be (", n, ", ", c.out_channels, ", ", h * up, ", ", w * up, "); got ",
+                   out.shape.str());
   VINF_CHECK(frames_per_call >= 1, "frames_per_call must be >= 1");
-  const Decode d(c, weights_, ctx);
-  const int blocks = static_cast<int>(c.block_out_channels.size());
+  VINF_INPUT_CHECK(tile == 0 || (tile >= 4 && tile % 4 == 0), "the VAE tile must be 0 (off) or a multiple of 4 latent ",
+                   "pixels (the tiles overlap by a quarter), got ", tile);
+  const bool tiled = tile > 0 && (h > tile || w > tile);
   for (std::int64_t f0 = 0; f0 < n; f0 += frames_per_call) {
     const std::int64_t nb = std::min(frames_per_call, n - f0);
-    Act x = d.empty({nb, c.latent_channels, latents.size(2), latents.size(3)});
-    ops::copy(ctx, latents.slice(0, f0, nb), *x);
-    if (c.use_post_quant_conv) x = d.conv(*x, "post_quant_conv", 0);
-    x = d.conv(*x, "decoder.conv_in", 1);
-    x = d.resnet(*x, "decoder.mid_block.resnets.0");
-    if (c.mid_block_attention) x = d.attention(*x, "decoder.mid_block.attentions.0");
-    x = d.resnet(*x, "decoder.mid_block.resnets.1");
-    for (int i = 0; i < blocks; ++i) {
-      const std::string b = "decoder.up_blocks" + dot_index(static_cast<std::size_t>(i));
-      for (int j = 0; j <= c.layers_per_block; ++j) x = d.resnet(*x, b + ".resnets" + dot_index(static_cast<std::size_t>(j)));
-      if (i + 1 < blocks) x = d.upsample(*x, b + ".upsamplers.0.conv");
+    if (tiled)
+      decode_tiled(ctx, latents.slice(0, f0, nb), out.slice(0, f0, nb), tile);
+    else
+      decode_whole(ctx, latents.slice(0, f0, nb), out.slice(0, f0, nb));
+  }
+}
+
+void VaeDecoder::decode_whole(ExecContext& ctx, const Tensor& latents, const Tensor& out) const {
+  const VaeConfig& c = config_;
+  const Decode d(c, weights_, ctx);
+  const int blocks = static_cast<int>(c.block_out_channels.size());
+  Act x = d.empty(latents.shape);
+  ops::copy(ctx, latents, *x);
+  if (c.use_post_quant_conv) x = d.conv(*x, "post_quant_conv", 0);
+  x = d.conv(*x, "decoder.conv_in", 1);
+  x = d.resnet(*x, "decoder.mid_block.resnets.0");
+  if (c.mid_block_attention) x = d.attention(*x, "decoder.mid_block.attentions.0");
+  x = d.resnet(*x, "decoder.mid_block.resnets.1");
+  for (int i = 0; i < blocks; ++i) {
+    const std::string b = "decoder.up_blocks" + dot_index(static_cast<std::size_t>(i));
+    for (int j = 0; j <= c.layers_per_block; ++j) x = d.resnet(*x, b + ".resnets" + dot_index(static_cast<std::size_t>(j)));
+    if (i + 1 < blocks) x = d.upsample(*x, b + ".upsamplers.0.conv");
+  }
+  x = d.norm(*x, "decoder.conv_norm_out", ops::Activation::silu);
+  x = d.conv(*x, "decoder.conv_out", 1);
+  ops::copy(ctx, *x, out);
+}
+
+// diffusers' AutoencoderKL.tiled_decode: tiles of tile x tile latent pixels every 3/4 tile, each
+// decoded on its own; each tile's first quarter (in output pixels) is blended linearly with the
+// tile above and then the tile to the left (both already blended), and its first 3/4 kept.
+void VaeDecoder::decode_tiled(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t tile) const {
+  const std::int64_t up = config_.upscale(), h = latents.size(2), w = latents.size(3);
+  const std::int64_t stride = tile / 4 * 3;                 // a multiple of 4: 3/4 of it exactly
+  const std::int64_t blend = tile * up / 4, keep = stride * up;  // keep + blend = the tile
+  std::vector<std::shared_ptr<OwnedTensor>> above, row;
+  // b's first rows (dim 2) or columns (dim 3) = a's last ones * (1 - t) + b's * t, t = k / extent.
+  auto blend_into = [&](const Tensor& a, const Tensor& b, int dim) {
+    const std::int64_t extent = std::min({a.size(dim), b.size(dim), blend});
+    for (std::int64_t k = 0; k < extent; ++k) {
+      const float t = static_cast<float>(k) / static_cast<float>(extent);
+      const Tensor bk = b.slice(dim, k, 1);
+      ops::axpby(ctx, 1.f - t, a.slice(dim, a.size(dim) - extent + k, 1), t, bk, bk);
     }
-    x = d.norm(*x, "decoder.conv_norm_out", ops::Activation::silu);
-    x = d.conv(*x, "decoder.conv_out", 1);
-    ops::copy(ctx, *x, out.slice(0, f0, nb));
+  };
+  for (std::int64_t i = 0, ti = 0; i < h; i += stride, ++ti) {
+    row.clear();
+    for (std::int64_t j = 0, tj = 0; j < w; j += stride, ++tj) {
+      const std::int64_t th = std::min(tile, h - i), tw = std::min(tile, w - j);
+      const Tensor z = latents.slice(2, i, th).slice(3, j, tw);
+      auto decoded = std::make_shared<OwnedTensor>(
+          ctx.arena->empty(out.dtype, {latents.size(0), out.size(1), th * up, tw * up}));
+      decode_whole(ctx, z, *decoded);
+      if (ti > 0) blend_into(*above[static_cast<std::size_t>(tj)], *decoded, 2);
+      if (tj > 0) blend_into(*row.back(), *decoded, 3);
+      const std::int64_t kh = std::min(keep, th * up), kw = std::min(keep, tw * up);
+      ops::copy(ctx, decoded->view().slice(2, 0, kh).slice(3, 0, kw), out.slice(2, i * up, kh).slice(3, j * up, kw));
+      row.push_back(std::move(decoded));
+    }
+    above.swap(row);
   }
 }
 

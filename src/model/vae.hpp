@@ -29,8 +29,11 @@ struct VaeConfig {
 };
 
 // Built-in VAE shapes for random-weight models: tiny (channels 32, 32, 64, 64, one layer per block,
-// 8 groups) and small (64, 128, 128, 128, two layers): the full 8x upscale at a fraction of the cost.
+// 8 groups) and small (64, 128, 128, 128, two layers): the full 8x upscale at a fraction of the cost;
+// vc2: the kl-f8 VAE itself.
 VaeConfig vae_preset(const std::string& name);
+// diffusers' config.json for c (what make-model writes).
+std::string vae_config_json(const VaeConfig& c);
 
 // Reads a diffusers AutoencoderKL config.json. Throws vinf::InputError naming the file and key for
 // what it cannot use (another activation, block type or layout).
@@ -52,10 +55,18 @@ class VaeDecoder {
 
   // latents (N, latent_channels, h, w) exactly as given (no 1/scaling_factor); out (N,
   // out_channels, h * upscale, w * upscale), the raw decoder output (no clamp). Decodes
-  // `frames_per_call` images at a time to bound the activation memory.
-  void decode(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t frames_per_call = 4) const;
+  // `frames_per_call` images at a time to bound the activation memory. tile > 0 (latent pixels, a
+  // multiple of 4) decodes images larger than that in overlapping tiles as diffusers' tiled_decode
+  // does (a tile every 3/4 tile, the overlap blended linearly), which bounds the activation memory
+  // by the tile; the numbers then differ slightly from whole-image decoding (each tile has its own
+  // GroupNorm statistics and attention).
+  void decode(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t frames_per_call = 4,
+              std::int64_t tile = 0) const;
 
  private:
+  void decode_whole(ExecContext& ctx, const Tensor& latents, const Tensor& out) const;
+  void decode_tiled(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t tile) const;
+
   VaeConfig config_;
   Weights weights_;
 };

@@ -1,7 +1,6 @@
 #include "sampling/conditioning.hpp"
 
 #include "core/error.hpp"
-#include "core/philox.hpp"
 #include "io/safetensors.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
@@ -9,22 +8,6 @@
 namespace vinf::sampling {
 
 namespace {
-
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : s) {
-    h ^= ch;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-std::vector<float> random_rows(const std::string& text, std::int64_t n, std::uint64_t seed) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  const std::uint64_t stream = fnv1a(text);
-  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = philox::normal_at(seed, stream, static_cast<std::uint64_t>(i));
-  return v;
-}
 
 // The tensor as f32 host values, any float dtype in the file.
 std::vector<float> read_f32(const io::SafetensorsFile& f, const std::string& name) {
@@ -40,17 +23,6 @@ std::vector<float> read_f32(const io::SafetensorsFile& f, const std::string& nam
 int prompt_for_clip(int clip, int clips, int prompts) {
   const int p = static_cast<int>(static_cast<double>(clip) / static_cast<double>(clips) * prompts);
   return p < prompts ? p : prompts - 1;
-}
-
-TextEmbeddings random_text_embeddings(const std::vector<std::string>& prompts, const std::string& negative,
-                                      std::int64_t tokens, std::int64_t width, std::uint64_t seed) {
-  TextEmbeddings e;
-  e.tokens = tokens;
-  e.width = width;
-  for (const std::string& p : prompts) e.prompts.push_back(random_rows(p, tokens * width, seed));
-  e.negative = random_rows(negative, tokens * width, seed);
-  e.source = "random (seed " + std::to_string(seed) + ", keyed by the text)";
-  return e;
 }
 
 TextEmbeddings read_text_embeddings(const std::string& path, std::int64_t width, bool need_negative) {

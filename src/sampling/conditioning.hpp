@@ -1,7 +1,6 @@
 // Text conditioning of a run: which prompt each clip gets, and the embeddings of the prompts and
-// of the negative prompt. Until the text encoder is in, they come from a safetensors file
-// (`prompt_embeds` [P, L, D], `negative_prompt_embeds` [1, L, D]) or, for random-weight models,
-// from seeded random values keyed by the text (the same text gives the same embedding).
+// of the negative prompt, when they come from a safetensors file (`prompt_embeds` [P, L, D],
+// `negative_prompt_embeds` [1, L, D]) rather than the text encoder (model/clip_text.hpp).
 #pragma once
 
 #include <cstdint>
@@ -19,10 +18,6 @@ struct TextEmbeddings {
   std::vector<float> negative;              // tokens * width; empty when the file has none
   std::string source;                       // for run.json and messages
 };
-
-// Standard normal values from the Philox stream (seed, FNV-1a hash of the text).
-TextEmbeddings random_text_embeddings(const std::vector<std::string>& prompts, const std::string& negative,
-                                      std::int64_t tokens, std::int64_t width, std::uint64_t seed);
 
 // Reads the file; throws vinf::InputError naming the file and tensor when a shape or the width
 // (the model's cross_attention_dim) does not fit, or the negative is missing while `need_negative`.

@@ -31,6 +31,9 @@ expect 0 "32,32,12/1,8" -- ffprobe -v error -count_frames -select_streams v:0 \
 expect 0 "128,64" -- ffprobe -v error -show_entries stream=width,height -of csv=p=0 "$work/v/contact.png"
 expect 0 "32,32" -- ffprobe -v error -show_entries stream=width,height -of csv=p=0 "$work/v/frames/frame-000007.png"
 [ "$(ls "$work/v/frames" | wc -l)" -eq 8 ] && echo "ok: 8 PNG frames" || { echo "FAIL: PNG frames"; fails=$((fails + 1)); }
+expect 0 "outputs in $work/tile/ (latents.h5, video.mp4, contact.png, run.json)" -- \
+  "$vinf" generate "${small[@]/32/64}" --vae.tile 4 --out "$work/tile"
+expect 0 '"tile": 4' -- cat "$work/tile/run.json"
 expect 0 "outputs in $work/nv/ (latents.h5, run.json)" -- "$vinf" generate "${small[@]}" --out "$work/nv" --output.video=false
 # ffmpeg missing or dying: a clear error, the latents kept, no video left behind.
 expect 1 "cannot run ffmpeg ('$work/no-ffmpeg'" -- "$vinf" generate "${small[@]}" --out "$work/f1" --output.ffmpeg "$work/no-ffmpeg"
@@ -74,14 +77,29 @@ expect 0 '"a boat"' -- cat "$work/ini/run.json"
 (cd "$work" && SLURM_JOB_ID=4242 "$vinf" generate --config run.ini --quiet > /dev/null 2>&1)
 expect 0 "ok" -- "$tool" h5-check "$work/outputs/run-4242/latents.h5" 8 4 4 4
 
-# A model directory with an embeddings file gives exactly the built-in model's numbers (make-model
-# draws the weights as builtin: does; the tool writes the random embeddings builtin: uses).
+# The whole pipeline from files equals the built-in model (make-model draws every part as builtin:
+# does): UNet, VAE, text encoder and tokenizer from a pipeline directory; the split layout
+# (--model.text-encoder/--model.tokenizer/--model.vae beside a UNet directory); the same text through
+# vinf encode-text as an embeddings file.
 expect 0 "" -- "$vinf" make-model --preset tiny --seed 5 --out "$work/tiny5"
-expect 0 "" -- "$tool" text-embeddings "$work/emb.safetensors" 5 77 32 "" "a kite"
+expect 0 "wrote the pipeline" -- "$vinf" make-model --preset tiny --seed 5 --layout pipeline --out "$work/pipe5"
 expect 0 "outputs" -- "$vinf" generate "${small[@]}" --model.seed 5 --out "$work/b"
+expect 0 "outputs" -- "$vinf" generate "${small[@]/builtin:tiny/$work/pipe5}" --out "$work/p"
+expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/p/latents.h5" "$work/b/latents.h5" 0
+expect 0 "" -- cmp "$work/p/contact.png" "$work/b/contact.png"
+expect 0 "tokenizer $work/pipe5/tokenizer, text encoder $work/pipe5/text_encoder" -- \
+  "$vinf" generate "${small[@]/builtin:tiny/$work/tiny5}" --model.text-encoder "$work/pipe5/text_encoder" \
+  --model.tokenizer "$work/pipe5/tokenizer" --model.vae "$work/pipe5/vae" --out "$work/s" --verbose
+expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/s/latents.h5" "$work/b/latents.h5" 0
+expect 0 "wrote $work/emb.safetensors" -- "$vinf" encode-text --model "$work/pipe5" --prompt "a kite" --negative "" \
+  --out "$work/emb.safetensors"
 expect 0 "outputs" -- "$vinf" generate --model "$work/tiny5" --prompt.embeddings "$work/emb.safetensors" \
   --video.frames 8 --video.height 32 --video.width 32 --sampler.steps 2 --vi.local-frames 2 --vi.global-frames 4 --out "$work/c"
 expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/c/latents.h5" "$work/b/latents.h5" 0
+# A prompt over 77 tokens runs, truncated, and says what it dropped.
+long="a kite over the sea $(printf 'and a boat %.0s' {1..30})at dawn"
+expect 0 "prompt 1 has 263 tokens; the text encoder takes 77, so these are dropped: 'boat and a boat" -- \
+  "$vinf" generate "${small[@]}" --prompt.text "$long" --out "$work/long"
 
 # Rejected inputs: the message names the option (or file), status 2, no output directory.
 bad() {  # bad TEXT options...
@@ -95,8 +113,13 @@ bad "--sampler.steps" --model builtin:tiny --prompt.text x --sampler.steps many
 bad "--sampler.steps must be in [1, 1000], got 0" --model builtin:tiny --prompt.text x --sampler.steps 0
 bad "no model: give --model" --prompt.text x
 bad "$work/nowhere: no such directory" --model "$work/nowhere" --prompt.text x
-bad "needs --prompt.embeddings FILE" --model "$work/tiny5" --prompt.text x
+bad "--model $work/tiny5 has no text_encoder/: give --model.text-encoder DIR" --model "$work/tiny5" --prompt.text x
+bad "--model.tokenizer $work/nowhere: no such directory" --model "$work/pipe5" --model.tokenizer "$work/nowhere" --prompt.text x
+bad "cannot be combined with a built-in model" "${small[@]}" --model.tokenizer "$work/pipe5/tokenizer"
+mkdir -p "$work/broken-tok" && cp "$work/pipe5/tokenizer/vocab.json" "$work/broken-tok/"
+bad "tokenizer $work/broken-tok: no merges.txt" --model "$work/pipe5" --model.tokenizer "$work/broken-tok" --prompt.text x
 bad "--video.height must be a multiple of 8" --model builtin:tiny --prompt.text x --video.height 100
+bad "--vae.tile must be 0 (off) or a multiple of 4" "${small[@]}" --vae.tile 5
 bad "--video.width must be in [8, 16384]" --model builtin:tiny --prompt.text x --video.width 0
 bad "--parallel.cfg 2 needs an even number of ranks" "${small[@]}" --parallel.cfg 2
 bad "--parallel.cfg 2 splits the two guidance branches" "${small[@]}" --parallel.cfg 2 --sampler.guidance 1

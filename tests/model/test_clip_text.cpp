@@ -3,11 +3,15 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <tuple>
+#include <unistd.h>
 
 #include "../support.hpp"
 #include "core/error.hpp"
 #include "io/safetensors.hpp"
 #include "model/clip_text.hpp"
+#include "model/tokenizer.hpp"
 #include "ops/elementwise.hpp"
 
 using namespace vinf;
@@ -43,6 +47,45 @@ TEST_CASE("golden: CLIP text encoder equals transformers (pad 49407)") {
 
 TEST_CASE("golden: CLIP text encoder equals transformers (pad 0)") {
   check_hidden_state("input_ids_pad0", "last_hidden_state_pad0");
+}
+
+// Text to conditioning in one go: the tokenizer of ../shared (skipped when absent) and the fixture
+// encoder on the fixture's two prompts, for both pad ids.
+TEST_CASE("golden: prompts through tokenizer and text encoder equal transformers") {
+  const std::string vocab = VINF_SHARED_FIXTURES "/clip-tokenizer";
+  if (!std::filesystem::exists(vocab + "/vocab.json")) {
+    MESSAGE("skipped: " << vocab << " is absent (the CLIP vocabulary is not part of the project)");
+    return;
+  }
+  Runtime rt(Device::cpu());
+  const model::ClipTextModel clip = model::ClipTextModel::load(test::fixture("clip-text-tiny"), rt, DType::f32);
+  const io::SafetensorsFile inputs(test::fixture("clip-text-tiny/inputs.safetensors"));
+  const io::SafetensorsFile ref(test::fixture("clip-text-tiny/ref.safetensors"));
+  const std::vector<std::string> prompts = {"", "A beagle wearing diving goggles swimming in the ocean while the camera "
+                                                "is moving, coral reefs in the background."};
+  const std::filesystem::path bang = std::filesystem::temp_directory_path() / ("vinf-bang-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(bang);
+  for (const char* f : {"vocab.json", "merges.txt"})
+    std::filesystem::copy_file(vocab + "/" + f, bang / f, std::filesystem::copy_options::overwrite_existing);
+  for (const char* f : {"tokenizer_config.json", "special_tokens_map.json"})
+    std::filesystem::copy_file(vocab + "/pad_bang/" + f, bang / f, std::filesystem::copy_options::overwrite_existing);
+  for (const auto& [dir, ids_key, ref_key] :
+       {std::tuple{vocab, "input_ids", "last_hidden_state"}, std::tuple{bang.string(), "input_ids_pad0", "last_hidden_state_pad0"}}) {
+    const model::ClipTokenizer tok = model::ClipTokenizer::load(dir);
+    std::vector<model::TokenizedText> tokens;
+    const std::vector<float> got = model::encode_prompts(rt, tok, clip, prompts, &tokens);
+    const Tensor ids = inputs.tensor(ids_key);
+    for (std::size_t p = 0; p < prompts.size(); ++p)
+      CHECK(tokens[p].ids == std::vector<std::int64_t>(ids.ptr<std::int64_t>() + p * 77, ids.ptr<std::int64_t>() + (p + 1) * 77));
+    const Tensor want = ref.tensor(ref_key);
+    REQUIRE(static_cast<std::int64_t>(got.size()) == want.numel());
+    double worst = 0;
+    for (std::int64_t i = 0; i < want.numel(); ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(got[static_cast<std::size_t>(i)]) - want.ptr<float>()[i]));
+    INFO(ref_key << ": max |diff| " << worst);
+    CHECK(worst < 1e-4);
+  }
+  std::filesystem::remove_all(bang);
 }
 
 TEST_CASE("CLIP text encoder: config and inputs it refuses") {

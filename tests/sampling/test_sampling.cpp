@@ -299,15 +299,6 @@ TEST_CASE("sampling: prompts map to clips as the released code maps them") {
   CHECK(prompt_for_clip(1, 3, 5) == 1);  // int(1/3 * 5) = int(1.67)
 }
 
-TEST_CASE("sampling: random text embeddings are keyed by the text") {
-  const TextEmbeddings a = random_text_embeddings({"a cat", "a dog"}, "", 5, 8, 1);
-  const TextEmbeddings b = random_text_embeddings({"a dog"}, "", 5, 8, 1);
-  CHECK(a.prompts[1] == b.prompts[0]);
-  CHECK(a.prompts[0] != a.prompts[1]);
-  CHECK(a.negative == b.negative);
-  CHECK(a.prompts[0].size() == 40);
-}
-
 TEST_CASE("sampling: scheduler_config.json") {
   const fs::path dir = fs::temp_directory_path() / ("vinf-sched-" + std::to_string(::getpid()));
   fs::create_directories(dir);

@@ -7,8 +7,8 @@
 //   h5-compare A B RTOL             max |a - b| of the /latents of two latents.h5 files, against
 //                                   RTOL times the largest |b| (at least 1)
 //   text-embeddings OUT SEED L D NEGATIVE PROMPT...
-//                                   the random embeddings `vinf generate` makes for a builtin: model,
-//                                   as an embeddings file (prompt_embeds, negative_prompt_embeds)
+//                                   an embeddings file (prompt_embeds, negative_prompt_embeds) of
+//                                   seeded normal values, one row per PROMPT (NEGATIVE is not used)
 //   vae-old-names DIR OUT_DIR       DIR's VAE with the mid-block attention under its older names
 //                                   (query/key/value/proj_attn) and 1x1-conv [C, C, 1, 1] weights
 //   h5-check FILE F C H W           /latents is [F, C, H, W], finite, and the file says its format
@@ -24,7 +24,7 @@
 #include <hdf5.h>
 
 #include "io/safetensors.hpp"
-#include "sampling/conditioning.hpp"
+#include "core/philox.hpp"
 
 using namespace vinf;
 namespace fs = std::filesystem;
@@ -156,12 +156,16 @@ int text_embeddings(int argc, char** argv) {
   if (argc < 8) return 2;
   const std::int64_t tokens = std::atoll(argv[4]), width = std::atoll(argv[5]);
   const std::vector<std::string> prompts(argv + 7, argv + argc);
-  const sampling::TextEmbeddings e =
-      sampling::random_text_embeddings(prompts, argv[6], tokens, width, std::strtoull(argv[3], nullptr, 10));
-  std::vector<float> all;
-  for (const auto& p : e.prompts) all.insert(all.end(), p.begin(), p.end());
+  // Standard normal values keyed by (seed, row): the same arguments give the same file.
+  const std::uint64_t seed = std::strtoull(argv[3], nullptr, 10);
+  auto rows = [&](std::size_t n, std::uint64_t stream) {
+    std::vector<float> v(n * static_cast<std::size_t>(tokens * width));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = philox::normal_at(seed, stream, i);
+    return v;
+  };
+  const std::vector<float> all = rows(prompts.size(), 1), negative = rows(1, 2);
   io::write_safetensors(argv[2], {{"prompt_embeds", DType::f32, {static_cast<std::int64_t>(prompts.size()), tokens, width}, all.data(), {}},
-                                  {"negative_prompt_embeds", DType::f32, {1, tokens, width}, e.negative.data(), {}}});
+                                  {"negative_prompt_embeds", DType::f32, {1, tokens, width}, negative.data(), {}}});
   return 0;
 }
 

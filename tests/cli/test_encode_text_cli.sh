@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# `vinf encode-text`: the fixture text encoder with the reference tokenizer against transformers'
+# own last_hidden_state (skipped when ../shared is absent), the embeddings file it makes for
+# generate, a long prompt (truncated with a warning), and exit status 2 with a message naming the
+# file for every bad input.
+# usage: test_encode_text_cli.sh VINF TEST_TOOL FIXTURE_TEXT_ENCODER SHARED_TOKENIZER
+set -u
+vinf=$1 tool=$2 encoder=$3 vocab=$4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/expect.sh"
+
+expect 0 "--text-encoder arg" -- "$vinf" encode-text --help
+expect 0 "encode-text" -- "$vinf" --help
+beagle="A beagle wearing diving goggles swimming in the ocean while the camera is moving, coral reefs in the background."
+
+if [ -f "$vocab/vocab.json" ]; then
+  expect 0 "2 prompt(s), 77 tokens x 32" -- "$vinf" encode-text --text-encoder "$encoder" --tokenizer "$vocab" \
+    --prompt "" --prompt "$beagle" --out "$work/a.safetensors"
+  expect 0 "ok last_hidden_state" -- "$tool" compare "$work/a.safetensors" "$encoder/ref.safetensors" 1e-4 last_hidden_state
+  expect 0 "input_ids                                                                I64   [2,77]" -- "$vinf" inspect "$work/a.safetensors"
+  # The same prompts from a file, one per line.
+  printf '\n%s\n' "$beagle" > "$work/prompts.txt"
+  expect 0 "wrote" -- "$vinf" encode-text --text-encoder "$encoder" --tokenizer "$vocab" --prompt-file "$work/prompts.txt" \
+    --out "$work/b.safetensors"
+  expect 0 "max |diff| 0 " -- "$tool" compare "$work/b.safetensors" "$work/a.safetensors" 0 last_hidden_state
+  # Over 77 tokens: bos, 75 tokens, eos, and a warning naming what was dropped.
+  long="$(printf 'red %.0s' {1..75})blue green"
+  expect 0 "prompt 0 has 79 tokens; the text encoder takes 77, so these are dropped: 'blue green'" -- \
+    "$vinf" encode-text --text-encoder "$encoder" --tokenizer "$vocab" --prompt "$long" --out "$work/long.safetensors"
+  # The reference vocabulary does not fit a text encoder with a smaller one.
+  expect 0 "wrote the pipeline" -- "$vinf" make-model --preset tiny --layout pipeline --out "$work/pipe"
+  expect 2 "has ids up to 49407 but the text encoder's vocabulary has 514: they are not from the same model" -- \
+    "$vinf" encode-text --text-encoder "$work/pipe" --tokenizer "$vocab" --prompt x --out "$work/x.safetensors"
+else
+  echo "skipped the reference comparisons: $vocab is absent (the CLIP vocabulary is not part of the project)"
+  expect 0 "wrote the pipeline" -- "$vinf" make-model --preset tiny --layout pipeline --out "$work/pipe"
+fi
+
+# The file generate takes: prompt_embeds and negative_prompt_embeds beside the two required tensors.
+expect 0 "negative_prompt_embeds                                                   F32   [1,77,32]" -- bash -c \
+  "'$vinf' encode-text --model '$work/pipe' --prompt 'a kite' --negative '' --out '$work/emb.safetensors' && '$vinf' inspect '$work/emb.safetensors'"
+
+# Bad inputs: status 2, the message names the file, nothing written.
+bad() {  # bad TEXT options...
+  local text=$1
+  shift
+  expect 2 "$text" -- "$vinf" encode-text "$@" --out "$work/refused.safetensors"
+  if [ -e "$work/refused.safetensors" ]; then echo "FAIL: a refused run wrote a file"; fails=$((fails + 1)); rm -f "$work/refused.safetensors"; fi
+}
+bad "no prompt" --model "$work/pipe"
+bad "give --text-encoder DIR and --tokenizer DIR" --prompt x
+bad "tokenizer $work/none: no such directory" --text-encoder "$work/pipe/text_encoder" --tokenizer "$work/none" --prompt x
+mkdir -p "$work/tok" && cp "$work/pipe/tokenizer/merges.txt" "$work/tok/"
+bad "tokenizer $work/tok: no vocab.json" --text-encoder "$work/pipe/text_encoder" --tokenizer "$work/tok" --prompt x
+cp "$work/pipe/tokenizer/vocab.json" "$work/tok/"
+printf '#version: 0.2\na b c\n' > "$work/tok/merges.txt"
+bad "$work/tok/merges.txt line 2: expected two symbols" --text-encoder "$work/pipe/text_encoder" --tokenizer "$work/tok" --prompt x
+printf '{"a": ' > "$work/tok/vocab.json"
+bad "$work/tok/vocab.json is not valid JSON" --text-encoder "$work/pipe/text_encoder" --tokenizer "$work/tok" --prompt x
+mkdir -p "$work/enc" && cp "$work/pipe/text_encoder/config.json" "$work/enc/"
+bad "text encoder directory $work/enc has no model.safetensors" --text-encoder "$work/enc" --tokenizer "$work/pipe/tokenizer" --prompt x
+bad "--prompt-file $work/none.txt: cannot read" --model "$work/pipe" --prompt-file "$work/none.txt"
+
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]
