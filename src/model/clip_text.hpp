@@ -39,6 +39,7 @@ class ClipTextModel {
   static ClipTextModel load(const std::string& dir, Runtime& rt, DType dtype);
 
   const ClipTextConfig& config() const { return config_; }
+  const Weights& weights() const { return weights_; }
 
   // ids: batch x tokens token ids (row-major); out (batch, tokens, hidden_size) on the context's
   // device. Throws vinf::InputError for an id outside the vocabulary or too many tokens.
