@@ -5,7 +5,8 @@
 //   text_encoder  tokens/s of the CLIP text encoder, a batch of 2 x 77 tokens (negative + prompt,
 //                 what a run encodes): the OpenCLIP-H shape (23 layers, 1024 wide, 340 M params)
 //   vae_decode    frames/s of one rank's VAE decoding at 320 x 512 (40 x 64 latent): the small
-//                 preset on the CPU; the kl-f8 shape (zeroscope's VAE) on a GPU in f32/bf16/f16
+//                 preset and the kl-f8 shape (zeroscope's VAE) on the CPU; kl-f8 on a GPU in
+//                 f32/bf16/f16
 //   --vinf_suite=smoke: tiny shapes, to check that the harness runs.
 //
 //   vinf_bench_text_vae [--vinf_suite=bench|smoke] [--vinf_devices=cpu,cuda] [--vinf_tokenizer=DIR]
@@ -132,6 +133,7 @@ int main(int argc, char** argv) {
   } else {
     if (cpu) texts.push_back({openclip_h, Device::cpu(), DType::f32});
     if (cpu) vaes.push_back({model::vae_preset("small"), Device::cpu(), DType::f32, 40, 64, 1});
+    if (cpu) vaes.push_back({model::vae_preset("vc2"), Device::cpu(), DType::f32, 40, 64, 1});
     if (gpu) {
       for (DType t : {DType::f32, DType::bf16}) texts.push_back({openclip_h, Device::cuda(0), t});
       for (DType t : {DType::f32, DType::bf16, DType::f16})
