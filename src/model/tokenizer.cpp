@@ -211,18 +211,23 @@ const std::array<std::string, 256>& byte_symbols() {
 
 // ---- config files -----------------------------------------------------------------------------
 
-// A special token in tokenizer_config.json / special_tokens_map.json: a string or {"content": ...}.
-bool read_token(const nlohmann::json& j, const char* key, const std::string& file, std::string& dst) {
-  if (!j.contains(key) || j[key].is_null()) return false;
-  const nlohmann::json& v = j[key];
+// A token in tokenizer_config.json / special_tokens_map.json: a string or {"content": ...}.
+std::string token_content(const nlohmann::json& v, const std::string& file, const std::string& key) {
+  std::string content;
   if (v.is_string()) {
-    dst = v.get<std::string>();
+    content = v.get<std::string>();
   } else {
     VINF_INPUT_CHECK(v.is_object() && v.contains("content") && v["content"].is_string(), file, ": ", key,
                      " must be a string or an object with a \"content\" string");
-    dst = v["content"].get<std::string>();
+    content = v["content"].get<std::string>();
   }
-  VINF_INPUT_CHECK(!dst.empty(), file, ": ", key, " is empty");
+  VINF_INPUT_CHECK(!content.empty(), file, ": ", key, " is empty");
+  return content;
+}
+
+bool read_token(const nlohmann::json& j, const char* key, const std::string& file, std::string& dst) {
+  if (!j.contains(key) || j[key].is_null()) return false;
+  dst = token_content(j[key], file, key);
   return true;
 }
 
@@ -303,9 +308,7 @@ ClipTokenizer ClipTokenizer::load(const std::string& dir_in) {
     }
     if (j.contains("added_tokens_decoder") && j["added_tokens_decoder"].is_object()) {
       for (const auto& [id_text, token] : j["added_tokens_decoder"].items()) {
-        std::string content;
-        VINF_INPUT_CHECK(token.is_object() && read_token(nlohmann::json{{"token", token}}, "token", path, content),
-                         path, ": added_tokens_decoder entry ", id_text, " has no \"content\"");
+        const std::string content = token_content(token, path, "added_tokens_decoder entry " + id_text);
         std::int64_t id = -1;
         try {
           id = std::stoll(id_text);

@@ -159,6 +159,21 @@ TEST_CASE("CLIP tokenizer: a pad token that is an ordinary character is split ou
   CHECK(tok.encode("x").ids == std::vector<std::int64_t>{12, 14, 13, 10, 10, 10, 10, 10});
 }
 
+TEST_CASE("CLIP tokenizer: added tokens from tokenizer_config.json and added_tokens.json are split out whole") {
+  TempDir d("added");
+  make_small_dir(d, "<|endoftext|>");
+  write(d.path / "tokenizer_config.json",
+        R"({"pad_token": "<|endoftext|>", "model_max_length": 77,
+            "added_tokens_decoder": {"16": {"content": "<cat>", "special": false}}})");
+  write(d.path / "added_tokens.json", R"({"<dog>": 17})");
+  const model::ClipTokenizer tok = model::ClipTokenizer::load(d.str());
+  CHECK(tok.tokenize("hello<cat>x <dog>") == std::vector<std::int64_t>{8, 16, 14, 17});
+  CHECK(tok.vocab_size() == 18);
+  write(d.path / "tokenizer_config.json", R"({"pad_token": "!", "added_tokens_decoder": {"x": {"content": "<cat>"}}})");
+  CHECK_THROWS_WITH_AS(model::ClipTokenizer::load(d.str()), doctest::Contains("added_tokens_decoder key 'x' is not an id"),
+                       InputError);
+}
+
 TEST_CASE("CLIP tokenizer: the cleanup without ftfy") {
   CHECK(model::clip_clean_text("  A\tB\n\nC  ") == "a b c");
   CHECK(model::clip_clean_text("a\x01" "b\x7f" "c") == "abc");               // control characters
