@@ -4,6 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,40 @@ inline bool gpu_or_skip(const char* what) {
 }
 
 inline std::string fixture(const std::string& rel) { return std::string(VINF_TEST_FIXTURES) + "/" + rel; }
+
+// The CLIP vocabulary stays beside the checkout (../shared), not in the project.
+inline const std::string kSharedTokenizer = VINF_SHARED_FIXTURES "/clip-tokenizer";
+
+// True when ../shared has the CLIP tokenizer; otherwise prints why the calling test is skipped.
+inline bool shared_tokenizer_or_skip() {
+  if (std::filesystem::exists(kSharedTokenizer + "/vocab.json")) return true;
+  MESSAGE("skipped: " << kSharedTokenizer << " is absent (the CLIP vocabulary is not part of the project)");
+  return false;
+}
+
+// A scratch directory, removed at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / ("vinf-test-" + name + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string str() const { return path.string(); }
+};
+
+// The shared vocabulary with its pad "!" configs (pad id 0, zeroscope's style) in a scratch directory.
+struct PadBangTokenizer : TempDir {
+  PadBangTokenizer() : TempDir("pad-bang") {
+    for (const char* f : {"vocab.json", "merges.txt"})
+      std::filesystem::create_symlink(kSharedTokenizer + "/" + f, path / f);
+    for (const char* f : {"tokenizer_config.json", "special_tokens_map.json"})
+      std::filesystem::copy_file(kSharedTokenizer + "/pad_bang/" + f, path / f);
+  }
+};
 
 // A contiguous f32 host tensor that owns its storage.
 struct HostTensor {

@@ -201,7 +201,7 @@ int generate(const std::vector<std::string>& args) {
     if (o.builtin()) {
       model::VaeConfig vc = model::vae_preset(o.builtin_preset());
       auto vw = model::Weights::random(model::vae_decoder_parameters(vc), rt, dtype,
-                                       static_cast<std::uint64_t>(o.model_seed) + 1);
+                                       model::vae_seed(static_cast<std::uint64_t>(o.model_seed)));
       vae = std::make_unique<model::VaeDecoder>(std::move(vc), std::move(vw));
       vae_source = "built-in " + o.builtin_preset() + " (random)";
     } else if (!o.vae.empty() || fs::exists(o.model + "/vae/config.json")) {

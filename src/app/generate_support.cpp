@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
 #include "model/clip_text.hpp"
+#include "model/presets.hpp"
 #include "model/tokenizer.hpp"
 #include "mpi/check.hpp"
 #include "ops/elementwise.hpp"
@@ -96,10 +97,10 @@ sampling::TextEmbeddings encode_prompts_on_root(const GenerateOptions& o, std::i
     std::string encoder_source = o.text_encoder;
     std::unique_ptr<model::ClipTextModel> encoder;
     if (o.builtin()) {
-      const model::ClipTextConfig c = model::clip_text_preset(static_cast<int>(width));
+      const model::ClipTextConfig c = model::pipeline_text_config(o.builtin_preset());
       encoder = std::make_unique<model::ClipTextModel>(
           c, model::Weights::random(model::clip_text_parameters(c), rt, DType::f32,
-                                    static_cast<std::uint64_t>(o.model_seed) + 2));
+                                    model::text_encoder_seed(static_cast<std::uint64_t>(o.model_seed))));
       encoder_source = "built-in (random)";
     } else {
       encoder = std::make_unique<model::ClipTextModel>(model::ClipTextModel::load(o.text_encoder, rt, DType::f32));

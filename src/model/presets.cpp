@@ -96,18 +96,22 @@ void write_random_model(const UNetConfig& c, std::uint64_t seed, DType dtype, co
   io::write_file_atomically(dir + "/config.json", unet_config_json(c));
 }
 
+ClipTextConfig pipeline_text_config(const std::string& preset) {
+  return preset == "vc2" ? ClipTextConfig{} : clip_text_preset(preset_config(preset).cross_attention_dim);
+}
+
 void write_random_pipeline(const std::string& preset, std::uint64_t seed, DType dtype, const std::string& dir,
                            const std::function<void(std::size_t, std::size_t)>& progress) {
   const UNetConfig unet = preset_config(preset);
   const VaeConfig vae = vae_preset(preset);
-  const ClipTextConfig text = preset == "vc2" ? ClipTextConfig{} : clip_text_preset(unet.cross_attention_dim);
+  const ClipTextConfig text = pipeline_text_config(preset);
   make_directory(dir);
   write_random_model(unet, seed, dtype, dir + "/unet", progress);
   make_directory(dir + "/vae");
-  write_random_weights(vae_decoder_parameters(vae), seed + 1, dtype, dir + "/vae/diffusion_pytorch_model.safetensors");
+  write_random_weights(vae_decoder_parameters(vae), vae_seed(seed), dtype, dir + "/vae/diffusion_pytorch_model.safetensors");
   io::write_file_atomically(dir + "/vae/config.json", vae_config_json(vae));
   make_directory(dir + "/text_encoder");
-  write_random_weights(clip_text_parameters(text), seed + 2, dtype, dir + "/text_encoder/model.safetensors");
+  write_random_weights(clip_text_parameters(text), text_encoder_seed(seed), dtype, dir + "/text_encoder/model.safetensors");
   io::write_file_atomically(dir + "/text_encoder/config.json", clip_text_config_json(text));
   ClipTokenizer::byte_level().save(dir + "/tokenizer");
   io::write_file_atomically(dir + "/model_index.json",

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "model/clip_text.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
 
@@ -33,10 +34,16 @@ void write_random_model(const UNetConfig& c, std::uint64_t seed, DType dtype, co
 void write_random_weights(const std::vector<ParamSpec>& params, std::uint64_t seed, DType dtype, const std::string& path,
                           const std::function<void(std::size_t, std::size_t)>& progress = {});
 
-// A whole pipeline in diffusers layout: DIR/unet (seed), DIR/vae (decoder, seed + 1),
-// DIR/text_encoder (clip_text_preset of the UNet's cross_attention_dim, seed + 2; the full
-// OpenCLIP-H shape for vc2), DIR/tokenizer (the byte-level tokenizer) and model_index.json: the
-// same model `--model builtin:<preset> --model.seed <seed>` makes in memory.
+// A built-in pipeline's parts beside its UNet (drawn with `seed`): the VAE drawn with vae_seed,
+// the text encoder of pipeline_text_config drawn with text_encoder_seed, the byte-level tokenizer.
+// make-model writes them and `--model builtin:<preset>` makes them in memory, from these alone.
+inline std::uint64_t vae_seed(std::uint64_t seed) { return seed + 1; }
+inline std::uint64_t text_encoder_seed(std::uint64_t seed) { return seed + 2; }
+// clip_text_preset of the UNet's cross_attention_dim; the full OpenCLIP-H shape for vc2.
+ClipTextConfig pipeline_text_config(const std::string& preset);
+
+// A whole pipeline in diffusers layout: DIR/unet, DIR/vae (decoder), DIR/text_encoder,
+// DIR/tokenizer and model_index.json, as above.
 void write_random_pipeline(const std::string& preset, std::uint64_t seed, DType dtype, const std::string& dir,
                            const std::function<void(std::size_t, std::size_t)>& progress = {});
 

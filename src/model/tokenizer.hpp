@@ -23,7 +23,7 @@ struct TokenizedText {
   std::vector<std::int64_t> ids;  // max_length ids: bos, tokens, eos, pads
   int length = 0;                 // bos + tokens + eos before truncation
   std::string dropped;            // the text of the tokens cut off ("" when nothing was)
-  bool truncated() const { return !dropped.empty() || length > static_cast<int>(ids.size()); }
+  bool truncated() const { return length > static_cast<int>(ids.size()); }
 };
 
 class ClipTokenizer {
@@ -51,7 +51,6 @@ class ClipTokenizer {
   std::int64_t bos_id() const { return bos_id_; }
   std::int64_t eos_id() const { return eos_id_; }
   std::int64_t pad_id() const { return pad_id_; }
-  const std::string& pad_token() const { return pad_token_; }
   std::int64_t vocab_size() const { return static_cast<std::int64_t>(by_id_.size()); }  // largest id + 1
   std::size_t merges() const { return ranks_.size(); }
   const std::string& source() const { return source_; }

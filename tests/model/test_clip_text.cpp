@@ -3,9 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <filesystem>
 #include <tuple>
-#include <unistd.h>
 
 #include "../support.hpp"
 #include "core/error.hpp"
@@ -52,25 +50,16 @@ TEST_CASE("golden: CLIP text encoder equals transformers (pad 0)") {
 // Text to conditioning in one go: the tokenizer of ../shared (skipped when absent) and the fixture
 // encoder on the fixture's two prompts, for both pad ids.
 TEST_CASE("golden: prompts through tokenizer and text encoder equal transformers") {
-  const std::string vocab = VINF_SHARED_FIXTURES "/clip-tokenizer";
-  if (!std::filesystem::exists(vocab + "/vocab.json")) {
-    MESSAGE("skipped: " << vocab << " is absent (the CLIP vocabulary is not part of the project)");
-    return;
-  }
+  if (!test::shared_tokenizer_or_skip()) return;
   Runtime rt(Device::cpu());
   const model::ClipTextModel clip = model::ClipTextModel::load(test::fixture("clip-text-tiny"), rt, DType::f32);
   const io::SafetensorsFile inputs(test::fixture("clip-text-tiny/inputs.safetensors"));
   const io::SafetensorsFile ref(test::fixture("clip-text-tiny/ref.safetensors"));
   const std::vector<std::string> prompts = {"", "A beagle wearing diving goggles swimming in the ocean while the camera "
                                                 "is moving, coral reefs in the background."};
-  const std::filesystem::path bang = std::filesystem::temp_directory_path() / ("vinf-bang-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(bang);
-  for (const char* f : {"vocab.json", "merges.txt"})
-    std::filesystem::copy_file(vocab + "/" + f, bang / f, std::filesystem::copy_options::overwrite_existing);
-  for (const char* f : {"tokenizer_config.json", "special_tokens_map.json"})
-    std::filesystem::copy_file(vocab + "/pad_bang/" + f, bang / f, std::filesystem::copy_options::overwrite_existing);
+  const test::PadBangTokenizer bang;
   for (const auto& [dir, ids_key, ref_key] :
-       {std::tuple{vocab, "input_ids", "last_hidden_state"}, std::tuple{bang.string(), "input_ids_pad0", "last_hidden_state_pad0"}}) {
+       {std::tuple{test::kSharedTokenizer, "input_ids", "last_hidden_state"}, std::tuple{bang.str(), "input_ids_pad0", "last_hidden_state_pad0"}}) {
     const model::ClipTokenizer tok = model::ClipTokenizer::load(dir);
     std::vector<model::TokenizedText> tokens;
     const std::vector<float> got = model::encode_prompts(rt, tok, clip, prompts, &tokens);
@@ -85,7 +74,6 @@ TEST_CASE("golden: prompts through tokenizer and text encoder equal transformers
     INFO(ref_key << ": max |diff| " << worst);
     CHECK(worst < 1e-4);
   }
-  std::filesystem::remove_all(bang);
 }
 
 TEST_CASE("CLIP text encoder: config and inputs it refuses") {

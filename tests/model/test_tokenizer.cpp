@@ -8,46 +8,20 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <unistd.h>
 
+#include "../support.hpp"
 #include "core/error.hpp"
 #include "model/tokenizer.hpp"
 
 using namespace vinf;
+using test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kShared = VINF_SHARED_FIXTURES "/clip-tokenizer";
-
-bool shared_or_skip() {
-  if (fs::exists(kShared + "/vocab.json")) return true;
-  MESSAGE("skipped: " << kShared << " is absent (the CLIP vocabulary is not part of the project)");
-  return false;
-}
-
 void write(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
-}
-
-// A scratch directory, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / ("vinf-tok-" + name + "-" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string str() const { return path.string(); }
-};
-
-// The reference vocabulary with the pad "!" configs (zeroscope's style).
-void make_pad_bang_dir(const TempDir& d) {
-  fs::create_symlink(kShared + "/vocab.json", d.path / "vocab.json");
-  fs::create_symlink(kShared + "/merges.txt", d.path / "merges.txt");
-  fs::copy_file(kShared + "/pad_bang/tokenizer_config.json", d.path / "tokenizer_config.json");
-  fs::copy_file(kShared + "/pad_bang/special_tokens_map.json", d.path / "special_tokens_map.json");
 }
 
 std::vector<std::int64_t> ids_of(const nlohmann::json& j) { return j.get<std::vector<std::int64_t>>(); }
@@ -68,10 +42,9 @@ void make_small_dir(const TempDir& d, const std::string& pad) {
 }  // namespace
 
 TEST_CASE("golden: CLIP tokenizer equals transformers' CLIPTokenizer on reference_ids.json") {
-  if (!shared_or_skip()) return;
-  const model::ClipTokenizer pad_eos = model::ClipTokenizer::load(kShared);
-  TempDir bang("bang");
-  make_pad_bang_dir(bang);
+  if (!test::shared_tokenizer_or_skip()) return;
+  const model::ClipTokenizer pad_eos = model::ClipTokenizer::load(test::kSharedTokenizer);
+  const test::PadBangTokenizer bang;
   const model::ClipTokenizer pad_0 = model::ClipTokenizer::load(bang.str());
   CHECK(pad_eos.pad_id() == 49407);
   CHECK(pad_0.pad_id() == 0);
@@ -82,7 +55,7 @@ TEST_CASE("golden: CLIP tokenizer equals transformers' CLIPTokenizer on referenc
   CHECK(pad_eos.vocab_size() == 49408);
   CHECK(pad_eos.warnings().empty());
 
-  std::ifstream in(kShared + "/reference_ids.json");
+  std::ifstream in(test::kSharedTokenizer + "/reference_ids.json");
   const nlohmann::json cases = nlohmann::json::parse(in);
   REQUIRE(cases.size() >= 20);
   for (const auto& c : cases) {
@@ -102,8 +75,8 @@ TEST_CASE("golden: CLIP tokenizer equals transformers' CLIPTokenizer on referenc
 }
 
 TEST_CASE("CLIP tokenizer: a long prompt keeps bos, the first 75 tokens and eos, and says what it dropped") {
-  if (!shared_or_skip()) return;
-  const model::ClipTokenizer tok = model::ClipTokenizer::load(kShared);
+  if (!test::shared_tokenizer_or_skip()) return;
+  const model::ClipTokenizer tok = model::ClipTokenizer::load(test::kSharedTokenizer);
   std::string text;
   for (int i = 0; i < 80; ++i) text += i < 75 ? "cat " : "dog ";
   const model::TokenizedText r = tok.encode(text);
