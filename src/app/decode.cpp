@@ -102,7 +102,8 @@ int decode(const std::vector<std::string>& args) {
       "images decoded at once (bounds the memory; the numbers do not depend on it)")(
       "vae.tile", po::value(&tile)->default_value(tile),
       "decode images larger than N x N latent pixels in overlapping N x N tiles (diffusers' tiled decoding: "
-      "bounded memory, slightly different pixels at the seams; 0: whole images)")(
+      "bounded memory; each tile is normalised on its own, so the pixels differ from whole-image decoding; "
+      "0: whole images)")(
       "output.video", po::value(&video.video)->default_value(video.video)->implicit_value(true),
       "with --checkpoint: write DIR/video.mp4")(
       "output.fps", po::value(&video.fps)->default_value(video.fps), "frame rate of video.mp4")(

@@ -118,7 +118,8 @@ po::options_description describe(GenerateOptions& o) {
   po::options_description vae("[vae]", kHelpWidth, kHelpColumn);
   vae.add_options()("vae.tile", po::value(&o.vae_tile)->default_value(o.vae_tile),
                     "decode frames larger than N x N latent pixels in overlapping N x N tiles (diffusers' tiled "
-                    "decoding: bounded memory, slightly different pixels at the seams; 0: whole frames; e.g. 64)");
+                    "decoding: bounded memory; each tile is normalised on its own, so the pixels differ from whole-frame "
+                    "decoding; 0: whole frames; e.g. 64)");
 
   po::options_description ckpt("[checkpoint] and resuming", kHelpWidth, kHelpColumn);
   ckpt.add_options()("checkpoint.every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every),

@@ -11,6 +11,10 @@
 #include "io/h5file.hpp"
 #include "io/safetensors.hpp"
 #include "mpi/session.hpp"
+#include "io/json_file.hpp"
+#include "model/clip_text.hpp"
+#include "model/tokenizer.hpp"
+#include "model/vae.hpp"
 #include "model/weights.hpp"
 
 namespace po = boost::program_options;
@@ -71,6 +75,62 @@ int inspect_model(const std::string& dir) {
   return 0;
 }
 
+// A pipeline part other than the UNet: the VAE decoder or the text encoder, checked against its
+// config (every parameter present with its shape; other keys, such as the VAE's encoder, are not
+// read), or the tokenizer, loaded as generate loads it.
+void report_check(const model::WeightFiles& wf, const std::vector<model::ParamSpec>& params) {
+  std::vector<std::string> unused;
+  try {
+    model::check_weights(wf, params, true, &unused);
+  } catch (const InputError&) {
+    std::cout << "  check: FAILED\n";
+    throw;
+  }
+  std::cout << "  " << params.size() << " tensors, " << grouped(model::parameter_count(params))
+            << " parameters; check: every parameter the config implies is present with its shape\n";
+}
+
+int inspect_part(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (fs::exists(dir + "/vocab.json")) {
+    const model::ClipTokenizer t = model::ClipTokenizer::load(dir);
+    std::cout << "tokenizer " << dir << " (CLIP BPE): " << grouped(t.vocab_size()) << " ids, " << grouped(static_cast<std::int64_t>(t.merges()))
+              << " merges, " << t.max_length() << " tokens per prompt; bos " << t.bos_id() << ", eos " << t.eos_id()
+              << ", pad " << t.pad_id() << "\n";
+    for (const std::string& w : t.warnings()) std::cout << "  warning: " << w << "\n";
+    return 0;
+  }
+  const nlohmann::json j = io::read_json_file(dir + "/config.json", "config");
+  model::ModelFiles files;
+  files.dir = dir;
+  files.config = dir + "/config.json";
+  if (j.value("_class_name", "") == "AutoencoderKL") {
+    const model::VaeConfig c = model::load_vae_config(files.config);
+    files = model::find_model_files(dir);
+    std::cout << "VAE " << dir << " (AutoencoderKL decoder): channels";
+    for (int ch : c.block_out_channels) std::cout << " " << ch;
+    std::cout << ", " << c.upscale() << "x, scaling factor " << c.scaling_factor << "\n";
+    report_check(model::WeightFiles(files), model::vae_decoder_parameters(c));
+    return 0;
+  }
+  const model::ClipTextConfig c = model::load_clip_text_config(files.config);
+  VINF_INPUT_CHECK(fs::exists(dir + "/model.safetensors"), "text encoder directory ", dir, " has no model.safetensors");
+  files.weights = {dir + "/model.safetensors"};
+  std::cout << "text encoder " << dir << " (CLIPTextModel): " << c.layers << " layers of " << c.hidden_size << ", "
+            << c.heads << " heads, vocabulary " << c.vocab_size << ", " << c.max_positions << " positions\n";
+  report_check(model::WeightFiles(files), model::clip_text_parameters(c));
+  return 0;
+}
+
+bool is_model_part(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (fs::exists(dir + "/vocab.json")) return true;
+  if (!fs::exists(dir + "/config.json")) return false;
+  const nlohmann::json j = io::read_json_file(dir + "/config.json", "config");
+  return j.value("_class_name", "") == "AutoencoderKL" || j.value("model_type", "") == "clip_text_model" ||
+         j.contains("text_config");
+}
+
 int inspect_safetensors(const std::string& path) {
   const io::SafetensorsFile f(path);
   std::int64_t total = 0;
@@ -117,8 +177,8 @@ int inspect_hdf5(const std::string& path) {
 int inspect(const std::vector<std::string>& args) {
   std::string path;
   po::options_description opts(
-      "vinf inspect: describe a model directory, a safetensors file, or an HDF5 file (latents.h5, a checkpoint,\n"
-      "activations.h5)\n\nusage: vinf inspect PATH\n\nOptions");
+      "vinf inspect: describe a model directory (a UNet, VAE, text encoder or tokenizer, or a pipeline with\n"
+      "all of them), a safetensors file, or an HDF5 file (latents.h5, a checkpoint, activations.h5)\n\nusage: vinf inspect PATH\n\nOptions");
   opts.add_options()("help,h", "show this help")("path", po::value(&path), "model directory, .safetensors or .h5 file");
   po::positional_options_description pos;
   pos.add("path", 1);
@@ -131,7 +191,14 @@ int inspect(const std::vector<std::string>& args) {
   VINF_INPUT_CHECK(!path.empty(), "vinf inspect: give a model directory, a .safetensors or an .h5 file (see --help)");
   std::error_code ec;
   VINF_INPUT_CHECK(std::filesystem::exists(path, ec), path, " does not exist");
-  if (std::filesystem::is_directory(path, ec)) return inspect_model(path);
+  if (std::filesystem::is_directory(path, ec)) {
+    if (is_model_part(path)) return inspect_part(path);
+    inspect_model(path);
+    // A pipeline root: its other parts too.
+    for (const char* part : {"vae", "text_encoder", "tokenizer"})
+      if (std::filesystem::is_directory(path + "/" + part)) inspect_part(path + "/" + part);
+    return 0;
+  }
   if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) return inspect_safetensors(path);
   if (io::is_hdf5(path)) return inspect_hdf5(path);
   VINF_INPUT_FAIL(path, " is neither a model directory, a .safetensors file nor an HDF5 file");

@@ -50,7 +50,7 @@ const Command kCommands[] = {
     {"encode-text", "prompts through the CLIP tokenizer and text encoder (an embeddings file for generate)", encode_text},
     {"forward", "one UNet call per timestep on given inputs (checks a model against reference numbers)", forward},
     {"make-model", "write a random-weight UNet or pipeline (tiny, small or vc2 shape) in diffusers layout", make_model},
-    {"inspect", "describe a model directory or a safetensors file", inspect},
+    {"inspect", "describe and check a model directory (or a pipeline part), a safetensors or HDF5 file", inspect},
     {"selfcheck", "run every op on every available backend against the CPU reference", selfcheck},
 };
 

@@ -24,6 +24,8 @@ expect 2 "--vae.tile must be 0 (off) or a multiple of 4" -- "$vinf" decode --vae
 # A file from the diffusers <= 0.16 era: query/key/value/proj_attn, [C, C, 1, 1] weights.
 expect 0 "" -- "$tool" vae-old-names "$vae" "$work/old-vae"
 expect 0 "wrote" -- "$vinf" decode --vae "$work/old-vae" --latents "$ref" --out "$work/c.safetensors"
+expect 0 "check: every parameter the config implies is present" -- "$vinf" inspect "$work/old-vae"
+expect 0 "VAE $vae (AutoencoderKL decoder): channels" -- "$vinf" inspect "$vae"
 expect 0 "max |diff| 0 " -- "$tool" compare "$work/c.safetensors" "$work/a.safetensors" 0 decoded
 # A pipeline root with vae/ works too.
 mkdir -p "$work/pipeline" && ln -s "$(cd "$vae" && pwd)" "$work/pipeline/vae"
@@ -58,6 +60,7 @@ expect 2 "has no tensor 'latents'" -- "$vinf" decode --vae "$vae" --latents "$wo
 expect 2 "--frames-per-call must be >= 1" -- "$vinf" decode --vae "$vae" --latents "$ref" --out "$work/x.safetensors" --frames-per-call 0
 mkdir -p "$work/no-weights" && cp "$vae/config.json" "$work/no-weights/"
 expect 2 "has neither diffusion_pytorch_model.safetensors" -- "$vinf" decode --vae "$work/no-weights" --latents "$ref" --out "$work/x.safetensors"
+expect 2 "has neither diffusion_pytorch_model.safetensors" -- "$vinf" inspect "$work/no-weights"
 mkdir -p "$work/wide" && sed 's/"latent_channels": 4/"latent_channels": 8/' "$vae/config.json" > "$work/wide/config.json"
 cp "$vae/diffusion_pytorch_model.safetensors" "$work/wide/"
 expect 2 "implies [8,8,1,1]" -- "$vinf" decode --vae "$work/wide" --latents "$ref" --out "$work/x.safetensors"

@@ -37,6 +37,11 @@ else
   expect 0 "wrote the pipeline" -- "$vinf" make-model --preset tiny --layout pipeline --out "$work/pipe"
 fi
 
+# vinf inspect checks each part of the pipeline against its config.
+expect 0 "tokenizer $work/pipe/tokenizer (CLIP BPE): 514 ids, 0 merges, 77 tokens per prompt; bos 512, eos 513, pad 513" -- \
+  "$vinf" inspect "$work/pipe"
+expect 0 "text encoder $encoder (CLIPTextModel): 2 layers of 32, 4 heads, vocabulary 49408" -- "$vinf" inspect "$encoder"
+
 # The file generate takes: prompt_embeds and negative_prompt_embeds beside the two required tensors.
 expect 0 "negative_prompt_embeds                                                   F32   [1,77,32]" -- bash -c \
   "'$vinf' encode-text --model '$work/pipe' --prompt 'a kite' --negative '' --out '$work/emb.safetensors' && '$vinf' inspect '$work/emb.safetensors'"
