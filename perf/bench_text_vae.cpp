@@ -6,7 +6,9 @@
 //                 what a run encodes): the OpenCLIP-H shape (23 layers, 1024 wide, 340 M params)
 //   vae_decode    frames/s of one rank's VAE decoding at 320 x 512 (40 x 64 latent): the small
 //                 preset and the kl-f8 shape (zeroscope's VAE) on the CPU; kl-f8 on a GPU in
-//                 f32/bf16/f16
+//                 f32/bf16/f16; also with --vae.tile 16 and 8 (tiled convolutions, the same numbers).
+//                 "peak GiB" is the arena's high-water mark while decoding (the weights, latents
+//                 and output included)
 //   --vinf_suite=smoke: tiny shapes, to check that the harness runs.
 //
 //   vinf_bench_text_vae [--vinf_suite=bench|smoke] [--vinf_devices=cpu,cuda] [--vinf_tokenizer=DIR]
@@ -41,6 +43,7 @@ struct VaeSetup {
   Device device;
   DType dtype;
   std::int64_t h, w, frames;
+  std::int64_t tile = 0;  // --vae.tile
 };
 
 std::string device_label(const Device& d, DType t) { return std::string(d.is_cpu() ? "cpu " : "cuda ") + dtype_name(t); }
@@ -84,11 +87,11 @@ void decode(benchmark::State& state, const VaeSetup& s) {
   OwnedTensor z = rt.arena().empty(DType::f32, {s.frames, s.config.latent_channels, s.h, s.w});
   OwnedTensor y = rt.arena().empty(DType::f32, {s.frames, s.config.out_channels, s.h * up, s.w * up});
   ops::normal(rt.ctx(), z, 5, 0, 0);
-  vae.decode(rt.ctx(), z, y, s.frames);  // warm-up
+  vae.decode(rt.ctx(), z, y, s.frames, s.tile);  // warm-up
   rt.synchronize();
   rt.arena().reset_peak();
   for (auto _ : state) {
-    vae.decode(rt.ctx(), z, y, s.frames);
+    vae.decode(rt.ctx(), z, y, s.frames, s.tile);
     rt.synchronize();
   }
   state.counters["frames/s"] = benchmark::Counter(static_cast<double>(s.frames), benchmark::Counter::kIsIterationInvariantRate);
@@ -130,14 +133,17 @@ int main(int argc, char** argv) {
   if (smoke) {
     if (cpu) texts.push_back({model::clip_text_preset(32), Device::cpu(), DType::f32});
     if (cpu) vaes.push_back({model::vae_preset("tiny"), Device::cpu(), DType::f32, 8, 8, 2});
+    if (cpu) vaes.push_back({model::vae_preset("tiny"), Device::cpu(), DType::f32, 8, 8, 2, 3});
   } else {
     if (cpu) texts.push_back({openclip_h, Device::cpu(), DType::f32});
     if (cpu) vaes.push_back({model::vae_preset("small"), Device::cpu(), DType::f32, 40, 64, 1});
-    if (cpu) vaes.push_back({model::vae_preset("vc2"), Device::cpu(), DType::f32, 40, 64, 1});
+    for (std::int64_t tile : {0, 16, 8})
+      if (cpu) vaes.push_back({model::vae_preset("vc2"), Device::cpu(), DType::f32, 40, 64, 1, tile});
     if (gpu) {
       for (DType t : {DType::f32, DType::bf16}) texts.push_back({openclip_h, Device::cuda(0), t});
       for (DType t : {DType::f32, DType::bf16, DType::f16})
         vaes.push_back({model::vae_preset("vc2"), Device::cuda(0), t, 40, 64, 8});
+      vaes.push_back({model::vae_preset("vc2"), Device::cuda(0), DType::bf16, 40, 64, 8, 16});
     }
   }
   for (const TextSetup& s : texts) {
@@ -152,7 +158,8 @@ int main(int argc, char** argv) {
     const std::int64_t up = s.config.upscale();
     const std::string name = "vae_decode/" + std::to_string(s.config.block_out_channels.back()) + "ch [" +
                              device_label(s.device, s.dtype) + "] " + std::to_string(s.frames) + " x " +
-                             std::to_string(s.h * up) + "x" + std::to_string(s.w * up);
+                             std::to_string(s.h * up) + "x" + std::to_string(s.w * up) +
+                             (s.tile > 0 ? " tile " + std::to_string(s.tile) : "");
     benchmark::RegisterBenchmark(name.c_str(), [&s](benchmark::State& st) { decode(st, s); })
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime()

@@ -18,7 +18,8 @@ namespace vinf::test {
 // True when a CUDA device can be used; otherwise prints why the calling test is skipped.
 inline bool gpu_or_skip(const char* what) {
   if (cuda_device_count() > 0) return true;
-  MESSAGE("skipped " << what << ": " << (built_with_cuda() ? "no GPU visible" : "built without CUDA"));
+  // One string: doctest's MESSAGE prints a bare const char* as a pointer.
+  MESSAGE((std::string("skipped ") + what + ": " + (built_with_cuda() ? "no GPU visible" : "built without CUDA")));
   return false;
 }
 
@@ -30,7 +31,7 @@ inline const std::string kSharedTokenizer = VINF_SHARED_FIXTURES "/clip-tokenize
 // True when ../shared has the CLIP tokenizer; otherwise prints why the calling test is skipped.
 inline bool shared_tokenizer_or_skip() {
   if (std::filesystem::exists(kSharedTokenizer + "/vocab.json")) return true;
-  MESSAGE("skipped: " << kSharedTokenizer << " is absent (the CLIP vocabulary is not part of the project)");
+  MESSAGE(("skipped: " + kSharedTokenizer + " is absent (the CLIP vocabulary is not part of the project)"));
   return false;
 }
 

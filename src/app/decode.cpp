@@ -101,9 +101,9 @@ int decode(const std::vector<std::string>& args) {
       "frames-per-call", po::value(&frames_per_call)->default_value(frames_per_call),
       "images decoded at once (bounds the memory; the numbers do not depend on it)")(
       "vae.tile", po::value(&tile)->default_value(tile),
-      "decode images larger than N x N latent pixels in overlapping N x N tiles (diffusers' tiled decoding: "
-      "bounded memory; each tile is normalised on its own, so the pixels differ from whole-image decoding; "
-      "0: whole images)")(
+      "run the convolutions of images larger than N x N latent pixels over N x N tiles (8N x 8N pixels at "
+      "full size) with whole-image GroupNorm statistics: the same pixels as whole-image decoding, with the "
+      "convolutions' working memory bounded by the tile; 0: whole images; e.g. 16")(
       "output.video", po::value(&video.video)->default_value(video.video)->implicit_value(true),
       "with --checkpoint: write DIR/video.mp4")(
       "output.fps", po::value(&video.fps)->default_value(video.fps), "frame rate of video.mp4")(
@@ -124,8 +124,7 @@ int decode(const std::vector<std::string>& args) {
                    "vinf decode: give either --latents IN.safetensors or --checkpoint X.h5 (see vinf decode --help)");
   VINF_INPUT_CHECK(video.fps > 0 && video.fps <= 1000, "--output.fps must be in (0, 1000], got ", video.fps);
   VINF_INPUT_CHECK(frames_per_call >= 1, "--frames-per-call must be >= 1, got ", frames_per_call);
-  VINF_INPUT_CHECK(tile == 0 || (tile >= 4 && tile % 4 == 0), "--vae.tile must be 0 (off) or a multiple of 4 latent ",
-                   "pixels, got ", tile);
+  VINF_INPUT_CHECK(tile >= 0, "--vae.tile must be 0 (off) or a positive number of latent pixels, got ", tile);
   DType dtype;
   VINF_INPUT_CHECK(parse_dtype(dtype_opt, dtype) && (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16),
                    "--dtype must be f32, f16 or bf16, got '", dtype_opt, "'");

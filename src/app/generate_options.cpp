@@ -117,9 +117,10 @@ po::options_description describe(GenerateOptions& o) {
 
   po::options_description vae("[vae]", kHelpWidth, kHelpColumn);
   vae.add_options()("vae.tile", po::value(&o.vae_tile)->default_value(o.vae_tile),
-                    "decode frames larger than N x N latent pixels in overlapping N x N tiles (diffusers' tiled "
-                    "decoding: bounded memory; each tile is normalised on its own, so the pixels differ from whole-frame "
-                    "decoding; 0: whole frames; e.g. 64)");
+                    "run the VAE's convolutions of frames larger than N x N latent pixels over N x N "
+                    "tiles (8N x 8N pixels at full size) with whole-frame GroupNorm statistics: the same pixels as "
+                    "whole-frame decoding, with the convolutions' working memory bounded by the tile; 0: whole "
+                    "frames; e.g. 16");
 
   po::options_description ckpt("[checkpoint] and resuming", kHelpWidth, kHelpColumn);
   ckpt.add_options()("checkpoint.every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every),
@@ -216,8 +217,8 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
       }
     }
   }
-  VINF_INPUT_CHECK(o.vae_tile == 0 || (o.vae_tile >= 4 && o.vae_tile % 4 == 0),
-                   "--vae.tile must be 0 (off) or a multiple of 4 latent pixels, got ", o.vae_tile);
+  VINF_INPUT_CHECK(o.vae_tile >= 0, "--vae.tile must be 0 (off) or a positive number of latent pixels, got ",
+                   o.vae_tile);
   VINF_INPUT_CHECK(o.cfg == 1 || o.cfg == 2, "--parallel.cfg must be 1 or 2, got ", o.cfg);
   VINF_INPUT_CHECK(o.cfg == 1 || o.guidance > 1, "--parallel.cfg 2 splits the two guidance branches, but ",
                    "--sampler.guidance ", o.guidance, " <= 1 runs only one; use --parallel.cfg 1");

@@ -219,6 +219,111 @@ class Decode {
     return conv(*y, p, 1);
   }
 
+  // The tiled path (decode with tile > 0). Every 3x3 convolution runs over tiles of its output;
+  // each tile's input (the tile plus a one-pixel halo, zeros beyond the image) is produced from
+  // whole-image tensors on the spot, GroupNorm with the statistics of the whole image. The numbers
+  // are those of decoding the image whole; what the tile bounds is the convolutions' working
+  // memory (their inputs, outputs and oneDNN/cuDNN buffers), while one or two whole-image
+  // activations stay alive between layers.
+  struct Region {
+    std::int64_t r0, h, c0, w;
+  };
+
+  // Calls f(region) for the tiles of an h x w image, row by row.
+  template <class F>
+  static void for_tiles(std::int64_t h, std::int64_t w, std::int64_t tile, F&& f) {
+    for (std::int64_t r0 = 0; r0 < h; r0 += tile)
+      for (std::int64_t c0 = 0; c0 < w; c0 += tile) f(Region{r0, std::min(tile, h - r0), c0, std::min(tile, w - c0)});
+  }
+
+  // The 3x3 convolution p (padding 1) of an (n, ci, h, w) image on output region t, as a new
+  // (n, cout, t.h, t.w) tensor. fill(dst, r) writes the convolution's input at image region r into
+  // dst; the halo beyond the image is zeros.
+  template <class Fill>
+  Act conv_tile(const std::string& p, std::int64_t n, std::int64_t ci, std::int64_t h, std::int64_t w, Region t,
+                Fill&& fill) const {
+    Act in = empty({n, ci, t.h + 2, t.w + 2});
+    const std::int64_t a0 = std::max<std::int64_t>(t.r0 - 1, 0), a1 = std::min(t.r0 + t.h + 1, h);
+    const std::int64_t b0 = std::max<std::int64_t>(t.c0 - 1, 0), b1 = std::min(t.c0 + t.w + 1, w);
+    if (a1 - a0 < t.h + 2 || b1 - b0 < t.w + 2) ops::fill(ctx_, *in, 0.0);
+    fill(in->view().slice(2, a0 - (t.r0 - 1), a1 - a0).slice(3, b0 - (t.c0 - 1), b1 - b0),
+         Region{a0, a1 - a0, b0, b1 - b0});
+    return conv(*in, p, 0);
+  }
+
+  // Whole-image GroupNorm sums of x: f64 [N, groups, 2].
+  Act sums(const Tensor& x) const {
+    Act s = std::make_shared<OwnedTensor>(ctx_.arena->empty(DType::f64, {x.size(0), c_.norm_num_groups, 2}));
+    ops::group_norm_sums(ctx_, x.reshape({x.size(0), x.size(1), 1, x.size(2) * x.size(3)}), c_.norm_num_groups, *s);
+    return s;
+  }
+
+  // A fill for conv_tile: GroupNorm p (statistics s of the whole x) and SiLU of x's region.
+  auto normed(const Tensor& x, const Tensor& s, const std::string& p) const {
+    const double count = static_cast<double>(x.size(1) / c_.norm_num_groups * x.size(2) * x.size(3));
+    return [this, &x, &s, p, count](const Tensor& dst, Region r) {
+      ops::group_norm_apply(ctx_, x.slice(2, r.r0, r.h).slice(3, r.c0, r.w), s, count, w(p + ".weight"),
+                            w(p + ".bias"), dst, {c_.norm_num_groups, VaeConfig::kNormEps, ops::Activation::silu});
+    };
+  }
+
+  Act resnet_tiled(Act x, const std::string& p, std::int64_t tile) const {
+    const std::int64_t n = x->size(0), ci = x->size(1), h = x->size(2), wd = x->size(3);
+    const std::int64_t co = w(p + ".conv1.weight").size(0);
+    Act hid = empty({n, co, h, wd});
+    {
+      const Act s = sums(*x);
+      for_tiles(h, wd, tile, [&](Region t) {
+        const Act y = conv_tile(p + ".conv1", n, ci, h, wd, t, normed(*x, *s, p + ".norm1"));
+        ops::copy(ctx_, *y, hid->view().slice(2, t.r0, t.h).slice(3, t.c0, t.w));
+      });
+    }
+    // Each output tile reads only its own tile of x (the shortcut is 1x1), so an output of x's
+    // shape overwrites x.
+    const bool shortcut = w_.find(p + ".conv_shortcut.weight") != nullptr;
+    Act out = ci == co ? x : empty({n, co, h, wd});
+    const Act s = sums(*hid);
+    for_tiles(h, wd, tile, [&](Region t) {
+      const Act y = conv_tile(p + ".conv2", n, co, h, wd, t, normed(*hid, *s, p + ".norm2"));
+      const Tensor xt = x->view().slice(2, t.r0, t.h).slice(3, t.c0, t.w);
+      const Tensor ot = out->view().slice(2, t.r0, t.h).slice(3, t.c0, t.w);
+      if (shortcut) {
+        ops::add(ctx_, *y, *conv(xt, p + ".conv_shortcut", 0), ot);
+      } else {
+        ops::add(ctx_, *y, xt, ot);
+      }
+    });
+    return out;
+  }
+
+  Act upsample_tiled(const Tensor& x, const std::string& p, std::int64_t tile) const {
+    const std::int64_t n = x.size(0), c = x.size(1), h = 2 * x.size(2), wd = 2 * x.size(3);
+    Act out = empty({n, w(p + ".weight").size(0), h, wd});
+    // The upsampled region r: nearest x2 of the source rows and columns that cover it, cropped.
+    auto upsampled = [&](const Tensor& dst, Region r) {
+      const std::int64_t sr = r.r0 / 2, sc = r.c0 / 2;
+      const std::int64_t sh = (r.r0 + r.h + 1) / 2 - sr, sw = (r.c0 + r.w + 1) / 2 - sc;
+      const Act u = empty({n, c, 2 * sh, 2 * sw});
+      ops::upsample_nearest(ctx_, x.slice(2, sr, sh).slice(3, sc, sw), *u);
+      ops::copy(ctx_, u->view().slice(2, r.r0 - 2 * sr, r.h).slice(3, r.c0 - 2 * sc, r.w), dst);
+    };
+    for_tiles(h, wd, tile, [&](Region t) {
+      const Act y = conv_tile(p, n, c, h, wd, t, upsampled);
+      ops::copy(ctx_, *y, out->view().slice(2, t.r0, t.h).slice(3, t.c0, t.w));
+    });
+    return out;
+  }
+
+  // conv_out(SiLU(conv_norm_out(x))) into out, tile by tile.
+  void output_tiled(const Tensor& x, const Tensor& out, std::int64_t tile) const {
+    const std::int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3);
+    const Act s = sums(x);
+    for_tiles(h, wd, tile, [&](Region t) {
+      const Act y = conv_tile("decoder.conv_out", n, c, h, wd, t, normed(x, *s, "decoder.conv_norm_out"));
+      ops::copy(ctx_, *y, out.slice(2, t.r0, t.h).slice(3, t.c0, t.w));
+    });
+  }
+
  private:
   const VaeConfig& c_;
   const Weights& w_;
@@ -239,71 +344,44 @@ void VaeDecoder::decode(ExecContext& ctx, const Tensor& latents, const Tensor& o
                    "the VAE output must be (", n, ", ", c.out_channels, ", ", h * up, ", ", w * up, "); got ",
                    out.shape.str());
   VINF_CHECK(frames_per_call >= 1, "frames_per_call must be >= 1");
-  VINF_INPUT_CHECK(tile == 0 || (tile >= 4 && tile % 4 == 0), "the VAE tile must be 0 (off) or a multiple of 4 latent ",
-                   "pixels (the tiles overlap by a quarter), got ", tile);
+  VINF_INPUT_CHECK(tile >= 0, "the VAE tile must be 0 (off) or a positive number of latent pixels, got ", tile);
   const bool tiled = tile > 0 && (h > tile || w > tile);
   for (std::int64_t f0 = 0; f0 < n; f0 += frames_per_call) {
     const std::int64_t nb = std::min(frames_per_call, n - f0);
-    if (tiled)
-      decode_tiled(ctx, latents.slice(0, f0, nb), out.slice(0, f0, nb), tile);
-    else
-      decode_whole(ctx, latents.slice(0, f0, nb), out.slice(0, f0, nb));
+    decode_images(ctx, latents.slice(0, f0, nb), out.slice(0, f0, nb), tiled ? tile : 0);
   }
 }
 
-void VaeDecoder::decode_whole(ExecContext& ctx, const Tensor& latents, const Tensor& out) const {
+// tile 0: every op on whole images. tile > 0: every 3x3 convolution after conv_in (whose input has
+// only the latent channels) tiled, Decode's tiled path; the tile is `tile` latent pixels at the
+// latent resolution and doubles with every upsampling, so it always covers the same part of the
+// picture. The mid-block attention runs whole either way (at the latent resolution, flash-style).
+void VaeDecoder::decode_images(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t tile) const {
   const VaeConfig& c = config_;
   const Decode d(c, weights_, ctx);
   const int blocks = static_cast<int>(c.block_out_channels.size());
+  std::int64_t t = tile;
+  auto resnet = [&](Act a, const std::string& p) { return t > 0 ? d.resnet_tiled(std::move(a), p, t) : d.resnet(*a, p); };
   Act x = d.empty(latents.shape);
   ops::copy(ctx, latents, *x);
   if (c.use_post_quant_conv) x = d.conv(*x, "post_quant_conv", 0);
   x = d.conv(*x, "decoder.conv_in", 1);
-  x = d.resnet(*x, "decoder.mid_block.resnets.0");
+  x = resnet(x, "decoder.mid_block.resnets.0");
   if (c.mid_block_attention) x = d.attention(*x, "decoder.mid_block.attentions.0");
-  x = d.resnet(*x, "decoder.mid_block.resnets.1");
+  x = resnet(x, "decoder.mid_block.resnets.1");
   for (int i = 0; i < blocks; ++i) {
     const std::string b = "decoder.up_blocks" + dot_index(static_cast<std::size_t>(i));
-    for (int j = 0; j <= c.layers_per_block; ++j) x = d.resnet(*x, b + ".resnets" + dot_index(static_cast<std::size_t>(j)));
-    if (i + 1 < blocks) x = d.upsample(*x, b + ".upsamplers.0.conv");
+    for (int j = 0; j <= c.layers_per_block; ++j) x = resnet(x, b + ".resnets" + dot_index(static_cast<std::size_t>(j)));
+    if (i + 1 < blocks) {
+      t *= 2;
+      x = t > 0 ? d.upsample_tiled(*x, b + ".upsamplers.0.conv", t) : d.upsample(*x, b + ".upsamplers.0.conv");
+    }
   }
-  x = d.norm(*x, "decoder.conv_norm_out", ops::Activation::silu);
-  x = d.conv(*x, "decoder.conv_out", 1);
-  ops::copy(ctx, *x, out);
-}
-
-// diffusers' AutoencoderKL.tiled_decode: tiles of tile x tile latent pixels every 3/4 tile, each
-// decoded on its own; each tile's first quarter (in output pixels) is blended linearly with the
-// tile above and then the tile to the left (both already blended), and its first 3/4 kept.
-void VaeDecoder::decode_tiled(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t tile) const {
-  const std::int64_t up = config_.upscale(), h = latents.size(2), w = latents.size(3);
-  const std::int64_t stride = tile / 4 * 3;                 // a multiple of 4: 3/4 of it exactly
-  const std::int64_t blend = tile * up / 4, keep = stride * up;  // keep + blend = the tile
-  std::vector<std::shared_ptr<OwnedTensor>> above, row;
-  // b's first rows (dim 2) or columns (dim 3) = a's last ones * (1 - t) + b's * t, t = k / extent.
-  auto blend_into = [&](const Tensor& a, const Tensor& b, int dim) {
-    const std::int64_t extent = std::min({a.size(dim), b.size(dim), blend});
-    for (std::int64_t k = 0; k < extent; ++k) {
-      const float t = static_cast<float>(k) / static_cast<float>(extent);
-      const Tensor bk = b.slice(dim, k, 1);
-      ops::axpby(ctx, 1.f - t, a.slice(dim, a.size(dim) - extent + k, 1), t, bk, bk);
-    }
-  };
-  for (std::int64_t i = 0, ti = 0; i < h; i += stride, ++ti) {
-    row.clear();
-    for (std::int64_t j = 0, tj = 0; j < w; j += stride, ++tj) {
-      const std::int64_t th = std::min(tile, h - i), tw = std::min(tile, w - j);
-      const Tensor z = latents.slice(2, i, th).slice(3, j, tw);
-      auto decoded = std::make_shared<OwnedTensor>(
-          ctx.arena->empty(out.dtype, {latents.size(0), out.size(1), th * up, tw * up}));
-      decode_whole(ctx, z, *decoded);
-      if (ti > 0) blend_into(*above[static_cast<std::size_t>(tj)], *decoded, 2);
-      if (tj > 0) blend_into(*row.back(), *decoded, 3);
-      const std::int64_t kh = std::min(keep, th * up), kw = std::min(keep, tw * up);
-      ops::copy(ctx, decoded->view().slice(2, 0, kh).slice(3, 0, kw), out.slice(2, i * up, kh).slice(3, j * up, kw));
-      row.push_back(std::move(decoded));
-    }
-    above.swap(row);
+  if (t > 0) {
+    d.output_tiled(*x, out, t);
+  } else {
+    x = d.norm(*x, "decoder.conv_norm_out", ops::Activation::silu);
+    ops::copy(ctx, *d.conv(*x, "decoder.conv_out", 1), out);
   }
 }
 

@@ -55,17 +55,16 @@ class VaeDecoder {
 
   // latents (N, latent_channels, h, w) exactly as given (no 1/scaling_factor); out (N,
   // out_channels, h * upscale, w * upscale), the raw decoder output (no clamp). Decodes
-  // `frames_per_call` images at a time to bound the activation memory. tile > 0 (latent pixels, a
-  // multiple of 4) decodes images larger than that in overlapping tiles as diffusers' tiled_decode
-  // does (a tile every 3/4 tile, the overlap blended linearly), which bounds the activation memory
-  // by the tile; the numbers then differ slightly from whole-image decoding (each tile has its own
-  // GroupNorm statistics and attention).
+  // `frames_per_call` images at a time to bound the activation memory. tile > 0 (latent pixels)
+  // runs the convolutions of images larger than that over tiles of tile x tile latent pixels
+  // (tile * 2^k pixels after k upsamplings) with GroupNorm statistics of the whole image: the same
+  // numbers as whole-image decoding to float rounding, with the convolutions' working memory
+  // bounded by the tile; between layers one or two whole-image activations remain.
   void decode(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t frames_per_call = 4,
               std::int64_t tile = 0) const;
 
  private:
-  void decode_whole(ExecContext& ctx, const Tensor& latents, const Tensor& out) const;
-  void decode_tiled(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t tile) const;
+  void decode_images(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t tile) const;
 
   VaeConfig config_;
   Weights weights_;

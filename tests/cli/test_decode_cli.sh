@@ -15,12 +15,15 @@ expect 0 "ok decoded" -- "$tool" compare "$work/a.safetensors" "$ref" 1e-4 decod
 # Frames decode independently: one at a time gives the same numbers as all four at once.
 expect 0 "wrote" -- "$vinf" decode --vae "$vae" --latents "$ref" --out "$work/b.safetensors" --frames-per-call 1
 expect 0 "max |diff| 0 " -- "$tool" compare "$work/b.safetensors" "$work/a.safetensors" 0 decoded
-# --vae.tile: a tile covering the frame is whole-frame decoding; smaller tiles run (their numbers
-# are checked against diffusers' tiled_decode in the unit tests); a tile not a multiple of 4 is refused.
+# --vae.tile: a tile covering the frame is whole-frame decoding; smaller tiles (edge tiles of every
+# size) reproduce diffusers' untiled output too; a negative tile is refused.
 expect 0 "wrote" -- "$vinf" decode --vae "$vae" --latents "$ref" --out "$work/t8.safetensors" --vae.tile 8
 expect 0 "max |diff| 0 " -- "$tool" compare "$work/t8.safetensors" "$work/a.safetensors" 0 decoded
-expect 0 "wrote" -- "$vinf" decode --vae "$vae" --latents "$ref" --out "$work/t4.safetensors" --vae.tile 4
-expect 2 "--vae.tile must be 0 (off) or a multiple of 4" -- "$vinf" decode --vae "$vae" --latents "$ref" --out "$work/t6.safetensors" --vae.tile 6
+for t in 1 3; do
+  expect 0 "wrote" -- "$vinf" decode --vae "$vae" --latents "$ref" --out "$work/t$t.safetensors" --vae.tile $t
+  expect 0 "ok decoded" -- "$tool" compare "$work/t$t.safetensors" "$ref" 1e-4 decoded
+done
+expect 2 "--vae.tile must be 0 (off) or a positive number" -- "$vinf" decode --vae "$vae" --latents "$ref" --out "$work/t6.safetensors" --vae.tile -6
 # A file from the diffusers <= 0.16 era: query/key/value/proj_attn, [C, C, 1, 1] weights.
 expect 0 "" -- "$tool" vae-old-names "$vae" "$work/old-vae"
 expect 0 "wrote" -- "$vinf" decode --vae "$work/old-vae" --latents "$ref" --out "$work/c.safetensors"

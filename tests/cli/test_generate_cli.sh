@@ -119,7 +119,7 @@ bad "cannot be combined with a built-in model" "${small[@]}" --model.tokenizer "
 mkdir -p "$work/broken-tok" && cp "$work/pipe5/tokenizer/vocab.json" "$work/broken-tok/"
 bad "tokenizer $work/broken-tok: no merges.txt" --model "$work/pipe5" --model.tokenizer "$work/broken-tok" --prompt.text x
 bad "--video.height must be a multiple of 8" --model builtin:tiny --prompt.text x --video.height 100
-bad "--vae.tile must be 0 (off) or a multiple of 4" "${small[@]}" --vae.tile 5
+bad "--vae.tile must be 0 (off) or a positive number" "${small[@]}" --vae.tile -5
 bad "--video.width must be in [8, 16384]" --model builtin:tiny --prompt.text x --video.width 0
 bad "--parallel.cfg 2 needs an even number of ranks" "${small[@]}" --parallel.cfg 2
 bad "--parallel.cfg 2 splits the two guidance branches" "${small[@]}" --parallel.cfg 2 --sampler.guidance 1
