@@ -186,9 +186,9 @@ void check_partition(const Config& c, std::int64_t frames, int clips) {
                    clips, ")");
   const std::int64_t per = frames / clips;
   VINF_INPUT_CHECK(c.local_frames <= per, "--vi.local-frames ", c.local_frames, " is larger than the ", per,
-                   " frames per clip (", frames, " frames over ", clips, " clips); use at most ", per, " or fewer ranks");
+                   " frames per clip (", frames, " frames over ", clips, " clips); use at most ", per, ", or more frames per rank");
   VINF_INPUT_CHECK(c.conv_halo <= per, "--vi.conv-halo ", c.conv_halo, " is larger than the ", per,
-                   " frames per clip (", frames, " frames over ", clips, " clips); use at most ", per, " or fewer ranks");
+                   " frames per clip (", frames, " frames over ", clips, " clips); use at most ", per, ", or more frames per rank");
   VINF_INPUT_CHECK(c.mode != Mode::invariant || clips == 1 || c.conv_halo >= 4, "--vi.mode invariant needs ",
                    "--vi.conv-halo >= 4 (the reach of the 4 temporal convolutions) to be exact; got ", c.conv_halo);
   VINF_INPUT_CHECK(c.global_frames <= frames, "--vi.global-frames ", c.global_frames, " is larger than the video (",

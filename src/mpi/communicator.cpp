@@ -490,6 +490,8 @@ std::vector<std::unique_ptr<Communicator>> make_thread_group(int n) {
 }
 
 #if !VINF_WITH_CUDA
+std::string nccl_version() { return ""; }
+
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, const Device&) {
   VINF_FAIL("NCCL needs a CUDA build of vinf; this one has the CPU path only");
 }

@@ -96,6 +96,9 @@ std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
 // and broadcasts it. Collective over comm. Throws vinf::Error in builds without CUDA.
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, const Device& device);
 
+// The NCCL library's version ("2.18.5"), or "" in builds without CUDA.
+std::string nccl_version();
+
 // One process, n ranks: element r is rank r's communicator, to be used from its own thread.
 std::vector<std::unique_ptr<Communicator>> make_thread_group(int n);
 

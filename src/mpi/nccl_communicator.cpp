@@ -104,6 +104,14 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch; older ones major * 1000 + minor * 100.
+  const int major = v >= 10000 ? v / 10000 : v / 1000, minor = v >= 10000 ? v / 100 % 100 : v / 100 % 10;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(v % 100);
+}
+
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, const Device& device) {
   VINF_CHECK(device.is_cuda(), "NCCL needs a CUDA device, got ", device.name());
   int rank = 0, size = 1;
