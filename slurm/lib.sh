@@ -1,0 +1,211 @@
+# Shared by the vinf job scripts (vinf.sbatch, multinode.sbatch, sweep.sbatch), which source it;
+# not a job script itself. It finds vinf, chooses GPU or CPU mode, loads NCCL profiles, prints what
+# a failed job's log needs, runs `vinf generate` under srun with the stop signals forwarded, and
+# requeues the job when vinf stopped after a checkpoint (exit status 75).
+#
+# Environment, all optional (sbatch passes the submitting shell's environment to the job):
+#   VINF_HOME          the vinf checkout (default: the directory sbatch was run from)
+#   VINF               the vinf binary (default: $VINF_HOME/build/vinf)
+#   VINF_DEVICE        cuda | cpu | auto (default: cuda when the batch node has a GPU, else cpu)
+#   VINF_NCCL_PROFILE  profiles from slurm/env/ to source, by name or path: "ib", "tcp debug", ...
+#   VINF_SRUN_MPI      srun's --mpi plugin (default pmix; Open MPI needs pmix)
+#   VINF_MAX_REQUEUES  how often a job may requeue itself after a stop signal (default 10)
+#   VINF_COMM_TIMEOUT  seconds a collective may wait before vinf ends the job (vinf's --comm-timeout)
+#   VINF_OUT           the output directory (default outputs/<job name>-<job id>; give an earlier
+#                      job's to continue it from its newest checkpoint)
+
+vinf_log() { echo "[vinf-job $(date '+%F %T')] $*"; }
+
+# Bad input or set-up: say what and what to do, exit 2 (as vinf does for bad input).
+vinf_fail() {
+  echo "[vinf-job $(date '+%F %T')] error: $*" >&2
+  exit 2
+}
+
+# vinf_job_start SCRIPT CONFIG: checks the set-up, picks the device, loads the NCCL profiles and
+# prints the job's facts. Sets VINF, VINF_DEVICE, VINF_NAME (the job name) and OMP_NUM_THREADS.
+vinf_job_start() {
+  local script=$1 config=${2:-}
+  [ -n "${SLURM_JOB_ID:-}" ] || vinf_fail "$script runs inside a Slurm job: sbatch $script CONFIG.ini [vinf generate options]"
+  VINF=${VINF:-$VINF_HOME/build/vinf}
+  [ -x "$VINF" ] || vinf_fail "no vinf binary at $VINF: build it (scripts/demo, or cmake --build build) or set VINF=/path/to/vinf"
+  [ -n "$config" ] || vinf_fail "no config file: sbatch $script CONFIG.ini [vinf generate options]"
+  [ -r "$config" ] || vinf_fail "cannot read the config file '$config' (relative paths start at $SLURM_SUBMIT_DIR)"
+  VINF_NAME=${SLURM_JOB_NAME:-vinf}
+  export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
+  vinf_choose_device
+  local p f
+  for p in ${VINF_NCCL_PROFILE:-}; do
+    f=$p
+    [ -f "$f" ] || f=$VINF_HOME/slurm/env/$p.sh
+    [ -f "$f" ] || vinf_fail "VINF_NCCL_PROFILE: no profile '$p' (the names are those of $VINF_HOME/slurm/env/*.sh)"
+    # shellcheck disable=SC1090
+    . "$f"
+    vinf_log "NCCL profile $f"
+  done
+  vinf_log "job $SLURM_JOB_ID ($VINF_NAME)${SLURM_ARRAY_TASK_ID:+, array task $SLURM_ARRAY_TASK_ID}, requeued ${SLURM_RESTART_COUNT:-0} time(s) so far; $SLURM_NTASKS task(s) on ${SLURM_JOB_NUM_NODES:-1} node(s) $SLURM_JOB_NODELIST, $OMP_NUM_THREADS CPU(s) per task, device $VINF_DEVICE"
+  vinf_log "$("$VINF" --version | tr '\n' ';' | sed 's/;$//; s/;/; /g')"
+}
+
+vinf_choose_device() {
+  if [ -n "${VINF_DEVICE:-}" ]; then return 0; fi
+  local gpus=0
+  if command -v nvidia-smi >/dev/null 2>&1; then gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
+  if [ "$gpus" -gt 0 ]; then
+    VINF_DEVICE=cuda
+  else
+    VINF_DEVICE=cpu
+    vinf_log "no GPU on $(hostname) (nvidia-smi lists none): running on the CPU, $OMP_NUM_THREADS thread(s) per rank"
+  fi
+}
+
+# vinf_generate OUT CONFIG [vinf generate options]: runs vinf generate on every task of the job,
+# resuming from OUT's newest checkpoint when there is one. A stop signal sent to the batch shell
+# (#SBATCH --signal=B:USR1@T before the time limit, or scancel --batch --signal=USR1) goes on to
+# every rank as SIGUSR1: they finish the step, checkpoint and exit 75. Preemption's SIGTERM reaches
+# the ranks directly, with the same effect. (SIGTERM sent to srun itself, e.g. scancel --full,
+# makes srun kill the ranks at once: that is a cancellation.) Sets vinf_rc.
+vinf_generate() {
+  local out=$1 config=$2
+  shift 2
+  local args=(generate --config "$config" --out "$out" --resume auto --device "$VINF_DEVICE")
+  [ -z "${VINF_COMM_TIMEOUT:-}" ] || args+=(--comm-timeout "$VINF_COMM_TIMEOUT")
+  vinf_log "srun --mpi=${VINF_SRUN_MPI:-pmix} --kill-on-bad-exit=1 $VINF ${args[*]} $*"
+  vinf_signals=0
+  trap 'vinf_signals=$((vinf_signals + 1)); vinf_forward USR1' USR1
+  trap 'vinf_signals=$((vinf_signals + 1)); vinf_forward TERM' TERM
+  srun --mpi="${VINF_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 "$VINF" "${args[@]}" "$@" &
+  vinf_srun=$!
+  local seen
+  while :; do
+    seen=$vinf_signals
+    wait "$vinf_srun"
+    vinf_rc=$?
+    # A trapped signal ends `wait` early: wait again for srun itself.
+    [ "$vinf_signals" != "$seen" ] || break
+  done
+  trap - USR1 TERM
+}
+
+vinf_forward() {
+  vinf_log "received SIG$1: passing it to every rank (they stop after this step, with a checkpoint)"
+  kill -s USR1 "$vinf_srun" 2>/dev/null || true
+}
+
+# vinf_finish OUT: ends the job script after vinf_generate. 75 (stopped after a checkpoint): the job
+# requeues itself and its next start resumes from OUT; other statuses end the job with them.
+vinf_finish() {
+  local out=$1
+  case $vinf_rc in
+    0)
+      vinf_log "done: outputs in $out/"
+      exit 0
+      ;;
+    75)
+      local starts=${SLURM_RESTART_COUNT:-0} limit=${VINF_MAX_REQUEUES:-10}
+      if [ "$starts" -ge "$limit" ]; then
+        vinf_log "stopped with a checkpoint in $out/checkpoints, but the job has been requeued $starts times (VINF_MAX_REQUEUES=$limit): not again. To continue, resubmit with VINF_OUT=$out"
+        exit 75
+      fi
+      vinf_log "stopped with a checkpoint in $out/checkpoints: requeueing job $SLURM_JOB_ID; its next start resumes there"
+      if ! scontrol requeue "$SLURM_JOB_ID"; then
+        vinf_log "error: scontrol requeue $SLURM_JOB_ID failed (submitted with --no-requeue, or Slurm is requeueing it already after a preemption); to continue, resubmit with VINF_OUT=$out" >&2
+        exit 75
+      fi
+      # The requeue ends this script; should it return, leave with the documented status.
+      sleep 60
+      exit 75
+      ;;
+    *)
+      local why="exit status $vinf_rc"
+      [ "$vinf_rc" -le 128 ] || why="a rank killed by signal $((vinf_rc - 128)) ($(kill -l $((vinf_rc - 128)) 2>/dev/null || echo '?'); KILL: out of memory, a node failure, or srun ending the others)"
+      vinf_log "error: vinf generate failed: $why. srun's lines above name the task (= rank) that failed first; vinf's exit statuses: 2 bad input, 3 a collective timed out, 1 other errors. Checkpoints, if any, are in $out/checkpoints: after fixing the cause, resubmit with VINF_OUT=$out to continue from them" >&2
+      exit "$vinf_rc"
+      ;;
+  esac
+}
+
+# vinf_csv_split LINE: the fields of one CSV line into the array vinf_fields ("..." quotes a field
+# with commas, "" inside quotes is a quote; spaces around fields are dropped). Fails on an
+# unterminated quote.
+vinf_csv_split() {
+  local line=${1%$'\r'} field="" quoted=0 i c
+  vinf_fields=()
+  for ((i = 0; i < ${#line}; i++)); do
+    c=${line:i:1}
+    if [ $quoted = 1 ]; then
+      if [ "$c" != '"' ]; then
+        field+=$c
+      elif [ "${line:i+1:1}" = '"' ]; then
+        field+='"'
+        i=$((i + 1))
+      else
+        quoted=0
+      fi
+    elif [ "$c" = '"' ]; then
+      quoted=1
+    elif [ "$c" = , ]; then
+      vinf_fields+=("$(vinf_trim "$field")")
+      field=""
+    else
+      field+=$c
+    fi
+  done
+  [ $quoted = 0 ] || return 1
+  vinf_fields+=("$(vinf_trim "$field")")
+}
+
+vinf_trim() {
+  local s=$1
+  s=${s#"${s%%[![:space:]]*}"}
+  printf '%s' "${s%"${s##*[![:space:]]}"}"
+}
+
+# vinf_csv_args FILE K: row K (0-based; blank lines and lines starting with # do not count) of a
+# sweep table as vinf generate options in the array vinf_args: the header names the options
+# (vi.local-frames, sampler.seed, ...; the short names seed, prompt, negative, steps and frames
+# stand for sampler.seed, prompt.text, prompt.negative, sampler.steps and video.frames); an empty
+# cell leaves that option to the config file. A column `config` names the row's config file
+# (vinf_csv_config). Exits 2 naming the file, row or column at fault.
+vinf_csv_args() {
+  local file=$1 k=$2 line n=-1 header=() row=() lineno=0 found=0 j name
+  [ -r "$file" ] || vinf_fail "cannot read the sweep table '$file' (relative paths start at $SLURM_SUBMIT_DIR)"
+  while IFS= read -r line || [ -n "$line" ]; do
+    lineno=$((lineno + 1))
+    case ${line%$'\r'} in '' | '#'*) continue ;; esac
+    vinf_csv_split "$line" || vinf_fail "$file:$lineno: a quote is not closed"
+    if [ ${#header[@]} -eq 0 ]; then
+      header=("${vinf_fields[@]}")
+      for name in "${header[@]}"; do
+        [[ $name =~ ^[a-z][a-z0-9.-]*$ ]] || vinf_fail "$file:$lineno: column name '$name' is not a vinf generate option (e.g. vi.local-frames, seed, prompt)"
+      done
+      continue
+    fi
+    n=$((n + 1))
+    if [ "$n" -eq "$k" ]; then
+      row=("${vinf_fields[@]}")
+      found=$lineno
+    fi
+  done <"$file"
+  [ ${#header[@]} -gt 0 ] || vinf_fail "$file has no header line (the option names, comma-separated)"
+  [ "$found" != 0 ] || vinf_fail "$file has $((n + 1)) row(s) (tasks 0-$n); array task $k has none: submit with --array=0-$n"
+  [ ${#row[@]} -eq ${#header[@]} ] || vinf_fail "$file:$found: ${#row[@]} field(s), the header has ${#header[@]} (quote fields that hold commas)"
+  vinf_args=()
+  vinf_csv_config=""
+  for j in "${!header[@]}"; do
+    [ -n "${row[j]}" ] || continue
+    case ${header[j]} in
+      config)
+        vinf_csv_config=${row[j]}
+        continue
+        ;;
+      seed) name=sampler.seed ;;
+      prompt) name=prompt.text ;;
+      negative) name=prompt.negative ;;
+      steps) name=sampler.steps ;;
+      frames) name=video.frames ;;
+      *) name=${header[j]} ;;
+    esac
+    vinf_args+=("--$name" "${row[j]}")
+  done
+}
