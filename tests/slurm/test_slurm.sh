@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# The job scripts of slurm/ on a real Slurm: a private cluster of 2 emulated nodes x 4 CPUs with
+# 2 fake GPUs each (tests/slurm/cluster.sh), started for the test and stopped at its end, also on
+# failure. The jobs run exactly as a user submits them, from a directory laid out like the
+# checkout (slurm/, jobs/, inputs/, outputs/), on the built-in tiny model; the scripts see no GPU
+# and run on the CPU.
+#
+#   test_slurm.sh SCENARIO VINF TEST_TOOL SOURCE_DIR
+#   multinode     sbatch slurm/multinode.sbatch on 2 nodes x 2 tasks with the tcp and debug NCCL
+#                 profiles: outputs complete, the per-node diagnostics and NCCL settings in the log
+#   sweep         sbatch --array=0-2 slurm/sweep.sbatch jobs/test-sweep.csv: three output
+#                 directories with the rows' settings, jobs/summarize's table; refused tables
+#   srun          srun -n 2 vinf generate (interactive use)
+#   requeue       a job stopped mid-run, first as at its time limit (SIGUSR1 to the batch shell),
+#                 then as at preemption (SIGTERM to the ranks): it checkpoints, requeues itself
+#                 twice and ends with latents bit-identical to an uninterrupted run
+#   rank-failure  a rank killed mid-run: the job ends FAILED within a minute, the rank named
+#   refusals      bad submissions end with exit status 2 and a message naming what to fix
+# Exit status 77 (skipped) when not root or Slurm is not installed.
+set -u
+scenario=$1 vinf=$2 tool=$3 src=$4
+cluster=$src/tests/slurm/cluster.sh
+
+if [ "$(id -u)" -ne 0 ] || ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+  echo "skipped: the Slurm tests start their own munged/slurmctld/slurmd as root (scripts/setup installs slurm-wlm and munge)"
+  exit 77
+fi
+
+# Short paths: munge's socket path must stay under 108 bytes.
+state=$(mktemp -d /tmp/vinf-slurm.XXXXXX)
+work=$(mktemp -d /tmp/vinf-slurm-work.XXXXXX)
+cleanup() {
+  bash "$cluster" stop "$state" >/dev/null 2>&1
+  rm -rf "$state" "$work"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# Each scenario its own port, so that a daemon still closing down cannot collide with the next.
+case $scenario in
+  multinode) port=6910 ;; sweep) port=6920 ;; srun) port=6930 ;;
+  requeue) port=6940 ;; rank-failure) port=6950 ;; refusals) port=6960 ;;
+  *) echo "unknown scenario '$scenario'"; exit 2 ;;
+esac
+bash "$cluster" start "$state" 2 4 2 "$port" || { echo "FAIL: the test cluster did not start"; exit 1; }
+eval "$(bash "$cluster" env "$state")"
+# Open MPI as root, over loopback TCP: the emulated nodes share one host name, so shared-memory
+# segment names would collide across them.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,tcp \
+  OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_rmaps_base_oversubscribe=1
+export VINF=$vinf VINF_HOME=$src OMP_NUM_THREADS=1
+
+cd "$work" || exit 1
+for d in slurm jobs inputs; do ln -s "$src/$d" "$d"; done
+mkdir outputs
+# The demo's model and settings, made small (32 frames, 2 steps) unless a scenario says otherwise.
+small=(--video.frames 32 --sampler.steps 2)
+
+fails=0
+ok() { echo "ok: $*"; }
+fail() {
+  echo "FAIL: $*"
+  fails=$((fails + 1))
+}
+# check DESCRIPTION COMMAND...: ok when the command succeeds.
+check() {
+  local what=$1
+  shift
+  if "$@" >/dev/null 2>&1; then ok "$what"; else fail "$what"; fi
+}
+# finished JOBID STATE [SECONDS]: waits for the job and checks its final state.
+finished() {
+  local got
+  got=$(bash "$cluster" wait "$state" "${3:-180}" "$1") || { fail "job $1 did not end"; return 1; }
+  if [ "$(awk '{print $2}' <<<"$got" | sort -u)" = "$2" ]; then ok "job $1: $(tr '\n' ' ' <<<"$got")"; else
+    fail "job $1 ended as '$got', expected $2"
+    return 1
+  fi
+}
+show_log() { echo "---- $1"; cat "$1" 2>/dev/null; echo "----"; }
+outputs_complete() {  # DIR RANKS
+  [ -f "$1/latents.h5" ] && [ -f "$1/video.mp4" ] && [ -f "$1/contact.png" ] &&
+    [ "$(jq -r '.status + " " + (.config.parallel.world | tostring)' "$1/run.json")" = "complete $2" ]
+}
+
+case $scenario in
+multinode)
+  for f in slurm/env/*.sh; do check "$f parses" bash -n "$f"; done
+  j=$(VINF_NCCL_PROFILE="tcp debug" sbatch --parsable --job-name=mn --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 \
+    slurm/multinode.sbatch inputs/demo.ini "${small[@]}")
+  finished "$j" COMPLETED || show_log "outputs/mn-$j.log"
+  check "outputs/mn-$j/: latents.h5, video.mp4, contact.png, run.json of 4 ranks" outputs_complete "outputs/mn-$j" 4
+  log=outputs/mn-$j.log
+  check "the log has both nodes' versions" test "$(grep -c '^\[node [01] .*NCCL: ' "$log")" -eq 2
+  check "the log has the nodes' interfaces" grep -q '^\[node 1 .*interfaces: ' "$log"
+  check "the log says why it runs on the CPU" grep -q 'no GPU on .*running on the CPU' "$log"
+  check "the ranks spread over node1 and node2" grep -q '4 task(s) on 2 node(s) node\[1-2\]' "$log"
+  check "the log shows the profiles' NCCL settings" grep -q 'NCCL settings: .*NCCL_DEBUG=INFO .*NCCL_IB_DISABLE=1 ' "$log"
+  check "debug.sh's collective timeout reached vinf" grep -q -- '--comm-timeout 120' "$log"
+  ;;
+
+sweep)
+  j=$(sbatch --parsable --array=0-2 --ntasks-per-node=2 --cpus-per-task=1 slurm/sweep.sbatch jobs/test-sweep.csv)
+  finished "$j" COMPLETED || for f in outputs/sweep-"$j"_*.log; do show_log "$f"; done
+  for k in 0 1 2; do
+    check "outputs/sweep-${j}_$k/ complete" outputs_complete "outputs/sweep-${j}_$k" 2
+  done
+  # Row k's settings reached task k (the table: local-frames 2/4/4, seeds 1/2/3, three prompts).
+  check "task 1 ran row 1" test "$(jq -r '[.config.vi["local-frames"], .config.sampler.seed, .config.vi["local-phase-t"]] | map(tostring) | join(",")' "outputs/sweep-${j}_1/run.json")" = "4,2,600"
+  check "task 2's prompt kept its quotes and comma" test "$(jq -r '.config.prompt.text[0]' "outputs/sweep-${j}_2/run.json")" = 'a "quoted" word, and a comma'
+  table=$(jobs/summarize outputs/sweep-"${j}"_*)
+  echo "$table"
+  check "the summary has a header, a rule and 3 rows" test "$(grep -c '^|' <<<"$table")" -eq 5
+  check "the summary's columns include the swept settings" grep -q 'sampler.seed | vi.global-frames | vi.local-frames | vi.local-phase-t' <<<"$table"
+  check "the summary has task 1's row" grep -q "^| sweep-${j}_1 | complete | 2 | 16 | 2 | a lighthouse in a storm | 2 | 8 | 4 | 600 |" <<<"$table"
+  check "the CSV summary has 4 lines" test "$(jobs/summarize --csv outputs/sweep-"${j}"_* | wc -l)" -eq 4
+  ;;
+
+srun)
+  out=$(srun -n 2 --mpi=pmix --kill-on-bad-exit=1 "$vinf" generate --config inputs/demo.ini "${small[@]}" --out outputs/interactive 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q 'outputs in outputs/interactive/' <<<"$out"; then ok "srun -n 2 vinf generate"; else
+    fail "srun -n 2 vinf generate exited $rc"
+    echo "$out" | tail -20
+  fi
+  check "outputs/interactive/ complete, 2 ranks" outputs_complete outputs/interactive 2
+  # An srun across both nodes, as after salloc -N 2.
+  out=$(srun -N 2 -n 4 --mpi=pmix "$vinf" generate --config inputs/demo.ini "${small[@]}" --out outputs/two-nodes -q 2>&1)
+  check "srun -N 2 -n 4 vinf generate" outputs_complete outputs/two-nodes 4
+  ;;
+
+requeue)
+  # The uninterrupted run, then the same run stopped twice.
+  steps=(--sampler.steps 10 --checkpoint.every 1)
+  srun -n 2 --mpi=pmix "$vinf" generate --config inputs/demo.ini "${steps[@]}" --out outputs/straight -q >/dev/null 2>&1
+  check "the uninterrupted run" test -f outputs/straight/latents.h5
+  j=$(sbatch --parsable --job-name=rq --ntasks-per-node=2 --cpus-per-task=1 slurm/vinf.sbatch inputs/demo.ini "${steps[@]}")
+  out=outputs/rq-$j log=outputs/rq-$j.log
+  # stop_at STEP HOW: once checkpoint STEP exists, stop the job as HOW does.
+  stop_at() {
+    local t
+    for t in $(seq 600); do
+      [ -e "$out/checkpoints/step-$(printf %06d "$1").h5" ] && { "${@:2}"; return 0; }
+      sleep 0.1
+    done
+    fail "checkpoint $1 did not appear"
+  }
+  stop_at 2 scancel --batch --signal=USR1 "$j"                    # as --signal=B:USR1@120
+  for t in $(seq 600); do grep -q 'requeued 1 time' "$log" 2>/dev/null && break; sleep 0.1; done
+  stop_at 6 scancel --signal=TERM "$j"                            # as preemption
+  finished "$j" COMPLETED || show_log "$log"
+  check "the batch shell passed SIGUSR1 on" grep -q 'received SIGUSR1: passing it to every rank' "$log"
+  check "vinf stopped on SIGUSR1 with a checkpoint" grep -q 'received SIGUSR1: stopped after step' "$log"
+  check "vinf stopped on SIGTERM with a checkpoint" grep -q 'received SIGTERM: stopped after step' "$log"
+  check "the job requeued itself twice" test "$(grep -c 'requeueing job' "$log")" -eq 2
+  check "the third start resumed" grep -q 'requeued 2 time(s) so far' "$log"
+  check "run.json says where it resumed" test "$(jq -r '.resumed_from != null' "$out/run.json")" = true
+  if cmp=$("$tool" h5-compare "$out/latents.h5" outputs/straight/latents.h5 0 2>&1); then ok "latents bit-identical to the uninterrupted run ($cmp)"; else
+    fail "latents differ from the uninterrupted run: $cmp"
+  fi
+  [ $fails -eq 0 ] || show_log "$log"
+  ;;
+
+rank-failure)
+  SECONDS=0
+  j=$(VINF_FAULT_STEP=rank=3,step=1,signal=KILL sbatch --parsable --job-name=die --nodes=2 --ntasks-per-node=2 \
+    --cpus-per-task=1 slurm/multinode.sbatch inputs/demo.ini --sampler.steps 6)
+  finished "$j" FAILED 120
+  check "ended within a minute ($SECONDS s)" test $SECONDS -lt 60
+  log=outputs/die-$j.log
+  check "the log names the killed rank (task 3)" grep -q 'task 3: Killed' "$log"
+  check "the script says what happened" grep -q 'vinf generate failed: a rank killed by signal 9' "$log"
+  check "the job was not requeued" test "$(grep -c 'requeueing job' "$log")" -eq 0
+  [ $fails -eq 0 ] || show_log "$log"
+  ;;
+
+refusals)
+  # refused LOG_NAME TEXT SBATCH_ARGS...: the job fails with exit status 2 and TEXT in its log.
+  refused() {
+    local name=$1 text=$2 j got
+    shift 2
+    j=$(sbatch --parsable --job-name="$name" --ntasks-per-node=2 --cpus-per-task=1 "$@")
+    got=$(bash "$cluster" wait "$state" 60 "$j")
+    local log
+    log=$(ls outputs/"$name"-"$j"*.log 2>/dev/null | head -1)
+    if grep -q ' FAILED 2:0' <<<"$got" && grep -qF -- "$text" "$log"; then ok "$name: exit 2, '$text'"; else
+      fail "$name: $got, expected FAILED 2:0 and '$text'"
+      show_log "$log"
+    fi
+  }
+  refused noconfig "no config file: sbatch slurm/vinf.sbatch CONFIG.ini" slurm/vinf.sbatch
+  refused missing "cannot read the config file 'inputs/nothing.ini'" slurm/vinf.sbatch inputs/nothing.ini
+  refused badopt "unrecognised option '--vi.nonsense'" slurm/vinf.sbatch inputs/demo.ini --vi.nonsense 3
+  VINF=$work/no-vinf refused novinf "no vinf binary at $work/no-vinf" slurm/vinf.sbatch inputs/demo.ini
+  VINF_NCCL_PROFILE=infiniband refused noprofile "VINF_NCCL_PROFILE: no profile 'infiniband'" slurm/vinf.sbatch inputs/demo.ini
+  refused notarray "slurm/sweep.sbatch is a job array" slurm/sweep.sbatch jobs/test-sweep.csv
+  refused pastend "has 3 row(s) (tasks 0-2); array task 5 has none: submit with --array=0-2" --array=5 slurm/sweep.sbatch jobs/test-sweep.csv
+  printf 'vi.local-frames,seed\n4\n' >short.csv
+  refused shortrow "short.csv:2: 1 field(s), the header has 2" --array=0 slurm/sweep.sbatch short.csv inputs/demo.ini
+  printf 'vi.local-frames,Seed Value\n4,1\n' >badhead.csv
+  refused badheader "column name 'Seed Value' is not a vinf generate option" --array=0 slurm/sweep.sbatch badhead.csv inputs/demo.ini
+  printf 'vi.local-frames,seed\n4,1\n' >noconf.csv
+  refused sweepconfig "no config file for the sweep" --array=0 slurm/sweep.sbatch noconf.csv
+  printf 'prompt,seed\n"unclosed,1\n' >quote.csv
+  refused quote "quote.csv:2: a quote is not closed" --array=0 slurm/sweep.sbatch quote.csv inputs/demo.ini
+  # Outside a job.
+  out=$(env -u SLURM_JOB_ID bash slurm/vinf.sbatch inputs/demo.ini 2>&1)
+  rc=$?
+  if [ $rc -eq 2 ] && grep -q 'runs inside a Slurm job' <<<"$out"; then ok "outside Slurm: exit 2, says so"; else fail "outside Slurm: $rc: $out"; fi
+  ;;
+esac
+
+echo "$fails failure(s)"
+[ $fails -eq 0 ]
