@@ -9,17 +9,21 @@
 
 #include "cpu/cpu.hpp"
 #include "cpu/strided.hpp"
+#include "cpu/vec.hpp"
 
 namespace vinf::cpu::fast {
 namespace {
 
-constexpr std::int64_t kRows = 32;  // query rows per tile
-constexpr std::int64_t kKeys = 64;  // keys per block
+constexpr std::int64_t kRows = 128;  // query rows per tile (a multiple of kGroup)
+constexpr std::int64_t kKeys = 64;  // keys per block (a multiple of the vector width)
+constexpr std::int64_t kGroup = 4;  // rows per micro-kernel step
+constexpr int kL = vec::kLanes;
+using vec::f32x16;
 
 struct Scratch {
-  float* q;      // kRows x D, queries of the tile
-  float* kt;     // D x kKeys, key block transposed
-  float* s;      // kRows x kKeys, scores
+  float* q;      // kRows x D, queries of the tile (rows past the tile's end are zero)
+  float* kt;     // D x kKeys, key block transposed (columns past the block's end are zero)
+  float* s;      // kRows x kKeys, scores, then probabilities
   float* o;      // kRows x Dv, unnormalised outputs
   float* m;      // kRows, running max
   float* l;      // kRows, running sum
@@ -46,52 +50,122 @@ struct RowBand {
   std::int64_t lo[kRows], hi[kRows];
 };
 
+// s[r0 .. r0+4) x [0, NV*16) = q rows . kt columns: 4 x NV accumulators in registers.
+template <int NV>
+VINF_VEC_INLINE void scores_group(const Scratch& w, std::int64_t r0, std::int64_t d) {
+  f32x16 acc[kGroup][NV] = {};
+  const float* q = w.q + r0 * d;
+  for (std::int64_t c = 0; c < d; ++c) {
+    f32x16 k[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) k[v] = vec::load(w.kt + c * kKeys + v * kL);
+#pragma GCC unroll 4
+    for (int g = 0; g < kGroup; ++g) {
+      const f32x16 qb = vec::splat(q[g * d + c]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[g][v] += qb * k[v];
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < kGroup; ++g)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) vec::store(w.s + (r0 + g) * kKeys + v * kL, acc[g][v]);
+}
+
+// o[r0 .. r0+4) x [c0, c0 + NV*16) += p rows . value rows [0, nb).
+template <int NV>
+VINF_VEC_INLINE void values_group(const Scratch& w, std::int64_t r0, std::int64_t dv, std::int64_t c0,
+                                  const float* vals, std::int64_t vs, std::int64_t nb) {
+  f32x16 acc[kGroup][NV];
+#pragma GCC unroll 4
+  for (int g = 0; g < kGroup; ++g)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[g][v] = vec::load(w.o + (r0 + g) * dv + c0 + v * kL);
+  for (std::int64_t j = 0; j < nb; ++j) {
+    f32x16 x[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) x[v] = vec::load(vals + j * vs + c0 + v * kL);
+#pragma GCC unroll 4
+    for (int g = 0; g < kGroup; ++g) {
+      const f32x16 pb = vec::splat(w.s[(r0 + g) * kKeys + j]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[g][v] += pb * x[v];
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < kGroup; ++g)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) vec::store(w.o + (r0 + g) * dv + c0 + v * kL, acc[g][v]);
+}
+
 // One block of nb keys (rows of `keys`/`vals`, starting at key index j0) against the tile's rows.
 // Local keys are masked to each row's band; global ones are visible to all.
-__attribute__((target_clones("avx512f", "avx2", "default")))
+VINF_CPU_CLONES
 void key_block(const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t dv, const float* keys, std::int64_t ks,
                const float* vals, std::int64_t vs, std::int64_t j0, std::int64_t nb, bool global, float bias,
                const RowBand& band) {
+  const int nv = static_cast<int>((nb + kL - 1) / kL);
+  const std::int64_t width = nv * kL, groups = (rows + kGroup - 1) / kGroup;
   for (std::int64_t j = 0; j < nb; ++j)
     for (std::int64_t c = 0; c < d; ++c) w.kt[c * kKeys + j] = keys[(j0 + j) * ks + c];
-  for (std::int64_t r = 0; r < rows; ++r) {
-    float* srow = w.s + r * kKeys;
-    for (std::int64_t j = 0; j < nb; ++j) srow[j] = 0.f;
-    const float* qr = w.q + r * d;
-    for (std::int64_t c = 0; c < d; ++c) {
-      const float qc = qr[c];
-      const float* kc = w.kt + c * kKeys;
-#pragma omp simd
-      for (std::int64_t j = 0; j < nb; ++j) srow[j] += qc * kc[j];
+  for (std::int64_t c = 0; c < d; ++c)
+    for (std::int64_t j = nb; j < width; ++j) w.kt[c * kKeys + j] = 0.f;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    switch (nv) {
+      case 1: scores_group<1>(w, g * kGroup, d); break;
+      case 2: scores_group<2>(w, g * kGroup, d); break;
+      case 3: scores_group<3>(w, g * kGroup, d); break;
+      default: scores_group<4>(w, g * kGroup, d); break;
     }
-    // The row's visible part of this block.
+  }
+  // Online softmax per row: probabilities replace the scores (0 where a key is not visible).
+  const float inf = std::numeric_limits<float>::infinity();
+  for (std::int64_t r = 0; r < groups * kGroup; ++r) {
+    float* srow = w.s + r * kKeys;
     std::int64_t a = 0, e = nb;
-    if (!global) {
+    if (r < rows && !global) {
       a = std::max<std::int64_t>(0, band.lo[r] - j0);
       e = std::min<std::int64_t>(nb, band.hi[r] - j0 + 1);
-      if (e <= a) continue;
     }
-    float mb = -std::numeric_limits<float>::infinity();
-    for (std::int64_t j = a; j < e; ++j) {
-      srow[j] = srow[j] * w.scale[r] + bias;
-      mb = std::max(mb, srow[j]);
+    if (r >= rows || e <= a) {
+      for (std::int64_t j = 0; j < width; ++j) srow[j] = 0.f;
+      continue;
     }
-    const float m_new = std::max(w.m[r], mb);
+    f32x16 sv[kKeys / kL];
+    f32x16 mv = vec::splat(-inf);
+    for (int v = 0; v < nv; ++v) {
+      const vec::i32x16 j = vec::iota() + v * kL;
+      const f32x16 x = vec::load(srow + v * kL) * w.scale[r] + bias;
+      sv[v] = (j >= static_cast<int>(a) && j < static_cast<int>(e)) ? x : vec::splat(-inf);
+      mv = sv[v] > mv ? sv[v] : mv;
+    }
+    const float m_new = std::max(w.m[r], vec::reduce_max(mv));
     const float corr = std::exp(w.m[r] - m_new);  // 0 on the row's first visible block
-    float* orow = w.o + r * dv;
+    f32x16 sum = {};
+    for (int v = 0; v < nv; ++v) {
+      const f32x16 p = vec::exp(sv[v] - m_new);
+      sum += p;
+      vec::store(srow + v * kL, p);
+    }
     if (corr != 1.f) {
+      float* orow = w.o + r * dv;
       for (std::int64_t c = 0; c < dv; ++c) orow[c] *= corr;
     }
-    float sum = w.l[r] * corr;
-    for (std::int64_t j = a; j < e; ++j) {
-      const float pj = std::exp(srow[j] - m_new);
-      sum += pj;
-      const float* vrow = vals + (j0 + j) * vs;
-#pragma omp simd
-      for (std::int64_t c = 0; c < dv; ++c) orow[c] += pj * vrow[c];
-    }
-    w.l[r] = sum;
+    w.l[r] = w.l[r] * corr + vec::reduce_sum(sum);
     w.m[r] = m_new;
+  }
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::int64_t r0 = g * kGroup;
+    std::int64_t c0 = 0;
+    for (; c0 + 4 * kL <= dv; c0 += 4 * kL) values_group<4>(w, r0, dv, c0, vals + j0 * vs, vs, nb);
+    for (; c0 + kL <= dv; c0 += kL) values_group<1>(w, r0, dv, c0, vals + j0 * vs, vs, nb);
+    for (; c0 < dv; ++c0) {
+      for (std::int64_t i = 0; i < kGroup; ++i) {
+        float acc = w.o[(r0 + i) * dv + c0];
+        for (std::int64_t j = 0; j < nb; ++j) acc += w.s[(r0 + i) * kKeys + j] * vals[(j0 + j) * vs + c0];
+        w.o[(r0 + i) * dv + c0] = acc;
+      }
+    }
   }
 }
 
@@ -116,6 +190,10 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
     const Scratch w = carve(static_cast<float*>(ws.data()) + omp_get_thread_num() * scratch_floats(D, Dv), D, Dv);
     const std::int64_t i0 = tile * kRows, rows = std::min(kRows, Lq - i0);
     RowBand band;
+    for (std::int64_t r = rows; r < (rows + kGroup - 1) / kGroup * kGroup; ++r) {  // the micro-kernels' padding
+      for (std::int64_t c = 0; c < D; ++c) w.q[r * D + c] = 0.f;
+      for (std::int64_t c = 0; c < Dv; ++c) w.o[r * Dv + c] = 0.f;
+    }
     for (std::int64_t r = 0; r < rows; ++r) {
       ops::attention_band(p, i0 + r, Lk, band.lo[r], band.hi[r]);
       const std::int64_t visible = std::max<std::int64_t>(0, band.hi[r] - band.lo[r] + 1) + G;

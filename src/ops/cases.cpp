@@ -416,6 +416,8 @@ std::vector<OpCase> bench_cases() {
   // Temporal attention at level 0: B*H*W = 2*40*64 sequences, 5 heads of 64, F = 24, p = 8, G = 16.
   v.push_back(attention_case("temporal attention F24 p8 G16 5120x5h d64", {5120, 5, 24, 40, 16, 64, 64},
                              banded(0.125f, 0, 16, 0.f, 10.f)));
+  // Spatial self-attention at level 0: 40x64 = 2560 tokens, 5 heads of 64 (4 of the 48 images).
+  v.push_back(attention_case("spatial attention 2560 tokens 4x5h d64", {4, 5, 2560, 2560, 0, 64, 64}, full(0.125f)));
   return v;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../support.hpp"
+#include "cpu/vec.hpp"
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
 #include "ops/conv.hpp"
@@ -196,4 +197,32 @@ TEST_CASE("GroupNorm from externally reduced sums of two parts equals GroupNorm 
     ops::group_norm_apply(ctx, x, t0, 2.0 * 6 * 5, g, b, split, {4, 1e-5f, ops::Activation::silu});
     for (std::size_t i = 0; i < whole.data.size(); ++i) CHECK(split.data[i] == doctest::Approx(whole.data[i]).epsilon(1e-6));
   });
+}
+
+TEST_CASE("vector exp and erf of the CPU kernels agree with libm") {
+  // exp to a few ulp over the range softmax and SiLU use, 0 below -87; erf to 6e-7 absolute.
+  double worst_exp = 0, worst_erf = 0;
+  for (float x0 = -100.f; x0 < 88.f; x0 += 0.37f) {
+    float xs[cpu::vec::kLanes];
+    for (int i = 0; i < cpu::vec::kLanes; ++i) xs[i] = x0 + 0.0231f * static_cast<float>(i);
+    float e[cpu::vec::kLanes], f[cpu::vec::kLanes];
+    cpu::vec::store(e, cpu::vec::exp(cpu::vec::load(xs)));
+    cpu::vec::store(f, cpu::vec::erf(cpu::vec::load(xs) * 0.05f));
+    for (int i = 0; i < cpu::vec::kLanes; ++i) {
+      const double want = std::exp(static_cast<double>(xs[i]));
+      if (xs[i] < -87.f) {
+        CHECK(e[i] == 0.f);
+      } else if (xs[i] <= 88.f) {
+        worst_exp = std::max(worst_exp, std::fabs(e[i] - want) / want);
+      }
+      worst_erf = std::max(worst_erf, std::fabs(f[i] - std::erf(0.05 * xs[i])));
+    }
+  }
+  MESSAGE("worst relative exp error " << worst_exp << ", worst erf error " << worst_erf);
+  CHECK(worst_exp < 4e-7);
+  CHECK(worst_erf < 6e-7);
+  float inf_in[cpu::vec::kLanes], out[cpu::vec::kLanes];
+  for (float& v : inf_in) v = -std::numeric_limits<float>::infinity();
+  cpu::vec::store(out, cpu::vec::exp(cpu::vec::load(inf_in)));
+  CHECK(out[0] == 0.f);
 }

@@ -1,0 +1,85 @@
+// Portable 16-lane f32 vectors (GCC vector extensions) for the CPU kernels that the compiler does
+// not vectorise on its own: one AVX-512 register in an x86-64-v4 clone, two AVX2 registers in a v3
+// one, plain code elsewhere. Every helper is always_inline, so it takes the target of the function
+// it is used in (see VINF_CPU_CLONES).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+// 64-byte vectors in functions built for narrower targets are fine here: they never cross a
+// non-inlined call. GCC warns about their ABI all the same, so the warning is off for includers.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace vinf::cpu::vec {
+
+constexpr int kLanes = 16;
+using f32x16 = float __attribute__((vector_size(64)));
+using i32x16 = std::int32_t __attribute__((vector_size(64)));
+
+#define VINF_VEC_INLINE inline __attribute__((always_inline))
+// Compile a hot loop once per x86-64 level and pick one at load time.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define VINF_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define VINF_CPU_CLONES
+#endif
+
+VINF_VEC_INLINE f32x16 load(const float* p) {
+  f32x16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+VINF_VEC_INLINE void store(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
+VINF_VEC_INLINE f32x16 splat(float x) { return f32x16{} + x; }
+VINF_VEC_INLINE i32x16 iota() { return i32x16{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; }
+
+VINF_VEC_INLINE float reduce_max(f32x16 v) {
+  float m = v[0];
+  for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+VINF_VEC_INLINE float reduce_sum(f32x16 v) {
+  // Pairwise, the same order in every clone.
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) v[i] += v[i + w];
+  return v[0];
+}
+
+// exp(x) to about 2 ulp for x in [-87, 88]; 0 below -87 (and for -inf), +inf above 88.7.
+// x = n ln2 + r with |r| <= ln2/2, exp(r) by its degree-6 Taylor polynomial, 2^n by exponent bits.
+VINF_VEC_INLINE f32x16 exp(f32x16 x) {
+  const f32x16 big = splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
+  const f32x16 xc = x < -87.f ? splat(-87.f) : (x > 88.f ? splat(88.f) : x);
+  const f32x16 nf = (xc * 1.44269504f + big) - big;
+  const f32x16 r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  f32x16 p = splat(1.f / 720.f);
+  p = p * r + 1.f / 120.f;
+  p = p * r + 1.f / 24.f;
+  p = p * r + 1.f / 6.f;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const i32x16 n = __builtin_convertvector(nf, i32x16);
+  const f32x16 scale = reinterpret_cast<f32x16>((n + 127) << 23);
+  const f32x16 y = p * scale;
+  return x < -87.f ? splat(0.f) : (x > 88.7f ? splat(std::numeric_limits<float>::infinity()) : y);
+}
+
+// erf(x), absolute error below 6e-7 (Abramowitz and Stegun 7.1.26, 1.5e-7, plus f32 rounding).
+VINF_VEC_INLINE f32x16 erf(f32x16 x) {
+  const f32x16 a = x < 0.f ? -x : x;
+  const f32x16 t = 1.f / (1.f + 0.3275911f * a);
+  f32x16 p = splat(1.061405429f);
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  const f32x16 y = 1.f - p * t * exp(-a * a);
+  return x < 0.f ? -y : y;
+}
+
+}  // namespace vinf::cpu::vec
+
