@@ -20,10 +20,6 @@
 #include "ops/runtime.hpp"
 #include "bench_flags.hpp"
 
-#if VINF_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
-
 using namespace vinf;
 
 namespace {
@@ -38,23 +34,6 @@ struct Setup {
   DType dtype;
   Shape5 in;
 };
-
-// Nominal dense 16-bit tensor-core peak of the GPU, TFLOP/s; 0 when the model is not known.
-double gpu_peak_tflops(std::string* name) {
-#if VINF_WITH_CUDA
-  cudaDeviceProp p{};
-  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return 0;
-  *name = p.name;
-  const std::string n = p.name;
-  if (n.find("H100") != std::string::npos && n.find("PCIe") != std::string::npos) return 756;
-  if (n.find("H100") != std::string::npos || n.find("H200") != std::string::npos || n.find("H800") != std::string::npos)
-    return 989.4;
-  if (n.find("A100") != std::string::npos) return 312;
-#else
-  (void)name;
-#endif
-  return 0;
-}
 
 void unet_call(benchmark::State& state, const Setup& s) {
   Runtime rt(s.device);
@@ -81,7 +60,7 @@ void unet_call(benchmark::State& state, const Setup& s) {
   state.counters["weights GiB"] = static_cast<double>(unet.weights().bytes()) / (1u << 30);
   if (s.device.is_cuda()) {
     std::string gpu;
-    const double peak = gpu_peak_tflops(&gpu);
+    const double peak = bench::gpu_peak_tflops(&gpu);
     if (peak > 0) state.counters["MFU"] = benchmark::Counter(flops / 1e12 / peak, benchmark::Counter::kIsIterationInvariantRate);
     state.SetLabel(gpu);
   }

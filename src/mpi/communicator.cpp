@@ -1,5 +1,6 @@
 #include "mpi/communicator.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -222,6 +223,7 @@ void Communicator::all_gather_v(ExecContext& ctx, const Tensor& send, const Tens
   VINF_CHECK(send.numel() == counts[static_cast<std::size_t>(rank_)] && recv.numel() == total, "all_gather_v: send ",
              send.describe(), " / recv ", recv.describe(), " do not match the counts");
   const std::uint64_t received = static_cast<std::uint64_t>(total - send.numel()) * dtype_size(send.dtype);
+  if (trace_) trace_->push_back({CommOp::all_gather, send.dtype, counts, {}, 0});
   Guard g(*this, CommOp::all_gather, received);
   do_all_gather_v(ctx, send, recv, counts);
 }
@@ -235,6 +237,15 @@ void Communicator::exchange(ExecContext& ctx, std::span<const Transfer> transfer
                "exchange: contiguous tensors expected");
     if (t.recv.data) received += t.recv.nbytes();
   }
+  if (trace_) {
+    CommRecord r{CommOp::exchange, DType::f32, {}, {}, 0};
+    for (const Transfer& t : transfers) {
+      if (t.peer < 0) continue;
+      r.dtype = t.send.data ? t.send.dtype : t.recv.dtype;
+      r.pairs.push_back({t.peer, t.send.data ? t.send.numel() : 0, t.recv.data ? t.recv.numel() : 0});
+    }
+    trace_->push_back(std::move(r));
+  }
   Guard g(*this, CommOp::exchange, received);
   do_exchange(ctx, transfers);
 }
@@ -242,19 +253,70 @@ void Communicator::exchange(ExecContext& ctx, std::span<const Transfer> transfer
 void Communicator::all_reduce_sum(ExecContext& ctx, const Tensor& buf) {
   VINF_CHECK(buf.is_contiguous() && (buf.dtype == DType::f32 || buf.dtype == DType::f64),
              "all_reduce_sum: a contiguous f32 or f64 tensor expected, got ", buf.describe());
+  if (trace_) trace_->push_back({CommOp::all_reduce, buf.dtype, {buf.numel()}, {}, 0});
   Guard g(*this, CommOp::all_reduce, size_ > 1 ? buf.nbytes() : 0);
   if (size_ > 1) do_all_reduce_sum(ctx, buf);
 }
 
 void Communicator::broadcast(ExecContext& ctx, const Tensor& buf, int root) {
   VINF_CHECK(buf.is_contiguous() && root >= 0 && root < size_, "broadcast: bad arguments");
+  if (trace_) trace_->push_back({CommOp::broadcast, buf.dtype, {buf.numel()}, {}, root});
   Guard g(*this, CommOp::broadcast, size_ > 1 && rank_ != root ? buf.nbytes() : 0);
   if (size_ > 1) do_broadcast(ctx, buf, root);
 }
 
 void Communicator::barrier(ExecContext& ctx) {
+  if (trace_) trace_->push_back({CommOp::barrier, DType::f32, {}, {}, 0});
   Guard g(*this, CommOp::barrier, 0);
   if (size_ > 1) do_barrier(ctx);
+}
+
+double replay_trace(Communicator& comm, ExecContext& ctx, const std::vector<CommRecord>& trace) {
+  // One scratch buffer, as large as the largest call needs, carved into send and receive parts.
+  std::int64_t most = 1;
+  for (const CommRecord& r : trace) {
+    std::int64_t n = 0;
+    for (std::int64_t c : r.counts) n += c;
+    for (const CommRecord::Pair& p : r.pairs) n += p.send + p.recv;
+    if (r.op == CommOp::all_gather) n += r.counts[static_cast<std::size_t>(comm.rank())];
+    most = std::max(most, n * static_cast<std::int64_t>(dtype_size(r.dtype)));
+  }
+  Allocation scratch = ctx.arena->allocate(static_cast<std::size_t>(most));
+  char* base = static_cast<char*>(scratch.data());
+  auto view = [&](std::int64_t& offset, DType dt, std::int64_t n) {
+    const Tensor t = Tensor::wrap(base + offset, dt, ctx.device, {n});
+    offset += n * static_cast<std::int64_t>(dtype_size(dt));
+    return t;
+  };
+  const auto t0 = Clock::now();
+  for (const CommRecord& r : trace) {
+    std::int64_t off = 0;
+    switch (r.op) {
+      case CommOp::all_gather: {
+        std::int64_t total = 0;
+        for (std::int64_t c : r.counts) total += c;
+        const Tensor send = view(off, r.dtype, r.counts[static_cast<std::size_t>(comm.rank())]);
+        comm.all_gather_v(ctx, send, view(off, r.dtype, total), r.counts);
+        break;
+      }
+      case CommOp::exchange: {
+        std::vector<Transfer> ts;
+        for (const CommRecord::Pair& p : r.pairs) {
+          Transfer t;
+          t.peer = p.peer;
+          if (p.send > 0) t.send = view(off, r.dtype, p.send);
+          if (p.recv > 0) t.recv = view(off, r.dtype, p.recv);
+          ts.push_back(t);
+        }
+        comm.exchange(ctx, ts);
+        break;
+      }
+      case CommOp::all_reduce: comm.all_reduce_sum(ctx, view(off, r.dtype, r.counts[0])); break;
+      case CommOp::broadcast: comm.broadcast(ctx, view(off, r.dtype, r.counts[0]), r.root); break;
+      case CommOp::barrier: comm.barrier(ctx); break;
+    }
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 namespace {

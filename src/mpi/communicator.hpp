@@ -46,6 +46,20 @@ struct Transfer {
   Tensor send, recv;
 };
 
+// One collective as issued, in elements of `dtype`: enough to issue the same traffic again
+// without the compute around it (replay_trace; the step benchmark's raw exchange time).
+struct CommRecord {
+  CommOp op = CommOp::barrier;
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> counts;  // all-gather: per rank; all-reduce, broadcast: {elements}
+  struct Pair {
+    int peer;
+    std::int64_t send, recv;
+  };
+  std::vector<Pair> pairs;  // exchange
+  int root = 0;             // broadcast
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -71,6 +85,8 @@ class Communicator {
 
   const CommCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = {}; }
+  // Appends every later collective to *trace (nullptr: stop recording).
+  void set_trace(std::vector<CommRecord>* trace) { trace_ = trace; }
 
  protected:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}
@@ -86,7 +102,12 @@ class Communicator {
   int rank_, size_;
   std::string label_ = "group";
   CommCounters counters_;
+  std::vector<CommRecord>* trace_ = nullptr;
 };
+
+// Issues the recorded collectives again, in order, on scratch buffers from ctx.arena; every rank of
+// the group must replay its own trace of the same calls. Returns the seconds it took.
+double replay_trace(Communicator& comm, ExecContext& ctx, const std::vector<CommRecord>& trace);
 
 // Over an MPI communicator (not owned; it must outlive this). Device tensors go through host
 // staging buffers (Open MPI here is not CUDA-aware).

@@ -139,6 +139,42 @@ TEST_CASE("thread transport: all-gather (varying counts), exchange, all-reduce, 
   });
 }
 
+TEST_CASE("a trace of collectives replays the same calls and bytes") {
+  run_clips(3, [](int r, mpi::Communicator& comm, ExecContext& ctx) {
+    std::vector<mpi::CommRecord> trace;
+    comm.set_trace(&trace);
+    std::vector<float> mine(static_cast<std::size_t>(r + 1), 1.f), all(6);
+    comm.all_gather_v(ctx, Tensor::wrap(mine.data(), DType::f32, Device::cpu(), {r + 1}),
+                      Tensor::wrap(all.data(), DType::f32, Device::cpu(), {6}), {1, 2, 3});
+    float out[4] = {1, 2, 3, 4}, in[4] = {};
+    std::vector<mpi::Transfer> tr;
+    if (r < 2) tr.push_back({r + 1, Tensor::wrap(out, DType::f32, Device::cpu(), {4}), Tensor{}});
+    if (r > 0) tr.push_back({r - 1, Tensor{}, Tensor::wrap(in, DType::f32, Device::cpu(), {4})});
+    comm.exchange(ctx, tr);
+    double sum = r;
+    comm.all_reduce_sum(ctx, Tensor::wrap(&sum, DType::f64, Device::cpu(), {1}));
+    comm.broadcast(ctx, Tensor::wrap(out, DType::f32, Device::cpu(), {3}), 1);
+    comm.set_trace(nullptr);
+    comm.barrier(ctx);  // not recorded
+    REQUIRE(trace.size() == 4);
+    CHECK(trace[0].op == mpi::CommOp::all_gather);
+    CHECK(trace[0].counts == std::vector<std::int64_t>{1, 2, 3});
+    CHECK(trace[1].op == mpi::CommOp::exchange);
+    CHECK(trace[1].pairs.size() == tr.size());
+    CHECK(trace[2].dtype == DType::f64);
+    CHECK(trace[3].root == 1);
+    const mpi::CommCounters before = comm.counters();
+    CHECK(mpi::replay_trace(comm, ctx, trace) >= 0);
+    const mpi::CommCounters& after = comm.counters();
+    for (int k = 0; k < 4; ++k) {
+      CAPTURE(k);
+      CHECK(after.calls[static_cast<std::size_t>(k)] == 2 * before.calls[static_cast<std::size_t>(k)]);
+      CHECK(after.bytes[static_cast<std::size_t>(k)] == 2 * before.bytes[static_cast<std::size_t>(k)]);
+    }
+    CHECK(after.calls[4] == before.calls[4]);
+  });
+}
+
 TEST_CASE("invariant attention over 1-4 clips equals the whole video, with the analytic byte counts") {
   const AttnSetup s;
   const test::HostTensor x = random_tensor({s.rows, 12, s.width}, 9);
