@@ -15,7 +15,8 @@ namespace vinf::cpu::fast {
 namespace {
 
 constexpr std::int64_t kRows = 128;  // query rows per tile (a multiple of kGroup)
-constexpr std::int64_t kKeys = 64;  // keys per block (a multiple of the vector width)
+constexpr std::int64_t kKeys = 128;  // keys per block (a multiple of kChunk)
+constexpr std::int64_t kChunk = 64;  // keys per score micro-kernel step (4 vectors)
 constexpr std::int64_t kGroup = 4;  // rows per micro-kernel step
 constexpr int kL = vec::kLanes;
 using vec::f32x16;
@@ -50,15 +51,15 @@ struct RowBand {
   std::int64_t lo[kRows], hi[kRows];
 };
 
-// s[r0 .. r0+4) x [0, NV*16) = q rows . kt columns: 4 x NV accumulators in registers.
+// s[r0 .. r0+4) x [j0, j0 + NV*16) = q rows . kt columns: 4 x NV accumulators in registers.
 template <int NV>
-VINF_VEC_INLINE void scores_group(const Scratch& w, std::int64_t r0, std::int64_t d) {
+VINF_VEC_INLINE void scores_group(const Scratch& w, std::int64_t r0, std::int64_t d, std::int64_t j0) {
   f32x16 acc[kGroup][NV] = {};
   const float* q = w.q + r0 * d;
   for (std::int64_t c = 0; c < d; ++c) {
     f32x16 k[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) k[v] = vec::load(w.kt + c * kKeys + v * kL);
+    for (int v = 0; v < NV; ++v) k[v] = vec::load(w.kt + c * kKeys + j0 + v * kL);
 #pragma GCC unroll 4
     for (int g = 0; g < kGroup; ++g) {
       const f32x16 qb = vec::splat(q[g * d + c]);
@@ -69,7 +70,7 @@ VINF_VEC_INLINE void scores_group(const Scratch& w, std::int64_t r0, std::int64_
 #pragma GCC unroll 4
   for (int g = 0; g < kGroup; ++g)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) vec::store(w.s + (r0 + g) * kKeys + v * kL, acc[g][v]);
+    for (int v = 0; v < NV; ++v) vec::store(w.s + (r0 + g) * kKeys + j0 + v * kL, acc[g][v]);
 }
 
 // o[r0 .. r0+4) x [c0, c0 + NV*16) += p rows . value rows [0, nb).
@@ -111,11 +112,13 @@ void key_block(const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t
   for (std::int64_t c = 0; c < d; ++c)
     for (std::int64_t j = nb; j < width; ++j) w.kt[c * kKeys + j] = 0.f;
   for (std::int64_t g = 0; g < groups; ++g) {
-    switch (nv) {
-      case 1: scores_group<1>(w, g * kGroup, d); break;
-      case 2: scores_group<2>(w, g * kGroup, d); break;
-      case 3: scores_group<3>(w, g * kGroup, d); break;
-      default: scores_group<4>(w, g * kGroup, d); break;
+    for (std::int64_t c0 = 0; c0 < width; c0 += kChunk) {
+      switch (std::min<std::int64_t>(kChunk, width - c0) / kL) {
+        case 1: scores_group<1>(w, g * kGroup, d, c0); break;
+        case 2: scores_group<2>(w, g * kGroup, d, c0); break;
+        case 3: scores_group<3>(w, g * kGroup, d, c0); break;
+        default: scores_group<4>(w, g * kGroup, d, c0); break;
+      }
     }
   }
   // Online softmax per row: probabilities replace the scores (0 where a key is not visible).
