@@ -364,10 +364,10 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const InputError& e) {
-    std::cerr << "vinf_bench_step: error: " << e.what() << "\n";
+    std::cerr << std::string("vinf_bench_step: error: ") + e.what() + "\n";  // one write: ranks interleave
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "vinf_bench_step: error: " << e.what() << "\n";
+    std::cerr << std::string("vinf_bench_step: error: ") + e.what() + "\n";
     return 1;
   }
 }
