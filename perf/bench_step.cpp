@@ -1,8 +1,9 @@
 // The Video-Infinity step benchmark: UNet calls of one preset with random weights, each rank
 // holding a clip of `--frames-per-rank` frames, the temporal layers talking over the clip group as
 // in `vinf generate`. After --warmup untimed calls, --calls timed ones; per rank it reports the
-// time per call, the time spent inside collectives (exposed communication: the collectives block,
-// so this is the communication that compute did not hide), the rest as compute, bytes received
+// time per call, the exposed communication (the time the rank, or on a GPU its compute stream,
+// sat waiting for a collective: the part that compute did not hide; the temporal attention's
+// halo and global exchanges run while the own frames are projected), the rest as compute, bytes received
 // per collective kind, peak arena memory, the call's FLOPs by kind (model/flops.hpp) and the
 // achieved FLOP/s. Then, with nothing else running, every rank
 //   - replays the collectives of the timed calls back to back (the raw exchange time), and
@@ -319,7 +320,9 @@ int run(int argc, char** argv) {
   if (comm && mpi.size() > 1)
     targets.push_back({"overlap", "exposed communication against the raw exchange time (slowest ranks)",
                        worst_raw > 0 ? 100 * worst_comm / worst_raw : 0, 20, true, "%",
-                       device.is_cuda() ? "" : "the target is for GPUs; on the CPU the collectives block"});
+                       device.is_cuda() ? ""
+                                        : "the target is for GPUs; on the CPU, MPI moves data only when the "
+                                          "rank calls into it, and a rank also waits for its slower neighbour"});
   // A long video: every rank holds ceil(frames / ranks) frames; compute grows linearly with
   // frames per rank (banded attention), the communication per call is taken as measured here.
   const double fpr_target = std::ceil(static_cast<double>(project_frames) / static_cast<double>(project_ranks));

@@ -1,5 +1,6 @@
 #include "infinity/context.hpp"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -66,44 +67,28 @@ Context::Context(const Config& config, mpi::Communicator& clip_group, std::int64
   }
 }
 
-void Context::gather_globals(ExecContext& ctx, const std::vector<Tensor>& arrays, const std::vector<Tensor>& outs) {
-  if (gathered_ == 0) return;
-  const auto kept = static_cast<std::int64_t>(global_frames_.size());
-  for (std::size_t a = 0; a < arrays.size(); ++a) {
-    const Tensor& x = arrays[a];
-    const std::int64_t rows = x.size(0), width = x.size(2);
-    OwnedTensor send = ctx.arena->empty(x.dtype, {static_cast<std::int64_t>(my_globals_.size()), rows, width});
-    for (std::size_t i = 0; i < my_globals_.size(); ++i)
-      ops::copy(ctx, x.select(1, my_globals_[i]), send.select(0, static_cast<std::int64_t>(i)));
-    OwnedTensor recv = ctx.arena->empty(x.dtype, {gathered_, rows, width});
-    std::vector<std::int64_t> counts(counts_.size());
-    for (std::size_t r = 0; r < counts.size(); ++r) counts[r] = counts_[r] * rows * width;
-    comm_.all_gather_v(ctx, send, recv, counts);
-    ops::copy(ctx, recv.slice(0, 0, kept).permute({1, 0, 2}), outs[a]);
-  }
-}
-
-void Context::exchange_halos(ExecContext& ctx, const std::vector<Tensor>& first, const std::vector<Tensor>& last,
-                             const std::vector<Tensor>& left, const std::vector<Tensor>& right) {
+std::vector<mpi::Pending> Context::start_halos(ExecContext& ctx, const std::vector<Tensor>& first,
+                                               const std::vector<Tensor>& last, const std::vector<Tensor>& left,
+                                               const std::vector<Tensor>& right) {
   const bool has_left = rank_ > 0, has_right = rank_ < size_ - 1;
   std::vector<mpi::Transfer> to_left, to_right;
-  for (std::size_t i = 0; i < first.size(); ++i) {
-    if (has_left) to_left.push_back({rank_ - 1, first[i], left[i]});
-    if (has_right) to_right.push_back({rank_ + 1, last[i], right[i]});
-  }
+  for (std::size_t i = 0; i < first.size() && has_left; ++i) to_left.push_back({rank_ - 1, first[i], left[i]});
+  for (std::size_t i = 0; i < last.size() && has_right; ++i) to_right.push_back({rank_ + 1, last[i], right[i]});
+  std::vector<mpi::Pending> started;
   if (c_.exchange == ExchangePattern::fused) {
     std::vector<mpi::Transfer> both = to_left;
     both.insert(both.end(), to_right.begin(), to_right.end());
-    if (!both.empty()) comm_.exchange(ctx, both);
-    return;
+    if (!both.empty()) started.push_back(comm_.start_exchange(ctx, both));
+    return started;
   }
   // Round 2: pairs (0,1), (2,3), ...; round 3: pairs (1,2), (3,4), ... Each rank talks to one
-  // neighbour at a time.
+  // neighbour at a time; both rounds are posted at once, and the transports keep their order.
   const bool even = rank_ % 2 == 0;
   const std::vector<mpi::Transfer>& round2 = even ? to_right : to_left;
   const std::vector<mpi::Transfer>& round3 = even ? to_left : to_right;
-  if (!round2.empty()) comm_.exchange(ctx, round2);
-  if (!round3.empty()) comm_.exchange(ctx, round3);
+  if (!round2.empty()) started.push_back(comm_.start_exchange(ctx, round2));
+  if (!round3.empty()) started.push_back(comm_.start_exchange(ctx, round3));
+  return started;
 }
 
 void Context::fill_conv_halo(ExecContext& ctx, const Tensor& padded, model::Halo halo, const std::string& module) {
@@ -125,7 +110,16 @@ void Context::fill_conv_halo(ExecContext& ctx, const Tensor& padded, model::Halo
     last = contiguous_copy(ctx, fm.slice(1, halo.left + own - c, c));
     right = ctx.arena->empty(fm.dtype, {b, c, ch, s});
   }
-  exchange_halos(ctx, {first}, {last}, {left}, {right});
+  std::vector<Tensor> send_left, send_right, recv_left, recv_right;
+  if (has_left) {
+    send_left.push_back(first);
+    recv_left.push_back(left);
+  }
+  if (has_right) {
+    send_right.push_back(last);
+    recv_right.push_back(right);
+  }
+  for (mpi::Pending& r : start_halos(ctx, send_left, send_right, recv_left, recv_right)) comm_.finish(r);
   if (has_left) ops::copy(ctx, left, fm.slice(1, 0, halo.left));
   if (has_right) ops::copy(ctx, right, fm.slice(1, halo.left + own, halo.right));
 }
@@ -179,76 +173,127 @@ void Context::group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
 void Context::attention(ExecContext& ctx, const model::AttentionWeights& w, const Tensor& x, const Tensor& out,
                         const std::string& module) {
   (void)module;
-  const std::int64_t rows = x.size(0), f = x.size(1), width = x.size(2), inner = w.to_q.size(0);
+  const std::int64_t rows = x.size(0), f = x.size(1), inner = w.to_q.size(0);
   VINF_CHECK(f == f_, module, ": ", f, " frames, but this clip has ", f_);
   const std::int64_t p = c_.local_frames, lp = attn_halo_.total() + f;
   const auto kept = static_cast<std::int64_t>(global_frames_.size());
-  const bool has_left = rank_ > 0, has_right = rank_ < size_ - 1;
+  const bool has_left = rank_ > 0, has_right = rank_ < size_ - 1, halo = p > 0 && (has_left || has_right);
+  const bool carry_x = c_.halo == HaloData::x;
   const DType dt = x.dtype;
 
-  OwnedTensor q = ctx.arena->empty(dt, {rows, f, inner});
+  // Q of the own frames; K and V over the padded clip (halo, own, halo frames) and the globals.
+  OwnedTensor q = ctx.arena->empty(dt, {rows, f, inner}), k = ctx.arena->empty(dt, {rows, f, inner}),
+              v = ctx.arena->empty(dt, {rows, f, inner});
   OwnedTensor kp = ctx.arena->empty(dt, {rows, lp, inner}), vp = ctx.arena->empty(dt, {rows, lp, inner});
   OwnedTensor kg = ctx.arena->empty(dt, {rows, kept, inner}), vg = ctx.arena->empty(dt, {rows, kept, inner});
-  ops::linear(ctx, x, w.to_q, nullptr, q);
 
-  // The arrays whose boundary and global frames travel: x (then projected here) or K and V.
-  std::vector<Tensor> own, padded, global;
-  OwnedTensor xp, xg, k, v;
-  if (c_.halo == HaloData::x) {
-    xp = ctx.arena->empty(dt, {rows, lp, width});
-    xg = ctx.arena->empty(dt, {rows, kept, width});
-    ops::copy(ctx, x, xp.slice(1, attn_halo_.left, f));
-    own = {x};
-    padded = {xp};
-    global = {xg};
-  } else {
-    k = ctx.arena->empty(dt, {rows, f, inner});
-    v = ctx.arena->empty(dt, {rows, f, inner});
+  // What travels: x, projected here once it has arrived (one array), or K and V (two).
+  std::vector<Tensor> own{x};
+  if (!carry_x) {
     ops::linear(ctx, x, w.to_k, nullptr, k);
     ops::linear(ctx, x, w.to_v, nullptr, v);
-    ops::copy(ctx, k, kp.slice(1, attn_halo_.left, f));
-    ops::copy(ctx, v, vp.slice(1, attn_halo_.left, f));
     own = {k, v};
-    padded = {kp, vp};
-    global = {kg, vg};
   }
 
-  // Round 1: the global frames.
-  gather_globals(ctx, own, global);
-
-  // Rounds 2 and 3: p boundary frames with each neighbour; zero frames at the video's ends in
-  // compat mode (attended, as the released code does).
-  for (const Tensor& t : padded) {
-    if (!has_left && attn_halo_.left > 0) ops::fill(ctx, t.slice(1, 0, attn_halo_.left), 0.0);
-    if (!has_right && attn_halo_.right > 0) ops::fill(ctx, t.slice(1, attn_halo_.left + f, attn_halo_.right), 0.0);
-  }
-  if (p > 0 && (has_left || has_right)) {
-    std::vector<OwnedTensor> keep;
-    std::vector<Tensor> first, last, left, right;
+  // Round 1 (the global frames) and rounds 2 and 3 (p boundary frames with each neighbour) start
+  // together; the own frames' projections run while they travel. The buffers are declared before
+  // the collectives, which must be finished before the buffers go.
+  std::vector<OwnedTensor> gathered, sent, left, right;
+  std::vector<mpi::Pending> rounds;
+  if (kept > 0) {
     for (const Tensor& t : own) {
       const std::int64_t d = t.size(2);
-      keep.push_back(has_left ? contiguous_copy(ctx, t.slice(1, 0, p)) : OwnedTensor{});
-      first.push_back(keep.back());
-      keep.push_back(has_right ? contiguous_copy(ctx, t.slice(1, f - p, p)) : OwnedTensor{});
-      last.push_back(keep.back());
-      keep.push_back(has_left ? ctx.arena->empty(dt, {rows, p, d}) : OwnedTensor{});
-      left.push_back(keep.back());
-      keep.push_back(has_right ? ctx.arena->empty(dt, {rows, p, d}) : OwnedTensor{});
-      right.push_back(keep.back());
-    }
-    exchange_halos(ctx, first, last, left, right);
-    for (std::size_t i = 0; i < own.size(); ++i) {
-      if (has_left) ops::copy(ctx, left[i], padded[i].slice(1, 0, p));
-      if (has_right) ops::copy(ctx, right[i], padded[i].slice(1, attn_halo_.left + f, p));
+      sent.push_back(ctx.arena->empty(dt, {static_cast<std::int64_t>(my_globals_.size()), rows, d}));
+      for (std::size_t i = 0; i < my_globals_.size(); ++i)
+        ops::copy(ctx, t.select(1, my_globals_[i]), sent.back().select(0, static_cast<std::int64_t>(i)));
+      gathered.push_back(ctx.arena->empty(dt, {gathered_, rows, d}));
+      std::vector<std::int64_t> counts(counts_.size());
+      for (std::size_t r = 0; r < counts.size(); ++r) counts[r] = counts_[r] * rows * d;
+      rounds.push_back(comm_.start_all_gather_v(ctx, sent.back(), gathered.back(), counts));
     }
   }
+  if (halo) {
+    std::vector<Tensor> first, last;
+    for (const Tensor& t : own) {
+      const std::int64_t d = t.size(2);
+      if (has_left) {
+        sent.push_back(contiguous_copy(ctx, t.slice(1, 0, p)));
+        first.push_back(sent.back());
+        left.push_back(ctx.arena->empty(dt, {rows, p, d}));
+      }
+      if (has_right) {
+        sent.push_back(contiguous_copy(ctx, t.slice(1, f - p, p)));
+        last.push_back(sent.back());
+        right.push_back(ctx.arena->empty(dt, {rows, p, d}));
+      }
+    }
+    std::vector<Tensor> into_left(left.begin(), left.end()), into_right(right.begin(), right.end());
+    for (mpi::Pending& r : start_halos(ctx, first, last, into_left, into_right)) rounds.push_back(std::move(r));
+  }
+  auto progress = [&] {
+    for (mpi::Pending& r : rounds) comm_.progress(r);
+  };
 
-  if (c_.halo == HaloData::x) {
-    ops::linear(ctx, xp, w.to_k, nullptr, kp);
-    ops::linear(ctx, xp, w.to_v, nullptr, vp);
-    if (kept > 0) {
-      ops::linear(ctx, xg, w.to_k, nullptr, kg);
-      ops::linear(ctx, xg, w.to_v, nullptr, vg);
+  ops::linear(ctx, x, w.to_q, nullptr, q);
+  progress();
+  if (carry_x) {
+    ops::linear(ctx, x, w.to_k, nullptr, k);
+    progress();
+    ops::linear(ctx, x, w.to_v, nullptr, v);
+    progress();
+  }
+  const std::array<Tensor, 2> padded{kp, vp}, globals{kg, vg}, mine{k, v};
+  for (std::size_t a = 0; a < 2; ++a) {
+    ops::copy(ctx, mine[a], padded[a].slice(1, attn_halo_.left, f));
+    // Zero frames at the video's ends in compat mode (attended, as the released code does).
+    if (!has_left && attn_halo_.left > 0) ops::fill(ctx, padded[a].slice(1, 0, attn_halo_.left), 0.0);
+    if (!has_right && attn_halo_.right > 0)
+      ops::fill(ctx, padded[a].slice(1, attn_halo_.left + f, attn_halo_.right), 0.0);
+  }
+  for (mpi::Pending& r : rounds) comm_.finish(r);
+
+  // The arrived halo frames into place: K and V as they are, x through the projections.
+  // `frames`: (rows, p, d) per carried array; `target(a)`: where K (a = 0) or V (a = 1) goes.
+  auto place = [&](const std::vector<OwnedTensor>& frames, auto&& target) {
+    OwnedTensor projected = carry_x ? ctx.arena->empty(dt, {rows, p, inner}) : OwnedTensor{};
+    for (std::size_t a = 0; a < 2; ++a) {
+      if (carry_x) ops::linear(ctx, frames[0], a == 0 ? w.to_k : w.to_v, nullptr, projected);
+      ops::copy(ctx, carry_x ? Tensor(projected) : Tensor(frames[a]), target(a));
+    }
+  };
+  if (halo && has_left) place(left, [&](std::size_t a) { return padded[a].slice(1, 0, p); });
+  if (halo && has_right) place(right, [&](std::size_t a) { return padded[a].slice(1, attn_halo_.left + f, p); });
+
+  // The global frames, gathered (gathered_, rows, d) in rank order; the first `kept` are the keys.
+  if (kept > 0 && !carry_x) {
+    for (std::size_t a = 0; a < 2; ++a) ops::copy(ctx, gathered[a].slice(0, 0, kept).permute({1, 0, 2}), globals[a]);
+  } else if (kept > 0) {
+    // This clip's own global frames take the K and V computed above; the others are projected.
+    std::vector<std::int64_t> remote;
+    for (std::int64_t j = 0; j < kept; ++j) {
+      const std::int64_t frame = global_frames_[static_cast<std::size_t>(j)];
+      if (frame / f_ != rank_) {
+        remote.push_back(j);
+        continue;
+      }
+      for (std::size_t a = 0; a < 2; ++a) ops::copy(ctx, mine[a].select(1, frame - rank_ * f_), globals[a].select(1, j));
+    }
+    const auto nr = static_cast<std::int64_t>(remote.size());
+    if (nr > 0) {
+      OwnedTensor xr = ctx.arena->empty(dt, {rows, nr, gathered[0].size(2)});
+      for (std::int64_t i = 0; i < nr; ++i)
+        ops::copy(ctx, gathered[0].select(0, remote[static_cast<std::size_t>(i)]), xr.select(1, i));
+      OwnedTensor projected = nr < kept ? ctx.arena->empty(dt, {rows, nr, inner}) : OwnedTensor{};
+      for (std::size_t a = 0; a < 2; ++a) {
+        const Tensor& weight = a == 0 ? w.to_k : w.to_v;
+        if (nr == kept) {
+          ops::linear(ctx, xr, weight, nullptr, globals[a]);
+          continue;
+        }
+        ops::linear(ctx, xr, weight, nullptr, projected);
+        for (std::int64_t i = 0; i < nr; ++i)
+          ops::copy(ctx, projected.select(1, i), globals[a].select(1, remote[static_cast<std::size_t>(i)]));
+      }
     }
   }
 

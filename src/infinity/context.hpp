@@ -32,13 +32,12 @@ class Context final : public model::TemporalContext {
   const std::vector<std::int64_t>& global_frames() const { return global_frames_; }
 
  private:
-  // Halo rounds 2 and 3 (or one fused call): send `first` to the left neighbour and `last` to the
-  // right one, receive into left / right (tensors of the same kind, one per carried array).
-  void exchange_halos(ExecContext& ctx, const std::vector<Tensor>& first, const std::vector<Tensor>& last,
-                      const std::vector<Tensor>& left, const std::vector<Tensor>& right);
-  // Round 1: every rank's global frames of each (R, F, D) array in `arrays`, concatenated into
-  // (R, G, D) outputs.
-  void gather_globals(ExecContext& ctx, const std::vector<Tensor>& arrays, const std::vector<Tensor>& outs);
+  // Halo rounds 2 and 3 (or one fused call), started: send `first` to the left neighbour and
+  // `last` to the right one, receive into `left` / `right` (one tensor per carried array; empty
+  // lists on the side without a neighbour). Every returned collective must be finished.
+  std::vector<mpi::Pending> start_halos(ExecContext& ctx, const std::vector<Tensor>& first,
+                                        const std::vector<Tensor>& last, const std::vector<Tensor>& left,
+                                        const std::vector<Tensor>& right);
 
   Config c_;
   mpi::Communicator& comm_;

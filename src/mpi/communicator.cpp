@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "mpi/check.hpp"
@@ -181,33 +183,94 @@ void check_fault_injection(int world_rank) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
 }
 
-// Counts a call, times it and keeps the watchdog on it.
-class Communicator::Guard {
- public:
-  Guard(Communicator& c, CommOp op, std::uint64_t bytes) : c_(c), op_(op), t0_(Clock::now()) {
-    const int wr = world_rank_or_minus_one();
-    check_fault_injection(wr);
-    std::string what = std::string(comm_op_name(op)) + " on the " + c.label_ + " (rank " + std::to_string(c.rank_) +
-                       " of " + std::to_string(c.size_) + ", " + c.backend() + ")";
-    if (wr >= 0) what = "world rank " + std::to_string(wr) + ": " + what;
-    id_ = Watchdog::get().arm(std::move(what));
-    const auto i = static_cast<std::size_t>(op);
-    ++c.counters_.calls[i];
-    c.counters_.bytes[i] += bytes;
-  }
-  ~Guard() {
-    Watchdog::get().disarm(id_);
-    c_.counters_.seconds[static_cast<std::size_t>(op_)] += std::chrono::duration<double>(Clock::now() - t0_).count();
-  }
-  Guard(const Guard&) = delete;
-  Guard& operator=(const Guard&) = delete;
+namespace {
 
- private:
-  Communicator& c_;
-  CommOp op_;
-  Clock::time_point t0_;
-  std::uint64_t id_ = 0;
+class CompletedRequest final : public CommRequest {
+ public:
+  double wait(ExecContext&) override { return 0; }
 };
+
+std::string call_description(CommOp op, const std::string& label, int rank, int size, const char* backend) {
+  std::string what = std::string(comm_op_name(op)) + " on the " + label + " (rank " + std::to_string(rank) + " of " +
+                     std::to_string(size) + ", " + backend + ")";
+  const int wr = world_rank_or_minus_one();
+  if (wr >= 0) what = "world rank " + std::to_string(wr) + ": " + what;
+  return what;
+}
+
+}  // namespace
+
+Communicator::Request Communicator::completed() { return std::make_unique<CompletedRequest>(); }
+
+Pending& Pending::operator=(Pending&& o) noexcept {
+  if (this != &o) {
+    settle();
+    comm_ = o.comm_;
+    ctx_ = o.ctx_;
+    request_ = std::move(o.request_);
+    op_ = o.op_;
+    watch_ = o.watch_;
+    seconds_ = o.seconds_;
+  }
+  return *this;
+}
+
+Pending::~Pending() { settle(); }
+
+void Pending::settle() noexcept {
+  if (!request_) return;
+  // Reached when the caller left early (an exception between start and finish): the transport
+  // may still write into the buffers, so wait for it before they go.
+  try {
+    comm_->finish(*this);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vinf: warning: while unwinding, a started collective failed: %s\n", e.what());
+  }
+  request_.reset();
+}
+
+template <class Issue>
+Pending Communicator::start(ExecContext& ctx, CommOp op, std::uint64_t bytes, Issue&& issue) {
+  check_fault_injection(world_rank_or_minus_one());
+  Pending p;
+  p.comm_ = this;
+  p.ctx_ = &ctx;
+  p.op_ = op;
+  p.watch_ = Watchdog::get().arm(call_description(op, label_, rank_, size_, backend()));
+  const auto i = static_cast<std::size_t>(op);
+  ++counters_.calls[i];
+  counters_.bytes[i] += bytes;
+  const auto t0 = Clock::now();
+  try {
+    p.request_ = issue();
+  } catch (...) {
+    Watchdog::get().disarm(p.watch_);
+    throw;
+  }
+  p.seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+  return p;
+}
+
+void Communicator::progress(Pending& p) {
+  if (p.request_) p.request_->progress();
+}
+
+void Communicator::finish(Pending& p) {
+  if (!p.request_) return;
+  VINF_CHECK(p.comm_ == this, "finish: the collective was started on another communicator");
+  std::unique_ptr<CommRequest> request = std::move(p.request_);
+  const auto t0 = Clock::now();
+  double held = -1;
+  try {
+    held = request->wait(*p.ctx_);
+  } catch (...) {
+    Watchdog::get().disarm(p.watch_);
+    throw;
+  }
+  Watchdog::get().disarm(p.watch_);
+  if (held < 0) held = std::chrono::duration<double>(Clock::now() - t0).count();
+  counters_.seconds[static_cast<std::size_t>(p.op_)] += p.seconds_ + held;
+}
 
 void Communicator::all_gather(ExecContext& ctx, const Tensor& send, const Tensor& recv) {
   all_gather_v(ctx, send, recv, std::vector<std::int64_t>(static_cast<std::size_t>(size_), send.numel()));
@@ -215,6 +278,12 @@ void Communicator::all_gather(ExecContext& ctx, const Tensor& send, const Tensor
 
 void Communicator::all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
                                 const std::vector<std::int64_t>& counts) {
+  Pending p = start_all_gather_v(ctx, send, recv, counts);
+  finish(p);
+}
+
+Pending Communicator::start_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                                         const std::vector<std::int64_t>& counts) {
   VINF_CHECK(static_cast<int>(counts.size()) == size_, "all_gather_v: ", counts.size(), " counts for a group of ", size_);
   VINF_CHECK(send.is_contiguous() && recv.is_contiguous() && send.dtype == recv.dtype,
              "all_gather_v: contiguous tensors of one dtype expected");
@@ -224,11 +293,15 @@ void Communicator::all_gather_v(ExecContext& ctx, const Tensor& send, const Tens
              send.describe(), " / recv ", recv.describe(), " do not match the counts");
   const std::uint64_t received = static_cast<std::uint64_t>(total - send.numel()) * dtype_size(send.dtype);
   if (trace_) trace_->push_back({CommOp::all_gather, send.dtype, counts, {}, 0});
-  Guard g(*this, CommOp::all_gather, received);
-  do_all_gather_v(ctx, send, recv, counts);
+  return start(ctx, CommOp::all_gather, received, [&] { return do_all_gather_v(ctx, send, recv, counts); });
 }
 
 void Communicator::exchange(ExecContext& ctx, std::span<const Transfer> transfers) {
+  Pending p = start_exchange(ctx, transfers);
+  finish(p);
+}
+
+Pending Communicator::start_exchange(ExecContext& ctx, std::span<const Transfer> transfers) {
   std::uint64_t received = 0;
   for (const Transfer& t : transfers) {
     if (t.peer < 0) continue;
@@ -246,29 +319,30 @@ void Communicator::exchange(ExecContext& ctx, std::span<const Transfer> transfer
     }
     trace_->push_back(std::move(r));
   }
-  Guard g(*this, CommOp::exchange, received);
-  do_exchange(ctx, transfers);
+  return start(ctx, CommOp::exchange, received, [&] { return do_exchange(ctx, transfers); });
 }
 
 void Communicator::all_reduce_sum(ExecContext& ctx, const Tensor& buf) {
   VINF_CHECK(buf.is_contiguous() && (buf.dtype == DType::f32 || buf.dtype == DType::f64),
              "all_reduce_sum: a contiguous f32 or f64 tensor expected, got ", buf.describe());
   if (trace_) trace_->push_back({CommOp::all_reduce, buf.dtype, {buf.numel()}, {}, 0});
-  Guard g(*this, CommOp::all_reduce, size_ > 1 ? buf.nbytes() : 0);
-  if (size_ > 1) do_all_reduce_sum(ctx, buf);
+  Pending p = start(ctx, CommOp::all_reduce, size_ > 1 ? buf.nbytes() : 0,
+                    [&] { return size_ > 1 ? do_all_reduce_sum(ctx, buf) : completed(); });
+  finish(p);
 }
 
 void Communicator::broadcast(ExecContext& ctx, const Tensor& buf, int root) {
   VINF_CHECK(buf.is_contiguous() && root >= 0 && root < size_, "broadcast: bad arguments");
   if (trace_) trace_->push_back({CommOp::broadcast, buf.dtype, {buf.numel()}, {}, root});
-  Guard g(*this, CommOp::broadcast, size_ > 1 && rank_ != root ? buf.nbytes() : 0);
-  if (size_ > 1) do_broadcast(ctx, buf, root);
+  Pending p = start(ctx, CommOp::broadcast, size_ > 1 && rank_ != root ? buf.nbytes() : 0,
+                    [&] { return size_ > 1 ? do_broadcast(ctx, buf, root) : completed(); });
+  finish(p);
 }
 
 void Communicator::barrier(ExecContext& ctx) {
   if (trace_) trace_->push_back({CommOp::barrier, DType::f32, {}, {}, 0});
-  Guard g(*this, CommOp::barrier, 0);
-  if (size_ > 1) do_barrier(ctx);
+  Pending p = start(ctx, CommOp::barrier, 0, [&] { return size_ > 1 ? do_barrier(ctx) : completed(); });
+  finish(p);
 }
 
 double replay_trace(Communicator& comm, ExecContext& ctx, const std::vector<CommRecord>& trace) {
@@ -353,62 +427,85 @@ int int_count(std::uint64_t bytes) {
   return static_cast<int>(bytes);
 }
 
+// Nonblocking MPI requests with the host images they read and fill.
+class MpiRequest final : public CommRequest {
+ public:
+  std::vector<MPI_Request> reqs;
+  std::vector<std::unique_ptr<HostImage>> keep, fill;  // sent from / received into (stored at the end)
+  std::vector<int> bytes, displs;  // an all-gather's counts, which MPI may read until completion
+  void progress() override {
+    if (reqs.empty()) return;
+    int done = 0;
+    VINF_CHECK_MPI(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+  }
+  double wait(ExecContext&) override {
+    VINF_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+    for (auto& r : fill) r->store();
+    return -1;
+  }
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, int rank, int size) : Communicator(rank, size), comm_(comm) {}
   const char* backend() const override { return "mpi"; }
 
  protected:
-  void do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
-                       const std::vector<std::int64_t>& counts) override {
-    HostImage s(ctx, send, true), r(ctx, recv, false);
+  Request do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                          const std::vector<std::int64_t>& counts) override {
+    auto req = std::make_unique<MpiRequest>();
+    req->keep.push_back(std::make_unique<HostImage>(ctx, send, true));
+    req->fill.push_back(std::make_unique<HostImage>(ctx, recv, false));
     const std::size_t es = dtype_size(send.dtype);
-    std::vector<int> bytes(counts.size()), displs(counts.size());
+    req->bytes.assign(counts.size(), 0);
+    req->displs.assign(counts.size(), 0);
     std::uint64_t off = 0;
     for (std::size_t i = 0; i < counts.size(); ++i) {
-      bytes[i] = int_count(static_cast<std::uint64_t>(counts[i]) * es);
-      displs[i] = int_count(off);
-      off += static_cast<std::uint64_t>(bytes[i]);
+      req->bytes[i] = int_count(static_cast<std::uint64_t>(counts[i]) * es);
+      req->displs[i] = int_count(off);
+      off += static_cast<std::uint64_t>(req->bytes[i]);
     }
-    VINF_CHECK_MPI(MPI_Allgatherv(s.data(), bytes[static_cast<std::size_t>(rank())], MPI_BYTE, r.data(), bytes.data(),
-                                  displs.data(), MPI_BYTE, comm_));
-    r.store();
+    req->reqs.emplace_back();
+    VINF_CHECK_MPI(MPI_Iallgatherv(req->keep.back()->data(), req->bytes[static_cast<std::size_t>(rank())], MPI_BYTE,
+                                   req->fill.back()->data(), req->bytes.data(), req->displs.data(), MPI_BYTE, comm_,
+                                   &req->reqs.back()));
+    return req;
   }
-  void do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) override {
-    std::vector<MPI_Request> reqs;
-    std::vector<std::unique_ptr<HostImage>> sends, recvs;
-    std::vector<Tensor> recv_targets;
+  Request do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) override {
+    auto req = std::make_unique<MpiRequest>();
     for (const Transfer& t : transfers) {
-      if (t.peer < 0) continue;
-      if (t.recv.data && t.recv.numel() > 0) {
-        recvs.push_back(std::make_unique<HostImage>(ctx, t.recv, false));
-        reqs.emplace_back();
-        VINF_CHECK_MPI(MPI_Irecv(recvs.back()->data(), int_count(t.recv.nbytes()), MPI_BYTE, t.peer, kTag, comm_,
-                                 &reqs.back()));
-      }
+      if (t.peer < 0 || !t.recv.data || t.recv.numel() == 0) continue;
+      req->fill.push_back(std::make_unique<HostImage>(ctx, t.recv, false));
+      req->reqs.emplace_back();
+      VINF_CHECK_MPI(MPI_Irecv(req->fill.back()->data(), int_count(t.recv.nbytes()), MPI_BYTE, t.peer, kTag, comm_,
+                               &req->reqs.back()));
     }
     for (const Transfer& t : transfers) {
       if (t.peer < 0 || !t.send.data || t.send.numel() == 0) continue;
-      sends.push_back(std::make_unique<HostImage>(ctx, t.send, true));
-      reqs.emplace_back();
-      VINF_CHECK_MPI(MPI_Isend(sends.back()->data(), int_count(t.send.nbytes()), MPI_BYTE, t.peer, kTag, comm_,
-                               &reqs.back()));
+      req->keep.push_back(std::make_unique<HostImage>(ctx, t.send, true));
+      req->reqs.emplace_back();
+      VINF_CHECK_MPI(MPI_Isend(req->keep.back()->data(), int_count(t.send.nbytes()), MPI_BYTE, t.peer, kTag, comm_,
+                               &req->reqs.back()));
     }
-    VINF_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
-    for (auto& r : recvs) r->store();
+    return req;
   }
-  void do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
+  Request do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
     HostImage h(ctx, buf, true);
     VINF_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, h.data(), int_count(static_cast<std::uint64_t>(buf.numel())),
                                  buf.dtype == DType::f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, comm_));
     h.store();
+    return completed();
   }
-  void do_broadcast(ExecContext& ctx, const Tensor& buf, int root) override {
+  Request do_broadcast(ExecContext& ctx, const Tensor& buf, int root) override {
     HostImage h(ctx, buf, rank() == root);
     VINF_CHECK_MPI(MPI_Bcast(h.data(), int_count(buf.nbytes()), MPI_BYTE, root, comm_));
     h.store();
+    return completed();
   }
-  void do_barrier(ExecContext&) override { VINF_CHECK_MPI(MPI_Barrier(comm_)); }
+  Request do_barrier(ExecContext&) override {
+    VINF_CHECK_MPI(MPI_Barrier(comm_));
+    return completed();
+  }
 
  private:
   static constexpr int kTag = 7001;
@@ -416,20 +513,21 @@ class MpiCommunicator final : public Communicator {
 };
 
 // The in-process transport: buffered point-to-point mailboxes between the threads of one group,
-// FIFO per (source, destination) pair; collectives are built from them in a fixed order.
+// FIFO per (source, destination, operation kind); collectives are built from them in a fixed
+// order. Sends never wait, so a started collective has sent everything and finishing it receives.
 class Hub {
  public:
   explicit Hub(int n) : n_(n) {}
-  void send(int src, int dst, const char* p, std::size_t bytes) {
+  void send(CommOp op, int src, int dst, const char* p, std::size_t bytes) {
     {
       std::lock_guard lock(m_);
-      box_[{src, dst}].emplace_back(p, p + bytes);
+      box_[{op, src, dst}].emplace_back(p, p + bytes);
     }
     cv_.notify_all();
   }
-  std::vector<char> recv(int src, int dst) {
+  std::vector<char> recv(CommOp op, int src, int dst) {
     std::unique_lock lock(m_);
-    auto& q = box_[{src, dst}];
+    auto& q = box_[{op, src, dst}];
     cv_.wait(lock, [&] { return !q.empty(); });
     std::vector<char> v = std::move(q.front());
     q.pop_front();
@@ -441,7 +539,20 @@ class Hub {
   int n_;
   std::mutex m_;
   std::condition_variable cv_;
-  std::map<std::pair<int, int>, std::deque<std::vector<char>>> box_;
+  std::map<std::tuple<CommOp, int, int>, std::deque<std::vector<char>>> box_;
+};
+
+// Finishing an in-process collective: runs the receiving half.
+class ThreadRequest final : public CommRequest {
+ public:
+  explicit ThreadRequest(std::function<void(ExecContext&)> receive) : receive_(std::move(receive)) {}
+  double wait(ExecContext& ctx) override {
+    receive_(ctx);
+    return -1;
+  }
+
+ private:
+  std::function<void(ExecContext&)> receive_;
 };
 
 class ThreadCommunicator final : public Communicator {
@@ -450,50 +561,59 @@ class ThreadCommunicator final : public Communicator {
   const char* backend() const override { return "threads"; }
 
  protected:
-  void do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
-                       const std::vector<std::int64_t>& counts) override {
-    HostImage s(ctx, send, true), r(ctx, recv, false);
-    const std::size_t es = dtype_size(send.dtype);
+  Request do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                          const std::vector<std::int64_t>& counts) override {
+    HostImage s(ctx, send, true);
     for (int p = 0; p < size(); ++p)
-      if (p != rank()) hub_->send(rank(), p, s.data(), send.nbytes());
-    std::size_t off = 0;
-    for (int p = 0; p < size(); ++p) {
-      const std::size_t n = static_cast<std::size_t>(counts[static_cast<std::size_t>(p)]) * es;
-      if (p == rank()) {
-        std::memcpy(r.data() + off, s.data(), n);
-      } else {
-        const std::vector<char> m = hub_->recv(p, rank());
-        VINF_CHECK(m.size() == n, "all-gather: rank ", p, " sent ", m.size(), " bytes, expected ", n);
-        std::memcpy(r.data() + off, m.data(), n);
+      if (p != rank()) hub_->send(CommOp::all_gather, rank(), p, s.data(), send.nbytes());
+    std::vector<char> mine(s.data(), s.data() + send.nbytes());
+    return std::make_unique<ThreadRequest>([this, recv, counts, mine = std::move(mine)](ExecContext& ctx) {
+      HostImage r(ctx, recv, false);
+      const std::size_t es = dtype_size(recv.dtype);
+      std::size_t off = 0;
+      for (int p = 0; p < size(); ++p) {
+        const std::size_t n = static_cast<std::size_t>(counts[static_cast<std::size_t>(p)]) * es;
+        if (p == rank()) {
+          std::memcpy(r.data() + off, mine.data(), n);
+        } else {
+          const std::vector<char> m = hub_->recv(CommOp::all_gather, p, rank());
+          VINF_CHECK(m.size() == n, "all-gather: rank ", p, " sent ", m.size(), " bytes, expected ", n);
+          std::memcpy(r.data() + off, m.data(), n);
+        }
+        off += n;
       }
-      off += n;
-    }
-    r.store();
-  }
-  void do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) override {
-    for (const Transfer& t : transfers) {
-      if (t.peer < 0 || !t.send.data) continue;
-      HostImage s(ctx, t.send, true);
-      hub_->send(rank(), t.peer, s.data(), t.send.nbytes());
-    }
-    for (const Transfer& t : transfers) {
-      if (t.peer < 0 || !t.recv.data) continue;
-      HostImage r(ctx, t.recv, false);
-      const std::vector<char> m = hub_->recv(t.peer, rank());
-      VINF_CHECK(m.size() == t.recv.nbytes(), "exchange: rank ", t.peer, " sent ", m.size(), " bytes, expected ",
-                 t.recv.nbytes());
-      std::memcpy(r.data(), m.data(), m.size());
       r.store();
-    }
+    });
   }
-  void do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
+  Request do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) override {
+    std::vector<Transfer> incoming;
+    for (const Transfer& t : transfers) {
+      if (t.peer < 0) continue;
+      if (t.send.data) {
+        HostImage s(ctx, t.send, true);
+        hub_->send(CommOp::exchange, rank(), t.peer, s.data(), t.send.nbytes());
+      }
+      if (t.recv.data) incoming.push_back(t);
+    }
+    return std::make_unique<ThreadRequest>([this, incoming = std::move(incoming)](ExecContext& ctx) {
+      for (const Transfer& t : incoming) {
+        HostImage r(ctx, t.recv, false);
+        const std::vector<char> m = hub_->recv(CommOp::exchange, t.peer, rank());
+        VINF_CHECK(m.size() == t.recv.nbytes(), "exchange: rank ", t.peer, " sent ", m.size(), " bytes, expected ",
+                   t.recv.nbytes());
+        std::memcpy(r.data(), m.data(), m.size());
+        r.store();
+      }
+    });
+  }
+  Request do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
     HostImage h(ctx, buf, true);
     for (int p = 0; p < size(); ++p)
-      if (p != rank()) hub_->send(rank(), p, h.data(), buf.nbytes());
+      if (p != rank()) hub_->send(CommOp::all_reduce, rank(), p, h.data(), buf.nbytes());
     // Sum in rank order on every thread, so that every rank gets bitwise the same result.
     std::vector<char> mine(h.data(), h.data() + buf.nbytes()), acc;
     for (int p = 0; p < size(); ++p) {
-      std::vector<char> part = p == rank() ? mine : hub_->recv(p, rank());
+      std::vector<char> part = p == rank() ? mine : hub_->recv(CommOp::all_reduce, p, rank());
       if (p == 0) {
         acc = std::move(part);
         continue;
@@ -505,23 +625,26 @@ class ThreadCommunicator final : public Communicator {
     }
     std::memcpy(h.data(), acc.data(), acc.size());
     h.store();
+    return completed();
   }
-  void do_broadcast(ExecContext& ctx, const Tensor& buf, int root) override {
+  Request do_broadcast(ExecContext& ctx, const Tensor& buf, int root) override {
     HostImage h(ctx, buf, rank() == root);
     if (rank() == root) {
       for (int p = 0; p < size(); ++p)
-        if (p != root) hub_->send(root, p, h.data(), buf.nbytes());
+        if (p != root) hub_->send(CommOp::broadcast, root, p, h.data(), buf.nbytes());
     } else {
-      const std::vector<char> m = hub_->recv(root, rank());
+      const std::vector<char> m = hub_->recv(CommOp::broadcast, root, rank());
       std::memcpy(h.data(), m.data(), m.size());
     }
     h.store();
+    return completed();
   }
-  void do_barrier(ExecContext&) override {
+  Request do_barrier(ExecContext&) override {
     for (int p = 0; p < size(); ++p)
-      if (p != rank()) hub_->send(rank(), p, nullptr, 0);
+      if (p != rank()) hub_->send(CommOp::barrier, rank(), p, nullptr, 0);
     for (int p = 0; p < size(); ++p)
-      if (p != rank()) hub_->recv(p, rank());
+      if (p != rank()) hub_->recv(CommOp::barrier, p, rank());
+    return completed();
   }
 
  private:

@@ -3,9 +3,13 @@
 // threads (one process emulating N ranks: the single-process oracle of the tests and of
 // `vinf forward --vi.emulate-clips`).
 //
-// Every call is counted (calls, payload bytes, seconds) per operation kind, guarded by the
+// Every call is counted (calls, payload bytes, seconds) per operation kind and guarded by the
 // watchdog (a call that does not finish within the timeout ends the job with a message instead of
-// hanging it), and is blocking: when it returns, the received data is in place.
+// hanging it). The plain calls block: when they return, the received data is in place. All-gathers
+// and exchanges also come split in two (start_*, then finish), so that the caller computes while
+// the data moves: MPI's nonblocking requests, or NCCL on a stream of its own that the compute
+// stream waits for. The seconds counted are the exposed ones: the time the caller (or, on a GPU,
+// the compute stream) was held up by communication, not the time the transfer took.
 //
 // Payload bytes are what this rank receives from other ranks: an all-gather of n bytes per rank
 // counts (size - 1) n, an exchange the bytes received from the peers, an all-reduce and a broadcast
@@ -60,6 +64,44 @@ struct CommRecord {
   int root = 0;             // broadcast
 };
 
+// A backend's collective in flight.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  // Lets the transport move data while the caller computes (MPI progresses only inside MPI calls).
+  virtual void progress() {}
+  // Returns once the data is in place: for the host, or (NCCL) for work queued on the compute
+  // stream after this call. Returns the seconds the computation was held up, or a negative number
+  // when that is the wall time of this call.
+  virtual double wait(ExecContext& ctx) = 0;
+};
+
+class Communicator;
+
+// A collective that was started and is not finished yet (Communicator::start_all_gather_v,
+// start_exchange). Its tensors belong to it until Communicator::finish: the caller neither frees
+// nor touches them. Destroying an unfinished one finishes it first (the watchdog bounds the wait).
+class Pending {
+ public:
+  Pending() = default;
+  Pending(Pending&& o) noexcept { *this = std::move(o); }
+  Pending& operator=(Pending&& o) noexcept;
+  Pending(const Pending&) = delete;
+  Pending& operator=(const Pending&) = delete;
+  ~Pending();
+  bool active() const { return request_ != nullptr; }
+
+ private:
+  friend class Communicator;
+  void settle() noexcept;  // finishes an unfinished one, reporting (not throwing) a failure
+  Communicator* comm_ = nullptr;
+  ExecContext* ctx_ = nullptr;
+  std::unique_ptr<CommRequest> request_;
+  CommOp op_ = CommOp::barrier;
+  std::uint64_t watch_ = 0;  // the watchdog's entry
+  double seconds_ = 0;       // exposed so far (the start)
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -78,6 +120,15 @@ class Communicator {
   // Pairwise exchanges, all posted at once (one or two peers: the halo rounds, or both
   // neighbours in the fused form). The peers must call with the mirrored transfers.
   void exchange(ExecContext& ctx, std::span<const Transfer> transfers);
+  // The split forms of all_gather_v and exchange: post the transfers and return; the data is in
+  // place after finish(). Several may be in flight; every rank starts them in the same order.
+  Pending start_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                             const std::vector<std::int64_t>& counts);
+  Pending start_exchange(ExecContext& ctx, std::span<const Transfer> transfers);
+  // Moves data of a started collective along, without waiting (call it between pieces of compute).
+  void progress(Pending& p);
+  // Waits for a started collective; a finished or empty one is left alone.
+  void finish(Pending& p);
   // Element-wise sum over ranks, in place; f32 or f64. Every rank gets bitwise the same result.
   void all_reduce_sum(ExecContext& ctx, const Tensor& buf);
   void broadcast(ExecContext& ctx, const Tensor& buf, int root);
@@ -90,15 +141,21 @@ class Communicator {
 
  protected:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}
-  virtual void do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
-                               const std::vector<std::int64_t>& counts) = 0;
-  virtual void do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) = 0;
-  virtual void do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) = 0;
-  virtual void do_broadcast(ExecContext& ctx, const Tensor& buf, int root) = 0;
-  virtual void do_barrier(ExecContext& ctx) = 0;
+  // The transports: each posts its collective and returns what finishes it (a transport that
+  // completes inside the call returns completed()).
+  using Request = std::unique_ptr<CommRequest>;
+  virtual Request do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                                  const std::vector<std::int64_t>& counts) = 0;
+  virtual Request do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) = 0;
+  virtual Request do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) = 0;
+  virtual Request do_broadcast(ExecContext& ctx, const Tensor& buf, int root) = 0;
+  virtual Request do_barrier(ExecContext& ctx) = 0;
+  static Request completed();
 
  private:
-  class Guard;
+  // Counts the call, arms the watchdog, issues it and times the issue.
+  template <class Issue>
+  Pending start(ExecContext& ctx, CommOp op, std::uint64_t bytes, Issue&& issue);
   int rank_, size_;
   std::string label_ = "group";
   CommCounters counters_;

@@ -1,6 +1,9 @@
-// The NCCL transport (CUDA builds). Collectives are queued on the context's stream; each call then
-// waits for the stream while polling NCCL's asynchronous error state, so a failed peer surfaces as
-// an error here, and a stuck one as the watchdog's message, never as a silent hang.
+// The NCCL transport (CUDA builds). Collectives run on a stream of the communicator's own, after
+// the work already queued on the compute stream; finishing one makes the compute stream wait for
+// it, so the compute queued in between overlaps the transfer. The host, meanwhile, polls NCCL's
+// asynchronous error state, so a failed peer surfaces as an error and a stuck one as the
+// watchdog's message, never as a silent hang; and it measures how long the compute stream sat
+// idle waiting (the exposed communication time).
 #include <nccl.h>
 
 #include <chrono>
@@ -22,85 +25,176 @@ namespace {
                ncclGetErrorString(nccl_status_));                                                               \
   } while (0)
 
+#define VINF_CHECK_CUDA_RT(stmt)                                                                            \
+  do {                                                                                                      \
+    const cudaError_t cuda_status_ = (stmt);                                                                \
+    VINF_CHECK(cuda_status_ == cudaSuccess, "CUDA: ", #stmt, " failed: ", cudaGetErrorString(cuda_status_)); \
+  } while (0)
+
+using Clock = std::chrono::steady_clock;
+
+// An event that is destroyed with its owner.
+class Event {
+ public:
+  Event() { VINF_CHECK_CUDA_RT(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)); }
+  ~Event() { cudaEventDestroy(e_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+class NcclCommunicator;
+
+// One collective queued on the communication stream; `done` follows it there.
+class NcclRequest final : public CommRequest {
+ public:
+  explicit NcclRequest(NcclCommunicator& comm) : comm_(comm) {}
+  double wait(ExecContext& ctx) override;
+  Event done;
+  OwnedTensor scratch;  // a buffer of the collective's own, kept until the compute stream waited for it
+
+ private:
+  NcclCommunicator& comm_;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size) : Communicator(rank, size), comm_(comm) {}
-  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  NcclCommunicator(ncclComm_t comm, int rank, int size) : Communicator(rank, size), comm_(comm) {
+    int least = 0, greatest = 0;
+    VINF_CHECK_CUDA_RT(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    VINF_CHECK_CUDA_RT(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+  }
+  ~NcclCommunicator() override {
+    if (comm_) {
+      cudaStreamSynchronize(stream_);
+      ncclCommDestroy(comm_);
+    }
+    cudaStreamDestroy(stream_);
+  }
   const char* backend() const override { return "nccl"; }
 
+  // Raises the asynchronous error of a failed peer (aborting the communicator first).
+  void check_async_error() {
+    ncclResult_t async = ncclSuccess;
+    VINF_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      VINF_FAIL("NCCL reported an asynchronous error on the ", label(), ": ", ncclGetErrorString(async),
+                " (a peer rank failed or the network broke)");
+    }
+  }
+  static cudaStream_t compute_stream(ExecContext& ctx) {
+    VINF_CHECK(ctx.device.is_cuda() && ctx.cuda, "the NCCL communicator needs a CUDA context");
+    return ctx.cuda->stream();
+  }
+
  protected:
-  void do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
-                       const std::vector<std::int64_t>& counts) override {
-    const std::size_t es = dtype_size(send.dtype);
-    bool equal = true;
-    for (std::int64_t c : counts) equal = equal && c == counts.front();
-    if (equal) {
-      VINF_CHECK_NCCL(ncclAllGather(send.data, recv.data, send.nbytes(), ncclChar, comm_, stream(ctx)));
-    } else {
+  Request do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                          const std::vector<std::int64_t>& counts) override {
+    return enqueue(ctx, [&] {
+      const std::size_t es = dtype_size(send.dtype);
+      bool equal = true;
+      for (std::int64_t c : counts) equal = equal && c == counts.front();
+      if (equal) {
+        VINF_CHECK_NCCL(ncclAllGather(send.data, recv.data, send.nbytes(), ncclChar, comm_, stream_));
+        return;
+      }
       // Varying counts: one broadcast per rank into its slot, grouped into one launch.
       VINF_CHECK_NCCL(ncclGroupStart());
       std::size_t off = 0;
       for (int p = 0; p < size(); ++p) {
         const std::size_t n = static_cast<std::size_t>(counts[static_cast<std::size_t>(p)]) * es;
         VINF_CHECK_NCCL(ncclBroadcast(p == rank() ? send.data : nullptr, static_cast<char*>(recv.data) + off, n,
-                                      ncclChar, p, comm_, stream(ctx)));
+                                      ncclChar, p, comm_, stream_));
         off += n;
       }
       VINF_CHECK_NCCL(ncclGroupEnd());
-    }
-    wait(ctx);
+    });
   }
-  void do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) override {
-    VINF_CHECK_NCCL(ncclGroupStart());
-    for (const Transfer& t : transfers) {
-      if (t.peer < 0) continue;
-      if (t.send.data && t.send.numel() > 0)
-        VINF_CHECK_NCCL(ncclSend(t.send.data, t.send.nbytes(), ncclChar, t.peer, comm_, stream(ctx)));
-      if (t.recv.data && t.recv.numel() > 0)
-        VINF_CHECK_NCCL(ncclRecv(t.recv.data, t.recv.nbytes(), ncclChar, t.peer, comm_, stream(ctx)));
-    }
-    VINF_CHECK_NCCL(ncclGroupEnd());
-    wait(ctx);
+  Request do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) override {
+    return enqueue(ctx, [&] {
+      VINF_CHECK_NCCL(ncclGroupStart());
+      for (const Transfer& t : transfers) {
+        if (t.peer < 0) continue;
+        if (t.send.data && t.send.numel() > 0)
+          VINF_CHECK_NCCL(ncclSend(t.send.data, t.send.nbytes(), ncclChar, t.peer, comm_, stream_));
+        if (t.recv.data && t.recv.numel() > 0)
+          VINF_CHECK_NCCL(ncclRecv(t.recv.data, t.recv.nbytes(), ncclChar, t.peer, comm_, stream_));
+      }
+      VINF_CHECK_NCCL(ncclGroupEnd());
+    });
   }
-  void do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
-    VINF_CHECK_NCCL(ncclAllReduce(buf.data, buf.data, static_cast<std::size_t>(buf.numel()),
-                                  buf.dtype == DType::f64 ? ncclDouble : ncclFloat, ncclSum, comm_, stream(ctx)));
-    wait(ctx);
+  Request do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
+    return enqueue(ctx, [&] {
+      VINF_CHECK_NCCL(ncclAllReduce(buf.data, buf.data, static_cast<std::size_t>(buf.numel()),
+                                    buf.dtype == DType::f64 ? ncclDouble : ncclFloat, ncclSum, comm_, stream_));
+    });
   }
-  void do_broadcast(ExecContext& ctx, const Tensor& buf, int root) override {
-    VINF_CHECK_NCCL(ncclBroadcast(buf.data, buf.data, buf.nbytes(), ncclChar, root, comm_, stream(ctx)));
-    wait(ctx);
+  Request do_broadcast(ExecContext& ctx, const Tensor& buf, int root) override {
+    return enqueue(ctx, [&] {
+      VINF_CHECK_NCCL(ncclBroadcast(buf.data, buf.data, buf.nbytes(), ncclChar, root, comm_, stream_));
+    });
   }
-  void do_barrier(ExecContext& ctx) override {
+  Request do_barrier(ExecContext& ctx) override {
+    // The buffer lives in the request, so that it goes back to the arena only after the compute
+    // stream has waited for the transfer (the arena reuses blocks in compute-stream order).
     OwnedTensor one = ctx.arena->empty(DType::f32, {1});
-    VINF_CHECK_NCCL(ncclAllReduce(one.data, one.data, 1, ncclFloat, ncclSum, comm_, stream(ctx)));
-    wait(ctx);
+    void* p = one.data;
+    return enqueue(
+        ctx, [&] { VINF_CHECK_NCCL(ncclAllReduce(p, p, 1, ncclFloat, ncclSum, comm_, stream_)); }, std::move(one));
   }
 
  private:
-  static cudaStream_t stream(ExecContext& ctx) {
-    VINF_CHECK(ctx.device.is_cuda() && ctx.cuda, "the NCCL communicator needs a CUDA context");
-    return ctx.cuda->stream();
-  }
-  // Waits for the stream; an asynchronous NCCL error (a peer failed) aborts the communicator and
-  // becomes an exception. The watchdog bounds the wait.
-  void wait(ExecContext& ctx) {
-    for (;;) {
-      const cudaError_t e = cudaStreamQuery(stream(ctx));
-      if (e == cudaSuccess) return;
-      VINF_CHECK(e == cudaErrorNotReady, "CUDA error while waiting for NCCL: ", cudaGetErrorString(e));
-      ncclResult_t async = ncclSuccess;
-      VINF_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
-      if (async != ncclSuccess && async != ncclInProgress) {
-        ncclCommAbort(comm_);
-        VINF_FAIL("NCCL reported an asynchronous error on the ", label(), ": ", ncclGetErrorString(async),
-                  " (a peer rank failed or the network broke)");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+  // Queues `issue` on the communication stream behind everything queued so far on the compute
+  // stream (the data it sends is written there).
+  template <class Issue>
+  Request enqueue(ExecContext& ctx, Issue&& issue, OwnedTensor scratch = {}) {
+    VINF_CHECK(comm_, "NCCL: the ", label(), " was aborted after an earlier error");
+    auto req = std::make_unique<NcclRequest>(*this);
+    req->scratch = std::move(scratch);
+    Event ready;
+    VINF_CHECK_CUDA_RT(cudaEventRecord(ready.get(), compute_stream(ctx)));
+    VINF_CHECK_CUDA_RT(cudaStreamWaitEvent(stream_, ready.get(), 0));
+    issue();
+    VINF_CHECK_CUDA_RT(cudaEventRecord(req->done.get(), stream_));
+    return req;
   }
   ncclComm_t comm_;
+  cudaStream_t stream_ = nullptr;
 };
+
+double NcclRequest::wait(ExecContext& ctx) {
+  // The compute stream waits for the transfer; `reached` marks where it starts waiting. The host
+  // polls until the transfer is done: the time between the compute stream reaching the wait and
+  // the transfer ending is the exposed communication.
+  const cudaStream_t compute = NcclCommunicator::compute_stream(ctx);
+  Event reached;
+  VINF_CHECK_CUDA_RT(cudaEventRecord(reached.get(), compute));
+  VINF_CHECK_CUDA_RT(cudaStreamWaitEvent(compute, done.get(), 0));
+  bool idle = false;
+  Clock::time_point idle_since{};
+  for (;;) {
+    const cudaError_t e = cudaEventQuery(done.get());
+    if (e == cudaSuccess) break;
+    VINF_CHECK(e == cudaErrorNotReady, "CUDA error while waiting for NCCL: ", cudaGetErrorString(e));
+    comm_.check_async_error();
+    if (!idle) {
+      const cudaError_t r = cudaEventQuery(reached.get());
+      VINF_CHECK(r == cudaSuccess || r == cudaErrorNotReady, "CUDA error while waiting for NCCL: ",
+                 cudaGetErrorString(r));
+      if (r == cudaSuccess) {
+        idle = true;
+        idle_since = Clock::now();
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return idle ? std::chrono::duration<double>(Clock::now() - idle_since).count() : 0.0;
+}
 
 }  // namespace
 

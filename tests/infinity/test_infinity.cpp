@@ -11,6 +11,7 @@
 #include <functional>
 #include <thread>
 
+#include "../mpi/split_phase.hpp"
 #include "../support.hpp"
 #include "core/arena.hpp"
 #include "core/error.hpp"
@@ -137,6 +138,13 @@ TEST_CASE("thread transport: all-gather (varying counts), exchange, all-reduce, 
     CHECK(c.bytes[3] == (r == 2 ? 0u : 4u));
     CHECK(c.calls[4] == 1);
   });
+}
+
+TEST_CASE("thread transport: started all-gather and halo rounds finish in any order, and on leaving scope") {
+  for (int n = 1; n <= 4; ++n) {
+    CAPTURE(n);
+    run_clips(n, [](int r, mpi::Communicator& comm, ExecContext& ctx) { test::check_split_phase(r, comm, ctx); });
+  }
 }
 
 TEST_CASE("a trace of collectives replays the same calls and bytes") {
