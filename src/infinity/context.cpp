@@ -1,5 +1,6 @@
 #include "infinity/context.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -38,7 +39,10 @@ Context::Context(const Config& config, mpi::Communicator& clip_group, std::int64
   conv_halo_ = halo_for(c_.mode, c_.conv_halo, rank_, size_);
   const std::int64_t g = c_.global_frames, n = size_, total = f_ * n;
   counts_.assign(static_cast<std::size_t>(n), 0);
-  if (g == 0) return;
+  if (g == 0) {
+    plan_halos();
+    return;
+  }
   if (c_.mode == Mode::compat) {
     // Each rank shares frames 0, s, 2s, ... of its clip, s = F / (G / N) (only frame 0 when
     // G < N); the gathered list, in rank order, is cut to its first G.
@@ -65,6 +69,28 @@ Context::Context(const Config& config, mpi::Communicator& clip_group, std::int64
     }
     gathered_ = g;
   }
+  plan_halos();
+}
+
+void Context::plan_halos() {
+  const std::int64_t p = c_.local_frames;
+  auto key_of = [&](std::int64_t frame) -> std::int64_t {
+    if (c_.halo != HaloData::x) return -1;
+    const auto it = std::find(global_frames_.begin(), global_frames_.end(), frame);
+    return it == global_frames_.end() ? -1 : static_cast<std::int64_t>(it - global_frames_.begin());
+  };
+  // Sends own frames [send_at, send_at + p), receives video frames [recv_at, recv_at + p).
+  auto plan = [&](std::int64_t send_at, std::int64_t recv_at) {
+    HaloPlan h;
+    for (std::int64_t i = 0; i < p; ++i) {
+      if (key_of(rank_ * f_ + send_at + i) < 0) h.send.push_back(send_at + i);
+      h.key.push_back(key_of(recv_at + i));
+      h.received += h.key.back() < 0;
+    }
+    return h;
+  };
+  if (rank_ > 0) left_plan_ = plan(0, rank_ * f_ - p);
+  if (rank_ < size_ - 1) right_plan_ = plan(f_ - p, (rank_ + 1) * f_);
 }
 
 std::vector<mpi::Pending> Context::start_halos(ExecContext& ctx, const std::vector<Tensor>& first,
@@ -213,22 +239,31 @@ void Context::attention(ExecContext& ctx, const model::AttentionWeights& w, cons
     }
   }
   if (halo) {
-    std::vector<Tensor> first, last;
+    // (rows, n, d) of the listed own frames of t, or nothing when the list is empty.
+    auto frames_of = [&](const Tensor& t, const std::vector<std::int64_t>& list) -> Tensor {
+      if (list.empty()) return {};
+      sent.push_back(ctx.arena->empty(dt, {rows, static_cast<std::int64_t>(list.size()), t.size(2)}));
+      for (std::size_t i = 0; i < list.size(); ++i)
+        ops::copy(ctx, t.select(1, list[i]), sent.back().select(1, static_cast<std::int64_t>(i)));
+      return sent.back();
+    };
+    auto room = [&](std::vector<OwnedTensor>& into, std::int64_t n, std::int64_t d) -> Tensor {
+      if (n == 0) return {};
+      into.push_back(ctx.arena->empty(dt, {rows, n, d}));
+      return into.back();
+    };
+    std::vector<Tensor> first, last, from_left, from_right;
     for (const Tensor& t : own) {
-      const std::int64_t d = t.size(2);
       if (has_left) {
-        sent.push_back(contiguous_copy(ctx, t.slice(1, 0, p)));
-        first.push_back(sent.back());
-        left.push_back(ctx.arena->empty(dt, {rows, p, d}));
+        first.push_back(frames_of(t, left_plan_.send));
+        from_left.push_back(room(left, left_plan_.received, t.size(2)));
       }
       if (has_right) {
-        sent.push_back(contiguous_copy(ctx, t.slice(1, f - p, p)));
-        last.push_back(sent.back());
-        right.push_back(ctx.arena->empty(dt, {rows, p, d}));
+        last.push_back(frames_of(t, right_plan_.send));
+        from_right.push_back(room(right, right_plan_.received, t.size(2)));
       }
     }
-    std::vector<Tensor> into_left(left.begin(), left.end()), into_right(right.begin(), right.end());
-    for (mpi::Pending& r : start_halos(ctx, first, last, into_left, into_right)) rounds.push_back(std::move(r));
+    for (mpi::Pending& r : start_halos(ctx, first, last, from_left, from_right)) rounds.push_back(std::move(r));
   }
   auto progress = [&] {
     for (mpi::Pending& r : rounds) comm_.progress(r);
@@ -251,18 +286,6 @@ void Context::attention(ExecContext& ctx, const model::AttentionWeights& w, cons
       ops::fill(ctx, padded[a].slice(1, attn_halo_.left + f, attn_halo_.right), 0.0);
   }
   for (mpi::Pending& r : rounds) comm_.finish(r);
-
-  // The arrived halo frames into place: K and V as they are, x through the projections.
-  // `frames`: (rows, p, d) per carried array; `target(a)`: where K (a = 0) or V (a = 1) goes.
-  auto place = [&](const std::vector<OwnedTensor>& frames, auto&& target) {
-    OwnedTensor projected = carry_x ? ctx.arena->empty(dt, {rows, p, inner}) : OwnedTensor{};
-    for (std::size_t a = 0; a < 2; ++a) {
-      if (carry_x) ops::linear(ctx, frames[0], a == 0 ? w.to_k : w.to_v, nullptr, projected);
-      ops::copy(ctx, carry_x ? Tensor(projected) : Tensor(frames[a]), target(a));
-    }
-  };
-  if (halo && has_left) place(left, [&](std::size_t a) { return padded[a].slice(1, 0, p); });
-  if (halo && has_right) place(right, [&](std::size_t a) { return padded[a].slice(1, attn_halo_.left + f, p); });
 
   // The global frames, gathered (gathered_, rows, d) in rank order; the first `kept` are the keys.
   if (kept > 0 && !carry_x) {
@@ -296,6 +319,27 @@ void Context::attention(ExecContext& ctx, const model::AttentionWeights& w, cons
       }
     }
   }
+
+
+  // The arrived halo frames into place, from position `at` of the padded K and V: K and V as they
+  // are; x through the projections, except frames that are global keys, whose K and V are there.
+  auto place = [&](const HaloPlan& plan, const std::vector<OwnedTensor>& got, std::int64_t at) {
+    if (!carry_x) {
+      for (std::size_t a = 0; a < 2; ++a) ops::copy(ctx, got[a], padded[a].slice(1, at, p));
+      return;
+    }
+    OwnedTensor projected = plan.received > 0 ? ctx.arena->empty(dt, {rows, plan.received, inner}) : OwnedTensor{};
+    for (std::size_t a = 0; a < 2; ++a) {
+      if (plan.received > 0) ops::linear(ctx, got[0], a == 0 ? w.to_k : w.to_v, nullptr, projected);
+      std::int64_t next = 0;
+      for (std::int64_t i = 0; i < p; ++i) {
+        const std::int64_t key = plan.key[static_cast<std::size_t>(i)];
+        ops::copy(ctx, key >= 0 ? globals[a].select(1, key) : projected.select(1, next++), padded[a].select(1, at + i));
+      }
+    }
+  };
+  if (halo && has_left) place(left_plan_, left, 0);
+  if (halo && has_right) place(right_plan_, right, attn_halo_.left + f);
 
   // Query i (own frame) sees padded keys [i + left - p, i + left + p] and every global key.
   ops::AttentionParams ap;

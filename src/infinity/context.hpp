@@ -32,12 +32,23 @@ class Context final : public model::TemporalContext {
   const std::vector<std::int64_t>& global_frames() const { return global_frames_; }
 
  private:
+  void plan_halos();  // left_plan_ and right_plan_, once the global frames are known
   // Halo rounds 2 and 3 (or one fused call), started: send `first` to the left neighbour and
   // `last` to the right one, receive into `left` / `right` (one tensor per carried array; empty
   // lists on the side without a neighbour). Every returned collective must be finished.
   std::vector<mpi::Pending> start_halos(ExecContext& ctx, const std::vector<Tensor>& first,
                                         const std::vector<Tensor>& last, const std::vector<Tensor>& left,
                                         const std::vector<Tensor>& right);
+
+  // One side's attention halo: the own boundary frames sent to that neighbour, and per received
+  // halo position (in frame order) the global key that already holds the same frame, or -1 when
+  // the frame travels. Only halo x takes frames from the global keys (x of a global frame is
+  // gathered anyway); kv sends every halo frame, as the released code does.
+  struct HaloPlan {
+    std::vector<std::int64_t> send;  // local frame indices, ascending
+    std::vector<std::int64_t> key;   // p entries
+    std::int64_t received = 0;       // entries of `key` that are -1
+  };
 
   Config c_;
   mpi::Communicator& comm_;
@@ -48,6 +59,7 @@ class Context final : public model::TemporalContext {
   std::vector<std::int64_t> my_globals_;     // this rank's contributed local frame indices
   std::vector<std::int64_t> counts_;         // frames contributed per rank
   std::int64_t gathered_ = 0;                // frames gathered in all (>= global_frames_.size())
+  HaloPlan left_plan_, right_plan_;          // with the left / right neighbour (where there is one)
 };
 
 }  // namespace vinf::infinity
