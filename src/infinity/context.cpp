@@ -208,17 +208,32 @@ void Context::attention(ExecContext& ctx, const model::AttentionWeights& w, cons
   const DType dt = x.dtype;
 
   // Q of the own frames; K and V over the padded clip (halo, own, halo frames) and the globals.
-  OwnedTensor q = ctx.arena->empty(dt, {rows, f, inner}), k = ctx.arena->empty(dt, {rows, f, inner}),
-              v = ctx.arena->empty(dt, {rows, f, inner});
+  OwnedTensor q = ctx.arena->empty(dt, {rows, f, inner});
   OwnedTensor kp = ctx.arena->empty(dt, {rows, lp, inner}), vp = ctx.arena->empty(dt, {rows, lp, inner});
   OwnedTensor kg = ctx.arena->empty(dt, {rows, kept, inner}), vg = ctx.arena->empty(dt, {rows, kept, inner});
+  const std::array<Tensor, 2> padded{kp, vp}, globals{kg, vg};
+  const std::array<Tensor, 2> own_kv{kp.slice(1, attn_halo_.left, f), vp.slice(1, attn_halo_.left, f)};
+
+  // K (a = 0) or V (a = 1) of the own frames into place; with halo x also the own global frames'
+  // (the other clips' global keys are projected once they arrive).
+  OwnedTensor projected_own;
+  auto project_own = [&](std::size_t a) {
+    if (!projected_own.data) projected_own = ctx.arena->empty(dt, {rows, f, inner});
+    ops::linear(ctx, x, a == 0 ? w.to_k : w.to_v, nullptr, projected_own);
+    ops::copy(ctx, projected_own, own_kv[a]);
+    for (std::int64_t j = 0; j < kept && carry_x; ++j) {
+      const std::int64_t frame = global_frames_[static_cast<std::size_t>(j)];
+      if (frame / f_ == rank_) ops::copy(ctx, projected_own.select(1, frame - rank_ * f_), globals[a].select(1, j));
+    }
+  };
 
   // What travels: x, projected here once it has arrived (one array), or K and V (two).
   std::vector<Tensor> own{x};
   if (!carry_x) {
-    ops::linear(ctx, x, w.to_k, nullptr, k);
-    ops::linear(ctx, x, w.to_v, nullptr, v);
-    own = {k, v};
+    project_own(0);
+    project_own(1);
+    projected_own = {};
+    own = {own_kv[0], own_kv[1]};
   }
 
   // Round 1 (the global frames) and rounds 2 and 3 (p boundary frames with each neighbour) start
@@ -272,35 +287,27 @@ void Context::attention(ExecContext& ctx, const model::AttentionWeights& w, cons
   ops::linear(ctx, x, w.to_q, nullptr, q);
   progress();
   if (carry_x) {
-    ops::linear(ctx, x, w.to_k, nullptr, k);
+    project_own(0);
     progress();
-    ops::linear(ctx, x, w.to_v, nullptr, v);
+    project_own(1);
     progress();
   }
-  const std::array<Tensor, 2> padded{kp, vp}, globals{kg, vg}, mine{k, v};
-  for (std::size_t a = 0; a < 2; ++a) {
-    ops::copy(ctx, mine[a], padded[a].slice(1, attn_halo_.left, f));
-    // Zero frames at the video's ends in compat mode (attended, as the released code does).
-    if (!has_left && attn_halo_.left > 0) ops::fill(ctx, padded[a].slice(1, 0, attn_halo_.left), 0.0);
-    if (!has_right && attn_halo_.right > 0)
-      ops::fill(ctx, padded[a].slice(1, attn_halo_.left + f, attn_halo_.right), 0.0);
+  projected_own = {};
+  // Zero frames at the video's ends in compat mode (attended, as the released code does).
+  for (const Tensor& t : padded) {
+    if (!has_left && attn_halo_.left > 0) ops::fill(ctx, t.slice(1, 0, attn_halo_.left), 0.0);
+    if (!has_right && attn_halo_.right > 0) ops::fill(ctx, t.slice(1, attn_halo_.left + f, attn_halo_.right), 0.0);
   }
   for (mpi::Pending& r : rounds) comm_.finish(r);
+  sent.clear();
 
   // The global frames, gathered (gathered_, rows, d) in rank order; the first `kept` are the keys.
   if (kept > 0 && !carry_x) {
     for (std::size_t a = 0; a < 2; ++a) ops::copy(ctx, gathered[a].slice(0, 0, kept).permute({1, 0, 2}), globals[a]);
   } else if (kept > 0) {
-    // This clip's own global frames take the K and V computed above; the others are projected.
-    std::vector<std::int64_t> remote;
-    for (std::int64_t j = 0; j < kept; ++j) {
-      const std::int64_t frame = global_frames_[static_cast<std::size_t>(j)];
-      if (frame / f_ != rank_) {
-        remote.push_back(j);
-        continue;
-      }
-      for (std::size_t a = 0; a < 2; ++a) ops::copy(ctx, mine[a].select(1, frame - rank_ * f_), globals[a].select(1, j));
-    }
+    std::vector<std::int64_t> remote;  // the global keys of other clips
+    for (std::int64_t j = 0; j < kept; ++j)
+      if (global_frames_[static_cast<std::size_t>(j)] / f_ != rank_) remote.push_back(j);
     const auto nr = static_cast<std::int64_t>(remote.size());
     if (nr > 0) {
       OwnedTensor xr = ctx.arena->empty(dt, {rows, nr, gathered[0].size(2)});
@@ -319,7 +326,7 @@ void Context::attention(ExecContext& ctx, const model::AttentionWeights& w, cons
       }
     }
   }
-
+  gathered.clear();
 
   // The arrived halo frames into place, from position `at` of the padded K and V: K and V as they
   // are; x through the projections, except frames that are global keys, whose K and V are there.
