@@ -62,8 +62,8 @@ void Options::add_to(po::options_description& opts) {
           "compat mode: the paper's synchronised temporal GroupNorm (mean of per-rank means, variance about it); "
           "invariant mode always uses whole-video statistics")(
       "vi.halo", po::value(&halo)->default_value(halo),
-      "x: exchange the attention input and project halo/global frames locally (half the bytes); kv: exchange K "
-      "and V as the released code does")(
+      "x: exchange the attention input and project halo/global frames locally (at most half the bytes; halo "
+      "frames that are global frames travel once); kv: exchange K and V as the released code does")(
       "vi.exchange", po::value(&exchange)->default_value(exchange),
       "three-round: global all-gather, then halos in pairs (0,1),(2,3)..., then (1,2),(3,4)...; fused: both "
       "neighbours at once")(
