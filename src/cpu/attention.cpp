@@ -51,52 +51,48 @@ struct RowBand {
   std::int64_t lo[kRows], hi[kRows];
 };
 
-// s[r0 .. r0+4) x [j0, j0 + NV*16) = q rows . kt columns: 4 x NV accumulators in registers.
-template <int NV>
-VINF_VEC_INLINE void scores_group(const Scratch& w, std::int64_t r0, std::int64_t d, std::int64_t j0) {
+// The attention's register-blocked micro-kernel, for 4 rows and NV x 16 columns:
+//   out[g][col] (+)= sum over i < n of a[g * as + i] * b[i * bs + col]
+// with 4 x NV accumulators in registers (starting from out when Accumulate, else from 0). The
+// scores are q rows . kt columns; the values add p rows . value rows to o.
+template <int NV, bool Accumulate>
+VINF_VEC_INLINE void group_update(const float* a, std::int64_t as, const float* b, std::int64_t bs, std::int64_t n,
+                                  float* out, std::int64_t os) {
   f32x16 acc[kGroup][NV] = {};
-  const float* q = w.q + r0 * d;
-  for (std::int64_t c = 0; c < d; ++c) {
-    f32x16 k[NV];
+  if constexpr (Accumulate) {
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) k[v] = vec::load(w.kt + c * kKeys + j0 + v * kL);
+    for (int g = 0; g < kGroup; ++g)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[g][v] = vec::load(out + g * os + v * kL);
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    f32x16 row[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) row[v] = vec::load(b + i * bs + v * kL);
 #pragma GCC unroll 4
     for (int g = 0; g < kGroup; ++g) {
-      const f32x16 qb = vec::splat(q[g * d + c]);
+      const f32x16 ab = vec::splat(a[g * as + i]);
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[g][v] += qb * k[v];
+      for (int v = 0; v < NV; ++v) acc[g][v] += ab * row[v];
     }
   }
 #pragma GCC unroll 4
   for (int g = 0; g < kGroup; ++g)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) vec::store(w.s + (r0 + g) * kKeys + j0 + v * kL, acc[g][v]);
+    for (int v = 0; v < NV; ++v) vec::store(out + g * os + v * kL, acc[g][v]);
+}
+
+// s[r0 .. r0+4) x [j0, j0 + NV*16) = q rows . kt columns.
+template <int NV>
+VINF_VEC_INLINE void scores_group(const Scratch& w, std::int64_t r0, std::int64_t d, std::int64_t j0) {
+  group_update<NV, false>(w.q + r0 * d, d, w.kt + j0, kKeys, d, w.s + r0 * kKeys + j0, kKeys);
 }
 
 // o[r0 .. r0+4) x [c0, c0 + NV*16) += p rows . value rows [0, nb).
 template <int NV>
 VINF_VEC_INLINE void values_group(const Scratch& w, std::int64_t r0, std::int64_t dv, std::int64_t c0,
                                   const float* vals, std::int64_t vs, std::int64_t nb) {
-  f32x16 acc[kGroup][NV];
-#pragma GCC unroll 4
-  for (int g = 0; g < kGroup; ++g)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[g][v] = vec::load(w.o + (r0 + g) * dv + c0 + v * kL);
-  for (std::int64_t j = 0; j < nb; ++j) {
-    f32x16 x[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) x[v] = vec::load(vals + j * vs + c0 + v * kL);
-#pragma GCC unroll 4
-    for (int g = 0; g < kGroup; ++g) {
-      const f32x16 pb = vec::splat(w.s[(r0 + g) * kKeys + j]);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[g][v] += pb * x[v];
-    }
-  }
-#pragma GCC unroll 4
-  for (int g = 0; g < kGroup; ++g)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) vec::store(w.o + (r0 + g) * dv + c0 + v * kL, acc[g][v]);
+  group_update<NV, true>(w.s + r0 * kKeys, kKeys, vals + c0, vs, nb, w.o + r0 * dv + c0, dv);
 }
 
 // One block of nb keys (rows of `keys`/`vals`, starting at key index j0) against the tile's rows.
