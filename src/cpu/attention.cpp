@@ -95,6 +95,24 @@ VINF_VEC_INLINE void values_group(const Scratch& w, std::int64_t r0, std::int64_
   group_update<NV, true>(w.s + r0 * kKeys, kKeys, vals + c0, vs, nb, w.o + r0 * dv + c0, dv);
 }
 
+// kt[c][j] = keys[j][c] for the block's nb keys, zero for j in [nb, width): 16 x 16 tiles moved
+// through registers, and scalar code for the channels past the last whole tile.
+VINF_VEC_INLINE void transpose_keys(float* kt, const float* keys, std::int64_t ks, std::int64_t nb, std::int64_t d,
+                                    std::int64_t width) {
+  const std::int64_t dv = d / kL * kL;
+  for (std::int64_t j0 = 0; j0 < width; j0 += kL)
+    for (std::int64_t c0 = 0; c0 < dv; c0 += kL) {
+      f32x16 t[kL];
+#pragma GCC unroll 16
+      for (int j = 0; j < kL; ++j) t[j] = j0 + j < nb ? vec::load(keys + (j0 + j) * ks + c0) : f32x16{};
+      vec::transpose16(t);
+#pragma GCC unroll 16
+      for (int c = 0; c < kL; ++c) vec::store(kt + (c0 + c) * kKeys + j0, t[c]);
+    }
+  for (std::int64_t c = dv; c < d; ++c)
+    for (std::int64_t j = 0; j < width; ++j) kt[c * kKeys + j] = j < nb ? keys[j * ks + c] : 0.f;
+}
+
 // One block of nb keys (rows of `keys`/`vals`, starting at key index j0) against the tile's rows.
 // Local keys are masked to each row's band; global ones are visible to all.
 VINF_CPU_CLONES
@@ -103,10 +121,7 @@ void key_block(const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t
                const RowBand& band) {
   const int nv = static_cast<int>((nb + kL - 1) / kL);
   const std::int64_t width = nv * kL, groups = (rows + kGroup - 1) / kGroup;
-  for (std::int64_t j = 0; j < nb; ++j)
-    for (std::int64_t c = 0; c < d; ++c) w.kt[c * kKeys + j] = keys[(j0 + j) * ks + c];
-  for (std::int64_t c = 0; c < d; ++c)
-    for (std::int64_t j = nb; j < width; ++j) w.kt[c * kKeys + j] = 0.f;
+  transpose_keys(w.kt, keys + j0 * ks, ks, nb, d, width);
   for (std::int64_t g = 0; g < groups; ++g) {
     for (std::int64_t c0 = 0; c0 < width; c0 += kChunk) {
       switch (std::min<std::int64_t>(kChunk, width - c0) / kL) {
@@ -132,11 +147,15 @@ void key_block(const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t
     }
     f32x16 sv[kKeys / kL];
     f32x16 mv = vec::splat(-inf);
+    // Keys j in [a, e) are those with |j - centre| < half the band's width (exact in floats). One
+    // compare and one select: GCC 12 lowers the & of two masks (or two nested selects, which it
+    // folds into one) lane by lane.
+    const float centre = 0.5f * static_cast<float>(a + e - 1), reach = 0.5f * static_cast<float>(e - a);
     for (int v = 0; v < nv; ++v) {
-      const vec::i32x16 j = vec::iota() + v * kL;
+      const f32x16 j = vec::lane_index() + static_cast<float>(v * kL) - centre;
       const f32x16 x = vec::load(srow + v * kL) * w.scale[r] + bias;
-      sv[v] = (j >= static_cast<int>(a) && j < static_cast<int>(e)) ? x : vec::splat(-inf);
-      mv = sv[v] > mv ? sv[v] : mv;
+      sv[v] = vec::max(j, -j) < reach ? x : vec::splat(-inf);
+      mv = vec::max(mv, sv[v]);
     }
     const float m_new = std::max(w.m[r], vec::reduce_max(mv));
     const float corr = std::exp(w.m[r] - m_new);  // 0 on the row's first visible block

@@ -34,18 +34,56 @@ VINF_VEC_INLINE f32x16 load(const float* p) {
 }
 VINF_VEC_INLINE void store(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
 VINF_VEC_INLINE f32x16 splat(float x) { return f32x16{} + x; }
-VINF_VEC_INLINE i32x16 iota() { return i32x16{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; }
+VINF_VEC_INLINE f32x16 lane_index() { return f32x16{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; }
 
+// Lane i + w folded onto lane i for w = 8, 4, 2, 1 (shuffles with constant masks, not lane-by-lane
+// extracts): the same pairwise order in every clone.
+template <int W>
+VINF_VEC_INLINE f32x16 fold(f32x16 v) {  // indices wrap modulo 16; only lanes < W are used
+  return __builtin_shuffle(v, i32x16{W, W + 1, W + 2, W + 3, W + 4, W + 5, W + 6, W + 7, W + 8, W + 9, W + 10,
+                                     W + 11, W + 12, W + 13, W + 14, W + 15});
+}
+VINF_VEC_INLINE f32x16 max(f32x16 a, f32x16 b) { return a > b ? a : b; }
 VINF_VEC_INLINE float reduce_max(f32x16 v) {
-  float m = v[0];
-  for (int i = 1; i < kLanes; ++i) m = v[i] > m ? v[i] : m;
-  return m;
+  v = max(v, fold<8>(v));
+  v = max(v, fold<4>(v));
+  v = max(v, fold<2>(v));
+  v = max(v, fold<1>(v));
+  return v[0];
 }
 VINF_VEC_INLINE float reduce_sum(f32x16 v) {
-  // Pairwise, the same order in every clone.
-  for (int w = kLanes / 2; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) v[i] += v[i + w];
+  v += fold<8>(v);
+  v += fold<4>(v);
+  v += fold<2>(v);
+  v += fold<1>(v);
   return v[0];
+}
+
+// One step of a 16 x 16 transpose held as 16 row vectors: for every row i with bit S clear, row i's
+// lanes with bit S set trade places with row i + S's lanes with bit S clear. In the shuffle masks,
+// index l picks a[l] for l < 16 and b[l - 16] above.
+template <int S>
+VINF_VEC_INLINE void transpose_step(f32x16 (&r)[16]) {
+  constexpr auto lo = [](int l) { return l & S ? l + 16 - S : l; };
+  constexpr auto hi = [](int l) { return l & S ? l + 16 : l + S; };
+  const i32x16 low{lo(0), lo(1), lo(2),  lo(3),  lo(4),  lo(5),  lo(6),  lo(7),
+                   lo(8), lo(9), lo(10), lo(11), lo(12), lo(13), lo(14), lo(15)};
+  const i32x16 high{hi(0), hi(1), hi(2),  hi(3),  hi(4),  hi(5),  hi(6),  hi(7),
+                    hi(8), hi(9), hi(10), hi(11), hi(12), hi(13), hi(14), hi(15)};
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) {
+    if (i & S) continue;
+    const f32x16 a = r[i], b = r[i + S];
+    r[i] = __builtin_shuffle(a, b, low);
+    r[i + S] = __builtin_shuffle(a, b, high);
+  }
+}
+// r[i][j] becomes r[j][i]: each step swaps one row bit with the matching column bit.
+VINF_VEC_INLINE void transpose16(f32x16 (&r)[16]) {
+  transpose_step<8>(r);
+  transpose_step<4>(r);
+  transpose_step<2>(r);
+  transpose_step<1>(r);
 }
 
 // exp(x) to about 2 ulp for x in [-87, 88]; 0 below -87 (and for -inf), +inf above 88.7.

@@ -226,3 +226,60 @@ TEST_CASE("vector exp and erf of the CPU kernels agree with libm") {
   cpu::vec::store(out, cpu::vec::exp(cpu::vec::load(inf_in)));
   CHECK(out[0] == 0.f);
 }
+
+namespace {
+
+// The shuffle helpers, compiled for each x86-64 level the kernels are cloned for (AVX-512 lowers
+// the 16-lane shuffles to one permute, AVX2 to pairs, the baseline to scalar code).
+struct ShuffleResults {
+  float t[16][16];
+  float max, sum;
+};
+
+#define VINF_SHUFFLE_PROBE(NAME, TARGET)                                                   \
+  TARGET void NAME(const float (&in)[16][16], ShuffleResults& out) {                      \
+    cpu::vec::f32x16 r[16];                                                                \
+    for (int i = 0; i < 16; ++i) r[i] = cpu::vec::load(in[i]);                             \
+    cpu::vec::transpose16(r);                                                              \
+    for (int i = 0; i < 16; ++i) cpu::vec::store(out.t[i], r[i]);                          \
+    out.max = cpu::vec::reduce_max(cpu::vec::load(in[3]));                                 \
+    out.sum = cpu::vec::reduce_sum(cpu::vec::load(in[5]));                                 \
+  }
+#if defined(__x86_64__)
+VINF_SHUFFLE_PROBE(shuffle_v4, __attribute__((target("arch=x86-64-v4"))))
+VINF_SHUFFLE_PROBE(shuffle_v3, __attribute__((target("arch=x86-64-v3"))))
+#endif
+VINF_SHUFFLE_PROBE(shuffle_baseline, )
+#undef VINF_SHUFFLE_PROBE
+
+}  // namespace
+
+TEST_CASE("vector transpose and reductions of the CPU kernels, at every x86-64 level the machine has") {
+  float in[16][16];
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) in[i][j] = static_cast<float>(100 * i + j) * (j % 3 == 1 ? -1.f : 1.f) + 0.25f;
+  in[3][11] = 1e6f;  // the maximum of row 3, away from lane 0
+  double want_sum = 0;
+  for (int j = 0; j < 16; ++j) want_sum += in[5][j];
+  std::vector<std::pair<const char*, void (*)(const float (&)[16][16], ShuffleResults&)>> probes{
+      {"baseline", shuffle_baseline}};
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) probes.push_back({"x86-64-v3", shuffle_v3});
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq"))
+    probes.push_back({"x86-64-v4", shuffle_v4});
+#endif
+  for (const auto& [name, probe] : probes) {
+    CAPTURE(name);
+    ShuffleResults out{};
+    probe(in, out);
+    int wrong = 0;
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 16; ++j) wrong += out.t[i][j] != in[j][i];
+    CHECK(wrong == 0);
+    CHECK(out.max == 1e6f);
+    CHECK(out.sum == doctest::Approx(want_sum).epsilon(1e-7));
+  }
+  MESSAGE(probes.size() << " x86-64 level(s) checked");
+}
