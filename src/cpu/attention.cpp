@@ -99,9 +99,9 @@ VINF_VEC_INLINE void values_group(const Scratch& w, std::int64_t r0, std::int64_
 // through registers, and scalar code for the channels past the last whole tile.
 VINF_VEC_INLINE void transpose_keys(float* kt, const float* keys, std::int64_t ks, std::int64_t nb, std::int64_t d,
                                     std::int64_t width) {
-  const std::int64_t dv = d / kL * kL;
+  const std::int64_t whole = d / kL * kL;  // channels in whole 16-lane tiles
   for (std::int64_t j0 = 0; j0 < width; j0 += kL)
-    for (std::int64_t c0 = 0; c0 < dv; c0 += kL) {
+    for (std::int64_t c0 = 0; c0 < whole; c0 += kL) {
       f32x16 t[kL];
 #pragma GCC unroll 16
       for (int j = 0; j < kL; ++j) t[j] = j0 + j < nb ? vec::load(keys + (j0 + j) * ks + c0) : f32x16{};
@@ -109,7 +109,7 @@ VINF_VEC_INLINE void transpose_keys(float* kt, const float* keys, std::int64_t k
 #pragma GCC unroll 16
       for (int c = 0; c < kL; ++c) vec::store(kt + (c0 + c) * kKeys + j0, t[c]);
     }
-  for (std::int64_t c = dv; c < d; ++c)
+  for (std::int64_t c = whole; c < d; ++c)
     for (std::int64_t j = 0; j < width; ++j) kt[c * kKeys + j] = j < nb ? keys[j * ks + c] : 0.f;
 }
 
