@@ -78,7 +78,14 @@ vinf_generate() {
   vinf_signals=0
   trap 'vinf_signals=$((vinf_signals + 1)); vinf_forward USR1' USR1
   trap 'vinf_signals=$((vinf_signals + 1)); vinf_forward TERM' TERM
-  srun --mpi="${VINF_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 "$VINF" "${args[@]}" "$@" &
+  # srun's own lines go to the log as they come and to a copy, read below: with
+  # --kill-on-bad-exit, srun's status is often that of a rank it killed (143), not of the rank that
+  # failed first.
+  local srun_log tee_pid
+  srun_log=$(mktemp "${TMPDIR:-/tmp}/vinf-srun.XXXXXX")
+  exec {vinf_srun_fd}> >(tee -a "$srun_log" >&2)
+  tee_pid=$!
+  srun --mpi="${VINF_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 "$VINF" "${args[@]}" "$@" 2>&"$vinf_srun_fd" &
   vinf_srun=$!
   local seen
   while :; do
@@ -89,6 +96,23 @@ vinf_generate() {
     [ "$vinf_signals" != "$seen" ] || break
   done
   trap - USR1 TERM
+  exec {vinf_srun_fd}>&-
+  wait "$tee_pid" 2>/dev/null || true
+  vinf_first_failure "$srun_log"
+  rm -f "$srun_log"
+}
+
+# vinf_first_failure SRUN_LOG: when srun ended with a signal's status (128 + N) and its log says
+# that a task had exited with a nonzero status first ("task 1: Exited with exit code 2"), that
+# status is the job's: a bad input stays 2 however fast srun killed the other ranks.
+vinf_first_failure() {
+  [ "$vinf_rc" -gt 128 ] || return 0
+  local line code
+  line=$(grep -m1 -oE 'tasks? [0-9,-]+: Exited with exit code [0-9]+' "$1" 2>/dev/null) || return 0
+  code=${line##* }
+  [ "$code" -ne 0 ] || return 0
+  vinf_log "${line%%:*} exited with status $code first; srun then ended the other ranks (status $vinf_rc)"
+  vinf_rc=$code
 }
 
 vinf_forward() {

@@ -203,6 +203,14 @@ refusals)
   refused sweepconfig "no config file for the sweep" --array=0 slurm/sweep.sbatch noconf.csv
   printf 'prompt,seed\n"unclosed,1\n' >quote.csv
   refused quote "quote.csv:2: a quote is not closed" --array=0 slurm/sweep.sbatch quote.csv inputs/demo.ini
+  # srun's status when it killed the other ranks after one failed (the race the badopt job may or
+  # may not hit): the job's status is the first failing task's, read from srun's lines.
+  printf 'srun: error: node1: task 1: Exited with exit code 2\nslurmstepd: error: *** STEP CANCELLED ***\nsrun: error: node1: task 0: Terminated\n' >srun-race.log
+  got=$(bash -c 'source slurm/lib.sh; vinf_rc=143; vinf_first_failure srun-race.log; echo "rc=$vinf_rc"' 2>&1)
+  if grep -q 'rc=2$' <<<"$got" && grep -q 'task 1 exited with status 2 first' <<<"$got"; then ok "srun 143 after task 1 exited 2: status 2"; else fail "srun race: $got"; fi
+  printf 'srun: error: node1: task 3: Killed\n' >srun-killed.log
+  got=$(bash -c 'source slurm/lib.sh; vinf_rc=137; vinf_first_failure srun-killed.log; echo "rc=$vinf_rc"' 2>&1)
+  if grep -q 'rc=137$' <<<"$got"; then ok "a killed rank keeps its signal status"; else fail "killed rank: $got"; fi
   # Outside a job.
   out=$(env -u SLURM_JOB_ID bash slurm/vinf.sbatch inputs/demo.ini 2>&1)
   rc=$?
