@@ -79,7 +79,7 @@ int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::stri
 }  // namespace
 
 int decode(const std::vector<std::string>& args) {
-  std::string vae_dir, latents_path, checkpoint_path, out_path, device_opt = "auto", dtype_opt = "f32";
+  std::string vae_dir, latents_path, checkpoint_path, out_path, device_opt = "auto", dtype_opt = "auto";
   std::int64_t frames_per_call = 4, tile = 0;
   io::FrameWriter::Settings video;
   bool overwrite = false;
@@ -97,7 +97,7 @@ int decode(const std::vector<std::string>& args) {
       "checkpoint", po::value(&checkpoint_path), "a checkpoint or latents.h5 of vinf generate")(
       "out", po::value(&out_path), "output file (safetensors); written under a temporary name, then renamed")(
       "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda")(
-      "dtype", po::value(&dtype_opt)->default_value(dtype_opt), "compute dtype: f32 | f16 | bf16 (16-bit on CUDA only)")(
+      "dtype", po::value(&dtype_opt)->default_value(dtype_opt), kDtypeOptionHelp)(
       "frames-per-call", po::value(&frames_per_call)->default_value(frames_per_call),
       "images decoded at once (bounds the memory; the numbers do not depend on it)")(
       "vae.tile", po::value(&tile)->default_value(tile),
@@ -125,12 +125,10 @@ int decode(const std::vector<std::string>& args) {
   VINF_INPUT_CHECK(video.fps > 0 && video.fps <= 1000, "--output.fps must be in (0, 1000], got ", video.fps);
   VINF_INPUT_CHECK(frames_per_call >= 1, "--frames-per-call must be >= 1, got ", frames_per_call);
   VINF_INPUT_CHECK(tile >= 0, "--vae.tile must be 0 (off) or a positive number of latent pixels, got ", tile);
-  DType dtype;
-  VINF_INPUT_CHECK(parse_dtype(dtype_opt, dtype) && (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16),
-                   "--dtype must be f32, f16 or bf16, got '", dtype_opt, "'");
+  check_dtype_option(dtype_opt);
   mpi::Session mpi(nullptr, nullptr);
   const Device device = mpi.choose_device(device_opt);
-  VINF_INPUT_CHECK(device.is_cuda() || dtype == DType::f32, "--dtype ", dtype_opt, " runs on CUDA only");
+  const DType dtype = resolve_dtype_option(dtype_opt, device);
 
   if (!checkpoint_path.empty()) {
     Runtime rt(device);

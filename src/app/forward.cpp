@@ -151,7 +151,7 @@ void write_dump(const std::string& prefix, int rank, const PieceResult& r, const
 }  // namespace
 
 int forward(const std::vector<std::string>& args) {
-  std::string model_dir, inputs_path, out_path, device_opt = "auto", dtype_opt = "f32", comm_backend = "auto", dump;
+  std::string model_dir, inputs_path, out_path, device_opt = "auto", dtype_opt = "auto", comm_backend = "auto", dump;
   int cfg_size = 1, emulate = 0;
   double timeout = 300;
   bool ignore_unexpected = false;
@@ -168,7 +168,7 @@ int forward(const std::vector<std::string>& args) {
       "inputs", po::value(&inputs_path), "input tensors (safetensors)")(
       "out", po::value(&out_path), "output file (safetensors); written under a temporary name, then renamed")(
       "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
-      "dtype", po::value(&dtype_opt)->default_value(dtype_opt), "compute dtype: f32 | f16 | bf16 (16-bit on CUDA only)")(
+      "dtype", po::value(&dtype_opt)->default_value(dtype_opt), kDtypeOptionHelp)(
       "parallel.cfg", po::value(&cfg_size)->default_value(cfg_size),
       "1: every rank computes the whole batch of its clip; 2: rank pairs split the batch (CFG parallelism; "
       "ranks = 2 x clips)")(
@@ -196,9 +196,7 @@ int forward(const std::vector<std::string>& args) {
   for (const char* required : {"model", "inputs", "out"})
     VINF_INPUT_CHECK(vm.count(required), "vinf forward: --", required, " is required (see vinf forward --help)");
   const infinity::Config vcfg = vi.resolve(vm);
-  DType dtype;
-  VINF_INPUT_CHECK(parse_dtype(dtype_opt, dtype) && (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16),
-                   "--dtype must be f32, f16 or bf16, got '", dtype_opt, "'");
+  check_dtype_option(dtype_opt);
   VINF_INPUT_CHECK(timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", timeout);
   mpi::set_comm_timeout(timeout);
 
@@ -212,8 +210,7 @@ int forward(const std::vector<std::string>& args) {
                    "launch it without mpirun (and without --parallel.cfg 2)");
   mpi::ProcessGrid grid(mpi, cfg_size);
   const Device device = mpi.choose_device(device_opt);
-  VINF_INPUT_CHECK(device.is_cuda() || dtype == DType::f32, "--dtype ", dtype_opt,
-                   " runs on CUDA only; the CPU path computes in f32 (this run uses the CPU)");
+  const DType dtype = resolve_dtype_option(dtype_opt, device);
 
   const model::ModelFiles files = model::find_model_files(model_dir);
   std::vector<std::string> warnings;

@@ -62,9 +62,7 @@ int generate(const std::vector<std::string>& args) {
   GenerateOptions o;
   if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
   mpi::set_comm_timeout(o.comm_timeout);
-  DType dtype;
-  VINF_INPUT_CHECK(parse_dtype(o.dtype, dtype) && (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16),
-                   "--dtype must be f32, f16 or bf16, got '", o.dtype, "'");
+  check_dtype_option(o.dtype);
 
   const auto t_start = Clock::now();
   mpi::Session mpi(nullptr, nullptr);
@@ -79,8 +77,8 @@ int generate(const std::vector<std::string>& args) {
   check_generate_job(o, mpi.size());
   mpi::ProcessGrid grid(mpi, o.cfg);
   const Device device = mpi.choose_device(o.device);
-  VINF_INPUT_CHECK(device.is_cuda() || dtype == DType::f32, "--dtype ", o.dtype,
-                   " runs on CUDA only; the CPU path computes in f32 (this run uses the CPU)");
+  const DType dtype = resolve_dtype_option(o.dtype, device);
+  o.dtype = dtype_name(dtype);  // run.json and the checkpoints record the dtype that ran, not "auto"
   const int clips = grid.clip_size(), clip = grid.clip_index();
   const std::int64_t frames = o.frames, nf = frames / clips, first_frame = clip * nf;
   const std::int64_t lh = o.height / 8, lw = o.width / 8;

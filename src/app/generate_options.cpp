@@ -8,6 +8,7 @@
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
+#include "ops/runtime.hpp"
 #include "sampling/scheduler.hpp"
 
 namespace po = boost::program_options;
@@ -51,7 +52,7 @@ po::options_description describe(GenerateOptions& o) {
       "also print the schedule, the prompts per clip, every step (not only every 10 s in a log) and each "
       "rank's bytes per collective kind")(
       "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
-      "dtype", po::value(&o.dtype)->default_value(o.dtype), "UNet compute dtype: f32 | f16 | bf16 (16-bit on CUDA only)")(
+      "dtype", po::value(&o.dtype)->default_value(o.dtype), kDtypeOptionHelp)(
       "comm-backend", po::value(&o.comm_backend)->default_value(o.comm_backend),
       "auto | mpi | nccl (auto: NCCL on GPUs, MPI on the CPU)")(
       "comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout),

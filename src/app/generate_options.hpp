@@ -44,7 +44,7 @@ struct GenerateOptions {
   // output and run
   std::string out, name;
   bool overwrite = false, quiet = false, verbose = false;
-  std::string device = "auto", dtype = "f32", comm_backend = "auto";
+  std::string device = "auto", dtype = "auto", comm_backend = "auto";
   double comm_timeout = 300;
   infinity::Options vi_options;
   infinity::Config vi;

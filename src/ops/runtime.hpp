@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "ops/context.hpp"
 
@@ -34,5 +35,14 @@ class Runtime {
 int cuda_device_count();
 // True when this build contains the CUDA backend.
 bool built_with_cuda();
+
+// --dtype of the commands that run the model: auto (the default) is bf16 on CUDA, where tensor
+// cores make it several times faster than f32, and f32 on the CPU, whose kernels are f32 only.
+inline constexpr const char* kDtypeOptionHelp =
+    "compute dtype: auto (bf16 on CUDA, f32 on the CPU) | f32 | bf16 | f16 (16-bit on CUDA only)";
+// Checks --dtype's spelling before the device is known: throws vinf::InputError otherwise.
+void check_dtype_option(const std::string& opt);
+// The dtype --dtype gives on `device`: auto resolved; 16-bit on the CPU refused (vinf::InputError).
+DType resolve_dtype_option(const std::string& opt, const Device& device);
 
 }  // namespace vinf

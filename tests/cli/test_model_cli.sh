@@ -23,7 +23,10 @@ expect 2 "--model is required" -- "$vinf" forward --inputs "$inputs" --out "$wor
 expect 0 "--vi.mode invariant, 1 clip(s)" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/inv.safetensors"
 expect 2 "cannot read $work/none.json" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --import-vi-config "$work/none.json"
 expect 2 "--vi.mode must be invariant, compat or off, got 'sideways'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode sideways
-expect 2 "--dtype must be f32, f16 or bf16, got 'f8'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off --dtype f8
+expect 2 "--dtype must be auto, f32, bf16 or f16, got 'f8'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off --dtype f8
+# --dtype auto (the default) is f32 on the CPU; 16-bit runs on CUDA only.
+expect 2 "--dtype bf16 runs on CUDA only" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off --device cpu --dtype bf16
+expect 0 " as f32 on cpu" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/auto.safetensors" --vi.mode off --device cpu --dtype auto
 expect 2 "--device must be auto, cpu or cuda, got 'tpu'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off --device tpu
 expect 2 "has no tensor 'sample'" -- "$vinf" forward --model "$fixture" --inputs "$ref" --out "$work/z.safetensors" --vi.mode off
 expect 2 "does not exist" -- "$vinf" forward --model "$work/nowhere" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off
