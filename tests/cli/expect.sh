@@ -16,3 +16,39 @@ expect() {
     echo "ok: $* -> $rc"
   fi
 }
+
+# The device of the multi-rank tests. CTest runs each script twice: as mpi.* on the CPU (the
+# default) and as gpu.* with VINF_TEST_DEVICE=cuda, the same command lines with the device swapped
+# (scripts/gpu-check runs those on a GPU node). Both compute in f32, the dtype of the fixtures.
+test_device=${VINF_TEST_DEVICE:-cpu}
+device_args=(--device "$test_device" --dtype f32)
+# The tolerance of two runs that compute the same numbers in the same order. On the CPU they are
+# bitwise equal by construction; on a GPU cuBLAS and cuDNN choose their algorithms per call (and
+# may reduce with atomics), so equal means equal to f32 rounding: relative 1e-6.
+exact_tol=0
+[ "$test_device" = cuda ] && exact_tol=1e-6
+
+# The GPUs nvidia-smi lists (0 when it is absent).
+visible_gpus() {
+  local n
+  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') || n=0
+  echo "$n"
+}
+
+# require_test_device VINF: on VINF_TEST_DEVICE=cuda, exits 77 (CTest's "skipped") with a message
+# unless vinf was built with CUDA and a GPU is visible; any other device than cpu or cuda is an
+# error in the test set-up (exit 2).
+require_test_device() {
+  case $test_device in
+    cpu) ;;
+    cuda)
+      if ! "$1" --version 2>/dev/null | grep -q 'CUDA backend: yes'; then
+        echo "skipped: VINF_TEST_DEVICE=cuda, but this vinf was built without CUDA"; exit 77
+      fi
+      if [ "$(visible_gpus)" -eq 0 ]; then
+        echo "skipped: VINF_TEST_DEVICE=cuda, but no GPU is visible (nvidia-smi lists none)"; exit 77
+      fi
+      ;;
+    *) echo "error: VINF_TEST_DEVICE must be cpu or cuda, got '$test_device'"; exit 2 ;;
+  esac
+}

@@ -12,10 +12,11 @@ set -u
 mpiexec=$1 vinf=$2 tool=$3 n=$5
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../cli/expect.sh"
+require_test_device "$vinf"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-common=(--model builtin:tiny --device cpu --comm-timeout 60 --video.height 32 --video.width 32
+common=(--model builtin:tiny "${device_args[@]}" --comm-timeout 60 --video.height 32 --video.width 32
         --prompt.text "a lighthouse at dusk" --vi.local-frames 2 --vi.global-frames 4 --checkpoint.every 2)
 gen() {  # gen RANKS OUT options...
   local ranks=$1 out=$2
@@ -39,7 +40,7 @@ VINF_FAULT_STEP="rank=$((n - 1)),step=5,signal=KILL" gen "$n" "$work/kill" --vid
 [ -f "$work/kill/checkpoints/step-000004.h5" ] && [ ! -e "$work/kill/latents.h5" ] && [ ! -e "$work/kill/run.json" ] \
   && echo "ok: killed run left step-000004.h5 and no result" || { echo "FAIL: killed run's files"; ls -R "$work/kill"; fails=$((fails + 1)); }
 expect 0 "resuming from $work/kill/checkpoints/step-000004.h5" -- gen "$n" "$work/kill" --video.frames $frames --sampler.steps 8 --resume auto
-same "killed at step 5 and resumed = uninterrupted" "$work/kill" "$work/ref" 0
+same "killed at step 5 and resumed = uninterrupted" "$work/kill" "$work/ref" "$exact_tol"
 [ "$(ls "$work/kill/checkpoints" | wc -l)" -eq 2 ] && [ -f "$work/kill/checkpoints/step-000008.h5" ] \
   && echo "ok: --checkpoint.keep 2 keeps the newest two" || { echo "FAIL: keep"; ls "$work/kill/checkpoints"; fails=$((fails + 1)); }
 expect 0 "step 8 of 8 completed" -- "$vinf" inspect "$work/kill/checkpoints/step-000008.h5"
@@ -51,7 +52,7 @@ status_is "SIGTERM: checkpoint and the documented status" 75 $?
 grep -q "received SIGTERM: stopped after step 3 of 8" "$work/term.log" && [ -f "$work/term/checkpoints/step-000003.h5" ] \
   && echo "ok: SIGTERM message and step-000003.h5" || { echo "FAIL: SIGTERM log/checkpoint"; tail -5 "$work/term.log"; fails=$((fails + 1)); }
 expect 0 "outputs in" -- gen "$n" "$work/term" --video.frames $frames --sampler.steps 8 --resume auto
-same "stopped by SIGTERM and resumed = uninterrupted" "$work/term" "$work/ref" 0
+same "stopped by SIGTERM and resumed = uninterrupted" "$work/term" "$work/ref" "$exact_tol"
 
 # 3. A real signal: SIGUSR1 to mpirun, which forwards it to every rank.
 if [ "$n" -eq 2 ]; then
@@ -101,7 +102,7 @@ truncate -s 5000 "$work/damaged/checkpoints/step-000008.h5"
 rm "$work/damaged/latents.h5" "$work/damaged/run.json"
 expect 0 "skipping checkpoint $work/damaged/checkpoints/step-000008.h5" -- \
   gen "$n" "$work/damaged" --video.frames $frames --sampler.steps 8 --resume auto
-same "damaged newest checkpoint skipped, run finished from step 6" "$work/damaged" "$work/ref" 0
+same "damaged newest checkpoint skipped, run finished from step 6" "$work/damaged" "$work/ref" "$exact_tol"
 truncate -s 5000 "$work/damaged/checkpoints/step-000008.h5"
 expect 2 "truncated or damaged" -- gen "$n" "$work/damaged" --video.frames $frames --sampler.steps 8 \
   --resume "$work/damaged/checkpoints/step-000008.h5"
@@ -116,7 +117,7 @@ expect 0 "step 4 of 8 completed" -- "$vinf" inspect "$work/full/checkpoints/step
   && echo "ok: nothing written under a final name" || { echo "FAIL: files after the full disk"; ls -R "$work/full"; fails=$((fails + 1)); }
 rm -f "$work/full/checkpoints/step-000006.h5.partial"
 expect 0 "outputs in" -- gen "$n" "$work/full" --video.frames $frames --sampler.steps 8 --resume auto
-same "after the full disk, resumed from step 4 = uninterrupted" "$work/full" "$work/ref" 0
+same "after the full disk, resumed from step 4 = uninterrupted" "$work/full" "$work/ref" "$exact_tol"
 
 # 8. Activation dumps: the selected modules over the whole video, the same on N ranks as on one.
 dump=(--dump.modules "mid_block,transformer_in.out,*temp_attentions.0.transformer_blocks.0.attn1.out" --dump.steps 1,3

@@ -5,18 +5,21 @@
 # usage: test_forward_ranks.sh MPIEXEC VINF TEST_TOOL FIXTURE_MODEL_DIR N
 set -u
 mpiexec=$1 vinf=$2 tool=$3 fixture=$4 n=$5
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../cli/expect.sh"
+require_test_device "$vinf"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 inputs=$fixture/inputs.safetensors
 frames=16
 
-"$mpiexec" -np "$n" "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/all.safetensors" --vi.mode off --device cpu \
+"$mpiexec" -np "$n" "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/all.safetensors" --vi.mode off "${device_args[@]}" \
   || { echo "FAIL: mpirun -np $n vinf forward exited $?"; exit 1; }
 fails=0
 for ((r = 0; r < n; r++)); do
   f0=$((r * frames / n)) f1=$(((r + 1) * frames / n))
   "$tool" slice-frames "$inputs" "$work/in$r.safetensors" "$f0" "$f1" || exit 1
-  "$vinf" forward --model "$fixture" --inputs "$work/in$r.safetensors" --out "$work/r$r.safetensors" --vi.mode off --device cpu 2>/dev/null \
+  "$vinf" forward --model "$fixture" --inputs "$work/in$r.safetensors" --out "$work/r$r.safetensors" --vi.mode off "${device_args[@]}" 2>/dev/null \
     || { echo "FAIL: the one-process run on frames [$f0, $f1) failed"; exit 1; }
   "$tool" compare-frames "$work/all.safetensors" "$work/r$r.safetensors" "$f0" "$f1" 1e-5 noise_pred.t900 noise_pred.t500 \
     || fails=$((fails + 1))
@@ -27,7 +30,7 @@ fi
 # Too many ranks for the frames is refused on every rank, with a clear message.
 if [ "$n" -gt 1 ]; then
   "$tool" slice-frames "$inputs" "$work/short.safetensors" 0 $((n - 1)) || exit 1
-  out=$("$mpiexec" -np "$n" "$vinf" forward --model "$fixture" --inputs "$work/short.safetensors" --out "$work/s.safetensors" --vi.mode off --device cpu 2>&1)
+  out=$("$mpiexec" -np "$n" "$vinf" forward --model "$fixture" --inputs "$work/short.safetensors" --out "$work/s.safetensors" --vi.mode off "${device_args[@]}" 2>&1)
   rc=$?
   if [ "$rc" -eq 0 ] || [[ "$out" != *"fewer than the $n ranks it is split over"* ]]; then
     echo "FAIL: $((n - 1)) frames over $n ranks: exit $rc"; echo "$out" | tail -5; fails=$((fails + 1))
@@ -40,7 +43,7 @@ if [ "$n" -gt 1 ]; then
 #!/usr/bin/env bash
 m="$fixture"
 [ "\${OMPI_COMM_WORLD_RANK:-0}" = "$((n - 1))" ] && m="$work/no-such-model"
-exec "$vinf" forward --model "\$m" --inputs "$inputs" --out "$work/bad.safetensors" --vi.mode off --device cpu
+exec "$vinf" forward --model "\$m" --inputs "$inputs" --out "$work/bad.safetensors" --vi.mode off ${device_args[*]}
 WRAP
   chmod +x "$work/one_bad_rank.sh"
   out=$(timeout 120 "$mpiexec" -np "$n" "$work/one_bad_rank.sh" 2>&1)

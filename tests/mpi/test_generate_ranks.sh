@@ -10,11 +10,12 @@ set -u
 mpiexec=$1 vinf=$2 tool=$3 n=$5
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../cli/expect.sh"
+require_test_device "$vinf"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # 24 frames divide over 1-4 ranks; 32x32 pixels is a 4x4 latent; p, G, c fit 6 frames per clip.
-common=(--model builtin:tiny --model.seed 3 --device cpu --comm-timeout 60
+common=(--model builtin:tiny --model.seed 3 "${device_args[@]}" --comm-timeout 60
         --video.height 32 --video.width 32 --sampler.steps 4 --prompt.text "a lighthouse at dusk"
         --vi.local-frames 2 --vi.global-frames 4)
 gen() {  # gen RANKS OUT options...

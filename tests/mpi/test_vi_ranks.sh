@@ -11,6 +11,7 @@ set -u
 mpiexec=$1 vinf=$2 tool=$3 fixture=$4 n=$5
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../cli/expect.sh"
+require_test_device "$vinf"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 golden=$fixture/vi
@@ -21,7 +22,7 @@ check() {  # check DESCRIPTION command... : counts a failure when the command fa
   shift
   if out=$("$@" 2>&1); then echo "ok: $what"; else echo "FAIL: $what"; echo "$out" | tail -8; fails=$((fails + 1)); fi
 }
-run() { "$mpiexec" -np "$n" "$vinf" forward --model "$fixture" --device cpu --comm-timeout 60 "$@"; }
+run() { "$mpiexec" -np "$n" "$vinf" forward --model "$fixture" "${device_args[@]}" --comm-timeout 60 "$@"; }
 
 # 1. The released code at 1 and 2 ranks (settings of vi/cases.json), every exchange variant.
 if [ "$n" -le 2 ]; then
@@ -83,12 +84,12 @@ for s in "${settings[@]}"; do
   run --inputs "$work/in.safetensors" $s --out "$work/ranks$i.safetensors" 2>/dev/null \
     || { echo "FAIL: mpirun -np $n with $s"; fails=$((fails + 1)); continue; }
   # shellcheck disable=SC2086
-  "$vinf" forward --model "$fixture" --device cpu --inputs "$work/in.safetensors" $s --vi.emulate-clips "$n" \
+  "$vinf" forward --model "$fixture" "${device_args[@]}" --inputs "$work/in.safetensors" $s --vi.emulate-clips "$n" \
     --out "$work/emul$i.safetensors" 2>/dev/null || { echo "FAIL: emulation with $s"; fails=$((fails + 1)); continue; }
   check "$n ranks = $n emulated clips: $s" "$tool" compare "$work/ranks$i.safetensors" "$work/emul$i.safetensors" 1e-5 $keys
   if [[ "$s" == *invariant* ]]; then
     # shellcheck disable=SC2086
-    "$vinf" forward --model "$fixture" --device cpu --inputs "$work/in.safetensors" $s --out "$work/one$i.safetensors" 2>/dev/null
+    "$vinf" forward --model "$fixture" "${device_args[@]}" --inputs "$work/in.safetensors" $s --out "$work/one$i.safetensors" 2>/dev/null
     check "invariant: $n ranks = 1 rank: $s" "$tool" compare "$work/ranks$i.safetensors" "$work/one$i.safetensors" 1e-4 $keys
   fi
 done
@@ -97,7 +98,7 @@ done
 bad() {  # bad TEXT args...
   local text=$1
   shift
-  expect 2 "$text" -- timeout 120 "$mpiexec" -np "$n" "$vinf" forward --model "$fixture" --device cpu \
+  expect 2 "$text" -- timeout 120 "$mpiexec" -np "$n" "$vinf" forward --model "$fixture" "${device_args[@]}" \
     --out "$work/bad.safetensors" "$@"
   [ -e "$work/bad.safetensors" ] && { echo "FAIL: a refused run left an output file"; fails=$((fails + 1)); }
 }
@@ -121,7 +122,7 @@ fi
 if [ "$n" -gt 1 ]; then
   victim=$((n - 1))
   out=$(VINF_FAULT="rank=$victim,call=7,action=abort" timeout 120 "$mpiexec" -x VINF_FAULT -np "$n" "$vinf" forward \
-          --model "$fixture" --device cpu --inputs "$work/in.safetensors" --vi.local-frames 1 --vi.global-frames 4 --out "$work/f.safetensors" 2>&1)
+          --model "$fixture" "${device_args[@]}" --inputs "$work/in.safetensors" --vi.local-frames 1 --vi.global-frames 4 --out "$work/f.safetensors" 2>&1)
   rc=$?
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [[ "$out" == *"rank $victim: fault injection"* ]] && [ ! -e "$work/f.safetensors" ]; then
     echo "ok: rank $victim aborting mid-run ends the job (exit $rc)"
@@ -129,7 +130,7 @@ if [ "$n" -gt 1 ]; then
     echo "FAIL: rank $victim aborting mid-run: exit $rc"; echo "$out" | tail -8; fails=$((fails + 1))
   fi
   out=$(VINF_FAULT="rank=$victim,call=7,action=hang" timeout 120 "$mpiexec" -x VINF_FAULT -np "$n" "$vinf" forward \
-          --model "$fixture" --device cpu --inputs "$work/in.safetensors" --vi.local-frames 1 --vi.global-frames 4 --comm-timeout 3 \
+          --model "$fixture" "${device_args[@]}" --inputs "$work/in.safetensors" --vi.local-frames 1 --vi.global-frames 4 --comm-timeout 3 \
           --out "$work/f.safetensors" 2>&1)
   rc=$?
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [[ "$out" == *"longer than the communication timeout"* ]]; then
@@ -139,19 +140,33 @@ if [ "$n" -gt 1 ]; then
   fi
 fi
 
-# 5. On a GPU machine: the NCCL transport gives the same numbers as MPI (one GPU per rank; with
-#    fewer GPUs than ranks the ranks share them).
-gpu_check=$("$vinf" selfcheck --device cuda 2>&1)
-if [ $? -eq 0 ] && "$vinf" --version | grep -q 'CUDA backend: yes' && [[ "$gpu_check" != *skipped* ]]; then
-  for backend in mpi nccl; do
-    run --inputs "$work/in.safetensors" --device cuda --comm-backend $backend --vi.mode compat --vi.local-frames 2 \
-      --vi.global-frames 4 --out "$work/gpu.$backend.safetensors" 2>"$work/gpu.$backend.log" \
-      || { echo "FAIL: GPU run with --comm-backend $backend"; tail -5 "$work/gpu.$backend.log"; fails=$((fails + 1)); }
-  done
-  check "NCCL = MPI transport on the GPU" "$tool" compare "$work/gpu.nccl.safetensors" "$work/gpu.mpi.safetensors" 1e-6 $keys
-  check "GPU (NCCL) = CPU emulation" "$tool" compare "$work/gpu.nccl.safetensors" "$work/ranks1.safetensors" 1e-3 $keys
+# 5. The transports. Every device: --comm-backend mpi = auto. On the CPU, nccl is refused. On a
+#    GPU, NCCL runs when every rank has a GPU of its own and equals the MPI transport over device
+#    buffers; with fewer GPUs than ranks the ranks share one, auto takes the MPI transport (and says
+#    so) and an explicit nccl is refused, naming the ranks that share it. Both equal the CPU.
+vi_args=(--inputs "$work/in.safetensors" --vi.mode compat --vi.local-frames 2 --vi.global-frames 4 --vi.sync-groupnorm)
+for backend in mpi auto; do
+  run "${vi_args[@]}" --comm-backend $backend --out "$work/comm.$backend.safetensors" 2>"$work/comm.$backend.log" \
+    || { echo "FAIL: run with --comm-backend $backend"; tail -5 "$work/comm.$backend.log"; fails=$((fails + 1)); }
+done
+check "--comm-backend auto = mpi on $test_device" "$tool" compare "$work/comm.auto.safetensors" "$work/comm.mpi.safetensors" "$exact_tol" $keys
+gpus=$(visible_gpus)
+if [ "$test_device" = cpu ]; then
+  bad "--comm-backend nccl needs the CUDA device" "${vi_args[@]}" --comm-backend nccl
+elif [ "$n" -le "$gpus" ]; then
+  run "${vi_args[@]}" --comm-backend nccl --out "$work/comm.nccl.safetensors" 2>"$work/comm.nccl.log" \
+    || { echo "FAIL: run with --comm-backend nccl"; tail -5 "$work/comm.nccl.log"; fails=$((fails + 1)); }
+  check "NCCL = MPI transport on the GPU" "$tool" compare "$work/comm.nccl.safetensors" "$work/comm.mpi.safetensors" 1e-6 $keys
 else
-  echo "skipped the NCCL checks: no usable GPU (or a build without CUDA)"
+  grep -q "using the MPI transport" "$work/comm.auto.log" && echo "ok: $n ranks on $gpus GPU(s): auto says it takes MPI" \
+    || { echo "FAIL: $n ranks on $gpus GPU(s): auto did not say it takes the MPI transport"; tail -5 "$work/comm.auto.log"; fails=$((fails + 1)); }
+  bad "share GPU" "${vi_args[@]}" --comm-backend nccl
+fi
+if [ "$test_device" = cuda ]; then
+  # The GPU against the CPU: the same model in f32 (cuBLAS and cuDNN sum in other orders).
+  "$vinf" forward --model "$fixture" --device cpu --dtype f32 "${vi_args[@]}" --vi.emulate-clips "$n" \
+    --out "$work/comm.cpu.safetensors" 2>/dev/null || { echo "FAIL: the CPU reference run"; fails=$((fails + 1)); }
+  check "GPU = CPU" "$tool" compare "$work/comm.mpi.safetensors" "$work/comm.cpu.safetensors" 1e-4 $keys
 fi
 
 [ "$fails" -eq 0 ] && echo "Video-Infinity over $n rank(s): all checks passed" || { echo "$fails check(s) failed"; exit 1; }
