@@ -158,10 +158,14 @@ void key_block(const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t
       mv = vec::max(mv, sv[v]);
     }
     const float m_new = std::max(w.m[r], vec::reduce_max(mv));
-    const float corr = std::exp(w.m[r] - m_new);  // 0 on the row's first visible block
+    // While all of the row's scores so far are -inf (a -inf bias masks them), exp(s - m_new)
+    // would be exp(-inf + inf) = NaN: measure from 0 then, so they weigh 0 and the row's first
+    // finite score starts the sum.
+    const float ref = m_new == -inf ? 0.f : m_new;
+    const float corr = std::exp(w.m[r] - ref);  // 0 on the row's first visible block
     f32x16 sum = {};
     for (int v = 0; v < nv; ++v) {
-      const f32x16 p = vec::exp(sv[v] - m_new);
+      const f32x16 p = vec::exp(sv[v] - ref);
       sum += p;
       vec::store(srow + v * kL, p);
     }

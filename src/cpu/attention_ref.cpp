@@ -37,6 +37,10 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* 
         double mx = -INFINITY;
         for (std::int64_t j = lo; j <= hi; ++j) mx = std::max(mx, score(false, j));
         for (std::int64_t j = 0; j < G; ++j) mx = std::max(mx, score(true, j));
+        if (mx == -INFINITY) {  // every visible key masked by a -inf bias: zeros, as for no key
+          for (std::int64_t c = 0; c < Dv; ++c) at_f32(out, b, h, i, c) = 0.f;
+          continue;
+        }
         std::fill(acc.begin(), acc.end(), 0.0);
         double sum = 0;
         auto accumulate = [&](bool global, std::int64_t j) {

@@ -125,13 +125,16 @@ void softmax(const Tensor& x, const Tensor& out) {
     float* orow = out.ptr<float>() + m * out.strides[0];
     float mx = -INFINITY;
     for (std::int64_t d = 0; d < D; ++d) mx = std::max(mx, xr[d]);
+    // A fully masked row (all -inf): measured from 0 every term is 0, and the row is zeros
+    // instead of exp(-inf + inf) = NaN.
+    if (mx == -INFINITY) mx = 0.f;
     float sum = 0;
     for (std::int64_t d = 0; d < D; ++d) {
       const float e = std::exp(xr[d] - mx);
       orow[d] = e;
       sum += e;
     }
-    const float inv = 1.f / sum;
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
     for (std::int64_t d = 0; d < D; ++d) orow[d] *= inv;
   }
 }

@@ -67,6 +67,10 @@ void softmax(const Tensor& x, const Tensor& out) {
   for (std::int64_t m = 0; m < M; ++m) {
     double mx = -INFINITY;
     for (std::int64_t d = 0; d < D; ++d) mx = std::max(mx, static_cast<double>(at_f32(x, m, d)));
+    if (mx == -INFINITY) {  // a fully masked row: zeros, not exp(-inf + inf) = NaN
+      for (std::int64_t d = 0; d < D; ++d) at_f32(out, m, d) = 0.f;
+      continue;
+    }
     double sum = 0;
     for (std::int64_t d = 0; d < D; ++d) sum += std::exp(at_f32(x, m, d) - mx);
     for (std::int64_t d = 0; d < D; ++d) at_f32(out, m, d) = static_cast<float>(std::exp(at_f32(x, m, d) - mx) / sum);

@@ -68,8 +68,12 @@ __device__ void stream_keys(const Args& a, const Operand& k, const Operand& v, s
       }
       const float s = warp_sum(partial) * st.factor + bias;
       const float m_new = fmaxf(st.m, s);
-      const float corr = expf(st.m - m_new);
-      const float p = expf(s - m_new);
+      // While every score so far is -inf (masked), exp(s - m_new) would be exp(-inf + inf) = NaN:
+      // measure from 0 instead, so masked keys weigh 0 and the first finite score starts the sum
+      // (corr = exp(-inf) = 0 drops the empty state).
+      const float ref = m_new == -INFINITY ? 0.f : m_new;
+      const float corr = expf(st.m - ref);
+      const float p = expf(s - ref);
       st.l = st.l * corr + p;
 #pragma unroll
       for (int r = 0; r < DPL; ++r) {

@@ -95,10 +95,13 @@ __global__ void softmax_kernel(const void* x, DType xt, std::int64_t xs, void* y
   float m = -INFINITY;
   for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) m = fmaxf(m, load_f(x, xt, row * xs + d));
   m = block_reduce<float>(m, [](float a, float b) { return fmaxf(a, b); }, -INFINITY, shared);
+  // A row that is all -inf (fully masked) would give exp(-inf + inf) = NaN: measured from 0 its
+  // terms are 0, the sum is 0 and the row comes out as zeros.
+  if (m == -INFINITY) m = 0.f;
   float s = 0.f;
   for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) s += expf(load_f(x, xt, row * xs + d) - m);
   s = block_reduce<float>(s, [](float a, float b) { return a + b; }, 0.f, shared);
-  const float inv = 1.f / s;
+  const float inv = s > 0.f ? 1.f / s : 0.f;
   for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x)
     store_f(y, yt, row * ys + d, expf(load_f(x, xt, row * xs + d) - m) * inv);
 }
