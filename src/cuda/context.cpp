@@ -25,22 +25,20 @@ CudaContext::CudaContext(int device) : device_(device) {
              " visible; check CUDA_VISIBLE_DEVICES and the driver with nvidia-smi)");
   VINF_CHECK_CUDA(cudaSetDevice(device));
   VINF_CHECK_CUDA(cudaGetDeviceProperties(&props_, device));
-  VINF_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  VINF_CHECK_CUBLAS(cublasCreate(&cublas_));
-  VINF_CHECK_CUBLAS(cublasSetStream(cublas_, stream_));
-  VINF_CHECK_CUDNN(cudnnCreate(&cudnn_));
-  VINF_CHECK_CUDNN(cudnnSetStream(cudnn_, stream_));
+  VINF_CHECK_CUDA(cudaStreamCreateWithFlags(stream_.put(), cudaStreamNonBlocking));
+  VINF_CHECK_CUBLAS(cublasCreate(cublas_.put()));
+  VINF_CHECK_CUBLAS(cublasSetStream(cublas_.get(), stream_.get()));
+  VINF_CHECK_CUDNN(cudnnCreate(cudnn_.put()));
+  VINF_CHECK_CUDNN(cudnnSetStream(cudnn_.get(), stream_.get()));
   set_process_device("cuda:" + std::to_string(device));
 }
 
 CudaContext::~CudaContext() {
-  if (stream_) (void)cudaStreamSynchronize(stream_);
-  if (cudnn_) (void)cudnnDestroy(cudnn_);
-  if (cublas_) (void)cublasDestroy(cublas_);
-  if (stream_) (void)cudaStreamDestroy(stream_);
+  // Queued work finishes before the members free the handles and then the stream.
+  if (stream_) (void)cudaStreamSynchronize(stream_.get());
 }
 
-void CudaContext::synchronize() { VINF_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+void CudaContext::synchronize() { VINF_CHECK_CUDA(cudaStreamSynchronize(stream_.get())); }
 
 namespace {
 

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/arena.hpp"
+#include "cuda/owned.hpp"
 
 namespace vinf::cuda {
 
@@ -28,9 +29,9 @@ class CudaContext {
   CudaContext& operator=(const CudaContext&) = delete;
 
   int device() const { return device_; }
-  cudaStream_t stream() const { return stream_; }
-  cublasHandle_t cublas() const { return cublas_; }
-  cudnnHandle_t cudnn() const { return cudnn_; }
+  cudaStream_t stream() const { return stream_.get(); }
+  cublasHandle_t cublas() const { return cublas_.get(); }
+  cudnnHandle_t cudnn() const { return cudnn_.get(); }
   const cudaDeviceProp& properties() const { return props_; }
   std::unordered_map<std::string, ConvAlgo>& conv_algos() { return conv_algos_; }
   void synchronize();
@@ -38,9 +39,11 @@ class CudaContext {
  private:
   int device_;
   cudaDeviceProp props_{};
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
-  cudnnHandle_t cudnn_ = nullptr;
+  // Declared in creation order: members are destroyed in reverse, the handles before the stream
+  // they are bound to, and a constructor that throws halfway frees what it had made.
+  Owned<cudaStream_t, cudaStreamDestroy> stream_;
+  Owned<cublasHandle_t, cublasDestroy> cublas_;
+  Owned<cudnnHandle_t, cudnnDestroy> cudnn_;
   std::unordered_map<std::string, ConvAlgo> conv_algos_;
 };
 

@@ -1,5 +1,6 @@
 // Convolutions on CUDA: conv2d through cuDNN (algorithm chosen once per shape), temporal_conv as
 // strided-batched cuBLAS GEMMs over frames, one call per sample and tap.
+#include <algorithm>
 #include <string>
 
 #include "core/error.hpp"
@@ -7,7 +8,9 @@
 #include "cuda/context.hpp"
 #include "cuda/gemm.hpp"
 #include "cuda/ops.hpp"
+#include "cuda/owned.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/runtime.hpp"
 
 namespace vinf::cuda {
 namespace {
@@ -21,22 +24,17 @@ cudnnDataType_t cudnn_dtype(DType t) {
   }
 }
 
-// RAII holders for the descriptors of one call.
+// The descriptors of one call. Each is owned on its own: when a later create throws, the ones
+// already made are freed.
 struct Descriptors {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
-  cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t conv = nullptr;
+  Owned<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor> x, y;
+  Owned<cudnnFilterDescriptor_t, cudnnDestroyFilterDescriptor> w;
+  Owned<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionDescriptor> conv;
   Descriptors() {
-    VINF_CHECK_CUDNN(cudnnCreateTensorDescriptor(&x));
-    VINF_CHECK_CUDNN(cudnnCreateTensorDescriptor(&y));
-    VINF_CHECK_CUDNN(cudnnCreateFilterDescriptor(&w));
-    VINF_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&conv));
-  }
-  ~Descriptors() {
-    cudnnDestroyConvolutionDescriptor(conv);
-    cudnnDestroyFilterDescriptor(w);
-    cudnnDestroyTensorDescriptor(y);
-    cudnnDestroyTensorDescriptor(x);
+    VINF_CHECK_CUDNN(cudnnCreateTensorDescriptor(x.put()));
+    VINF_CHECK_CUDNN(cudnnCreateTensorDescriptor(y.put()));
+    VINF_CHECK_CUDNN(cudnnCreateFilterDescriptor(w.put()));
+    VINF_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(conv.put()));
   }
 };
 
@@ -57,22 +55,28 @@ bool run_cudnn(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor&
                float beta) {
   CudaContext& cc = *ctx.cuda;
   Descriptors d;
-  set_tensor(d.x, x);
-  set_tensor(d.y, y);
-  VINF_CHECK_CUDNN(cudnnSetFilter4dDescriptor(d.w, cudnn_dtype(w.dtype), CUDNN_TENSOR_NCHW, static_cast<int>(w.size(0)),
+  set_tensor(d.x.get(), x);
+  set_tensor(d.y.get(), y);
+  VINF_CHECK_CUDNN(cudnnSetFilter4dDescriptor(d.w.get(), cudnn_dtype(w.dtype), CUDNN_TENSOR_NCHW, static_cast<int>(w.size(0)),
                                               static_cast<int>(w.size(1)), static_cast<int>(w.size(2)),
                                               static_cast<int>(w.size(3))));
-  VINF_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(d.conv, p.padding, p.padding, p.stride, p.stride, 1, 1,
+  VINF_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(d.conv.get(), p.padding, p.padding, p.stride, p.stride, 1, 1,
                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  // f32 stays true f32 (no TF32), so results compare with the CPU at f32 tolerance.
-  VINF_CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv, x.dtype == DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  // f32 stays true f32 (FMA kernels, no TF32) unless allow_tf32(), so by default results compare
+  // with the CPU at f32 tolerance. With TF32 allowed, tensor-op math lets cuDNN round f32 inputs
+  // to TF32 on the tensor cores (Ampere and later); not the ..._ALLOW_CONVERSION mode, which may
+  // also convert f32 tensors to f16 and overflow where f32 does not.
+  const bool tf32 = x.dtype == DType::f32 && allow_tf32();
+  VINF_CHECK_CUDNN(cudnnSetConvolutionMathType(
+      d.conv.get(), x.dtype == DType::f32 && !tf32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  // The math mode is part of the key: an algorithm chosen for one may not exist for the other.
   const std::string key = x.describe() + "|" + w.describe() + "|" + y.describe() + "|" + std::to_string(p.stride) +
-                          "," + std::to_string(p.padding);
+                          "," + std::to_string(p.padding) + (tf32 ? "|tf32" : "");
   auto it = cc.conv_algos().find(key);
   if (it == cc.conv_algos().end()) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int returned = 0;
-    VINF_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(cc.cudnn(), d.x, d.w, d.conv, d.y,
+    VINF_CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(cc.cudnn(), d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
     ConvAlgo chosen{};
     bool found = false;
@@ -88,9 +92,31 @@ bool run_cudnn(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor&
   Allocation ws;
   if (it->second.workspace > 0) ws = ctx.arena->allocate(it->second.workspace);
   const float alpha = 1.f;
-  VINF_CHECK_CUDNN(cudnnConvolutionForward(cc.cudnn(), &alpha, d.x, x.data, d.w, w.data, d.conv, it->second.algo,
-                                           ws.data(), it->second.workspace, &beta, d.y, y.data));
+  VINF_CHECK_CUDNN(cudnnConvolutionForward(cc.cudnn(), &alpha, d.x.get(), x.data, d.w.get(), w.data, d.conv.get(), it->second.algo,
+                                           ws.data(), it->second.workspace, &beta, d.y.get(), y.data));
   return true;
+}
+
+}  // namespace
+
+namespace {
+
+// cuDNN refuses tensors of more than 2^31 - 1 elements (its descriptors count them in int).
+constexpr std::int64_t kMaxCudnnElements = 0x7fffffff;
+
+// y (+)= conv(x, w) for one batch range that cuDNN can describe, with the f32 fallback.
+void conv2d_part(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& y, const ops::Conv2dParams& p,
+                 float beta) {
+  if (run_cudnn(ctx, x, w, y, p, beta)) return;
+  // No cuDNN algorithm for this dtype/layout (bf16 NCHW on some versions): compute in f32.
+  VINF_CHECK(x.dtype != DType::f32, "conv2d: cuDNN offers no algorithm for x ", x.describe(), ", w ", w.describe());
+  OwnedTensor xf = ctx.arena->empty(DType::f32, x.shape), wf = ctx.arena->empty(DType::f32, w.shape),
+              yf = ctx.arena->empty(DType::f32, y.shape);
+  ops::copy(ctx, x, xf);
+  ops::copy(ctx, w, wf);
+  if (beta != 0.f) ops::copy(ctx, y, yf);
+  VINF_CHECK(run_cudnn(ctx, xf, wf, yf, p, beta), "conv2d: cuDNN offers no algorithm for x ", x.describe());
+  ops::copy(ctx, yf, y);
 }
 
 }  // namespace
@@ -112,16 +138,18 @@ void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
     ops::copy(ctx, bias->unsqueeze(1).unsqueeze(2).unsqueeze(0).expand(y.shape), y);
     beta = 1.f;
   }
-  if (run_cudnn(ctx, x, wv, y, p, beta)) return;
-  // No cuDNN algorithm for this dtype/layout (bf16 NCHW on some versions): compute in f32.
-  VINF_CHECK(x.dtype != DType::f32, "conv2d: cuDNN offers no algorithm for x ", x.describe(), ", w ", w.describe());
-  OwnedTensor xf = ctx.arena->empty(DType::f32, x.shape), wf = ctx.arena->empty(DType::f32, w.shape),
-              yf = ctx.arena->empty(DType::f32, y.shape);
-  ops::copy(ctx, x, xf);
-  ops::copy(ctx, wv, wf);
-  if (bias) ops::copy(ctx, y, yf);
-  VINF_CHECK(run_cudnn(ctx, xf, wf, yf, p, beta), "conv2d: cuDNN offers no algorithm for x ", x.describe());
-  ops::copy(ctx, yf, y);
+  // Batches whose x or y exceed cuDNN's element count (many frames at full resolution) run in
+  // slices of whole samples.
+  const std::int64_t N = x.size(0);
+  if (N == 0) return;
+  const std::int64_t per_sample = std::max(x.numel() / N, y.numel() / N);
+  VINF_CHECK(per_sample <= kMaxCudnnElements, "conv2d: one sample of x ", x.describe(), " or y ", y.describe(),
+             " exceeds cuDNN's 2^31 - 1 elements");
+  const std::int64_t step = std::max<std::int64_t>(1, kMaxCudnnElements / std::max<std::int64_t>(per_sample, 1));
+  for (std::int64_t n0 = 0; n0 < N; n0 += step) {
+    const std::int64_t n = std::min(step, N - n0);
+    conv2d_part(ctx, n == N ? x : x.slice(0, n0, n), wv, n == N ? y : y.slice(0, n0, n), p, beta);
+  }
 }
 
 void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, int pad) {
@@ -154,7 +182,7 @@ void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Ten
       const GemmOperand b{static_cast<const char*>(xs.data) + (n * xs.stride(0) + (t0 + k - pad) * xs.stride(2)) * es,
                           false, xs.stride(1), xs.stride(2)};
       void* c = static_cast<char*>(ys.data) + (n * ys.stride(0) + t0 * ys.stride(2)) * es;
-      gemm_rowmajor(ctx, y.dtype, Co, S, Ci, 1.f, a, b, 1.f, c, ys.stride(1), t1 - t0, ys.stride(2));
+      gemm_rowmajor(ctx, y.dtype, y.dtype, Co, S, Ci, 1.f, a, b, 1.f, c, ys.stride(1), t1 - t0, ys.stride(2));
     }
   if (ys.data != y.data) ops::copy(ctx, ys, y);
 }

@@ -1,5 +1,6 @@
 // GEMMs through cuBLAS: row-major products mapped onto column-major cuBLAS by computing
-// C^T = op(B)^T op(A)^T, f32 accumulation for every storage type.
+// C^T = op(B)^T op(A)^T, f32 accumulation for every storage type (TF32 inputs for f32 only
+// when allow_tf32()).
 #include "cuda/gemm.hpp"
 
 #include "core/error.hpp"
@@ -8,6 +9,7 @@
 #include "cuda/context.hpp"
 #include "cuda/ops.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/runtime.hpp"
 
 namespace vinf::cuda {
 
@@ -20,19 +22,23 @@ cudaDataType_t cuda_dtype(DType t) {
   }
 }
 
-void gemm_rowmajor(ExecContext& ctx, DType dtype, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
-                   const GemmOperand& a, const GemmOperand& b, float beta, void* c, std::int64_t ldc,
+void gemm_rowmajor(ExecContext& ctx, DType dtype, DType c_dtype, std::int64_t M, std::int64_t N, std::int64_t K,
+                   float alpha, const GemmOperand& a, const GemmOperand& b, float beta, void* c, std::int64_t ldc,
                    std::int64_t batch, std::int64_t stride_c) {
   if (M == 0 || N == 0 || batch == 0) return;
   constexpr std::int64_t kMax = 0x7fffffff;
   VINF_CHECK(M <= kMax && N <= kMax && K <= kMax && a.ld <= kMax && b.ld <= kMax && ldc <= kMax && batch <= kMax,
              "GEMM dimensions exceed cuBLAS's 32-bit interface (M=", M, ", N=", N, ", K=", K, ")");
-  const cudaDataType_t t = cuda_dtype(dtype);
+  VINF_CHECK(c_dtype == dtype || c_dtype == DType::f32, "GEMM: ", dtype_name(dtype), " inputs give ",
+             dtype_name(dtype), " or f32, not ", dtype_name(c_dtype));
+  const cudaDataType_t t = cuda_dtype(dtype), tc = cuda_dtype(c_dtype);
+  const cublasComputeType_t compute =
+      dtype == DType::f32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   VINF_CHECK_CUBLAS(cublasGemmStridedBatchedEx(
       ctx.cuda->cublas(), b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
       static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, b.data, t, static_cast<int>(b.ld),
-      b.batch_stride, a.data, t, static_cast<int>(a.ld), a.batch_stride, &beta, c, t,
-      static_cast<int>(std::max<std::int64_t>(ldc, 1)), stride_c, static_cast<int>(batch), CUBLAS_COMPUTE_32F,
+      b.batch_stride, a.data, t, static_cast<int>(a.ld), a.batch_stride, &beta, c, tc,
+      static_cast<int>(std::max<std::int64_t>(ldc, 1)), stride_c, static_cast<int>(batch), compute,
       CUBLAS_GEMM_DEFAULT));
 }
 
@@ -78,12 +84,14 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
     ops::copy(ctx, bias->unsqueeze(0).expand(out.shape), out);
     beta = 1.f;
   }
-  gemm_rowmajor(ctx, y.dtype, M, N, K, 1.f, a, b, beta, out.data, M == 1 ? N : out.stride(0), 1, 0);
+  gemm_rowmajor(ctx, y.dtype, y.dtype, M, N, K, 1.f, a, b, beta, out.data, M == 1 ? N : out.stride(0), 1, 0);
   if (out.data != y.data) ops::copy(ctx, out, y);
 }
 
 void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta) {
-  check_same_dtype("bmm", {&a, &b, &out});
+  // a and b share a dtype; out is that dtype or f32 (attention scores of 16-bit q and k stay f32).
+  check_same_dtype("bmm", {&a, &b});
+  if (out.dtype != DType::f32) check_same_dtype("bmm", {&a, &out});
   const std::int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
   OwnedTensor ha, hb, ho;
   const GemmOperand ma = operand(ctx, a, ha), mb = operand(ctx, b, hb);
@@ -94,7 +102,7 @@ void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, 
     if (beta != 0.f) ops::copy(ctx, out, ho);
     dst = ho;
   }
-  gemm_rowmajor(ctx, out.dtype, M, N, K, alpha, ma, mb, beta, dst.data, M == 1 ? N : dst.stride(1), B,
+  gemm_rowmajor(ctx, a.dtype, out.dtype, M, N, K, alpha, ma, mb, beta, dst.data, M == 1 ? N : dst.stride(1), B,
                 B > 1 ? dst.stride(0) : 0);
   if (!direct) ops::copy(ctx, dst, out);
 }

@@ -58,7 +58,10 @@ void attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
     ops::attention(ctx, q, k, v, nullptr, nullptr, out, p);
     return;
   }
-  OwnedTensor scores = ctx.arena->empty(q.dtype, {heads, lq, lk}), probs = ctx.arena->empty(q.dtype, {heads, lq, lk});
+  // Scores stay f32 whatever q's dtype: f16 overflows at |q.k| * scale > 65504, bf16 keeps 8
+  // mantissa bits of logits whose differences decide the softmax. Probabilities are in [0, 1] and
+  // go back to the storage dtype for the product with v.
+  OwnedTensor scores = ctx.arena->empty(DType::f32, {heads, lq, lk}), probs = ctx.arena->empty(q.dtype, {heads, lq, lk});
   for (std::int64_t r = 0; r < rows; ++r) {
     ops::bmm(ctx, q.select(0, r), k.select(0, r).transpose(1, 2), scores, p.scale, 0.f);
     ops::softmax(ctx, scores, probs);

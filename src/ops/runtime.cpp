@@ -1,5 +1,7 @@
 #include "ops/runtime.hpp"
 
+#include <atomic>
+
 #include "core/error.hpp"
 #include "cpu/context.hpp"
 
@@ -68,5 +70,12 @@ void Runtime::synchronize() {
   if (cuda_) cuda_->synchronize();
 #endif
 }
+
+namespace {
+std::atomic<bool> tf32_allowed{false};
+}  // namespace
+
+void set_allow_tf32(bool on) { tf32_allowed.store(on, std::memory_order_relaxed); }
+bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
 
 }  // namespace vinf

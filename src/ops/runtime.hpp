@@ -30,6 +30,14 @@ class Runtime {
   ExecContext ctx_;
 };
 
+// --tf32: f32 GEMMs (cuBLAS) and convolutions (cuDNN) on CUDA may round their inputs to TF32
+// (10 mantissa bits) on the tensor cores. Process-wide, off by default; read at every GEMM and
+// convolution, so it may be set at any time. No effect on the CPU or on f16/bf16 runs.
+inline constexpr const char* kTf32OptionHelp =
+    "use TF32 tensor cores for f32 GEMMs and convolutions on CUDA (about 1e-3 relative error; off: full f32)";
+void set_allow_tf32(bool on);
+bool allow_tf32();
+
 // Number of usable CUDA devices: 0 when this build has no CUDA, when no driver is installed or
 // when no device is visible. Never throws.
 int cuda_device_count();

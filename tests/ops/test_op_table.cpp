@@ -40,19 +40,19 @@ TEST_CASE("op table: the reference is deterministic (same case twice, same bits)
   }
 }
 
-TEST_CASE("op table: CUDA f32 matches the CPU reference") {
+TEST_CASE("CUDA op table: f32 matches the CPU reference") {
   if (!test::gpu_or_skip("CUDA f32 op table")) return;
   Runtime gpu(Device::cuda(0));
   check_backend(gpu, DType::f32);
 }
 
-TEST_CASE("op table: CUDA f16 matches the CPU reference on f16-rounded inputs") {
+TEST_CASE("CUDA op table: f16 matches the CPU reference on f16-rounded inputs") {
   if (!test::gpu_or_skip("CUDA f16 op table")) return;
   Runtime gpu(Device::cuda(0));
   check_backend(gpu, DType::f16);
 }
 
-TEST_CASE("op table: CUDA bf16 matches the CPU reference on bf16-rounded inputs") {
+TEST_CASE("CUDA op table: bf16 matches the CPU reference on bf16-rounded inputs") {
   if (!test::gpu_or_skip("CUDA bf16 op table")) return;
   Runtime gpu(Device::cuda(0));
   check_backend(gpu, DType::bf16);
