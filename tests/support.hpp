@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -23,7 +24,12 @@ inline bool gpu_or_skip(const char* what) {
   return false;
 }
 
-inline std::string fixture(const std::string& rel) { return std::string(VINF_TEST_FIXTURES) + "/" + rel; }
+// VINF_TEST_FIXTURES in the environment points a relocated test binary (scripts/gpu-check --run on
+// a machine without the build tree) at the fixtures of the checkout it runs beside.
+inline std::string fixture(const std::string& rel) {
+  const char* dir = std::getenv("VINF_TEST_FIXTURES");
+  return std::string(dir != nullptr && *dir != '\0' ? dir : VINF_TEST_FIXTURES) + "/" + rel;
+}
 
 // The CLIP vocabulary stays beside the checkout (../shared), not in the project.
 inline const std::string kSharedTokenizer = VINF_SHARED_FIXTURES "/clip-tokenizer";
