@@ -10,6 +10,7 @@ namespace {
 
 class HostMemory final : public RawMemory {
  public:
+  explicit HostMemory(Device device) : device_(device) {}
   void* allocate(std::size_t bytes) override {
     // 64-byte alignment serves AVX-512 loads and keeps blocks on separate cache lines.
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -17,12 +18,18 @@ class HostMemory final : public RawMemory {
     return p;
   }
   void release(void* p) noexcept override { std::free(p); }
-  Device device() const override { return Device::cpu(); }
+  Device device() const override { return device_; }
+
+ private:
+  Device device_;
 };
 
 }  // namespace
 
-std::unique_ptr<RawMemory> host_memory() { return std::make_unique<HostMemory>(); }
+std::unique_ptr<RawMemory> host_memory(Device device) {
+  VINF_CHECK(device.is_cpu(), "host_memory: ", device.name(), " is not a CPU device");
+  return std::make_unique<HostMemory>(device);
+}
 
 Arena::Arena(std::unique_ptr<RawMemory> raw) : raw_(std::move(raw)), device_(raw_->device()) {}
 

@@ -22,7 +22,8 @@ class RawMemory {
   virtual Device device() const = 0;
 };
 
-std::unique_ptr<RawMemory> host_memory();
+// Host memory, labelled `device` (a CPU device: Device::cpu(), or a stand-in cpu:N of the tests).
+std::unique_ptr<RawMemory> host_memory(Device device = Device::cpu());
 
 struct ArenaStats {
   std::size_t in_use = 0;          // bytes handed out now (rounded sizes)

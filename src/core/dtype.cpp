@@ -24,7 +24,8 @@ bool parse_dtype(std::string_view s, DType& out) {
 }
 
 std::string Device::name() const {
-  return kind == DeviceKind::cpu ? std::string("cpu") : "cuda:" + std::to_string(index);
+  if (kind == DeviceKind::cpu) return index == 0 ? std::string("cpu") : "cpu:" + std::to_string(index);
+  return "cuda:" + std::to_string(index);
 }
 
 }  // namespace vinf

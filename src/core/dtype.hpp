@@ -41,7 +41,10 @@ struct Device {
   constexpr bool is_cpu() const { return kind == DeviceKind::cpu; }
   constexpr bool is_cuda() const { return kind == DeviceKind::cuda; }
   friend constexpr bool operator==(Device a, Device b) { return a.kind == b.kind && a.index == b.index; }
-  std::string name() const;  // "cpu", "cuda:1"
+  // "cpu", "cuda:1". A CPU device with index N > 0 ("cpu:N") is host memory that the device
+  // checks treat as a memory space of its own: tests use it as a stand-in for a GPU, so that a
+  // host tensor passed where device memory belongs is caught without one.
+  std::string name() const;
 };
 
 }  // namespace vinf

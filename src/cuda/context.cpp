@@ -1,5 +1,7 @@
 #include "cuda/context.hpp"
 
+#include <cstdio>
+
 #include "core/error.hpp"
 #include "cuda/check.hpp"
 
@@ -71,8 +73,40 @@ class DeviceMemory final : public RawMemory {
   int device_;
 };
 
+// Page-locked host memory: copies to and from it run at the link's full speed and truly
+// asynchronously (so the buffer must outlive the copy: callers synchronize before giving it back).
+class PinnedMemory final : public RawMemory {
+ public:
+  void* allocate(std::size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      VINF_FAIL("cannot pin ", bytes >> 20, " MiB of host memory: ", cudaGetErrorString(e));
+    }
+    return p;
+  }
+  void release(void* p) noexcept override { (void)cudaFreeHost(p); }
+  Device device() const override { return Device::cpu(); }
+};
+
 }  // namespace
 
 std::unique_ptr<RawMemory> device_memory(int device) { return std::make_unique<DeviceMemory>(device); }
+
+std::unique_ptr<RawMemory> pinned_memory() { return std::make_unique<PinnedMemory>(); }
+
+std::string device_identity(int device) {
+  cudaDeviceProp p{};
+  VINF_CHECK_CUDA(cudaGetDeviceProperties(&p, device));
+  // As nvidia-smi prints it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, then the PCI address.
+  const auto* u = reinterpret_cast<const unsigned char*>(p.uuid.bytes);
+  char text[96];
+  std::snprintf(text, sizeof text,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x (PCI %04x:%02x:%02x.0)", u[0],
+                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15],
+                p.pciDomainID, p.pciBusID, p.pciDeviceID);
+  return text;
+}
 
 }  // namespace vinf::cuda

@@ -50,6 +50,13 @@ class CudaContext {
 // cudaMalloc-backed memory for an Arena on `device`.
 std::unique_ptr<RawMemory> device_memory(int device);
 
+// Page-locked host memory for an Arena (staging buffers of the MPI transport).
+std::unique_ptr<RawMemory> pinned_memory();
+
+// The device's UUID and PCI address, as nvidia-smi shows them: what tells two ranks that they
+// were given the same GPU.
+std::string device_identity(int device);
+
 // Usable devices; 0 when there is no driver or no visible device (the error is cleared).
 int device_count();
 

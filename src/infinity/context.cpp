@@ -170,23 +170,31 @@ void Context::group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
     return;
   }
   // compat + sync (the paper's plugin): the mean of the per-rank means over each rank's tensor,
-  // then the mean of the per-rank variances about that common mean.
+  // then the mean of the per-rank variances about that common mean. The statistics are a few
+  // numbers per group: they are formed on the host, and reduced from a buffer on the context's
+  // device, where every transport (NCCL included) expects its buffers.
   const double n = static_cast<double>(ch / p.groups) * static_cast<double>(t) * static_cast<double>(s);
   ops::group_norm_sums(ctx, x, p.groups, sums);
   const std::int64_t k = b * p.groups;
   std::vector<double> host(static_cast<std::size_t>(2 * k)), stats(static_cast<std::size_t>(k));
   const Tensor host_sums = Tensor::wrap(host.data(), DType::f64, Device::cpu(), sums.shape);
+  const Tensor host_stats = Tensor::wrap(stats.data(), DType::f64, Device::cpu(), {k});
+  OwnedTensor reduced = ctx.arena->empty(DType::f64, {k});
+  auto sum_over_ranks = [&] {
+    ops::copy(ctx, host_stats, reduced);
+    comm_.all_reduce_sum(ctx, reduced);
+    ops::copy(ctx, reduced, host_stats);
+  };
   ops::copy(ctx, sums, host_sums);
-  const Tensor stats_t = Tensor::wrap(stats.data(), DType::f64, Device::cpu(), {k});
   for (std::int64_t i = 0; i < k; ++i) stats[static_cast<std::size_t>(i)] = host[2 * i] / n;
-  comm_.all_reduce_sum(ctx, stats_t);
+  sum_over_ranks();
   std::vector<double> mean(stats);
   for (double& m : mean) m /= size_;
   for (std::int64_t i = 0; i < k; ++i) {
     const double mu = mean[static_cast<std::size_t>(i)], s1 = host[2 * i], s2 = host[2 * i + 1];
     stats[static_cast<std::size_t>(i)] = (s2 - 2 * mu * s1 + n * mu * mu) / n;
   }
-  comm_.all_reduce_sum(ctx, stats_t);
+  sum_over_ranks();
   for (std::int64_t i = 0; i < k; ++i) {
     const double mu = mean[static_cast<std::size_t>(i)], var = stats[static_cast<std::size_t>(i)] / size_;
     host[2 * i] = mu;

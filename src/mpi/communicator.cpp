@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "mpi/check.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/runtime.hpp"
 
 namespace vinf::mpi {
 
@@ -202,6 +203,14 @@ std::string call_description(CommOp op, const std::string& label, int rank, int 
 
 Communicator::Request Communicator::completed() { return std::make_unique<CompletedRequest>(); }
 
+void Communicator::check_placement(const ExecContext& ctx, CommOp op, const char* arg, const Tensor& t) const {
+  // Every transport reads and writes the buffers where the context computes: NCCL device memory
+  // only; MPI and threads stage device tensors through host buffers, which needs to know which.
+  VINF_CHECK(t.device == ctx.device, comm_op_name(op), " on the ", label_, " (", backend(), "): ", arg, " ",
+             t.describe(), " is in ", t.device.name(), " memory, but the collective runs on ", ctx.device.name(),
+             "; the caller must hand it a tensor on ", ctx.device.name());
+}
+
 Pending& Pending::operator=(Pending&& o) noexcept {
   if (this != &o) {
     settle();
@@ -291,6 +300,8 @@ Pending Communicator::start_all_gather_v(ExecContext& ctx, const Tensor& send, c
   for (std::int64_t n : counts) total += n;
   VINF_CHECK(send.numel() == counts[static_cast<std::size_t>(rank_)] && recv.numel() == total, "all_gather_v: send ",
              send.describe(), " / recv ", recv.describe(), " do not match the counts");
+  check_placement(ctx, CommOp::all_gather, "send", send);
+  check_placement(ctx, CommOp::all_gather, "recv", recv);
   const std::uint64_t received = static_cast<std::uint64_t>(total - send.numel()) * dtype_size(send.dtype);
   if (trace_) trace_->push_back({CommOp::all_gather, send.dtype, counts, {}, 0});
   return start(ctx, CommOp::all_gather, received, [&] { return do_all_gather_v(ctx, send, recv, counts); });
@@ -308,6 +319,8 @@ Pending Communicator::start_exchange(ExecContext& ctx, std::span<const Transfer>
     VINF_CHECK(t.peer < size_ && t.peer != rank_, "exchange: bad peer ", t.peer, " for rank ", rank_, " of ", size_);
     VINF_CHECK((t.send.data == nullptr || t.send.is_contiguous()) && (t.recv.data == nullptr || t.recv.is_contiguous()),
                "exchange: contiguous tensors expected");
+    if (t.send.data) check_placement(ctx, CommOp::exchange, "send", t.send);
+    if (t.recv.data) check_placement(ctx, CommOp::exchange, "recv", t.recv);
     if (t.recv.data) received += t.recv.nbytes();
   }
   if (trace_) {
@@ -325,6 +338,7 @@ Pending Communicator::start_exchange(ExecContext& ctx, std::span<const Transfer>
 void Communicator::all_reduce_sum(ExecContext& ctx, const Tensor& buf) {
   VINF_CHECK(buf.is_contiguous() && (buf.dtype == DType::f32 || buf.dtype == DType::f64),
              "all_reduce_sum: a contiguous f32 or f64 tensor expected, got ", buf.describe());
+  check_placement(ctx, CommOp::all_reduce, "buffer", buf);
   if (trace_) trace_->push_back({CommOp::all_reduce, buf.dtype, {buf.numel()}, {}, 0});
   Pending p = start(ctx, CommOp::all_reduce, size_ > 1 ? buf.nbytes() : 0,
                     [&] { return size_ > 1 ? do_all_reduce_sum(ctx, buf) : completed(); });
@@ -333,6 +347,7 @@ void Communicator::all_reduce_sum(ExecContext& ctx, const Tensor& buf) {
 
 void Communicator::broadcast(ExecContext& ctx, const Tensor& buf, int root) {
   VINF_CHECK(buf.is_contiguous() && root >= 0 && root < size_, "broadcast: bad arguments");
+  check_placement(ctx, CommOp::broadcast, "buffer", buf);
   if (trace_) trace_->push_back({CommOp::broadcast, buf.dtype, {buf.numel()}, {}, root});
   Pending p = start(ctx, CommOp::broadcast, size_ > 1 && rank_ != root ? buf.nbytes() : 0,
                     [&] { return size_ > 1 ? do_broadcast(ctx, buf, root) : completed(); });
@@ -395,29 +410,65 @@ double replay_trace(Communicator& comm, ExecContext& ctx, const std::vector<Comm
 
 namespace {
 
+// Host buffers for the images of device tensors: page-locked memory where the CUDA runtime gives
+// it (the copies then run at the link's full speed), cached like any arena; plain host memory,
+// with one warning, where pinning fails (a locked-memory limit, or a build without CUDA).
+class Staging {
+ public:
+  Allocation allocate(std::size_t bytes) {
+    std::lock_guard lock(m_);
+    if (!pinned_ && !fallback_) {
+      std::unique_ptr<RawMemory> raw = pinned_host_memory();
+      if (raw) pinned_ = std::make_unique<Arena>(std::move(raw));
+      else fallback_ = true;
+    }
+    if (pinned_ && !fallback_) {
+      try {
+        return pinned_->allocate(bytes);
+      } catch (const Error& e) {
+        std::fprintf(stderr,
+                     "vinf: warning: %s; the MPI transport stages device buffers through pageable memory instead "
+                     "(slower copies; raise 'ulimit -l' to pin)\n",
+                     e.what());
+        fallback_ = true;
+      }
+    }
+    if (!pageable_) pageable_ = std::make_unique<Arena>(host_memory());
+    return pageable_->allocate(bytes);
+  }
+
+ private:
+  std::mutex m_;
+  std::unique_ptr<Arena> pinned_, pageable_;
+  bool fallback_ = false;
+};
+
 // A host image of a tensor: the tensor itself when it is in host memory, else a staged copy.
 class HostImage {
  public:
-  HostImage(ExecContext& ctx, const Tensor& t, bool load) : ctx_(ctx), t_(t) {
+  HostImage(ExecContext& ctx, Staging& staging, const Tensor& t, bool load) : ctx_(ctx), t_(t) {
     if (!t.device.is_cuda()) {
       ptr_ = static_cast<char*>(t.data);
       return;
     }
-    buf_.resize(t.nbytes());
-    ptr_ = buf_.data();
-    if (load) ops::copy(ctx, t, host());
+    buf_ = staging.allocate(t.nbytes());
+    ptr_ = static_cast<char*>(buf_.data());
+    if (load) ops::copy(ctx, t, host());  // a device-to-host copy returns with the data in place
   }
   char* data() const { return ptr_; }
   Tensor host() const { return Tensor::wrap(ptr_, t_.dtype, Device::cpu(), t_.shape); }
-  // Writes the image back to the tensor (device tensors only).
+  // Writes the image back to the tensor (device tensors only) and waits for the copy: from
+  // page-locked memory it is asynchronous, and the buffer goes back to the cache after this.
   void store() {
-    if (t_.device.is_cuda()) ops::copy(ctx_, host(), t_);
+    if (!t_.device.is_cuda()) return;
+    ops::copy(ctx_, host(), t_);
+    synchronize(ctx_);
   }
 
  private:
   ExecContext& ctx_;
   Tensor t_;
-  std::vector<char> buf_;
+  Allocation buf_;
   char* ptr_ = nullptr;
 };
 
@@ -454,8 +505,8 @@ class MpiCommunicator final : public Communicator {
   Request do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
                           const std::vector<std::int64_t>& counts) override {
     auto req = std::make_unique<MpiRequest>();
-    req->keep.push_back(std::make_unique<HostImage>(ctx, send, true));
-    req->fill.push_back(std::make_unique<HostImage>(ctx, recv, false));
+    req->keep.push_back(std::make_unique<HostImage>(ctx, staging_, send, true));
+    req->fill.push_back(std::make_unique<HostImage>(ctx, staging_, recv, false));
     const std::size_t es = dtype_size(send.dtype);
     req->bytes.assign(counts.size(), 0);
     req->displs.assign(counts.size(), 0);
@@ -475,14 +526,14 @@ class MpiCommunicator final : public Communicator {
     auto req = std::make_unique<MpiRequest>();
     for (const Transfer& t : transfers) {
       if (t.peer < 0 || !t.recv.data || t.recv.numel() == 0) continue;
-      req->fill.push_back(std::make_unique<HostImage>(ctx, t.recv, false));
+      req->fill.push_back(std::make_unique<HostImage>(ctx, staging_, t.recv, false));
       req->reqs.emplace_back();
       VINF_CHECK_MPI(MPI_Irecv(req->fill.back()->data(), int_count(t.recv.nbytes()), MPI_BYTE, t.peer, kTag, comm_,
                                &req->reqs.back()));
     }
     for (const Transfer& t : transfers) {
       if (t.peer < 0 || !t.send.data || t.send.numel() == 0) continue;
-      req->keep.push_back(std::make_unique<HostImage>(ctx, t.send, true));
+      req->keep.push_back(std::make_unique<HostImage>(ctx, staging_, t.send, true));
       req->reqs.emplace_back();
       VINF_CHECK_MPI(MPI_Isend(req->keep.back()->data(), int_count(t.send.nbytes()), MPI_BYTE, t.peer, kTag, comm_,
                                &req->reqs.back()));
@@ -490,14 +541,14 @@ class MpiCommunicator final : public Communicator {
     return req;
   }
   Request do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
-    HostImage h(ctx, buf, true);
+    HostImage h(ctx, staging_, buf, true);
     VINF_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, h.data(), int_count(static_cast<std::uint64_t>(buf.numel())),
                                  buf.dtype == DType::f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, comm_));
     h.store();
     return completed();
   }
   Request do_broadcast(ExecContext& ctx, const Tensor& buf, int root) override {
-    HostImage h(ctx, buf, rank() == root);
+    HostImage h(ctx, staging_, buf, rank() == root);
     VINF_CHECK_MPI(MPI_Bcast(h.data(), int_count(buf.nbytes()), MPI_BYTE, root, comm_));
     h.store();
     return completed();
@@ -510,6 +561,7 @@ class MpiCommunicator final : public Communicator {
  private:
   static constexpr int kTag = 7001;
   MPI_Comm comm_;
+  Staging staging_;
 };
 
 // The in-process transport: buffered point-to-point mailboxes between the threads of one group,
@@ -563,12 +615,12 @@ class ThreadCommunicator final : public Communicator {
  protected:
   Request do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
                           const std::vector<std::int64_t>& counts) override {
-    HostImage s(ctx, send, true);
+    HostImage s(ctx, staging_, send, true);
     for (int p = 0; p < size(); ++p)
       if (p != rank()) hub_->send(CommOp::all_gather, rank(), p, s.data(), send.nbytes());
     std::vector<char> mine(s.data(), s.data() + send.nbytes());
     return std::make_unique<ThreadRequest>([this, recv, counts, mine = std::move(mine)](ExecContext& ctx) {
-      HostImage r(ctx, recv, false);
+      HostImage r(ctx, staging_, recv, false);
       const std::size_t es = dtype_size(recv.dtype);
       std::size_t off = 0;
       for (int p = 0; p < size(); ++p) {
@@ -590,14 +642,14 @@ class ThreadCommunicator final : public Communicator {
     for (const Transfer& t : transfers) {
       if (t.peer < 0) continue;
       if (t.send.data) {
-        HostImage s(ctx, t.send, true);
+        HostImage s(ctx, staging_, t.send, true);
         hub_->send(CommOp::exchange, rank(), t.peer, s.data(), t.send.nbytes());
       }
       if (t.recv.data) incoming.push_back(t);
     }
     return std::make_unique<ThreadRequest>([this, incoming = std::move(incoming)](ExecContext& ctx) {
       for (const Transfer& t : incoming) {
-        HostImage r(ctx, t.recv, false);
+        HostImage r(ctx, staging_, t.recv, false);
         const std::vector<char> m = hub_->recv(CommOp::exchange, t.peer, rank());
         VINF_CHECK(m.size() == t.recv.nbytes(), "exchange: rank ", t.peer, " sent ", m.size(), " bytes, expected ",
                    t.recv.nbytes());
@@ -607,7 +659,7 @@ class ThreadCommunicator final : public Communicator {
     });
   }
   Request do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
-    HostImage h(ctx, buf, true);
+    HostImage h(ctx, staging_, buf, true);
     for (int p = 0; p < size(); ++p)
       if (p != rank()) hub_->send(CommOp::all_reduce, rank(), p, h.data(), buf.nbytes());
     // Sum in rank order on every thread, so that every rank gets bitwise the same result.
@@ -628,7 +680,7 @@ class ThreadCommunicator final : public Communicator {
     return completed();
   }
   Request do_broadcast(ExecContext& ctx, const Tensor& buf, int root) override {
-    HostImage h(ctx, buf, rank() == root);
+    HostImage h(ctx, staging_, buf, rank() == root);
     if (rank() == root) {
       for (int p = 0; p < size(); ++p)
         if (p != root) hub_->send(CommOp::broadcast, root, p, h.data(), buf.nbytes());
@@ -655,6 +707,7 @@ class ThreadCommunicator final : public Communicator {
     for (std::size_t i = 0; i < acc.size() / sizeof(T); ++i) a[i] += b[i];
   }
   std::shared_ptr<Hub> hub_;
+  Staging staging_;
 };
 
 }  // namespace

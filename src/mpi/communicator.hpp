@@ -151,6 +151,8 @@ class Communicator {
   virtual Request do_broadcast(ExecContext& ctx, const Tensor& buf, int root) = 0;
   virtual Request do_barrier(ExecContext& ctx) = 0;
   static Request completed();
+  // An internal error (naming the collective and the group) unless t is on the context's device.
+  void check_placement(const ExecContext& ctx, CommOp op, const char* arg, const Tensor& t) const;
 
  private:
   // Counts the call, arms the watchdog, issues it and times the issue.

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mpi/communicator.hpp"
 #include "mpi/session.hpp"
@@ -35,8 +36,21 @@ class ProcessGrid {
   MPI_Comm clip_comm_ = MPI_COMM_NULL, cfg_comm_ = MPI_COMM_NULL;
 };
 
+// Which GPU a rank of a group computes on: its host and the device's identity (device_identity()).
+struct GpuHolder {
+  std::string host, gpu;
+};
+// The sets of ranks (indices into holders, ascending; sets in order of their first rank) that hold
+// the same GPU of the same host; only sets of two or more.
+std::vector<std::vector<int>> shared_gpus(const std::vector<GpuHolder>& holders);
+// "ranks 0 and 1 share GPU-... (PCI ...) on node-a; ranks 2, 3 and 4 share ..." for messages.
+std::string describe_shared_gpus(const std::vector<GpuHolder>& holders, const std::vector<std::vector<int>>& shared);
+
 // The transport for a group: "mpi", "nccl" (a CUDA device), or "auto" (NCCL on CUDA devices, MPI
-// on the CPU). Throws vinf::InputError for another name or NCCL without a GPU.
+// on the CPU). NCCL needs a GPU of its own per rank: where ranks of the group share one (more
+// ranks than GPUs on a node), auto uses MPI over staged device buffers and says so once, and
+// nccl is refused. Throws vinf::InputError (every rank alike) for another name, NCCL without a
+// GPU, or NCCL on a shared GPU. Collective over comm.
 std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, const Device& device, const std::string& backend,
                                                 const std::string& label);
 

@@ -41,11 +41,36 @@ int cuda_device_count() {
 #endif
 }
 
+std::string device_identity(const Device& device) {
+  if (!device.is_cuda()) return "";
+#if VINF_WITH_CUDA
+  return cuda::device_identity(device.index);
+#else
+  VINF_FAIL("cannot query ", device.name(), ": this vinf was built without CUDA");
+#endif
+}
+
+std::unique_ptr<RawMemory> pinned_host_memory() {
+#if VINF_WITH_CUDA
+  return cuda::pinned_memory();
+#else
+  return nullptr;
+#endif
+}
+
+void synchronize(ExecContext& ctx) {
+#if VINF_WITH_CUDA
+  if (ctx.device.is_cuda() && ctx.cuda) ctx.cuda->synchronize();
+#else
+  (void)ctx;
+#endif
+}
+
 Runtime::Runtime(Device device, CpuImpl cpu_impl) {
   ctx_.device = device;
   ctx_.cpu_impl = cpu_impl;
   if (device.is_cpu()) {
-    arena_ = std::make_unique<Arena>(host_memory());
+    arena_ = std::make_unique<Arena>(host_memory(device));
     cpu_ = std::make_unique<cpu::CpuContext>();
     ctx_.cpu = cpu_.get();
   } else {
@@ -65,11 +90,7 @@ Runtime::~Runtime() {
   arena_.reset();
 }
 
-void Runtime::synchronize() {
-#if VINF_WITH_CUDA
-  if (cuda_) cuda_->synchronize();
-#endif
-}
+void Runtime::synchronize() { vinf::synchronize(ctx_); }
 
 namespace {
 std::atomic<bool> tf32_allowed{false};

@@ -43,6 +43,13 @@ bool allow_tf32();
 int cuda_device_count();
 // True when this build contains the CUDA backend.
 bool built_with_cuda();
+// What identifies a CUDA device across processes ("GPU-<uuid> (PCI <address>)"); "" for a CPU
+// device. Throws vinf::Error when the device cannot be queried.
+std::string device_identity(const Device& device);
+// Page-locked host memory for an Arena, or nullptr in builds without CUDA.
+std::unique_ptr<RawMemory> pinned_host_memory();
+// Waits for the work queued on the context's device (nothing to wait for on the CPU).
+void synchronize(ExecContext& ctx);
 
 // --dtype of the commands that run the model: auto (the default) is bf16 on CUDA, where tensor
 // cores make it several times faster than f32, and f32 on the CPU, whose kernels are f32 only.

@@ -19,25 +19,28 @@
 #include "infinity/config.hpp"
 #include "infinity/context.hpp"
 #include "mpi/communicator.hpp"
+#include "mpi/grid.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/norm.hpp"
 #include "ops/random.hpp"
+#include "ops/runtime.hpp"
 
 using namespace vinf;
 namespace fs = std::filesystem;
 
 namespace {
 
-// Runs fn(rank, communicator, context) on n threads, one runtime each; rethrows the first error.
+// Runs fn(rank, communicator, context) on n threads, one runtime each (on `device`); rethrows the
+// first error.
 void run_clips(int n, const std::function<void(int, mpi::Communicator&, ExecContext&)>& fn,
-               std::vector<mpi::CommCounters>* counters = nullptr) {
+               std::vector<mpi::CommCounters>* counters = nullptr, Device device = Device::cpu()) {
   auto group = mpi::make_thread_group(n);
   std::vector<std::string> errors(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
-        Runtime rt(Device::cpu());
+        Runtime rt(device);
         fn(r, *group[static_cast<std::size_t>(r)], rt.ctx());
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
@@ -282,6 +285,127 @@ TEST_CASE("temporal conv halo and invariant GroupNorm over clips equal the whole
       CHECK(max_diff(y, whole_norm.t.slice(1, r * per - h.left, fp)) < 1e-5);
     });
   }
+}
+
+// A second memory space without a GPU: host memory that the device checks treat as cpu:1, so a
+// host buffer handed where the context's device memory belongs is caught as it would be on CUDA.
+constexpr Device kStandIn{DeviceKind::cpu, 1};
+
+TEST_CASE("compat GroupNorm with synced statistics: the paper's formula, reduced from the context's device") {
+  const std::int64_t b = 2, ch = 4, per = 5, sp = 3, groups = 2;
+  const ops::GroupNormParams gn{static_cast<int>(groups), 1e-5f, ops::Activation::none};
+  const test::HostTensor gamma = random_tensor({ch}, 23), beta = random_tensor({ch}, 24);
+  for (int n : {1, 2, 3}) {
+    // Each rank's tensor (compat: its own frames and halo alike), frame-major (B, F, C, S).
+    std::vector<test::HostTensor> xs;
+    for (int r = 0; r < n; ++r) xs.push_back(random_tensor({b, per, ch, sp}, 30 + static_cast<std::uint64_t>(r)));
+    // The reference in double: mean of the ranks' means, then mean of their variances about it.
+    const std::int64_t cg = ch / groups;
+    const double count = static_cast<double>(cg * per * sp);
+    std::vector<double> mean(static_cast<std::size_t>(b * groups)), var(mean.size());
+    for (std::int64_t i = 0; i < b; ++i)
+      for (std::int64_t g = 0; g < groups; ++g) {
+        auto over = [&](int r, const std::function<double(double)>& f) {
+          double acc = 0;
+          for (std::int64_t fr = 0; fr < per; ++fr)
+            for (std::int64_t c = g * cg; c < (g + 1) * cg; ++c)
+              for (std::int64_t q = 0; q < sp; ++q)
+                acc += f(xs[static_cast<std::size_t>(r)].data[static_cast<std::size_t>(((i * per + fr) * ch + c) * sp + q)]);
+          return acc;
+        };
+        double mu = 0;
+        for (int r = 0; r < n; ++r) mu += over(r, [](double v) { return v; }) / count / n;
+        double v2 = 0;
+        for (int r = 0; r < n; ++r) v2 += over(r, [&](double v) { return (v - mu) * (v - mu); }) / count / n;
+        mean[static_cast<std::size_t>(i * groups + g)] = mu;
+        var[static_cast<std::size_t>(i * groups + g)] = v2;
+      }
+    infinity::Config c = vi(infinity::Mode::compat, 1, 2);
+    c.sync_groupnorm = true;
+    c.conv_halo = 1;
+    run_clips(
+        n,
+        [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
+          REQUIRE(ctx.device == kStandIn);
+          infinity::Context vc(c, comm, per - 2);
+          OwnedTensor x = ctx.arena->empty(DType::f32, {b, per, ch, sp});
+          OwnedTensor y = ctx.arena->empty(DType::f32, x.shape);
+          OwnedTensor g_dev = ctx.arena->empty(DType::f32, {ch}), b_dev = ctx.arena->empty(DType::f32, {ch});
+          ops::copy(ctx, xs[static_cast<std::size_t>(r)].t, x);
+          ops::copy(ctx, gamma.t, g_dev);
+          ops::copy(ctx, beta.t, b_dev);
+          vc.group_norm(ctx, x.permute({0, 2, 1, 3}), g_dev, b_dev, y.permute({0, 2, 1, 3}), gn, vc.conv_halo(),
+                        "test.norm");
+          test::HostTensor got(y.shape);
+          ops::copy(ctx, y, got.t);
+          double worst = 0;
+          const test::HostTensor& xr = xs[static_cast<std::size_t>(r)];
+          for (std::int64_t i = 0; i < b; ++i)
+            for (std::int64_t fr = 0; fr < per; ++fr)
+              for (std::int64_t ci = 0; ci < ch; ++ci)
+                for (std::int64_t q = 0; q < sp; ++q) {
+                  const auto at = static_cast<std::size_t>(((i * per + fr) * ch + ci) * sp + q);
+                  const auto k = static_cast<std::size_t>(i * groups + ci / cg);
+                  const double want = (xr.data[at] - mean[k]) / std::sqrt(var[k] + 1e-5) *
+                                          gamma.data[static_cast<std::size_t>(ci)] +
+                                      beta.data[static_cast<std::size_t>(ci)];
+                  worst = std::max(worst, std::fabs(want - got.data[at]));
+                }
+          CAPTURE(n);
+          CHECK(worst < 1e-5);
+        },
+        nullptr, kStandIn);
+  }
+}
+
+TEST_CASE("every collective refuses a buffer that is not on the context's device, naming the call and group") {
+  run_clips(
+      2,
+      [](int, mpi::Communicator& comm, ExecContext& ctx) {
+        comm.set_label("clip group");
+        test::HostTensor host({4});  // plain host memory: not the stand-in device
+        OwnedTensor dev = ctx.arena->empty(DType::f32, {4}), both = ctx.arena->empty(DType::f32, {8});
+        auto refused = [](const std::function<void()>& call, const char* what) {
+          try {
+            call();
+          } catch (const InputError& e) {
+            FAIL("an internal error was expected, got an input error: " << e.what());
+          } catch (const Error& e) {
+            const std::string m = e.what();
+            CHECK_MESSAGE(m.find(what) != std::string::npos, m);
+            CHECK_MESSAGE(m.find("on the clip group (threads)") != std::string::npos, m);
+            CHECK_MESSAGE(m.find("is in cpu memory, but the collective runs on cpu:1") != std::string::npos, m);
+            return;
+          }
+          FAIL("no error for a host buffer in " << what);
+        };
+        refused([&] { comm.all_reduce_sum(ctx, host); }, "all-reduce");
+        refused([&] { comm.broadcast(ctx, host, 0); }, "broadcast");
+        refused([&] { comm.all_gather(ctx, host, both); }, "all-gather");
+        refused([&] { comm.all_gather(ctx, dev, test::HostTensor({8}).t); }, "all-gather");
+        const mpi::Transfer t{1 - comm.rank(), host, dev};
+        refused([&] { comm.exchange(ctx, std::span(&t, 1)); }, "exchange");
+        // The same calls with buffers on the device go through.
+        ops::fill(ctx, dev, 1.0);
+        comm.all_reduce_sum(ctx, dev);
+        test::HostTensor back({4});
+        ops::copy(ctx, dev, back.t);
+        CHECK(back.data[3] == 2.0f);
+      },
+      nullptr, kStandIn);
+}
+
+TEST_CASE("ranks that share a GPU are found per host, and named in rank order") {
+  const std::vector<mpi::GpuHolder> none{{"a", "GPU-1"}, {"a", "GPU-2"}, {"b", "GPU-1"}};
+  CHECK(mpi::shared_gpus(none).empty());  // the same identity on two hosts is two GPUs
+  const std::vector<mpi::GpuHolder> holders{{"a", "GPU-1"}, {"a", "GPU-2"}, {"a", "GPU-1"},
+                                            {"b", "GPU-7"}, {"b", "GPU-7"}, {"b", "GPU-7"}, {"a", "GPU-3"}};
+  const auto shared = mpi::shared_gpus(holders);
+  REQUIRE(shared.size() == 2);
+  CHECK(shared[0] == std::vector<int>{0, 2});
+  CHECK(shared[1] == std::vector<int>{3, 4, 5});
+  CHECK(mpi::describe_shared_gpus(holders, shared) == "ranks 0 and 2 share GPU-1 on a; ranks 3, 4 and 5 share GPU-7 on b");
+  CHECK(mpi::shared_gpus({{"a", "GPU-1"}}).empty());
 }
 
 TEST_CASE("phase biases follow the released rule") {

@@ -8,6 +8,9 @@
 #include "core/error.hpp"
 #include "io/hdf5_check.hpp"
 #include "mpi/check.hpp"
+#include "mpi/communicator.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/runtime.hpp"
 
 using namespace vinf;
 
@@ -55,4 +58,28 @@ TEST_CASE("VINF_CHECK_HDF5 carries the HDF5 error stack") {
   CHECK(msg.find("HDF5 call failed: ") != std::string::npos);
   CHECK(msg.find("H5Fopen") != std::string::npos);
   CHECK(msg.find("unable to open file") != std::string::npos);
+}
+
+TEST_CASE("the MPI transport refuses a buffer off the context's device and reduces one on it") {
+  // cpu:1 is host memory that the device checks treat as a device of its own (a GPU's stand-in).
+  Runtime rt(Device{DeviceKind::cpu, 1});
+  ExecContext& ctx = rt.ctx();
+  auto comm = mpi::make_mpi_communicator(MPI_COMM_WORLD);
+  comm->set_label("clip group");
+  float host[3] = {1, 2, 3};
+  const Tensor off = Tensor::wrap(host, DType::f32, Device::cpu(), {3});
+  std::string msg;
+  try {
+    comm->all_reduce_sum(ctx, off);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  CHECK(msg.find("all-reduce on the clip group (mpi): buffer") != std::string::npos);
+  CHECK(msg.find("is in cpu memory, but the collective runs on cpu:1") != std::string::npos);
+  OwnedTensor on = ctx.arena->empty(DType::f32, {3});
+  ops::fill(ctx, on, world_rank() + 1.0);
+  comm->all_reduce_sum(ctx, on);
+  ops::copy(ctx, on, off);
+  const int size = comm->size();
+  CHECK(host[2] == static_cast<float>(size * (size + 1) / 2));
 }
