@@ -46,6 +46,27 @@ class Event {
   cudaEvent_t e_ = nullptr;
 };
 
+// ncclGroupStart ... ncclGroupEnd as a scope: leaving it by an exception still ends the group
+// (otherwise every later NCCL call of the process would silently join the open group and never
+// be issued). What was queued in the group is then incomplete for the peers, so the caller marks
+// the communicator unusable (see NcclCommunicator::grouped).
+class NcclGroup {
+ public:
+  NcclGroup() { VINF_CHECK_NCCL(ncclGroupStart()); }
+  ~NcclGroup() {
+    if (open_) (void)ncclGroupEnd();
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  void end() {
+    open_ = false;
+    VINF_CHECK_NCCL(ncclGroupEnd());
+  }
+
+ private:
+  bool open_ = true;
+};
+
 class NcclCommunicator;
 
 // One collective queued on the communication stream; `done` follows it there.
@@ -62,10 +83,16 @@ class NcclRequest final : public CommRequest {
 
 class NcclCommunicator final : public Communicator {
  public:
+  // Takes ownership of comm, also when the constructor fails.
   NcclCommunicator(ncclComm_t comm, int rank, int size) : Communicator(rank, size), comm_(comm) {
-    int least = 0, greatest = 0;
-    VINF_CHECK_CUDA_RT(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    VINF_CHECK_CUDA_RT(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+    try {
+      int least = 0, greatest = 0;
+      VINF_CHECK_CUDA_RT(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      VINF_CHECK_CUDA_RT(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+    } catch (...) {
+      ncclCommDestroy(comm_);
+      throw;
+    }
   }
   ~NcclCommunicator() override {
     if (comm_) {
@@ -104,28 +131,28 @@ class NcclCommunicator final : public Communicator {
         return;
       }
       // Varying counts: one broadcast per rank into its slot, grouped into one launch.
-      VINF_CHECK_NCCL(ncclGroupStart());
-      std::size_t off = 0;
-      for (int p = 0; p < size(); ++p) {
-        const std::size_t n = static_cast<std::size_t>(counts[static_cast<std::size_t>(p)]) * es;
-        VINF_CHECK_NCCL(ncclBroadcast(p == rank() ? send.data : nullptr, static_cast<char*>(recv.data) + off, n,
-                                      ncclChar, p, comm_, stream_));
-        off += n;
-      }
-      VINF_CHECK_NCCL(ncclGroupEnd());
+      grouped([&] {
+        std::size_t off = 0;
+        for (int p = 0; p < size(); ++p) {
+          const std::size_t n = static_cast<std::size_t>(counts[static_cast<std::size_t>(p)]) * es;
+          VINF_CHECK_NCCL(ncclBroadcast(p == rank() ? send.data : nullptr, static_cast<char*>(recv.data) + off, n,
+                                        ncclChar, p, comm_, stream_));
+          off += n;
+        }
+      });
     });
   }
   Request do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) override {
     return enqueue(ctx, [&] {
-      VINF_CHECK_NCCL(ncclGroupStart());
-      for (const Transfer& t : transfers) {
-        if (t.peer < 0) continue;
-        if (t.send.data && t.send.numel() > 0)
-          VINF_CHECK_NCCL(ncclSend(t.send.data, t.send.nbytes(), ncclChar, t.peer, comm_, stream_));
-        if (t.recv.data && t.recv.numel() > 0)
-          VINF_CHECK_NCCL(ncclRecv(t.recv.data, t.recv.nbytes(), ncclChar, t.peer, comm_, stream_));
-      }
-      VINF_CHECK_NCCL(ncclGroupEnd());
+      grouped([&] {
+        for (const Transfer& t : transfers) {
+          if (t.peer < 0) continue;
+          if (t.send.data && t.send.numel() > 0)
+            VINF_CHECK_NCCL(ncclSend(t.send.data, t.send.nbytes(), ncclChar, t.peer, comm_, stream_));
+          if (t.recv.data && t.recv.numel() > 0)
+            VINF_CHECK_NCCL(ncclRecv(t.recv.data, t.recv.nbytes(), ncclChar, t.peer, comm_, stream_));
+        }
+      });
     });
   }
   Request do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
@@ -149,6 +176,21 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // Runs `calls` inside one NCCL group. When one of them throws, the group is ended (NcclGroup)
+  // and the communicator aborted: the peers were promised operations that never came, so a later
+  // collective could only hang; it fails with a message instead.
+  template <class Calls>
+  void grouped(Calls&& calls) {
+    try {
+      NcclGroup group;
+      calls();
+      group.end();
+    } catch (...) {
+      if (comm_) ncclCommAbort(comm_);
+      comm_ = nullptr;
+      throw;
+    }
+  }
   // Queues `issue` on the communication stream behind everything queued so far on the compute
   // stream (the data it sends is written there).
   template <class Issue>
