@@ -14,7 +14,7 @@
 // 312 s), saying by how much a target is missed. Table on stdout; --json FILE writes the same.
 //
 //   mpirun -np N vinf_bench_step [--preset small] [--height 128 --width 128] [--frames-per-rank 8]
-//       [--batch 2] [--calls 3] [--warmup 1] [--device auto] [--dtype f32] [--comm-backend auto]
+//       [--batch 2] [--calls 3] [--warmup 1] [--device auto] [--dtype auto] [--tf32] [--comm-backend auto]
 //       [--vi.mode invariant --vi.halo x|kv --vi.exchange three-round|fused ...] [--json FILE]
 #include <mpi.h>
 #include <omp.h>
@@ -95,7 +95,8 @@ struct Target {
 };
 
 int run(int argc, char** argv) {
-  std::string preset = "small", device_opt = "auto", dtype_opt = "f32", backend = "auto", json_path;
+  std::string preset = "small", device_opt = "auto", dtype_opt = "auto", backend = "auto", json_path;
+  bool tf32 = false;
   std::int64_t height = 128, width = 128, frames_per_rank = 8, batch = 2, tokens = 77;
   int calls = 3, warmup = 1;
   std::int64_t project_frames = 2300, project_steps = 30, project_ranks = 8;
@@ -110,7 +111,8 @@ int run(int argc, char** argv) {
       "calls", po::value(&calls)->default_value(calls), "timed UNet calls")(
       "warmup", po::value(&warmup)->default_value(warmup), "untimed calls first")(
       "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda")(
-      "dtype", po::value(&dtype_opt)->default_value(dtype_opt), "f32 | f16 | bf16 (16-bit on CUDA only)")(
+      "dtype", po::value(&dtype_opt)->default_value(dtype_opt), kDtypeOptionHelp)(
+      "tf32", po::bool_switch(&tf32), kTf32OptionHelp)(
       "comm-backend", po::value(&backend)->default_value(backend), "auto | mpi | nccl")(
       "json", po::value(&json_path), "also write the figures to this JSON file")(
       "project-frames", po::value(&project_frames)->default_value(project_frames), "projection: video length")(
@@ -140,14 +142,14 @@ int run(int argc, char** argv) {
   VINF_INPUT_CHECK(project_frames >= 1 && project_steps >= 1 && project_ranks >= 1 && project_reference_s > 0 &&
                        project_aim_s > 0,
                    "the --project-* values must be positive");
-  DType dtype;
-  VINF_INPUT_CHECK(parse_dtype(dtype_opt, dtype), "--dtype must be f32, f16 or bf16");
+  check_dtype_option(dtype_opt);
 
   mpi::Session mpi(&argc, &argv);
   const bool root = mpi.rank() == 0;
   mpi::ProcessGrid grid(mpi, 1);
   const Device device = mpi.choose_device(device_opt);
-  VINF_INPUT_CHECK(device.is_cuda() || dtype == DType::f32, "--dtype ", dtype_opt, " needs CUDA; the CPU computes in f32");
+  const DType dtype = resolve_dtype_option(dtype_opt, device);
+  set_allow_tf32(tf32);
   const int clips = grid.clip_size();
   if (vcfg.mode != infinity::Mode::off) infinity::check_partition(vcfg, frames_per_rank * clips, clips);
 
@@ -231,6 +233,7 @@ int run(int argc, char** argv) {
                  {"warmup", warmup},
                  {"device", device.name()},
                  {"dtype", dtype_name(dtype)},
+                 {"tf32", tf32 && device.is_cuda() && dtype == DType::f32},
                  {"comm_backend", comm ? std::string(comm->backend()) : std::string("none")},
                  {"vi.mode", infinity::mode_name(vcfg.mode)},
                  {"vi.halo", vi.halo},

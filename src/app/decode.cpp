@@ -80,6 +80,7 @@ int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::stri
 
 int decode(const std::vector<std::string>& args) {
   std::string vae_dir, latents_path, checkpoint_path, out_path, device_opt = "auto", dtype_opt = "auto";
+  bool tf32 = false;
   std::int64_t frames_per_call = 4, tile = 0;
   io::FrameWriter::Settings video;
   bool overwrite = false;
@@ -98,6 +99,7 @@ int decode(const std::vector<std::string>& args) {
       "out", po::value(&out_path), "output file (safetensors); written under a temporary name, then renamed")(
       "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda")(
       "dtype", po::value(&dtype_opt)->default_value(dtype_opt), kDtypeOptionHelp)(
+      "tf32", po::bool_switch(&tf32), kTf32OptionHelp)(
       "frames-per-call", po::value(&frames_per_call)->default_value(frames_per_call),
       "images decoded at once (bounds the memory; the numbers do not depend on it)")(
       "vae.tile", po::value(&tile)->default_value(tile),
@@ -129,6 +131,7 @@ int decode(const std::vector<std::string>& args) {
   mpi::Session mpi(nullptr, nullptr);
   const Device device = mpi.choose_device(device_opt);
   const DType dtype = resolve_dtype_option(dtype_opt, device);
+  set_allow_tf32(tf32);
 
   if (!checkpoint_path.empty()) {
     Runtime rt(device);

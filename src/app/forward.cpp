@@ -152,6 +152,7 @@ void write_dump(const std::string& prefix, int rank, const PieceResult& r, const
 
 int forward(const std::vector<std::string>& args) {
   std::string model_dir, inputs_path, out_path, device_opt = "auto", dtype_opt = "auto", comm_backend = "auto", dump;
+  bool tf32 = false;
   int cfg_size = 1, emulate = 0;
   double timeout = 300;
   bool ignore_unexpected = false;
@@ -169,6 +170,7 @@ int forward(const std::vector<std::string>& args) {
       "out", po::value(&out_path), "output file (safetensors); written under a temporary name, then renamed")(
       "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
       "dtype", po::value(&dtype_opt)->default_value(dtype_opt), kDtypeOptionHelp)(
+      "tf32", po::bool_switch(&tf32), kTf32OptionHelp)(
       "parallel.cfg", po::value(&cfg_size)->default_value(cfg_size),
       "1: every rank computes the whole batch of its clip; 2: rank pairs split the batch (CFG parallelism; "
       "ranks = 2 x clips)")(
@@ -211,6 +213,7 @@ int forward(const std::vector<std::string>& args) {
   mpi::ProcessGrid grid(mpi, cfg_size);
   const Device device = mpi.choose_device(device_opt);
   const DType dtype = resolve_dtype_option(dtype_opt, device);
+  set_allow_tf32(tf32);
 
   const model::ModelFiles files = model::find_model_files(model_dir);
   std::vector<std::string> warnings;
@@ -237,7 +240,8 @@ int forward(const std::vector<std::string>& args) {
   model::UNet3D unet(config, model::Weights(wf, params, rt, dtype, ignore_unexpected, &warnings));
   for (const std::string& wn : warnings) log("warning: " + wn);
   log("model " + files.dir + ": " + std::to_string(unet.weights().count()) + " parameters, " +
-      format_mib(static_cast<double>(unet.weights().bytes())) + " as " + dtype_name(dtype) + " on " + device.name() +
+      format_mib(static_cast<double>(unet.weights().bytes())) + " as " + dtype_name(dtype) +
+      (tf32 && device.is_cuda() && dtype == DType::f32 ? " (TF32 tensor cores)" : "") + " on " + device.name() +
       " (loaded in " + std::to_string(seconds_since(t_load)).substr(0, 5) + " s)");
   log(std::string("--vi.mode ") + infinity::mode_name(vcfg.mode) + ", " + std::to_string(clips) +
       (emulate > 0 ? " emulated clip(s)" : " clip(s)") + (cfg_size == 2 ? " x 2 CFG branches" : "") + ", " +

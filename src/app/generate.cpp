@@ -79,6 +79,7 @@ int generate(const std::vector<std::string>& args) {
   const Device device = mpi.choose_device(o.device);
   const DType dtype = resolve_dtype_option(o.dtype, device);
   o.dtype = dtype_name(dtype);  // run.json and the checkpoints record the dtype that ran, not "auto"
+  set_allow_tf32(o.tf32);
   const int clips = grid.clip_size(), clip = grid.clip_index();
   const std::int64_t frames = o.frames, nf = frames / clips, first_frame = clip * nf;
   const std::int64_t lh = o.height / 8, lw = o.width / 8;
@@ -128,7 +129,8 @@ int generate(const std::vector<std::string>& args) {
       {"checkpoint", {{"every", o.checkpoint_every}, {"keep", o.checkpoint_keep}}},
       {"vi", vi_json(o.vi)},
       {"device", device.name()},
-      {"dtype", o.dtype}};
+      {"dtype", o.dtype},
+      {"tf32", o.tf32 && device.is_cuda() && dtype == DType::f32}};
   io::RunStamp stamp;
   stamp.config_json = config.dump();
   stamp.numerics_json = numerics_json(o, clips).dump();
@@ -216,7 +218,8 @@ int generate(const std::vector<std::string>& args) {
   const double load_seconds = mpi.max(seconds_since(t_load));
   for (const std::string& w : warnings) log("warning: " + w);
   log("model " + (o.builtin() ? o.model + " (seed " + std::to_string(o.model_seed) + ")" : files.dir) + ": " +
-      std::to_string(unet.weights().count()) + " parameters as " + dtype_name(dtype) + " on " + device.name() +
+      std::to_string(unet.weights().count()) + " parameters as " + dtype_name(dtype) +
+      (o.tf32 && device.is_cuda() && dtype == DType::f32 ? " (TF32 tensor cores)" : "") + " on " + device.name() +
       ", loaded in " + format_duration(load_seconds));
   log(std::to_string(frames) + " frames of " + std::to_string(o.width) + "x" + std::to_string(o.height) + " over " +
       std::to_string(clips) + " clip(s) of " + std::to_string(nf) + (o.cfg == 2 ? " x 2 guidance branches" : "") +

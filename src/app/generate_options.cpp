@@ -53,6 +53,7 @@ po::options_description describe(GenerateOptions& o) {
       "rank's bytes per collective kind")(
       "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
       "dtype", po::value(&o.dtype)->default_value(o.dtype), kDtypeOptionHelp)(
+      "tf32", po::bool_switch(&o.tf32), kTf32OptionHelp)(
       "comm-backend", po::value(&o.comm_backend)->default_value(o.comm_backend),
       "auto | mpi | nccl (auto: NCCL on GPUs, MPI on the CPU)")(
       "comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout),

@@ -45,6 +45,7 @@ struct GenerateOptions {
   std::string out, name;
   bool overwrite = false, quiet = false, verbose = false;
   std::string device = "auto", dtype = "auto", comm_backend = "auto";
+  bool tf32 = false;  // --tf32: f32 GEMMs and convolutions on CUDA may use TF32 tensor cores
   double comm_timeout = 300;
   infinity::Options vi_options;
   infinity::Config vi;

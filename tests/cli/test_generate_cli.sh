@@ -15,6 +15,7 @@ small=(--model builtin:tiny --video.frames 8 --video.height 32 --video.width 32 
 # Help: every option with its default.
 expect 0 "--sampler.steps arg (=30)" -- "$vinf" generate --help
 expect 0 "--vi.global-frames arg (=16)" -- "$vinf" generate --help
+expect 0 "--tf32 " -- "$vinf" generate --help
 expect 0 "generate" -- "$vinf" --help
 
 # A small run, its outputs and what they say.

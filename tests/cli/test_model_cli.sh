@@ -27,6 +27,10 @@ expect 2 "--dtype must be auto, f32, bf16 or f16, got 'f8'" -- "$vinf" forward -
 # --dtype auto (the default) is f32 on the CPU; 16-bit runs on CUDA only.
 expect 2 "--dtype bf16 runs on CUDA only" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off --device cpu --dtype bf16
 expect 0 " as f32 on cpu" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/auto.safetensors" --vi.mode off --device cpu --dtype auto
+# --tf32 concerns CUDA's f32 GEMMs and convolutions only: on the CPU the numbers do not move.
+expect 0 "--tf32" -- "$vinf" forward --help
+expect 0 " as f32 on cpu" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/tf32.safetensors" --vi.mode off --device cpu --tf32
+expect 0 "ok noise_pred.t500" -- "$tool" compare "$work/tf32.safetensors" "$work/x.safetensors" 0 noise_pred.t900 noise_pred.t500
 expect 2 "--device must be auto, cpu or cuda, got 'tpu'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off --device tpu
 expect 2 "has no tensor 'sample'" -- "$vinf" forward --model "$fixture" --inputs "$ref" --out "$work/z.safetensors" --vi.mode off
 expect 2 "does not exist" -- "$vinf" forward --model "$work/nowhere" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off
