@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `vinf decode`: the VAE decoder against diffusers' own output (tests/fixtures/tiny-unet3d/vae),
-# the same numbers for any frames-per-call and for the older attention key names, and a clear
-# message with exit status 2 for every rejected input.
+# the same numbers for any frames-per-call (up to f32 rounding) and for the older attention key
+# names, and a clear message with exit status 2 for every rejected input.
 # usage: test_decode_cli.sh VINF TEST_TOOL FIXTURE_VAE_DIR
 set -u
 vinf=$1 tool=$2 vae=$3
@@ -12,9 +12,11 @@ ref=$vae/ref_decode.safetensors
 
 expect 0 "wrote $work/a.safetensors" -- "$vinf" decode --vae "$vae" --latents "$ref" --out "$work/a.safetensors"
 expect 0 "ok decoded" -- "$tool" compare "$work/a.safetensors" "$ref" 1e-4 decoded
-# Frames decode independently: one at a time gives the same numbers as all four at once.
+# Frames decode independently: one at a time gives the numbers of all four at once, up to f32
+# rounding (the convolutions of another batch size may run another oneDNN kernel, which sums in
+# another order: a few 1e-6 seen on pixels of order 1).
 expect 0 "wrote" -- "$vinf" decode --vae "$vae" --latents "$ref" --out "$work/b.safetensors" --frames-per-call 1
-expect 0 "max |diff| 0 " -- "$tool" compare "$work/b.safetensors" "$work/a.safetensors" 0 decoded
+expect 0 "ok decoded" -- "$tool" compare "$work/b.safetensors" "$work/a.safetensors" 2e-5 decoded
 # --vae.tile: a tile covering the frame is whole-frame decoding; smaller tiles (edge tiles of every
 # size) reproduce diffusers' untiled output too; a negative tile is refused.
 expect 0 "wrote" -- "$vinf" decode --vae "$vae" --latents "$ref" --out "$work/t8.safetensors" --vae.tile 8
@@ -57,6 +59,7 @@ expect 0 "outputs" -- "$vinf" generate --model builtin:tiny --video.frames 8 --v
 cp "$work/dumprun/activations.h5" "$work/dump.h5"
 expect 2 "neither a vinf checkpoint nor a latents.h5" -- "$vinf" decode --vae "$vae" --checkpoint "$work/dump.h5" --out "$work/x"
 expect 0 "--frames-per-call" -- "$vinf" decode --help
+expect 0 "--tf32 " -- "$vinf" decode --help
 expect 2 "--vae is required" -- "$vinf" decode --latents "$ref" --out "$work/x.safetensors"
 expect 2 "does not exist" -- "$vinf" decode --vae "$work/nowhere" --latents "$ref" --out "$work/x.safetensors"
 expect 2 "has no tensor 'latents'" -- "$vinf" decode --vae "$vae" --latents "$work/a.safetensors" --out "$work/x.safetensors"
