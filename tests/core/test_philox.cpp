@@ -99,7 +99,7 @@ TEST_CASE("normal(): moments, offsets and streams") {
   CHECK(std::memcmp(b.data(), a.data() + 4097, 1000 * sizeof(float)) != 0);
 }
 
-TEST_CASE("Philox normals are bit-identical on CPU and CUDA") {
+TEST_CASE("CUDA Philox normals are bit-identical to the CPU's") {
   if (!test::gpu_or_skip("CPU/CUDA Philox bit equality")) return;
   Runtime cpu(Device::cpu()), gpu(Device::cuda(0));
   const std::int64_t n = (1 << 20) + 3;

@@ -119,7 +119,7 @@ TEST_CASE("golden: TemporalConvLayer equals diffusers (CPU reference and fast)")
   }
 }
 
-TEST_CASE("golden: the same modules on CUDA (f32)") {
+TEST_CASE("CUDA golden modules (f32): the same modules as diffusers") {
   if (!test::gpu_or_skip("golden modules on CUDA")) return;
   Runtime rt(Device::cuda(0));
   check_time_embedding(rt);
