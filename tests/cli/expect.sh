@@ -28,6 +28,16 @@ device_args=(--device "$test_device" --dtype f32)
 exact_tol=0
 [ "$test_device" = cuda ] && exact_tol=1e-6
 
+# vinf generate writes video.mp4 through ffmpeg. Where there is none (a bare GPU node running the
+# bundle of scripts/gpu-check), the runs write no video and the checks of the video skip.
+video_args=()
+have_ffmpeg=1
+if ! command -v ffmpeg > /dev/null 2>&1 || ! command -v ffprobe > /dev/null 2>&1; then
+  video_args=(--output.video=false)
+  have_ffmpeg=0
+  echo "note: no ffmpeg/ffprobe on PATH: generate runs write no video.mp4, and its checks skip"
+fi
+
 # The GPUs nvidia-smi lists (0 when it is absent).
 visible_gpus() {
   local n

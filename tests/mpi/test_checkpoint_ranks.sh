@@ -16,7 +16,7 @@ require_test_device "$vinf"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-common=(--model builtin:tiny "${device_args[@]}" --comm-timeout 60 --video.height 32 --video.width 32
+common=(--model builtin:tiny "${device_args[@]}" "${video_args[@]}" --comm-timeout 60 --video.height 32 --video.width 32
         --prompt.text "a lighthouse at dusk" --vi.local-frames 2 --vi.global-frames 4 --checkpoint.every 2)
 gen() {  # gen RANKS OUT options...
   local ranks=$1 out=$2
