@@ -31,8 +31,12 @@ inline std::string fixture(const std::string& rel) {
   return std::string(dir != nullptr && *dir != '\0' ? dir : VINF_TEST_FIXTURES) + "/" + rel;
 }
 
-// The CLIP vocabulary stays beside the checkout (../shared), not in the project.
-inline const std::string kSharedTokenizer = VINF_SHARED_FIXTURES "/clip-tokenizer";
+// The CLIP vocabulary stays beside the checkout (../shared), not in the project. VINF_SHARED_FIXTURES
+// in the environment moves it for a relocated test binary, as VINF_TEST_FIXTURES does above.
+inline const std::string kSharedTokenizer = [] {
+  const char* dir = std::getenv("VINF_SHARED_FIXTURES");
+  return std::string(dir != nullptr && *dir != '\0' ? dir : VINF_SHARED_FIXTURES) + "/clip-tokenizer";
+}();
 
 // True when ../shared has the CLIP tokenizer; otherwise prints why the calling test is skipped.
 inline bool shared_tokenizer_or_skip() {
