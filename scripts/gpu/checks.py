@@ -132,7 +132,8 @@ def doctest_verdict(text):
     if m and int(m.group(1)) == 0:
         return "fail", "no test case matched the filter"
     if re.search(r"MESSAGE: skipped|: skipped\b|^skipped", text, re.M):
-        return "skip", next((l.strip() for l in text.splitlines() if "skipped" in l), "skipped")
+        line = next((l for l in text.splitlines() if "skipped" in l), "skipped")
+        return "skip", line[line.find("MESSAGE: ") + 9:].strip() if "MESSAGE: " in line else line.strip()
     return "pass", ""
 
 
@@ -223,6 +224,8 @@ def finish(r, out, budget_cut):
     elif c.skip_code is not None and rc == c.skip_code:
         verdict = "skip"
         note = next((l.strip() for l in reversed(text.splitlines()) if "skip" in l.lower()), "skipped (exit %d)" % rc)
+    elif rc != 0 and "skipped (no GPU visible)" in text:
+        verdict, note = "skip", "no GPU visible"
     elif rc != 0:
         verdict, note = "fail", "exit status %d" % rc
         fails = [l.strip() for l in text.splitlines() if l.startswith("FAIL") or "ERROR:" in l or "error:" in l]
