@@ -85,13 +85,6 @@ def plan(manifest, prefix, mode, out, cores):
         check = Check(c["name"], c["group"], [substitute(x, prefix) for x in c["command"]], env=env,
                       timeout=int(c["timeout"]), processors=max(1, int(c["processors"] or 1)),
                       skip_code=c.get("skip_return_code"), doctest=c["group"] == "unit")
-        # vinf generate writes video.mp4 through ffmpeg (on by default), and the 4-rank generate
-        # script reads the demo's video with ffprobe: where they are missing (a bare GPU machine;
-        # the bundle cannot carry ffmpeg's ~80 MB of libraries) these checks skip and say why.
-        script = os.path.basename(check.command[0])
-        if script in ("test_generate_ranks.sh", "test_checkpoint_ranks.sh"):
-            check.requires = ["ffmpeg"] + (["ffprobe"] if script == "test_generate_ranks.sh" and
-                                           check.command[-1] == "4" else [])
         if c["group"] == "unit" and VC2_CASE in c["name"]:
             vc2 = check
         elif c["group"] == "unit":
