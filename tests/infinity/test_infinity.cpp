@@ -425,7 +425,7 @@ TEST_CASE("phase biases follow the released rule") {
   CHECK((l == 0.f && g == 0.f));
 }
 
-TEST_CASE("--import-vi-config reads the released JSON; the command line wins") {
+TEST_CASE("--import-vi-config reads the released JSON, the command line wins") {
   const fs::path dir = fs::temp_directory_path() / ("vinf-vi-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string path = (dir / "config.json").string();

@@ -139,7 +139,7 @@ TEST_CASE("config values the runtime does not support are rejected by name") {
   CHECK(warnings[0].find("'some_future_key' is not used by vinf") != std::string::npos);
 }
 
-TEST_CASE("sharded weights with an index load the same as one file; f16 weights convert to f32") {
+TEST_CASE("sharded weights with an index load the same as one file, f16 weights convert to f32") {
   TempDir dir;
   const auto src = model::find_model_files(test::fixture("tiny-unet3d"));
   const io::SafetensorsFile whole(src.weights.front());

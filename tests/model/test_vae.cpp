@@ -84,7 +84,7 @@ TEST_CASE("VAE tiles: tiled decoding equals whole-image decoding, for tiles of e
   }
 }
 
-TEST_CASE("VAE tiles: a tile as large as the frame decodes it whole; a negative tile is refused") {
+TEST_CASE("VAE tiles: a tile as large as the frame decodes it whole, a negative tile is refused") {
   Runtime rt(Device::cpu());
   const model::VaeDecoder vae = model::VaeDecoder::load(test::fixture("tiny-unet3d/vae"), rt, DType::f32);
   const Image z = latents(1, 6, 10, true);

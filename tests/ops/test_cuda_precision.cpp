@@ -128,7 +128,7 @@ TEST_CASE("CUDA attention logits beyond f16's range (~1e5): f32 scores, finite r
   }
 }
 
-TEST_CASE("CUDA TF32 (--tf32): f32 GEMMs use it only when allowed, within 1e-2; convolutions stay within 1e-2") {
+TEST_CASE("CUDA TF32 (--tf32): f32 GEMMs use it only when allowed, within 1e-2, convolutions stay within 1e-2") {
   if (!test::gpu_or_skip("CUDA TF32")) return;
   Tf32Setting restore;
   Runtime cpu(Device::cpu(), CpuImpl::reference), gpu(Device::cuda(0));

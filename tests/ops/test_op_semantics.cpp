@@ -67,7 +67,7 @@ TEST_CASE("temporal conv equals a 3x1x1 Conv3d written out by hand") {
   });
 }
 
-TEST_CASE("group norm output has zero mean and unit variance per (sample, group); affine applied after") {
+TEST_CASE("group norm output has zero mean and unit variance per (sample, group), affine applied after") {
   for_each_cpu_impl([](ExecContext& ctx) {
     HostTensor x = random(ctx, {3, 8, 2, 10}, 1, 3.f);
     for (float& v : x.data) v += 5.f;
