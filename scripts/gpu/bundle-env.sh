@@ -7,7 +7,8 @@
 #   lib/x86_64-linux-gnu/openmpi/lib/openmpi3/   Open MPI's MCA components (where its libdir puts them)
 #   share/openmpi/, etc/openmpi/                 its help files and MCA parameters
 #   pmix/lib/pmix/, pmix/share/pmix/             PMIx's components and help files
-#   tests/, inputs/, shared/fixtures/            test scripts, fixtures, the CLIP vocabulary
+#   tests/, inputs/, shared/fixtures/            test scripts, the CLIP vocabulary (--run links
+#                                                tests/fixtures to its checkout's)
 #   manifest.json, bundle.json, scripts/gpu/     the checks (see manifest.py) and the bundle's facts
 
 # bundle_env PREFIX: Open MPI, PMIx and hwloc look in PREFIX, never in the system's directories.

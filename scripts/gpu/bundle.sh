@@ -156,15 +156,15 @@ for f in $(elves); do
   patchelf --force-rpath --set-rpath "$rp" "$f" || die "patchelf failed on $f"
 done
 
-# Scripts, test scripts, fixtures. The GPU tests read tests/fixtures/tiny-unet3d (the UNet, VAE and
-# Video-Infinity references); the tokenizer check reads the CLIP vocabulary of ../shared.
+# Scripts and test scripts. The test fixtures (tests/fixtures, about 35 MB) are not copied: --run
+# starts from a checkout, which has them, and a GPU machine gets the checkout and the bundle
+# together. The tokenizer check reads the CLIP vocabulary of ../shared, which does not travel.
 cp "$here/checks.py" "$here/report.py" "$here/common.sh" "$P/scripts/gpu/"
 cp "$here/bundle-env.sh" "$P/env.sh"
-mkdir -p "$P/tests/mpi" "$P/tests/cli" "$P/tests/fixtures"
+mkdir -p "$P/tests/mpi" "$P/tests/cli"
 cp "$repo"/tests/mpi/*.sh "$P/tests/mpi/"
 cp "$repo/tests/cli/expect.sh" "$P/tests/cli/"
 cp "$repo/inputs/demo.ini" "$P/inputs/"
-cp -r "$repo/tests/fixtures/tiny-unet3d" "$P/tests/fixtures/"
 shared_fixtures=$repo/../shared/fixtures
 if [ -d "$shared_fixtures/clip-tokenizer" ]; then
   cp -r "$shared_fixtures/clip-tokenizer" "$P/shared/fixtures/"
