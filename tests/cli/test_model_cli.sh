@@ -11,8 +11,10 @@ trap 'rm -rf "$work"' EXIT
 inputs=$fixture/inputs.safetensors
 ref=$fixture/ref_plain.safetensors
 
+# These runs compare numbers, so they name the CPU: on a GPU node auto would pick CUDA in bf16.
+# (The same runs on a GPU are the gpu.* tests and scripts/gpu-check.)
 # The acceptance run: the plain model reproduces diffusers within 1e-4.
-expect 0 "wrote $work/x.safetensors" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/x.safetensors" --vi.mode off
+expect 0 "wrote $work/x.safetensors" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/x.safetensors" --vi.mode off --device cpu
 expect 0 "ok noise_pred.t500" -- "$tool" compare "$work/x.safetensors" "$ref" 1e-4 noise_pred.t900 noise_pred.t500
 expect 0 "peak memory" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/y.safetensors" --vi.mode off --device cpu
 
