@@ -523,6 +523,13 @@ class MpiCommunicator final : public Communicator {
     return req;
   }
   Request do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) override {
+    // Every size is checked before anything is posted: a throw between posts would leave a posted
+    // receive writing into a buffer that is handed out again.
+    for (const Transfer& t : transfers) {
+      if (t.peer < 0) continue;
+      if (t.recv.data) int_count(t.recv.nbytes());
+      if (t.send.data) int_count(t.send.nbytes());
+    }
     auto req = std::make_unique<MpiRequest>();
     for (const Transfer& t : transfers) {
       if (t.peer < 0 || !t.recv.data || t.recv.numel() == 0) continue;

@@ -63,15 +63,26 @@ std::string describe_shared_gpus(const std::vector<GpuHolder>& holders, const st
 
 namespace {
 
-// Every rank's host and GPU, gathered over comm.
+// Every rank's host and GPU, gathered over comm. A rank that cannot read its GPU's identity still
+// takes part (with its error in place of the identity), and then every rank fails alike.
 std::vector<GpuHolder> gather_gpu_holders(MPI_Comm comm, const Device& device) {
   constexpr int kField = 160;
-  char mine[2 * kField] = {};
+  char mine[2 * kField + 1] = {};
   char host[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;
   VINF_CHECK_MPI(MPI_Get_processor_name(host, &len));
-  std::strncpy(mine, host, kField - 1);
-  std::strncpy(mine + kField, device_identity(device).c_str(), kField - 1);
+  auto put = [&](char* field, const std::string& text) {  // at most kField - 1 bytes, NUL-terminated
+    std::memcpy(field, text.data(), std::min(text.size(), static_cast<std::size_t>(kField - 1)));
+  };
+  put(mine, host);
+  std::string identity;
+  try {
+    identity = device_identity(device);
+  } catch (const Error& e) {
+    identity = e.what();
+    mine[2 * kField] = 1;
+  }
+  put(mine + kField, identity);
   int size = 1;
   VINF_CHECK_MPI(MPI_Comm_size(comm, &size));
   std::vector<char> all(static_cast<std::size_t>(size) * sizeof mine);
@@ -81,6 +92,9 @@ std::vector<GpuHolder> gather_gpu_holders(MPI_Comm comm, const Device& device) {
     const char* p = all.data() + r * sizeof mine;
     holders[r] = {std::string(p, strnlen(p, kField)), std::string(p + kField, strnlen(p + kField, kField))};
   }
+  for (std::size_t r = 0; r < holders.size(); ++r)
+    VINF_CHECK(all[r * sizeof mine + 2 * kField] == 0, "rank ", r, " (", holders[r].host,
+               ") cannot identify its GPU: ", holders[r].gpu);
   return holders;
 }
 

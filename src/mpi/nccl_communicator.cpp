@@ -105,6 +105,7 @@ class NcclCommunicator final : public Communicator {
 
   // Raises the asynchronous error of a failed peer (aborting the communicator first).
   void check_async_error() {
+    VINF_CHECK(comm_, "NCCL: the ", label(), " was aborted after an earlier error");
     ncclResult_t async = ncclSuccess;
     VINF_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
     if (async != ncclSuccess && async != ncclInProgress) {
