@@ -457,12 +457,13 @@ class HostImage {
   }
   char* data() const { return ptr_; }
   Tensor host() const { return Tensor::wrap(ptr_, t_.dtype, Device::cpu(), t_.shape); }
-  // Writes the image back to the tensor (device tensors only) and waits for the copy: from
-  // page-locked memory it is asynchronous, and the buffer goes back to the cache after this.
-  void store() {
+  // Writes the image back to the tensor (device tensors only) and, unless told otherwise, waits
+  // for the copy: from page-locked memory it is asynchronous, and the buffer must not go back to
+  // the cache before it is done (a caller that stores several images waits once, after the last).
+  void store(bool wait = true) {
     if (!t_.device.is_cuda()) return;
     ops::copy(ctx_, host(), t_);
-    synchronize(ctx_);
+    if (wait) synchronize(ctx_);
   }
 
  private:
@@ -489,9 +490,10 @@ class MpiRequest final : public CommRequest {
     int done = 0;
     VINF_CHECK_MPI(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
   }
-  double wait(ExecContext&) override {
+  double wait(ExecContext& ctx) override {
     VINF_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
-    for (auto& r : fill) r->store();
+    for (auto& r : fill) r->store(false);
+    if (!fill.empty()) synchronize(ctx);
     return -1;
   }
 };
