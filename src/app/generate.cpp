@@ -108,6 +108,19 @@ int generate(const std::vector<std::string>& args) {
   }
   const sampling::Scheduler scheduler(sampling::parse_scheduler(o.scheduler), sched_cfg, o.steps, o.eta);
   const std::string out_dir = choose_out_dir(o, mpi), ckpt_dir = out_dir + "/checkpoints";
+  // A finished run (its run.json is written last) is never overwritten without --overwrite: the
+  // Slurm scripts pass --resume auto, so resubmitting a finished job finds nothing to do. With
+  // --overwrite (and no explicit checkpoint to resume from) the previous run's run.json and
+  // checkpoints go once this run's checks have passed, so a later --resume auto cannot pick them.
+  const bool finished = decided_by_root(mpi, [&] { return fs::exists(out_dir + "/run.json") ? "1" : ""; }) == "1";
+  if (finished && o.resume == "auto" && !o.overwrite) {
+    if (root)
+      std::cerr << "vinf generate: " << out_dir << " holds a finished run (run.json): nothing to do; "
+                << "--overwrite runs it again from the start\n" << std::flush;
+    return 0;
+  }
+  const bool replace_previous = o.overwrite && (o.resume.empty() || o.resume == "auto") &&
+                                (finished || o.resume.empty());
 
   // What identifies this run in its files, and the checkpoint it continues from (if any).
   const json config = {
@@ -141,11 +154,16 @@ int generate(const std::vector<std::string>& args) {
   stamp.world_size = mpi.size();
   stamp.cfg_size = o.cfg;
   stamp.clip_size = clips;
-  const std::string resume_path = choose_checkpoint(o, out_dir, mpi);
+  const std::string resume_path = replace_previous ? std::string() : choose_checkpoint(o, out_dir, mpi);
+  VINF_INPUT_CHECK(!finished || o.resume.empty() || o.resume == "auto" || o.overwrite, "--resume ", o.resume, ": ",
+                   out_dir, " holds a finished run (run.json), which resuming would overwrite; choose another --out, ",
+                   "or add --overwrite to replace it");
   std::unique_ptr<io::CheckpointInfo> resumed;
   if (!resume_path.empty()) {
     resumed = std::make_unique<io::CheckpointInfo>(io::read_checkpoint_info(resume_path));
     check_resumable(*resumed, stamp, scheduler.timesteps());
+  } else if (replace_previous && !o.resume.empty()) {
+    log("--resume auto with --overwrite: " + out_dir + " holds a finished run, which this run replaces from the start");
   } else if (!o.resume.empty()) {
     log("--resume auto: no checkpoint in " + ckpt_dir + ", starting from the beginning");
   }
@@ -242,6 +260,15 @@ int generate(const std::vector<std::string>& args) {
   std::string mkdir_error;
   if (root) {
     std::error_code ec;
+    if (replace_previous) {
+      // The previous run's marker first: from here on the directory holds an unfinished run.
+      fs::remove(out_dir + "/run.json", ec);
+      const std::vector<std::string> old = io::list_checkpoints(ckpt_dir);
+      for (const std::string& c : old) fs::remove(c, ec);
+      if (finished || !old.empty())
+        log("--overwrite: the previous run's run.json and " + std::to_string(old.size()) +
+            " checkpoint(s) in " + out_dir + " are removed; its other files are replaced as this run writes them");
+    }
     fs::create_directories(ckpt_dir, ec);
     if (ec) mkdir_error = ec.message();
   }

@@ -49,7 +49,25 @@ done
 
 # The output directory: refused when it exists, replaced with --overwrite.
 expect 2 "$work/a exists (a finished run)" -- "$vinf" generate "${small[@]}" --out "$work/a"
-expect 0 "outputs in $work/a/" -- "$vinf" generate "${small[@]}" --out "$work/a" --overwrite
+# A finished run is never overwritten without --overwrite: --resume auto (which the Slurm scripts
+# always pass) finds nothing to do, and resuming it from one of its checkpoints is refused.
+sum_a=$(md5sum < "$work/a/latents.h5")
+expect 0 "holds a finished run (run.json): nothing to do" -- "$vinf" generate "${small[@]}" --out "$work/a" --resume auto
+last=$(ls "$work"/a/checkpoints/step-*.h5 | tail -1)
+expect 2 "holds a finished run (run.json), which resuming would overwrite" -- \
+  "$vinf" generate "${small[@]}" --out "$work/a" --resume "$last"
+[ "$(md5sum < "$work/a/latents.h5")" = "$sum_a" ] && echo "ok: the finished run's latents are untouched" \
+  || { echo "FAIL: the finished run's latents.h5 changed"; fails=$((fails + 1)); }
+# --overwrite starts again and leaves none of the previous run's checkpoints for a later --resume
+# auto (step-000099.h5 stands for a later step of an older, longer run).
+cp "$last" "$work/a/checkpoints/step-000099.h5"
+expect 0 "the previous run's run.json and 2 checkpoint(s) in $work/a are removed" -- \
+  "$vinf" generate "${small[@]}" --out "$work/a" --overwrite
+[ ! -e "$work/a/checkpoints/step-000099.h5" ] && [ -f "$work/a/checkpoints/step-000002.h5" ] && [ -f "$work/a/run.json" ] \
+  && echo "ok: --overwrite left only this run's checkpoint" || { echo "FAIL: checkpoints after --overwrite"; ls "$work/a/checkpoints"; fails=$((fails + 1)); }
+expect 0 "holds a finished run, which this run replaces from the start" -- \
+  "$vinf" generate "${small[@]}" --out "$work/a" --overwrite --resume auto
+expect 0 '"resumed_from": null' -- cat "$work/a/run.json"
 touch "$work/plain-file"
 expect 2 "exists and is not a directory" -- "$vinf" generate "${small[@]}" --out "$work/plain-file" --overwrite
 
