@@ -122,6 +122,7 @@ int decode(const std::vector<std::string>& args) {
   }
   for (const char* required : {"vae", "out"})
     VINF_INPUT_CHECK(vm.count(required), "vinf decode: --", required, " is required (see vinf decode --help)");
+  VINF_INPUT_CHECK(!out_path.empty(), "vinf decode: --out is empty: give the output file");
   VINF_INPUT_CHECK(vm.count("latents") + vm.count("checkpoint") == 1,
                    "vinf decode: give either --latents IN.safetensors or --checkpoint X.h5 (see vinf decode --help)");
   VINF_INPUT_CHECK(video.fps > 0 && video.fps <= 1000, "--output.fps must be in (0, 1000], got ", video.fps);

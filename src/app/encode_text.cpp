@@ -13,6 +13,7 @@
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
+#include "core/utf8.hpp"
 #include "io/safetensors.hpp"
 #include "model/clip_text.hpp"
 #include "model/tokenizer.hpp"
@@ -54,6 +55,7 @@ int encode_text(const std::vector<std::string>& args) {
     return 0;
   }
   VINF_INPUT_CHECK(vm.count("out"), "vinf encode-text: --out is required (see vinf encode-text --help)");
+  VINF_INPUT_CHECK(!out_path.empty(), "vinf encode-text: --out is empty: give the output file");
   if (encoder_dir.empty() && !model_dir.empty()) encoder_dir = model_dir + "/text_encoder";
   if (tokenizer_dir.empty() && !model_dir.empty()) tokenizer_dir = model_dir + "/tokenizer";
   VINF_INPUT_CHECK(!encoder_dir.empty() && !tokenizer_dir.empty(),
@@ -62,11 +64,23 @@ int encode_text(const std::vector<std::string>& args) {
   if (!prompt_file.empty()) {
     std::ifstream in(prompt_file);
     VINF_INPUT_CHECK(in.good(), "--prompt-file ", prompt_file, ": cannot read the file");
+    int number = 0;
     for (std::string line; std::getline(in, line);) {
+      ++number;
       if (!line.empty() && line.back() == '\r') line.pop_back();
+      const std::size_t bad = first_invalid_utf8(line);
+      VINF_INPUT_CHECK(bad == std::string::npos, "--prompt-file ", prompt_file, " line ", number,
+                       " is not valid UTF-8 (byte ", bad, " of the line); save the file as UTF-8");
       prompts.push_back(line);
     }
   }
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const std::size_t bad = first_invalid_utf8(prompts[i]);
+    VINF_INPUT_CHECK(bad == std::string::npos, "--prompt number ", i + 1, " is not valid UTF-8 (byte ", bad, ")");
+  }
+  for (const std::string& n : negative)
+    VINF_INPUT_CHECK(first_invalid_utf8(n) == std::string::npos, "--negative is not valid UTF-8 (byte ",
+                     first_invalid_utf8(n), ")");
   VINF_INPUT_CHECK(!prompts.empty(), "vinf encode-text: no prompt: give --prompt TEXT (repeatable) or --prompt-file FILE");
 
   mpi::Session mpi(nullptr, nullptr);

@@ -197,6 +197,7 @@ int forward(const std::vector<std::string>& args) {
   }
   for (const char* required : {"model", "inputs", "out"})
     VINF_INPUT_CHECK(vm.count(required), "vinf forward: --", required, " is required (see vinf forward --help)");
+  VINF_INPUT_CHECK(!out_path.empty(), "vinf forward: --out is empty: give the output file");
   const infinity::Config vcfg = vi.resolve(vm);
   check_dtype_option(dtype_opt);
   VINF_INPUT_CHECK(timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", timeout);

@@ -8,6 +8,7 @@
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
+#include "core/utf8.hpp"
 #include "ops/runtime.hpp"
 #include "sampling/scheduler.hpp"
 
@@ -205,6 +206,15 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
                    "--sampler.noise must be auto, invariant or compat, got '", o.noise, "'");
   VINF_INPUT_CHECK(!o.prompts.empty() || !o.embeddings.empty(),
                    "no prompt: give --prompt.text (repeatable) or --prompt.embeddings FILE");
+  for (std::size_t i = 0; i < o.prompts.size(); ++i) {
+    const std::size_t bad = first_invalid_utf8(o.prompts[i]);
+    VINF_INPUT_CHECK(bad == std::string::npos, "--prompt.text number ", i + 1, " is not valid UTF-8 (byte ", bad,
+                     "); save the command line or INI file as UTF-8");
+  }
+  VINF_INPUT_CHECK(first_invalid_utf8(o.negative) == std::string::npos, "--prompt.negative is not valid UTF-8 (byte ",
+                   first_invalid_utf8(o.negative), "); save the command line or INI file as UTF-8");
+  VINF_INPUT_CHECK(!vm.count("out") || !o.out.empty(), "--out is empty: give a directory, or leave --out out for ",
+                   "outputs/<name>-<date-time>");
   if (o.embeddings.empty() && !o.builtin()) {
     // The text encoder and tokenizer: given, or the pipeline's own.
     for (auto [dir, option, sub] : {std::tuple{&o.text_encoder, "--model.text-encoder", "text_encoder"},

@@ -66,6 +66,10 @@ bad "$work/tok/vocab.json is not valid JSON" --text-encoder "$work/pipe/text_enc
 mkdir -p "$work/enc" && cp "$work/pipe/text_encoder/config.json" "$work/enc/"
 bad "text encoder directory $work/enc has no model.safetensors" --text-encoder "$work/enc" --tokenizer "$work/pipe/tokenizer" --prompt x
 bad "--prompt-file $work/none.txt: cannot read" --model "$work/pipe" --prompt-file "$work/none.txt"
+printf 'a kite\ncaf\xe9 au lait\n' > "$work/latin1.txt"
+bad "--prompt-file $work/latin1.txt line 2 is not valid UTF-8 (byte 3 of the line)" --model "$work/pipe" --prompt-file "$work/latin1.txt"
+bad "--prompt number 1 is not valid UTF-8 (byte 1)" --model "$work/pipe" --prompt $'a\x80'
+expect 2 "--out is empty" -- "$vinf" encode-text --model "$work/pipe" --prompt x --out ''
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

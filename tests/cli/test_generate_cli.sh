@@ -147,6 +147,12 @@ bad "--sampler.scheduler 'euler' is not one of" "${small[@]}" --sampler.schedule
 bad "--sampler.noise must be auto, invariant or compat" "${small[@]}" --sampler.noise loud
 bad "--sampler.seed must be >= 0" "${small[@]}" --sampler.seed -1
 bad "no prompt" --model builtin:tiny
+# Prompts end up in run.json and the checkpoints, which hold UTF-8 only.
+bad "--prompt.text number 2 is not valid UTF-8 (byte 3)" "${small[@]}" --prompt.text $'caf\xe9'
+bad "--prompt.negative is not valid UTF-8 (byte 0)" "${small[@]}" --prompt.negative $'\xff'
+printf 'model = builtin:tiny\n[prompt]\ntext = ok\ntext = \xc3(\n' > "$work/latin1.ini"
+bad "--prompt.text number 2 is not valid UTF-8 (byte 0)" --config "$work/latin1.ini"
+expect 2 "--out is empty" -- "$vinf" generate --model builtin:tiny --prompt.text x --out ''
 bad "the built-in models are builtin:tiny and builtin:small" --model builtin:huge --prompt.text x
 bad "--vi.mode must be invariant, compat or off" "${small[@]}" --vi.mode sideways
 bad "--vi.local-frames 9 is larger than the 8 frames per clip" --model builtin:tiny --prompt.text x --video.frames 8 --vi.local-frames 9

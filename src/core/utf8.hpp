@@ -1,0 +1,45 @@
+// Well-formed UTF-8 (RFC 3629), checked where user text enters: prompts end up in JSON files
+// (run.json, checkpoints), whose writer refuses anything else.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace vinf {
+
+// The byte offset of the first byte that does not belong to a well-formed sequence (overlong
+// forms, surrogates and code points above U+10FFFF are not), or std::string::npos when the text is
+// well-formed.
+inline std::size_t first_invalid_utf8(std::string_view s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  std::size_t i = 0;
+  while (i < n) {
+    const unsigned c = b[i];
+    std::size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (c < 0x80) len = 1;
+    else if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;  // no overlong three-byte forms
+      if (c == 0xED) hi = 0x9F;  // no surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;  // no overlong four-byte forms
+      if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+    } else {
+      return i;
+    }
+    if (len > 1) {
+      if (i + len > n || b[i + 1] < lo || b[i + 1] > hi) return i;
+      for (std::size_t k = 2; k < len; ++k)
+        if (b[i + k] < 0x80 || b[i + k] > 0xBF) return i;
+    }
+    i += len;
+  }
+  return std::string::npos;
+}
+
+}  // namespace vinf
