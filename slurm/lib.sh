@@ -74,7 +74,11 @@ vinf_generate() {
   shift 2
   local args=(generate --config "$config" --out "$out" --resume auto --device "$VINF_DEVICE")
   [ -z "${VINF_COMM_TIMEOUT:-}" ] || args+=(--comm-timeout "$VINF_COMM_TIMEOUT")
-  vinf_log "srun --mpi=${VINF_SRUN_MPI:-pmix} --kill-on-bad-exit=1 $VINF ${args[*]} $*"
+  # Since Slurm 22.05 srun no longer inherits sbatch's --cpus-per-task: without it each rank would
+  # be bound to one CPU while running OMP_NUM_THREADS threads.
+  local srun_opts=(--mpi="${VINF_SRUN_MPI:-pmix}" --kill-on-bad-exit=1)
+  [ -z "${SLURM_CPUS_PER_TASK:-}" ] || srun_opts+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+  vinf_log "srun ${srun_opts[*]} $VINF ${args[*]} $*"
   vinf_signals=0
   trap 'vinf_signals=$((vinf_signals + 1)); vinf_forward USR1' USR1
   trap 'vinf_signals=$((vinf_signals + 1)); vinf_forward TERM' TERM
@@ -85,7 +89,7 @@ vinf_generate() {
   srun_log=$(mktemp "${TMPDIR:-/tmp}/vinf-srun.XXXXXX")
   exec {vinf_srun_fd}> >(tee -a "$srun_log" >&2)
   tee_pid=$!
-  srun --mpi="${VINF_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 "$VINF" "${args[@]}" "$@" 2>&"$vinf_srun_fd" &
+  srun "${srun_opts[@]}" "$VINF" "${args[@]}" "$@" 2>&"$vinf_srun_fd" &
   vinf_srun=$!
   local seen
   while :; do

@@ -97,6 +97,7 @@ multinode)
   check "the ranks spread over node1 and node2" grep -q '4 task(s) on 2 node(s) node\[1-2\]' "$log"
   check "the log shows the profiles' NCCL settings" grep -q 'NCCL settings: .*NCCL_DEBUG=INFO .*NCCL_IB_DISABLE=1 ' "$log"
   check "debug.sh's collective timeout reached vinf" grep -q -- '--comm-timeout 120' "$log"
+  check "srun gets sbatch's --cpus-per-task (not inherited since Slurm 22.05)" grep -q -- 'srun .*--cpus-per-task=1 ' "$log"
   ;;
 
 sweep)
