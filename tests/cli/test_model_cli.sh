@@ -47,6 +47,7 @@ expect 2 "are not parameters of the model in $work/broken/unexpected-key/config.
 expect 0 "warning: $work/broken/unexpected-key/diffusion_pytorch_model.safetensors: ignored 1 tensor(s)" -- "$vinf" forward --model "$work/broken/unexpected-key" --inputs "$inputs" --out "$work/u.safetensors" --vi.mode off --ignore-unexpected-weights
 expect 2 "tensor 'up_blocks.1.attentions.0.proj_in.weight' has shape [1025] but the config" -- run_broken bad-shape
 expect 2 "tensor 'conv_in.bias' has dtype I64; model weights must be F32, F16 or BF16" -- run_broken bad-dtype
+expect 2 "tensor 'down_blocks.1.resnets.0.conv1.weight' holds a NaN or infinity (element 7 of" -- run_broken nan-weight
 expect 2 "the file is truncated or corrupt" -- run_broken truncated
 expect 2 "bad-header/diffusion_pytorch_model.safetensors: the header is not valid JSON" -- run_broken bad-header
 expect 2 "unknown block type 'SpiralBlock3D' in down_block_types[1]" -- run_broken unknown-block

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -250,6 +251,22 @@ int broken_models(int argc, char** argv) {
   rewrite(in, (variant("unexpected-key") / weights).string(), "", "mid_block.extra_layer.weight", "", "");
   rewrite(in, (variant("bad-shape") / weights).string(), "", "", "up_blocks.1.attentions.0.proj_in.weight", "");
   rewrite(in, (variant("bad-dtype") / weights).string(), "", "", "", "conv_in.bias");
+  {
+    // A NaN in the middle of one tensor (a damaged download or a broken conversion).
+    std::vector<io::TensorToWrite> out;
+    std::vector<float> poisoned;
+    for (const auto& e : in.entries()) {
+      io::TensorToWrite t{e.name, e.dtype, e.shape, in.tensor(e.name).data, {}};
+      if (e.name == "down_blocks.1.resnets.0.conv1.weight" && e.dtype == DType::f32) {
+        const auto* src = static_cast<const float*>(t.data);
+        poisoned.assign(src, src + e.shape.numel());
+        poisoned[7] = std::numeric_limits<float>::quiet_NaN();
+        t.data = poisoned.data();
+      }
+      out.push_back(t);
+    }
+    io::write_safetensors((variant("nan-weight") / weights).string(), out);
+  }
   {
     const fs::path d = variant("truncated");
     fs::copy_file(good / weights, d / weights, fs::copy_options::overwrite_existing);
