@@ -385,7 +385,26 @@ int generate(const std::vector<std::string>& args) {
     step_seconds.push_back(seconds_since(t0));
     progress.update(i + 1 - start_step, (start_step > 0 ? "(" + std::to_string(i + 1) + "/" + std::to_string(o.steps) +
                                                            " of the run) " : std::string()) + "t=" + std::to_string(t));
-    step_fault(mpi.rank(), i + 1);
+    if (step_fault(mpi.rank(), i + 1)) ops::fill(ctx, sampler.latents().select(2, nf / 2), std::nan(""));
+    // A step that made the latents NaN or infinite (f16 overflow, a damaged input) ends the run
+    // here, before a checkpoint could keep it; every rank learns which rank saw it first.
+    {
+      const std::vector<float> now = to_host(sampler.latents());
+      std::size_t bad = 0;
+      while (bad < now.size() && std::isfinite(now[bad])) ++bad;
+      const double first_bad_rank = -mpi.max(bad < now.size() ? -static_cast<double>(mpi.rank()) : -1e9);
+      if (first_bad_rank < 1e9) {
+        std::string where;
+        if (bad < now.size()) {
+          const std::size_t per_frame = now.size() / static_cast<std::size_t>(nf);
+          where = " (first in frame " + std::to_string(first_frame + static_cast<std::int64_t>(bad / per_frame)) + ")";
+        }
+        VINF_FAIL("step ", i + 1, " of ", o.steps, " (t=", t, ") made the latents NaN or infinite on rank ",
+                  static_cast<int>(first_bad_rank), bad < now.size() ? where : std::string(),
+                  "; the run stops here and keeps only the earlier checkpoints. Causes: --dtype f16 overflowing ",
+                  "(use bf16 or f32), damaged weights or embeddings, an unusual scheduler config");
+      }
+    }
     // Every rank learns whether any rank was asked to stop, and they stop together.
     const bool last = i + 1 == o.steps;
     stopped_by = last ? 0 : static_cast<int>(mpi.max(static_cast<double>(stop_signal())));

@@ -265,15 +265,17 @@ const char* signal_name(int sig) {
   }
 }
 
-void step_fault(int world_rank, int completed_steps) {
+bool step_fault(int world_rank, int completed_steps) {
   const char* spec = std::getenv("VINF_FAULT_STEP");
-  if (!spec) return;
+  if (!spec) return false;
   int rank = -1, step = -1;
   char sig[16] = {};
-  if (std::sscanf(spec, "rank=%d,step=%d,signal=%15s", &rank, &step, sig) != 3) return;
-  if (rank != world_rank || step != completed_steps) return;
+  if (std::sscanf(spec, "rank=%d,step=%d,signal=%15s", &rank, &step, sig) != 3) return false;
+  if (rank != world_rank || step != completed_steps) return false;
   const std::string s = sig;
+  if (s == "NAN") return true;
   std::raise(s == "KILL" ? SIGKILL : s == "USR1" ? SIGUSR1 : SIGTERM);
+  return false;
 }
 
 ActivationDump::ActivationDump(const GenerateOptions& o, std::int64_t batch, std::int64_t clip_frames,

@@ -55,9 +55,10 @@ json vi_json(const infinity::Config& v);
 void install_stop_signals();
 int stop_signal();  // 0, or the signal that arrived
 const char* signal_name(int sig);
-// Test hook VINF_FAULT_STEP="rank=R,step=K,signal=TERM|USR1|KILL": world rank R sends itself the
-// signal after step K. Used by the checkpoint tests only.
-void step_fault(int world_rank, int completed_steps);
+// Test hook VINF_FAULT_STEP="rank=R,step=K,signal=TERM|USR1|KILL|NAN": world rank R sends itself
+// the signal after step K, or (NAN) is told to spoil its latents. Used by the tests only.
+// Returns true for NAN at this rank and step.
+bool step_fault(int world_rank, int completed_steps);
 
 // --dump.modules: the outputs of the selected modules over the whole video, collected on the
 // dump steps and written collectively to OUT/activations.h5 as /activations/step<k>/<module>.

@@ -129,5 +129,17 @@ else
   echo "FAIL: dump runs"; fails=$((fails + 1))
 fi
 
+# 9. A step that makes the latents NaN (here planted on the last rank after step 3) stops the run
+# there, naming the step, the rank and the frame; no checkpoint or result holds it.
+last=$((n - 1)) per=$((frames / n))
+expect 1 "step 3 of 8 (t=" -- env VINF_FAULT_STEP="rank=$last,step=3,signal=NAN" \
+  "$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --out "$work/nan" --video.frames $frames --sampler.steps 8 --quiet
+expect 1 "made the latents NaN or infinite on rank $last (first in frame $((last * per + per / 2)))" -- \
+  env VINF_FAULT_STEP="rank=$last,step=3,signal=NAN" "$mpiexec" -np "$n" "$vinf" generate "${common[@]}" \
+  --out "$work/nan" --video.frames $frames --sampler.steps 8 --resume auto --quiet
+[ -f "$work/nan/checkpoints/step-000002.h5" ] && [ ! -e "$work/nan/checkpoints/step-000004.h5" ] \
+  && [ ! -e "$work/nan/latents.h5" ] && [ ! -e "$work/nan/run.json" ] \
+  && echo "ok: the NaN step left only the step-2 checkpoint" || { echo "FAIL: files after the NaN step"; ls -R "$work/nan"; fails=$((fails + 1)); }
+
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
