@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <cmath>
+#include <cstdio>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -107,6 +108,23 @@ int generate(const std::vector<std::string>& args) {
     }
   }
   const sampling::Scheduler scheduler(sampling::parse_scheduler(o.scheduler), sched_cfg, o.steps, o.eta);
+  {
+    // Before anything is created: a video that cannot fit fails here, naming the options, not in
+    // the allocator after its output directory exists. A lower bound only: the latent-sized
+    // buffers of the sampler and guidance and the UNet's first activation (conv_in's output).
+    const double latent = static_cast<double>(ucfg.in_channels) * static_cast<double>(nf) * static_cast<double>(lh) *
+                          static_cast<double>(lw) * 4.0;
+    const double batch = guided && o.cfg == 1 ? 2.0 : 1.0;
+    const double first_activation = batch * ucfg.block_out_channels.front() * static_cast<double>(nf) *
+                                    static_cast<double>(lh) * static_cast<double>(lw) *
+                                    static_cast<double>(dtype_size(dtype));
+    const double need = (4.0 + 2.0 * batch) * latent + first_activation, have = memory_capacity_bytes(device);
+    char figures[128];
+    std::snprintf(figures, sizeof figures, "%.3g GiB, more than the %.3g GiB", need / 1073741824.0, have / 1073741824.0);
+    VINF_INPUT_CHECK(have <= 0 || need < have, "--video.frames ", frames, " at ", o.width, "x", o.height, " over ", clips,
+                     " clip rank(s): each rank needs at least ", figures, " of ", device.name(),
+                     " memory this node has; use more ranks, fewer frames or a smaller size");
+  }
   const std::string out_dir = choose_out_dir(o, mpi), ckpt_dir = out_dir + "/checkpoints";
   // A finished run (its run.json is written last) is never overwritten without --overwrite: the
   // Slurm scripts pass --resume auto, so resubmitting a finished job finds nothing to do. With

@@ -96,6 +96,15 @@ std::unique_ptr<RawMemory> device_memory(int device) { return std::make_unique<D
 
 std::unique_ptr<RawMemory> pinned_memory() { return std::make_unique<PinnedMemory>(); }
 
+double memory_capacity_bytes(int device) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0.0;
+  }
+  return static_cast<double>(p.totalGlobalMem);
+}
+
 std::string device_identity(int device) {
   cudaDeviceProp p{};
   VINF_CHECK_CUDA(cudaGetDeviceProperties(&p, device));

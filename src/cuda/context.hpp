@@ -57,6 +57,9 @@ std::unique_ptr<RawMemory> pinned_memory();
 // were given the same GPU.
 std::string device_identity(int device);
 
+// The device's memory in bytes (what cudaMemGetInfo calls total); 0 when it cannot be read.
+double memory_capacity_bytes(int device);
+
 // Usable devices; 0 when there is no driver or no visible device (the error is cleared).
 int device_count();
 

@@ -1,5 +1,7 @@
 #include "ops/runtime.hpp"
 
+#include <unistd.h>
+
 #include <atomic>
 
 #include "core/error.hpp"
@@ -55,6 +57,18 @@ std::unique_ptr<RawMemory> pinned_host_memory() {
   return cuda::pinned_memory();
 #else
   return nullptr;
+#endif
+}
+
+double memory_capacity_bytes(const Device& device) {
+  if (device.is_cpu()) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+  }
+#if VINF_WITH_CUDA
+  return cuda::memory_capacity_bytes(device.index);
+#else
+  return 0.0;
 #endif
 }
 

@@ -48,6 +48,9 @@ bool built_with_cuda();
 std::string device_identity(const Device& device);
 // Page-locked host memory for an Arena, or nullptr in builds without CUDA.
 std::unique_ptr<RawMemory> pinned_host_memory();
+// How much memory `device` has in all: the node's physical memory for the CPU, the GPU's memory for
+// CUDA; 0 when it cannot be told.
+double memory_capacity_bytes(const Device& device);
 // Waits for the work queued on the context's device (nothing to wait for on the CPU).
 void synchronize(ExecContext& ctx);
 

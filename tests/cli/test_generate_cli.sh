@@ -147,6 +147,9 @@ bad "--sampler.scheduler 'euler' is not one of" "${small[@]}" --sampler.schedule
 bad "--sampler.noise must be auto, invariant or compat" "${small[@]}" --sampler.noise loud
 bad "--sampler.seed must be >= 0" "${small[@]}" --sampler.seed -1
 bad "no prompt" --model builtin:tiny
+# A video that cannot fit in memory is refused before anything is created.
+bad "--video.frames 1000000000000 at 32x32 over 1 clip rank(s): each rank needs at least" --model builtin:tiny \
+  --device cpu --prompt.text x --video.frames 1000000000000 --video.height 32 --video.width 32
 # Prompts end up in run.json and the checkpoints, which hold UTF-8 only.
 bad "--prompt.text number 2 is not valid UTF-8 (byte 3)" "${small[@]}" --prompt.text $'caf\xe9'
 bad "--prompt.negative is not valid UTF-8 (byte 0)" "${small[@]}" --prompt.negative $'\xff'
