@@ -412,13 +412,13 @@ int generate(const std::vector<std::string>& args) {
       while (bad < now.size() && std::isfinite(now[bad])) ++bad;
       const double first_bad_rank = -mpi.max(bad < now.size() ? -static_cast<double>(mpi.rank()) : -1e9);
       if (first_bad_rank < 1e9) {
-        std::string where;
-        if (bad < now.size()) {
+        std::string where;  // the frame, from the rank named (the others saw other data)
+        if (bad < now.size() && mpi.rank() == static_cast<int>(first_bad_rank)) {
           const std::size_t per_frame = now.size() / static_cast<std::size_t>(nf);
           where = " (first in frame " + std::to_string(first_frame + static_cast<std::int64_t>(bad / per_frame)) + ")";
         }
         VINF_FAIL("step ", i + 1, " of ", o.steps, " (t=", t, ") made the latents NaN or infinite on rank ",
-                  static_cast<int>(first_bad_rank), bad < now.size() ? where : std::string(),
+                  static_cast<int>(first_bad_rank), where,
                   "; the run stops here and keeps only the earlier checkpoints. Causes: --dtype f16 overflowing ",
                   "(use bf16 or f32), damaged weights or embeddings, an unusual scheduler config");
       }
