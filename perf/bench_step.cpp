@@ -233,7 +233,7 @@ int run(int argc, char** argv) {
                  {"warmup", warmup},
                  {"device", device.name()},
                  {"dtype", dtype_name(dtype)},
-                 {"tf32", tf32 && device.is_cuda() && dtype == DType::f32},
+                 {"tf32", tf32_in_effect(device, dtype)},
                  {"comm_backend", comm ? std::string(comm->backend()) : std::string("none")},
                  {"vi.mode", infinity::mode_name(vcfg.mode)},
                  {"vi.halo", vi.halo},

@@ -242,7 +242,7 @@ int forward(const std::vector<std::string>& args) {
   for (const std::string& wn : warnings) log("warning: " + wn);
   log("model " + files.dir + ": " + std::to_string(unet.weights().count()) + " parameters, " +
       format_mib(static_cast<double>(unet.weights().bytes())) + " as " + dtype_name(dtype) +
-      (tf32 && device.is_cuda() && dtype == DType::f32 ? " (TF32 tensor cores)" : "") + " on " + device.name() +
+      (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() +
       " (loaded in " + std::to_string(seconds_since(t_load)).substr(0, 5) + " s)");
   log(std::string("--vi.mode ") + infinity::mode_name(vcfg.mode) + ", " + std::to_string(clips) +
       (emulate > 0 ? " emulated clip(s)" : " clip(s)") + (cfg_size == 2 ? " x 2 CFG branches" : "") + ", " +

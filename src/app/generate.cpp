@@ -161,7 +161,7 @@ int generate(const std::vector<std::string>& args) {
       {"vi", vi_json(o.vi)},
       {"device", device.name()},
       {"dtype", o.dtype},
-      {"tf32", o.tf32 && device.is_cuda() && dtype == DType::f32}};
+      {"tf32", tf32_in_effect(device, dtype)}};
   io::RunStamp stamp;
   stamp.config_json = config.dump();
   stamp.numerics_json = numerics_json(o, clips).dump();
@@ -255,7 +255,7 @@ int generate(const std::vector<std::string>& args) {
   for (const std::string& w : warnings) log("warning: " + w);
   log("model " + (o.builtin() ? o.model + " (seed " + std::to_string(o.model_seed) + ")" : files.dir) + ": " +
       std::to_string(unet.weights().count()) + " parameters as " + dtype_name(dtype) +
-      (o.tf32 && device.is_cuda() && dtype == DType::f32 ? " (TF32 tensor cores)" : "") + " on " + device.name() +
+      (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() +
       ", loaded in " + format_duration(load_seconds));
   log(std::to_string(frames) + " frames of " + std::to_string(o.width) + "x" + std::to_string(o.height) + " over " +
       std::to_string(clips) + " clip(s) of " + std::to_string(nf) + (o.cfg == 2 ? " x 2 guidance branches" : "") +

@@ -37,6 +37,11 @@ inline constexpr const char* kTf32OptionHelp =
     "use TF32 tensor cores for f32 GEMMs and convolutions on CUDA (about 1e-3 relative error; off: full f32)";
 void set_allow_tf32(bool on);
 bool allow_tf32();
+// Whether TF32 actually applies to a run on `device` in `dtype` (allowed, CUDA and f32): what the
+// logs and run.json report.
+inline bool tf32_in_effect(const Device& device, DType dtype) {
+  return allow_tf32() && device.is_cuda() && dtype == DType::f32;
+}
 
 // Number of usable CUDA devices: 0 when this build has no CUDA, when no driver is installed or
 // when no device is visible. Never throws.
