@@ -357,6 +357,7 @@ int generate(const std::vector<std::string>& args) {
   OwnedTensor eps = rt.arena().empty(DType::f32, latent_shape);
   OwnedTensor z = scheduler.stochastic() ? rt.arena().empty(DType::f32, latent_shape) : OwnedTensor{};
   ActivationDump dump(o, batch, nf, first_frame, frames);
+  FiniteWatch watch;
   rt.synchronize();
 
   std::vector<std::string> checkpoints_written;
@@ -386,8 +387,18 @@ int generate(const std::vector<std::string>& args) {
       for (std::int64_t b = 0; b < batch; ++b) ops::copy(ctx, x, unet_in.slice(0, b, 1));
     }
     const bool dumping = dump.wanted(i + 1);
-    unet.forward(ctx, batch > 1 ? unet_in.view() : x, t, o.fps, text_dev, pred, *temporal,
-                 dumping ? dump.observer(ctx) : model::UNet3D::Observer{});
+    model::UNet3D::Observer observe;
+    if (dumping && o.debug) {
+      observe = [d = dump.observer(ctx), w = watch.observer(ctx)](const std::string& name, const Tensor& out) {
+        d(name, out);
+        w(name, out);
+      };
+    } else if (dumping) {
+      observe = dump.observer(ctx);
+    } else if (o.debug) {
+      observe = watch.observer(ctx);
+    }
+    unet.forward(ctx, batch > 1 ? unet_in.view() : x, t, o.fps, text_dev, pred, *temporal, observe);
     if (dumping) dump.write_step(mpi.world(), out_dir + "/activations.h5", i + 1);
     if (!guided) {
       ops::copy(ctx, pred, eps);
@@ -412,13 +423,20 @@ int generate(const std::vector<std::string>& args) {
       while (bad < now.size() && std::isfinite(now[bad])) ++bad;
       const double first_bad_rank = -mpi.max(bad < now.size() ? -static_cast<double>(mpi.rank()) : -1e9);
       if (first_bad_rank < 1e9) {
-        std::string where;  // the frame, from the rank named (the others saw other data)
+        // The frame and, with --debug, the module, from the rank named (the others saw other data).
+        std::string where, module = "; run with --debug to name the first UNet module whose output is not finite";
         if (bad < now.size() && mpi.rank() == static_cast<int>(first_bad_rank)) {
           const std::size_t per_frame = now.size() / static_cast<std::size_t>(nf);
           where = " (first in frame " + std::to_string(first_frame + static_cast<std::int64_t>(bad / per_frame)) + ")";
+          if (o.debug) {
+            module = watch.first_bad().empty()
+                         ? "; every UNet module's output was finite on that rank, so the guidance or the "
+                           "scheduler step made it"
+                         : "; the first UNet module whose output was not finite on that rank: " + watch.first_bad();
+          }
         }
         VINF_FAIL("step ", i + 1, " of ", o.steps, " (t=", t, ") made the latents NaN or infinite on rank ",
-                  static_cast<int>(first_bad_rank), where,
+                  static_cast<int>(first_bad_rank), where, module,
                   "; the run stops here and keeps only the earlier checkpoints. Causes: --dtype f16 overflowing ",
                   "(use bf16 or f32), damaged weights or embeddings, an unusual scheduler config");
       }

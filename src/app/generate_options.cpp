@@ -52,6 +52,9 @@ po::options_description describe(GenerateOptions& o) {
       "verbose,v", po::value(&o.verbose)->default_value(o.verbose)->implicit_value(true),
       "also print the schedule, the prompts per clip, every step (not only every 10 s in a log) and each "
       "rank's bytes per collective kind")(
+      "debug", po::value(&o.debug)->default_value(o.debug)->implicit_value(true),
+      "check the output of every UNet module for NaN or infinity at each step, so that a step whose latents "
+      "are not finite names the first module that went wrong (slower: every module's output is read back)")(
       "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
       "dtype", po::value(&o.dtype)->default_value(o.dtype), kDtypeOptionHelp)(
       "tf32", po::bool_switch(&o.tf32), kTf32OptionHelp)(

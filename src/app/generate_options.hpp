@@ -44,6 +44,7 @@ struct GenerateOptions {
   // output and run
   std::string out, name;
   bool overwrite = false, quiet = false, verbose = false;
+  bool debug = false;  // --debug: check every UNet module's output, to name the first non-finite one
   std::string device = "auto", dtype = "auto", comm_backend = "auto";
   bool tf32 = false;  // --tf32: f32 GEMMs and convolutions on CUDA may use TF32 tensor cores
   double comm_timeout = 300;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
@@ -288,6 +289,22 @@ ActivationDump::ActivationDump(const GenerateOptions& o, std::int64_t batch, std
       frames_(frames) {
   VINF_INPUT_CHECK(globs_.empty() || o.cfg == 1, "--dump.modules needs --parallel.cfg 1 (every rank then holds ",
                    "both guidance branches of its frames)");
+}
+
+std::function<void(const std::string&, const Tensor&)> FiniteWatch::observer(ExecContext& ctx) {
+  first_bad_.clear();
+  return [this, &ctx](const std::string& name, const Tensor& t) {
+    if (!first_bad_.empty()) return;
+    host_.resize(static_cast<std::size_t>(t.numel()));
+    ops::copy(ctx, t, Tensor::wrap(host_.data(), DType::f32, Device::cpu(), t.shape));
+    synchronize(ctx);
+    for (float v : host_) {
+      if (!std::isfinite(v)) {
+        first_bad_ = name;
+        return;
+      }
+    }
+  };
 }
 
 bool ActivationDump::wanted(int step) const {

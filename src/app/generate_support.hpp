@@ -60,6 +60,20 @@ const char* signal_name(int sig);
 // Returns true for NAN at this rank and step.
 bool step_fault(int world_rank, int completed_steps);
 
+// --debug: watches the module outputs of a UNet call and keeps the name of the first one that holds
+// a NaN or infinity. Each output is read back to the host, so a step is slower; the run stays the same.
+class FiniteWatch {
+ public:
+  // The observer for one UNet call (forgets the previous call's finding).
+  std::function<void(const std::string&, const Tensor&)> observer(ExecContext& ctx);
+  // The first module of the last call whose output was not finite; empty when all were.
+  const std::string& first_bad() const { return first_bad_; }
+
+ private:
+  std::string first_bad_;
+  std::vector<float> host_;
+};
+
 // --dump.modules: the outputs of the selected modules over the whole video, collected on the
 // dump steps and written collectively to OUT/activations.h5 as /activations/step<k>/<module>.
 class ActivationDump {

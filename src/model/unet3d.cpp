@@ -276,6 +276,7 @@ class Forward {
   Act layer(const Act& x, const std::string& p, int j, bool cross, const Tensor& text, float output_scale = 1.f) const {
     const std::string k = dot_index(j);
     Act h = resnet(*x, p + ".resnets" + k, output_scale);
+    observe(p + ".resnets" + k, *h);
     h = temporal_conv(h, p + ".temp_convs" + k);
     if (cross) {
       h = spatial_transformer(*h, p + ".attentions" + k, text);
@@ -371,6 +372,7 @@ void UNet3D::forward(ExecContext& ctx, const Tensor& sample, std::int64_t timest
   {
     const std::string k = "mid_block.resnets.1";
     x = fw.resnet(*x, k, c.mid_block_scale_factor);
+    fw.observe(k, *x);
     x = fw.temporal_conv(x, "mid_block.temp_convs.1");
   }
   fw.observe("mid_block", *x);

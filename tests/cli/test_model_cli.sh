@@ -55,6 +55,18 @@ expect 2 "config key 'act_fn' is \"gelu\"; vinf supports only \"silu\"" -- run_b
 expect 2 "has neither diffusion_pytorch_model.safetensors nor" -- run_broken no-weights
 [ ! -e "$work/z.safetensors" ] || { echo "FAIL: a failed run left $work/z.safetensors"; fails=$((fails + 1)); }
 
+# Finite but huge weights make a step's latents infinite: the run stops at step 1, and --debug names
+# the first module whose output was not finite (the resnet holding the weights).
+expect 0 "wrote" -- "$vinf" make-model --preset tiny --seed 7 --out "$work/pipe" --layout pipeline
+huge=(generate --model "$work/pipe" --model.unet "$work/broken/huge-weight" --device cpu --video.frames 4
+      --video.height 32 --video.width 32 --sampler.steps 2 --prompt.text "a lighthouse" --vi.local-frames 2
+      --vi.global-frames 2 --quiet)
+expect 1 "step 1 of 2 (t=999) made the latents NaN or infinite on rank 0 (first in frame 0); run with --debug to name" -- \
+  "$vinf" "${huge[@]}" --out "$work/huge"
+expect 1 "the first UNet module whose output was not finite on that rank: mid_block.resnets.0;" -- \
+  "$vinf" "${huge[@]}" --out "$work/huge-debug" --debug
+[ ! -e "$work/huge-debug/latents.h5" ] || { echo "FAIL: the NaN run wrote latents.h5"; fails=$((fails + 1)); }
+
 # make-model: the tiny preset has the fixture's shape, so the fixture inputs run on it.
 expect 0 "1349636 parameters" -- "$vinf" make-model --preset tiny --seed 7 --out "$work/tiny"
 expect 2 "already exists; pass --overwrite" -- "$vinf" make-model --preset tiny --seed 7 --out "$work/tiny"

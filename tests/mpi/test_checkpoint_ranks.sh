@@ -134,9 +134,10 @@ fi
 last=$((n - 1)) per=$((frames / n))
 expect 1 "step 3 of 8 (t=" -- env VINF_FAULT_STEP="rank=$last,step=3,signal=NAN" \
   "$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --out "$work/nan" --video.frames $frames --sampler.steps 8 --quiet
-expect 1 "made the latents NaN or infinite on rank $last (first in frame $((last * per + per / 2)))" -- \
+# With --debug the ranks check every UNet module's output: all were finite (the NaN came after).
+expect 1 "made the latents NaN or infinite on rank $last (first in frame $((last * per + per / 2))); every UNet module's output was finite on that rank" -- \
   env VINF_FAULT_STEP="rank=$last,step=3,signal=NAN" "$mpiexec" -np "$n" "$vinf" generate "${common[@]}" \
-  --out "$work/nan" --video.frames $frames --sampler.steps 8 --resume auto --quiet
+  --out "$work/nan" --video.frames $frames --sampler.steps 8 --resume auto --quiet --debug
 [ -f "$work/nan/checkpoints/step-000002.h5" ] && [ ! -e "$work/nan/checkpoints/step-000004.h5" ] \
   && [ ! -e "$work/nan/latents.h5" ] && [ ! -e "$work/nan/run.json" ] \
   && echo "ok: the NaN step left only the step-2 checkpoint" || { echo "FAIL: files after the NaN step"; ls -R "$work/nan"; fails=$((fails + 1)); }

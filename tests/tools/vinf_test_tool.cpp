@@ -268,6 +268,20 @@ int broken_models(int argc, char** argv) {
     io::write_safetensors((variant("nan-weight") / weights).string(), out);
   }
   {
+    // Finite but huge weights in one convolution: its output overflows to infinity at run time.
+    std::vector<io::TensorToWrite> out;
+    std::vector<float> huge;
+    for (const auto& e : in.entries()) {
+      io::TensorToWrite t{e.name, e.dtype, e.shape, in.tensor(e.name).data, {}};
+      if (e.name == "mid_block.resnets.0.conv1.weight" && e.dtype == DType::f32) {
+        huge.assign(static_cast<std::size_t>(e.shape.numel()), 3e38f);
+        t.data = huge.data();
+      }
+      out.push_back(t);
+    }
+    io::write_safetensors((variant("huge-weight") / weights).string(), out);
+  }
+  {
     const fs::path d = variant("truncated");
     fs::copy_file(good / weights, d / weights, fs::copy_options::overwrite_existing);
     fs::resize_file(d / weights, fs::file_size(d / weights) - 1000);
