@@ -20,6 +20,7 @@ expect 0 "wrote" -- "$vinf" decode --device cpu --vae "$vae" --latents "$ref" --
 expect 0 "ok decoded" -- "$tool" compare "$work/b.safetensors" "$work/a.safetensors" 2e-5 decoded
 # --vae.tile: a tile covering the frame is whole-frame decoding; smaller tiles (edge tiles of every
 # size) reproduce diffusers' untiled output too; a negative tile is refused.
+# (Exact: a tile as large as the frame takes the untiled path, the same calls as the default.)
 expect 0 "wrote" -- "$vinf" decode --device cpu --vae "$vae" --latents "$ref" --out "$work/t8.safetensors" --vae.tile 8
 expect 0 "max |diff| 0 " -- "$tool" compare "$work/t8.safetensors" "$work/a.safetensors" 0 decoded
 for t in 1 3; do
@@ -27,7 +28,8 @@ for t in 1 3; do
   expect 0 "ok decoded" -- "$tool" compare "$work/t$t.safetensors" "$ref" 1e-4 decoded
 done
 expect 2 "--vae.tile must be 0 (off) or a positive number" -- "$vinf" decode --device cpu --vae "$vae" --latents "$ref" --out "$work/t6.safetensors" --vae.tile -6
-# A file from the diffusers <= 0.16 era: query/key/value/proj_attn, [C, C, 1, 1] weights.
+# A file from the diffusers <= 0.16 era: query/key/value/proj_attn, [C, C, 1, 1] weights. Exact:
+# the loader renames and reshapes them into the same tensors, and the decode is the same calls.
 expect 0 "" -- "$tool" vae-old-names "$vae" "$work/old-vae"
 expect 0 "wrote" -- "$vinf" decode --device cpu --vae "$work/old-vae" --latents "$ref" --out "$work/c.safetensors"
 expect 0 "check: every parameter the config implies is present" -- "$vinf" inspect "$work/old-vae"

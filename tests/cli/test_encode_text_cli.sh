@@ -19,7 +19,7 @@ if [ -f "$vocab/vocab.json" ]; then
     --prompt "" --prompt "$beagle" --out "$work/a.safetensors"
   expect 0 "ok last_hidden_state" -- "$tool" compare "$work/a.safetensors" "$encoder/ref.safetensors" 1e-4 last_hidden_state
   expect 0 "input_ids                                                                I64   [2,77]" -- "$vinf" inspect "$work/a.safetensors"
-  # The same prompts from a file, one per line.
+  # The same prompts from a file, one per line: the same batch, so equal by construction.
   printf '\n%s\n' "$beagle" > "$work/prompts.txt"
   expect 0 "wrote" -- "$vinf" encode-text --text-encoder "$encoder" --tokenizer "$vocab" --prompt-file "$work/prompts.txt" \
     --out "$work/b.safetensors"
