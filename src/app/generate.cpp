@@ -82,6 +82,7 @@ int generate(const std::vector<std::string>& args) {
   o.dtype = dtype_name(dtype);  // run.json and the checkpoints record the dtype that ran, not "auto"
   set_allow_tf32(o.tf32);
   const int clips = grid.clip_size(), clip = grid.clip_index();
+  if (const std::string note = imported_fields_note(o, o.dtype, clips); !note.empty()) log(note);
   const std::int64_t frames = o.frames, nf = frames / clips, first_frame = clip * nf;
   const std::int64_t lh = o.height / 8, lw = o.width / 8;
   const bool guided = o.guidance > 1.0;
@@ -159,6 +160,7 @@ int generate(const std::vector<std::string>& args) {
       {"parallel", {{"cfg", o.cfg}, {"clips", clips}, {"world", mpi.size()}, {"frames-per-clip", nf}}},
       {"checkpoint", {{"every", o.checkpoint_every}, {"keep", o.checkpoint_keep}}},
       {"vi", vi_json(o.vi)},
+      {"import-vi-config", o.vi_options.import_file},
       {"device", device.name()},
       {"dtype", o.dtype},
       {"tf32", tf32_in_effect(device, dtype)}};

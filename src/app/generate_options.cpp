@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <tuple>
 
 #include "app/commands.hpp"
@@ -19,7 +20,6 @@ namespace vinf::app {
 
 namespace {
 
-constexpr std::int64_t kDefaultFramesPerClip = 24;
 constexpr std::int64_t kMaxPixels = 16384;
 constexpr unsigned kHelpWidth = 100, kHelpColumn = 44;  // wide enough that descriptions stay readable
 
@@ -80,10 +80,13 @@ po::options_description describe(GenerateOptions& o) {
 
   po::options_description video("[video]", kHelpWidth, kHelpColumn);
   video.add_options()("video.frames", po::value(&o.frames)->default_value(o.frames),
-                      "frames of the whole video, divided evenly over the clip ranks (0: 24 per clip)")(
+                      "frames of the whole video, divided evenly over the clip ranks (0: 24 per clip, or "
+                      "--import-vi-config's num_frames per clip)")(
       "video.height", po::value(&o.height)->default_value(o.height), "pixels, a multiple of 8")(
       "video.width", po::value(&o.width)->default_value(o.width), "pixels, a multiple of 8")(
-      "video.fps", po::value(&o.fps)->default_value(o.fps), "frame rate the UNet is conditioned on");
+      "video.fps", po::value(&o.fps)->default_value(o.fps),
+      "the frame rate the UNet is conditioned on (a model input, as the released code's fps; the frame rate "
+      "of video.mp4 is --output.fps)");
 
   po::options_description sampler("[sampler]", kHelpWidth, kHelpColumn);
   sampler.add_options()(
@@ -144,9 +147,58 @@ po::options_description describe(GenerateOptions& o) {
       "the steps (1-based, comma-separated) whose UNet call --dump.modules records");
 
   po::options_description vi("[vi] Video-Infinity (design.md §2; flags take =true/=false)", kHelpWidth, kHelpColumn);
-  o.vi_options.add_to(vi);
+  o.vi_options.add_to(
+      vi,
+      "the released code's JSON config (its examples/*.json): pipe_configs.prompts -> --prompt.text, steps -> "
+      "--sampler.steps, guidance_scale -> --sampler.guidance, fps -> --video.fps, num_frames (per GPU) x clip "
+      "ranks -> --video.frames, height, width -> --video.height, --video.width, export_fps -> --output.fps, seed "
+      "-> --sampler.seed, plugin_configs -> the [vi] options; options given on the command line or in --config "
+      "win. One line names the fields the run ignores (devices, master_port, base_path, file_name, a dtype "
+      "other than the run's, ...)");
   all.add(model).add(video).add(sampler).add(prompt).add(parallel).add(vae).add(output).add(ckpt).add(vi);
   return all;
+}
+
+using Sources = std::map<std::string, std::string>;
+
+bool given(const po::variables_map& vm, const char* name) { return vm.count(name) > 0 && !vm[name].defaulted(); }
+
+// --import-vi-config FILE: pipe_configs and the seed become the options that are not given on the
+// command line or in --config; from_file records which field each option now comes from, so that
+// a bad value is reported under the file's name for it.
+void import_pipe_configs(GenerateOptions& o, const po::variables_map& vm, Sources& from_file) {
+  const std::string& path = o.vi_options.import_file;
+  infinity::ReleasedPipe r = infinity::import_released_pipe(path);
+  o.imported.ignored = r.unused;
+  o.imported.dtype = r.dtype.value_or("");
+  o.imported.devices = r.devices.value_or(0);
+  auto map = [&](const auto& value, const char* field, const char* option, auto& dst) {
+    if (!value) return;
+    if (given(vm, option)) {
+      o.imported.ignored.push_back(std::string(field) + " (--" + option + " given)");
+      return;
+    }
+    dst = *value;
+    from_file[option] = path + ": " + field;
+  };
+  map(r.steps, "pipe_configs.steps", "sampler.steps", o.steps);
+  map(r.guidance_scale, "pipe_configs.guidance_scale", "sampler.guidance", o.guidance);
+  map(r.fps, "pipe_configs.fps", "video.fps", o.fps);
+  map(r.height, "pipe_configs.height", "video.height", o.height);
+  map(r.width, "pipe_configs.width", "video.width", o.width);
+  map(r.export_fps, "pipe_configs.export_fps", "output.fps", o.output_fps);
+  map(r.seed, "seed", "sampler.seed", o.seed);
+  // num_frames is per GPU: the video has num_frames x clip ranks frames, unless --video.frames.
+  map(r.num_frames, "pipe_configs.num_frames", "video.frames", o.frames_per_clip);
+  if (r.prompts) {
+    if (vm.count("prompt.text") || vm.count("prompt.embeddings")) {
+      o.imported.ignored.push_back(std::string("pipe_configs.prompts (--prompt.") +
+                                   (vm.count("prompt.text") ? "text" : "embeddings") + " given)");
+    } else {
+      o.prompts = *r.prompts;
+      from_file["prompt.text"] = path + ": pipe_configs.prompts";
+    }
+  }
 }
 
 }  // namespace
@@ -176,6 +228,13 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
     VINF_INPUT_CHECK(!vm.count("help"), "--config ", o.config_file, ": 'help' is not a setting");
   }
 
+  Sources from_file;  // option -> the --import-vi-config field it was taken from
+  if (!o.vi_options.import_file.empty()) import_pipe_configs(o, vm, from_file);
+  auto label = [&](const std::string& option) {
+    const auto it = from_file.find(option);
+    return it == from_file.end() ? "--" + option : it->second;
+  };
+
   VINF_INPUT_CHECK(!o.model.empty(), "no model: give --model DIR (a diffusers directory) or --model builtin:tiny");
   if (o.builtin()) {
     const std::string p = o.builtin_preset();
@@ -191,19 +250,21 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
   }
   VINF_INPUT_CHECK(o.model_seed >= 0, "--model.seed must be >= 0, got ", o.model_seed);
   VINF_INPUT_CHECK(o.frames >= 0, "--video.frames must be >= 0 (0: 24 per clip), got ", o.frames);
-  for (const auto& [name, v] : {std::pair{"height", o.height}, std::pair{"width", o.width}}) {
-    VINF_INPUT_CHECK(v >= 8 && v <= kMaxPixels, "--video.", name, " must be in [8, ", kMaxPixels, "], got ", v);
-    VINF_INPUT_CHECK(v % 8 == 0, "--video.", name, " must be a multiple of 8 (the latent is 1/8 of the size), got ",
-                     v, "; use ", v / 8 * 8 == 0 ? 8 : v / 8 * 8, " or ", (v / 8 + 1) * 8);
+  for (const auto& [name, v] : {std::pair{"video.height", o.height}, std::pair{"video.width", o.width}}) {
+    VINF_INPUT_CHECK(v >= 8 && v <= kMaxPixels, label(name), " must be in [8, ", kMaxPixels, "], got ", v);
+    VINF_INPUT_CHECK(v % 8 == 0, label(name), " must be a multiple of 8 (the latent is 1/8 of the size), got ", v,
+                     "; use ", v / 8 * 8 == 0 ? 8 : v / 8 * 8, " or ", (v / 8 + 1) * 8);
   }
-  VINF_INPUT_CHECK(o.fps > 0 && o.fps <= 1000, "--video.fps must be in (0, 1000], got ", o.fps);
-  VINF_INPUT_CHECK(o.output_fps > 0 && o.output_fps <= 1000, "--output.fps must be in (0, 1000], got ", o.output_fps);
+  VINF_INPUT_CHECK(o.fps > 0 && o.fps <= 1000, label("video.fps"), " must be in (0, 1000], got ", o.fps);
+  VINF_INPUT_CHECK(o.output_fps > 0 && o.output_fps <= 1000, label("output.fps"), " must be in (0, 1000], got ",
+                   o.output_fps);
   if (!o.vae.empty())
     VINF_INPUT_CHECK(fs::is_directory(o.vae), "--model.vae ", o.vae, ": no such directory");
   sampling::parse_scheduler(o.scheduler);
-  VINF_INPUT_CHECK(o.steps >= 1 && o.steps <= 1000, "--sampler.steps must be in [1, 1000], got ", o.steps);
-  VINF_INPUT_CHECK(o.guidance >= 0 && o.guidance <= 100, "--sampler.guidance must be in [0, 100], got ", o.guidance);
-  VINF_INPUT_CHECK(o.seed >= 0, "--sampler.seed must be >= 0, got ", o.seed);
+  VINF_INPUT_CHECK(o.steps >= 1 && o.steps <= 1000, label("sampler.steps"), " must be in [1, 1000], got ", o.steps);
+  VINF_INPUT_CHECK(o.guidance >= 0 && o.guidance <= 100, label("sampler.guidance"), " must be in [0, 100], got ",
+                   o.guidance);
+  VINF_INPUT_CHECK(o.seed >= 0, label("sampler.seed"), " must be >= 0, got ", o.seed);
   VINF_INPUT_CHECK(o.eta >= 0 && o.eta <= 1, "--sampler.eta must be in [0, 1], got ", o.eta);
   VINF_INPUT_CHECK(o.noise == "auto" || o.noise == "invariant" || o.noise == "compat",
                    "--sampler.noise must be auto, invariant or compat, got '", o.noise, "'");
@@ -211,7 +272,7 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
                    "no prompt: give --prompt.text (repeatable) or --prompt.embeddings FILE");
   for (std::size_t i = 0; i < o.prompts.size(); ++i) {
     const std::size_t bad = first_invalid_utf8(o.prompts[i]);
-    VINF_INPUT_CHECK(bad == std::string::npos, "--prompt.text number ", i + 1, " is not valid UTF-8 (byte ", bad,
+    VINF_INPUT_CHECK(bad == std::string::npos, label("prompt.text"), " number ", i + 1, " is not valid UTF-8 (byte ", bad,
                      "); save the command line or INI file as UTF-8");
   }
   VINF_INPUT_CHECK(first_invalid_utf8(o.negative) == std::string::npos, "--prompt.negative is not valid UTF-8 (byte ",
@@ -271,7 +332,7 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
                      "' is not a step number in [1, ", o.steps, "]");
     o.dump_step_list.push_back(k);
   }
-  o.vi = o.vi_options.resolve(vm);
+  o.vi = o.vi_options.resolve(vm, o.vi_options.import_file.empty() ? nullptr : &o.imported.ignored);
   if (o.noise == "auto") o.noise = o.vi.mode == infinity::Mode::compat ? "compat" : "invariant";
   if (o.name.empty())
     o.name = o.config_file.empty() ? "vinf" : fs::path(o.config_file).stem().string();
@@ -282,10 +343,27 @@ void check_generate_job(GenerateOptions& o, int world_size) {
   VINF_INPUT_CHECK(world_size % o.cfg == 0, "--parallel.cfg 2 needs an even number of ranks (2 x clips), got ",
                    world_size);
   const int clips = world_size / o.cfg;
-  if (o.frames == 0) o.frames = kDefaultFramesPerClip * clips;
+  if (o.frames == 0) o.frames = o.frames_per_clip * clips;
   VINF_INPUT_CHECK(o.frames >= clips, "--video.frames ", o.frames, " is fewer than the ", clips,
                    " clip ranks; use at most ", o.frames, " ranks or more frames");
   infinity::check_partition(o.vi, o.frames, clips);
+}
+
+std::string imported_fields_note(const GenerateOptions& o, const std::string& run_dtype, int clips) {
+  if (o.vi_options.import_file.empty()) return "";
+  std::vector<std::string> items;
+  const int devices = o.imported.devices;
+  if (devices > 0)
+    items.push_back(devices == clips ? std::string("devices")
+                                     : "devices (" + std::to_string(devices) + " listed, this run has " +
+                                           std::to_string(clips) + " clip rank" + (clips == 1 ? "" : "s") + ")");
+  if (!o.imported.dtype.empty() && o.imported.dtype != run_dtype)
+    items.push_back("dtype (" + o.imported.dtype + "; this run computes in " + run_dtype + ", --dtype chooses)");
+  items.insert(items.end(), o.imported.ignored.begin(), o.imported.ignored.end());
+  if (items.empty()) return "";
+  std::string line = "--import-vi-config " + o.vi_options.import_file + ": ignored: ";
+  for (std::size_t i = 0; i < items.size(); ++i) line += (i ? ", " : "") + items[i];
+  return line;
 }
 
 }  // namespace vinf::app

@@ -16,7 +16,8 @@ struct GenerateOptions {
   std::string model, unet, vae, text_encoder, tokenizer, scheduler_config;  // resolved from MODEL when not given
   std::int64_t model_seed = 0;
   // [video]
-  std::int64_t frames = 0;  // 0: 24 per clip
+  std::int64_t frames = 0;  // 0: frames_per_clip per clip
+  std::int64_t frames_per_clip = 24;  // --import-vi-config's pipe_configs.num_frames
   std::int64_t height = 320, width = 512;
   double fps = 24;
   // [sampler]
@@ -50,6 +51,13 @@ struct GenerateOptions {
   double comm_timeout = 300;
   infinity::Options vi_options;
   infinity::Config vi;
+  // --import-vi-config FILE: the fields of the file this run does not use (dotted names, with the
+  // option that overrides a field), and the file's dtype and GPU count, for one line in the log.
+  struct Imported {
+    std::vector<std::string> ignored;
+    std::string dtype;  // f16, bf16, f32 or "" when the file has none
+    int devices = 0;    // 0: the file lists none
+  } imported;
 
   bool builtin() const { return model.rfind("builtin:", 0) == 0; }
   std::string builtin_preset() const { return model.substr(8); }
@@ -65,5 +73,9 @@ inline constexpr int kExitStopped = 75;
 
 // Checks against the job: clip ranks and the frames, CFG, the partition. Throws vinf::InputError.
 void check_generate_job(GenerateOptions& o, int world_size);
+
+// The line that says which fields of --import-vi-config's file this run ignores (given the dtype
+// the run computes in and its clip ranks), or "" when there is no file or it uses every field.
+std::string imported_fields_note(const GenerateOptions& o, const std::string& run_dtype, int clips);
 
 }  // namespace vinf::app

@@ -4,7 +4,9 @@
 
 #include <boost/program_options.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace vinf::infinity {
 
@@ -42,18 +44,39 @@ struct Options {
   std::string mode = "invariant", halo = "x", exchange = "three-round", import_file;
   Config values;
 
-  // Adds the `vi.*` options and --import-vi-config, each with its default, to opts.
-  void add_to(boost::program_options::options_description& opts);
+  // Adds the `vi.*` options and --import-vi-config, each with its default, to opts; import_help
+  // replaces the description of --import-vi-config (a command that reads more of the file).
+  void add_to(boost::program_options::options_description& opts, const char* import_help = nullptr);
   // The Config: the imported JSON file's values first, then every option given on the command
-  // line on top. Throws vinf::InputError for a bad value.
-  Config resolve(const boost::program_options::variables_map& vm) const;
+  // line on top. Throws vinf::InputError for a bad value. With unused, the file's plugin_configs
+  // keys that have no effect are appended to it.
+  Config resolve(const boost::program_options::variables_map& vm, std::vector<std::string>* unused = nullptr) const;
 };
 
 // Applies the released code's JSON config (`plugin_configs.attn`: padding, top_k, attn_scale,
 // token_num_scale, dynamic_scale, local_phase, global_phase; `plugin_configs.conv_layer.padding`)
-// to c. `pipe_configs` belongs to `vinf generate` and is ignored here. Throws vinf::InputError
-// naming the file and key for what it cannot read.
-void import_released_config(const std::string& path, Config& c);
+// to c. `pipe_configs` belongs to `vinf generate` and is not read here. Throws vinf::InputError
+// naming the file and key for what it cannot read. With unused, the plugin_configs keys that
+// change nothing are appended to it by their dotted names (`plugin_configs.attn.top_k_chunk_size`,
+// and `plugin_configs.conv_3d`, which the released code does not mount either).
+void import_released_config(const std::string& path, Config& c, std::vector<std::string>* unused = nullptr);
+
+// What `vinf generate` takes from the released config besides plugin_configs: `pipe_configs`
+// (prompts, steps, guidance_scale, fps, num_frames per GPU, height, width, export_fps) and the
+// top-level seed, each when present. dtype and devices are read so that a run can say how it
+// differs; every other key (master_port, base_path, pipe_configs.file_name, ...) is listed in
+// unused. Throws vinf::InputError naming the file and field for a wrong type; the values are
+// checked where they become options.
+struct ReleasedPipe {
+  std::optional<std::vector<std::string>> prompts;
+  std::optional<int> steps;
+  std::optional<std::int64_t> num_frames, height, width, seed;
+  std::optional<double> guidance_scale, fps, export_fps;
+  std::optional<std::string> dtype;  // as vinf names it: f16, bf16, f32
+  std::optional<int> devices;        // how many the file lists
+  std::vector<std::string> unused;   // dotted names
+};
+ReleasedPipe import_released_pipe(const std::string& path);
 
 // Checks a Config against the partition: `frames` in total over `clips` clips. Throws
 // vinf::InputError (the same on every rank) when frames do not divide, or p, c or G do not fit.

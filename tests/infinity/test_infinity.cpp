@@ -456,12 +456,25 @@ TEST_CASE("--import-vi-config reads the released JSON, the command line wins") {
   CHECK(c.mode == infinity::Mode::compat);
   const infinity::Config d = resolve({});
   CHECK((d.local_frames == 8 && d.global_frames == 16 && d.conv_halo == 4 && d.mode == infinity::Mode::invariant));
-  std::ofstream(path) << R"({"plugin_configs": {"attn": {"padding": "two"}}})";
-  try {
-    resolve({"--import-vi-config", path});
-    FAIL("no error");
-  } catch (const InputError& e) {
-    CHECK(std::string(e.what()).find("plugin_configs.attn.padding has the wrong type") != std::string::npos);
+  std::vector<std::string> unused;
+  infinity::Config u;
+  infinity::import_released_config(path, u, &unused);
+  CHECK(unused == std::vector<std::string>{"plugin_configs.attn.top_k_chunk_size"});
+  // Wrong JSON types and values name the key; an integer field takes no fraction or boolean.
+  for (const auto& [text, want] :
+       {std::pair{R"({"plugin_configs": {"attn": {"padding": "two"}}})", "plugin_configs.attn.padding has the wrong type"},
+        std::pair{R"({"plugin_configs": {"attn": {"padding": 2.5}}})", "plugin_configs.attn.padding has the wrong type"},
+        std::pair{R"({"plugin_configs": {"attn": {"top_k": true}}})", "plugin_configs.attn.top_k has the wrong type"},
+        std::pair{R"({"plugin_configs": {"attn": {"top_k": 4294967296}}})", "plugin_configs.attn.top_k is out of range"},
+        std::pair{R"({"plugin_configs": {"attn": {"dynamic_scale": 1}}})", "plugin_configs.attn.dynamic_scale has the wrong type"},
+        std::pair{R"({"plugin_configs": {"conv_layer": {"padding": -1}}})", "plugin_configs.conv_layer.padding (--vi.conv-halo) must be >= 0"}}) {
+    std::ofstream(path) << text;
+    try {
+      resolve({"--import-vi-config", path});
+      FAIL("no error for ", text);
+    } catch (const InputError& e) {
+      CHECK_MESSAGE(std::string(e.what()).find(want) != std::string::npos, e.what());
+    }
   }
   fs::remove_all(dir);
 }
