@@ -346,7 +346,16 @@ void check_generate_job(GenerateOptions& o, int world_size) {
   if (o.frames == 0) o.frames = o.frames_per_clip * clips;
   VINF_INPUT_CHECK(o.frames >= clips, "--video.frames ", o.frames, " is fewer than the ", clips,
                    " clip ranks; use at most ", o.frames, " ranks or more frames");
-  infinity::check_partition(o.vi, o.frames, clips);
+  try {
+    infinity::check_partition(o.vi, o.frames, clips);
+  } catch (const InputError& e) {
+    if (o.vi_options.import_file.empty()) throw;
+    // The options named may come from the file: say which fields they are.
+    VINF_INPUT_FAIL(e.what(), " (--import-vi-config ", o.vi_options.import_file,
+                    ": plugin_configs.attn.padding is --vi.local-frames, attn.top_k --vi.global-frames, "
+                    "conv_layer.padding --vi.conv-halo, and the frames are pipe_configs.num_frames x clip ranks, "
+                    "unless the options are given)");
+  }
 }
 
 std::string imported_fields_note(const GenerateOptions& o, const std::string& run_dtype, int clips) {

@@ -159,6 +159,10 @@ bad seed '"123"' "$work/bad.json: seed has the wrong type"
 bad dtype '"torch.int8"' "$work/bad.json: dtype 'torch.int8' is not torch.float16, torch.bfloat16 or torch.float32"
 bad devices 4 "$work/bad.json: devices must be a non-empty list of GPU numbers, got 4"
 bad padding -1 "plugin_configs.attn.padding (--vi.local-frames) must be >= 0, got -1"
+# A file whose settings do not fit the video: the message names the options and their fields.
+sed -E 's/^( *"top_k": ).*,$/\116,/' "$work/single.json" > "$work/bad.json"
+expect 2 "--vi.global-frames 16 is larger than the video (8 frames) (--import-vi-config $work/bad.json: plugin_configs.attn.padding is --vi.local-frames, attn.top_k --vi.global-frames" -- \
+  "$vinf" generate --model "$work/pipe" --import-vi-config "$work/bad.json" "${device_args[@]}" --out "$work/refused"
 echo '{"pipe_configs": [], "plugin_configs": {}}' > "$work/bad.json"
 expect 2 "$work/bad.json: pipe_configs must be an object" -- "$vinf" generate --model "$work/pipe" \
   --import-vi-config "$work/bad.json" "${device_args[@]}" --out "$work/refused"
