@@ -185,7 +185,7 @@ int forward(const std::vector<std::string>& args) {
       "PREFIX.rank<r>.safetensors, one file per rank")(
       "ignore-unexpected-weights", po::bool_switch(&ignore_unexpected),
       "load a weight file that holds tensors the model does not use (they are listed as a warning)");
-  po::options_description vi_opts("Video-Infinity (design.md §2; flags take =true/=false)");
+  po::options_description vi_opts("Video-Infinity (flags take =true/=false)");
   vi.add_to(vi_opts);
   opts.add(vi_opts);
   po::variables_map vm;

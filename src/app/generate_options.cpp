@@ -146,7 +146,7 @@ po::options_description describe(GenerateOptions& o) {
       "dump.steps", po::value(&o.dump_steps)->default_value(o.dump_steps),
       "the steps (1-based, comma-separated) whose UNet call --dump.modules records");
 
-  po::options_description vi("[vi] Video-Infinity (design.md §2; flags take =true/=false)", kHelpWidth, kHelpColumn);
+  po::options_description vi("[vi] Video-Infinity (flags take =true/=false)", kHelpWidth, kHelpColumn);
   o.vi_options.add_to(
       vi,
       "the released code's JSON config (its examples/*.json): pipe_configs.prompts -> --prompt.text, steps -> "
