@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +24,39 @@ bool parse_safetensors_dtype(const std::string& s, DType& out) {
   else return false;
   return true;
 }
+
+namespace {
+
+// The format requires the tensors to cover the data section exactly: in any order, without
+// overlap and without holes (a file that hides other bytes between its tensors, or reads the
+// same bytes as two tensors, is refused as the reference implementation refuses it). Empty
+// tensors cover nothing and may sit anywhere in the section.
+void check_layout(const std::string& path, const std::vector<SafetensorsFile::Entry>& entries, std::size_t data_size) {
+  std::vector<const SafetensorsFile::Entry*> by_offset;
+  for (const auto& e : entries)
+    if (e.bytes > 0) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](const auto* a, const auto* b) {
+    return a->offset != b->offset ? a->offset < b->offset : a->name < b->name;
+  });
+  std::size_t covered = 0;                         // [0, covered) is covered so far
+  const SafetensorsFile::Entry* last = nullptr;    // the tensor that reaches `covered`
+  for (const auto* e : by_offset) {
+    VINF_INPUT_CHECK(e->offset >= covered, path, ": tensors '", last ? last->name : "", "' [", last ? last->offset : 0,
+                     ", ", covered, ") and '", e->name, "' [", e->offset, ", ", e->offset + e->bytes,
+                     ") overlap in the data section; the file is corrupt");
+    VINF_INPUT_CHECK(e->offset == covered, path, ": bytes [", covered, ", ", e->offset,
+                     ") of the data section belong to no tensor (a hole ",
+                     last ? "between '" + last->name + "' and '" + e->name + "'" : "before '" + e->name + "', the first tensor",
+                     "); a safetensors file's tensors must cover its data section without gaps");
+    covered = e->offset + e->bytes;
+    last = e;
+  }
+  VINF_INPUT_CHECK(covered == data_size, path, ": bytes [", covered, ", ", data_size,
+                   ") at the end of the data section belong to no tensor", last ? " (after '" + last->name + "')" : "",
+                   "; a safetensors file's tensors must cover its data section without gaps");
+}
+
+}  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -87,16 +121,22 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       VINF_INPUT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), path,
                  ": tensor '", name, "' has bad data_offsets ", off.dump());
       const auto begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
-      VINF_INPUT_CHECK(begin <= end && end <= data_size, path, ": tensor '", name, "' data [", begin, ", ", end,
+      VINF_INPUT_CHECK(begin <= end, path, ": tensor '", name, "' has data_offsets [", begin, ", ", end,
+                       "] that end before they begin; the file is corrupt");
+      VINF_INPUT_CHECK(end <= data_size, path, ": tensor '", name, "' data [", begin, ", ", end,
                  ") lies outside the ", data_size, "-byte data section; the file is truncated or corrupt");
       e.offset = begin;
       e.bytes = end - begin;
-      const std::size_t want = static_cast<std::size_t>(e.shape.numel()) * dtype_size(e.dtype);
-      VINF_INPUT_CHECK(e.bytes == want, path, ": tensor '", name, "' holds ", e.bytes, " bytes but ", dt, e.shape.str(),
-                 " needs ", want);
+      // The element count of a hostile shape can overflow; any size beyond the file is wrong anyway.
+      std::uint64_t want = dtype_size(e.dtype);
+      bool overflow = false;
+      for (std::int64_t d : e.shape) overflow = overflow || __builtin_mul_overflow(want, static_cast<std::uint64_t>(d), &want);
+      VINF_INPUT_CHECK(!overflow && e.bytes == want, path, ": tensor '", name, "' holds ", e.bytes, " bytes but ", dt,
+                       e.shape.str(), " needs ", overflow ? std::string("more than 2^64") : std::to_string(want));
       index_[name] = entries_.size();
       entries_.push_back(std::move(e));
     }
+    check_layout(path, entries_, data_size);
   } catch (...) {
     ::munmap(map_, map_size_);
     map_ = nullptr;
