@@ -32,6 +32,13 @@ std::string grouped(std::int64_t n) {  // 1413284420 -> "1,413,284,420"
   return out;
 }
 
+// A string-valued key that tells what a config describes, or "" (a wrong type is reported by the
+// config's own reader, which names the key).
+std::string string_key(const nlohmann::json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return "";
+  return j[key].get<std::string>();
+}
+
 int inspect_model(const std::string& dir) {
   const model::ModelFiles files = model::find_model_files(dir);
   std::vector<std::string> warnings;
@@ -104,7 +111,7 @@ int inspect_part(const std::string& dir) {
   model::ModelFiles files;
   files.dir = dir;
   files.config = dir + "/config.json";
-  if (j.value("_class_name", "") == "AutoencoderKL") {
+  if (string_key(j, "_class_name") == "AutoencoderKL") {
     const model::VaeConfig c = model::load_vae_config(files.config);
     files = model::find_model_files(dir);
     std::cout << "VAE " << dir << " (AutoencoderKL decoder): channels";
@@ -127,8 +134,8 @@ bool is_model_part(const std::string& dir) {
   if (fs::exists(dir + "/vocab.json")) return true;
   if (!fs::exists(dir + "/config.json")) return false;
   const nlohmann::json j = io::read_json_file(dir + "/config.json", "config");
-  return j.value("_class_name", "") == "AutoencoderKL" || j.value("model_type", "") == "clip_text_model" ||
-         j.contains("text_config");
+  return string_key(j, "_class_name") == "AutoencoderKL" || string_key(j, "model_type") == "clip_text_model" ||
+         (j.is_object() && j.contains("text_config"));
 }
 
 int inspect_safetensors(const std::string& path) {

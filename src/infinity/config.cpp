@@ -1,14 +1,10 @@
 #include "infinity/config.hpp"
 
-#include <algorithm>
 #include <fstream>
-#include <initializer_list>
-#include <limits>
-#include <type_traits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.hpp"
+#include "io/json_file.hpp"
 
 namespace po = boost::program_options;
 
@@ -125,162 +121,100 @@ namespace {
 
 using nlohmann::json;
 
-// Reads obj[key] into out when present. The JSON type must be the one T needs: an integer (in T's
-// range, not 2.5 or true) for integers, a number for floating point, true/false for bool.
-// "FILE: pipe_configs" + "steps" -> "FILE: pipe_configs.steps"; "FILE: " + "seed" -> "FILE: seed".
-std::string field(const std::string& where, const char* key) {
-  return where.size() >= 2 && where.compare(where.size() - 2, 2, ": ") == 0 ? where + key : where + "." + key;
-}
-
-template <class T>
-void take(const json& obj, const char* key, T& out, const std::string& where) {
-  if (!obj.contains(key)) return;
-  const json& v = obj.at(key);
-  if constexpr (std::is_same_v<T, bool>) {
-    VINF_INPUT_CHECK(v.is_boolean(), field(where, key), " has the wrong type: ", v.dump(), " (expected true or false)");
-    out = v.get<bool>();
-  } else if constexpr (std::is_integral_v<T>) {
-    VINF_INPUT_CHECK(v.is_number_integer(), field(where, key), " has the wrong type: ", v.dump(), " (expected an integer)");
-    const bool fits = v.is_number_unsigned()
-                          ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())
-                          : v.get<std::int64_t>() >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
-                                v.get<std::int64_t>() <= static_cast<std::int64_t>(std::numeric_limits<T>::max());
-    VINF_INPUT_CHECK(fits, field(where, key), " is out of range: ", v.dump());
-    out = v.get<T>();
-  } else {
-    static_assert(std::is_floating_point_v<T>);
-    VINF_INPUT_CHECK(v.is_number(), field(where, key), " has the wrong type: ", v.dump(), " (expected a number)");
-    out = v.get<T>();
-  }
-}
-
-void take_phase(const json& attn, const char* key, Phase& p, const std::string& where) {
-  if (!attn.contains(key) || attn.at(key).is_null()) return;
-  const json& ph = attn.at(key);
-  const std::string w = where + "." + key;
-  VINF_INPUT_CHECK(ph.is_object(), w, " must be an object {t, local_biase, global_biase}");
-  take(ph, "t", p.t, w);
-  take(ph, "local_biase", p.local_bias, w);
-  take(ph, "global_biase", p.global_bias, w);
-}
-
-}  // namespace
-
-namespace {
-
 json read_released_file(const std::string& path) {
-  std::ifstream in(path);
-  VINF_INPUT_CHECK(in.good(), "--import-vi-config: cannot read ", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::exception& e) {
-    VINF_INPUT_FAIL(path, " is not valid JSON: ", e.what());
-  }
+  VINF_INPUT_CHECK(std::ifstream(path).good(), "--import-vi-config: cannot read ", path);
+  json j = io::read_json_file(path, "released Video-Infinity config");
   VINF_INPUT_CHECK(j.is_object() && j.contains("plugin_configs") && j["plugin_configs"].is_object(), path,
                    " has no plugin_configs object (expected the released Video-Infinity config.json)");
   return j;
 }
 
-// Appends to unused (when given) the keys of obj that are not in known, as prefix + key.
-void note_unused(std::vector<std::string>* unused, const json& obj, const std::string& prefix,
-                 std::initializer_list<const char*> known) {
+// Appends to unused (when given) the keys of the object that no one read.
+void note_unused(std::vector<std::string>* unused, const io::JsonConfig& obj) {
   if (unused == nullptr) return;
-  for (const auto& item : obj.items())
-    if (std::find_if(known.begin(), known.end(), [&](const char* k) { return item.key() == k; }) == known.end())
-      unused->push_back(prefix + item.key());
+  for (const std::string& k : obj.unknown_keys()) unused->push_back(k);
 }
 
 }  // namespace
 
 void import_released_config(const std::string& path, Config& c, std::vector<std::string>* unused) {
   const json j = read_released_file(path);
-  const json& pc = j["plugin_configs"];
-  const std::string where = path + ": plugin_configs";
+  io::JsonConfig pc(j["plugin_configs"], path, "plugin_configs");
   // conv_3d (the Conv3d plugin) is not mounted by the released code, so it changes nothing there
-  // either; top_k_chunk_size is read by no code path.
-  note_unused(unused, pc, "plugin_configs.", {"attn", "conv_layer"});
-  if (pc.contains("attn")) {
-    const json& a = pc["attn"];
-    const std::string w = where + ".attn";
-    VINF_INPUT_CHECK(a.is_object(), w, " must be an object");
-    note_unused(unused, a, "plugin_configs.attn.",
-                {"padding", "top_k", "attn_scale", "token_num_scale", "dynamic_scale", "local_phase", "global_phase"});
-    take(a, "padding", c.local_frames, w);
-    take(a, "top_k", c.global_frames, w);
-    take(a, "attn_scale", c.attn_scale, w);
-    take(a, "token_num_scale", c.token_num_scale, w);
-    take(a, "dynamic_scale", c.dynamic_bias, w);
-    take_phase(a, "local_phase", c.local_phase, w);
-    take_phase(a, "global_phase", c.global_phase, w);
-    // A phase set to null switches the biases off in the released code.
-    if ((a.contains("local_phase") && a["local_phase"].is_null()) ||
-        (a.contains("global_phase") && a["global_phase"].is_null()))
-      c.dynamic_bias = false;
+  // either; top_k_chunk_size is read by no code path: both end up in the unused list.
+  if (const json* attn = pc.find("attn")) {
+    io::JsonConfig a(*attn, path, "plugin_configs.attn");
+    a.read("padding", c.local_frames);
+    a.read("top_k", c.global_frames);
+    a.read("attn_scale", c.attn_scale);
+    a.read("token_num_scale", c.token_num_scale);
+    a.read("dynamic_scale", c.dynamic_bias);
+    for (auto [key, phase] : {std::pair{"local_phase", &c.local_phase}, std::pair{"global_phase", &c.global_phase}}) {
+      const json* ph = a.find(key);
+      // A phase set to null switches the biases off in the released code.
+      if (!ph) {
+        if (attn->contains(key)) c.dynamic_bias = false;
+        continue;
+      }
+      io::JsonConfig phc(*ph, path, std::string("plugin_configs.attn.") + key);
+      phc.read("t", phase->t);
+      phc.read("local_biase", phase->local_bias);
+      phc.read("global_biase", phase->global_bias);
+      note_unused(unused, phc);
+    }
+    note_unused(unused, a);
+    const std::string w = path + ": plugin_configs.attn";
     VINF_INPUT_CHECK(c.local_frames >= 0, w, ".padding (--vi.local-frames) must be >= 0, got ", c.local_frames);
     VINF_INPUT_CHECK(c.global_frames >= 0, w, ".top_k (--vi.global-frames) must be >= 0, got ", c.global_frames);
     VINF_INPUT_CHECK(c.attn_scale > 0.f, w, ".attn_scale (--vi.attn-scale) must be > 0, got ", c.attn_scale);
   }
-  if (pc.contains("conv_layer")) {
-    VINF_INPUT_CHECK(pc["conv_layer"].is_object(), where, ".conv_layer must be an object");
-    note_unused(unused, pc["conv_layer"], "plugin_configs.conv_layer.", {"padding"});
-    take(pc["conv_layer"], "padding", c.conv_halo, where + ".conv_layer");
-    VINF_INPUT_CHECK(c.conv_halo >= 0, where, ".conv_layer.padding (--vi.conv-halo) must be >= 0, got ", c.conv_halo);
+  if (const json* conv = pc.find("conv_layer")) {
+    io::JsonConfig cl(*conv, path, "plugin_configs.conv_layer");
+    cl.read("padding", c.conv_halo);
+    note_unused(unused, cl);
+    VINF_INPUT_CHECK(c.conv_halo >= 0, path, ": plugin_configs.conv_layer.padding (--vi.conv-halo) must be >= 0, got ",
+                     c.conv_halo);
   }
+  note_unused(unused, pc);
 }
 
 ReleasedPipe import_released_pipe(const std::string& path) {
   const json j = read_released_file(path);
+  io::JsonConfig top(j, path);
   ReleasedPipe r;
-  note_unused(&r.unused, j, "", {"dtype", "devices", "seed", "pipe_configs", "plugin_configs"});
-  if (j.contains("seed")) take(j, "seed", r.seed.emplace(), path + ": ");
-  if (j.contains("dtype")) {
-    const json& d = j["dtype"];
-    VINF_INPUT_CHECK(d.is_string(), path, ": dtype has the wrong type: ", d.dump(),
-                     " (expected \"torch.float16\", \"torch.bfloat16\" or \"torch.float32\")");
-    const std::string name = d.get<std::string>();
-    const std::string bare = name.rfind("torch.", 0) == 0 ? name.substr(6) : name;
+  top.find("plugin_configs");  // import_released_config's part
+  if (!top.read("seed", r.seed.emplace())) r.seed.reset();
+  std::string dtype;
+  if (top.read("dtype", dtype)) {
+    const std::string bare = dtype.rfind("torch.", 0) == 0 ? dtype.substr(6) : dtype;
     if (bare == "float16" || bare == "half") r.dtype = "f16";
     else if (bare == "bfloat16") r.dtype = "bf16";
     else if (bare == "float32" || bare == "float") r.dtype = "f32";
-    else VINF_INPUT_FAIL(path, ": dtype '", name, "' is not torch.float16, torch.bfloat16 or torch.float32");
+    else VINF_INPUT_FAIL(path, ": dtype '", dtype, "' is not torch.float16, torch.bfloat16 or torch.float32");
   }
-  if (j.contains("devices")) {
-    const json& d = j["devices"];
-    VINF_INPUT_CHECK(d.is_array() && !d.empty(), path, ": devices must be a non-empty list of GPU numbers, got ",
-                     d.dump());
-    r.devices = static_cast<int>(d.size());
+  if (const json* d = top.find("devices")) {
+    if (!d->is_array() || d->empty()) top.fail("devices", "a non-empty list of GPU numbers", *d);
+    r.devices = static_cast<int>(d->size());
   }
-  if (!j.contains("pipe_configs")) return r;
-  const json& p = j["pipe_configs"];
-  const std::string w = path + ": pipe_configs";
-  VINF_INPUT_CHECK(p.is_object(), w, " must be an object");
-  note_unused(&r.unused, p, "pipe_configs.",
-              {"prompts", "steps", "guidance_scale", "fps", "num_frames", "height", "width", "export_fps"});
-  if (p.contains("prompts")) {
-    const json& ps = p["prompts"];
-    VINF_INPUT_CHECK(ps.is_array() && !ps.empty(), w, ".prompts must be a non-empty list of strings, got ", ps.dump());
-    std::vector<std::string>& out = r.prompts.emplace();
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      VINF_INPUT_CHECK(ps[i].is_string(), w, ".prompts[", i, "] has the wrong type: ", ps[i].dump(),
-                       " (expected a string)");
-      out.push_back(ps[i].get<std::string>());
-    }
+  const json* pj = top.find("pipe_configs");
+  note_unused(&r.unused, top);
+  if (pj) {
+    io::JsonConfig p(*pj, path, "pipe_configs");
+    if (!p.read("prompts", r.prompts.emplace())) r.prompts.reset();
+    if (r.prompts && r.prompts->empty()) p.fail("prompts", "a non-empty list of strings", *p.find("prompts"));
+    if (!p.read("steps", r.steps.emplace())) r.steps.reset();
+    if (!p.read("guidance_scale", r.guidance_scale.emplace())) r.guidance_scale.reset();
+    if (!p.read("fps", r.fps.emplace())) r.fps.reset();
+    if (!p.read("num_frames", r.num_frames.emplace())) r.num_frames.reset();
+    if (r.num_frames)
+      VINF_INPUT_CHECK(*r.num_frames >= 1 && *r.num_frames <= 1000000, path,
+                       ": pipe_configs.num_frames (frames per GPU, --video.frames / ranks) must be in [1, 1000000], got ",
+                       *r.num_frames);
+    if (!p.read("height", r.height.emplace())) r.height.reset();
+    if (!p.read("width", r.width.emplace())) r.width.reset();
+    if (!p.read("export_fps", r.export_fps.emplace())) r.export_fps.reset();
+    note_unused(&r.unused, p);
   }
-  if (p.contains("steps")) take(p, "steps", r.steps.emplace(), w);
-  if (p.contains("guidance_scale")) take(p, "guidance_scale", r.guidance_scale.emplace(), w);
-  if (p.contains("fps")) take(p, "fps", r.fps.emplace(), w);
-  if (p.contains("num_frames")) {
-    take(p, "num_frames", r.num_frames.emplace(), w);
-    VINF_INPUT_CHECK(*r.num_frames >= 1 && *r.num_frames <= 1000000, w,
-                     ".num_frames (frames per GPU, --video.frames / ranks) must be in [1, 1000000], got ",
-                     *r.num_frames);
-  }
-  if (p.contains("height")) take(p, "height", r.height.emplace(), w);
-  if (p.contains("width")) take(p, "width", r.width.emplace(), w);
-  if (p.contains("export_fps")) take(p, "export_fps", r.export_fps.emplace(), w);
   return r;
 }
 

@@ -18,27 +18,24 @@ namespace fs = std::filesystem;
 namespace vinf::model {
 
 ClipTextConfig load_clip_text_config(const std::string& path) {
-  nlohmann::json j = io::read_json_file(path, "text encoder config");
+  const nlohmann::json j = io::read_json_file(path, "text encoder config");
+  VINF_INPUT_CHECK(j.is_object(), path, ": the file must hold a JSON object");
+  // A full CLIPModel config keeps the text tower's settings under text_config.
+  const bool nested = j.contains("text_config") && j["text_config"].is_object();
+  io::JsonConfig r(nested ? j["text_config"] : j, path, nested ? "text_config" : "");
   ClipTextConfig c;
-  try {
-    // A full CLIPModel config keeps the text tower's settings under text_config.
-    if (j.contains("text_config") && j["text_config"].is_object()) j = j["text_config"];
-    auto get = [&](const char* key, auto& dst) { io::read_optional(j, key, dst); };
-    get("vocab_size", c.vocab_size);
-    get("hidden_size", c.hidden_size);
-    get("intermediate_size", c.intermediate_size);
-    get("num_hidden_layers", c.layers);
-    get("num_attention_heads", c.heads);
-    get("max_position_embeddings", c.max_positions);
-    get("layer_norm_eps", c.layer_norm_eps);
-    if (j.contains("hidden_act")) {
-      const std::string act = j["hidden_act"].get<std::string>();
-      VINF_INPUT_CHECK(act == "gelu" || act == "quick_gelu", path, ": hidden_act '", act,
-                       "' is not supported (gelu, quick_gelu)");
-      c.act = act == "gelu" ? ops::Activation::gelu : ops::Activation::quick_gelu;
-    }
-  } catch (const nlohmann::json::exception& e) {
-    VINF_INPUT_FAIL(path, ": ", e.what());
+  r.read("vocab_size", c.vocab_size);
+  r.read("hidden_size", c.hidden_size);
+  r.read("intermediate_size", c.intermediate_size);
+  r.read("num_hidden_layers", c.layers);
+  r.read("num_attention_heads", c.heads);
+  r.read("max_position_embeddings", c.max_positions);
+  r.read("layer_norm_eps", c.layer_norm_eps);
+  std::string act;
+  if (r.read("hidden_act", act)) {
+    VINF_INPUT_CHECK(act == "gelu" || act == "quick_gelu", path, ": hidden_act '", act,
+                     "' is not supported (gelu, quick_gelu)");
+    c.act = act == "gelu" ? ops::Activation::gelu : ops::Activation::quick_gelu;
   }
   VINF_INPUT_CHECK(c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.layers > 0 && c.heads > 0 &&
                        c.max_positions > 0 && c.hidden_size % c.heads == 0,

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <sstream>
 
 #include "core/error.hpp"
+#include "io/json_file.hpp"
 
 namespace vinf::model {
 
@@ -14,57 +14,23 @@ namespace {
 
 using nlohmann::json;
 
-// Reads one key with a clear message for every way it can be wrong.
-class ConfigReader {
- public:
-  ConfigReader(const json& j, const std::string& source) : j_(j), source_(source) {}
+// A count that must be a positive integer (one for all blocks, where diffusers allows per-block lists).
+int positive_int(io::JsonConfig& r, const char* key, int fallback, bool required = false) {
+  const json* v = r.find(key);
+  if (!v) {
+    VINF_INPUT_CHECK(!required, r.source(), ": config key '", key, "' is missing");
+    return fallback;
+  }
+  if (!v->is_number_integer() || v->get<long long>() <= 0 || v->get<long long>() >= (1 << 24))
+    r.fail(key, "a positive integer", *v,
+           v->is_array() ? " (a per-block list is not supported: vinf needs one value for all blocks)" : "");
+  return v->get<int>();
+}
 
-  const json* find(const char* key) {
-    seen_.insert(key);
-    const auto it = j_.find(key);
-    return it == j_.end() ? nullptr : &*it;
-  }
-  int positive_int(const char* key, int fallback, bool required = false) {
-    const json* v = find(key);
-    if (!v) {
-      VINF_INPUT_CHECK(!required, source_, ": config key '", key, "' is missing");
-      return fallback;
-    }
-    VINF_INPUT_CHECK(v->is_number_integer() && v->get<long long>() > 0 && v->get<long long>() < (1 << 24), source_,
-                     ": config key '", key, "' must be a positive integer, got ", v->dump(), unsupported_hint(*v));
-    return v->get<int>();
-  }
-  double number(const char* key, double fallback) {
-    const json* v = find(key);
-    if (!v) return fallback;
-    VINF_INPUT_CHECK(v->is_number(), source_, ": config key '", key, "' must be a number, got ", v->dump());
-    return v->get<double>();
-  }
-  void must_be_null(const char* key, const char* why) {
-    const json* v = find(key);
-    VINF_INPUT_CHECK(!v || v->is_null(), source_, ": config key '", key, "' is ", v ? v->dump() : "", "; ", why);
-  }
-  std::vector<std::string> unknown_keys() const {
-    std::vector<std::string> out;
-    for (auto it = j_.begin(); it != j_.end(); ++it)
-      if (!seen_.count(it.key()) && it.key().rfind('_', 0) != 0) out.push_back(it.key());
-    return out;
-  }
-  const std::string& source() const { return source_; }
-
- private:
-  static std::string unsupported_hint(const json& v) {
-    return v.is_array() ? " (a per-block list is not supported: vinf needs one value for all blocks)" : "";
-  }
-  const json& j_;
-  std::string source_;
-  std::set<std::string> seen_;
-};
-
-std::vector<bool> block_types(ConfigReader& r, const char* key, const char* cross_name, const char* plain_name,
+std::vector<bool> block_types(io::JsonConfig& r, const char* key, const char* cross_name, const char* plain_name,
                               std::size_t count) {
   const json* v = r.find(key);
-  VINF_INPUT_CHECK(v && v->is_array(), r.source(), ": config key '", key, "' must be a list of block types");
+  if (!v || !v->is_array()) r.fail(key, "a list of block types", v ? *v : json());
   VINF_INPUT_CHECK(v->size() == count, r.source(), ": config key '", key, "' has ", v->size(),
                    " entries but block_out_channels has ", count);
   std::vector<bool> cross;
@@ -87,48 +53,50 @@ UNetConfig parse_unet_config(const std::string& text, const std::string& source,
   } catch (const json::exception& e) {
     VINF_INPUT_FAIL(source, " is not valid JSON (", e.what(), ")");
   }
-  VINF_INPUT_CHECK(j.is_object(), source, " is not a JSON object");
-  ConfigReader r(j, source);
+  io::JsonConfig r(j, source);
   UNetConfig c;
 
   const json* boc = r.find("block_out_channels");
-  VINF_INPUT_CHECK(boc && boc->is_array() && !boc->empty(), source,
-                   ": config key 'block_out_channels' must be a non-empty list of channel counts");
+  if (!boc || !boc->is_array() || boc->empty())
+    r.fail("block_out_channels", "a non-empty list of channel counts", boc ? *boc : json());
   c.block_out_channels.clear();
   for (const json& v : *boc) {
-    VINF_INPUT_CHECK(v.is_number_integer() && v.get<long long>() > 0 && v.get<long long>() < (1 << 20), source,
-                     ": config key 'block_out_channels' has a bad entry ", v.dump());
+    if (!v.is_number_integer() || v.get<long long>() <= 0 || v.get<long long>() >= (1 << 20))
+      r.fail("block_out_channels", "a list of positive integers", *boc);
     c.block_out_channels.push_back(v.get<int>());
   }
   const std::size_t n = c.block_out_channels.size();
   c.down_cross = block_types(r, "down_block_types", "CrossAttnDownBlock3D", "DownBlock3D", n);
   c.up_cross = block_types(r, "up_block_types", "CrossAttnUpBlock3D", "UpBlock3D", n);
-  c.in_channels = r.positive_int("in_channels", 4);
-  c.out_channels = r.positive_int("out_channels", 4);
-  c.layers_per_block = r.positive_int("layers_per_block", 2);
-  c.attention_head_dim = r.positive_int("attention_head_dim", 64);
-  c.cross_attention_dim = r.positive_int("cross_attention_dim", 1024);
-  c.norm_num_groups = r.positive_int("norm_num_groups", 32);
-  c.norm_eps = static_cast<float>(r.number("norm_eps", 1e-5));
+  c.in_channels = positive_int(r, "in_channels", 4);
+  c.out_channels = positive_int(r, "out_channels", 4);
+  c.layers_per_block = positive_int(r, "layers_per_block", 2);
+  c.attention_head_dim = positive_int(r, "attention_head_dim", 64);
+  c.cross_attention_dim = positive_int(r, "cross_attention_dim", 1024);
+  c.norm_num_groups = positive_int(r, "norm_num_groups", 32);
+  c.norm_eps = 1e-5f;
+  r.read("norm_eps", c.norm_eps);
   VINF_INPUT_CHECK(c.norm_eps > 0, source, ": config key 'norm_eps' must be positive");
-  c.downsample_padding = static_cast<int>(r.number("downsample_padding", 1));
+  c.downsample_padding = 1;
+  r.read("downsample_padding", c.downsample_padding);
   VINF_INPUT_CHECK(c.downsample_padding == 1, source, ": config key 'downsample_padding' is ", c.downsample_padding,
                    "; vinf supports only 1 (the UNet3D value)");
-  c.mid_block_scale_factor = static_cast<float>(r.number("mid_block_scale_factor", 1));
+  c.mid_block_scale_factor = 1.f;
+  r.read("mid_block_scale_factor", c.mid_block_scale_factor);
   VINF_INPUT_CHECK(c.mid_block_scale_factor > 0, source, ": config key 'mid_block_scale_factor' must be positive");
-  if (const json* v = r.find("act_fn"))
-    VINF_INPUT_CHECK(v->is_string() && v->get<std::string>() == "silu", source, ": config key 'act_fn' is ", v->dump(),
-                     "; vinf supports only \"silu\"");
-  r.must_be_null("num_attention_heads",
-                 "UNet3DConditionModel does not support it (diffusers raises); set it to null and use attention_head_dim");
-  r.must_be_null("time_cond_proj_dim", "timestep-conditioning projections are not supported");
-  if (const json* v = r.find("fps_cond")) {
-    VINF_INPUT_CHECK(v->is_boolean(), source, ": config key 'fps_cond' must be true or false, got ", v->dump());
-    c.fps_cond = v->get<bool>();
-  } else {
-    c.fps_cond = false;
-  }
-  if (const json* v = r.find("sample_size"); v && v->is_number_integer()) c.sample_size = v->get<int>();
+  std::string act = "silu";
+  r.read("act_fn", act);
+  VINF_INPUT_CHECK(act == "silu", source, ": config key 'act_fn' is \"", act, "\"; vinf supports only \"silu\"");
+  if (const json* v = r.find("num_attention_heads"))
+    VINF_INPUT_FAIL(source, ": config key 'num_attention_heads' is ", v->dump(), "; UNet3DConditionModel does not ",
+                    "support it (diffusers raises); set it to null and use attention_head_dim");
+  if (const json* v = r.find("time_cond_proj_dim"))
+    VINF_INPUT_FAIL(source, ": config key 'time_cond_proj_dim' is ", v->dump(),
+                    "; timestep-conditioning projections are not supported");
+  c.fps_cond = false;
+  r.read("fps_cond", c.fps_cond);
+  // Informational only; diffusers allows one size or a [height, width] pair.
+  if (const json* v = r.find("sample_size"); v && !(v->is_array() && v->size() == 2)) r.read("sample_size", c.sample_size);
 
   for (std::size_t i = 0; i < n; ++i) {
     const int ch = c.block_out_channels[i];

@@ -298,8 +298,7 @@ ClipTokenizer ClipTokenizer::load(const std::string& dir_in) {
     read_token(j, "eos_token", path, eos);
     read_token(j, "unk_token", path, unk);
     have_pad = read_token(j, "pad_token", path, pad) || have_pad;
-    if (j.contains("model_max_length") && j["model_max_length"].is_number()) {
-      const double m = j["model_max_length"].get<double>();
+    if (double m = 0; io::JsonConfig(j, path).read("model_max_length", m)) {
       VINF_INPUT_CHECK(m >= 2, path, ": model_max_length ", m, " leaves no room for the bos and eos tokens");
       if (m <= 1e6) {  // transformers writes ~1e30 for "no limit"
         t.max_length_ = static_cast<int>(m);

@@ -57,31 +57,27 @@ std::string vae_config_json(const VaeConfig& c) {
 
 VaeConfig load_vae_config(const std::string& path) {
   const nlohmann::json j = io::read_json_file(path, "VAE config");
+  io::JsonConfig r(j, path);
   VaeConfig c;
-  try {
-    if (j.contains("_class_name"))
-      VINF_INPUT_CHECK(j["_class_name"] == "AutoencoderKL", path, ": _class_name ", j["_class_name"].dump(),
-                       " is not AutoencoderKL");
-    auto get = [&](const char* key, auto& dst) { io::read_optional(j, key, dst); };
-    get("in_channels", c.in_channels);
-    get("out_channels", c.out_channels);
-    get("latent_channels", c.latent_channels);
-    get("block_out_channels", c.block_out_channels);
-    get("layers_per_block", c.layers_per_block);
-    get("norm_num_groups", c.norm_num_groups);
-    get("scaling_factor", c.scaling_factor);
-    get("use_post_quant_conv", c.use_post_quant_conv);
-    get("mid_block_add_attention", c.mid_block_attention);
-    if (j.contains("act_fn"))
-      VINF_INPUT_CHECK(j["act_fn"] == "silu", path, ": act_fn ", j["act_fn"].dump(), " is not supported (silu)");
-    if (j.contains("up_block_types"))
-      for (const auto& t : j["up_block_types"])
-        VINF_INPUT_CHECK(t == "UpDecoderBlock2D", path, ": up block type ", t.dump(), " is not UpDecoderBlock2D");
-    if (j.contains("shift_factor") && !j["shift_factor"].is_null())
-      VINF_INPUT_FAIL(path, ": shift_factor is not supported (a kl-f8 VAE has none)");
-  } catch (const nlohmann::json::exception& e) {
-    VINF_INPUT_FAIL(path, ": ", e.what());
-  }
+  std::string text;
+  if (r.read("_class_name", text))
+    VINF_INPUT_CHECK(text == "AutoencoderKL", path, ": _class_name \"", text, "\" is not AutoencoderKL");
+  r.read("in_channels", c.in_channels);
+  r.read("out_channels", c.out_channels);
+  r.read("latent_channels", c.latent_channels);
+  r.read("block_out_channels", c.block_out_channels);
+  r.read("layers_per_block", c.layers_per_block);
+  r.read("norm_num_groups", c.norm_num_groups);
+  r.read("scaling_factor", c.scaling_factor);
+  r.read("use_post_quant_conv", c.use_post_quant_conv);
+  r.read("mid_block_add_attention", c.mid_block_attention);
+  if (r.read("act_fn", text))
+    VINF_INPUT_CHECK(text == "silu", path, ": act_fn \"", text, "\" is not supported (silu)");
+  std::vector<std::string> up_types;
+  r.read("up_block_types", up_types);
+  for (const std::string& t : up_types)
+    VINF_INPUT_CHECK(t == "UpDecoderBlock2D", path, ": up block type \"", t, "\" is not UpDecoderBlock2D");
+  if (r.find("shift_factor")) VINF_INPUT_FAIL(path, ": shift_factor is not supported (a kl-f8 VAE has none)");
   VINF_INPUT_CHECK(!c.block_out_channels.empty() && c.layers_per_block >= 1 && c.norm_num_groups >= 1 &&
                        c.latent_channels >= 1 && c.out_channels >= 1,
                    path, ": block_out_channels, layers_per_block, norm_num_groups and the channel counts must be positive");

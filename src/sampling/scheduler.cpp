@@ -128,39 +128,29 @@ NoiseScheduleConfig read_scheduler_config(const std::string& path_in) {
   std::string path = path_in;
   if (std::filesystem::is_directory(path)) path += "/scheduler_config.json";
   const nlohmann::json j = io::read_json_file(path, "scheduler config");
-  VINF_INPUT_CHECK(j.is_object(), path, " must hold a JSON object");
+  io::JsonConfig r(j, path);
   NoiseScheduleConfig c;
-  auto number = [&](const char* key, auto& dst) {
-    if (!j.contains(key) || j[key].is_null()) return;
-    VINF_INPUT_CHECK(j[key].is_number(), path, ": '", key, "' must be a number");
-    dst = j[key].get<std::remove_reference_t<decltype(dst)>>();
-  };
   auto must_be = [&](const char* key, auto ok, const char* what) {
-    if (j.contains(key) && !j[key].is_null())
-      VINF_INPUT_CHECK(ok(j[key]), path, ": '", key, "' = ", j[key].dump(), " is not supported (", what, ")");
+    if (const nlohmann::json* v = r.find(key))
+      VINF_INPUT_CHECK(ok(*v), path, ": '", key, "' = ", v->dump(), " is not supported (", what, ")");
   };
-  try {
-    number("num_train_timesteps", c.num_train_timesteps);
-    number("beta_start", c.beta_start);
-    number("beta_end", c.beta_end);
-    number("steps_offset", c.steps_offset);
-    if (j.contains("beta_schedule")) {
-      const std::string b = j["beta_schedule"].get<std::string>();
-      VINF_INPUT_CHECK(b == "linear" || b == "scaled_linear", path, ": beta_schedule '", b,
-                       "' is not supported (linear or scaled_linear)");
-      c.beta_schedule = b == "linear" ? BetaSchedule::linear : BetaSchedule::scaled_linear;
-    }
-    if (j.contains("timestep_spacing") && !j["timestep_spacing"].is_null())
-      c.timestep_spacing = parse_spacing(j["timestep_spacing"].get<std::string>(), path);
-    if (j.contains("set_alpha_to_one")) c.set_alpha_to_one = j["set_alpha_to_one"].get<bool>();
-    must_be("prediction_type", [](const nlohmann::json& v) { return v == "epsilon"; }, "vinf predicts epsilon");
-    must_be("thresholding", [](const nlohmann::json& v) { return v == false; }, "dynamic thresholding");
-    must_be("clip_sample", [](const nlohmann::json& v) { return v == false; }, "sample clipping");
-    must_be("trained_betas", [](const nlohmann::json&) { return false; }, "explicit betas");
-    must_be("rescale_betas_zero_snr", [](const nlohmann::json& v) { return v == false; }, "zero-SNR rescaling");
-  } catch (const nlohmann::json::exception& e) {
-    VINF_INPUT_FAIL(path, ": ", e.what());
+  r.read("num_train_timesteps", c.num_train_timesteps);
+  r.read("beta_start", c.beta_start);
+  r.read("beta_end", c.beta_end);
+  r.read("steps_offset", c.steps_offset);
+  std::string text;
+  if (r.read("beta_schedule", text)) {
+    VINF_INPUT_CHECK(text == "linear" || text == "scaled_linear", path, ": beta_schedule '", text,
+                     "' is not supported (linear or scaled_linear)");
+    c.beta_schedule = text == "linear" ? BetaSchedule::linear : BetaSchedule::scaled_linear;
   }
+  if (r.read("timestep_spacing", text)) c.timestep_spacing = parse_spacing(text, path);
+  r.read("set_alpha_to_one", c.set_alpha_to_one);
+  must_be("prediction_type", [](const nlohmann::json& v) { return v == "epsilon"; }, "vinf predicts epsilon");
+  must_be("thresholding", [](const nlohmann::json& v) { return v == false; }, "dynamic thresholding");
+  must_be("clip_sample", [](const nlohmann::json& v) { return v == false; }, "sample clipping");
+  must_be("trained_betas", [](const nlohmann::json&) { return false; }, "explicit betas");
+  must_be("rescale_betas_zero_snr", [](const nlohmann::json& v) { return v == false; }, "zero-SNR rescaling");
   VINF_INPUT_CHECK(c.num_train_timesteps >= 2 && c.num_train_timesteps <= 100000, path,
                    ": num_train_timesteps must be in [2, 100000], got ", c.num_train_timesteps);
   VINF_INPUT_CHECK(c.beta_start > 0 && c.beta_end > c.beta_start && c.beta_end < 1, path,

@@ -46,6 +46,17 @@ expect 0 "text encoder $encoder (CLIPTextModel): 2 layers of 32, 4 heads, vocabu
 expect 0 "negative_prompt_embeds                                                   F32   [1,77,32]" -- bash -c \
   "'$vinf' encode-text --model '$work/pipe' --prompt 'a kite' --negative '' --out '$work/emb.safetensors' && '$vinf' inspect '$work/emb.safetensors'"
 
+# A text encoder config with a value of the wrong type names the file, the key and the type.
+mkdir -p "$work/enc-str" && cp "$work/pipe/text_encoder/model.safetensors" "$work/enc-str/"
+sed 's/"hidden_size": \([0-9]*\)/"hidden_size": "\1"/' "$work/pipe/text_encoder/config.json" > "$work/enc-str/config.json"
+expect 2 "$work/enc-str/config.json: config key 'hidden_size' must be an integer, got \"" -- \
+  "$vinf" encode-text --text-encoder "$work/enc-str" --tokenizer "$work/pipe/tokenizer" --prompt x --out "$work/refused.safetensors"
+mkdir -p "$work/enc-list" && cp "$work/pipe/text_encoder/model.safetensors" "$work/enc-list/"
+sed 's/"num_hidden_layers": \([0-9]*\)/"num_hidden_layers": [\1, \1]/' "$work/pipe/text_encoder/config.json" > "$work/enc-list/config.json"
+expect 2 "$work/enc-list/config.json: config key 'num_hidden_layers' must be an integer, got [" -- \
+  "$vinf" encode-text --text-encoder "$work/enc-list" --tokenizer "$work/pipe/tokenizer" --prompt x --out "$work/refused.safetensors"
+[ ! -e "$work/refused.safetensors" ] || { echo "FAIL: a refused run wrote a file"; fails=$((fails + 1)); }
+
 # Bad inputs: status 2, the message names the file, nothing written.
 bad() {  # bad TEXT options...
   local text=$1

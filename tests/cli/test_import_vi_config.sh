@@ -140,31 +140,31 @@ bad() {  # bad KEY VALUE TEXT: single.json with "KEY": VALUE
     --out "$work/refused"
   if [ -e "$work/refused" ]; then echo "FAIL: a refused run left $work/refused"; fails=$((fails + 1)); rm -rf "$work/refused"; fi
 }
-bad steps '"30"' "$work/bad.json: pipe_configs.steps has the wrong type: \"30\" (expected an integer)"
+bad steps '"30"' "$work/bad.json: config key 'pipe_configs.steps' must be an integer, got \"30\""
 bad steps 0 "$work/bad.json: pipe_configs.steps must be in [1, 1000], got 0"
-bad steps 99999999999 "$work/bad.json: pipe_configs.steps is out of range: 99999999999"
-bad guidance_scale true "pipe_configs.guidance_scale has the wrong type: true (expected a number)"
+bad steps 99999999999 "$work/bad.json: config key 'pipe_configs.steps' must be an integer in [-2147483648, 2147483647], got 99999999999"
+bad guidance_scale true "config key 'pipe_configs.guidance_scale' must be a number, got true"
 bad guidance_scale 120 "pipe_configs.guidance_scale must be in [0, 100], got 120"
 bad fps 0 "$work/bad.json: pipe_configs.fps must be in (0, 1000], got 0"
 bad export_fps -8 "$work/bad.json: pipe_configs.export_fps must be in (0, 1000], got -8"
-bad num_frames 2.5 "pipe_configs.num_frames has the wrong type: 2.5 (expected an integer)"
+bad num_frames 2.5 "config key 'pipe_configs.num_frames' must be an integer, got 2.5"
 bad num_frames 0 "pipe_configs.num_frames (frames per GPU, --video.frames / ranks) must be in [1, 1000000], got 0"
 bad height 100 "$work/bad.json: pipe_configs.height must be a multiple of 8"
-bad width '"wide"' "pipe_configs.width has the wrong type"
-bad prompts '"a dog"' "pipe_configs.prompts must be a non-empty list of strings"
-bad prompts '[]' "pipe_configs.prompts must be a non-empty list of strings"
-bad prompts '["a dog", 3]' "pipe_configs.prompts[1] has the wrong type: 3 (expected a string)"
+bad width '"wide"' "config key 'pipe_configs.width' must be an integer, got \"wide\""
+bad prompts '"a dog"' "config key 'pipe_configs.prompts' must be a list of strings, got \"a dog\""
+bad prompts '[]' "config key 'pipe_configs.prompts' must be a non-empty list of strings, got []"
+bad prompts '["a dog", 3]' "config key 'pipe_configs.prompts' must be a list of strings, got [\"a dog\",3]"
 bad seed -1 "$work/bad.json: seed must be >= 0, got -1"
-bad seed '"123"' "$work/bad.json: seed has the wrong type"
+bad seed '"123"' "$work/bad.json: config key 'seed' must be an integer, got \"123\""
 bad dtype '"torch.int8"' "$work/bad.json: dtype 'torch.int8' is not torch.float16, torch.bfloat16 or torch.float32"
-bad devices 4 "$work/bad.json: devices must be a non-empty list of GPU numbers, got 4"
+bad devices 4 "$work/bad.json: config key 'devices' must be a non-empty list of GPU numbers, got 4"
 bad padding -1 "plugin_configs.attn.padding (--vi.local-frames) must be >= 0, got -1"
 # A file whose settings do not fit the video: the message names the options and their fields.
 sed -E 's/^( *"top_k": ).*,$/\116,/' "$work/single.json" > "$work/bad.json"
 expect 2 "--vi.global-frames 16 is larger than the video (8 frames) (--import-vi-config $work/bad.json: plugin_configs.attn.padding is --vi.local-frames, attn.top_k --vi.global-frames" -- \
   "$vinf" generate --model "$work/pipe" --import-vi-config "$work/bad.json" "${device_args[@]}" --out "$work/refused"
 echo '{"pipe_configs": [], "plugin_configs": {}}' > "$work/bad.json"
-expect 2 "$work/bad.json: pipe_configs must be an object" -- "$vinf" generate --model "$work/pipe" \
+expect 2 "$work/bad.json: config key 'pipe_configs' must hold a JSON object" -- "$vinf" generate --model "$work/pipe" \
   --import-vi-config "$work/bad.json" "${device_args[@]}" --out "$work/refused"
 
 echo "$fails failure(s)"

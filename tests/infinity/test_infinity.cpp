@@ -462,11 +462,11 @@ TEST_CASE("--import-vi-config reads the released JSON, the command line wins") {
   CHECK(unused == std::vector<std::string>{"plugin_configs.attn.top_k_chunk_size"});
   // Wrong JSON types and values name the key; an integer field takes no fraction or boolean.
   for (const auto& [text, want] :
-       {std::pair{R"({"plugin_configs": {"attn": {"padding": "two"}}})", "plugin_configs.attn.padding has the wrong type"},
-        std::pair{R"({"plugin_configs": {"attn": {"padding": 2.5}}})", "plugin_configs.attn.padding has the wrong type"},
-        std::pair{R"({"plugin_configs": {"attn": {"top_k": true}}})", "plugin_configs.attn.top_k has the wrong type"},
-        std::pair{R"({"plugin_configs": {"attn": {"top_k": 4294967296}}})", "plugin_configs.attn.top_k is out of range"},
-        std::pair{R"({"plugin_configs": {"attn": {"dynamic_scale": 1}}})", "plugin_configs.attn.dynamic_scale has the wrong type"},
+       {std::pair{R"({"plugin_configs": {"attn": {"padding": "two"}}})", "config key 'plugin_configs.attn.padding' must be an integer, got \"two\""},
+        std::pair{R"({"plugin_configs": {"attn": {"padding": 2.5}}})", "config key 'plugin_configs.attn.padding' must be an integer, got 2.5"},
+        std::pair{R"({"plugin_configs": {"attn": {"top_k": true}}})", "config key 'plugin_configs.attn.top_k' must be an integer, got true"},
+        std::pair{R"({"plugin_configs": {"attn": {"top_k": 4294967296}}})", "config key 'plugin_configs.attn.top_k' must be an integer in ["},
+        std::pair{R"({"plugin_configs": {"attn": {"dynamic_scale": 1}}})", "config key 'plugin_configs.attn.dynamic_scale' must be true or false, got 1"},
         std::pair{R"({"plugin_configs": {"conv_layer": {"padding": -1}}})", "plugin_configs.conv_layer.padding (--vi.conv-halo) must be >= 0"}}) {
     std::ofstream(path) << text;
     try {

@@ -15,6 +15,9 @@
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "io/safetensors.hpp"
+#include "model/clip_text.hpp"
+#include "model/vae.hpp"
+#include "sampling/scheduler.hpp"
 #include "model/flops.hpp"
 #include "model/params.hpp"
 #include "model/presets.hpp"
@@ -137,6 +140,65 @@ TEST_CASE("config values the runtime does not support are rejected by name") {
   CHECK_NOTHROW(model::parse_unet_config(j.dump(), "cfg.json", &warnings));
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("'some_future_key' is not used by vinf") != std::string::npos);
+}
+
+TEST_CASE("a key of the wrong type in any config file names the file, the key and the type it must have") {
+  TempDir dir;
+  // Writes `base` with `key` set to `value` (a JSON text) and returns the reader's message.
+  auto refused = [&](const std::function<void(const std::string&)>& read, const std::string& base,
+                     const std::string& key, const std::string& value) {
+    nlohmann::json j = nlohmann::json::parse(base);
+    nlohmann::json* target = &j;
+    std::string rest = key;
+    for (std::size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1))
+      target = &(*target)[rest.substr(0, dot)];
+    (*target)[rest] = nlohmann::json::parse(value);
+    const std::string path = (dir.path / "config.json").string();
+    std::ofstream(path) << j.dump();
+    const std::string m = input_error_of([&] { read(path); });
+    CHECK_MESSAGE(m.find(path + ": config key '" + key + "' must be ") != std::string::npos, m);
+    return m;
+  };
+  auto has = [](const std::string& text, const std::string& part) {
+    CHECK_MESSAGE(text.find(part) != std::string::npos, "'", text, "' lacks '", part, "'");
+  };
+  // Text encoder (transformers' CLIPTextModel, also nested in a CLIPModel's text_config).
+  const std::string clip = read_text(test::fixture("clip-text-tiny/config.json"));
+  auto clip_config = [](const std::string& p) { model::load_clip_text_config(p); };
+  has(refused(clip_config, clip, "hidden_size", R"("512")"), "'hidden_size' must be an integer, got \"512\"");
+  has(refused(clip_config, clip, "num_hidden_layers", "[2, 2]"), "'num_hidden_layers' must be an integer, got [2,2]");
+  has(refused(clip_config, clip, "intermediate_size", "64.5"), "'intermediate_size' must be an integer, got 64.5");
+  has(refused(clip_config, clip, "vocab_size", "4294967296"), "'vocab_size' must be an integer in [-2147483648, 2147483647], got 4294967296");
+  has(refused(clip_config, clip, "layer_norm_eps", "true"), "'layer_norm_eps' must be a number, got true");
+  has(refused(clip_config, clip, "hidden_act", "1"), "'hidden_act' must be a string, got 1");
+  has(refused(clip_config, R"({"text_config": {}})", "text_config.hidden_size", R"({"a": 1})"),
+      "'text_config.hidden_size' must be an integer");
+  // VAE.
+  const std::string vae = read_text(test::fixture("tiny-unet3d/vae/config.json"));
+  auto vae_config = [](const std::string& p) { model::load_vae_config(p); };
+  has(refused(vae_config, vae, "latent_channels", R"("4")"), "'latent_channels' must be an integer, got \"4\"");
+  has(refused(vae_config, vae, "block_out_channels", R"([32, "64"])"), "must be a list of integers, got [32,\"64\"]");
+  has(refused(vae_config, vae, "scaling_factor", R"("0.18")"), "'scaling_factor' must be a number");
+  has(refused(vae_config, vae, "use_post_quant_conv", "1"), "'use_post_quant_conv' must be true or false, got 1");
+  has(refused(vae_config, vae, "up_block_types", R"("UpDecoderBlock2D")"), "'up_block_types' must be a list of strings");
+  // Scheduler.
+  auto scheduler_config = [](const std::string& p) { sampling::read_scheduler_config(p); };
+  has(refused(scheduler_config, "{}", "beta_start", R"("0.1")"), "'beta_start' must be a number, got \"0.1\"");
+  has(refused(scheduler_config, "{}", "num_train_timesteps", "999.5"), "'num_train_timesteps' must be an integer");
+  has(refused(scheduler_config, "{}", "set_alpha_to_one", R"("yes")"), "'set_alpha_to_one' must be true or false");
+  has(refused(scheduler_config, "{}", "timestep_spacing", "[]"), "'timestep_spacing' must be a string, got []");
+  // UNet.
+  const std::string unet = read_text(test::fixture("tiny-unet3d/config.json"));
+  auto unet_config = [](const std::string& p) { model::load_unet_config(p, nullptr); };
+  has(refused(unet_config, unet, "cross_attention_dim", R"("32")"), "must be a positive integer, got \"32\"");
+  has(refused(unet_config, unet, "norm_eps", R"("1e-5")"), "'norm_eps' must be a number");
+  has(refused(unet_config, unet, "sample_size", R"("64")"), "'sample_size' must be an integer");
+  has(refused(unet_config, unet, "act_fn", "[]"), "'act_fn' must be a string");
+  // The same readers still take what they took before.
+  std::ofstream((dir.path / "config.json").string()) << R"({"beta_start": 0.001, "num_train_timesteps": 500})";
+  CHECK(sampling::read_scheduler_config((dir.path / "config.json").string()).num_train_timesteps == 500);
+  CHECK(model::load_clip_text_config(test::fixture("clip-text-tiny/config.json")).hidden_size == 32);
+  CHECK(model::load_vae_config(test::fixture("tiny-unet3d/vae/config.json")).latent_channels == 4);
 }
 
 TEST_CASE("sharded weights with an index load the same as one file, f16 weights convert to f32") {

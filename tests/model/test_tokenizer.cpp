@@ -191,6 +191,9 @@ TEST_CASE("CLIP tokenizer: the files it refuses, each named") {
   refused(d.str(), "pad_token '<pad>' is neither in vocab.json");
   write(d.path / "tokenizer_config.json", R"({"pad_token": 3})");
   refused(d.str(), "pad_token must be a string");
+  write(d.path / "tokenizer_config.json", R"({"model_max_length": "77"})");
+  refused(d.str(), (d.path / "tokenizer_config.json").string() +
+                       ": config key 'model_max_length' must be a number, got \"77\"");
   write(d.path / "tokenizer_config.json", "{\"pad_token\": ");
   refused(d.str(), "is not valid JSON");
   fs::remove(d.path / "tokenizer_config.json");
