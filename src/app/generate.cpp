@@ -97,6 +97,7 @@ int generate(const std::vector<std::string>& args) {
     files = model::find_model_files(o.unet.empty() ? o.model : o.unet);
     ucfg = model::load_unet_config(files.config, &warnings);
   }
+  check_dump_modules(o, ucfg);
   sampling::NoiseScheduleConfig sched_cfg;
   std::string sched_source = "zeroscope's values (built in)";
   {

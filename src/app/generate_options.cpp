@@ -141,8 +141,10 @@ po::options_description describe(GenerateOptions& o) {
       "PATH: from that checkpoint (OUT defaults to the run it belongs to). The settings that change the numbers "
       "must match; invariant mode may resume on another number of ranks")(
       "dump.modules", po::value(&o.dump_modules),
-      "write these modules' outputs over the whole video to OUT/activations.h5 (comma-separated globs over "
-      "the module names of vinf forward --dump-temporal, e.g. 'down_blocks.*,mid_block')")(
+      "write these modules' outputs over the whole video to OUT/activations.h5: comma-separated globs over the "
+      "UNet's module names (time_embedding, conv_in, transformer_in, down_blocks.<i>, mid_block, up_blocks.<i>, "
+      "conv_norm_out, conv_out, and <module>.in / <module>.out of every temporal module, as vinf forward "
+      "--dump-temporal writes them), e.g. 'down_blocks.*,mid_block'; a glob that matches no module is refused")(
       "dump.steps", po::value(&o.dump_steps)->default_value(o.dump_steps),
       "the steps (1-based, comma-separated) whose UNet call --dump.modules records");
 

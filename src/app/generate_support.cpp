@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -18,6 +19,7 @@
 #include "model/clip_text.hpp"
 #include "model/presets.hpp"
 #include "model/tokenizer.hpp"
+#include "model/unet3d.hpp"
 #include "mpi/check.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
@@ -279,6 +281,31 @@ bool step_fault(int world_rank, int completed_steps) {
   return false;
 }
 
+void check_dump_modules(const GenerateOptions& o, const model::UNetConfig& c) {
+  if (o.dump_globs.empty()) return;
+  VINF_INPUT_CHECK(o.cfg == 1, "--dump.modules needs --parallel.cfg 1 (every rank then holds ",
+                   "both guidance branches of its frames)");
+  const std::vector<std::string> names = model::observed_module_names(c);
+  for (const std::string& glob : o.dump_globs) {
+    const bool matches = std::any_of(names.begin(), names.end(),
+                                     [&](const std::string& n) { return fnmatch(glob.c_str(), n.c_str(), 0) == 0; });
+    if (matches) continue;
+    // The block outputs in full, and the first temporal module of each kind for the inner names.
+    std::string blocks, inner;
+    for (const std::string& n : names) {
+      if (n.find('.') == std::string::npos || (n.find('.') == n.rfind('.') && n.find("_blocks.") != std::string::npos))
+        blocks += (blocks.empty() ? "" : ", ") + n;
+      else if (inner.empty() && n.find(".temp_convs.") != std::string::npos)
+        inner = n.substr(0, n.rfind('.')) + ".in/.out";
+    }
+    VINF_INPUT_FAIL("--dump.modules: '", glob, "' matches no module of this model; the modules are ", blocks,
+                    ", and inside them the inputs and outputs of every temporal convolution, temporal transformer ",
+                    "and temporal attention (e.g. ", inner, ", transformer_in.in, ",
+                    "transformer_in.transformer_blocks.0.attn1.out); globs such as 'down_blocks.*' or '*.attn1.out' ",
+                    "select several");
+  }
+}
+
 ActivationDump::ActivationDump(const GenerateOptions& o, std::int64_t batch, std::int64_t clip_frames,
                                std::int64_t first_frame, std::int64_t frames)
     : globs_(o.dump_globs),
@@ -286,10 +313,7 @@ ActivationDump::ActivationDump(const GenerateOptions& o, std::int64_t batch, std
       batch_(batch),
       clip_frames_(clip_frames),
       first_frame_(first_frame),
-      frames_(frames) {
-  VINF_INPUT_CHECK(globs_.empty() || o.cfg == 1, "--dump.modules needs --parallel.cfg 1 (every rank then holds ",
-                   "both guidance branches of its frames)");
-}
+      frames_(frames) {}
 
 std::function<void(const std::string&, const Tensor&)> FiniteWatch::observer(ExecContext& ctx) {
   first_bad_.clear();

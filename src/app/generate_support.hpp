@@ -13,6 +13,7 @@
 #include "core/arena.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5file.hpp"
+#include "model/config.hpp"
 #include "mpi/communicator.hpp"
 #include "mpi/session.hpp"
 #include "ops/context.hpp"
@@ -73,6 +74,11 @@ class FiniteWatch {
   std::string first_bad_;
   std::vector<float> host_;
 };
+
+// --dump.modules against the model, before anything is computed or created: every glob must match
+// a module the UNet reports (a typo would otherwise give an empty activations.h5), and the ranks
+// must hold both guidance branches. Throws vinf::InputError naming the glob and the module names.
+void check_dump_modules(const GenerateOptions& o, const model::UNetConfig& c);
 
 // --dump.modules: the outputs of the selected modules over the whole video, collected on the
 // dump steps and written collectively to OUT/activations.h5 as /activations/step<k>/<module>.

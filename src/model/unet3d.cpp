@@ -404,4 +404,38 @@ void UNet3D::forward(ExecContext& ctx, const Tensor& sample, std::int64_t timest
   ops::copy(ctx, x->reshape({b, f, c.out_channels, h, wd}), out.permute({0, 2, 1, 3, 4}));
 }
 
+std::vector<std::string> observed_module_names(const UNetConfig& c) {
+  std::vector<std::string> names{"time_embedding", "conv_in"};
+  auto temporal_transformer = [&](const std::string& p) {
+    names.push_back(p + ".in");
+    for (const char* attn : {".attn1", ".attn2"})
+      for (const char* end : {".in", ".out"}) names.push_back(p + ".transformer_blocks.0" + attn + end);
+    names.push_back(p + ".out");
+  };
+  auto layer = [&](const std::string& p, std::size_t j, bool cross) {
+    const std::string k = dot_index(j);
+    names.push_back(p + ".resnets" + k);
+    names.push_back(p + ".temp_convs" + k + ".in");
+    names.push_back(p + ".temp_convs" + k + ".out");
+    if (cross) temporal_transformer(p + ".temp_attentions" + k);
+  };
+  temporal_transformer("transformer_in");
+  names.push_back("transformer_in");
+  const UNetLayout l = unet_layout(c);
+  for (const BlockLayout& blk : l.down) {
+    for (std::size_t j = 0; j < blk.resnet_in.size(); ++j) layer(blk.prefix, j, blk.cross);
+    names.push_back(blk.prefix);
+  }
+  layer("mid_block", 0, true);
+  layer("mid_block", 1, false);
+  names.push_back("mid_block");
+  for (const BlockLayout& blk : l.up) {
+    for (std::size_t j = 0; j < blk.resnet_in.size(); ++j) layer(blk.prefix, j, blk.cross);
+    names.push_back(blk.prefix);
+  }
+  names.push_back("conv_norm_out");
+  names.push_back("conv_out");
+  return names;
+}
+
 }  // namespace vinf::model

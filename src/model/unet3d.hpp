@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "model/config.hpp"
 #include "model/params.hpp"
@@ -15,6 +16,9 @@
 #include "model/weights.hpp"
 
 namespace vinf::model {
+
+// The names an UNet3D::Observer sees for a model of config c, in the order of the forward pass.
+std::vector<std::string> observed_module_names(const UNetConfig& c);
 
 class UNet3D {
  public:

@@ -166,6 +166,12 @@ bad "cross_attention_dim is 32" --model "$work/tiny5" --prompt.embeddings "$work
 bad "--config $work/none.ini: cannot read" --config "$work/none.ini"
 printf 'model = builtin:tiny\n[video]\nframez = 8\n' > "$work/typo.ini"
 bad "--config $work/typo.ini: unrecognised option 'video.framez'" --config "$work/typo.ini" --prompt.text x
+# A --dump.modules glob that matches no module of the model is refused before the run starts,
+# with the module names (it would otherwise write an empty activations.h5).
+bad "--dump.modules: 'down_blocks.9*' matches no module of this model; the modules are time_embedding, conv_in, \
+transformer_in, down_blocks.0, down_blocks.1, mid_block, up_blocks.0, up_blocks.1, conv_norm_out, conv_out, and inside them" \
+  "${small[@]}" --dump.modules 'mid_block, down_blocks.9*'
+bad "--dump.modules: 'Mid_block' matches no module" "${small[@]}" --dump.modules 'Mid_block'
 printf '{"prediction_type": "v_prediction"}' > "$work/v.json"
 bad "prediction_type" "${small[@]}" --model.scheduler-config "$work/v.json"
 expect 2 "cannot create the output directory" -- "$vinf" generate "${small[@]}" --out /proc/vinf-test

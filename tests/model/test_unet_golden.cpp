@@ -11,6 +11,7 @@
 #include "../support.hpp"
 #include "core/error.hpp"
 #include "io/safetensors.hpp"
+#include "model/presets.hpp"
 #include "model/unet3d.hpp"
 #include "ops/elementwise.hpp"
 
@@ -129,4 +130,26 @@ TEST_CASE("latent sizes that are not multiples of the downsampling factor run: u
                        InputError);
   OwnedTensor good = rt.arena().empty(DType::f32, {1, 4, 2, 8, 8}), wide = rt.arena().empty(DType::f32, {1, 8, 16});
   CHECK_THROWS_WITH_AS(unet.forward(rt.ctx(), good, 1, 24, wide, out, plain), doctest::Contains("(B = 1, L, 32)"), InputError);
+}
+
+TEST_CASE("observed_module_names lists what the forward pass reports, in its order") {
+  Runtime rt(Device::cpu());
+  model::UNetConfig c = model::preset_config("tiny");
+  for (int layers : {1, 2}) {
+    CAPTURE(layers);
+    c.layers_per_block = layers;
+    const model::UNet3D unet(c, model::Weights::random(model::unet_parameters(c), rt, DType::f32, 3));
+    OwnedTensor sample = rt.arena().empty(DType::f32, {1, 4, 2, 8, 8});
+    OwnedTensor text = rt.arena().empty(DType::f32, {1, 4, c.cross_attention_dim});
+    OwnedTensor out = rt.arena().empty(DType::f32, {1, 4, 2, 8, 8});
+    ops::fill(rt.ctx(), sample, 0.5);
+    ops::fill(rt.ctx(), text, -0.25);
+    model::PlainTemporalContext plain;
+    std::vector<std::string> seen;
+    unet.forward(rt.ctx(), sample, 400, 24, text, out, plain,
+                 [&](const std::string& name, const Tensor&) { seen.push_back(name); });
+    const std::vector<std::string> listed = model::observed_module_names(c);
+    CHECK(seen == listed);
+    CHECK(listed.size() > 30);
+  }
 }
