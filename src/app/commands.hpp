@@ -7,11 +7,22 @@
 
 namespace vinf::app {
 
-// Parses args into vm (with positional arguments when `positional` is given); prints a clear
-// message and returns false on bad options.
-bool parse_options(const std::vector<std::string>& args, const boost::program_options::options_description& opts,
-                   boost::program_options::variables_map& vm,
+// Parses args into vm (with positional arguments when `positional` is given) and, when opts has
+// the `config` option and it is given (and --help is not), the INI file it names; the command line
+// wins. Bad options are a vinf::InputError that names the option (and the file's line), with a
+// pointer to `vinf COMMAND --help`.
+void parse_options(const std::vector<std::string>& args, const boost::program_options::options_description& opts,
+                   boost::program_options::variables_map& vm, const std::string& command,
                    const boost::program_options::positional_options_description* positional = nullptr);
+
+// Reads an INI file of options into vm beneath what is already there (the command line): sections
+// are dotted prefixes ([vi] local-frames = 8 is --vi.local-frames 8); an unknown key, a bad value
+// or a line that is neither is an InputError naming the file, the line and the key.
+void read_config_file(const std::string& path, const boost::program_options::options_description& opts,
+                      boost::program_options::variables_map& vm, const std::string& command);
+
+// The help of the --config FILE option every command has.
+extern const char* const kConfigOptionHelp;
 
 // "12.3 MiB", for memory and file sizes in messages.
 std::string format_mib(double bytes);

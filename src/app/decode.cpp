@@ -79,7 +79,7 @@ int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::stri
 }  // namespace
 
 int decode(const std::vector<std::string>& args) {
-  std::string vae_dir, latents_path, checkpoint_path, out_path, device_opt = "auto", dtype_opt = "auto";
+  std::string config_file, vae_dir, latents_path, checkpoint_path, out_path, device_opt = "auto", dtype_opt = "auto";
   bool tf32 = false;
   std::int64_t frames_per_call = 4, tile = 0;
   io::FrameWriter::Settings video;
@@ -91,8 +91,10 @@ int decode(const std::vector<std::string>& args) {
       "IN holds latents F32 [N, 4, h, w], decoded exactly as given (no division by the scaling factor);\n"
       "OUT gets decoded F32 [N, 3, 8h, 8w], the raw decoder output (no clamp). X.h5 is a checkpoint or the\n"
       "latents.h5 of vinf generate: its latents are divided by the VAE's scaling factor and DIR gets\n"
-      "video.mp4 and contact.png (and frames/ with --output.png).\n\nOptions");
-  opts.add_options()("help,h", "show this help")(
+      "video.mp4 and contact.png (and frames/ with --output.png).\n\n"
+      "Options come from the command line and from --config FILE (INI: `vae = DIR`; `[output] png = true`\n"
+      "is --output.png true); the command line wins.\n\nOptions");
+  opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)(
       "vae", po::value(&vae_dir), "VAE directory (config.json + diffusion_pytorch_model.safetensors), or a pipeline "
                                   "root with vae/")("latents", po::value(&latents_path), "input latents (safetensors)")(
       "checkpoint", po::value(&checkpoint_path), "a checkpoint or latents.h5 of vinf generate")(
@@ -115,7 +117,7 @@ int decode(const std::vector<std::string>& args) {
       "overwrite", po::value(&overwrite)->default_value(overwrite)->implicit_value(true),
       "replace an existing DIR/video.mp4");
   po::variables_map vm;
-  if (!parse_options(args, opts, vm)) return 2;
+  parse_options(args, opts, vm, "decode");
   if (vm.count("help")) {
     std::cout << opts << "\nExit status: 0 on success, 2 for bad input (the message names the file and key), 1 otherwise.\n";
     return 0;

@@ -25,7 +25,7 @@ namespace po = boost::program_options;
 namespace vinf::app {
 
 int encode_text(const std::vector<std::string>& args) {
-  std::string encoder_dir, tokenizer_dir, model_dir, prompt_file, out_path, device_opt = "auto";
+  std::string config_file, encoder_dir, tokenizer_dir, model_dir, prompt_file, out_path, device_opt = "auto";
   std::vector<std::string> prompts, negative;
   bool quiet = false;
   po::options_description opts(
@@ -35,8 +35,10 @@ int encode_text(const std::vector<std::string>& args) {
       "OUT gets input_ids I64 [N, 77] and last_hidden_state F32 [N, 77, D], one row per prompt in order.\n"
       "With --negative it also gets prompt_embeds (the same as last_hidden_state) and negative_prompt_embeds\n"
       "[1, 77, D]: the file vinf generate --prompt.embeddings takes. A prompt longer than the tokenizer's\n"
-      "77 tokens is truncated (bos, the first 75 tokens, eos) with a warning naming what was dropped.\n\nOptions");
-  opts.add_options()("help,h", "show this help")(
+      "77 tokens is truncated (bos, the first 75 tokens, eos) with a warning naming what was dropped.\n\n"
+      "Options come from the command line and from --config FILE (INI: `model = DIR`, one `prompt = TEXT`\n"
+      "line per prompt); the command line wins.\n\nOptions");
+  opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)(
       "text-encoder", po::value(&encoder_dir),
       "text encoder directory (config.json + model.safetensors, transformers' CLIPTextModel)")(
       "tokenizer", po::value(&tokenizer_dir), "tokenizer directory (vocab.json, merges.txt, tokenizer_config.json)")(
@@ -49,7 +51,7 @@ int encode_text(const std::vector<std::string>& args) {
       "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda (computes in f32)")(
       "quiet,q", po::bool_switch(&quiet), "print only errors");
   po::variables_map vm;
-  if (!parse_options(args, opts, vm)) return 2;
+  parse_options(args, opts, vm, "encode-text");
   if (vm.count("help")) {
     std::cout << opts << "\nExit status: 0 on success, 2 for bad input (the message names the file and key), 1 otherwise.\n";
     return 0;

@@ -151,7 +151,8 @@ void write_dump(const std::string& prefix, int rank, const PieceResult& r, const
 }  // namespace
 
 int forward(const std::vector<std::string>& args) {
-  std::string model_dir, inputs_path, out_path, device_opt = "auto", dtype_opt = "auto", comm_backend = "auto", dump;
+  std::string config_file, model_dir, inputs_path, out_path, device_opt = "auto", dtype_opt = "auto",
+      comm_backend = "auto", dump;
   bool tf32 = false;
   int cfg_size = 1, emulate = 0;
   double timeout = 300;
@@ -162,8 +163,10 @@ int forward(const std::vector<std::string>& args) {
       "usage: vinf forward --model DIR --inputs IN.safetensors --out OUT.safetensors [options]\n"
       "       mpirun -np N vinf forward ...   (rank r takes frames [r F/N, (r+1) F/N); rank 0 writes all)\n\n"
       "IN holds sample F32 [B,C,F,H,W], encoder_hidden_states F32 [B,L,D], timesteps I64 [T] and\n"
-      "optionally fps I64 [1] (default 24). OUT gets noise_pred.t<t> F32 [B,C,F,H,W] for each t.\n\nOptions");
-  opts.add_options()("help,h", "show this help")(
+      "optionally fps I64 [1] (default 24). OUT gets noise_pred.t<t> F32 [B,C,F,H,W] for each t.\n\n"
+      "Options come from the command line and from --config FILE (INI: `inputs = IN.safetensors`;\n"
+      "`[vi] mode = compat` is --vi.mode compat); the command line wins.\n\nOptions");
+  opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)(
       "model", po::value(&model_dir), "UNet directory in diffusers layout (config.json + diffusion_pytorch_model"
                                       ".safetensors or sharded with an index), or a pipeline root with unet/")(
       "inputs", po::value(&inputs_path), "input tensors (safetensors)")(
@@ -189,7 +192,7 @@ int forward(const std::vector<std::string>& args) {
   vi.add_to(vi_opts);
   opts.add(vi_opts);
   po::variables_map vm;
-  if (!parse_options(args, opts, vm)) return 2;
+  parse_options(args, opts, vm, "forward");
   if (vm.count("help")) {
     std::cout << opts << "\nExit status: 0 on success, 2 for bad input (the message names the file and key), 1 for\n"
                          "other failures, 3 when a collective timed out. Under MPI a failure on any rank ends every rank.\n";

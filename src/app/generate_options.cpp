@@ -2,7 +2,6 @@
 
 #include <boost/program_options.hpp>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <tuple>
@@ -36,7 +35,7 @@ po::options_description describe(GenerateOptions& o) {
       "Run",
       kHelpWidth, kHelpColumn);
   all.add_options()("help,h", "show this help")(
-      "config", po::value(&o.config_file), "INI file with any of the options below")(
+      "config", po::value(&o.config_file), kConfigOptionHelp)(
       "model", po::value(&o.model),
       "the model: a diffusers pipeline directory (unet/, vae/, text_encoder/, tokenizer/) or a UNet directory, "
       "or builtin:tiny / builtin:small (random weights made in memory from --model.seed, with a random text "
@@ -208,7 +207,7 @@ void import_pipe_configs(GenerateOptions& o, const po::variables_map& vm, Source
 int parse_generate_options(const std::vector<std::string>& args, GenerateOptions& o) {
   po::options_description opts = describe(o);
   po::variables_map vm;
-  if (!parse_options(args, opts, vm)) return 2;
+  parse_options(args, opts, vm, "generate");
   if (vm.count("help")) {
     std::cout << opts
               << "\nExit status: 0 on success, 2 for bad input (the message names the option, file or key), 1 for "
@@ -218,18 +217,6 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
                  "--resume auto). A failure on any rank ends every rank.\n";
     return 1;
   }
-  if (!o.config_file.empty()) {
-    std::ifstream in(o.config_file);
-    VINF_INPUT_CHECK(in.good(), "--config ", o.config_file, ": cannot read the file");
-    try {
-      po::store(po::parse_config_file(in, opts), vm);
-      po::notify(vm);
-    } catch (const po::error& e) {
-      VINF_INPUT_FAIL("--config ", o.config_file, ": ", e.what());
-    }
-    VINF_INPUT_CHECK(!vm.count("help"), "--config ", o.config_file, ": 'help' is not a setting");
-  }
-
   Sources from_file;  // option -> the --import-vi-config field it was taken from
   if (!o.vi_options.import_file.empty()) import_pipe_configs(o, vm, from_file);
   auto label = [&](const std::string& option) {

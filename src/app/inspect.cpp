@@ -182,15 +182,17 @@ int inspect_hdf5(const std::string& path) {
 }
 
 int inspect(const std::vector<std::string>& args) {
-  std::string path;
+  std::string config_file, path;
   po::options_description opts(
       "vinf inspect: describe a model directory (a UNet, VAE, text encoder or tokenizer, or a pipeline with\n"
-      "all of them), a safetensors file, or an HDF5 file (latents.h5, a checkpoint, activations.h5)\n\nusage: vinf inspect PATH\n\nOptions");
-  opts.add_options()("help,h", "show this help")("path", po::value(&path), "model directory, .safetensors or .h5 file");
+      "all of them), a safetensors file, or an HDF5 file (latents.h5, a checkpoint, activations.h5)\n\nusage: vinf inspect PATH\n\n"
+      "Options come from the command line and from --config FILE (INI: `path = PATH`); the command line\n"
+      "wins.\n\nOptions");
+  opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)("path", po::value(&path), "model directory, .safetensors or .h5 file");
   po::positional_options_description pos;
   pos.add("path", 1);
   po::variables_map vm;
-  if (!parse_options(args, opts, vm, &pos)) return 2;
+  parse_options(args, opts, vm, "inspect", &pos);
   if (vm.count("help")) {
     std::cout << opts;
     return 0;

@@ -14,24 +14,7 @@
 #include "mpi/fatal.hpp"
 #include "ops/runtime.hpp"
 
-namespace po = boost::program_options;
-
 namespace vinf::app {
-
-bool parse_options(const std::vector<std::string>& args, const po::options_description& opts, po::variables_map& vm,
-                   const po::positional_options_description* positional) {
-  try {
-    po::command_line_parser parser(args);
-    parser.options(opts);
-    if (positional) parser.positional(*positional);
-    po::store(parser.run(), vm);
-    po::notify(vm);
-    return true;
-  } catch (const po::error& e) {
-    std::cerr << "vinf: error: " << e.what() << "\n(see --help)\n";
-    return false;
-  }
-}
 
 std::string format_mib(double bytes) {
   char buf[32];
@@ -87,9 +70,9 @@ int main(int argc, char** argv) {
   for (const Command& c : kCommands) {
     if (args[0] == c.name) return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
   }
-  std::cerr << "vinf: error: unknown command '" << args[0] << "'\n\n";
-  usage(std::cerr);
-  return 2;
+  std::string names;
+  for (const Command& c : kCommands) names += std::string(names.empty() ? "" : ", ") + c.name;
+  VINF_INPUT_FAIL("unknown command '", args[0], "'; the commands are ", names, " (vinf --help says what each does)");
 }
 
 }  // namespace vinf::app

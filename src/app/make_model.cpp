@@ -15,7 +15,7 @@ namespace po = boost::program_options;
 namespace vinf::app {
 
 int make_model(const std::vector<std::string>& args) {
-  std::string preset, out, dtype_opt, layout = "unet";
+  std::string config_file, preset, out, dtype_opt, layout = "unet";
   std::uint64_t seed = 0;
   bool overwrite = false;
   po::options_description opts(
@@ -25,15 +25,17 @@ int make_model(const std::vector<std::string>& args) {
       "fifth of its width), vc2 (the full VideoCrafter2 UNet, 1,413,284,420 parameters, ~2.8 GB as f16).\n"
       "--layout pipeline writes DIR/unet, DIR/vae, DIR/text_encoder, DIR/tokenizer and model_index.json:\n"
       "the model that `vinf generate --model builtin:PRESET --model.seed S` makes in memory (a small random\n"
-      "text encoder over a byte-level tokenizer; for vc2 the full-size VAE and OpenCLIP-H text encoder).\n\nOptions");
-  opts.add_options()("help,h", "show this help")("preset", po::value(&preset), "tiny | small | vc2")(
+      "text encoder over a byte-level tokenizer; for vc2 the full-size VAE and OpenCLIP-H text encoder).\n\n"
+      "Options come from the command line and from --config FILE (INI: `preset = tiny`, `seed = 5`); the\n"
+      "command line wins.\n\nOptions");
+  opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)("preset", po::value(&preset), "tiny | small | vc2")(
       "seed", po::value(&seed)->default_value(0), "random seed (the same seed gives the same weights)")(
       "out", po::value(&out), "model directory to create")(
       "layout", po::value(&layout)->default_value(layout), "unet (DIR is a UNet directory) | pipeline")(
       "dtype", po::value(&dtype_opt), "weight dtype f32 | f16 | bf16 (default: f16 for vc2, f32 otherwise)")(
       "overwrite", po::bool_switch(&overwrite), "replace a model already in DIR");
   po::variables_map vm;
-  if (!parse_options(args, opts, vm)) return 2;
+  parse_options(args, opts, vm, "make-model");
   if (vm.count("help")) {
     std::cout << opts;
     return 0;

@@ -24,24 +24,25 @@ struct Backend {
 }  // namespace
 
 int selfcheck(const std::vector<std::string>& args) {
-  std::string device = "all", filter;
+  std::string config_file, device = "all", filter;
   bool list = false;
-  po::options_description opts("vinf selfcheck: every op on every backend against the CPU reference\n\nOptions");
-  opts.add_options()("help,h", "show this help")(
+  po::options_description opts(
+      "vinf selfcheck: every op on every backend against the CPU reference\n\n"
+      "Options come from the command line and from --config FILE (INI: `device = cpu`); the command line\n"
+      "wins.\n\nOptions");
+  opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)(
       "device", po::value(&device)->default_value(device),
       "cpu, cuda or all (cuda is skipped with a message when no GPU is visible)")(
       "filter", po::value(&filter), "only cases whose name contains this text")("list", po::bool_switch(&list),
                                                                                "list the cases and exit");
   po::variables_map vm;
-  if (!parse_options(args, opts, vm)) return 2;
+  parse_options(args, opts, vm, "selfcheck");
   if (vm.count("help")) {
     std::cout << opts << "\nExit status: 0 when every result is within tolerance, 1 otherwise.\n";
     return 0;
   }
-  if (device != "cpu" && device != "cuda" && device != "all") {
-    std::cerr << "vinf selfcheck: error: --device must be cpu, cuda or all, got '" << device << "'\n";
-    return 2;
-  }
+  VINF_INPUT_CHECK(device == "cpu" || device == "cuda" || device == "all", "--device must be cpu, cuda or all, got '",
+                   device, "'");
   auto cases = opcheck::unit_cases();
   if (list) {
     for (const auto& c : cases) std::cout << c.family << "\t" << c.name << "\n";

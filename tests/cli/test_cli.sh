@@ -13,5 +13,15 @@ expect 2 "--device must be cpu, cuda or all, got 'tpu'" -- "$vinf" selfcheck --d
 expect 2 "unrecognised option '--no-such-flag'" -- "$vinf" selfcheck --no-such-flag
 expect 0 "checks passed" -- "$vinf" selfcheck --device cpu --filter conv2d
 expect 0 "attention banded" -- "$vinf" selfcheck --list
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+printf 'device = cpu\nfilter = conv2d\n' > "$work/selfcheck.ini"
+expect 0 "checks passed" -- "$vinf" selfcheck --config "$work/selfcheck.ini"
+out=$("$vinf" selfcheck --config "$work/selfcheck.ini" --filter layer_norm 2>&1)
+if [[ "$out" == *layer_norm* && "$out" != *conv2d* ]]; then echo "ok: selfcheck --filter on the command line wins over the file"
+else echo "FAIL: selfcheck --config precedence"; echo "$out" | tail -5; fails=$((fails + 1)); fi
+printf 'device = cpu\nfiltre = conv2d\n' > "$work/typo.ini"
+expect 2 "--config $work/typo.ini line 2: unknown key 'filtre' (vinf selfcheck has no option --filtre" -- "$vinf" selfcheck --config "$work/typo.ini"
+expect 0 "--config arg" -- "$vinf" selfcheck --help
 
 [ "$fails" -eq 0 ] || { echo "$fails CLI check(s) failed"; exit 1; }

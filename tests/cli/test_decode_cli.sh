@@ -53,6 +53,25 @@ expect 2 "video.mp4 exists" -- "$vinf" decode --device cpu --vae "$vae" --checkp
 expect 1 "cannot run ffmpeg" -- "$vinf" decode --device cpu --vae "$vae" --checkpoint "$work/run/latents.h5" --out "$work/dec3" \
   --output.ffmpeg "$work/no-ffmpeg"
 
+# --config FILE: [output] png = true is --output.png true; the command line wins over the file.
+cat > "$work/decode.ini" <<EOF
+device = cpu
+vae = $vae
+checkpoint = $work/run/latents.h5
+out = $work/not-this
+[output]
+png = true
+video = false
+EOF
+expect 0 "contact.png in $work/dec-ini" -- "$vinf" decode --config "$work/decode.ini" --out "$work/dec-ini"
+cmp -s "$work/dec/contact.png" "$work/dec-ini/contact.png" && [ "$(ls "$work/dec-ini/frames" | wc -l)" -eq 8 ] && [ ! -e "$work/not-this" ] \
+  && echo "ok: decode --config decodes as the command line does" || { echo "FAIL: decode --config"; fails=$((fails + 1)); }
+expect 0 "--config arg" -- "$vinf" decode --help
+printf 'vae = %s\n[output]\npngs = true\n' "$vae" > "$work/typo.ini"
+expect 2 "--config $work/typo.ini line 3: unknown key 'pngs' in [output] (vinf decode has no option --output.pngs" -- \
+  "$vinf" decode --config "$work/typo.ini" --checkpoint "$work/run/latents.h5" --out "$work/x"
+[ ! -e "$work/x" ] || { echo "FAIL: a refused decode created $work/x"; fails=$((fails + 1)); }
+
 # Rejected inputs.
 expect 2 "either --latents IN.safetensors or --checkpoint X.h5" -- "$vinf" decode --device cpu --vae "$vae" --out "$work/x.safetensors"
 expect 2 "is missing or not an HDF5 file" -- "$vinf" decode --device cpu --vae "$vae" --checkpoint "$ref" --out "$work/x"

@@ -46,6 +46,22 @@ expect 0 "text encoder $encoder (CLIPTextModel): 2 layers of 32, 4 heads, vocabu
 expect 0 "negative_prompt_embeds                                                   F32   [1,77,32]" -- bash -c \
   "'$vinf' encode-text --model '$work/pipe' --prompt 'a kite' --negative '' --out '$work/emb.safetensors' && '$vinf' inspect '$work/emb.safetensors'"
 
+# --config FILE: one `prompt = TEXT` line per prompt; the command line wins over the file.
+cat > "$work/encode.ini" <<EOF
+model = $work/pipe
+prompt = a kite
+negative =
+out = $work/not-this.safetensors
+EOF
+expect 0 "wrote $work/emb-ini.safetensors" -- "$vinf" encode-text --config "$work/encode.ini" --out "$work/emb-ini.safetensors"
+expect 0 "max |diff| 0 " -- "$tool" compare "$work/emb-ini.safetensors" "$work/emb.safetensors" 0 prompt_embeds negative_prompt_embeds
+[ ! -e "$work/not-this.safetensors" ] || { echo "FAIL: the file's out was written"; fails=$((fails + 1)); }
+expect 0 "--config arg" -- "$vinf" encode-text --help
+printf 'model = %s\nprompts = a kite\n' "$work/pipe" > "$work/typo.ini"
+expect 2 "--config $work/typo.ini line 2: unknown key 'prompts' (vinf encode-text has no option --prompts" -- \
+  "$vinf" encode-text --config "$work/typo.ini" --out "$work/refused.safetensors"
+[ ! -e "$work/refused.safetensors" ] || { echo "FAIL: a refused run wrote a file"; fails=$((fails + 1)); }
+
 # A text encoder config with a value of the wrong type names the file, the key and the type.
 mkdir -p "$work/enc-str" && cp "$work/pipe/text_encoder/model.safetensors" "$work/enc-str/"
 sed 's/"hidden_size": \([0-9]*\)/"hidden_size": "\1"/' "$work/pipe/text_encoder/config.json" > "$work/enc-str/config.json"

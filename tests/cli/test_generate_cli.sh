@@ -165,7 +165,10 @@ bad "--vi.local-frames 9 is larger than the 8 frames per clip" --model builtin:t
 bad "cross_attention_dim is 32" --model "$work/tiny5" --prompt.embeddings "$work/wide.safetensors"
 bad "--config $work/none.ini: cannot read" --config "$work/none.ini"
 printf 'model = builtin:tiny\n[video]\nframez = 8\n' > "$work/typo.ini"
-bad "--config $work/typo.ini: unrecognised option 'video.framez'" --config "$work/typo.ini" --prompt.text x
+bad "--config $work/typo.ini line 3: unknown key 'framez' in [video] (vinf generate has no option --video.framez" \
+  --config "$work/typo.ini" --prompt.text x
+printf 'model = builtin:tiny\nhelp = 1\n' > "$work/help.ini"
+bad "--config $work/help.ini line 2: 'help' is not a setting" --config "$work/help.ini" --prompt.text x
 # A --dump.modules glob that matches no module of the model is refused before the run starts,
 # with the module names (it would otherwise write an empty activations.h5).
 bad "--dump.modules: 'down_blocks.9*' matches no module of this model; the modules are time_embedding, conv_in, \

@@ -39,6 +39,38 @@ expect 2 "does not exist" -- "$vinf" forward --model "$work/nowhere" --inputs "$
 expect 2 "cannot open $work/none.safetensors" -- "$vinf" forward --model "$fixture" --inputs "$work/none.safetensors" --out "$work/z.safetensors" --vi.mode off
 [ ! -e "$work/z.safetensors" ] || { echo "FAIL: a failed run left $work/z.safetensors"; fails=$((fails + 1)); }
 
+# --config FILE: the long option names as keys, [vi] for --vi.*; the command line wins over the
+# file; a key the command does not have, a bad value or a repeated key is refused with the file,
+# the line and the key.
+cat > "$work/forward.ini" <<EOF
+model = $fixture
+inputs = $inputs   # the fixture's inputs
+out = $work/not-this.safetensors
+device = cpu
+[vi]
+mode = off
+EOF
+expect 0 "--vi.mode off, 1 clip(s)" -- "$vinf" forward --config "$work/forward.ini" --out "$work/cfg.safetensors"
+expect 0 "max |diff| 0 " -- "$tool" compare "$work/cfg.safetensors" "$work/x.safetensors" 0 noise_pred.t900 noise_pred.t500
+[ ! -e "$work/not-this.safetensors" ] && echo "ok: --out on the command line wins over the file" \
+  || { echo "FAIL: the file's out was written"; fails=$((fails + 1)); }
+expect 0 "--vi.mode invariant, 1 clip(s)" -- "$vinf" forward --config "$work/forward.ini" --out "$work/cfg2.safetensors" --vi.mode invariant
+expect 0 "--config arg" -- "$vinf" forward --help
+printf 'model = %s\n[vi]\nmdoe = off\n' "$fixture" > "$work/typo.ini"
+expect 2 "--config $work/typo.ini line 3: unknown key 'mdoe' in [vi] (vinf forward has no option --vi.mdoe; see vinf forward --help" -- \
+  "$vinf" forward --config "$work/typo.ini" --inputs "$inputs" --out "$work/z.safetensors"
+printf '# comment\n\n[vi]\nlocal-frames = many\n' > "$work/value.ini"
+expect 2 "--config $work/value.ini line 4: the argument ('many') for option 'vi.local-frames' is invalid" -- \
+  "$vinf" forward --config "$work/value.ini" --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors"
+printf 'out = a.safetensors\ndevice = cpu\nout = b.safetensors\n' > "$work/twice.ini"
+expect 2 "--config $work/twice.ini lines 1, 3: option 'out' cannot be specified more than once" -- \
+  "$vinf" forward --config "$work/twice.ini" --model "$fixture" --inputs "$inputs"
+printf 'model %s\n' "$fixture" > "$work/syntax.ini"
+expect 2 "--config $work/syntax.ini line 1: expected \`key = value\` or a [section] header" -- \
+  "$vinf" forward --config "$work/syntax.ini" --inputs "$inputs" --out "$work/z.safetensors"
+expect 2 "--config $work/none.ini: cannot read the file" -- "$vinf" forward --config "$work/none.ini"
+[ ! -e "$work/z.safetensors" ] || { echo "FAIL: a refused run left $work/z.safetensors"; fails=$((fails + 1)); }
+
 # Every kind of broken model is refused with the file and the key named.
 "$tool" broken-models "$fixture" "$work/broken" || { echo "FAIL: could not write the broken models"; exit 1; }
 run_broken() { "$vinf" forward --model "$work/broken/$1" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off; }
@@ -79,6 +111,22 @@ expect 2 "unknown model preset 'huge'; the presets are tiny, small and vc2" -- "
 expect 2 "--preset is required" -- "$vinf" make-model --out "$work/h"
 expect 0 "F16 (470 tensors)" -- bash -c "'$vinf' make-model --preset tiny --dtype f16 --out '$work/tiny16' && '$vinf' inspect '$work/tiny16'"
 expect 0 "wrote" -- "$vinf" forward --model "$work/tiny16" --inputs "$inputs" --out "$work/t16.safetensors" --vi.mode off
+
+# make-model and inspect take --config too.
+printf 'preset = tiny\nseed = 7\nout = %s\n' "$work/not-here" > "$work/make.ini"
+expect 0 "wrote" -- "$vinf" make-model --config "$work/make.ini" --out "$work/tiny-ini"
+cmp -s "$work/tiny/diffusion_pytorch_model.safetensors" "$work/tiny-ini/diffusion_pytorch_model.safetensors" && [ ! -e "$work/not-here" ] \
+  && echo "ok: make-model --config gives the command line's model" || { echo "FAIL: make-model --config"; fails=$((fails + 1)); }
+printf 'preset = tiny\nlayers = pipeline\n' > "$work/make-typo.ini"
+expect 2 "--config $work/make-typo.ini line 2: unknown key 'layers' (vinf make-model has no option --layers" -- \
+  "$vinf" make-model --config "$work/make-typo.ini" --out "$work/h"
+expect 0 "--config arg" -- "$vinf" make-model --help
+printf 'path = %s\n' "$ref" > "$work/inspect.ini"
+expect 0 "noise_pred.t900" -- "$vinf" inspect --config "$work/inspect.ini"
+printf 'file = %s\n' "$ref" > "$work/inspect-typo.ini"
+expect 2 "--config $work/inspect-typo.ini line 1: unknown key 'file' (vinf inspect has no option --file" -- \
+  "$vinf" inspect --config "$work/inspect-typo.ini"
+expect 0 "--config arg" -- "$vinf" inspect --help
 
 # inspect.
 expect 0 "total                       470        1,349,636" -- "$vinf" inspect "$fixture"

@@ -1,0 +1,111 @@
+// The command line and the --config INI file every command takes (design.md §5): the same option
+// names in both, sections as dotted prefixes, the command line winning over the file.
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "app/commands.hpp"
+#include "core/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace vinf::app {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  const std::size_t first = s.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
+}
+
+std::string line_list(const std::vector<int>& lines) {
+  std::string s = lines.size() == 1 ? "line " : "lines ";
+  for (std::size_t i = 0; i < lines.size(); ++i) s += (i ? ", " : "") + std::to_string(lines[i]);
+  return s;
+}
+
+}  // namespace
+
+const char* const kConfigOptionHelp =
+    "read options from this INI file: one `key = value` per line with the long option names as keys (after a "
+    "`[section]` line, key stands for section.key), `#` starts a comment; the command line wins over the "
+    "file, and an unknown key is an error naming its line";
+
+void read_config_file(const std::string& path, const po::options_description& opts, po::variables_map& vm,
+                      const std::string& command) {
+  std::ifstream in(path);
+  VINF_INPUT_CHECK(in.good(), "--config ", path, ": cannot read the file");
+  const std::string help_hint = "see vinf " + command + " --help for the options";
+  po::parsed_options parsed(&opts);
+  std::map<std::string, std::vector<int>> lines_of;
+  std::string section;
+  int number = 0;
+  for (std::string raw; std::getline(in, raw);) {
+    ++number;
+    const std::string where = "--config " + path + " line " + std::to_string(number);
+    const std::string line = trim(raw.substr(0, raw.find_first_of("#\r")));
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      VINF_INPUT_CHECK(line.back() == ']' && !trim(line.substr(1, line.size() - 2)).empty(), where,
+                       ": expected a section header such as [video], got '", line, "'");
+      section = trim(line.substr(1, line.size() - 2));
+      continue;
+    }
+    const std::size_t eq = line.find('=');
+    VINF_INPUT_CHECK(eq != std::string::npos && !trim(line.substr(0, eq)).empty(), where,
+                     ": expected `key = value` or a [section] header, got '", line, "'");
+    const std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
+    const std::string name = section.empty() ? key : section + "." + key;
+    VINF_INPUT_CHECK(name != "help" && name != "config", where, ": '", name, "' is not a setting");
+    const po::option_description* d = opts.find_nothrow(name, false);
+    VINF_INPUT_CHECK(d != nullptr, where, ": unknown key '", key, "'", section.empty() ? "" : " in [" + section + "]",
+                     " (vinf ", command, " has no option --", name, "; ", help_hint, ")");
+    // The value alone, so that a bad one is reported with its line.
+    try {
+      boost::any scratch;
+      d->semantic()->parse(scratch, {value}, false);
+    } catch (po::error_with_option_name& e) {
+      e.set_option_name(name);
+      VINF_INPUT_FAIL(where, ": ", e.what());
+    } catch (const po::error& e) {
+      VINF_INPUT_FAIL(where, ": ", name, " = ", value, ": ", e.what());
+    }
+    po::option o(name, {value});
+    o.original_tokens = {name, value};
+    parsed.options.push_back(std::move(o));
+    lines_of[name].push_back(number);
+  }
+  try {
+    po::store(parsed, vm);
+  } catch (const po::error_with_option_name& e) {
+    const auto it = lines_of.find(e.get_option_name());
+    VINF_INPUT_FAIL("--config ", path, it == lines_of.end() ? std::string() : " " + line_list(it->second), ": ",
+                    e.what());
+  } catch (const po::error& e) {
+    VINF_INPUT_FAIL("--config ", path, ": ", e.what());
+  }
+}
+
+void parse_options(const std::vector<std::string>& args, const po::options_description& opts, po::variables_map& vm,
+                   const std::string& command, const po::positional_options_description* positional) {
+  try {
+    po::command_line_parser parser(args);
+    parser.options(opts);
+    if (positional) parser.positional(*positional);
+    po::store(parser.run(), vm);
+  } catch (const po::error& e) {
+    VINF_INPUT_FAIL(e.what(), " (see vinf ", command, " --help)");
+  }
+  if (!vm.count("help") && vm.count("config") && opts.find_nothrow("config", false))
+    read_config_file(vm["config"].as<std::string>(), opts, vm, command);
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    VINF_INPUT_FAIL(e.what(), " (see vinf ", command, " --help)");
+  }
+}
+
+}  // namespace vinf::app
