@@ -28,13 +28,14 @@ struct Command {
   const char* name;
   const char* summary;
   int (*run)(const std::vector<std::string>&);
+  bool starts_mpi = false;  // every rank of a job starts MPI (mpi::set_starts_mpi)
 };
 
 const Command kCommands[] = {
-    {"generate", "generate a video: the main job (mpirun -np N vinf generate --config FILE)", generate},
-    {"decode", "VAE decoding only: latents to images (checks a VAE against reference numbers)", decode},
-    {"encode-text", "prompts through the CLIP tokenizer and text encoder (an embeddings file for generate)", encode_text},
-    {"forward", "one UNet call per timestep on given inputs (checks a model against reference numbers)", forward},
+    {"generate", "generate a video: the main job (mpirun -np N vinf generate --config FILE)", generate, true},
+    {"decode", "VAE decoding only: latents to images (checks a VAE against reference numbers)", decode, true},
+    {"encode-text", "prompts through the CLIP tokenizer and text encoder (an embeddings file for generate)", encode_text, true},
+    {"forward", "one UNet call per timestep on given inputs (checks a model against reference numbers)", forward, true},
     {"make-model", "write a random-weight UNet or pipeline (tiny, small or vc2 shape) in diffusers layout", make_model},
     {"inspect", "describe and check a model directory (or a pipeline part), a safetensors or HDF5 file", inspect},
     {"selfcheck", "run every op on every available backend against the CPU reference", selfcheck},
@@ -68,7 +69,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const Command& c : kCommands) {
-    if (args[0] == c.name) return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+    if (args[0] != c.name) continue;
+    if (c.starts_mpi) mpi::set_starts_mpi();
+    return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
   }
   std::string names;
   for (const Command& c : kCommands) names += std::string(names.empty() ? "" : ", ") + c.name;

@@ -71,15 +71,9 @@ namespace detail {
 }
 
 [[noreturn]] void raise_input(const std::string& what) {
-  const ProcessLabel& l = process_label();
-  // Only ranks matter to a user reading about their own input; the rank is named when there is one.
-  std::string msg = what;
-  if (l.rank >= 0) {
-    msg += " (rank ";
-    msg += std::to_string(l.rank);
-    msg += ")";
-  }
-  throw InputError(msg);
+  // No rank here: the same bad input usually fails on every rank, and the fatal path (mpi/fatal.hpp)
+  // prints it once for the job, naming the ranks only when they are not all of them.
+  throw InputError(what);
 }
 
 }  // namespace detail

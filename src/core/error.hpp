@@ -18,7 +18,8 @@ class Error : public std::runtime_error {
 
 // A problem with what the user gave the program (a file, a config value, an option), as opposed
 // to a failure inside it: the message names the input and says what to do, without source
-// locations, and the program exits with status 2.
+// locations or ranks (the fatal path names the ranks where not all have it), and the program
+// exits with status 2.
 class InputError : public Error {
  public:
   using Error::Error;
