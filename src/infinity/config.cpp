@@ -142,7 +142,10 @@ void import_released_config(const std::string& path, Config& c, std::vector<std:
   io::JsonConfig pc(j["plugin_configs"], path, "plugin_configs");
   // conv_3d (the Conv3d plugin) is not mounted by the released code, so it changes nothing there
   // either; top_k_chunk_size is read by no code path: both end up in the unused list.
-  if (const json* attn = pc.find("attn")) {
+  const json* attn = pc.find("attn");
+  const json* conv = pc.find("conv_layer");
+  note_unused(unused, pc);
+  if (attn) {
     io::JsonConfig a(*attn, path, "plugin_configs.attn");
     a.read("padding", c.local_frames);
     a.read("top_k", c.global_frames);
@@ -168,14 +171,13 @@ void import_released_config(const std::string& path, Config& c, std::vector<std:
     VINF_INPUT_CHECK(c.global_frames >= 0, w, ".top_k (--vi.global-frames) must be >= 0, got ", c.global_frames);
     VINF_INPUT_CHECK(c.attn_scale > 0.f, w, ".attn_scale (--vi.attn-scale) must be > 0, got ", c.attn_scale);
   }
-  if (const json* conv = pc.find("conv_layer")) {
+  if (conv) {
     io::JsonConfig cl(*conv, path, "plugin_configs.conv_layer");
     cl.read("padding", c.conv_halo);
     note_unused(unused, cl);
     VINF_INPUT_CHECK(c.conv_halo >= 0, path, ": plugin_configs.conv_layer.padding (--vi.conv-halo) must be >= 0, got ",
                      c.conv_halo);
   }
-  note_unused(unused, pc);
 }
 
 ReleasedPipe import_released_pipe(const std::string& path) {
