@@ -78,6 +78,8 @@ int generate(const std::vector<std::string>& args) {
   check_generate_job(o, mpi.size());
   mpi::ProcessGrid grid(mpi, o.cfg);
   const Device device = mpi.choose_device(o.device);
+  if (o.verbose)
+    for (const std::string& line : mpi.gather_on_root(mpi.placement(device))) detail(line);
   const DType dtype = resolve_dtype_option(o.dtype, device);
   o.dtype = dtype_name(dtype);  // run.json and the checkpoints record the dtype that ran, not "auto"
   set_allow_tf32(o.tf32);

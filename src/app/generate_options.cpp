@@ -49,8 +49,9 @@ po::options_description describe(GenerateOptions& o) {
       "quiet,q", po::value(&o.quiet)->default_value(o.quiet)->implicit_value(true),
       "print only errors and the output location")(
       "verbose,v", po::value(&o.verbose)->default_value(o.verbose)->implicit_value(true),
-      "also print the schedule, the prompts per clip, every step (not only every 10 s in a log) and each "
-      "rank's bytes per collective kind")(
+      "also print each rank's node, local rank, visible GPUs and device, the schedule, the prompts per clip, "
+      "every step (not only every 10 s in a log), each checkpoint's time and each rank's bytes per collective "
+      "kind")(
       "debug", po::value(&o.debug)->default_value(o.debug)->implicit_value(true),
       "check the output of every UNet module for NaN or infinity at each step, so that a step whose latents "
       "are not finite names the first module that went wrong (slower: every module's output is read back)")(

@@ -1,5 +1,8 @@
 #include "mpi/session.hpp"
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <exception>
 
 #include "core/error.hpp"
@@ -7,6 +10,47 @@
 #include "ops/runtime.hpp"
 
 namespace vinf::mpi {
+
+namespace {
+
+constexpr const char* kUnset = "(unset)";
+
+// Every rank's string, in rank order, on every rank of `comm`.
+std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& mine) {
+  int size = 0;
+  VINF_CHECK_MPI(MPI_Comm_size(comm, &size));
+  const int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
+  VINF_CHECK_MPI(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    offsets[static_cast<std::size_t>(r)] = total;
+    total += lengths[static_cast<std::size_t>(r)];
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  VINF_CHECK_MPI(MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
+                                comm));
+  std::vector<std::string> out;
+  for (int r = 0; r < size; ++r)
+    out.push_back(all.substr(static_cast<std::size_t>(offsets[static_cast<std::size_t>(r)]),
+                             static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)])));
+  return out;
+}
+
+}  // namespace
+
+GpuTurn gpu_turn(MPI_Comm node, const std::string& visible) {
+  int me = 0;
+  VINF_CHECK_MPI(MPI_Comm_rank(node, &me));
+  const std::vector<std::string> all = all_gather_strings(node, visible);
+  GpuTurn t{0, 0};
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    if (all[static_cast<std::size_t>(r)] != visible) continue;
+    if (r < me) ++t.turn;
+    ++t.sharers;
+  }
+  return t;
+}
 
 Session::Session(int* argc, char*** argv) {
   int initialized = 0;
@@ -21,6 +65,10 @@ Session::Session(int* argc, char*** argv) {
   MPI_Comm node;
   VINF_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
   VINF_CHECK_MPI(MPI_Comm_rank(node, &local_rank_));
+  VINF_CHECK_MPI(MPI_Comm_size(node, &local_size_));
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  visible_gpus_ = visible ? visible : kUnset;
+  gpu_turn_ = gpu_turn(node, visible_gpus_);
   MPI_Comm_free(&node);
   set_process_rank(size_ > 1 ? rank_ : -1);
 }
@@ -60,9 +108,27 @@ Device Session::choose_device(const std::string& choice) const {
                      "); use --device cpu or auto");
     VINF_INPUT_FAIL("--device cuda: another rank sees no usable GPU");
   }
-  const Device d = Device::cuda(local_rank_ % count);
+  const Device d = Device::cuda(gpu_turn_.turn % count);
   set_process_device(d.name());
   return d;
+}
+
+std::string Session::placement(Device device) const {
+  char host[256] = {'?', '\0'};
+  if (gethostname(host, sizeof host - 1) != 0) host[1] = '\0';
+  host[sizeof host - 1] = '\0';
+  std::string line = "rank " + std::to_string(rank_) + " on " + host + ": local rank " + std::to_string(local_rank_) +
+                     " of " + std::to_string(local_size_) + ", CUDA_VISIBLE_DEVICES=" + visible_gpus_ +
+                     " (GPU turn " + std::to_string(gpu_turn_.turn) + " of the " + std::to_string(gpu_turn_.sharers) +
+                     " local rank(s) given these GPUs): " + device.name();
+  if (device.is_cuda()) line += " of " + std::to_string(cuda_device_count()) + " visible";
+  return line;
+}
+
+std::vector<std::string> Session::gather_on_root(const std::string& line) const {
+  std::vector<std::string> all = all_gather_strings(MPI_COMM_WORLD, line);
+  if (rank_ != 0) all.clear();
+  return all;
 }
 
 }  // namespace vinf::mpi

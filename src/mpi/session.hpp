@@ -12,6 +12,18 @@
 
 namespace vinf::mpi {
 
+// Which of its visible GPUs a rank takes. The ranks of a node that were given the same GPUs (the
+// same CUDA_VISIBLE_DEVICES; unset counts as one value) take them in turn, in rank order: under
+// --gpus-per-node every rank of the node sees all of them and its turn is its local rank; under a
+// per-task binding that hands several ranks one subset (srun --gpu-bind=closest on a two-socket
+// node) the ranks sharing the subset share it out, whatever order Slurm placed them in, instead
+// of two ranks landing on one GPU. Collective over `node` (the ranks of one node).
+struct GpuTurn {
+  int turn = 0;     // this rank's place among the ranks that see the same GPUs
+  int sharers = 1;  // how many ranks of the node see them
+};
+GpuTurn gpu_turn(MPI_Comm node, const std::string& visible);
+
 class Session {
  public:
   Session(int* argc, char*** argv);
@@ -22,12 +34,19 @@ class Session {
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }  // among the ranks on this node
+  int local_size() const { return local_size_; }
   MPI_Comm world() const { return MPI_COMM_WORLD; }
 
-  // The device every rank uses, agreed by all: "cpu", "cuda" (each rank the GPU local_rank modulo
-  // the visible ones; an error naming the rank when one has none) or "auto" (CUDA when every rank
-  // sees a GPU, else the CPU on all ranks). Throws vinf::InputError for another value.
+  // The device every rank uses, agreed by all: "cpu", "cuda" (each rank the visible GPU of its
+  // turn (gpu_turn) modulo their number; an error naming the rank when one has none) or "auto"
+  // (CUDA when every rank sees a GPU, else the CPU on all ranks). Throws vinf::InputError for
+  // another value.
   Device choose_device(const std::string& choice) const;
+  // One line on where this rank runs, for the logs: its host, local rank, CUDA_VISIBLE_DEVICES,
+  // its turn among the ranks sharing those GPUs, and the device it uses.
+  std::string placement(Device device) const;
+  // Every rank's `line`, in rank order, on rank 0 (empty elsewhere). Collective.
+  std::vector<std::string> gather_on_root(const std::string& line) const;
 
   // True on every rank when `ok` holds on every rank.
   bool all(bool ok) const;
@@ -35,7 +54,9 @@ class Session {
   double max(double v) const;
 
  private:
-  int rank_ = 0, size_ = 1, local_rank_ = 0;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::string visible_gpus_;  // CUDA_VISIBLE_DEVICES as this rank was started with it
+  GpuTurn gpu_turn_;
 };
 
 }  // namespace vinf::mpi
