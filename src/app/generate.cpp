@@ -66,6 +66,7 @@ int generate(const std::vector<std::string>& args) {
   check_dtype_option(o.dtype);
 
   const auto t_start = Clock::now();
+  hold_stop_signals();
   mpi::Session mpi(nullptr, nullptr);
   install_stop_signals();  // after MPI's own set-up, so that these handlers are the ones in place
   const bool root = mpi.rank() == 0;
@@ -452,9 +453,13 @@ int generate(const std::vector<std::string>& args) {
     if (last || stopped_by != 0 || (o.checkpoint_every > 0 && (i + 1) % o.checkpoint_every == 0))
       write_checkpoint(i + 1);
     if (stopped_by != 0) {
+      // The time the slowest rank took from its signal to here (the rest of a step, the
+      // checkpoint): what a Slurm grace time or --signal lead must cover, with margin.
+      char took[64];
+      std::snprintf(took, sizeof took, "%.1f s", mpi.max(seconds_since_stop_signal()));
       log(std::string("received ") + signal_name(stopped_by) + ": stopped after step " + std::to_string(i + 1) + " of " +
-          std::to_string(o.steps) + ", checkpoint " + checkpoints_written.back() +
-          "; run again with --resume auto to continue (exit status " + std::to_string(kExitStopped) + ")");
+          std::to_string(o.steps) + ", checkpoint " + checkpoints_written.back() + ", " + took +
+          " after the signal; run again with --resume auto to continue (exit status " + std::to_string(kExitStopped) + ")");
       return kExitStopped;
     }
   }

@@ -1,6 +1,7 @@
 #include "app/generate_support.hpp"
 
 #include <fnmatch.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,8 +32,18 @@ namespace vinf::app {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
+std::atomic<std::int64_t> g_stop_signal_ns{0};  // CLOCK_MONOTONIC when the first one arrived
 
-extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+std::int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+extern "C" void on_stop_signal(int sig) {
+  int none = 0;
+  if (g_stop_signal.compare_exchange_strong(none, sig)) g_stop_signal_ns.store(monotonic_ns());
+}
 
 // outputs/<name>-<Slurm job id[_array task]> or outputs/<name>-<local date-time>.
 std::string default_out_dir(const std::string& name) {
@@ -248,6 +259,21 @@ json vi_json(const infinity::Config& v) {
           {"exchange", v.exchange == infinity::ExchangePattern::fused ? "fused" : "three-round"}};
 }
 
+namespace {
+sigset_t stop_signal_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  return set;
+}
+}  // namespace
+
+void hold_stop_signals() {
+  const sigset_t set = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
 void install_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -256,9 +282,16 @@ void install_stop_signals() {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
   std::signal(SIGXFSZ, SIG_IGN);
+  const sigset_t set = stop_signal_set();
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);  // one held since hold_stop_signals arrives now
 }
 
 int stop_signal() { return g_stop_signal.load(); }
+
+double seconds_since_stop_signal() {
+  if (g_stop_signal.load() == 0) return 0.0;
+  return static_cast<double>(monotonic_ns() - g_stop_signal_ns.load()) * 1e-9;
+}
 
 const char* signal_name(int sig) {
   switch (sig) {

@@ -53,8 +53,14 @@ json vi_json(const infinity::Config& v);
 
 // SIGTERM and SIGUSR1 (what Slurm sends before a time limit or a preemption) set a flag that the
 // loop checks after every step; SIGXFSZ is ignored so that a full quota is an error message.
+// hold_stop_signals, first thing, keeps one that comes while MPI starts (a preemption or a time
+// limit's warning right after a start) from ending the process: it waits, blocked, until
+// install_stop_signals, and MPI's threads inherit the block.
+void hold_stop_signals();
 void install_stop_signals();
 int stop_signal();  // 0, or the signal that arrived
+// Seconds since the first stop signal arrived (0 without one): how long stopping took.
+double seconds_since_stop_signal();
 const char* signal_name(int sig);
 // Test hook VINF_FAULT_STEP="rank=R,step=K,signal=TERM|USR1|KILL|NAN": world rank R sends itself
 // the signal after step K, or (NAN) is told to spoil its latents. Used by the tests only.

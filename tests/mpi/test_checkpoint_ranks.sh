@@ -68,6 +68,29 @@ if [ "$n" -eq 2 ]; then
   expect 0 "outputs in" -- gen "$n" "$work/usr1" --video.frames $frames --sampler.steps 60 --resume auto --quiet
 fi
 
+# 3b. A stop signal while the process is still starting (MPI initialising; a preemption or a
+# time limit's warning right after a start): held until vinf handles it, not the end of the
+# process. The signal goes once the starting process shows SIGUSR1 and SIGTERM blocked, and not
+# SIGINT (a library blocking every signal for a moment while it starts a thread is not that).
+if [ "$n" -eq 1 ]; then
+  "$vinf" generate "${common[@]}" --out "$work/early" --video.frames $frames --sampler.steps 8 > "$work/early.log" 2>&1 &
+  pid=$!
+  held=0
+  for _ in $(seq 2000); do
+    blocked=$(sed -n 's/^SigBlk:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null) || break
+    [ -n "$blocked" ] && [ $((0x$blocked & 0x4202)) -eq $((0x4200)) ] && { held=1; break; }
+    sleep 0.005
+  done
+  [ $held = 1 ] && kill -USR1 "$pid"
+  wait "$pid"
+  rc=$?
+  if [ $held = 1 ] && [ $rc -eq 75 ] && grep -q 'received SIGUSR1: stopped after step 1 of 8, checkpoint .*, [0-9.]* s after the signal' "$work/early.log"; then
+    echo "ok: SIGUSR1 while starting: held, then a checkpoint after step 1 and exit 75"
+  else
+    echo "FAIL: SIGUSR1 while starting (held $held, exit $rc)"; tail -5 "$work/early.log"; fails=$((fails + 1))
+  fi
+fi
+
 # 4. Invariant mode resumes on another number of ranks.
 if [ "$n" -gt 1 ]; then
   other=$(( n == 4 ? 2 : 1 ))
