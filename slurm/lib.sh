@@ -9,12 +9,25 @@
 #   VINF_DEVICE        cuda | cpu | auto (default: cuda when the batch node has a GPU, else cpu)
 #   VINF_NCCL_PROFILE  profiles from slurm/env/ to source, by name or path: "ib", "tcp debug", ...
 #   VINF_SRUN_MPI      srun's --mpi plugin (default pmix; Open MPI needs pmix)
+#   VINF_CPU_BIND      srun's --cpu-bind for the ranks (default cores: each rank's OpenMP threads
+#                      stay on its own cores; empty: leave it to the site's default)
 #   VINF_MAX_REQUEUES  how often a job may requeue itself after a stop signal (default 10)
 #   VINF_COMM_TIMEOUT  seconds a collective may wait before vinf ends the job (vinf's --comm-timeout)
 #   VINF_OUT           the output directory (default outputs/<job name>-<job id>; give an earlier
 #                      job's to continue it from its newest checkpoint)
 
 vinf_log() { echo "[vinf-job $(date '+%F %T')] $*"; }
+
+# A stop signal can reach this shell before vinf runs (a time limit's warning soon after a start,
+# a preemption): remember it instead of dying of it (USR1's default action ends the shell, and the
+# job with it, unrequeued). vinf_generate then does not start vinf, and the job requeues.
+vinf_signals=0
+vinf_early_stop=""
+vinf_remember_stops() {
+  trap 'vinf_signals=$((vinf_signals + 1)); vinf_early_stop=${vinf_early_stop:-USR1}' USR1
+  trap 'vinf_signals=$((vinf_signals + 1)); vinf_early_stop=${vinf_early_stop:-TERM}' TERM
+}
+vinf_remember_stops
 
 # Bad input or set-up: say what and what to do, exit 2 (as vinf does for bad input).
 vinf_fail() {
@@ -23,8 +36,8 @@ vinf_fail() {
 }
 
 # vinf_job_start SCRIPT CONFIG: checks the set-up, picks the device, loads the NCCL profiles and
-# prints the job's facts. Sets VINF, VINF_DEVICE, VINF_NAME (the job name), OMP_NUM_THREADS and
-# OMP_WAIT_POLICY (PASSIVE unless set).
+# prints the job's facts. Sets VINF, VINF_DEVICE, VINF_NAME (the job name), OMP_NUM_THREADS,
+# OMP_WAIT_POLICY (PASSIVE unless set) and vinf_srun_opts (what every srun of the job gets).
 vinf_job_start() {
   local script=$1 config=${2:-}
   [ -n "${SLURM_JOB_ID:-}" ] || vinf_fail "$script runs inside a Slurm job: sbatch $script CONFIG.ini [vinf generate options]"
@@ -38,6 +51,14 @@ vinf_job_start() {
   # between parallel regions (a 2-thread CPU rank ran 1.5x faster with PASSIVE).
   export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
   vinf_choose_device
+  # Since Slurm 22.05 srun no longer inherits sbatch's --cpus-per-task: without it each rank would
+  # be bound to one CPU while running OMP_NUM_THREADS threads. --cpu-bind=cores keeps a rank's
+  # threads on its own cores (a site without CPU binding says so in one line and runs unbound).
+  # GPUs are the job's, per node (--gpus-per-node): every rank sees all of its node's GPUs, and
+  # vinf gives local rank r GPU r (see slurm/README.md).
+  vinf_srun_opts=(--kill-on-bad-exit=1)
+  [ -z "${SLURM_CPUS_PER_TASK:-}" ] || vinf_srun_opts+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+  [ -z "${VINF_CPU_BIND-cores}" ] || vinf_srun_opts+=(--cpu-bind="${VINF_CPU_BIND-cores}")
   local p f
   for p in ${VINF_NCCL_PROFILE:-}; do
     f=$p
@@ -47,7 +68,7 @@ vinf_job_start() {
     . "$f"
     vinf_log "NCCL profile $f"
   done
-  vinf_log "job $SLURM_JOB_ID ($VINF_NAME)${SLURM_ARRAY_TASK_ID:+, array task $SLURM_ARRAY_TASK_ID}, requeued ${SLURM_RESTART_COUNT:-0} time(s) so far; $SLURM_NTASKS task(s) on ${SLURM_JOB_NUM_NODES:-1} node(s) $SLURM_JOB_NODELIST, $OMP_NUM_THREADS CPU(s) per task, device $VINF_DEVICE"
+  vinf_log "job $SLURM_JOB_ID ($VINF_NAME)${SLURM_ARRAY_TASK_ID:+, array task $SLURM_ARRAY_TASK_ID}, requeued ${SLURM_RESTART_COUNT:-0} time(s) so far; $SLURM_NTASKS task(s) on ${SLURM_JOB_NUM_NODES:-1} node(s) $SLURM_JOB_NODELIST, $OMP_NUM_THREADS CPU(s) per task, GPUs per node: ${SLURM_GPUS_ON_NODE:-none}, device $VINF_DEVICE"
   vinf_log "$("$VINF" --version | tr '\n' ';' | sed 's/;$//; s/;/; /g')"
 }
 
@@ -66,20 +87,23 @@ vinf_choose_device() {
 # vinf_generate OUT CONFIG [vinf generate options]: runs vinf generate on every task of the job,
 # resuming from OUT's newest checkpoint when there is one. A stop signal sent to the batch shell
 # (#SBATCH --signal=B:USR1@T before the time limit, or scancel --batch --signal=USR1) goes on to
-# every rank as SIGUSR1: they finish the step, checkpoint and exit 75. Preemption's SIGTERM reaches
-# the ranks directly, with the same effect. (SIGTERM sent to srun itself, e.g. scancel --full,
-# makes srun kill the ranks at once: that is a cancellation.) Sets vinf_rc.
+# every rank as SIGUSR1: they finish the step, checkpoint and exit 75. Preemption's SIGTERM (in a
+# partition's GraceTime) reaches the ranks directly, with the same effect. (SIGTERM sent to srun
+# itself, e.g. scancel --full, or Slurm requeueing the job without a grace time, makes srun kill
+# the ranks at once.) A stop signal that came before this sets 75 without starting vinf. Sets
+# vinf_rc.
 vinf_generate() {
   local out=$1 config=$2
   shift 2
   local args=(generate --config "$config" --out "$out" --resume auto --device "$VINF_DEVICE")
   [ -z "${VINF_COMM_TIMEOUT:-}" ] || args+=(--comm-timeout "$VINF_COMM_TIMEOUT")
-  # Since Slurm 22.05 srun no longer inherits sbatch's --cpus-per-task: without it each rank would
-  # be bound to one CPU while running OMP_NUM_THREADS threads.
-  local srun_opts=(--mpi="${VINF_SRUN_MPI:-pmix}" --kill-on-bad-exit=1)
-  [ -z "${SLURM_CPUS_PER_TASK:-}" ] || srun_opts+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+  local srun_opts=(--mpi="${VINF_SRUN_MPI:-pmix}" "${vinf_srun_opts[@]}")
+  if [ -n "$vinf_early_stop" ]; then
+    vinf_log "received SIG$vinf_early_stop before vinf started: not starting it (the job stops as after a checkpoint)"
+    vinf_rc=75
+    return
+  fi
   vinf_log "srun ${srun_opts[*]} $VINF ${args[*]} $*"
-  vinf_signals=0
   trap 'vinf_signals=$((vinf_signals + 1)); vinf_forward USR1' USR1
   trap 'vinf_signals=$((vinf_signals + 1)); vinf_forward TERM' TERM
   # srun's own lines go to the log as they come and to a copy, read below: with
@@ -99,7 +123,7 @@ vinf_generate() {
     # A trapped signal ends `wait` early: wait again for srun itself.
     [ "$vinf_signals" != "$seen" ] || break
   done
-  trap - USR1 TERM
+  vinf_remember_stops
   exec {vinf_srun_fd}>&-
   wait "$tee_pid" 2>/dev/null || true
   vinf_first_failure "$srun_log"
@@ -124,24 +148,49 @@ vinf_forward() {
   kill -s USR1 "$vinf_srun" 2>/dev/null || true
 }
 
+# vinf_slurm_requeued: true when Slurm has requeued this job itself since it started (preemption
+# with PreemptMode=REQUEUE once its GraceTime is over, or at once without one; a node failure): its
+# restart count has grown past this start's SLURM_RESTART_COUNT, or it is pending again. Sets
+# vinf_job_state (JobState, or "unknown" when scontrol cannot say).
+vinf_slurm_requeued() {
+  local info restarts
+  vinf_job_state=unknown
+  info=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null) || return 1
+  vinf_job_state=$(sed -n 's/.*[[:space:]]JobState=\([A-Z_]*\).*/\1/p' <<<"$info")
+  restarts=$(sed -n 's/.*[[:space:]]Restarts=\([0-9]*\).*/\1/p' <<<"$info")
+  [ "${restarts:-0}" -le "${SLURM_RESTART_COUNT:-0}" ] || return 0
+  case $vinf_job_state in PENDING | REQUEUED | REQUEUE_HOLD | REQUEUE_FED) return 0 ;; esac
+  return 1
+}
+
 # vinf_finish OUT: ends the job script after vinf_generate. 75 (stopped after a checkpoint): the job
-# requeues itself and its next start resumes from OUT; other statuses end the job with them.
+# requeues itself and its next start resumes from OUT, unless Slurm has requeued it already; other
+# statuses end the job with them.
 vinf_finish() {
   local out=$1
+  if [ "$vinf_rc" != 0 ] && vinf_slurm_requeued; then
+    vinf_log "Slurm has requeued job $SLURM_JOB_ID itself (a preemption or a node failure, JobState=$vinf_job_state), vinf status $vinf_rc: not requeueing it again. Its next start resumes from the newest checkpoint in $out/checkpoints"
+    exit "$vinf_rc"
+  fi
   case $vinf_rc in
     0)
       vinf_log "done: outputs in $out/"
       exit 0
       ;;
     75)
-      local starts=${SLURM_RESTART_COUNT:-0} limit=${VINF_MAX_REQUEUES:-10}
+      local starts=${SLURM_RESTART_COUNT:-0} limit=${VINF_MAX_REQUEUES:-10} said
       if [ "$starts" -ge "$limit" ]; then
         vinf_log "stopped with a checkpoint in $out/checkpoints, but the job has been requeued $starts times (VINF_MAX_REQUEUES=$limit): not again. To continue, resubmit with VINF_OUT=$out"
         exit 75
       fi
       vinf_log "stopped with a checkpoint in $out/checkpoints: requeueing job $SLURM_JOB_ID; its next start resumes there"
-      if ! scontrol requeue "$SLURM_JOB_ID"; then
-        vinf_log "error: scontrol requeue $SLURM_JOB_ID failed (submitted with --no-requeue, or Slurm is requeueing it already after a preemption); to continue, resubmit with VINF_OUT=$out" >&2
+      if ! said=$(scontrol requeue "$SLURM_JOB_ID" 2>&1); then
+        # Slurm may have requeued it in the meantime (a preemption's grace time ending).
+        if vinf_slurm_requeued; then
+          vinf_log "Slurm has requeued job $SLURM_JOB_ID itself meanwhile (JobState=$vinf_job_state): its next start resumes from $out/checkpoints"
+          exit 75
+        fi
+        vinf_log "error: scontrol requeue $SLURM_JOB_ID failed: ${said:-no reason given} (JobState=$vinf_job_state: submitted with --no-requeue, or cancelled); to continue, resubmit with VINF_OUT=$out" >&2
         exit 75
       fi
       # The requeue ends this script; should it return, leave with the documented status.

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # A private Slurm cluster on this machine for the slurm.* tests: one munged, one slurmctld and one
-# slurmd per emulated node (node1..nodeN, all on 127.0.0.1), as root, without systemd or cgroups.
+# slurmd per emulated node (node1..nodeN, all on 127.0.0.1), as root, without systemd or cgroups;
+# partition 'debug' (default) is preempted, with requeue, by jobs of partition 'high'.
 # Every daemon runs in the foreground under setsid with its PID recorded, so `stop` can end exactly
 # what `start` began. Everything lives under DIR (keep it short: munge's socket path is limited).
 #
-#   cluster.sh start DIR [NODES] [CPUS] [GPUS] [PORT]   GPUS > 0: fake gpu GRES (empty device files)
+#   cluster.sh start DIR [NODES] [CPUS] [GPUS] [PORT]   GPUS > 0: fake gpu GRES (character devices
+#                                                       that are /dev/null); DIR/ctld-started: when
+#                                                       slurmctld started (seconds since 1970)
 #   cluster.sh env DIR                                  exports for clients (eval it)
 #   cluster.sh wait DIR SECONDS JOBID                   until the job (every array task) has left
 #                                                       the queue; prints "JOBID[_TASK] STATE EXIT"
@@ -13,7 +16,7 @@ set -euo pipefail
 
 cmd=${1:-}
 dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,13p' "$0"; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,14p' "$0"; exit 2; }
 conf=$dir/slurm.conf
 sock=$dir/munge/socket
 
@@ -35,7 +38,13 @@ write_conf() {
     : >"$dir/gres.conf"
     echo "AutoDetect=off" >>"$dir/gres.conf"
     for n in $(seq 1 "$nodes"); do
-      for g in $(seq 0 $((gpus - 1))); do : >"$dir/dev/node$n-gpu$g"; done
+      # Character devices, as Slurm takes no other kind (with a plain file it allocates the GPU
+      # but sets no CUDA_VISIBLE_DEVICES); each is /dev/null's (1,3), so nothing can use it as a
+      # GPU. Where mknod is not allowed, plain files: jobs run, the GPU placement checks fail.
+      for g in $(seq 0 $((gpus - 1))); do
+        mknod "$dir/dev/node$n-gpu$g" c 1 3 2>/dev/null ||
+          { : >"$dir/dev/node$n-gpu$g"; say "mknod failed: node$n-gpu$g is a plain file, Slurm will set no CUDA_VISIBLE_DEVICES"; }
+      done
       echo "NodeName=node$n Name=gpu Type=fake File=$dir/dev/node$n-gpu[0-$((gpus - 1))]" >>"$dir/gres.conf"
     done
   fi
@@ -79,7 +88,12 @@ KillWait=5
 Waittime=0
 $([ "$gpus" -gt 0 ] && echo GresTypes=gpu)
 NodeName=$names NodeHostname=localhost NodeAddr=127.0.0.1 Port=$ports CPUs=$cpus RealMemory=4000$gres State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+# Preemption as many sites have it: a job in 'high' takes the nodes of the default partition's
+# jobs, which get GraceTime seconds (SIGTERM to their tasks at its start), then Slurm requeues them.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=30
+PartitionName=high Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 CONF
 }
 
@@ -101,6 +115,9 @@ start() {
   [ -S "$sock" ] || { cat "$dir/log/munged.out" >&2; say "munged did not start"; exit 1; }
   write_conf "$nodes" "$cpus" "$gpus" "$port"
   export SLURM_CONF=$conf
+  # slurmctld checks time limits (and sends --signal warnings) every 30 s from its start: tests
+  # that wait for one time their jobs from this.
+  date +%s >"$dir/ctld-started"
   launch slurmctld slurmctld -D -c -f "$conf"
   for n in $(seq 1 "$nodes"); do launch "slurmd-node$n" slurmd -D -N "node$n" -f "$conf"; done
   for _ in $(seq 300); do
@@ -174,5 +191,5 @@ case $cmd in
   stop) stop ;;
   env) client_env ;;
   wait) wait_job "$3" "$4" ;;
-  *) sed -n '2,13p' "$0"; exit 2 ;;
+  *) sed -n '2,14p' "$0"; exit 2 ;;
 esac

@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # The job scripts of slurm/ on a real Slurm: a private cluster of 2 emulated nodes x 4 CPUs with
-# 2 fake GPUs each (tests/slurm/cluster.sh), started for the test and stopped at its end, also on
-# failure. The jobs run exactly as a user submits them, from a directory laid out like the
-# checkout (slurm/, jobs/, inputs/, outputs/), on the built-in tiny model; the scripts see no GPU
-# and run on the CPU.
+# 2 fake GPUs each (tests/slurm/cluster.sh: GRES whose device files are /dev/null), started for
+# the test and stopped at its end, also on failure. The jobs run exactly as a user submits them,
+# from a directory laid out like the checkout (slurm/, jobs/, inputs/, outputs/), on the built-in
+# tiny model; they ask for the nodes' GPUs as on a GPU cluster (--gpus-per-node=2), see no real
+# one and run on the CPU.
 #
 #   test_slurm.sh SCENARIO VINF TEST_TOOL SOURCE_DIR
 #   multinode     sbatch slurm/multinode.sbatch on 2 nodes x 2 tasks with the tcp and debug NCCL
-#                 profiles: outputs complete, the per-node diagnostics and NCCL settings in the log
+#                 profiles: outputs complete, the per-node diagnostics and NCCL settings in the log;
+#                 every rank sees both GPUs of its node and takes GPU <local rank> (vinf --verbose
+#                 names each rank's choice; the script's probe names each task's SLURM_LOCALID)
 #   sweep         sbatch --array=0-2 slurm/sweep.sbatch jobs/test-sweep.csv: three output
 #                 directories with the rows' settings, jobs/summarize's table; refused tables
-#   srun          srun -n 2 vinf generate (interactive use)
+#   srun          srun -n 2 vinf generate (interactive use); srun --gres=gpu:2 across both nodes
 #   requeue       a job stopped mid-run, first as at its time limit (SIGUSR1 to the batch shell),
 #                 then as at preemption (SIGTERM to the ranks): it checkpoints, requeues itself
 #                 twice and ends with latents bit-identical to an uninterrupted run
+#   timelimit     a job with --time=1 and --signal=B:USR1@50 that Slurm itself warns: it stops
+#                 with a checkpoint, requeues itself, and ends as the uninterrupted run
+#   preempt       a job preempted twice by jobs of a higher partition (PreemptMode=REQUEUE): with
+#                 GraceTime the ranks checkpoint and the job requeues itself; without, Slurm
+#                 requeues it and the script leaves that be; the result is the uninterrupted run's
 #   rank-failure  a rank killed mid-run: the job ends FAILED within a minute, the rank named
-#   refusals      bad submissions end with exit status 2 and a message naming what to fix
+#   refusals      bad submissions end with exit status 2 and a message naming what to fix; the
+#                 script's requeue decisions against a stand-in scontrol
 # Exit status 77 (skipped) when not root or Slurm is not installed.
 set -u
 scenario=$1 vinf=$2 tool=$3 src=$4
@@ -40,6 +49,7 @@ trap 'exit 1' INT TERM
 case $scenario in
   multinode) port=6910 ;; sweep) port=6920 ;; srun) port=6930 ;;
   requeue) port=6940 ;; rank-failure) port=6950 ;; refusals) port=6960 ;;
+  timelimit) port=6970 ;; preempt) port=6980 ;;
   *) echo "unknown scenario '$scenario'"; exit 2 ;;
 esac
 bash "$cluster" start "$state" 2 4 2 "$port" || { echo "FAIL: the test cluster did not start"; exit 1; }
@@ -55,6 +65,8 @@ for d in slurm jobs inputs; do ln -s "$src/$d" "$d"; done
 mkdir outputs
 # The demo's model and settings, made small (32 frames, 2 steps) unless a scenario says otherwise.
 small=(--video.frames 32 --sampler.steps 2)
+# What every job asks for on these nodes (the scripts' defaults are for 8-GPU nodes).
+node=(--ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1)
 
 fails=0
 ok() { echo "ok: $*"; }
@@ -78,6 +90,54 @@ finished() {
   fi
 }
 show_log() { echo "---- $1"; cat "$1" 2>/dev/null; echo "----"; }
+# same_latents DIR: DIR/latents.h5 equals outputs/straight/latents.h5 (the uninterrupted run on
+# the same 2 ranks) bit for bit, as resuming on the same ranks promises.
+same_latents() {
+  local cmp
+  if cmp=$("$tool" h5-compare "$1/latents.h5" outputs/straight/latents.h5 0 2>&1); then ok "latents bit-identical to the uninterrupted run ($cmp)"; else
+    fail "latents differ from the uninterrupted run: $cmp"
+  fi
+}
+# srun_options LOG: the srun line of the run has sbatch's --cpus-per-task and the CPU binding.
+srun_options() {
+  check "srun gets sbatch's --cpus-per-task (not inherited since Slurm 22.05) and --cpu-bind=cores" \
+    grep -q -- 'srun --mpi=pmix --kill-on-bad-exit=1 --cpus-per-task=1 --cpu-bind=cores ' "$1"
+}
+# placement LOG NODES: vinf's --verbose line for each rank r of NODES x 2: its node's 2 GPUs
+# visible, local rank r % 2, and that GPU's turn (the index it takes: turn mod the GPUs seen).
+placement() {
+  local r
+  for r in $(seq 0 $((2 * $2 - 1))); do
+    check "rank $r sees GPUs 0,1 and takes GPU $((r % 2)) (its local rank)" \
+      grep -q "rank $r on .*: local rank $((r % 2)) of 2, CUDA_VISIBLE_DEVICES=0,1 (GPU turn $((r % 2)) of the 2 local rank(s) given these GPUs): cpu" "$1"
+  done
+}
+# ctld_phase SECONDS: waits until SECONDS (mod 30) past slurmctld's start, where its 30-second
+# time-limit checks are at 0; prints nothing.
+ctld_phase() {
+  local started now
+  started=$(cat "$state/ctld-started")
+  now=$(date +%s)
+  sleep $(((($1 - (now - started)) % 30 + 30) % 30))
+}
+# straight STEPS...: the uninterrupted run on 2 ranks into outputs/straight.
+straight() {
+  srun -n 2 --mpi=pmix "$vinf" generate --config inputs/demo.ini "$@" --out outputs/straight -q >/dev/null 2>&1
+  check "the uninterrupted run" test -f outputs/straight/latents.h5
+}
+# calibrate SECONDS: how many steps of the demo at 32 frames on 2 ranks take about SECONDS here
+# and now (8 to 100): this machine's speed varies several-fold with what else runs, and the jobs
+# that Slurm stops must still be running when it does.
+calibrate() {
+  srun -n 2 --mpi=pmix "$vinf" generate --config inputs/demo.ini --video.frames 32 --sampler.steps 3 \
+    --out outputs/calibrate -q >/dev/null 2>&1
+  jq -r --argjson want "$1" '.times_s.denoise_per_step[1:] | (add / length) as $t | [[$want / $t | floor, 8] | max, 100] | min' \
+    outputs/calibrate/run.json 2>/dev/null || echo 12
+}
+# timeline LOG: the job's starts, stops and requeues, for the test's output.
+timeline() {
+  grep -E 'requeued [0-9]+ time|received SIG|requeueing|Slurm has requeued|done:' "$1" | sed 's/;.*//; s/^/  /'
+}
 outputs_complete() {  # DIR RANKS
   [ -f "$1/latents.h5" ] && [ -f "$1/video.mp4" ] && [ -f "$1/contact.png" ] &&
     [ "$(jq -r '.status + " " + (.config.parallel.world | tostring)' "$1/run.json")" = "complete $2" ]
@@ -86,8 +146,8 @@ outputs_complete() {  # DIR RANKS
 case $scenario in
 multinode)
   for f in slurm/env/*.sh; do check "$f parses" bash -n "$f"; done
-  j=$(VINF_NCCL_PROFILE="tcp debug" sbatch --parsable --job-name=mn --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 \
-    slurm/multinode.sbatch inputs/demo.ini "${small[@]}")
+  j=$(VINF_NCCL_PROFILE="tcp debug" sbatch --parsable --job-name=mn --nodes=2 "${node[@]}" \
+    slurm/multinode.sbatch inputs/demo.ini "${small[@]}" --verbose)
   finished "$j" COMPLETED || show_log "outputs/mn-$j.log"
   check "outputs/mn-$j/: latents.h5, video.mp4, contact.png, run.json of 4 ranks" outputs_complete "outputs/mn-$j" 4
   log=outputs/mn-$j.log
@@ -97,11 +157,19 @@ multinode)
   check "the ranks spread over node1 and node2" grep -q '4 task(s) on 2 node(s) node\[1-2\]' "$log"
   check "the log shows the profiles' NCCL settings" grep -q 'NCCL settings: .*NCCL_DEBUG=INFO .*NCCL_IB_DISABLE=1 ' "$log"
   check "debug.sh's collective timeout reached vinf" grep -q -- '--comm-timeout 120' "$log"
-  check "srun gets sbatch's --cpus-per-task (not inherited since Slurm 22.05)" grep -q -- 'srun .*--cpus-per-task=1 ' "$log"
+  srun_options "$log"
+  # GPUs per node: the probe shows what Slurm gave each task, vinf's lines what each rank took.
+  for r in 0 1 2 3; do
+    check "task $r on node $((r / 2)) as local rank $((r % 2)) sees both GPUs" \
+      grep -q "^\[task $r node $((r / 2)) local $((r % 2))\] CUDA_VISIBLE_DEVICES=0,1;" "$log"
+  done
+  placement "$log" 2
+  check "the log says the nodes' GPUs" grep -q 'GPUs per node: 2, device cpu' "$log"
+  [ $fails -eq 0 ] || show_log "$log"
   ;;
 
 sweep)
-  j=$(sbatch --parsable --array=0-2 --ntasks-per-node=2 --cpus-per-task=1 slurm/sweep.sbatch jobs/test-sweep.csv)
+  j=$(sbatch --parsable --array=0-2 "${node[@]}" slurm/sweep.sbatch jobs/test-sweep.csv)
   finished "$j" COMPLETED || for f in outputs/sweep-"$j"_*.log; do show_log "$f"; done
   for k in 0 1 2; do
     check "outputs/sweep-${j}_$k/ complete" outputs_complete "outputs/sweep-${j}_$k" 2
@@ -115,6 +183,7 @@ sweep)
   check "the summary's columns include the swept settings" grep -q 'sampler.seed | vi.global-frames | vi.local-frames | vi.local-phase-t' <<<"$table"
   check "the summary has task 1's row" grep -q "^| sweep-${j}_1 | complete | 2 | 16 | 2 | a lighthouse in a storm | 2 | 8 | 4 | 600 |" <<<"$table"
   check "the CSV summary has 4 lines" test "$(jobs/summarize --csv outputs/sweep-"${j}"_* | wc -l)" -eq 4
+  srun_options "outputs/sweep-${j}_1.log"
   ;;
 
 srun)
@@ -125,17 +194,20 @@ srun)
     echo "$out" | tail -20
   fi
   check "outputs/interactive/ complete, 2 ranks" outputs_complete outputs/interactive 2
-  # An srun across both nodes, as after salloc -N 2.
-  out=$(srun -N 2 -n 4 --mpi=pmix "$vinf" generate --config inputs/demo.ini "${small[@]}" --out outputs/two-nodes -q 2>&1)
-  check "srun -N 2 -n 4 vinf generate" outputs_complete outputs/two-nodes 4
+  # An srun across both nodes, as after salloc -N 2, with the GPUs asked for as GRES (the other
+  # way to have every task see its node's GPUs).
+  srun -N 2 --ntasks-per-node=2 --gres=gpu:2 --mpi=pmix "$vinf" generate --config inputs/demo.ini "${small[@]}" \
+    --out outputs/two-nodes --verbose >two-nodes.log 2>&1
+  check "srun -N 2 --ntasks-per-node=2 --gres=gpu:2 vinf generate" outputs_complete outputs/two-nodes 4
+  placement two-nodes.log 2
+  [ $fails -eq 0 ] || show_log two-nodes.log
   ;;
 
 requeue)
   # The uninterrupted run, then the same run stopped twice.
-  steps=(--sampler.steps 10 --checkpoint.every 1)
-  srun -n 2 --mpi=pmix "$vinf" generate --config inputs/demo.ini "${steps[@]}" --out outputs/straight -q >/dev/null 2>&1
-  check "the uninterrupted run" test -f outputs/straight/latents.h5
-  j=$(sbatch --parsable --job-name=rq --ntasks-per-node=2 --cpus-per-task=1 slurm/vinf.sbatch inputs/demo.ini "${steps[@]}")
+  steps=(--video.frames 32 --sampler.steps 10 --checkpoint.every 1)
+  straight "${steps[@]}"
+  j=$(sbatch --parsable --job-name=rq "${node[@]}" slurm/vinf.sbatch inputs/demo.ini "${steps[@]}")
   out=outputs/rq-$j log=outputs/rq-$j.log
   # stop_at STEP HOW: once checkpoint STEP exists, stop the job as HOW does.
   stop_at() {
@@ -153,19 +225,97 @@ requeue)
   check "the batch shell passed SIGUSR1 on" grep -q 'received SIGUSR1: passing it to every rank' "$log"
   check "vinf stopped on SIGUSR1 with a checkpoint" grep -q 'received SIGUSR1: stopped after step' "$log"
   check "vinf stopped on SIGTERM with a checkpoint" grep -q 'received SIGTERM: stopped after step' "$log"
+  check "vinf says how long stopping took" test "$(grep -c 'stopped after step [0-9]* of 10, checkpoint .*, [0-9.]* s after the signal' "$log")" -eq 2
   check "the job requeued itself twice" test "$(grep -c 'requeueing job' "$log")" -eq 2
   check "the third start resumed" grep -q 'requeued 2 time(s) so far' "$log"
   check "run.json says where it resumed" test "$(jq -r '.resumed_from != null' "$out/run.json")" = true
-  if cmp=$("$tool" h5-compare "$out/latents.h5" outputs/straight/latents.h5 0 2>&1); then ok "latents bit-identical to the uninterrupted run ($cmp)"; else
-    fail "latents differ from the uninterrupted run: $cmp"
-  fi
+  same_latents "$out"
+  srun_options "$log"
+  grep -o 'stopped after step .* after the signal' "$log"
+  [ $fails -eq 0 ] || show_log "$log"
+  ;;
+
+timelimit)
+  # A real time limit: --time=1 (Slurm's least) and --signal=B:USR1@50. Slurm sends the warning
+  # at its first 30-second time-limit check at or past 50 s before the end (here: the first check
+  # after the start), so a job started 20 s past a check hears it ~10 s in. The test sends nothing.
+  # The run takes ~20 s: ~8 s before the warning, the rest in the next start, which has ~15 s
+  # before Slurm's next check would warn it again. The uninterrupted run goes on while the test
+  # waits for the moment to submit.
+  n=$(calibrate 20)
+  echo "$n steps"
+  steps=(--video.frames 32 --sampler.steps "$n" --checkpoint.every 4)
+  straight "${steps[@]}" &
+  straight_pid=$!
+  ctld_phase 20
+  SECONDS=0
+  j=$(sbatch --parsable --job-name=tl --time=1 --signal=B:USR1@50 "${node[@]}" slurm/vinf.sbatch inputs/demo.ini "${steps[@]}")
+  out=outputs/tl-$j log=outputs/tl-$j.log
+  wait $straight_pid
+  finished "$j" COMPLETED 150 || show_log "$log"
+  echo "the job took $SECONDS s:"
+  timeline "$log"
+  check "its time limit was 1 minute" grep -q 'TimeLimit=00:01:00' <<<"$(scontrol show job "$j")"
+  check "Slurm's warning reached the batch shell" grep -q 'received SIGUSR1: passing it to every rank' "$log"
+  check "vinf stopped on it with a checkpoint" grep -q 'received SIGUSR1: stopped after step' "$log"
+  check "the job requeued itself" grep -q 'requeueing job' "$log"
+  check "a later start resumed" grep -q 'requeued 1 time(s) so far' "$log"
+  check "outputs complete" outputs_complete "$out" 2
+  same_latents "$out"
+  grep -o 'stopped after step .* after the signal' "$log"
+  [ $fails -eq 0 ] || show_log "$log"
+  ;;
+
+preempt)
+  # Real preemption: the default partition's jobs (PriorityTier 1, PreemptMode=REQUEUE) yield to
+  # a job of 'high' that needs both nodes. First with GraceTime=30: the ranks get SIGTERM,
+  # checkpoint, and the script requeues the job before the grace ends. Then with GraceTime=0:
+  # Slurm requeues the job at once (srun kills the ranks; the run continues from the last
+  # checkpoint), and the script must not requeue it again nor report an error.
+  n=$(calibrate 20)
+  echo "$n steps"
+  steps=(--video.frames 32 --sampler.steps "$n" --checkpoint.every 1)
+  straight "${steps[@]}"
+  SECONDS=0
+  j=$(sbatch --parsable --job-name=pre --nodes=1 "${node[@]}" slurm/vinf.sbatch inputs/demo.ini "${steps[@]}")
+  out=outputs/pre-$j log=outputs/pre-$j.log
+  # preempt_at STEP: once checkpoint STEP exists, a 'high' job that needs both nodes.
+  preempt_at() {
+    local t
+    for t in $(seq 900); do
+      [ -e "$out/checkpoints/step-$(printf %06d "$1").h5" ] && break
+      sleep 0.1
+    done
+    sbatch --parsable -p high -N 2 --exclusive --job-name=high --output=/dev/null --wrap 'sleep 2'
+  }
+  h1=$(preempt_at 2)
+  for _ in $(seq 900); do grep -q 'requeued 1 time' "$log" 2>/dev/null && break; sleep 0.1; done
+  scontrol update PartitionName=debug GraceTime=0
+  stop1=$(sed -n 's/.*: stopped after step \([0-9]*\) of.*/\1/p' "$log" | head -1)
+  h2=$(preempt_at $((${stop1:-4} + 2)))
+  finished "$j" COMPLETED 150 || show_log "$log"
+  echo "the job took $SECONDS s:"
+  timeline "$log"
+  finished "$h1" COMPLETED
+  finished "$h2" COMPLETED
+  check "Slurm requeued it itself once (the preemption without a grace time)" \
+    test "$(grep -c "preempted JobId=$j has been requeued" "$state/log/slurmctld.log")" -eq 1
+  check "with a grace time the ranks stopped on SIGTERM with a checkpoint" grep -q 'received SIGTERM: stopped after step' "$log"
+  check "and the job requeued itself once" test "$(grep -c 'requeueing job' "$log")" -eq 1
+  check "without one Slurm requeued it, and the script left that be" grep -q "Slurm has requeued job $j itself" "$log"
+  check "no error from the script" test "$(grep -c 'vinf-job .*error' "$log")" -eq 0
+  check "no failed scontrol requeue" test "$(grep -c "Requeue of JobId=$j returned an error" "$state/log/slurmctld.log")" -eq 0
+  check "the third start resumed" grep -q 'requeued 2 time(s) so far' "$log"
+  check "outputs complete" outputs_complete "$out" 2
+  same_latents "$out"
+  grep -o 'stopped after step .* after the signal' "$log"
   [ $fails -eq 0 ] || show_log "$log"
   ;;
 
 rank-failure)
   SECONDS=0
-  j=$(VINF_FAULT_STEP=rank=3,step=1,signal=KILL sbatch --parsable --job-name=die --nodes=2 --ntasks-per-node=2 \
-    --cpus-per-task=1 slurm/multinode.sbatch inputs/demo.ini --sampler.steps 6)
+  j=$(VINF_FAULT_STEP=rank=3,step=1,signal=KILL sbatch --parsable --job-name=die --nodes=2 "${node[@]}" \
+    slurm/multinode.sbatch inputs/demo.ini --sampler.steps 6)
   finished "$j" FAILED 120
   check "ended within a minute ($SECONDS s)" test $SECONDS -lt 60
   log=outputs/die-$j.log
@@ -180,7 +330,7 @@ refusals)
   refused() {
     local name=$1 text=$2 j got
     shift 2
-    j=$(sbatch --parsable --job-name="$name" --ntasks-per-node=2 --cpus-per-task=1 "$@")
+    j=$(sbatch --parsable --job-name="$name" "${node[@]}" "$@")
     got=$(bash "$cluster" wait "$state" 60 "$j")
     local log
     log=$(ls outputs/"$name"-"$j"*.log 2>/dev/null | head -1)
@@ -212,6 +362,48 @@ refusals)
   printf 'srun: error: node1: task 3: Killed\n' >srun-killed.log
   got=$(bash -c 'source slurm/lib.sh; vinf_rc=137; vinf_first_failure srun-killed.log; echo "rc=$vinf_rc"' 2>&1)
   if grep -q 'rc=137$' <<<"$got"; then ok "a killed rank keeps its signal status"; else fail "killed rank: $got"; fi
+  # The requeue decision after vinf stopped (75), against a stand-in scontrol that logs its calls:
+  # SHOW1 and SHOW2 are what `scontrol show job` says before and after `scontrol requeue`, which
+  # succeeds or fails (RQ). The job is in its first start (SLURM_RESTART_COUNT=0).
+  decide() {  # SHOW1 SHOW2 RQ [RC]
+    SHOW1=$1 SHOW2=$2 RQ=$3 RC=${4:-75} bash -c '
+      source slurm/lib.sh
+      scontrol() {
+        echo "scontrol $*" >>calls.log
+        case $1 in
+          show) if grep -q requeue calls.log; then echo "JobId=7 $SHOW2 BatchFlag=1"; else echo "JobId=7 $SHOW1 BatchFlag=1"; fi ;;
+          requeue) [ "$RQ" = ok ] || { echo "Job is pending execution for job 7" >&2; return 1; } ;;
+        esac
+      }
+      sleep() { :; }
+      SLURM_JOB_ID=7 SLURM_RESTART_COUNT=0 vinf_rc=$RC
+      vinf_finish outputs/x' 2>&1
+    echo "rc=$?"
+  }
+  rm -f calls.log
+  got=$(decide "JobState=COMPLETING Reason=None Requeue=1 Restarts=1" "" ok)
+  if grep -q 'Slurm has requeued job 7 itself' <<<"$got" && ! grep -q 'scontrol requeue' calls.log && grep -q 'rc=75$' <<<"$got" &&
+    ! grep -q error <<<"$got"; then ok "requeued by Slurm already (Restarts grew): no second requeue, no error"; else fail "already requeued: $got; $(cat calls.log)"; fi
+  rm -f calls.log
+  got=$(decide "JobState=PENDING Reason=BeginTime Requeue=1 Restarts=0" "" ok 137)
+  if grep -q 'Slurm has requeued job 7 itself.*vinf status 137' <<<"$got" && ! grep -q 'scontrol requeue' calls.log && ! grep -q error <<<"$got"; then
+    ok "ranks killed by Slurm's requeue (pending again): no error"; else fail "pending again: $got; $(cat calls.log)"; fi
+  rm -f calls.log
+  got=$(decide "JobState=RUNNING Reason=None Requeue=1 Restarts=0" "JobState=COMPLETING Reason=None Requeue=1 Restarts=1" fail)
+  if grep -q 'scontrol requeue 7' calls.log && grep -q 'requeued job 7 itself meanwhile' <<<"$got" && ! grep -q error <<<"$got"; then
+    ok "requeued by Slurm while the script asked: no error"; else fail "race: $got; $(cat calls.log)"; fi
+  rm -f calls.log
+  got=$(decide "JobState=RUNNING Reason=None Requeue=0 Restarts=0" "JobState=RUNNING Reason=None Requeue=0 Restarts=0" fail)
+  if grep -q 'error: scontrol requeue 7 failed: Job is pending execution for job 7 (JobState=RUNNING' <<<"$got" && grep -q 'rc=75$' <<<"$got"; then
+    ok "a requeue that fails on its own is reported with Slurm's reason"; else fail "failed requeue: $got"; fi
+  rm -f calls.log
+  got=$(decide "JobState=RUNNING Reason=None Requeue=1 Restarts=0" "" ok)
+  if grep -q 'scontrol requeue 7' calls.log && grep -q 'requeueing job 7' <<<"$got" && ! grep -q error <<<"$got"; then
+    ok "a running job requeues itself"; else fail "plain requeue: $got; $(cat calls.log)"; fi
+  # A stop signal before vinf starts: the shell survives it and does not start vinf.
+  got=$(bash -c 'source slurm/lib.sh; srun() { echo "srun ran"; }; VINF_DEVICE=cpu; vinf_srun_opts=(); kill -USR1 $$; vinf_generate outputs/x inputs/demo.ini; echo "rc=$vinf_rc"' 2>&1)
+  if grep -q 'received SIGUSR1 before vinf started: not starting it' <<<"$got" && grep -q 'rc=75$' <<<"$got" && ! grep -q 'srun ran' <<<"$got"; then
+    ok "SIGUSR1 before the run: the shell lives, vinf is not started, status 75"; else fail "early signal: $got"; fi
   # Outside a job.
   out=$(env -u SLURM_JOB_ID bash slurm/vinf.sbatch inputs/demo.ini 2>&1)
   rc=$?
