@@ -14,6 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "app/commands.hpp"
@@ -385,6 +386,7 @@ int generate(const std::vector<std::string>& args) {
   std::vector<double> step_seconds;
   const auto t_denoise = Clock::now();
   int stopped_by = 0;
+  const double pace = test_step_seconds();
   for (int i = start_step; i < o.steps; ++i) {
     const auto t0 = Clock::now();
     const std::int64_t t = scheduler.timesteps()[static_cast<std::size_t>(i)];
@@ -420,6 +422,7 @@ int generate(const std::vector<std::string>& args) {
     step_seconds.push_back(seconds_since(t0));
     progress.update(i + 1 - start_step, (start_step > 0 ? "(" + std::to_string(i + 1) + "/" + std::to_string(o.steps) +
                                                            " of the run) " : std::string()) + "t=" + std::to_string(t));
+    if (pace > 0) std::this_thread::sleep_until(t0 + std::chrono::duration<double>(pace));
     if (step_fault(mpi.rank(), i + 1)) ops::fill(ctx, sampler.latents().select(2, nf / 2), std::nan(""));
     // A step that made the latents NaN or infinite (f16 overflow, a damaged input) ends the run
     // here, before a checkpoint could keep it; every rank learns which rank saw it first.

@@ -314,6 +314,11 @@ bool step_fault(int world_rank, int completed_steps) {
   return false;
 }
 
+double test_step_seconds() {
+  const char* s = std::getenv("VINF_TEST_STEP_SECONDS");
+  return s ? std::max(0.0, std::atof(s)) : 0.0;
+}
+
 void check_dump_modules(const GenerateOptions& o, const model::UNetConfig& c) {
   if (o.dump_globs.empty()) return;
   VINF_INPUT_CHECK(o.cfg == 1, "--dump.modules needs --parallel.cfg 1 (every rank then holds ",

@@ -66,6 +66,10 @@ const char* signal_name(int sig);
 // the signal after step K, or (NAN) is told to spoil its latents. Used by the tests only.
 // Returns true for NAN at this rank and step.
 bool step_fault(int world_rank, int completed_steps);
+// Test hook: VINF_TEST_STEP_SECONDS=S makes every step last at least S seconds, so that a test of a
+// Slurm time limit or preemption knows the run is still going when Slurm acts, however fast the
+// machine is at the moment. 0 when unset.
+double test_step_seconds();
 
 // --debug: watches the module outputs of a UNet call and keeps the name of the first one that holds
 // a NaN or infinity. Each output is read back to the host, so a step is slower; the run stays the same.
