@@ -175,7 +175,18 @@ int inspect_hdf5(const std::string& path) {
     std::printf("  scheduler %s, noise %s, seed %lld\n", f.text("/", "scheduler").c_str(), f.text("/", "noise_mode").c_str(),
                 static_cast<long long>(f.integer("/", "seed")));
   if (f.has_attribute("/", "model_fingerprint")) std::printf("  model %s\n", f.text("/", "model_fingerprint").c_str());
-  if (f.has_attribute("/", "numerics")) std::printf("  settings %s\n", f.text("/", "numerics").c_str());
+  // The settings a resume must share: a dataset since format version 2, an attribute before. A long
+  // prompt list makes them long; the whole text is in the file (h5dump -d /run/numerics).
+  std::string settings;
+  if (f.exists("/run/numerics")) settings = f.read_text("/run/numerics");
+  else if (f.has_attribute("/", "numerics")) settings = f.text("/", "numerics");
+  constexpr std::size_t kShown = 2000;
+  if (settings.size() > kShown) {
+    std::size_t cut = kShown;
+    while (cut > 0 && (static_cast<unsigned char>(settings[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+    settings = settings.substr(0, cut) + "... (" + std::to_string(settings.size()) + " bytes in all)";
+  }
+  if (!settings.empty()) std::printf("  settings %s\n", settings.c_str());
   std::printf("  datasets:\n");
   for (const std::string& line : f.describe()) std::printf("    %s\n", line.c_str());
   return 0;

@@ -15,12 +15,15 @@ namespace vinf::io {
 
 namespace {
 
+// The attributes hold only short values of bounded size (an object header takes at most 64 KiB);
+// the configuration, which grows with the prompt list, is a dataset.
 void stamp_file(H5File& f, const char* format, const RunStamp& s) {
   f.set_text("/", "format", format);
   f.set_int("/", "format_version", kRunFileVersion);
   f.set_text("/", "vinf_version", VINF_VERSION);
-  f.set_text("/", "config", s.config_json);
-  f.set_text("/", "numerics", s.numerics_json);
+  f.create_group("/run");
+  f.write_text("/run/config", s.config_json);
+  f.write_text("/run/numerics", s.numerics_json);
   f.set_text("/", "model_fingerprint", s.model_fingerprint);
   f.set_text("/", "noise_mode", s.noise_mode);
   f.set_text("/", "scheduler", s.scheduler);
@@ -83,13 +86,15 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   VINF_INPUT_CHECK(f.has_attribute("/", "format") && f.text("/", "format") == kCheckpointFormat, path,
                    " is not a vinf checkpoint (no format attribute '", kCheckpointFormat, "')");
   const std::int64_t version = f.integer("/", "format_version");
-  VINF_INPUT_CHECK(version == kRunFileVersion, path, " has checkpoint format version ", version, "; this vinf reads ",
-                   kRunFileVersion);
+  VINF_INPUT_CHECK(version >= 1 && version <= kRunFileVersion, path, " has checkpoint format version ", version,
+                   "; this vinf reads versions 1 to ", kRunFileVersion);
   CheckpointInfo info;
   info.path = path;
+  info.format_version = version;
   RunStamp& s = info.stamp;
-  s.config_json = f.text("/", "config");
-  s.numerics_json = f.text("/", "numerics");
+  // Version 1 kept the configuration in root attributes, and no checksums.
+  s.config_json = version == 1 ? f.text("/", "config") : f.read_text("/run/config");
+  s.numerics_json = version == 1 ? f.text("/", "numerics") : f.read_text("/run/numerics");
   s.model_fingerprint = f.text("/", "model_fingerprint");
   s.noise_mode = f.text("/", "noise_mode");
   s.scheduler = f.text("/", "scheduler");
@@ -124,9 +129,34 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
 
 void read_checkpoint_frames(MPI_Comm comm, const std::string& path, std::int64_t first, std::int64_t count,
                             float* latents, float* previous_x0) {
-  const H5File f = H5File::open(comm, path);
-  f.read_frames("/latents", 0, first, count, latents);
-  f.read_frames("/state/previous_x0", 0, first, count, previous_x0);
+  H5File f = H5File::open(comm, path);
+  std::string error;
+  try {
+    f.read_frames("/latents", 0, first, count, latents);
+    f.read_frames("/state/previous_x0", 0, first, count, previous_x0);
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  f.close();  // on every rank (MPI-IO closes collectively), also where a read failed
+  if (!error.empty()) throw InputError(error);
+}
+
+void check_run_files(MPI_Comm comm, const std::string& dir, const RunStamp& stamp) {
+  const std::string probe = dir + "/probe.h5.partial";
+  int rank = 0;
+  VINF_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  const std::string before = "checked before the first step: ";
+  try {
+    H5File f = H5File::create(comm, probe);
+    stamp_file(f, kCheckpointFormat, stamp);
+    f.close();
+  } catch (const InputError& e) {
+    throw InputError(before + e.what());
+  } catch (const Error& e) {
+    throw Error(before + e.what());
+  }
+  VINF_CHECK_MPI(MPI_Barrier(comm));  // every rank closed it
+  if (rank == 0) std::remove(probe.c_str());
 }
 
 std::string checkpoint_name(std::int64_t step) {

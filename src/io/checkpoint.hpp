@@ -2,12 +2,18 @@
 // `checkpoints/step-NNNNNN.h5` (latents, solver state, cached text embeddings) from which a run
 // continues, in invariant mode also on another number of ranks.
 //
-// Layout: /latents F32 [F_total, C, H, W] (chunked per frame); checkpoints add /state (attribute
-// `step`: completed steps) with /state/timesteps I64 [S], /state/sigmas F32 [S + 1],
-// /state/previous_x0 F32 [F_total, C, H, W] (the multistep solver's memory), and /text with
-// /text/prompt_embeds F32 [P, L, D] and /text/negative_prompt_embeds F32 [1, L, D]. Root
-// attributes: format, format_version, vinf_version, config (JSON), numerics (JSON: the settings a
-// resume must share), model_fingerprint, noise_mode, scheduler, seed, world_size, cfg_size, clip_size.
+// Layout (format_version 2): /latents F32 [F_total, C, H, W] (chunked per frame); /run/config
+// (the run's configuration, JSON) and /run/numerics (JSON: the settings a resume must share), each
+// one UTF-8 string [1] of any length; checkpoints add /state (attribute `step`: completed steps)
+// with /state/timesteps I64 [S], /state/sigmas F32 [S + 1], /state/previous_x0 F32
+// [F_total, C, H, W] (the multistep solver's memory), and /text with /text/prompt_embeds F32
+// [P, L, D] and /text/negative_prompt_embeds F32 [1, L, D]. Root attributes: format,
+// format_version, vinf_version, model_fingerprint, noise_mode, scheduler, seed, world_size,
+// cfg_size, clip_size, layout. Every dataset carries a Fletcher-32 checksum per chunk (h5file.hpp),
+// checked on every read.
+//
+// Version 1 (read, not written) held config and numerics as root attributes, which an object
+// header limits to 64 KiB in all, and had no checksums.
 //
 // Every file is written collectively under PATH.partial, synced and renamed by rank 0 after every
 // rank closed it: a file under its final name is complete, and a crash while writing leaves the
@@ -26,7 +32,7 @@ namespace vinf::io {
 
 inline constexpr const char* kLatentsFormat = "vinf-latents";
 inline constexpr const char* kCheckpointFormat = "vinf-checkpoint";
-inline constexpr int kRunFileVersion = 1;
+inline constexpr int kRunFileVersion = 2;
 
 // What identifies the run a file belongs to.
 struct RunStamp {
@@ -61,6 +67,7 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const RunStamp& st
 
 struct CheckpointInfo {
   std::string path;
+  std::int64_t format_version = kRunFileVersion;  // 1: no checksums
   RunStamp stamp;
   SolverState state;
   Shape full;
@@ -70,9 +77,17 @@ struct CheckpointInfo {
 // Reads and checks a checkpoint's metadata and text cache (one process). Throws vinf::InputError
 // naming the file for a missing, damaged, truncated or foreign file.
 CheckpointInfo read_checkpoint_info(const std::string& path);
-// Collective: this rank's frames of /latents and /state/previous_x0.
+// Collective open: this rank's frames of /latents and /state/previous_x0, their checksums checked.
+// The reads themselves are independent, so a rank that throws vinf::InputError (a damaged chunk)
+// leaves no other rank waiting; the caller makes the ranks agree.
 void read_checkpoint_frames(MPI_Comm comm, const std::string& path, std::int64_t first, std::int64_t count,
                             float* latents, float* previous_x0);
+
+// Collective, before a run computes anything: writes a file with the run's stamp in `dir` (as
+// every checkpoint and latents.h5 will carry it) and removes it, so that whatever keeps these files
+// from being written (the directory, the file system, the stamp itself) fails now, not after the
+// first steps.
+void check_run_files(MPI_Comm comm, const std::string& dir, const RunStamp& stamp);
 
 // "step-000012.h5"; the complete checkpoints of a directory, oldest first; removing all but the
 // newest `keep` of them and any leftover partial file (one process).

@@ -1,5 +1,6 @@
 #include "io/h5file.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <utility>
@@ -13,12 +14,21 @@ namespace vinf::io {
 
 namespace {
 
+// A file whose checksums do not match (its data or, in the 1.10 format, its metadata): the file
+// changed after it was written. A damaged input, so vinf::InputError, which a resume can skip.
+[[noreturn]] void throw_damaged(const std::string& path, const std::string& what) {
+  hdf5_error_text();  // clears the stack
+  VINF_INPUT_FAIL(path, ": ", what, " does not match its checksum: the file changed after it was written (a damaged ",
+                  "disk, or a copy cut short or overwritten in place), and it cannot be used");
+}
+
 // Closes an HDF5 handle on scope exit.
 class Handle {
  public:
   // A failure is the file system's (full, over quota, not writable) or the file's (damaged): the
   // message names the file and the operation, without source locations.
   Handle(hid_t id, herr_t (*close)(hid_t), const char* what, const std::string& path) : id_(id), close_(close) {
+    if (id < 0 && hdf5_checksum_failed()) throw_damaged(path, std::string("the metadata read for ") + what);
     if (id < 0)
       throw Error(std::string("HDF5 could not complete ") + what + " in " + path +
                   " (disk full, quota exceeded, or a damaged file?): " + hdf5_error_text());
@@ -63,12 +73,37 @@ std::vector<hsize_t> dims_of(const Shape& s) {
   return d;
 }
 
+// A read that failed: a checksum that does not match, or else a truncated or damaged file.
+[[noreturn]] void throw_read_failure(const std::string& name, const std::string& path, const std::string& where) {
+  if (hdf5_checksum_failed()) throw_damaged(path, name + (where.empty() ? "" : " (" + where + ")"));
+  VINF_INPUT_FAIL("cannot read ", name, " from ", path, " (truncated or damaged?): ", hdf5_error_text());
+}
+
+// A dataset creation list for a whole small array: chunks of whole rows along the first axis, at
+// most 64 MiB each, with a Fletcher-32 checksum per chunk. Empty and scalar shapes stay contiguous.
+hid_t small_creation_list(const std::vector<hsize_t>& dims, std::size_t element_size) {
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  VINF_CHECK(dcpl >= 0, "HDF5: H5Pcreate failed: ", hdf5_error_text());
+  hsize_t row = element_size, numel = 1;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    numel *= dims[i];
+    if (i > 0) row *= dims[i];
+  }
+  if (dims.empty() || numel == 0) return dcpl;
+  std::vector<hsize_t> chunk = dims;
+  chunk[0] = std::clamp<hsize_t>((hsize_t{64} << 20) / std::max<hsize_t>(row, 1), 1, dims[0]);
+  VINF_CHECK_HDF5(H5Pset_chunk(dcpl, static_cast<int>(dims.size()), chunk.data()));
+  VINF_CHECK_HDF5(H5Pset_fletcher32(dcpl));
+  return dcpl;
+}
+
 // What a rank passes to H5Dwrite / H5Dread for slices [first, first + count) of `axis` of a
-// dataset: the file and memory selections (none when count is 0) and a collective transfer list.
+// dataset: the file and memory selections (none when count is 0) and a transfer list, collective
+// where asked.
 struct SliceTransfer {
   Handle file_space, mem_space, dxpl;
   SliceTransfer(hid_t set, const std::vector<hsize_t>& dims, int axis, std::int64_t first, std::int64_t count,
-                bool parallel, const std::string& path)
+                bool collective, const std::string& path)
       : file_space(H5Dget_space(set), H5Sclose, "H5Dget_space", path),
         mem_space(H5Screate_simple(static_cast<int>(dims.size()), memory_dims(dims, axis, count).data(), nullptr),
                   H5Sclose, "H5Screate_simple", path),
@@ -82,7 +117,7 @@ struct SliceTransfer {
       VINF_CHECK_HDF5(H5Sselect_none(file_space.get()));
       VINF_CHECK_HDF5(H5Sselect_none(mem_space.get()));
     }
-    if (parallel) VINF_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
+    if (collective) VINF_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
   }
   static std::vector<hsize_t> memory_dims(std::vector<hsize_t> dims, int axis, std::int64_t count) {
     dims[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(count);
@@ -98,13 +133,14 @@ bool is_hdf5(const std::string& path) {
   return H5Fis_hdf5(path.c_str()) > 0;
 }
 
-H5File::H5File(hid_t id, MPI_Comm comm, std::string path)
-    : id_(id), comm_(comm), unwinding_at_open_(std::uncaught_exceptions()), path_(std::move(path)) {
+H5File::H5File(hid_t id, MPI_Comm comm, std::string path, bool writable)
+    : id_(id), writable_(writable), comm_(comm), unwinding_at_open_(std::uncaught_exceptions()), path_(std::move(path)) {
   VINF_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
 }
 
 H5File::H5File(H5File&& o) noexcept
     : id_(std::exchange(o.id_, -1)),
+      writable_(o.writable_),
       comm_(o.comm_),
       rank_(o.rank_),
       unwinding_at_open_(o.unwinding_at_open_),
@@ -112,9 +148,10 @@ H5File::H5File(H5File&& o) noexcept
 
 H5File::~H5File() {
   if (id_ < 0) return;
-  if (std::uncaught_exceptions() > unwinding_at_open_) {
+  if (writable_ && std::uncaught_exceptions() > unwinding_at_open_) {
     // Left by an error: HDF5 1.10 crashes when it closes (or later flushes, in MPI_Finalize) a file
-    // whose writes failed. Leave it open, and keep the fatal path away from MPI_Finalize.
+    // whose writes failed. Leave it open, and keep the fatal path away from MPI_Finalize. (A file
+    // opened for reading closes as usual: a failed read leaves nothing to flush.)
     mpi::mark_finalize_unsafe();
     return;
   }
@@ -130,10 +167,14 @@ void H5File::close() {
 H5File H5File::create(MPI_Comm comm, const std::string& path) {
   quiet_hdf5();
   Handle fapl(access_list(comm), H5Pclose, "H5Pcreate", path);
+  // The file format of HDF5 1.10 (read by HDF5 1.10 and later): checksums on the metadata too
+  // (superblock, object headers, chunk index), and a fixed-array chunk index, cheaper to fill in a
+  // filtered parallel write and to search per frame than the B-tree of the 1.8 format.
+  VINF_CHECK_HDF5(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110));
   const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
   VINF_INPUT_CHECK(id >= 0, "cannot create ", path, " (is the directory writable and the disk not full?): ",
                    hdf5_error_text());
-  return H5File(id, comm, path);
+  return H5File(id, comm, path, true);
 }
 
 H5File H5File::open(MPI_Comm comm, const std::string& path) {
@@ -142,7 +183,7 @@ H5File H5File::open(MPI_Comm comm, const std::string& path) {
   Handle fapl(access_list(comm), H5Pclose, "H5Pcreate", path);
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
   VINF_INPUT_CHECK(id >= 0, "cannot open ", path, " (truncated or damaged?): ", hdf5_error_text());
-  return H5File(id, comm, path);
+  return H5File(id, comm, path, false);
 }
 
 void H5File::create_group(const std::string& name) {
@@ -150,11 +191,16 @@ void H5File::create_group(const std::string& name) {
 }
 
 bool H5File::exists(const std::string& name) const {
-  // Each level must exist before the next is asked about.
+  // Each level must exist before the next is asked about. A failure (not "no") is a damaged file.
+  auto link = [&](const std::string& path) {
+    const htri_t found = H5Lexists(id_, path.c_str(), H5P_DEFAULT);
+    if (found < 0) throw_read_failure("the group holding " + path, path_, "");
+    return found > 0;
+  };
   std::size_t pos = 0;
   while ((pos = name.find('/', pos + 1)) != std::string::npos)
-    if (H5Lexists(id_, name.substr(0, pos).c_str(), H5P_DEFAULT) <= 0) return false;
-  return H5Lexists(id_, name.c_str(), H5P_DEFAULT) > 0;
+    if (!link(name.substr(0, pos))) return false;
+  return link(name);
 }
 
 void H5File::set_text(const std::string& object, const std::string& name, const std::string& value) {
@@ -215,6 +261,8 @@ void H5File::write_frames(const std::string& name, const Shape& full, int axis, 
   Handle space(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose, "H5Screate_simple", path_);
   Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "H5Pcreate", path_);
   VINF_CHECK_HDF5(H5Pset_chunk(dcpl.get(), rank, chunk.data()));
+  VINF_CHECK_HDF5(H5Pset_fletcher32(dcpl.get()));
+  VINF_CHECK_HDF5(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
   Handle set(H5Dcreate2(id_, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
              H5Dclose, "creating a dataset", path_);
   const SliceTransfer io(set.get(), dims, axis, first, count, comm_ != MPI_COMM_SELF, path_);
@@ -242,11 +290,13 @@ void H5File::read_frames(const std::string& name, int axis, std::int64_t first, 
   VINF_INPUT_CHECK(axis < full.rank() && first >= 0 && count >= 0 && first + count <= full[axis], path_, ": ", name,
                    " ", full.str(), " has no slices [", first, ", ", first + count, ") along axis ", axis);
   Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_);
-  const SliceTransfer io(set.get(), dims_of(full), axis, first, count, comm_ != MPI_COMM_SELF, path_);
+  const SliceTransfer io(set.get(), dims_of(full), axis, first, count, /*collective=*/false, path_);
   float dummy = 0;
-  VINF_INPUT_CHECK(H5Dread(set.get(), H5T_NATIVE_FLOAT, io.mem_space.get(), io.file_space.get(), io.dxpl.get(),
-                           count > 0 ? data : &dummy) >= 0,
-                   "cannot read ", name, " from ", path_, " (truncated or damaged?): ", hdf5_error_text());
+  if (H5Dread(set.get(), H5T_NATIVE_FLOAT, io.mem_space.get(), io.file_space.get(), io.dxpl.get(),
+              count > 0 ? data : &dummy) < 0)
+    throw_read_failure(name, path_,
+                       "slices " + std::to_string(first) + " to " + std::to_string(first + count - 1) + " along axis " +
+                           std::to_string(axis));
 }
 
 void H5File::write_small(const std::string& name, DType dtype, const Shape& shape, const void* data) {
@@ -256,7 +306,8 @@ void H5File::write_small(const std::string& name, DType dtype, const Shape& shap
   const hid_t mem_type = dtype == DType::f32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT64;
   Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose, "H5Screate_simple",
                path_);
-  Handle set(H5Dcreate2(id_, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose,
+  Handle dcpl(small_creation_list(dims, dtype_size(dtype)), H5Pclose, "H5Pcreate", path_);
+  Handle set(H5Dcreate2(id_, name.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose,
              "creating a dataset", path_);
   Handle file_space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_);
   Handle mem_space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose,
@@ -280,13 +331,65 @@ std::vector<T> read_whole(hid_t file, const std::string& name, hid_t mem_type, c
                           const Shape& shape) {
   std::vector<T> v(static_cast<std::size_t>(shape.numel()));
   Handle set(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path);
-  if (!v.empty())
-    VINF_INPUT_CHECK(H5Dread(set.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0, "cannot read ", name,
-                     " from ", path, " (truncated or damaged?): ", hdf5_error_text());
+  if (!v.empty() && H5Dread(set.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+    throw_read_failure(name, path, "");
   return v;
 }
 
+// Whether a dataset's data carries Fletcher-32 checksums.
+bool has_checksum(hid_t set) {
+  const hid_t dcpl = H5Dget_create_plist(set);
+  if (dcpl < 0) return false;
+  bool found = false;
+  const int n = H5Pget_nfilters(dcpl);
+  for (int i = 0; i < n && !found; ++i) {
+    unsigned flags = 0, config = 0;
+    std::size_t nvalues = 0;
+    found = H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &nvalues, nullptr, 0, nullptr, &config) ==
+            H5Z_FILTER_FLETCHER32;
+  }
+  H5Pclose(dcpl);
+  return found;
+}
+
 }  // namespace
+
+void H5File::write_text(const std::string& name, const std::string& value) {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", path_);
+  VINF_CHECK_HDF5(H5Tset_size(type.get(), std::max<std::size_t>(value.size(), 1)));
+  VINF_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8));
+  const std::vector<hsize_t> dims{1};
+  Handle space(H5Screate_simple(1, dims.data(), nullptr), H5Sclose, "H5Screate_simple", path_);
+  Handle dcpl(small_creation_list(dims, H5Tget_size(type.get())), H5Pclose, "H5Pcreate", path_);
+  Handle set(H5Dcreate2(id_, name.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose,
+             "creating a dataset", path_);
+  Handle file_space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_);
+  Handle mem_space(H5Screate_simple(1, dims.data(), nullptr), H5Sclose, "H5Screate_simple", path_);
+  if (rank_ != 0) {
+    VINF_CHECK_HDF5(H5Sselect_none(file_space.get()));
+    VINF_CHECK_HDF5(H5Sselect_none(mem_space.get()));
+  }
+  Handle dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path_);
+  if (comm_ != MPI_COMM_SELF) VINF_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
+  const std::string padded = value.empty() ? std::string(1, '\0') : value;
+  if (H5Dwrite(set.get(), type.get(), mem_space.get(), file_space.get(), dxpl.get(), padded.data()) < 0)
+    throw Error("HDF5 could not write " + name + " to " + path_ + " (disk full or quota exceeded?): " + hdf5_error_text());
+}
+
+std::string H5File::read_text(const std::string& name) const {
+  VINF_INPUT_CHECK(exists(name), path_, " has no dataset ", name);
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_);
+  Handle type(H5Dget_type(set.get()), H5Tclose, "H5Dget_type", path_);
+  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_);
+  VINF_INPUT_CHECK(H5Tget_class(type.get()) == H5T_STRING && !H5Tis_variable_str(type.get()) &&
+                       H5Sget_simple_extent_npoints(space.get()) == 1,
+                   path_, ": ", name, " is not one fixed-length string");
+  std::string value(H5Tget_size(type.get()), '\0');
+  if (H5Dread(set.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, value.data()) < 0)
+    throw_read_failure(name, path_, "");
+  while (!value.empty() && value.back() == '\0') value.pop_back();
+  return value;
+}
 
 std::vector<float> H5File::read_f32(const std::string& name) const {
   return read_whole<float>(id_, name, H5T_NATIVE_FLOAT, path_, shape(name));
@@ -313,8 +416,13 @@ std::vector<std::string> H5File::describe() const {
       line += "  [";
       for (std::size_t i = 0; i < dims.size(); ++i) line += (i ? ", " : "") + std::to_string(dims[i]);
       line += "] ";
-      line += H5Tget_class(type) == H5T_FLOAT ? "f" : "i";
-      line += std::to_string(H5Tget_size(type) * 8);
+      if (H5Tget_class(type) == H5T_STRING) {
+        line += "text of " + std::to_string(H5Tget_size(type)) + " bytes";
+      } else {
+        line += H5Tget_class(type) == H5T_FLOAT ? "f" : "i";
+        line += std::to_string(H5Tget_size(type) * 8);
+      }
+      if (has_checksum(set)) line += ", checksum";
       H5Tclose(type);
       H5Sclose(space);
       H5Dclose(set);
@@ -322,7 +430,7 @@ std::vector<std::string> H5File::describe() const {
     out->push_back(line);
     return 0;
   };
-  VINF_CHECK_HDF5(H5Ovisit(id_, H5_INDEX_NAME, H5_ITER_INC, visit, &lines));
+  if (H5Ovisit(id_, H5_INDEX_NAME, H5_ITER_INC, visit, &lines) < 0) throw_read_failure("the list of objects", path_, "");
   return lines;
 }
 

@@ -1,7 +1,14 @@
 // A parallel HDF5 file as vinf uses it: opened by every rank of a communicator (MPI-IO), frame
-// arrays written and read collectively (each rank its hyperslab of frames along one axis, chunked
-// one frame per chunk), small arrays and attributes written by rank 0's data. Every method that
+// arrays written collectively (each rank its hyperslab of frames along one axis, chunked one frame
+// per chunk), small arrays, texts and attributes written by rank 0's data. Every method that
 // touches the file's structure is collective: all ranks call it with the same arguments.
+//
+// Every non-empty dataset is chunked with HDF5's Fletcher-32 filter: each chunk carries a checksum
+// of its bytes, written with it (parallel HDF5 filters collective writes since 1.10.2) and checked
+// by every read, so a file whose data changed after it was written is refused instead of read.
+// Reads are independent (each rank its own slices): a rank whose chunk fails its check returns
+// the error without leaving the others waiting in a collective read.
+//
 // The files are plain HDF5: h5dump, h5py and `vinf inspect` read them serially.
 #pragma once
 
@@ -55,12 +62,19 @@ class H5File {
   std::vector<float> read_f32(const std::string& name) const;
   std::vector<std::int64_t> read_i64(const std::string& name) const;
 
-  // Every object below the root: "path  shape  type" lines, for `vinf inspect`.
+  // A UTF-8 text of any length as a dataset (one fixed-length string, [1]), rank 0's `value`:
+  // unlike an attribute (at most 64 KiB in an object header) its size is not limited.
+  void write_text(const std::string& name, const std::string& value);
+  std::string read_text(const std::string& name) const;
+
+  // Every object below the root: "path  shape  type" lines (", checksum" where the data carries
+  // one), for `vinf inspect`.
   std::vector<std::string> describe() const;
 
  private:
-  H5File(hid_t id, MPI_Comm comm, std::string path);
+  H5File(hid_t id, MPI_Comm comm, std::string path, bool writable);
   hid_t id_ = -1;
+  bool writable_ = false;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int unwinding_at_open_ = 0;  // std::uncaught_exceptions() when opened: a larger count at destruction means an error

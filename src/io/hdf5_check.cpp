@@ -1,5 +1,7 @@
 #include "io/hdf5_check.hpp"
 
+#include <cstring>
+
 namespace vinf::io {
 namespace {
 
@@ -16,7 +18,18 @@ herr_t collect(unsigned n, const H5E_error2_t* e, void* data) {
   return 0;
 }
 
+herr_t find_checksum(unsigned, const H5E_error2_t* e, void* data) {
+  if (e->desc && std::strstr(e->desc, "checksum")) *static_cast<bool*>(data) = true;
+  return 0;
+}
+
 }  // namespace
+
+bool hdf5_checksum_failed() {
+  bool found = false;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, find_checksum, &found);
+  return found;
+}
 
 std::string hdf5_error_text() {
   std::string text;

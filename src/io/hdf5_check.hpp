@@ -12,6 +12,9 @@ namespace vinf::io {
 
 // The current HDF5 error stack as one line (most specific entry last), then clears it.
 std::string hdf5_error_text();
+// Whether the current error stack reports a checksum that did not match (a Fletcher-32 filter on
+// read: the stored bytes changed after they were written). Leaves the stack as it is.
+bool hdf5_checksum_failed();
 
 }  // namespace vinf::io
 

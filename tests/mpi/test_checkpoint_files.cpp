@@ -1,0 +1,261 @@
+// The checkpoint files at this world size: a configuration of any size, the checksums that every
+// read checks (a flipped byte is refused by the rank that reads it, naming the file and dataset),
+// files of format version 1, and the check of the run's files before a run starts.
+#include <doctest/doctest.h>
+#include <hdf5.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "io/checkpoint.hpp"
+#include "io/h5file.hpp"
+
+using namespace vinf;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// A directory every rank names alike (rank 0's process id), removed at the end.
+struct SharedDir {
+  std::string path;
+  SharedDir() {
+    int pid = static_cast<int>(getpid());
+    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    path = (std::filesystem::temp_directory_path() / ("vinf-ckpt-test-" + std::to_string(pid))).string();
+    if (world_rank() == 0) std::filesystem::create_directories(path);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  ~SharedDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::error_code ec;
+    if (world_rank() == 0) std::filesystem::remove_all(path, ec);
+  }
+};
+
+// A JSON text of about `bytes` bytes: a prompt list, as a long --prompt.text list makes it.
+std::string long_config(std::size_t bytes) {
+  std::string j = "{\"prompt\":{\"text\":[";
+  for (int i = 0; j.size() < bytes; ++i)
+    j += (i ? "," : "") + std::string("\"prompt ") + std::to_string(i) +
+         ": a slow pan across a harbour at dawn, boats leaving one by one, gulls over the water\"";
+  return j + "]}}";
+}
+
+constexpr std::int64_t kC = 2, kH = 3, kW = 5, kPerFrame = kC * kH * kW;
+
+float value_at(std::int64_t frame, std::int64_t i, float sign) {
+  return sign * (static_cast<float>(frame) + 0.001f * static_cast<float>(i));
+}
+
+// Writes a checkpoint of `frames` frames, 2 per rank, collectively.
+void write_test_checkpoint(const std::string& path, const io::RunStamp& stamp, std::int64_t frames) {
+  const std::int64_t nf = frames / world_size(), first = world_rank() * nf;
+  std::vector<float> lat(static_cast<std::size_t>(nf * kPerFrame)), prev(lat.size());
+  for (std::int64_t f = 0; f < nf; ++f)
+    for (std::int64_t i = 0; i < kPerFrame; ++i) {
+      lat[static_cast<std::size_t>(f * kPerFrame + i)] = value_at(first + f, i, 1.f);
+      prev[static_cast<std::size_t>(f * kPerFrame + i)] = value_at(first + f, i, -1.f);
+    }
+  const io::FramePart part{{frames, kC, kH, kW}, first, nf};
+  const io::SolverState state{3, {900, 600, 300, 1}, {1.0, 0.7, 0.4, 0.1, 0.0}};
+  io::TextCache text{1, 2, 3, {1, 2, 3, 4, 5, 6}, {}};
+  io::write_checkpoint(MPI_COMM_WORLD, path, stamp, part, lat.data(), prev.data(), state, text);
+}
+
+io::RunStamp test_stamp(std::size_t config_bytes) {
+  io::RunStamp s;
+  s.config_json = long_config(config_bytes);
+  s.numerics_json = long_config(config_bytes / 2);
+  s.model_fingerprint = "test";
+  s.noise_mode = "invariant";
+  s.scheduler = "ddim";
+  s.world_size = s.clip_size = world_size();
+  return s;
+}
+
+// XORs 8 bytes in the middle of the chunk that holds `frame` of `name` (rank 0, serial access).
+void flip_frame(const std::string& path, const std::string& name, std::int64_t frame) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+  const hsize_t at[4] = {static_cast<hsize_t>(frame), 0, 0, 0};
+  unsigned mask = 0;
+  haddr_t addr = 0;
+  hsize_t size = 0;
+  REQUIRE(H5Dget_chunk_info_by_coord(d, at, &mask, &addr, &size) >= 0);
+  H5Dclose(d);
+  H5Fclose(f);
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  const auto pos = static_cast<std::streamoff>(addr + size / 2 / 4 * 4);
+  char bytes[8];
+  io.seekg(pos);
+  io.read(bytes, 8);
+  for (char& b : bytes) b = static_cast<char>(b ^ 0x5a);
+  io.seekp(pos);
+  io.write(bytes, 8);
+  REQUIRE(io.good());
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint files: a configuration over 64 KiB is written and read back whole") {
+  set_process_rank(world_rank());
+  SharedDir dir;
+  const io::RunStamp stamp = test_stamp(200000);
+  REQUIRE(stamp.config_json.size() > 65536);
+  const std::string path = dir.path + "/step-000003.h5";
+  const std::int64_t frames = 2 * world_size();
+  write_test_checkpoint(path, stamp, frames);
+  const io::CheckpointInfo info = io::read_checkpoint_info(path);
+  CHECK(info.format_version == 2);
+  CHECK(info.stamp.config_json == stamp.config_json);
+  CHECK(info.stamp.numerics_json == stamp.numerics_json);
+  CHECK(info.state.step == 3);
+  CHECK(info.full == Shape{frames, kC, kH, kW});
+  // The frames come back exactly, each rank its own.
+  std::vector<float> lat(static_cast<std::size_t>(2 * kPerFrame)), prev(lat.size());
+  io::read_checkpoint_frames(MPI_COMM_WORLD, path, 2 * world_rank(), 2, lat.data(), prev.data());
+  CHECK(lat[0] == value_at(2 * world_rank(), 0, 1.f));
+  CHECK(lat.back() == value_at(2 * world_rank() + 1, kPerFrame - 1, 1.f));
+  CHECK(prev.back() == value_at(2 * world_rank() + 1, kPerFrame - 1, -1.f));
+  // The same holds for latents.h5.
+  const std::string latents = dir.path + "/latents.h5";
+  io::write_latents(MPI_COMM_WORLD, latents, stamp, {{frames, kC, kH, kW}, 2 * world_rank(), 2}, lat.data());
+  const io::H5File f = io::H5File::open(MPI_COMM_SELF, latents);
+  CHECK(f.read_text("/run/config") == stamp.config_json);
+}
+
+TEST_CASE("checkpoint files: flipped bytes in one frame are refused by the rank that reads them") {
+  set_process_rank(world_rank());
+  SharedDir dir;
+  const std::string path = dir.path + "/step-000003.h5";
+  const std::int64_t frames = 2 * world_size(), damaged = frames - 2;  // the last rank's first frame
+  write_test_checkpoint(path, test_stamp(1000), frames);
+  if (world_rank() == 0) flip_frame(path, "/latents", damaged);
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::vector<float> lat(static_cast<std::size_t>(2 * kPerFrame)), prev(lat.size());
+  std::string error;
+  try {
+    io::read_checkpoint_frames(MPI_COMM_WORLD, path, 2 * world_rank(), 2, lat.data(), prev.data());
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  if (world_rank() == world_size() - 1) {
+    CHECK(error.find(path + ": /latents (slices " + std::to_string(frames - 2) + " to " + std::to_string(frames - 1) +
+                     " along axis 0) does not match its checksum") != std::string::npos);
+  } else {
+    CHECK(error.empty());
+    CHECK(lat[5] == value_at(2 * world_rank(), 5, 1.f));
+  }
+  // The serial read of the metadata checks the same chunks: the last frame's is read, and a
+  // damaged text embedding is found there too.
+  if (world_rank() == 0) {
+    CHECK_NOTHROW(io::read_checkpoint_info(path));  // frame `damaged` is not the last one
+    flip_frame(path, "/state/previous_x0", frames - 1);
+    std::string info_error;
+    try {
+      io::read_checkpoint_info(path);
+    } catch (const InputError& e) {
+      info_error = e.what();
+    }
+    CHECK(info_error.find(path + ": /state/previous_x0 (slices " + std::to_string(frames - 1) + " to " +
+                          std::to_string(frames - 1) + " along axis 0) does not match its checksum") != std::string::npos);
+  }
+}
+
+TEST_CASE("checkpoint files: a flipped byte in a dataset's header fails the metadata checksum") {
+  set_process_rank(world_rank());
+  SharedDir dir;
+  const std::string path = dir.path + "/step-000003.h5";
+  write_test_checkpoint(path, test_stamp(1000), 2 * world_size());
+  if (world_rank() == 0) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    H5O_info_t info{};
+    REQUIRE(H5Oget_info_by_name2(f, "/latents", &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0);
+    H5Fclose(f);
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    const auto pos = static_cast<std::streamoff>(info.addr + 16);  // past the signature, among the messages
+    char byte = 0;
+    io.seekg(pos);
+    io.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x5a);
+    io.seekp(pos);
+    io.write(&byte, 1);
+    REQUIRE(io.good());
+    io.close();
+    std::string error;
+    try {
+      io::read_checkpoint_info(path);
+    } catch (const InputError& e) {  // an input error: --resume auto skips the file
+      error = e.what();
+    }
+    CHECK(error.find(path + ": ") != std::string::npos);
+    CHECK(error.find("does not match its checksum") != std::string::npos);
+  }
+}
+
+TEST_CASE("checkpoint files: format version 1 (configuration in attributes, no checksums) is still read") {
+  set_process_rank(world_rank());
+  SharedDir dir;
+  const std::string path = dir.path + "/step-000002.h5";
+  if (world_rank() == 0) {
+    io::H5File f = io::H5File::create(MPI_COMM_SELF, path);
+    f.set_text("/", "format", io::kCheckpointFormat);
+    f.set_int("/", "format_version", 1);
+    f.set_text("/", "config", "{\"video\":{\"frames\":2}}");
+    f.set_text("/", "numerics", "{\"sampler\":{\"steps\":2}}");
+    for (const char* key : {"model_fingerprint", "noise_mode", "scheduler", "vinf_version"}) f.set_text("/", key, "x");
+    for (const char* key : {"seed", "world_size", "cfg_size", "clip_size"}) f.set_int("/", key, 1);
+    const std::vector<float> frames(static_cast<std::size_t>(2 * kPerFrame), 0.5f);
+    f.write_frames("/latents", {2, kC, kH, kW}, 0, 0, 2, frames.data());
+    f.create_group("/state");
+    f.set_int("/state", "step", 1);
+    const std::int64_t timesteps[2] = {500, 1};
+    const float sigmas[3] = {1.f, 0.5f, 0.f};
+    f.write_small("/state/timesteps", DType::i64, {2}, timesteps);
+    f.write_small("/state/sigmas", DType::f32, {3}, sigmas);
+    f.write_frames("/state/previous_x0", {2, kC, kH, kW}, 0, 0, 2, frames.data());
+    f.create_group("/text");
+    const std::vector<float> embeds(6, 1.f);
+    f.write_small("/text/prompt_embeds", DType::f32, {1, 2, 3}, embeds.data());
+    f.close();
+    const io::CheckpointInfo info = io::read_checkpoint_info(path);
+    CHECK(info.format_version == 1);
+    CHECK(info.stamp.config_json == "{\"video\":{\"frames\":2}}");
+    CHECK(info.stamp.numerics_json == "{\"sampler\":{\"steps\":2}}");
+    CHECK(info.state.timesteps == std::vector<std::int64_t>{500, 1});
+  }
+}
+
+TEST_CASE("checkpoint files: the run's files are checked before a run starts") {
+  set_process_rank(world_rank());
+  SharedDir dir;
+  const io::RunStamp stamp = test_stamp(100000);
+  io::check_run_files(MPI_COMM_WORLD, dir.path, stamp);
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(std::filesystem::is_empty(dir.path));  // the probe is gone
+  std::string error;
+  try {
+    io::check_run_files(MPI_COMM_WORLD, dir.path + "/missing/checkpoints", stamp);
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  CHECK(error.find("checked before the first step: cannot create " + dir.path + "/missing/checkpoints/") !=
+        std::string::npos);
+}
