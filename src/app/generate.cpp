@@ -179,17 +179,19 @@ int generate(const std::vector<std::string>& args) {
   stamp.world_size = mpi.size();
   stamp.cfg_size = o.cfg;
   stamp.clip_size = clips;
-  const std::string resume_path = replace_previous ? std::string() : choose_checkpoint(o, out_dir, mpi);
+  // This rank's frames of the checkpoint come with it, their checksums checked.
+  const Shape latent_full{frames, ucfg.in_channels, lh, lw};
+  ResumePoint resume;
+  if (!replace_previous)
+    resume = choose_checkpoint(o, out_dir, mpi, stamp, scheduler.timesteps(), latent_full, first_frame, nf);
   VINF_INPUT_CHECK(!finished || o.resume.empty() || o.resume == "auto" || o.overwrite, "--resume ", o.resume, ": ",
                    out_dir, " holds a finished run (run.json), which resuming would overwrite; choose another --out, ",
                    "or add --overwrite to replace it");
-  std::unique_ptr<io::CheckpointInfo> resumed;
-  if (!resume_path.empty()) {
-    resumed = std::make_unique<io::CheckpointInfo>(io::read_checkpoint_info(resume_path));
-    check_resumable(*resumed, stamp, scheduler.timesteps());
-  } else if (replace_previous && !o.resume.empty()) {
+  const io::CheckpointInfo* resumed = resume.info.get();
+  const std::string resume_path = resumed ? resumed->path : std::string();
+  if (!resumed && replace_previous && !o.resume.empty()) {
     log("--resume auto with --overwrite: " + out_dir + " holds a finished run, which this run replaces from the start");
-  } else if (!o.resume.empty()) {
+  } else if (!resumed && !o.resume.empty()) {
     log("--resume auto: no checkpoint in " + ckpt_dir + ", starting from the beginning");
   }
 
@@ -299,6 +301,7 @@ int generate(const std::vector<std::string>& args) {
   }
   broadcast_string(mkdir_error, mpi.world());
   VINF_INPUT_CHECK(mkdir_error.empty(), "cannot create the output directory ", ckpt_dir, ": ", mkdir_error);
+  io::check_run_files(mpi.world(), ckpt_dir, stamp);
 
   // Communicators: the clip group for the temporal layers, the cfg group for the guidance swap.
   std::unique_ptr<mpi::Communicator> clip_comm, cfg_comm;
@@ -329,7 +332,7 @@ int generate(const std::vector<std::string>& args) {
   const Shape latent_shape{1, ucfg.in_channels, nf, lh, lw};
   VINF_INPUT_CHECK(ucfg.in_channels == ucfg.out_channels, "the UNet's in_channels (", ucfg.in_channels,
                    ") and out_channels (", ucfg.out_channels, ") differ; it cannot denoise its own latents");
-  const io::FramePart part{{frames, ucfg.in_channels, lh, lw}, grid.cfg_index() == 0 ? first_frame : 0,
+  const io::FramePart part{latent_full, grid.cfg_index() == 0 ? first_frame : 0,
                            grid.cfg_index() == 0 ? nf : 0};  // branch 1 holds the same numbers as branch 0
   sampling::Sampler sampler(scheduler, rt.arena(), latent_shape);
   const sampling::NoiseSource noise(o.noise == "compat" ? sampling::NoiseMode::compat : sampling::NoiseMode::invariant,
@@ -345,12 +348,13 @@ int generate(const std::vector<std::string>& args) {
   };
   int start_step = 0;
   if (resumed) {
-    std::vector<float> lat(static_cast<std::size_t>(frame_major.numel())), prev(lat.size());
-    io::read_checkpoint_frames(mpi.world(), resume_path, first_frame, nf, lat.data(), prev.data());
     OwnedTensor prev_dev = rt.arena().empty(DType::f32, frame_major.shape);
-    ops::copy(ctx, Tensor::wrap(lat.data(), DType::f32, Device::cpu(), frame_major.shape), frame_major);
-    ops::copy(ctx, Tensor::wrap(prev.data(), DType::f32, Device::cpu(), frame_major.shape), prev_dev);
+    ops::copy(ctx, Tensor::wrap(resume.latents.data(), DType::f32, Device::cpu(), frame_major.shape), frame_major);
+    ops::copy(ctx, Tensor::wrap(resume.previous_x0.data(), DType::f32, Device::cpu(), frame_major.shape), prev_dev);
     sampler.restore(ctx, frame_major.permute({0, 2, 1, 3, 4}), prev_dev.permute({0, 2, 1, 3, 4}));
+    rt.synchronize();
+    resume.latents = {};
+    resume.previous_x0 = {};
     start_step = static_cast<int>(resumed->state.step);
     log("resuming from " + resume_path + " (written by " + std::to_string(resumed->stamp.world_size) +
         " rank(s)) after step " + std::to_string(start_step) + " of " + std::to_string(o.steps));

@@ -137,9 +137,10 @@ po::options_description describe(GenerateOptions& o) {
       "checkpoint.keep", po::value(&o.checkpoint_keep)->default_value(o.checkpoint_keep),
       "how many of the newest checkpoints to keep")(
       "resume", po::value(&o.resume),
-      "auto: continue from the newest complete checkpoint in OUT/checkpoints (a fresh start when there is none); "
-      "PATH: from that checkpoint (OUT defaults to the run it belongs to). The settings that change the numbers "
-      "must match; invariant mode may resume on another number of ranks")(
+      "auto: continue from the newest checkpoint in OUT/checkpoints that passes its checksums, falling back to "
+      "older ones (a fresh start when there is none; refused when none is usable); PATH: from that checkpoint "
+      "(OUT defaults to the run it belongs to). The settings that change the numbers must match; invariant mode "
+      "may resume on another number of ranks")(
       "dump.modules", po::value(&o.dump_modules),
       "write these modules' outputs over the whole video to OUT/activations.h5: comma-separated globs over the "
       "UNet's module names (time_embedding, conv_in, transformer_in, down_blocks.<i>, mid_block, up_blocks.<i>, "

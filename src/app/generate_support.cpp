@@ -75,11 +75,11 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, std
 
 }  // namespace
 
-void broadcast_string(std::string& s, MPI_Comm comm) {
+void broadcast_string(std::string& s, MPI_Comm comm, int root) {
   int n = static_cast<int>(s.size());
-  VINF_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, 0, comm));
+  VINF_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, root, comm));
   s.resize(static_cast<std::size_t>(n));
-  VINF_CHECK_MPI(MPI_Bcast(s.data(), n, MPI_CHAR, 0, comm));
+  VINF_CHECK_MPI(MPI_Bcast(s.data(), n, MPI_CHAR, root, comm));
 }
 
 std::string decided_by_root(const mpi::Session& mpi, const std::function<std::string()>& fn) {
@@ -167,24 +167,92 @@ std::string choose_out_dir(const GenerateOptions& o, const mpi::Session& mpi) {
   });
 }
 
-std::string choose_checkpoint(const GenerateOptions& o, const std::string& out_dir, const mpi::Session& mpi) {
-  if (o.resume.empty()) return "";
-  return decided_by_root(mpi, [&]() -> std::string {
-    if (o.resume != "auto") {
-      io::read_checkpoint_info(o.resume);  // throws for a damaged or foreign file
-      return o.resume;
-    }
-    const std::vector<std::string> all = io::list_checkpoints(out_dir + "/checkpoints");
-    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+namespace {
+
+// The message of the lowest rank whose `mine` is not empty, on every rank ("" when none).
+std::string first_rank_error(const mpi::Session& mpi, const std::string& mine) {
+  int me = mine.empty() ? mpi.size() : mpi.rank(), first = mpi.size();
+  VINF_CHECK_MPI(MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, mpi.world()));
+  if (first == mpi.size()) return "";
+  std::string message = mine;
+  broadcast_string(message, mpi.world(), first);
+  return message;
+}
+
+void warn(const mpi::Session& mpi, const std::string& line) {
+  if (mpi.rank() == 0) std::cerr << "vinf generate: warning: " << line << "\n" << std::flush;
+}
+
+}  // namespace
+
+ResumePoint choose_checkpoint(const GenerateOptions& o, const std::string& out_dir, const mpi::Session& mpi,
+                              const io::RunStamp& stamp, const std::vector<std::int64_t>& timesteps,
+                              const Shape& full, std::int64_t first, std::int64_t count) {
+  ResumePoint point;
+  if (o.resume.empty()) return point;
+  const bool automatic = o.resume == "auto";
+  const std::string dir = out_dir + "/checkpoints";
+  std::vector<std::string> candidates;  // newest first
+  if (automatic) {
+    std::string listed = decided_by_root(mpi, [&] {
+      std::string names;
+      for (const std::string& c : io::list_checkpoints(dir)) names += c + "\n";
+      return names;
+    });
+    for (std::size_t pos = 0, end; (end = listed.find('\n', pos)) != std::string::npos; pos = end + 1)
+      candidates.insert(candidates.begin(), listed.substr(pos, end - pos));
+  } else {
+    candidates.push_back(o.resume);
+  }
+  for (const std::string& path : candidates) {
+    // The metadata and text (rank 0 first, so that a damaged file is reported once).
+    const std::string unreadable = decided_by_root(mpi, [&]() -> std::string {
       try {
-        io::read_checkpoint_info(*it);
-        return *it;
+        io::read_checkpoint_info(path);
+        return "";
       } catch (const InputError& e) {
-        std::cerr << "vinf generate: warning: skipping checkpoint " << *it << ": " << e.what() << "\n";
+        return e.what();
       }
+    });
+    if (!unreadable.empty()) {
+      VINF_INPUT_CHECK(automatic, unreadable);
+      warn(mpi, "skipping checkpoint " + path + ": " + unreadable);
+      continue;
     }
-    return "";
-  });
+    auto info = std::make_unique<io::CheckpointInfo>(io::read_checkpoint_info(path));
+    check_resumable(*info, stamp, timesteps);
+    VINF_INPUT_CHECK(info->full == full, "checkpoint ", path, " holds latents ", info->full.str(), "; this run's are ",
+                     full.str());
+    // This rank's frames, their checksums checked; every rank learns whether any chunk failed.
+    const auto n = static_cast<std::size_t>(count * full[1] * full[2] * full[3]);
+    point.latents.assign(n, 0.f);
+    point.previous_x0.assign(n, 0.f);
+    std::string damaged;
+    try {
+      io::read_checkpoint_frames(mpi.world(), path, first, count, point.latents.data(), point.previous_x0.data());
+    } catch (const InputError& e) {
+      damaged = e.what();
+    }
+    damaged = first_rank_error(mpi, damaged);
+    if (!damaged.empty()) {
+      VINF_INPUT_CHECK(automatic, damaged, "; resume from another checkpoint (--resume auto takes the newest one that ",
+                       "passes its checks)");
+      warn(mpi, "skipping checkpoint " + path + ": " + damaged);
+      continue;
+    }
+    if (path != candidates.front())
+      warn(mpi, "falling back to the older checkpoint " + path + ": the newer one(s) in " + dir +
+                    " could not be used (see above)");
+    if (info->format_version < 2)
+      warn(mpi, "checkpoint " + path + " is in format version " + std::to_string(info->format_version) +
+                    " (an older vinf), which has no checksums: its data cannot be verified");
+    point.info = std::move(info);
+    return point;
+  }
+  VINF_INPUT_CHECK(candidates.empty(), "--resume auto: none of the ", candidates.size(), " checkpoint(s) in ", dir,
+                   " can be used (see the warnings above), and the run does not start again from the beginning on ",
+                   "its own; remove them, or run without --resume and with --overwrite, which starts over");
+  return point;
 }
 
 json numerics_json(const GenerateOptions& o, int clips) {

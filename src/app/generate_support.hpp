@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -23,7 +24,7 @@ namespace vinf::app {
 
 using json = nlohmann::ordered_json;
 
-void broadcast_string(std::string& s, MPI_Comm comm);
+void broadcast_string(std::string& s, MPI_Comm comm, int root = 0);
 // Runs fn on rank 0; its result, or the message of the vinf::InputError it threw, reaches every
 // rank (which then all throw it), so a decision that reads the file system is the same everywhere.
 std::string decided_by_root(const mpi::Session& mpi, const std::function<std::string()>& fn);
@@ -38,9 +39,21 @@ sampling::TextEmbeddings encode_prompts_on_root(const GenerateOptions& o, std::i
 // The output directory: --out, or the run a --resume PATH belongs to, or outputs/<name>-<id>.
 // Refused when it exists, unless --overwrite or --resume.
 std::string choose_out_dir(const GenerateOptions& o, const mpi::Session& mpi);
-// The checkpoint to continue from ("" for a fresh start): --resume PATH (which must be readable),
-// or with auto the newest readable one in OUT/checkpoints, skipping damaged ones with a warning.
-std::string choose_checkpoint(const GenerateOptions& o, const std::string& out_dir, const mpi::Session& mpi);
+// The checkpoint a run continues from, with this rank's frames already read and their checksums
+// checked (none: a fresh start).
+struct ResumePoint {
+  std::unique_ptr<io::CheckpointInfo> info;
+  std::vector<float> latents, previous_x0;  // frames [first, first + count), frame-major
+};
+// Collective. --resume PATH: that checkpoint, which must be readable, belong to this run
+// (check_resumable) and pass its checksums, else vinf::InputError on every rank. --resume auto:
+// the newest checkpoint in OUT/checkpoints that does; a damaged one is skipped with a warning that
+// names the file and what failed (the dataset whose checksum does not match), and the next older
+// one is tried, with a warning that says so. Checkpoints present but none usable: InputError
+// (never a silent start from the beginning); none present: a fresh start.
+ResumePoint choose_checkpoint(const GenerateOptions& o, const std::string& out_dir, const mpi::Session& mpi,
+                              const io::RunStamp& stamp, const std::vector<std::int64_t>& timesteps,
+                              const Shape& full, std::int64_t first, std::int64_t count);
 
 // The settings that change the numbers, which a resumed run must share with the checkpoint (the
 // number of clips only outside invariant mode).

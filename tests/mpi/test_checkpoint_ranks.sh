@@ -4,7 +4,11 @@
 # - SIGTERM (test hook) and SIGUSR1 (sent to mpirun): a checkpoint, exit status 75, resume completes;
 # - invariant mode resumes on another number of ranks (tolerance: GroupNorm sums in another order);
 # - incompatible checkpoints (model, steps, resolution, mode, clips in compat mode) are refused;
-# - a damaged newest checkpoint is skipped by --resume auto and refused by --resume PATH;
+# - a damaged newest checkpoint is skipped by --resume auto and refused by --resume PATH; flipped
+#   bytes inside its data fail their checksum: auto falls back to the previous checkpoint, and with
+#   no other checkpoint the run is refused (exit 2) instead of starting over or using wrong data;
+# - a configuration over 64 KiB (a long prompt list) is checkpointed and resumed;
+# - what keeps the run's files from being written fails before the first step;
 # - a full disk while writing a checkpoint: a clear error, the previous checkpoints intact;
 # - --checkpoint.keep; activation dumps over the whole video equal a one-rank run's.
 # usage: test_checkpoint_ranks.sh MPIEXEC VINF TEST_TOOL FIXTURE_MODEL_DIR N
@@ -130,6 +134,39 @@ truncate -s 5000 "$work/damaged/checkpoints/step-000008.h5"
 expect 2 "truncated or damaged" -- gen "$n" "$work/damaged" --video.frames $frames --sampler.steps 8 \
   --resume "$work/damaged/checkpoints/step-000008.h5"
 
+# 6b. Bytes flipped inside the newest checkpoint's latent data (a damaged disk or a bad copy; the
+# file's structure intact, so only the checksums can tell): --resume auto refuses it, naming the
+# file and the dataset, falls back to the previous checkpoint and says so; the result equals the
+# uninterrupted run (same ranks: bit for bit). Frame frames-2 is read by the last rank.
+cp -r "$work/kill" "$work/flipped"
+rm "$work/flipped/latents.h5" "$work/flipped/run.json"
+"$tool" h5-flip "$work/flipped/checkpoints/step-000008.h5" /latents $((frames - 2)) > /dev/null \
+  || { echo "FAIL: h5-flip"; fails=$((fails + 1)); }
+gen "$n" "$work/flipped" --video.frames $frames --sampler.steps 8 --resume auto > "$work/flipped.log" 2>&1
+status_is "flipped bytes in the newest checkpoint: resumed from the previous one" 0 $?
+per=$((frames / n))
+for want in "skipping checkpoint $work/flipped/checkpoints/step-000008.h5: $work/flipped/checkpoints/step-000008.h5: /latents (slices $((frames - per)) to $((frames - 1)) along axis 0) does not match its checksum" \
+            "falling back to the older checkpoint $work/flipped/checkpoints/step-000006.h5" \
+            "resuming from $work/flipped/checkpoints/step-000006.h5"; do
+  grep -qF "$want" "$work/flipped.log" && echo "ok: log says '$want'" \
+    || { echo "FAIL: log lacks '$want'"; tail -5 "$work/flipped.log"; fails=$((fails + 1)); }
+done
+same "flipped newest checkpoint skipped, run finished from step 6" "$work/flipped" "$work/ref" "$exact_tol"
+# The only checkpoint, with bytes flipped in the solver's memory: refused (exit 2) by auto and by
+# PATH, and left as it was; nothing is computed.
+mkdir -p "$work/one/checkpoints"
+cp "$work/kill/checkpoints/step-000008.h5" "$work/one/checkpoints/"
+"$tool" h5-flip "$work/one/checkpoints/step-000008.h5" /state/previous_x0 1 > /dev/null
+cp "$work/one/checkpoints/step-000008.h5" "$work/one-damaged.h5"
+expect 2 "none of the 1 checkpoint(s) in $work/one/checkpoints can be used" -- \
+  gen "$n" "$work/one" --video.frames $frames --sampler.steps 8 --resume auto
+expect 2 "$work/one/checkpoints/step-000008.h5: /state/previous_x0 (slices 0 to $((per - 1)) along axis 0) does not match its checksum" -- \
+  gen "$n" "$work/one" --video.frames $frames --sampler.steps 8 --resume "$work/one/checkpoints/step-000008.h5"
+cmp -s "$work/one/checkpoints/step-000008.h5" "$work/one-damaged.h5" && [ ! -e "$work/one/latents.h5" ] \
+  && [ "$(ls "$work/one/checkpoints")" = step-000008.h5 ] \
+  && echo "ok: the refused checkpoint is left as it was, nothing written" \
+  || { echo "FAIL: files after the refused checkpoint"; ls -R "$work/one"; fails=$((fails + 1)); }
+
 # 7. The disk fills while a checkpoint is written (its temporary name points at /dev/full).
 VINF_FAULT_STEP="rank=0,step=5,signal=KILL" gen "$n" "$work/full" --video.frames $frames \
   --sampler.steps 8 --quiet > /dev/null 2>&1
@@ -164,6 +201,41 @@ expect 1 "made the latents NaN or infinite on rank $last (first in frame $((last
 [ -f "$work/nan/checkpoints/step-000002.h5" ] && [ ! -e "$work/nan/checkpoints/step-000004.h5" ] \
   && [ ! -e "$work/nan/latents.h5" ] && [ ! -e "$work/nan/run.json" ] \
   && echo "ok: the NaN step left only the step-2 checkpoint" || { echo "FAIL: files after the NaN step"; ls -R "$work/nan"; fails=$((fails + 1)); }
+
+# 10. A configuration of any size: 300 prompts of ~270 bytes make the configuration that every
+# checkpoint and latents.h5 carry about 80 KB, more than an HDF5 object header (64 KiB) holds.
+# Stopped after step 1 and resumed: the checkpoints and latents.h5 are written, the resume compares
+# the whole stored prompt list with this run's, and the result equals an uninterrupted run.
+big=$work/prompts.ini
+{
+  echo "[prompt]"
+  for i in $(seq 300); do
+    echo "text = shot $i of a long story: a slow pan across a harbour at dawn, fishing boats leaving one by one, gulls over the water, mist lifting from the hills behind the town, warm light on the wet stones of the quay, a dog asleep by the nets, bells from the church on the hill"
+  done
+} > "$big"
+big_args=(--model builtin:tiny "${device_args[@]}" "${video_args[@]}" --comm-timeout 60 --video.height 32 --video.width 32
+          --vi.local-frames 2 --vi.global-frames 4 --config "$big" --video.frames $frames --sampler.steps 2
+          --checkpoint.every 1)
+VINF_FAULT_STEP="rank=$((n - 1)),step=1,signal=TERM" "$mpiexec" -np "$n" "$vinf" generate "${big_args[@]}" \
+  --out "$work/big" > "$work/big.log" 2>&1
+status_is "configuration over 64 KiB: checkpoint after step 1 and the stop status" 75 $?
+config_bytes=$("$vinf" inspect "$work/big/checkpoints/step-000001.h5" 2>&1 | sed -n 's|.*/run/config  \[1\] text of \([0-9]*\) bytes.*|\1|p')
+[ "${config_bytes:-0}" -gt 65536 ] && echo "ok: step-000001.h5 holds the configuration, $config_bytes bytes" \
+  || { echo "FAIL: the configuration in step-000001.h5: '${config_bytes}' bytes"; tail -3 "$work/big.log"; fails=$((fails + 1)); }
+expect 0 "resuming from $work/big/checkpoints/step-000001.h5" -- \
+  "$mpiexec" -np "$n" "$vinf" generate "${big_args[@]}" --resume auto --out "$work/big"
+expect 0 "ok $work/big/latents.h5" -- "$tool" h5-check "$work/big/latents.h5" $frames 4 4 4
+"$mpiexec" -np "$n" "$vinf" generate "${big_args[@]}" --quiet --out "$work/big-ref" > /dev/null 2>&1
+same "configuration over 64 KiB: stopped and resumed = uninterrupted" "$work/big" "$work/big-ref" "$exact_tol"
+
+# 11. What keeps the run's files from being written fails before the first step, not at the first
+# checkpoint: here the probe that carries the run's stamp points at /dev/full.
+mkdir -p "$work/probe/checkpoints"
+ln -s /dev/full "$work/probe/checkpoints/probe.h5.partial"
+expect 1 "checked before the first step: HDF5 could not" -- \
+  gen "$n" "$work/probe" --video.frames $frames --sampler.steps 8 --resume auto --quiet
+[ "$(ls "$work/probe/checkpoints")" = probe.h5.partial ] && echo "ok: no checkpoint written" \
+  || { echo "FAIL: files after the failed check"; ls -R "$work/probe"; fails=$((fails + 1)); }
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -12,6 +12,9 @@
 //   vae-old-names DIR OUT_DIR       DIR's VAE with the mid-block attention under its older names
 //                                   (query/key/value/proj_attn) and 1x1-conv [C, C, 1, 1] weights
 //   h5-check FILE F C H W           /latents is [F, C, H, W], finite, and the file says its format
+//   h5-flip FILE DATASET FRAME      flips 8 bytes in the middle of the stored data of DATASET's
+//                                   frame FRAME (its chunk, or its bytes in contiguous storage),
+//                                   in place, the way a damaged disk or a bad copy changes a file
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -151,6 +154,51 @@ int h5_check(int argc, char** argv) {
   std::printf("%s %s: %zu dims, %zu values, %zu not finite, rms %.3g, format '%s'\n", ok ? "ok" : "FAIL", argv[2],
               dims.size(), v.size(), bad, rms, format.c_str());
   return ok ? 0 : 1;
+}
+
+int h5_flip(int argc, char** argv) {
+  if (argc != 5) return 2;
+  const std::string path = argv[2], name = argv[3];
+  const hsize_t frame = std::strtoull(argv[4], nullptr, 10);
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) throw std::runtime_error("cannot open " + path);
+  const hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+  if (d < 0) throw std::runtime_error("no dataset " + name + " in " + path);
+  const hid_t space = H5Dget_space(d), dcpl = H5Dget_create_plist(d);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space)));
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  if (dims.empty() || frame >= dims[0]) throw std::runtime_error(name + " has no frame " + argv[4]);
+  hsize_t frame_bytes = H5Dget_storage_size(d) / dims[0];  // contiguous storage: exact
+  haddr_t start = HADDR_UNDEF;
+  if (H5Pget_layout(dcpl) == H5D_CHUNKED) {
+    std::vector<hsize_t> at(dims.size(), 0);
+    at[0] = frame;
+    unsigned mask = 0;
+    if (H5Dget_chunk_info_by_coord(d, at.data(), &mask, &start, &frame_bytes) < 0)
+      throw std::runtime_error("no chunk for frame " + std::string(argv[4]) + " of " + name);
+  } else {
+    start = H5Dget_offset(d) + frame * frame_bytes;
+  }
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  H5Dclose(d);
+  H5Fclose(f);
+  if (start == HADDR_UNDEF || frame_bytes < 16) throw std::runtime_error("no stored data for frame of " + name);
+  // The middle of the frame's bytes, on a 4-byte boundary: inside the data, away from a trailing checksum.
+  const std::uint64_t at = start + (frame_bytes / 2) / 4 * 4;
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  char bytes[8];
+  io.seekg(static_cast<std::streamoff>(at));
+  io.read(bytes, sizeof bytes);
+  for (char& b : bytes) b = static_cast<char>(b ^ 0x5a);
+  io.seekp(static_cast<std::streamoff>(at));
+  io.write(bytes, sizeof bytes);
+  io.close();
+  if (!io) throw std::runtime_error("cannot rewrite " + path);
+  std::printf("flipped 8 bytes at offset %llu of %s (frame %llu of %s: %llu bytes stored at %llu)\n",
+              static_cast<unsigned long long>(at), path.c_str(), static_cast<unsigned long long>(frame), name.c_str(),
+              static_cast<unsigned long long>(frame_bytes), static_cast<unsigned long long>(start));
+  return 0;
 }
 
 int text_embeddings(int argc, char** argv) {
@@ -328,9 +376,10 @@ int main(int argc, char** argv) {
     if (cmd == "broken-models") return broken_models(argc, argv);
     if (cmd == "h5-compare") return h5_compare(argc, argv);
     if (cmd == "h5-check") return h5_check(argc, argv);
+    if (cmd == "h5-flip") return h5_flip(argc, argv);
     if (cmd == "text-embeddings") return text_embeddings(argc, argv);
     if (cmd == "vae-old-names") return vae_old_names(argc, argv);
-    std::cerr << "usage: vinf_test_tool compare|compare-frames|slice-frames|broken-models|h5-compare|h5-check ...\n";
+    std::cerr << "usage: vinf_test_tool compare|compare-frames|slice-frames|broken-models|h5-compare|h5-check|h5-flip ...\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "vinf_test_tool: " << e.what() << "\n";
