@@ -1,6 +1,7 @@
 // Checkpoint write and read bandwidth: every rank writes its frames of a [F, C, H, W] latent and
 // the solver memory of the same shape (what `vinf generate` writes) collectively to one HDF5 file,
-// then reads them back. Reports the slowest rank's time and the bandwidth over both arrays.
+// then reads them back. Every chunk carries a Fletcher-32 checksum, computed on the write and
+// checked on the read. Reports the slowest rank's time and the bandwidth over both arrays.
 //   mpirun -np N vinf_bench_checkpoint [--frames 2304] [--channels 4] [--height 40] [--width 64]
 //                                     [--repeat 3] [--dir DIR]
 #include <mpi.h>
