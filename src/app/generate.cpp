@@ -287,21 +287,23 @@ int generate(const std::vector<std::string>& args) {
   std::string mkdir_error;
   if (root) {
     std::error_code ec;
-    if (replace_previous) {
-      // The previous run's marker first: from here on the directory holds an unfinished run.
-      fs::remove(out_dir + "/run.json", ec);
-      const std::vector<std::string> old = io::list_checkpoints(ckpt_dir);
-      for (const std::string& c : old) fs::remove(c, ec);
-      if (finished || !old.empty())
-        log("--overwrite: the previous run's run.json and " + std::to_string(old.size()) +
-            " checkpoint(s) in " + out_dir + " are removed; its other files are replaced as this run writes them");
-    }
     fs::create_directories(ckpt_dir, ec);
     if (ec) mkdir_error = ec.message();
   }
   broadcast_string(mkdir_error, mpi.world());
   VINF_INPUT_CHECK(mkdir_error.empty(), "cannot create the output directory ", ckpt_dir, ": ", mkdir_error);
+  // The run's files once, before anything is computed or removed.
   io::check_run_files(mpi.world(), ckpt_dir, stamp);
+  if (root && replace_previous) {
+    // The previous run's marker first: from here on the directory holds an unfinished run.
+    std::error_code ec;
+    fs::remove(out_dir + "/run.json", ec);
+    const std::vector<std::string> old = io::list_checkpoints(ckpt_dir);
+    for (const std::string& c : old) fs::remove(c, ec);
+    if (finished || !old.empty())
+      log("--overwrite: the previous run's run.json and " + std::to_string(old.size()) + " checkpoint(s) in " + out_dir +
+          " are removed; its other files are replaced as this run writes them");
+  }
 
   // Communicators: the clip group for the temporal layers, the cfg group for the guidance swap.
   std::unique_ptr<mpi::Communicator> clip_comm, cfg_comm;

@@ -236,6 +236,13 @@ expect 1 "checked before the first step: HDF5 could not" -- \
   gen "$n" "$work/probe" --video.frames $frames --sampler.steps 8 --resume auto --quiet
 [ "$(ls "$work/probe/checkpoints")" = probe.h5.partial ] && echo "ok: no checkpoint written" \
   || { echo "FAIL: files after the failed check"; ls -R "$work/probe"; fails=$((fails + 1)); }
+# With --overwrite the check comes before the previous run's files are removed: they stay.
+cp -r "$work/kill" "$work/keep"
+ln -s /dev/full "$work/keep/checkpoints/probe.h5.partial"
+expect 1 "checked before the first step" -- gen "$n" "$work/keep" --video.frames $frames --sampler.steps 8 --overwrite --quiet
+[ -f "$work/keep/run.json" ] && [ -f "$work/keep/checkpoints/step-000008.h5" ] \
+  && echo "ok: --overwrite with a failed check left the previous run's files" \
+  || { echo "FAIL: the previous run's files after the failed check"; ls -R "$work/keep"; fails=$((fails + 1)); }
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
