@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/clip_text_config.hpp"
 #include "model/params.hpp"
 #include "model/tokenizer.hpp"
 #include "model/weights.hpp"
@@ -15,22 +16,6 @@
 #include "ops/context.hpp"
 
 namespace vinf::model {
-
-struct ClipTextConfig {
-  int vocab_size = 49408, hidden_size = 1024, intermediate_size = 4096, layers = 23, heads = 16;
-  int max_positions = 77;
-  float layer_norm_eps = 1e-5f;
-  ops::Activation act = ops::Activation::gelu;  // "gelu" (erf) or "quick_gelu"
-};
-
-// Reads transformers' config.json. Throws vinf::InputError naming the file and key.
-ClipTextConfig load_clip_text_config(const std::string& path);
-// transformers' config.json for c (what make-model writes).
-std::string clip_text_config_json(const ClipTextConfig& c);
-// The built-in models' text encoder: two layers of `width` (the UNet's cross_attention_dim), two
-// heads, erf GELU, 77 positions, the byte-level tokenizer's 514 ids.
-ClipTextConfig clip_text_preset(int width);
-std::vector<ParamSpec> clip_text_parameters(const ClipTextConfig& c);
 
 class ClipTextModel {
  public:

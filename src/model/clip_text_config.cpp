@@ -1,0 +1,91 @@
+#include "model/clip_text_config.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "io/json_file.hpp"
+
+namespace vinf::model {
+
+ClipTextConfig load_clip_text_config(const std::string& path) {
+  const nlohmann::json j = io::read_json_file(path, "text encoder config");
+  VINF_INPUT_CHECK(j.is_object(), path, ": the file must hold a JSON object");
+  // A full CLIPModel config keeps the text tower's settings under text_config.
+  const bool nested = j.contains("text_config") && j["text_config"].is_object();
+  io::JsonConfig r(nested ? j["text_config"] : j, path, nested ? "text_config" : "");
+  ClipTextConfig c;
+  r.read("vocab_size", c.vocab_size);
+  r.read("hidden_size", c.hidden_size);
+  r.read("intermediate_size", c.intermediate_size);
+  r.read("num_hidden_layers", c.layers);
+  r.read("num_attention_heads", c.heads);
+  r.read("max_position_embeddings", c.max_positions);
+  r.read("layer_norm_eps", c.layer_norm_eps);
+  std::string act;
+  if (r.read("hidden_act", act)) {
+    VINF_INPUT_CHECK(act == "gelu" || act == "quick_gelu", path, ": hidden_act '", act,
+                     "' is not supported (gelu, quick_gelu)");
+    c.act = act == "gelu" ? ops::Activation::gelu : ops::Activation::quick_gelu;
+  }
+  VINF_INPUT_CHECK(c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.layers > 0 && c.heads > 0 &&
+                       c.max_positions > 0 && c.hidden_size % c.heads == 0,
+                   path, ": the sizes must be positive and hidden_size a multiple of num_attention_heads");
+  return c;
+}
+
+std::string clip_text_config_json(const ClipTextConfig& c) {
+  const nlohmann::ordered_json j = {{"architectures", {"CLIPTextModel"}},
+                                    {"model_type", "clip_text_model"},
+                                    {"vocab_size", c.vocab_size},
+                                    {"hidden_size", c.hidden_size},
+                                    {"intermediate_size", c.intermediate_size},
+                                    {"num_hidden_layers", c.layers},
+                                    {"num_attention_heads", c.heads},
+                                    {"max_position_embeddings", c.max_positions},
+                                    {"layer_norm_eps", c.layer_norm_eps},
+                                    {"hidden_act", c.act == ops::Activation::gelu ? "gelu" : "quick_gelu"},
+                                    {"bos_token_id", 0},
+                                    {"eos_token_id", 2},
+                                    {"pad_token_id", 1},
+                                    {"torch_dtype", "float32"}};
+  return j.dump(2) + "\n";
+}
+
+ClipTextConfig clip_text_preset(int width) {
+  ClipTextConfig c;
+  c.vocab_size = 514;
+  c.hidden_size = width;
+  c.intermediate_size = 4 * width;
+  c.layers = 2;
+  c.heads = 2;
+  VINF_CHECK(width > 0 && width % c.heads == 0, "clip_text_preset: width ", width);
+  return c;
+}
+
+std::vector<ParamSpec> clip_text_parameters(const ClipTextConfig& c) {
+  std::vector<ParamSpec> p;
+  const std::int64_t d = c.hidden_size, inner = c.intermediate_size;
+  auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in) {
+    p.push_back({name + ".weight", {out, in}});
+    p.push_back({name + ".bias", {out}});
+  };
+  auto norm = [&](const std::string& name) {
+    p.push_back({name + ".weight", {d}});
+    p.push_back({name + ".bias", {d}});
+  };
+  p.push_back({"text_model.embeddings.token_embedding.weight", {c.vocab_size, d}});
+  p.push_back({"text_model.embeddings.position_embedding.weight", {c.max_positions, d}});
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string l = "text_model.encoder.layers" + dot_index(static_cast<std::size_t>(i));
+    for (const char* proj : {".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj", ".self_attn.out_proj"})
+      linear(l + proj, d, d);
+    norm(l + ".layer_norm1");
+    linear(l + ".mlp.fc1", inner, d);
+    linear(l + ".mlp.fc2", d, inner);
+    norm(l + ".layer_norm2");
+  }
+  norm("text_model.final_layer_norm");
+  return p;
+}
+
+}  // namespace vinf::model
