@@ -21,6 +21,27 @@ std::string trim(const std::string& s) {
   return s.substr(first, s.find_last_not_of(" \t") - first + 1);
 }
 
+// Boost.ProgramOptions' error text is a template whose placeholders (%option%, %value%, ...) are
+// replaced by what the user typed, one placeholder at a time until none is left: a value holding
+// its own placeholder (`--video.height %value%`) is replaced forever, and vinf would hang instead
+// of reporting the option. The user's text goes into the message with each '%' shown as the
+// full-width sign '％', which no placeholder matches.
+struct OptionErrorText : po::error_with_option_name {
+  static void defuse(po::error_with_option_name& e) {
+    for (auto& [placeholder, text] : e.*(&OptionErrorText::m_substitutions))
+      for (std::size_t at = text.find('%'); at != std::string::npos; at = text.find('%', at + 3))
+        text.replace(at, 1, "\uFF05");
+  }
+};
+
+// e.what(), also where the user's text holds the placeholders.
+std::string text_of(const po::error& e) {
+  // The exception object is not const itself; only the handler's reference to it is.
+  if (const auto* named = dynamic_cast<const po::error_with_option_name*>(&e))
+    OptionErrorText::defuse(const_cast<po::error_with_option_name&>(*named));
+  return e.what();
+}
+
 std::string line_list(const std::vector<int>& lines) {
   std::string s = lines.size() == 1 ? "line " : "lines ";
   for (std::size_t i = 0; i < lines.size(); ++i) s += (i ? ", " : "") + std::to_string(lines[i]);
@@ -69,9 +90,9 @@ void read_config_file(const std::string& path, const po::options_description& op
       d->semantic()->parse(scratch, {value}, false);
     } catch (po::error_with_option_name& e) {
       e.set_option_name(name);
-      VINF_INPUT_FAIL(where, ": ", e.what());
+      VINF_INPUT_FAIL(where, ": ", text_of(e));
     } catch (const po::error& e) {
-      VINF_INPUT_FAIL(where, ": ", name, " = ", value, ": ", e.what());
+      VINF_INPUT_FAIL(where, ": ", name, " = ", value, ": ", text_of(e));
     }
     po::option o(name, {value});
     o.original_tokens = {name, value};
@@ -83,9 +104,9 @@ void read_config_file(const std::string& path, const po::options_description& op
   } catch (const po::error_with_option_name& e) {
     const auto it = lines_of.find(e.get_option_name());
     VINF_INPUT_FAIL("--config ", path, it == lines_of.end() ? std::string() : " " + line_list(it->second), ": ",
-                    e.what());
+                    text_of(e));
   } catch (const po::error& e) {
-    VINF_INPUT_FAIL("--config ", path, ": ", e.what());
+    VINF_INPUT_FAIL("--config ", path, ": ", text_of(e));
   }
 }
 
@@ -97,14 +118,14 @@ void parse_options(const std::vector<std::string>& args, const po::options_descr
     if (positional) parser.positional(*positional);
     po::store(parser.run(), vm);
   } catch (const po::error& e) {
-    VINF_INPUT_FAIL(e.what(), " (see vinf ", command, " --help)");
+    VINF_INPUT_FAIL(text_of(e), " (see vinf ", command, " --help)");
   }
   if (!vm.count("help") && vm.count("config") && opts.find_nothrow("config", false))
     read_config_file(vm["config"].as<std::string>(), opts, vm, command);
   try {
     po::notify(vm);
   } catch (const po::error& e) {
-    VINF_INPUT_FAIL(e.what(), " (see vinf ", command, " --help)");
+    VINF_INPUT_FAIL(text_of(e), " (see vinf ", command, " --help)");
   }
 }
 

@@ -135,6 +135,8 @@ bad "--sampler.steps" --model builtin:tiny --prompt.text x --sampler.steps many
 bad "--sampler.steps must be in [1, 1000], got 0" --model builtin:tiny --prompt.text x --sampler.steps 0
 bad "no model: give --model" --prompt.text x
 bad "$work/nowhere: no such directory" --model "$work/nowhere" --prompt.text x
+long_name=$(printf 'd%.0s' {1..300})  # longer than a file name may be: the lookup fails, not only misses
+bad "--model $long_name: no such directory" --model "$long_name" --prompt.text x
 bad "--model $work/tiny5 has no text_encoder/: give --model.text-encoder DIR" --model "$work/tiny5" --prompt.text x
 bad "--model.tokenizer $work/nowhere: no such directory" --model "$work/pipe5" --model.tokenizer "$work/nowhere" --prompt.text x
 bad "cannot be combined with a built-in model" "${small[@]}" --model.tokenizer "$work/pipe5/tokenizer"
@@ -175,6 +177,14 @@ bad "--dump.modules: 'down_blocks.9*' matches no module of this model; the modul
 transformer_in, down_blocks.0, down_blocks.1, mid_block, up_blocks.0, up_blocks.1, conv_norm_out, conv_out, and inside them" \
   "${small[@]}" --dump.modules 'mid_block, down_blocks.9*'
 bad "--dump.modules: 'Mid_block' matches no module" "${small[@]}" --dump.modules 'Mid_block'
+# Option errors whose text holds the option library's own placeholders (%value%, %canonical_option%)
+# are reported, with '%' shown as '％', instead of being expanded forever (timeout: a hang fails).
+expect 2 "the argument ('％value％') for option '--video.height' is invalid" -- \
+  timeout 60 "$vinf" generate --model builtin:tiny --prompt.text x --video.height %value% --out "$work/refused"
+expect 2 "unrecognised option '--％canonical_option％x'" -- timeout 60 "$vinf" generate --%canonical_option%x 1
+printf 'model = builtin:tiny\n[video]\nheight = %%value%%\n' > "$work/placeholder.ini"
+expect 2 "--config $work/placeholder.ini line 3: the argument ('％value％') for option" -- \
+  timeout 60 "$vinf" generate --config "$work/placeholder.ini" --out "$work/refused"
 printf '{"prediction_type": "v_prediction"}' > "$work/v.json"
 bad "prediction_type" "${small[@]}" --model.scheduler-config "$work/v.json"
 expect 2 "cannot create the output directory" -- "$vinf" generate "${small[@]}" --out /proc/vinf-test
