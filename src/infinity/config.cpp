@@ -1,5 +1,6 @@
 #include "infinity/config.hpp"
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -111,7 +112,14 @@ Config Options::resolve(const po::variables_map& vm, std::vector<std::string>* u
   VINF_INPUT_CHECK(c.local_frames >= 0, "--vi.local-frames must be >= 0, got ", c.local_frames);
   VINF_INPUT_CHECK(c.global_frames >= 0, "--vi.global-frames must be >= 0, got ", c.global_frames);
   VINF_INPUT_CHECK(c.conv_halo >= 0, "--vi.conv-halo must be >= 0, got ", c.conv_halo);
-  VINF_INPUT_CHECK(c.attn_scale > 0.f, "--vi.attn-scale must be > 0, got ", c.attn_scale);
+  // Boost reads "nan" and "inf" as floats: every scale and bias must be a finite number.
+  VINF_INPUT_CHECK(c.attn_scale > 0.f && std::isfinite(c.attn_scale), "--vi.attn-scale must be a finite number > 0, got ",
+                   c.attn_scale);
+  for (const auto& [option, bias] : {std::pair{"--vi.local-phase-local-bias", c.local_phase.local_bias},
+                                     std::pair{"--vi.local-phase-global-bias", c.local_phase.global_bias},
+                                     std::pair{"--vi.global-phase-local-bias", c.global_phase.local_bias},
+                                     std::pair{"--vi.global-phase-global-bias", c.global_phase.global_bias}})
+    VINF_INPUT_CHECK(std::isfinite(bias), option, " must be a finite number, got ", bias);
   VINF_INPUT_CHECK(!(c.sync_groupnorm && c.mode == Mode::invariant), "--vi.sync-groupnorm is a compat-mode option ",
                    "(invariant mode always normalises over the whole video); drop it or use --vi.mode compat");
   return c;

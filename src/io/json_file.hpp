@@ -3,6 +3,7 @@
 // have). Header-only; the includer links nlohmann-json.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <limits>
@@ -106,6 +107,12 @@ class JsonConfig {
                       std::to_string(std::numeric_limits<T>::max()) + "]", *v);
     }
     if (!detail::json_holds<T>(*v)) fail(key, detail::json_type_name<T>(), *v);
+    if constexpr (std::is_floating_point_v<T>) {
+      // nlohmann-json narrows with a plain cast: 1e300 would become an infinite float.
+      const double x = v->get<double>();
+      if (!(std::fabs(x) <= static_cast<double>(std::numeric_limits<T>::max())))
+        fail(key, std::string("a number of ") + (sizeof(T) == 4 ? "float" : "double") + " range", *v);
+    }
     dst = v->get<T>();
     return true;
   }

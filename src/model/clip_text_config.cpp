@@ -7,6 +7,10 @@
 
 namespace vinf::model {
 
+namespace {
+constexpr int kMaxSize = 1 << 20, kMaxLayers = 256;
+}  // namespace
+
 ClipTextConfig load_clip_text_config(const std::string& path) {
   const nlohmann::json j = io::read_json_file(path, "text encoder config");
   VINF_INPUT_CHECK(j.is_object(), path, ": the file must hold a JSON object");
@@ -30,6 +34,12 @@ ClipTextConfig load_clip_text_config(const std::string& path) {
   VINF_INPUT_CHECK(c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.layers > 0 && c.heads > 0 &&
                        c.max_positions > 0 && c.hidden_size % c.heads == 0,
                    path, ": the sizes must be positive and hidden_size a multiple of num_attention_heads");
+  // Bounds far above any text encoder, which keep the parameter count in range.
+  for (const auto& [key, v] : {std::pair{"vocab_size", c.vocab_size}, std::pair{"hidden_size", c.hidden_size},
+                               std::pair{"intermediate_size", c.intermediate_size},
+                               std::pair{"max_position_embeddings", c.max_positions}})
+    VINF_INPUT_CHECK(v < kMaxSize, path, ": ", key, " ", v, " is more than ", kMaxSize - 1);
+  VINF_INPUT_CHECK(c.layers <= kMaxLayers, path, ": num_hidden_layers ", c.layers, " is more than ", kMaxLayers);
   return c;
 }
 

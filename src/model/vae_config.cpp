@@ -7,6 +7,11 @@
 
 namespace vinf::model {
 
+namespace {
+constexpr std::size_t kMaxVaeBlocks = 8;
+constexpr int kMaxVaeLayers = 64, kMaxVaeChannels = 1 << 20;
+}  // namespace
+
 VaeConfig vae_preset(const std::string& name) {
   VaeConfig c;
   if (name == "tiny") {
@@ -66,9 +71,19 @@ VaeConfig load_vae_config(const std::string& path) {
   VINF_INPUT_CHECK(!c.block_out_channels.empty() && c.layers_per_block >= 1 && c.norm_num_groups >= 1 &&
                        c.latent_channels >= 1 && c.out_channels >= 1,
                    path, ": block_out_channels, layers_per_block, norm_num_groups and the channel counts must be positive");
-  for (int ch : c.block_out_channels)
-    VINF_INPUT_CHECK(ch > 0 && ch % c.norm_num_groups == 0, path, ": block_out_channels ", ch,
+  // Bounds far above any VAE, which keep the parameter count and the upscale 2^(blocks - 1) in range.
+  VINF_INPUT_CHECK(c.block_out_channels.size() <= kMaxVaeBlocks, path, ": block_out_channels has ",
+                   c.block_out_channels.size(), " blocks; vinf reads VAEs of 1 to ", kMaxVaeBlocks, " blocks");
+  VINF_INPUT_CHECK(c.layers_per_block <= kMaxVaeLayers, path, ": layers_per_block ", c.layers_per_block,
+                   " is more than ", kMaxVaeLayers);
+  for (int ch : {c.latent_channels, c.out_channels})
+    VINF_INPUT_CHECK(ch < kMaxVaeChannels, path, ": a channel count of ", ch, " is more than ", kMaxVaeChannels - 1);
+  for (int ch : c.block_out_channels) {
+    VINF_INPUT_CHECK(ch > 0 && ch < kMaxVaeChannels, path, ": block_out_channels ", ch, " is not in [1, ",
+                     kMaxVaeChannels - 1, "]");
+    VINF_INPUT_CHECK(ch % c.norm_num_groups == 0, path, ": block_out_channels ", ch,
                      " is not a multiple of norm_num_groups ", c.norm_num_groups);
+  }
   VINF_INPUT_CHECK(c.scaling_factor > 0, path, ": scaling_factor must be > 0");
   return c;
 }

@@ -476,6 +476,24 @@ TEST_CASE("--import-vi-config reads the released JSON, the command line wins") {
       CHECK_MESSAGE(std::string(e.what()).find(want) != std::string::npos, e.what());
     }
   }
+  // Numbers out of the range of the setting they fill, from the file or the command line.
+  auto refusal = [&](std::vector<std::string> args) -> std::string {
+    try {
+      resolve(std::move(args));
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  std::ofstream(path) << R"({"plugin_configs": {"attn": {"local_phase": {"t": 800, "local_biase": 1e300}}}})";
+  CHECK(refusal({"--import-vi-config", path}).find("local_biase' must be a number of float range, got 1e+300") !=
+        std::string::npos);
+  CHECK(refusal({"--vi.local-phase-local-bias", "nan"}).find("--vi.local-phase-local-bias must be a finite number") !=
+        std::string::npos);
+  CHECK(refusal({"--vi.global-phase-global-bias", "-inf"}).find("--vi.global-phase-global-bias must be a finite") !=
+        std::string::npos);
+  CHECK(refusal({"--vi.attn-scale", "inf"}).find("--vi.attn-scale must be a finite number > 0") != std::string::npos);
+  CHECK(refusal({"--vi.local-phase-local-bias", "3.5"}) == "(accepted)");
   fs::remove_all(dir);
 }
 

@@ -1,8 +1,12 @@
 // The CLIP text encoder against transformers' own output (tests/fixtures/clip-text-tiny: a tiny
 // random CLIPTextModel, erf GELU, causal mask, no padding mask), for pad id 49407 and pad id 0.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <tuple>
 
 #include "../support.hpp"
@@ -13,6 +17,7 @@
 #include "ops/elementwise.hpp"
 
 using namespace vinf;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -87,4 +92,26 @@ TEST_CASE("CLIP text encoder: config and inputs it refuses") {
                        doctest::Contains("at most 77 tokens"), InputError);
   CHECK_THROWS_AS(model::ClipTextModel::load(test::fixture("no-such-dir"), rt, DType::f32), InputError);
   CHECK(model::clip_text_parameters(model::ClipTextConfig{}).size() == 372);  // model-spec 5.3
+}
+
+TEST_CASE("CLIP text encoder: config numbers beyond any text encoder are refused by key") {
+  const fs::path path = fs::temp_directory_path() / ("vinf-clip-config-" + std::to_string(::getpid()) + ".json");
+  auto refusal = [&](const std::string& text) -> std::string {
+    std::ofstream(path) << text;
+    try {
+      model::load_clip_text_config(path.string());
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  CHECK(refusal(R"({"layer_norm_eps": -1e300})").find("config key 'layer_norm_eps' must be a number of float range") !=
+        std::string::npos);
+  // 2e9 x 2e9 embedding entries alone overflow the parameter count.
+  CHECK(refusal(R"({"vocab_size": 2000000000, "hidden_size": 2000000000, "num_attention_heads": 1})")
+            .find("vocab_size 2000000000 is more than 1048575") != std::string::npos);
+  CHECK(refusal(R"({"num_hidden_layers": 100000})").find("num_hidden_layers 100000 is more than 256") !=
+        std::string::npos);
+  CHECK(refusal(R"({"hidden_size": 64, "num_attention_heads": 4})") == "(accepted)");
+  fs::remove(path);
 }

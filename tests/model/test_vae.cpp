@@ -2,8 +2,12 @@
 // statistics, so the result is whole-image decoding to float rounding; on CUDA too. The decoder
 // itself is checked against diffusers in cli.decode.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "../support.hpp"
@@ -13,6 +17,7 @@
 #include "ops/elementwise.hpp"
 
 using namespace vinf;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -65,6 +70,32 @@ double max_diff(const Image& a, const Image& b) {
 }
 
 }  // namespace
+
+TEST_CASE("VAE config: a float out of range and layouts beyond any VAE are refused by key") {
+  const fs::path path = fs::temp_directory_path() / ("vinf-vae-config-" + std::to_string(::getpid()) + ".json");
+  auto refusal = [&](const std::string& text) -> std::string {
+    std::ofstream(path) << text;
+    try {
+      model::load_vae_config(path.string());
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  CHECK(refusal(R"({"scaling_factor": 1e300})").find("config key 'scaling_factor' must be a number of float range") !=
+        std::string::npos);
+  // 35 blocks would upscale by 2^34, past an int.
+  std::string many = R"({"norm_num_groups": 32, "block_out_channels": [32)";
+  for (int i = 1; i < 35; ++i) many += ", 32";
+  CHECK(refusal(many + "]}").find("block_out_channels has 35 blocks; vinf reads VAEs of 1 to 8 blocks") !=
+        std::string::npos);
+  CHECK(refusal(R"({"layers_per_block": 1000000000})").find("layers_per_block 1000000000 is more than 64") !=
+        std::string::npos);
+  CHECK(refusal(R"({"norm_num_groups": 1, "block_out_channels": [2000000000]})")
+            .find("block_out_channels 2000000000 is not in [1, 1048575]") != std::string::npos);
+  CHECK(refusal(R"({"norm_num_groups": 8, "block_out_channels": [32, 64], "layers_per_block": 1})") == "(accepted)");
+  fs::remove(path);
+}
 
 TEST_CASE("VAE tiles: tiled decoding equals whole-image decoding, for tiles of every size and edge") {
   Runtime rt(Device::cpu());
