@@ -156,6 +156,14 @@ NoiseScheduleConfig read_scheduler_config(const std::string& path_in) {
   VINF_INPUT_CHECK(c.beta_start > 0 && c.beta_end > c.beta_start && c.beta_end < 1, path,
                    ": need 0 < beta_start < beta_end < 1, got ", c.beta_start, " and ", c.beta_end);
   VINF_INPUT_CHECK(c.steps_offset >= 0, path, ": steps_offset must be >= 0");
+  // Every noise level must stay finite: betas that drive alphas_cumprod (nearly) to 0 in f32 leave
+  // no signal, and the sigma sqrt((1 - abar) / abar) of such a timestep is infinite.
+  const std::vector<float> abar = make_alphas_cumprod(c);
+  const auto lost = std::find_if(abar.begin(), abar.end(), [](float a) { return !std::isfinite(ve_sigma(a)); });
+  VINF_INPUT_CHECK(lost == abar.end(), path, ": beta_start ", c.beta_start, " and beta_end ", c.beta_end, " (",
+                   c.beta_schedule == BetaSchedule::linear ? "linear" : "scaled_linear", ", ", c.num_train_timesteps,
+                   " timesteps) leave no signal from timestep ", lost - abar.begin(),
+                   " on (alphas_cumprod reaches 0, the noise level is infinite); use a smaller beta_end");
   return c;
 }
 
@@ -164,8 +172,18 @@ Scheduler::Scheduler(SchedulerKind kind, const NoiseScheduleConfig& config, int 
   const int T = config.num_train_timesteps;
   VINF_INPUT_CHECK(steps >= 1 && steps <= T, "--sampler.steps must be in [1, ", T, "], got ", steps);
   VINF_INPUT_CHECK(eta >= 0 && eta <= 1, "--sampler.eta must be in [0, 1], got ", eta);
+  // The leading spacing adds steps_offset to a grid of T / steps: the last timestep is
+  // (steps - 1) * (T / steps) + steps_offset, which must be one of the T training timesteps.
+  auto check_range = [&](Spacing spacing) {
+    for (std::int64_t t : timesteps_)
+      VINF_INPUT_CHECK(t >= 0 && t < T, "--sampler.steps ", steps, " with timestep_spacing ", spacing_name(spacing),
+                       " and steps_offset ", config.steps_offset, " gives timestep ", t, ", outside the ", T,
+                       " training timesteps; use fewer steps or a smaller steps_offset");
+  };
   if (kind == SchedulerKind::ddim) {
-    timesteps_ = spaced_timesteps(config, config.timestep_spacing.value_or(Spacing::leading), steps, steps);
+    const Spacing spacing = config.timestep_spacing.value_or(Spacing::leading);
+    timesteps_ = spaced_timesteps(config, spacing, steps, steps);
+    check_range(spacing);
     const float final_abar = config.set_alpha_to_one ? 1.f : alphas_cumprod_[0];
     for (std::int64_t t : timesteps_) sigmas_.push_back(ve_sigma(alphas_cumprod_[static_cast<std::size_t>(t)]));
     const std::int64_t last_prev = timesteps_.back() - T / steps;
@@ -186,7 +204,9 @@ Scheduler::Scheduler(SchedulerKind kind, const NoiseScheduleConfig& config, int 
       sigmas_.push_back(static_cast<float>(s));  // kept in f32, as diffusers keeps its sigmas
     }
   } else {
-    timesteps_ = spaced_timesteps(config, config.timestep_spacing.value_or(Spacing::linspace), steps + 1, steps);
+    const Spacing spacing = config.timestep_spacing.value_or(Spacing::linspace);
+    timesteps_ = spaced_timesteps(config, spacing, steps + 1, steps);
+    check_range(spacing);
     for (std::int64_t t : timesteps_) sigmas_.push_back(table[static_cast<std::size_t>(t)]);
   }
   sigmas_.push_back(0.0);

@@ -329,12 +329,28 @@ TEST_CASE("sampling: scheduler_config.json") {
     CHECK(Scheduler(SchedulerKind::ddim, c, 4).timesteps() == std::vector<std::int64_t>{999, 666, 333, 0});
     CHECK(Scheduler(SchedulerKind::ddim, c, 1).timesteps() == std::vector<std::int64_t>{0});
   }
+  SUBCASE("the leading spacing's steps_offset cannot push a timestep past the training timesteps") {
+    // DDIM's default: leading with zeroscope's steps_offset 1. At 1000 steps the last timestep
+    // would be 999 + 1, one past alphas_cumprod.
+    NoiseScheduleConfig c;
+    CHECK(Scheduler(SchedulerKind::ddim, c, 999).timesteps().front() == 999);
+    CHECK_THROWS_WITH_AS(Scheduler(SchedulerKind::ddim, c, 1000),
+                         doctest::Contains("--sampler.steps 1000 with timestep_spacing leading and steps_offset 1 gives "
+                                           "timestep 1000, outside the 1000 training timesteps"),
+                         InputError);
+    c.steps_offset = 5000;
+    c.timestep_spacing = Spacing::leading;
+    CHECK_THROWS_WITH_AS(Scheduler(SchedulerKind::dpmpp, c, 4), doctest::Contains("gives timestep 5800"), InputError);
+  }
   SUBCASE("what vinf cannot use is refused with the key") {
     CHECK_THROWS_WITH_AS(read_scheduler_config(write(R"({"prediction_type": "v_prediction"})")),
                          doctest::Contains("prediction_type"), InputError);
     CHECK_THROWS_WITH_AS(read_scheduler_config(write(R"({"beta_schedule": "squaredcos_cap_v2"})")),
                          doctest::Contains("beta_schedule"), InputError);
     CHECK_THROWS_WITH_AS(read_scheduler_config(write("{not json")), doctest::Contains("not valid JSON"), InputError);
+    // beta_end 0.42 (scaled_linear) drives alphas_cumprod to 0 in f32: infinite noise levels.
+    CHECK_THROWS_WITH_AS(read_scheduler_config(write(R"({"beta_end": 0.42})")),
+                         doctest::Contains("leave no signal from timestep"), InputError);
     CHECK_THROWS_AS(read_scheduler_config((dir / "missing.json").string()), InputError);
   }
   fs::remove_all(dir);
