@@ -323,6 +323,9 @@ ClipTokenizer ClipTokenizer::load(const std::string& dir_in) {
     const nlohmann::json j = io::read_json_file(path, "tokenizer added tokens");
     VINF_INPUT_CHECK(j.is_object(), path, ": expected a JSON object of token -> id");
     for (const auto& [token, id] : j.items()) {
+      // Added tokens are split out of the text before anything else: an empty one would match
+      // everywhere without consuming anything, and tokenizing would never end.
+      VINF_INPUT_CHECK(!token.empty(), path, ": an added token is empty");
       VINF_INPUT_CHECK(id.is_number_integer() && id.get<std::int64_t>() >= 0 && id.get<std::int64_t>() < kMaxId, path,
                        ": the id of '", token, "' is not a non-negative integer");
       t.vocab_.emplace(token, id.get<std::int64_t>());

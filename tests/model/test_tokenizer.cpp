@@ -215,4 +215,8 @@ TEST_CASE("CLIP tokenizer: the files it refuses, each named") {
   refused(d.str(), "merges.txt line 3: expected two symbols");
   write(d.path / "merges.txt", "");
   refused(d.str(), "is empty");
+  // An empty added token would match everywhere and consume nothing: tokenizing never ended.
+  write(d.path / "merges.txt", kSmallMerges);
+  write(d.path / "added_tokens.json", R"({"": 3})");
+  refused(d.str(), "added_tokens.json: an added token is empty");
 }
