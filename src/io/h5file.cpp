@@ -22,16 +22,27 @@ namespace {
                   "disk, or a copy cut short or overwritten in place), and it cannot be used");
 }
 
-// Closes an HDF5 handle on scope exit.
+// What a failing HDF5 call was doing: writing (the file system's failure: full, over quota, not
+// writable), or reading a file the user gave (a damaged or truncated file: vinf::InputError, exit
+// status 2, and --resume auto goes on to an older checkpoint).
+enum class Access { write, read };
+
+[[noreturn]] void hdf5_failed(const char* what, const std::string& path, Access access) {
+  if (hdf5_checksum_failed()) throw_damaged(path, std::string("the metadata read for ") + what);
+  if (access == Access::read)
+    VINF_INPUT_FAIL("cannot read ", path, ": HDF5 could not complete ", what, " (truncated or damaged?): ",
+                    hdf5_error_text());
+  throw Error(std::string("HDF5 could not complete ") + what + " in " + path +
+              " (disk full, quota exceeded, or a damaged file?): " + hdf5_error_text());
+}
+
+// Closes an HDF5 handle on scope exit. A failure's message names the file and the operation,
+// without source locations.
 class Handle {
  public:
-  // A failure is the file system's (full, over quota, not writable) or the file's (damaged): the
-  // message names the file and the operation, without source locations.
-  Handle(hid_t id, herr_t (*close)(hid_t), const char* what, const std::string& path) : id_(id), close_(close) {
-    if (id < 0 && hdf5_checksum_failed()) throw_damaged(path, std::string("the metadata read for ") + what);
-    if (id < 0)
-      throw Error(std::string("HDF5 could not complete ") + what + " in " + path +
-                  " (disk full, quota exceeded, or a damaged file?): " + hdf5_error_text());
+  Handle(hid_t id, herr_t (*close)(hid_t), const char* what, const std::string& path, Access access = Access::write)
+      : id_(id), close_(close) {
+    if (id < 0) hdf5_failed(what, path, access);
   }
   ~Handle() {
     if (id_ >= 0) close_(id_);
@@ -65,6 +76,21 @@ hid_t collective_transfer() {
   const hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   VINF_CHECK(dxpl >= 0, "HDF5: H5Pcreate failed: ", hdf5_error_text());
   return dxpl;
+}
+
+// "[2, 4, 8]"
+std::string dims_text(const std::vector<hsize_t>& dims) {
+  std::string t = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) t += (i ? ", " : "") + std::to_string(dims[i]);
+  return t + "]";
+}
+
+// vinf's attributes hold one value: H5Aread writes every element of the attribute's dataspace, and
+// an array under one of vinf's names would overrun the one-value buffer it is read into.
+void check_single_value(hid_t attr, const std::string& name, const std::string& path) {
+  Handle space(H5Aget_space(attr), H5Sclose, "H5Aget_space", path, Access::read);
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  VINF_INPUT_CHECK(n == 1, path, ": attribute '", name, "' holds ", n, " values, not one (truncated or damaged?)");
 }
 
 std::vector<hsize_t> dims_of(const Shape& s) {
@@ -103,8 +129,8 @@ hid_t small_creation_list(const std::vector<hsize_t>& dims, std::size_t element_
 struct SliceTransfer {
   Handle file_space, mem_space, dxpl;
   SliceTransfer(hid_t set, const std::vector<hsize_t>& dims, int axis, std::int64_t first, std::int64_t count,
-                bool collective, const std::string& path)
-      : file_space(H5Dget_space(set), H5Sclose, "H5Dget_space", path),
+                bool collective, const std::string& path, Access access)
+      : file_space(H5Dget_space(set), H5Sclose, "H5Dget_space", path, access),
         mem_space(H5Screate_simple(static_cast<int>(dims.size()), memory_dims(dims, axis, count).data(), nullptr),
                   H5Sclose, "H5Screate_simple", path),
         dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path) {
@@ -229,12 +255,13 @@ bool H5File::has_attribute(const std::string& object, const std::string& name) c
 std::string H5File::text(const std::string& object, const std::string& name) const {
   VINF_INPUT_CHECK(has_attribute(object, name), path_, ": ", object, " has no attribute '", name, "'");
   Handle attr(H5Aopen_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
-              "opening an attribute", path_);
-  Handle type(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type", path_);
+              "opening an attribute", path_, Access::read);
+  check_single_value(attr.get(), name, path_);
+  Handle type(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type", path_, Access::read);
   VINF_INPUT_CHECK(H5Tget_class(type.get()) == H5T_STRING && !H5Tis_variable_str(type.get()), path_, ": attribute '",
                    name, "' is not a fixed-length string");
   std::string value(H5Tget_size(type.get()), '\0');
-  VINF_CHECK_HDF5(H5Aread(attr.get(), type.get(), value.data()));
+  if (H5Aread(attr.get(), type.get(), value.data()) < 0) throw_read_failure("attribute '" + name + "'", path_, "");
   while (!value.empty() && value.back() == '\0') value.pop_back();
   return value;
 }
@@ -242,7 +269,8 @@ std::string H5File::text(const std::string& object, const std::string& name) con
 std::int64_t H5File::integer(const std::string& object, const std::string& name) const {
   VINF_INPUT_CHECK(has_attribute(object, name), path_, ": ", object, " has no attribute '", name, "'");
   Handle attr(H5Aopen_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
-              "opening an attribute", path_);
+              "opening an attribute", path_, Access::read);
+  check_single_value(attr.get(), name, path_);
   std::int64_t v = 0;
   VINF_INPUT_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &v) >= 0, path_, ": attribute '", name,
                    "' is not an integer");
@@ -265,7 +293,7 @@ void H5File::write_frames(const std::string& name, const Shape& full, int axis, 
   VINF_CHECK_HDF5(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
   Handle set(H5Dcreate2(id_, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
              H5Dclose, "creating a dataset", path_);
-  const SliceTransfer io(set.get(), dims, axis, first, count, comm_ != MPI_COMM_SELF, path_);
+  const SliceTransfer io(set.get(), dims, axis, first, count, comm_ != MPI_COMM_SELF, path_, Access::write);
   const float dummy = 0;
   if (H5Dwrite(set.get(), H5T_NATIVE_FLOAT, io.mem_space.get(), io.file_space.get(), io.dxpl.get(),
                count > 0 ? data : &dummy) < 0)
@@ -274,11 +302,22 @@ void H5File::write_frames(const std::string& name, const Shape& full, int axis, 
 
 Shape H5File::shape(const std::string& name) const {
   VINF_INPUT_CHECK(exists(name), path_, " has no dataset ", name);
-  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_);
-  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_);
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_, Access::read);
+  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_, Access::read);
+  Handle type(H5Dget_type(set.get()), H5Tclose, "H5Dget_type", path_, Access::read);
   const int rank = H5Sget_simple_extent_ndims(space.get());
-  std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(rank, 0)));
-  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  VINF_INPUT_CHECK(rank >= 0 && rank <= kMaxDims, path_, ": ", name, " has ", rank, " dimensions (truncated or damaged?)");
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  if (H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0) throw_read_failure(name, path_, "its shape");
+  // vinf writes every element of its datasets: a shape cannot claim more bytes than the file holds
+  // for the dataset, so a damaged header cannot make a reader allocate more than the file's size.
+  std::uint64_t bytes = H5Tget_size(type.get());
+  bool overflow = false;
+  for (hsize_t d : dims) overflow = overflow || __builtin_mul_overflow(bytes, std::uint64_t{d}, &bytes);
+  const std::uint64_t stored = H5Dget_storage_size(set.get());
+  VINF_INPUT_CHECK(!overflow && bytes <= stored, path_, ": ", name, " claims a shape ", dims_text(dims), " of ",
+                   overflow ? std::string("more than 2^64") : std::to_string(bytes), " bytes, but the file holds ",
+                   stored, " bytes of it (truncated or damaged?)");
   Shape s;
   for (hsize_t d : dims) s.push_back(static_cast<std::int64_t>(d));
   return s;
@@ -289,8 +328,8 @@ void H5File::read_frames(const std::string& name, int axis, std::int64_t first, 
   const Shape full = shape(name);
   VINF_INPUT_CHECK(axis < full.rank() && first >= 0 && count >= 0 && first + count <= full[axis], path_, ": ", name,
                    " ", full.str(), " has no slices [", first, ", ", first + count, ") along axis ", axis);
-  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_);
-  const SliceTransfer io(set.get(), dims_of(full), axis, first, count, /*collective=*/false, path_);
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_, Access::read);
+  const SliceTransfer io(set.get(), dims_of(full), axis, first, count, /*collective=*/false, path_, Access::read);
   float dummy = 0;
   if (H5Dread(set.get(), H5T_NATIVE_FLOAT, io.mem_space.get(), io.file_space.get(), io.dxpl.get(),
               count > 0 ? data : &dummy) < 0)
@@ -330,7 +369,7 @@ template <class T>
 std::vector<T> read_whole(hid_t file, const std::string& name, hid_t mem_type, const std::string& path,
                           const Shape& shape) {
   std::vector<T> v(static_cast<std::size_t>(shape.numel()));
-  Handle set(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path);
+  Handle set(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path, Access::read);
   if (!v.empty() && H5Dread(set.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
     throw_read_failure(name, path, "");
   return v;
@@ -378,9 +417,9 @@ void H5File::write_text(const std::string& name, const std::string& value) {
 
 std::string H5File::read_text(const std::string& name) const {
   VINF_INPUT_CHECK(exists(name), path_, " has no dataset ", name);
-  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_);
-  Handle type(H5Dget_type(set.get()), H5Tclose, "H5Dget_type", path_);
-  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_);
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_, Access::read);
+  Handle type(H5Dget_type(set.get()), H5Tclose, "H5Dget_type", path_, Access::read);
+  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_, Access::read);
   VINF_INPUT_CHECK(H5Tget_class(type.get()) == H5T_STRING && !H5Tis_variable_str(type.get()) &&
                        H5Sget_simple_extent_npoints(space.get()) == 1,
                    path_, ": ", name, " is not one fixed-length string");

@@ -1,6 +1,8 @@
 // The checkpoint files at this world size: a configuration of any size, the checksums that every
 // read checks (a flipped byte is refused by the rank that reads it, naming the file and dataset),
-// files of format version 1, and the check of the run's files before a run starts.
+// files of format version 1, the check of the run's files before a run starts, and files refused
+// however they were damaged (attributes of several values, shapes larger than the file, a header
+// without checksum).
 #include <doctest/doctest.h>
 #include <hdf5.h>
 #include <mpi.h>
@@ -110,6 +112,66 @@ void flip_frame(const std::string& path, const std::string& name, std::int64_t f
   io.seekp(pos);
   io.write(bytes, 8);
   REQUIRE(io.good());
+}
+
+// A format-1 checkpoint written with HDF5's own API in the library's earliest file format (object
+// headers without checksums, as vinf wrote checkpoints before format 2): 2 frames of 2x3x5, 2 steps,
+// one prompt of 2 tokens x 3. edit(file) changes it before it is closed.
+template <class Edit>
+void write_plain_v1(const std::string& path, Edit edit) {
+  const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  const hid_t scalar = H5Screate(H5S_SCALAR);
+  auto text_attr = [&](hid_t obj, const char* name, const std::string& value) {
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, value.size());
+    const hid_t attr = H5Acreate2(obj, name, type, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attr, type, value.data());
+    H5Aclose(attr);
+    H5Tclose(type);
+  };
+  auto int_attr = [&](hid_t obj, const char* name, std::int64_t value) {
+    const hid_t attr = H5Acreate2(obj, name, H5T_STD_I64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attr, H5T_NATIVE_INT64, &value);
+    H5Aclose(attr);
+  };
+  auto dataset = [&](const char* name, hid_t type, std::vector<hsize_t> dims, const void* data, hid_t mem_type) {
+    const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    const hid_t set = H5Dcreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(set, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    H5Dclose(set);
+    H5Sclose(space);
+  };
+  text_attr(file, "format", io::kCheckpointFormat);
+  int_attr(file, "format_version", 1);
+  for (const char* key : {"config", "numerics"}) text_attr(file, key, "{}");
+  for (const char* key : {"model_fingerprint", "noise_mode", "scheduler"}) text_attr(file, key, "x");
+  for (const char* key : {"seed", "world_size", "cfg_size", "clip_size"}) int_attr(file, key, 1);
+  const std::vector<float> frames(static_cast<std::size_t>(2 * kPerFrame), 0.5f);
+  dataset("/latents", H5T_IEEE_F32LE, {2, kC, kH, kW}, frames.data(), H5T_NATIVE_FLOAT);
+  const hid_t state = H5Gcreate2(file, "/state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  int_attr(state, "step", 1);
+  H5Gclose(state);
+  const std::int64_t timesteps[2] = {500, 1};
+  const float sigmas[3] = {1.f, 0.5f, 0.f}, embeds[6] = {1, 2, 3, 4, 5, 6};
+  dataset("/state/timesteps", H5T_STD_I64LE, {2}, timesteps, H5T_NATIVE_INT64);
+  dataset("/state/sigmas", H5T_IEEE_F32LE, {3}, sigmas, H5T_NATIVE_FLOAT);
+  dataset("/state/previous_x0", H5T_IEEE_F32LE, {2, kC, kH, kW}, frames.data(), H5T_NATIVE_FLOAT);
+  H5Gclose(H5Gcreate2(file, "/text", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  dataset("/text/prompt_embeds", H5T_IEEE_F32LE, {1, 2, 3}, embeds, H5T_NATIVE_FLOAT);
+  edit(file);
+  H5Sclose(scalar);
+  H5Fclose(file);
+}
+
+// The input error read_checkpoint_info refuses the file with ("" when it reads it).
+std::string refusal(const std::string& path) {
+  try {
+    io::read_checkpoint_info(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace
@@ -258,4 +320,83 @@ TEST_CASE("checkpoint files: the run's files are checked before a run starts") {
   }
   CHECK(error.find("checked before the first step: cannot create " + dir.path + "/missing/checkpoints/") !=
         std::string::npos);
+}
+
+TEST_CASE("checkpoint files: an attribute holding several values is refused, not read into room for one") {
+  // H5Aread writes every element of an attribute: an array under one of vinf's names overran the
+  // buffer of one value it is read into (the stack for an integer, a string's bytes for text).
+  set_process_rank(world_rank());
+  SharedDir dir;
+  const std::string path = dir.path + "/step-000001.h5";
+  if (world_rank() == 0) {
+    write_plain_v1(path, [](hid_t) {});
+    CHECK(refusal(path).empty());
+    write_plain_v1(path, [](hid_t file) {
+      H5Adelete(file, "seed");
+      const hsize_t n = 4;
+      const hid_t space = H5Screate_simple(1, &n, nullptr);
+      const hid_t attr = H5Acreate2(file, "seed", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+      const std::int64_t values[4] = {1, 2, 3, 4};
+      H5Awrite(attr, H5T_NATIVE_INT64, values);
+      H5Aclose(attr);
+      H5Sclose(space);
+    });
+    CHECK(refusal(path).find(path + ": attribute 'seed' holds 4 values, not one") != std::string::npos);
+    write_plain_v1(path, [](hid_t file) {
+      H5Adelete(file, "noise_mode");
+      const hid_t type = H5Tcopy(H5T_C_S1);
+      H5Tset_size(type, 8);
+      const hsize_t n = 3;
+      const hid_t space = H5Screate_simple(1, &n, nullptr);
+      const hid_t attr = H5Acreate2(file, "noise_mode", type, space, H5P_DEFAULT, H5P_DEFAULT);
+      H5Awrite(attr, type, "invarianinvarianinvarian");
+      H5Aclose(attr);
+      H5Sclose(space);
+      H5Tclose(type);
+    });
+    CHECK(refusal(path).find(path + ": attribute 'noise_mode' holds 3 values, not one") != std::string::npos);
+  }
+}
+
+TEST_CASE("checkpoint files: a shape that claims more bytes than the file holds is refused before any allocation") {
+  set_process_rank(world_rank());
+  SharedDir dir;
+  const std::string path = dir.path + "/step-000001.h5";
+  if (world_rank() == 0) {
+    write_plain_v1(path, [](hid_t file) {
+      H5Ldelete(file, "/text/prompt_embeds", H5P_DEFAULT);
+      const hsize_t dims[3] = {1, 2, hsize_t{1} << 40};  // 2^43 bytes of f32, none of them written
+      const hid_t space = H5Screate_simple(3, dims, nullptr);
+      H5Dclose(H5Dcreate2(file, "/text/prompt_embeds", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      H5Sclose(space);
+    });
+    CHECK(refusal(path).find(path + ": /text/prompt_embeds claims a shape [1, 2, 1099511627776] of 8796093022208 "
+                             "bytes, but the file holds 0 bytes of it") != std::string::npos);
+  }
+}
+
+TEST_CASE("checkpoint files: a damaged object header without a checksum is an input error, not an internal one") {
+  // Format 1 files carry no checksums: HDF5 fails on the damage itself. That is the file's fault
+  // (exit 2, and --resume auto goes on to an older checkpoint), not vinf's (exit 1).
+  set_process_rank(world_rank());
+  SharedDir dir;
+  const std::string path = dir.path + "/step-000001.h5";
+  if (world_rank() == 0) {
+    write_plain_v1(path, [](hid_t) {});
+    haddr_t header = 0;
+    {
+      const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+      H5O_info_t info{};
+      REQUIRE(H5Oget_info_by_name2(f, "/state/timesteps", &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0);
+      header = info.addr;
+      H5Fclose(f);
+    }
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(header + 16));
+    io.write("\xff\xff\xff\xff", 4);  // the first message's type and size
+    REQUIRE(io.good());
+    io.close();
+    CHECK(refusal(path).find("cannot read " + path +
+                             ": HDF5 could not complete opening a dataset (truncated or damaged?)") != std::string::npos);
+  }
 }
