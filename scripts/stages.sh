@@ -6,7 +6,7 @@ stage() {
   local now
   now=$(date +%s)
   if [ -n "$_stage_name" ]; then
-    _stage_lines+=("$(printf '%-28s %5d s' "$_stage_name" $((now - _stage_start)))")
+    _stage_lines+=("$(printf '%-36s %5d s' "$_stage_name" $((now - _stage_start)))")
     echo "== $_stage_name: $((now - _stage_start)) s"
   fi
   _stage_name=${1:-}
@@ -18,6 +18,6 @@ stage_summary() {
   stage ""
   echo "== $title: stage times (load average now: $(cut -d' ' -f1-3 /proc/loadavg))"
   for line in "${_stage_lines[@]}"; do echo "   $line"; done
-  printf '   %-28s %5d s\n' total "$total"
+  printf '   %-36s %5d s\n' total "$total"
 }
 _stages_begin=$(date +%s)
