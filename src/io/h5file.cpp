@@ -14,6 +14,11 @@ namespace vinf::io {
 
 namespace {
 
+// The most text one attribute may hold when read (a bound on what a damaged file can make vinf
+// allocate): far above the names and fingerprints vinf writes, and above HDF5's 64 KiB limit on a
+// compact attribute, where format 1 kept the configuration.
+constexpr std::size_t kMaxTextAttribute = std::size_t{1} << 20;
+
 // A file whose checksums do not match (its data or, in the 1.10 format, its metadata): the file
 // changed after it was written. A damaged input, so vinf::InputError, which a resume can skip.
 [[noreturn]] void throw_damaged(const std::string& path, const std::string& what) {
@@ -260,7 +265,11 @@ std::string H5File::text(const std::string& object, const std::string& name) con
   Handle type(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type", path_, Access::read);
   VINF_INPUT_CHECK(H5Tget_class(type.get()) == H5T_STRING && !H5Tis_variable_str(type.get()), path_, ": attribute '",
                    name, "' is not a fixed-length string");
-  std::string value(H5Tget_size(type.get()), '\0');
+  // The size comes from the file: bounded before anything is allocated.
+  const std::size_t size = H5Tget_size(type.get());
+  VINF_INPUT_CHECK(size <= kMaxTextAttribute, path_, ": attribute '", name, "' claims ", size,
+                   " bytes of text, more than vinf writes (truncated or damaged?)");
+  std::string value(size, '\0');
   if (H5Aread(attr.get(), type.get(), value.data()) < 0) throw_read_failure("attribute '" + name + "'", path_, "");
   while (!value.empty() && value.back() == '\0') value.pop_back();
   return value;
@@ -309,11 +318,18 @@ Shape H5File::shape(const std::string& name) const {
   VINF_INPUT_CHECK(rank >= 0 && rank <= kMaxDims, path_, ": ", name, " has ", rank, " dimensions (truncated or damaged?)");
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
   if (H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0) throw_read_failure(name, path_, "its shape");
-  // vinf writes every element of its datasets: a shape cannot claim more bytes than the file holds
-  // for the dataset, so a damaged header cannot make a reader allocate more than the file's size.
+  // vinf writes every element of its datasets, none of them empty: a shape cannot claim more bytes
+  // than the file holds for the dataset, so a damaged header cannot make a reader allocate more than
+  // the file's size. An empty dimension would hold no bytes whatever the others claim (a reader
+  // sizing one frame from them would allocate what they say): refused as well.
   std::uint64_t bytes = H5Tget_size(type.get());
-  bool overflow = false;
-  for (hsize_t d : dims) overflow = overflow || __builtin_mul_overflow(bytes, std::uint64_t{d}, &bytes);
+  bool overflow = false, empty = false;
+  for (hsize_t d : dims) {
+    empty = empty || d == 0;
+    overflow = overflow || __builtin_mul_overflow(bytes, std::uint64_t{d}, &bytes);
+  }
+  VINF_INPUT_CHECK(!empty, path_, ": ", name, " has an empty dimension in its shape ", dims_text(dims),
+                   " (vinf writes no empty datasets: truncated or damaged?)");
   const std::uint64_t stored = H5Dget_storage_size(set.get());
   VINF_INPUT_CHECK(!overflow && bytes <= stored, path_, ": ", name, " claims a shape ", dims_text(dims), " of ",
                    overflow ? std::string("more than 2^64") : std::to_string(bytes), " bytes, but the file holds ",
@@ -423,7 +439,12 @@ std::string H5File::read_text(const std::string& name) const {
   VINF_INPUT_CHECK(H5Tget_class(type.get()) == H5T_STRING && !H5Tis_variable_str(type.get()) &&
                        H5Sget_simple_extent_npoints(space.get()) == 1,
                    path_, ": ", name, " is not one fixed-length string");
-  std::string value(H5Tget_size(type.get()), '\0');
+  // As in shape(): the string cannot claim more bytes than the file holds for it.
+  const std::size_t size = H5Tget_size(type.get());
+  const std::uint64_t stored = H5Dget_storage_size(set.get());
+  VINF_INPUT_CHECK(size <= stored, path_, ": ", name, " claims ", size, " bytes of text, but the file holds ", stored,
+                   " bytes of it (truncated or damaged?)");
+  std::string value(size, '\0');
   if (H5Dread(set.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, value.data()) < 0)
     throw_read_failure(name, path_, "");
   while (!value.empty() && value.back() == '\0') value.pop_back();

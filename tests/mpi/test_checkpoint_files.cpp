@@ -358,7 +358,7 @@ TEST_CASE("checkpoint files: an attribute holding several values is refused, not
   }
 }
 
-TEST_CASE("checkpoint files: a shape that claims more bytes than the file holds is refused before any allocation") {
+TEST_CASE("checkpoint files: a shape or text that claims more bytes than the file holds is refused before any allocation") {
   set_process_rank(world_rank());
   SharedDir dir;
   const std::string path = dir.path + "/step-000001.h5";
@@ -372,6 +372,58 @@ TEST_CASE("checkpoint files: a shape that claims more bytes than the file holds 
     });
     CHECK(refusal(path).find(path + ": /text/prompt_embeds claims a shape [1, 2, 1099511627776] of 8796093022208 "
                              "bytes, but the file holds 0 bytes of it") != std::string::npos);
+    // An empty dimension holds no bytes whatever the others claim; one frame of these would be 4 TiB.
+    write_plain_v1(path, [](hid_t file) {
+      for (const char* name : {"/latents", "/state/previous_x0"}) {
+        H5Ldelete(file, name, H5P_DEFAULT);
+        const hsize_t dims[4] = {0, 1, hsize_t{1} << 20, hsize_t{1} << 20};
+        const hid_t space = H5Screate_simple(4, dims, nullptr);
+        H5Dclose(H5Dcreate2(file, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+        H5Sclose(space);
+      }
+    });
+    CHECK(refusal(path).find(path + ": /latents has an empty dimension in its shape [0, 1, 1048576, 1048576]") !=
+          std::string::npos);
+    // A text attribute's size is bounded before it is allocated (here 2 MiB, in the newer file
+    // format, which stores attributes over 64 KiB).
+    {
+      const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+      H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+      const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+      REQUIRE(file >= 0);
+      const hid_t type = H5Tcopy(H5T_C_S1);
+      H5Tset_size(type, std::size_t{2} << 20);
+      const hid_t scalar = H5Screate(H5S_SCALAR);
+      const hid_t attr = H5Acreate2(file, "format", type, scalar, H5P_DEFAULT, H5P_DEFAULT);
+      REQUIRE(attr >= 0);
+      const std::string value(std::size_t{2} << 20, 'x');
+      REQUIRE(H5Awrite(attr, type, value.data()) >= 0);
+      H5Aclose(attr);
+      H5Sclose(scalar);
+      H5Tclose(type);
+      H5Fclose(file);
+      H5Pclose(fapl);
+    }
+    CHECK(refusal(path).find(path + ": attribute 'format' claims 2097152 bytes of text, more than vinf writes") !=
+          std::string::npos);
+  }
+  // A text dataset cannot claim more bytes than the file holds for it (format 2 keeps the
+  // configuration in /run/config).
+  write_test_checkpoint(path, test_stamp(100), 2 * world_size());
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(file >= 0);
+    H5Ldelete(file, "/run/config", H5P_DEFAULT);
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, std::size_t{1} << 30);
+    const hid_t scalar = H5Screate(H5S_SCALAR);
+    H5Dclose(H5Dcreate2(file, "/run/config", type, scalar, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Sclose(scalar);
+    H5Tclose(type);
+    H5Fclose(file);
+    CHECK(refusal(path).find(path + ": /run/config claims 1073741824 bytes of text, but the file holds 0 bytes") !=
+          std::string::npos);
   }
 }
 
