@@ -15,6 +15,7 @@
 #include "io/checkpoint.hpp"
 #include "io/h5file.hpp"
 #include "io/image.hpp"
+#include "io/path_query.hpp"
 #include "io/safetensors.hpp"
 #include "io/video.hpp"
 #include "model/vae.hpp"
@@ -44,7 +45,7 @@ int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::stri
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   VINF_INPUT_CHECK(!ec, "cannot create ", dir, ": ", ec.message());
-  VINF_INPUT_CHECK(overwrite || !std::filesystem::exists(dir + "/video.mp4"), dir,
+  VINF_INPUT_CHECK(overwrite || !io::path_exists(dir + "/video.mp4"), dir,
                    "/video.mp4 exists; choose another --out or --overwrite");
   const std::int64_t frames = full[0], h = full[2] * c.upscale(), w = full[3] * c.upscale();
   io::FrameWriter writer(dir, frames, w, h, settings);

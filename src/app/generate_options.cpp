@@ -9,6 +9,7 @@
 #include "app/commands.hpp"
 #include "core/error.hpp"
 #include "core/utf8.hpp"
+#include "io/path_query.hpp"
 #include "ops/runtime.hpp"
 #include "sampling/scheduler.hpp"
 
@@ -18,17 +19,6 @@ namespace fs = std::filesystem;
 namespace vinf::app {
 
 namespace {
-
-// The file system's answers without exceptions: a path it cannot even look up (a name longer than
-// NAME_MAX) is as absent as a missing one, and is reported so.
-bool existing_directory(const std::string& path) {
-  std::error_code ec;
-  return fs::is_directory(path, ec);
-}
-bool existing_file(const std::string& path) {
-  std::error_code ec;
-  return fs::is_regular_file(path, ec);
-}
 
 constexpr std::int64_t kMaxPixels = 16384;
 constexpr unsigned kHelpWidth = 100, kHelpColumn = 44;  // wide enough that descriptions stay readable
@@ -247,7 +237,7 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
                      "built-in model");
   } else {
     const std::string dir = o.unet.empty() ? o.model : o.unet;
-    VINF_INPUT_CHECK(existing_directory(dir), "--model", o.unet.empty() ? "" : ".unet", " ", dir,
+    VINF_INPUT_CHECK(io::is_directory(dir), "--model", o.unet.empty() ? "" : ".unet", " ", dir,
                      ": no such directory (a diffusers directory with config.json, or builtin:tiny)");
   }
   VINF_INPUT_CHECK(o.model_seed >= 0, "--model.seed must be >= 0, got ", o.model_seed);
@@ -261,7 +251,7 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
   VINF_INPUT_CHECK(o.output_fps > 0 && o.output_fps <= 1000, label("output.fps"), " must be in (0, 1000], got ",
                    o.output_fps);
   if (!o.vae.empty())
-    VINF_INPUT_CHECK(existing_directory(o.vae), "--model.vae ", o.vae, ": no such directory");
+    VINF_INPUT_CHECK(io::is_directory(o.vae), "--model.vae ", o.vae, ": no such directory");
   sampling::parse_scheduler(o.scheduler);
   VINF_INPUT_CHECK(o.steps >= 1 && o.steps <= 1000, label("sampler.steps"), " must be in [1, 1000], got ", o.steps);
   VINF_INPUT_CHECK(o.guidance >= 0 && o.guidance <= 100, label("sampler.guidance"), " must be in [0, 100], got ",
@@ -286,12 +276,12 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
     for (auto [dir, option, sub] : {std::tuple{&o.text_encoder, "--model.text-encoder", "text_encoder"},
                                     std::tuple{&o.tokenizer, "--model.tokenizer", "tokenizer"}}) {
       if (dir->empty()) {
-        VINF_INPUT_CHECK(existing_directory(o.model + "/" + sub), "--model ", o.model, " has no ", sub, "/: give ", option,
+        VINF_INPUT_CHECK(io::is_directory(o.model + "/" + sub), "--model ", o.model, " has no ", sub, "/: give ", option,
                          " DIR (the real setup takes zeroscope_v2_576w's), or --prompt.embeddings FILE (from vinf ",
                          "encode-text)");
         *dir = o.model + "/" + sub;
       } else {
-        VINF_INPUT_CHECK(existing_directory(*dir), option, " ", *dir, ": no such directory");
+        VINF_INPUT_CHECK(io::is_directory(*dir), option, " ", *dir, ": no such directory");
       }
     }
   }
@@ -306,7 +296,7 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
                    o.checkpoint_every);
   VINF_INPUT_CHECK(o.checkpoint_keep >= 1, "--checkpoint.keep must be >= 1, got ", o.checkpoint_keep);
   if (!o.resume.empty() && o.resume != "auto")
-    VINF_INPUT_CHECK(existing_file(o.resume), "--resume ", o.resume, ": no such checkpoint file (or use ",
+    VINF_INPUT_CHECK(io::is_regular_file(o.resume), "--resume ", o.resume, ": no such checkpoint file (or use ",
                      "--resume auto)");
   auto split = [](const std::string& list) {
     std::vector<std::string> items;

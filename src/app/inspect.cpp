@@ -9,6 +9,7 @@
 #include "app/commands.hpp"
 #include "core/error.hpp"
 #include "io/h5file.hpp"
+#include "io/path_query.hpp"
 #include "io/safetensors.hpp"
 #include "mpi/session.hpp"
 #include "io/json_file.hpp"
@@ -98,8 +99,7 @@ void report_check(const model::WeightFiles& wf, const std::vector<model::ParamSp
 }
 
 int inspect_part(const std::string& dir) {
-  namespace fs = std::filesystem;
-  if (fs::exists(dir + "/vocab.json")) {
+  if (io::path_exists(dir + "/vocab.json")) {
     const model::ClipTokenizer t = model::ClipTokenizer::load(dir);
     std::cout << "tokenizer " << dir << " (CLIP BPE): " << grouped(t.vocab_size()) << " ids, " << grouped(static_cast<std::int64_t>(t.merges()))
               << " merges, " << t.max_length() << " tokens per prompt; bos " << t.bos_id() << ", eos " << t.eos_id()
@@ -121,7 +121,7 @@ int inspect_part(const std::string& dir) {
     return 0;
   }
   const model::ClipTextConfig c = model::load_clip_text_config(files.config);
-  VINF_INPUT_CHECK(fs::exists(dir + "/model.safetensors"), "text encoder directory ", dir, " has no model.safetensors");
+  VINF_INPUT_CHECK(io::path_exists(dir + "/model.safetensors"), "text encoder directory ", dir, " has no model.safetensors");
   files.weights = {dir + "/model.safetensors"};
   std::cout << "text encoder " << dir << " (CLIPTextModel): " << c.layers << " layers of " << c.hidden_size << ", "
             << c.heads << " heads, vocabulary " << c.vocab_size << ", " << c.max_positions << " positions\n";
@@ -130,9 +130,8 @@ int inspect_part(const std::string& dir) {
 }
 
 bool is_model_part(const std::string& dir) {
-  namespace fs = std::filesystem;
-  if (fs::exists(dir + "/vocab.json")) return true;
-  if (!fs::exists(dir + "/config.json")) return false;
+  if (io::path_exists(dir + "/vocab.json")) return true;
+  if (!io::path_exists(dir + "/config.json")) return false;
   const nlohmann::json j = io::read_json_file(dir + "/config.json", "config");
   return string_key(j, "_class_name") == "AutoencoderKL" || string_key(j, "model_type") == "clip_text_model" ||
          (j.is_object() && j.contains("text_config"));
@@ -216,7 +215,7 @@ int inspect(const std::vector<std::string>& args) {
     inspect_model(path);
     // A pipeline root: its other parts too.
     for (const char* part : {"vae", "text_encoder", "tokenizer"})
-      if (std::filesystem::is_directory(path + "/" + part)) inspect_part(path + "/" + part);
+      if (io::is_directory(path + "/" + part)) inspect_part(path + "/" + part);
     return 0;
   }
   if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) return inspect_safetensors(path);

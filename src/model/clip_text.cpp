@@ -5,6 +5,7 @@
 
 #include "core/arena.hpp"
 #include "core/error.hpp"
+#include "io/path_query.hpp"
 #include "ops/attention.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/gemm.hpp"
@@ -20,15 +21,15 @@ ClipTextModel::ClipTextModel(ClipTextConfig config, Weights weights)
 
 ClipTextModel ClipTextModel::load(const std::string& dir_arg, Runtime& rt, DType dtype) {
   fs::path dir(dir_arg);
-  if (!fs::exists(dir / "config.json") && fs::exists(dir / "text_encoder" / "config.json")) dir /= "text_encoder";
-  VINF_INPUT_CHECK(fs::is_directory(dir), "text encoder directory ", dir_arg, " does not exist");
+  if (!io::path_exists(dir / "config.json") && io::path_exists(dir / "text_encoder" / "config.json")) dir /= "text_encoder";
+  VINF_INPUT_CHECK(io::is_directory(dir), "text encoder directory ", dir_arg, " does not exist");
   ModelFiles files;
   files.dir = dir.string();
   files.config = (dir / "config.json").string();
-  VINF_INPUT_CHECK(fs::exists(files.config), "text encoder directory ", files.dir, " has no config.json");
-  VINF_INPUT_CHECK(fs::exists(dir / "model.safetensors"), "text encoder directory ", files.dir,
+  VINF_INPUT_CHECK(io::path_exists(files.config), "text encoder directory ", files.dir, " has no config.json");
+  VINF_INPUT_CHECK(io::path_exists(dir / "model.safetensors"), "text encoder directory ", files.dir,
                    " has no model.safetensors",
-                   fs::exists(dir / "pytorch_model.bin") ? " (it has pytorch_model.bin: convert it to safetensors first, "
+                   io::path_exists(dir / "pytorch_model.bin") ? " (it has pytorch_model.bin: convert it to safetensors first, "
                                                            "see INSTALL.md)"
                                                          : "");
   files.weights = {(dir / "model.safetensors").string()};

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
 #include "io/json_file.hpp"
+#include "io/path_query.hpp"
 
 namespace fs = std::filesystem;
 
@@ -237,14 +238,14 @@ std::string clip_clean_text(std::string_view utf8) { return to_utf8(clean(utf8))
 
 ClipTokenizer ClipTokenizer::load(const std::string& dir_in) {
   std::string dir = dir_in;
-  VINF_INPUT_CHECK(fs::is_directory(dir), "tokenizer ", dir, ": no such directory");
-  if (!fs::exists(dir + "/vocab.json") && fs::exists(dir + "/tokenizer/vocab.json")) dir += "/tokenizer";
+  VINF_INPUT_CHECK(io::is_directory(dir), "tokenizer ", dir, ": no such directory");
+  if (!io::path_exists(dir + "/vocab.json") && io::path_exists(dir + "/tokenizer/vocab.json")) dir += "/tokenizer";
   ClipTokenizer t;
   t.source_ = dir;
   const std::string vocab_path = dir + "/vocab.json", merges_path = dir + "/merges.txt";
-  VINF_INPUT_CHECK(fs::exists(vocab_path), "tokenizer ", dir, ": no vocab.json (a CLIP tokenizer directory holds ",
+  VINF_INPUT_CHECK(io::path_exists(vocab_path), "tokenizer ", dir, ": no vocab.json (a CLIP tokenizer directory holds ",
                    "vocab.json, merges.txt and tokenizer_config.json; see INSTALL.md)");
-  VINF_INPUT_CHECK(fs::exists(merges_path), "tokenizer ", dir, ": no merges.txt (a CLIP tokenizer directory holds ",
+  VINF_INPUT_CHECK(io::path_exists(merges_path), "tokenizer ", dir, ": no merges.txt (a CLIP tokenizer directory holds ",
                    "vocab.json, merges.txt and tokenizer_config.json; see INSTALL.md)");
 
   const nlohmann::json vocab = io::read_json_file(vocab_path, "tokenizer vocabulary");
@@ -291,7 +292,7 @@ ClipTokenizer ClipTokenizer::load(const std::string& dir_in) {
   std::vector<std::string> added;
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
     const std::string path = dir + "/" + name;
-    if (!fs::exists(path)) continue;
+    if (!io::path_exists(path)) continue;
     const nlohmann::json j = io::read_json_file(path, "tokenizer config");
     VINF_INPUT_CHECK(j.is_object(), path, ": expected a JSON object");
     read_token(j, "bos_token", path, bos);
@@ -319,7 +320,7 @@ ClipTokenizer ClipTokenizer::load(const std::string& dir_in) {
       }
     }
   }
-  if (const std::string path = dir + "/added_tokens.json"; fs::exists(path)) {
+  if (const std::string path = dir + "/added_tokens.json"; io::path_exists(path)) {
     const nlohmann::json j = io::read_json_file(path, "tokenizer added tokens");
     VINF_INPUT_CHECK(j.is_object(), path, ": expected a JSON object of token -> id");
     for (const auto& [token, id] : j.items()) {

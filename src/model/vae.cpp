@@ -7,6 +7,7 @@
 
 #include "core/arena.hpp"
 #include "core/error.hpp"
+#include "io/path_query.hpp"
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
 #include "ops/conv.hpp"
@@ -24,7 +25,7 @@ VaeDecoder::VaeDecoder(VaeConfig config, Weights weights) : config_(std::move(co
 
 VaeDecoder VaeDecoder::load(const std::string& dir_arg, Runtime& rt, DType dtype) {
   std::string dir = dir_arg;
-  if (!fs::exists(fs::path(dir) / "config.json") && fs::exists(fs::path(dir) / "vae" / "config.json")) dir += "/vae";
+  if (!io::path_exists(fs::path(dir) / "config.json") && io::path_exists(fs::path(dir) / "vae" / "config.json")) dir += "/vae";
   const ModelFiles files = find_model_files(dir);
   VaeConfig c = load_vae_config(files.config);
   const WeightFiles wf(files);

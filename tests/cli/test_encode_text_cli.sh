@@ -83,6 +83,9 @@ bad() {  # bad TEXT options...
 bad "no prompt" --model "$work/pipe"
 bad "give --text-encoder DIR and --tokenizer DIR" --prompt x
 bad "tokenizer $work/none: no such directory" --text-encoder "$work/pipe/text_encoder" --tokenizer "$work/none" --prompt x
+long_name=$work/$(printf 'd%.0s' {1..300})  # longer than a file name may be: the lookup fails, not only misses
+bad "tokenizer $long_name: no such directory" --text-encoder "$work/pipe/text_encoder" --tokenizer "$long_name" --prompt x
+bad "text encoder directory $long_name does not exist" --text-encoder "$long_name" --tokenizer "$work/pipe/tokenizer" --prompt x
 mkdir -p "$work/tok" && cp "$work/pipe/tokenizer/merges.txt" "$work/tok/"
 bad "tokenizer $work/tok: no vocab.json" --text-encoder "$work/pipe/text_encoder" --tokenizer "$work/tok" --prompt x
 cp "$work/pipe/tokenizer/vocab.json" "$work/tok/"
