@@ -111,7 +111,7 @@ class JsonConfig {
       // nlohmann-json narrows with a plain cast: 1e300 would become an infinite float.
       const double x = v->get<double>();
       if (!(std::fabs(x) <= static_cast<double>(std::numeric_limits<T>::max())))
-        fail(key, std::string("a number of ") + (sizeof(T) == 4 ? "float" : "double") + " range", *v);
+        fail(key, std::string("a number within ") + (sizeof(T) == 4 ? "float" : "double") + " range", *v);
     }
     dst = v->get<T>();
     return true;

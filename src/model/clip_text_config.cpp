@@ -40,6 +40,8 @@ ClipTextConfig load_clip_text_config(const std::string& path) {
                                std::pair{"max_position_embeddings", c.max_positions}})
     VINF_INPUT_CHECK(v < kMaxSize, path, ": ", key, " ", v, " is more than ", kMaxSize - 1);
   VINF_INPUT_CHECK(c.layers <= kMaxLayers, path, ": num_hidden_layers ", c.layers, " is more than ", kMaxLayers);
+  // As the UNet's norm_eps: 0 (1e-300 rounds to it in f32) would divide by a zero variance.
+  VINF_INPUT_CHECK(c.layer_norm_eps > 0, path, ": config key 'layer_norm_eps' must be positive, got ", c.layer_norm_eps);
   return c;
 }
 

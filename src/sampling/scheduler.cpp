@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "io/json_file.hpp"
+#include "io/path_query.hpp"
 
 namespace vinf::sampling {
 
@@ -126,7 +127,7 @@ const char* spacing_name(Spacing s) {
 
 NoiseScheduleConfig read_scheduler_config(const std::string& path_in) {
   std::string path = path_in;
-  if (std::filesystem::is_directory(path)) path += "/scheduler_config.json";
+  if (io::is_directory(path)) path += "/scheduler_config.json";
   const nlohmann::json j = io::read_json_file(path, "scheduler config");
   io::JsonConfig r(j, path);
   NoiseScheduleConfig c;
@@ -155,7 +156,10 @@ NoiseScheduleConfig read_scheduler_config(const std::string& path_in) {
                    ": num_train_timesteps must be in [2, 100000], got ", c.num_train_timesteps);
   VINF_INPUT_CHECK(c.beta_start > 0 && c.beta_end > c.beta_start && c.beta_end < 1, path,
                    ": need 0 < beta_start < beta_end < 1, got ", c.beta_start, " and ", c.beta_end);
-  VINF_INPUT_CHECK(c.steps_offset >= 0, path, ": steps_offset must be >= 0");
+  // steps_offset shifts the leading spacing's timesteps: from num_train_timesteps on, every one of
+  // them lies outside the training timesteps whatever the number of steps.
+  VINF_INPUT_CHECK(c.steps_offset >= 0 && c.steps_offset < c.num_train_timesteps, path, ": steps_offset must be in [0, ",
+                   c.num_train_timesteps, ") (num_train_timesteps), got ", c.steps_offset);
   // Every noise level must stay finite: betas that drive alphas_cumprod (nearly) to 0 in f32 leave
   // no signal, and the sigma sqrt((1 - abar) / abar) of such a timestep is infinite.
   const std::vector<float> abar = make_alphas_cumprod(c);

@@ -486,7 +486,7 @@ TEST_CASE("--import-vi-config reads the released JSON, the command line wins") {
     return "(accepted)";
   };
   std::ofstream(path) << R"({"plugin_configs": {"attn": {"local_phase": {"t": 800, "local_biase": 1e300}}}})";
-  CHECK(refusal({"--import-vi-config", path}).find("local_biase' must be a number of float range, got 1e+300") !=
+  CHECK(refusal({"--import-vi-config", path}).find("local_biase' must be a number within float range, got 1e+300") !=
         std::string::npos);
   CHECK(refusal({"--vi.local-phase-local-bias", "nan"}).find("--vi.local-phase-local-bias must be a finite number") !=
         std::string::npos);

@@ -105,13 +105,16 @@ TEST_CASE("CLIP text encoder: config numbers beyond any text encoder are refused
     }
     return "(accepted)";
   };
-  CHECK(refusal(R"({"layer_norm_eps": -1e300})").find("config key 'layer_norm_eps' must be a number of float range") !=
+  CHECK(refusal(R"({"layer_norm_eps": -1e300})").find("config key 'layer_norm_eps' must be a number within float range") !=
         std::string::npos);
   // 2e9 x 2e9 embedding entries alone overflow the parameter count.
   CHECK(refusal(R"({"vocab_size": 2000000000, "hidden_size": 2000000000, "num_attention_heads": 1})")
             .find("vocab_size 2000000000 is more than 1048575") != std::string::npos);
   CHECK(refusal(R"({"num_hidden_layers": 100000})").find("num_hidden_layers 100000 is more than 256") !=
         std::string::npos);
+  CHECK(refusal(R"({"layer_norm_eps": 0})").find("config key 'layer_norm_eps' must be positive, got 0") !=
+        std::string::npos);
+  CHECK(refusal(R"({"layer_norm_eps": 1e-300})").find("must be positive") != std::string::npos);  // 0 in f32
   CHECK(refusal(R"({"hidden_size": 64, "num_attention_heads": 4})") == "(accepted)");
   fs::remove(path);
 }

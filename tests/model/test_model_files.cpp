@@ -132,7 +132,7 @@ TEST_CASE("config values the runtime does not support are rejected by name") {
             .find("'block_out_channels' must be a non-empty list") != std::string::npos);
   CHECK(with("fps_cond", "yes").find("'fps_cond' must be true or false") != std::string::npos);
   // A number that does not fit the float it fills (it would become infinity).
-  CHECK(with("norm_eps", 1e300).find("cfg.json: config key 'norm_eps' must be a number of float range, got 1e+300") !=
+  CHECK(with("norm_eps", 1e300).find("cfg.json: config key 'norm_eps' must be a number within float range, got 1e+300") !=
         std::string::npos);
   CHECK(input_error_of([] { model::parse_unet_config("{\"block_out_channels\": [32,", "cfg.json", nullptr); })
             .find("cfg.json is not valid JSON") != std::string::npos);

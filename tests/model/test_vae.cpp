@@ -82,7 +82,7 @@ TEST_CASE("VAE config: a float out of range and layouts beyond any VAE are refus
     }
     return "(accepted)";
   };
-  CHECK(refusal(R"({"scaling_factor": 1e300})").find("config key 'scaling_factor' must be a number of float range") !=
+  CHECK(refusal(R"({"scaling_factor": 1e300})").find("config key 'scaling_factor' must be a number within float range") !=
         std::string::npos);
   // 35 blocks would upscale by 2^34, past an int.
   std::string many = R"({"norm_num_groups": 32, "block_out_channels": [32)";

@@ -351,6 +351,11 @@ TEST_CASE("sampling: scheduler_config.json") {
     // beta_end 0.42 (scaled_linear) drives alphas_cumprod to 0 in f32: infinite noise levels.
     CHECK_THROWS_WITH_AS(read_scheduler_config(write(R"({"beta_end": 0.42})")),
                          doctest::Contains("leave no signal from timestep"), InputError);
+    // From num_train_timesteps on, no number of steps keeps the leading spacing's timesteps inside.
+    CHECK_THROWS_WITH_AS(read_scheduler_config(write(R"({"steps_offset": 1000})")),
+                         doctest::Contains("scheduler_config.json: steps_offset must be in [0, 1000) "
+                                           "(num_train_timesteps), got 1000"),
+                         InputError);
     CHECK_THROWS_AS(read_scheduler_config((dir / "missing.json").string()), InputError);
   }
   fs::remove_all(dir);
