@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "checkpoint_contract.hpp"
 #include "fuzz_support.hpp"
 #include "io/checkpoint.hpp"
 
@@ -68,11 +69,6 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string path = vinf::fuzz::write_file("step-000001.h5", {reinterpret_cast<const char*>(data), size});
-  vinf::fuzz::expect_input_errors_only([&] {
-    const vinf::io::CheckpointInfo info = vinf::io::read_checkpoint_info(path);
-    if (info.full.rank() != 4 || info.state.sigmas.size() != info.state.timesteps.size() + 1) std::abort();
-    if (info.text.prompt_embeds.size() != static_cast<std::size_t>(info.text.prompts * info.text.tokens * info.text.width))
-      std::abort();
-  });
+  vinf::fuzz::read_checkpoint_checked(path);
   return 0;
 }
