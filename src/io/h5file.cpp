@@ -32,20 +32,22 @@ constexpr std::size_t kMaxTextAttribute = std::size_t{1} << 20;
 // status 2, and --resume auto goes on to an older checkpoint).
 enum class Access { write, read };
 
-[[noreturn]] void hdf5_failed(const char* what, const std::string& path, Access access) {
-  if (hdf5_checksum_failed()) throw_damaged(path, std::string("the metadata read for ") + what);
+[[noreturn]] void hdf5_failed(const std::string& what, const std::string& path, Access access) {
+  if (hdf5_checksum_failed()) throw_damaged(path, "the metadata read for " + what);
   if (access == Access::read)
     VINF_INPUT_FAIL("cannot read ", path, ": HDF5 could not complete ", what, " (truncated or damaged?): ",
                     hdf5_error_text());
-  throw Error(std::string("HDF5 could not complete ") + what + " in " + path +
+  throw Error("HDF5 could not complete " + what + " in " + path +
               " (disk full, quota exceeded, or a damaged file?): " + hdf5_error_text());
 }
 
-// Closes an HDF5 handle on scope exit. A failure's message names the file and the operation,
-// without source locations.
+// Closes an HDF5 handle on scope exit. A failure's message names the file and the operation (with
+// the object it was on, where reading), without source locations. Every handle says whether it
+// reads a file the user gave (a failure is the input's: exit 2) or not (writing, and the memory
+// spaces and property lists vinf makes itself).
 class Handle {
  public:
-  Handle(hid_t id, herr_t (*close)(hid_t), const char* what, const std::string& path, Access access = Access::write)
+  Handle(hid_t id, herr_t (*close)(hid_t), const std::string& what, const std::string& path, Access access)
       : id_(id), close_(close) {
     if (id < 0) hdf5_failed(what, path, access);
   }
@@ -93,7 +95,7 @@ std::string dims_text(const std::vector<hsize_t>& dims) {
 // vinf's attributes hold one value: H5Aread writes every element of the attribute's dataspace, and
 // an array under one of vinf's names would overrun the one-value buffer it is read into.
 void check_single_value(hid_t attr, const std::string& name, const std::string& path) {
-  Handle space(H5Aget_space(attr), H5Sclose, "H5Aget_space", path, Access::read);
+  Handle space(H5Aget_space(attr), H5Sclose, "H5Aget_space of attribute '" + name + "'", path, Access::read);
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   VINF_INPUT_CHECK(n == 1, path, ": attribute '", name, "' holds ", n, " values, not one (truncated or damaged?)");
 }
@@ -137,8 +139,8 @@ struct SliceTransfer {
                 bool collective, const std::string& path, Access access)
       : file_space(H5Dget_space(set), H5Sclose, "H5Dget_space", path, access),
         mem_space(H5Screate_simple(static_cast<int>(dims.size()), memory_dims(dims, axis, count).data(), nullptr),
-                  H5Sclose, "H5Screate_simple", path),
-        dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path) {
+                  H5Sclose, "H5Screate_simple", path, Access::write),
+        dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path, Access::write) {
     if (count > 0) {
       std::vector<hsize_t> start(dims.size(), 0), block = dims;
       start[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(first);
@@ -197,7 +199,7 @@ void H5File::close() {
 
 H5File H5File::create(MPI_Comm comm, const std::string& path) {
   quiet_hdf5();
-  Handle fapl(access_list(comm), H5Pclose, "H5Pcreate", path);
+  Handle fapl(access_list(comm), H5Pclose, "H5Pcreate", path, Access::write);
   // The file format of HDF5 1.10 (read by HDF5 1.10 and later): checksums on the metadata too
   // (superblock, object headers, chunk index), and a fixed-array chunk index, cheaper to fill in a
   // filtered parallel write and to search per frame than the B-tree of the 1.8 format.
@@ -211,14 +213,15 @@ H5File H5File::create(MPI_Comm comm, const std::string& path) {
 H5File H5File::open(MPI_Comm comm, const std::string& path) {
   quiet_hdf5();
   VINF_INPUT_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, " is missing or not an HDF5 file");
-  Handle fapl(access_list(comm), H5Pclose, "H5Pcreate", path);
+  Handle fapl(access_list(comm), H5Pclose, "H5Pcreate", path, Access::write);
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
   VINF_INPUT_CHECK(id >= 0, "cannot open ", path, " (truncated or damaged?): ", hdf5_error_text());
   return H5File(id, comm, path, false);
 }
 
 void H5File::create_group(const std::string& name) {
-  Handle g(H5Gcreate2(id_, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "creating a group", path_);
+  Handle g(H5Gcreate2(id_, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "creating a group", path_,
+           Access::write);
 }
 
 bool H5File::exists(const std::string& name) const {
@@ -235,21 +238,21 @@ bool H5File::exists(const std::string& name) const {
 }
 
 void H5File::set_text(const std::string& object, const std::string& name, const std::string& value) {
-  Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", path_);
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", path_, Access::write);
   VINF_CHECK_HDF5(H5Tset_size(type.get(), value.empty() ? 1 : value.size()));
   VINF_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8));
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", path_);
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", path_, Access::write);
   Handle attr(H5Acreate_by_name(id_, object.c_str(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
                                 H5P_DEFAULT),
-              H5Aclose, "creating an attribute", path_);
+              H5Aclose, "creating an attribute", path_, Access::write);
   VINF_CHECK_HDF5(H5Awrite(attr.get(), type.get(), value.empty() ? "" : value.c_str()));
 }
 
 void H5File::set_int(const std::string& object, const std::string& name, std::int64_t value) {
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", path_);
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", path_, Access::write);
   Handle attr(H5Acreate_by_name(id_, object.c_str(), name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT,
                                 H5P_DEFAULT, H5P_DEFAULT),
-              H5Aclose, "creating an attribute", path_);
+              H5Aclose, "creating an attribute", path_, Access::write);
   VINF_CHECK_HDF5(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value));
 }
 
@@ -260,9 +263,9 @@ bool H5File::has_attribute(const std::string& object, const std::string& name) c
 std::string H5File::text(const std::string& object, const std::string& name) const {
   VINF_INPUT_CHECK(has_attribute(object, name), path_, ": ", object, " has no attribute '", name, "'");
   Handle attr(H5Aopen_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
-              "opening an attribute", path_, Access::read);
+              "opening attribute '" + name + "'", path_, Access::read);
   check_single_value(attr.get(), name, path_);
-  Handle type(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type", path_, Access::read);
+  Handle type(H5Aget_type(attr.get()), H5Tclose, "H5Aget_type of attribute '" + name + "'", path_, Access::read);
   VINF_INPUT_CHECK(H5Tget_class(type.get()) == H5T_STRING && !H5Tis_variable_str(type.get()), path_, ": attribute '",
                    name, "' is not a fixed-length string");
   // The size comes from the file: bounded before anything is allocated.
@@ -278,7 +281,7 @@ std::string H5File::text(const std::string& object, const std::string& name) con
 std::int64_t H5File::integer(const std::string& object, const std::string& name) const {
   VINF_INPUT_CHECK(has_attribute(object, name), path_, ": ", object, " has no attribute '", name, "'");
   Handle attr(H5Aopen_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
-              "opening an attribute", path_, Access::read);
+              "opening attribute '" + name + "'", path_, Access::read);
   check_single_value(attr.get(), name, path_);
   std::int64_t v = 0;
   VINF_INPUT_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &v) >= 0, path_, ": attribute '", name,
@@ -295,13 +298,13 @@ void H5File::write_frames(const std::string& name, const Shape& full, int axis, 
   chunk[static_cast<std::size_t>(axis)] = 1;
   for (hsize_t& c : chunk) c = std::max<hsize_t>(c, 1);
   const int rank = static_cast<int>(dims.size());
-  Handle space(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose, "H5Screate_simple", path_);
-  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "H5Pcreate", path_);
+  Handle space(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose, "H5Screate_simple", path_, Access::write);
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "H5Pcreate", path_, Access::write);
   VINF_CHECK_HDF5(H5Pset_chunk(dcpl.get(), rank, chunk.data()));
   VINF_CHECK_HDF5(H5Pset_fletcher32(dcpl.get()));
   VINF_CHECK_HDF5(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
   Handle set(H5Dcreate2(id_, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-             H5Dclose, "creating a dataset", path_);
+             H5Dclose, "creating a dataset", path_, Access::write);
   const SliceTransfer io(set.get(), dims, axis, first, count, comm_ != MPI_COMM_SELF, path_, Access::write);
   const float dummy = 0;
   if (H5Dwrite(set.get(), H5T_NATIVE_FLOAT, io.mem_space.get(), io.file_space.get(), io.dxpl.get(),
@@ -311,9 +314,9 @@ void H5File::write_frames(const std::string& name, const Shape& full, int axis, 
 
 Shape H5File::shape(const std::string& name) const {
   VINF_INPUT_CHECK(exists(name), path_, " has no dataset ", name);
-  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_, Access::read);
-  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_, Access::read);
-  Handle type(H5Dget_type(set.get()), H5Tclose, "H5Dget_type", path_, Access::read);
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening dataset " + name, path_, Access::read);
+  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space of " + name, path_, Access::read);
+  Handle type(H5Dget_type(set.get()), H5Tclose, "H5Dget_type of " + name, path_, Access::read);
   const int rank = H5Sget_simple_extent_ndims(space.get());
   VINF_INPUT_CHECK(rank >= 0 && rank <= kMaxDims, path_, ": ", name, " has ", rank, " dimensions (truncated or damaged?)");
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
@@ -344,7 +347,7 @@ void H5File::read_frames(const std::string& name, int axis, std::int64_t first, 
   const Shape full = shape(name);
   VINF_INPUT_CHECK(axis < full.rank() && first >= 0 && count >= 0 && first + count <= full[axis], path_, ": ", name,
                    " ", full.str(), " has no slices [", first, ", ", first + count, ") along axis ", axis);
-  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_, Access::read);
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening dataset " + name, path_, Access::read);
   const SliceTransfer io(set.get(), dims_of(full), axis, first, count, /*collective=*/false, path_, Access::read);
   float dummy = 0;
   if (H5Dread(set.get(), H5T_NATIVE_FLOAT, io.mem_space.get(), io.file_space.get(), io.dxpl.get(),
@@ -360,18 +363,18 @@ void H5File::write_small(const std::string& name, DType dtype, const Shape& shap
   const hid_t file_type = dtype == DType::f32 ? H5T_IEEE_F32LE : H5T_STD_I64LE;
   const hid_t mem_type = dtype == DType::f32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT64;
   Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose, "H5Screate_simple",
-               path_);
-  Handle dcpl(small_creation_list(dims, dtype_size(dtype)), H5Pclose, "H5Pcreate", path_);
+               path_, Access::write);
+  Handle dcpl(small_creation_list(dims, dtype_size(dtype)), H5Pclose, "H5Pcreate", path_, Access::write);
   Handle set(H5Dcreate2(id_, name.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose,
-             "creating a dataset", path_);
-  Handle file_space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_);
+             "creating a dataset", path_, Access::write);
+  Handle file_space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_, Access::write);
   Handle mem_space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose,
-                   "H5Screate_simple", path_);
+                   "H5Screate_simple", path_, Access::write);
   if (rank_ != 0 || shape.numel() == 0) {
     VINF_CHECK_HDF5(H5Sselect_none(file_space.get()));
     VINF_CHECK_HDF5(H5Sselect_none(mem_space.get()));
   }
-  Handle dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path_);
+  Handle dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path_, Access::write);
   if (comm_ != MPI_COMM_SELF) VINF_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
   const std::int64_t dummy = 0;
   if (H5Dwrite(set.get(), mem_type, mem_space.get(), file_space.get(), dxpl.get(),
@@ -385,7 +388,7 @@ template <class T>
 std::vector<T> read_whole(hid_t file, const std::string& name, hid_t mem_type, const std::string& path,
                           const Shape& shape) {
   std::vector<T> v(static_cast<std::size_t>(shape.numel()));
-  Handle set(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path, Access::read);
+  Handle set(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "opening dataset " + name, path, Access::read);
   if (!v.empty() && H5Dread(set.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
     throw_read_failure(name, path, "");
   return v;
@@ -410,21 +413,21 @@ bool has_checksum(hid_t set) {
 }  // namespace
 
 void H5File::write_text(const std::string& name, const std::string& value) {
-  Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", path_);
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", path_, Access::write);
   VINF_CHECK_HDF5(H5Tset_size(type.get(), std::max<std::size_t>(value.size(), 1)));
   VINF_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8));
   const std::vector<hsize_t> dims{1};
-  Handle space(H5Screate_simple(1, dims.data(), nullptr), H5Sclose, "H5Screate_simple", path_);
-  Handle dcpl(small_creation_list(dims, H5Tget_size(type.get())), H5Pclose, "H5Pcreate", path_);
+  Handle space(H5Screate_simple(1, dims.data(), nullptr), H5Sclose, "H5Screate_simple", path_, Access::write);
+  Handle dcpl(small_creation_list(dims, H5Tget_size(type.get())), H5Pclose, "H5Pcreate", path_, Access::write);
   Handle set(H5Dcreate2(id_, name.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose,
-             "creating a dataset", path_);
-  Handle file_space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_);
-  Handle mem_space(H5Screate_simple(1, dims.data(), nullptr), H5Sclose, "H5Screate_simple", path_);
+             "creating a dataset", path_, Access::write);
+  Handle file_space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_, Access::write);
+  Handle mem_space(H5Screate_simple(1, dims.data(), nullptr), H5Sclose, "H5Screate_simple", path_, Access::write);
   if (rank_ != 0) {
     VINF_CHECK_HDF5(H5Sselect_none(file_space.get()));
     VINF_CHECK_HDF5(H5Sselect_none(mem_space.get()));
   }
-  Handle dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path_);
+  Handle dxpl(collective_transfer(), H5Pclose, "H5Pcreate", path_, Access::write);
   if (comm_ != MPI_COMM_SELF) VINF_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
   const std::string padded = value.empty() ? std::string(1, '\0') : value;
   if (H5Dwrite(set.get(), type.get(), mem_space.get(), file_space.get(), dxpl.get(), padded.data()) < 0)
@@ -433,9 +436,9 @@ void H5File::write_text(const std::string& name, const std::string& value) {
 
 std::string H5File::read_text(const std::string& name) const {
   VINF_INPUT_CHECK(exists(name), path_, " has no dataset ", name);
-  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening a dataset", path_, Access::read);
-  Handle type(H5Dget_type(set.get()), H5Tclose, "H5Dget_type", path_, Access::read);
-  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_, Access::read);
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening dataset " + name, path_, Access::read);
+  Handle type(H5Dget_type(set.get()), H5Tclose, "H5Dget_type of " + name, path_, Access::read);
+  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space of " + name, path_, Access::read);
   VINF_INPUT_CHECK(H5Tget_class(type.get()) == H5T_STRING && !H5Tis_variable_str(type.get()) &&
                        H5Sget_simple_extent_npoints(space.get()) == 1,
                    path_, ": ", name, " is not one fixed-length string");
