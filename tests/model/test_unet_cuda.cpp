@@ -110,8 +110,8 @@ TEST_CASE("CUDA UNet (f32, f16, bf16) matches the CPU f32 result: tiny and small
       const DType dt = kDtypes[d];
       const Errors& e = errors[d];
       CAPTURE(k.dir);
-      CAPTURE(dtype_name(dt));
-      MESSAGE(k.dir << " " << dtype_name(dt) << ": relative RMS error " << e.relative_rms << ", max |err| " << e.max_abs);
+      CAPTURE(std::string(dtype_name(dt)));
+      MESSAGE(k.dir << " " << std::string(dtype_name(dt)) << ": relative RMS error " << e.relative_rms << ", max |err| " << e.max_abs);
       CHECK(e.nonfinite == 0);
       CHECK(e.relative_rms < tolerance(dt));
       if (dt == DType::f32) CHECK(e.max_abs < 1e-3);
@@ -139,8 +139,8 @@ TEST_CASE("CUDA UNet at VideoCrafter2 shapes (vc2, 40x64 latent, 24 frames, batc
   for (std::size_t d = 0; d < kDtypes.size(); ++d) {
     const DType dt = kDtypes[d];
     const Errors& e = errors[d];
-    CAPTURE(dtype_name(dt));
-    MESSAGE("vc2 " << dtype_name(dt) << ": relative RMS error " << e.relative_rms << ", max |err| " << e.max_abs
+    CAPTURE(std::string(dtype_name(dt)));
+    MESSAGE("vc2 " << std::string(dtype_name(dt)) << ": relative RMS error " << e.relative_rms << ", max |err| " << e.max_abs
                    << ", non-finite outputs " << e.nonfinite);
     CHECK(e.nonfinite == 0);
     CHECK(e.relative_rms < (dt == DType::f32 ? 2e-4 : tolerance(dt)));

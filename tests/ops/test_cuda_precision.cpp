@@ -107,7 +107,7 @@ TEST_CASE("CUDA attention logits beyond f16's range (~1e5): f32 scores, finite r
   auto tolerance = [](DType dt) { return dt == DType::f32 ? 1e-5 : dt == DType::f16 ? 1e-2 : 4e-2; };
   for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
     for (model::AttentionPath path : {model::AttentionPath::gemm, model::AttentionPath::kernel}) {
-      CAPTURE(dtype_name(dt));
+      CAPTURE(std::string(dtype_name(dt)));
       CAPTURE(path == model::AttentionPath::gemm ? "GEMM path" : "kernel");
       OwnedTensor qd = upload(gpu, q, dt), kd = upload(gpu, k, dt), vd = upload(gpu, v, dt);
       OwnedTensor od = gpu.arena().empty(dt, {R, L, H * Dv});
@@ -120,7 +120,7 @@ TEST_CASE("CUDA attention logits beyond f16's range (~1e5): f32 scores, finite r
         finite = finite && std::isfinite(got[i]);
         max_err = std::max(max_err, std::fabs(got[i] - ref[i]));
       }
-      MESSAGE(dtype_name(dt) << (path == model::AttentionPath::gemm ? " GEMM path" : " kernel") << ": max |err| "
+      MESSAGE(std::string(dtype_name(dt)) << std::string(path == model::AttentionPath::gemm ? " GEMM path" : " kernel") << ": max |err| "
                              << max_err);
       CHECK(finite);
       CHECK(max_err <= tolerance(dt));

@@ -13,7 +13,7 @@ void check_backend(Runtime& rt, DType dtype) {
   Runtime ref(Device::cpu(), CpuImpl::reference);
   int checked = 0;
   for (const auto& c : opcheck::unit_cases()) {
-    INFO("case: " << c.name << " on " << rt.device().name() << " " << dtype_name(dtype));
+    INFO("case: " << c.name << " on " << rt.device().name() << " " << std::string(dtype_name(dtype)));
     const auto expected = opcheck::run_case(c, ref, DType::f32, dtype);
     const auto got = opcheck::run_case(c, rt, dtype, dtype);
     const auto cmp = opcheck::compare(expected, got, opcheck::tolerance_for(dtype));

@@ -11,6 +11,8 @@
 //                                   seeded normal values, one row per PROMPT (NEGATIVE is not used)
 //   vae-old-names DIR OUT_DIR       DIR's VAE with the mid-block attention under its older names
 //                                   (query/key/value/proj_attn) and 1x1-conv [C, C, 1, 1] weights
+//   h5-diff A B TOL                 every dataset of two HDF5 files (the same names and shapes in
+//                                   both) agrees to TOL, absolute, element by element, as h5diff -d
 //   h5-check FILE F C H W           /latents is [F, C, H, W], finite, and the file says its format
 //   h5-flip FILE DATASET FRAME      flips 8 bytes in the middle of the stored data of DATASET's
 //                                   frame FRAME (its chunk, or its bytes in contiguous storage),
@@ -134,6 +136,71 @@ int h5_compare(int argc, char** argv) {
   std::printf("%s /latents max |diff| %.3g (tolerance %.3g: relative to max |value| %.3g)\n", worst <= tol ? "ok" : "FAIL", worst,
               tol, scale);
   return worst <= tol ? 0 : 1;
+}
+
+// The paths of every dataset in an HDF5 file, sorted.
+std::vector<std::string> dataset_paths(hid_t file) {
+  std::vector<std::string> out;
+  const auto visit = [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
+    if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(std::string("/") + name);
+    return 0;
+  };
+  if (H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit, &out, H5O_INFO_BASIC) < 0)
+    throw std::runtime_error("cannot list the datasets");
+  return out;
+}
+
+// A dataset's values as doubles, with its shape.
+std::vector<double> read_doubles(hid_t file, const std::string& path, std::vector<hsize_t>& dims) {
+  const hid_t d = H5Dopen2(file, path.c_str(), H5P_DEFAULT);
+  if (d < 0) throw std::runtime_error("cannot open " + path);
+  const hid_t space = H5Dget_space(d);
+  dims.assign(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space)), 0);
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  hsize_t n = 1;
+  for (hsize_t x : dims) n *= x;
+  std::vector<double> v(n);
+  const herr_t rc = n == 0 ? 0 : H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+  H5Sclose(space);
+  H5Dclose(d);
+  if (rc < 0) throw std::runtime_error("cannot read " + path + " as numbers");
+  return v;
+}
+
+int h5_diff(int argc, char** argv) {
+  if (argc != 5) return 2;
+  const double tol = std::atof(argv[4]);
+  const hid_t fa = H5Fopen(argv[2], H5F_ACC_RDONLY, H5P_DEFAULT), fb = H5Fopen(argv[3], H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (fa < 0 || fb < 0) throw std::runtime_error(std::string("cannot open ") + (fa < 0 ? argv[2] : argv[3]));
+  const std::vector<std::string> names = dataset_paths(fa);
+  int fails = 0;
+  if (names != dataset_paths(fb)) {
+    std::printf("FAIL: %s and %s hold different datasets\n", argv[2], argv[3]);
+    ++fails;
+  } else if (names.empty()) {
+    std::printf("FAIL: %s holds no dataset\n", argv[2]);
+    ++fails;
+  }
+  for (std::size_t k = 0; fails == 0 && k < names.size(); ++k) {
+    std::vector<hsize_t> da, db;
+    const std::vector<double> a = read_doubles(fa, names[k], da), b = read_doubles(fb, names[k], db);
+    double worst = 0;
+    std::size_t bad = 0;
+    for (std::size_t i = 0; da == db && i < a.size(); ++i) {
+      const double d = std::fabs(a[i] - b[i]);
+      if (!(d <= tol)) ++bad;  // NaN counts as a difference
+      if (d > worst) worst = d;
+    }
+    if (da != db || bad > 0) {
+      std::printf("FAIL: %s: %s, max |diff| %.3g over %zu of %zu values (tolerance %.3g)\n", names[k].c_str(),
+                  da != db ? "the shapes differ" : "differs", worst, bad, a.size(), tol);
+      ++fails;
+    }
+  }
+  if (fails == 0) std::printf("ok: %zu datasets agree within %.3g\n", names.size(), tol);
+  H5Fclose(fa);
+  H5Fclose(fb);
+  return fails == 0 ? 0 : 1;
 }
 
 int h5_check(int argc, char** argv) {
@@ -376,10 +443,11 @@ int main(int argc, char** argv) {
     if (cmd == "broken-models") return broken_models(argc, argv);
     if (cmd == "h5-compare") return h5_compare(argc, argv);
     if (cmd == "h5-check") return h5_check(argc, argv);
+    if (cmd == "h5-diff") return h5_diff(argc, argv);
     if (cmd == "h5-flip") return h5_flip(argc, argv);
     if (cmd == "text-embeddings") return text_embeddings(argc, argv);
     if (cmd == "vae-old-names") return vae_old_names(argc, argv);
-    std::cerr << "usage: vinf_test_tool compare|compare-frames|slice-frames|broken-models|h5-compare|h5-check|h5-flip ...\n";
+    std::cerr << "usage: vinf_test_tool compare|compare-frames|slice-frames|broken-models|h5-compare|h5-diff|h5-check|h5-flip|text-embeddings|vae-old-names ...\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "vinf_test_tool: " << e.what() << "\n";
