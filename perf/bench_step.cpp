@@ -38,6 +38,7 @@
 #include "model/flops.hpp"
 #include "model/presets.hpp"
 #include "model/unet3d.hpp"
+#include "job/job.hpp"
 #include "mpi/grid.hpp"
 #include "mpi/session.hpp"
 #include "ops/gemm.hpp"
@@ -147,7 +148,7 @@ int run(int argc, char** argv) {
   mpi::Session mpi(&argc, &argv);
   const bool root = mpi.rank() == 0;
   mpi::ProcessGrid grid(mpi, 1);
-  const Device device = mpi.choose_device(device_opt);
+  const Device device = job::choose_device(mpi, job::parse_device_choice(device_opt));
   const DType dtype = resolve_dtype_option(dtype_opt, device);
   set_allow_tf32(tf32);
   const int clips = grid.clip_size();
@@ -169,7 +170,7 @@ int run(int argc, char** argv) {
   if (vcfg.mode == infinity::Mode::off) {
     tc = std::make_unique<model::PlainTemporalContext>();
   } else {
-    comm = mpi::make_communicator(grid.clip_comm(), device, backend, "clip group");
+    comm = job::make_group_communicator(grid.clip_comm(), device, job::parse_transport(backend), "clip group");
     tc = std::make_unique<infinity::Context>(vcfg, *comm, frames_per_rank);
   }
   auto one_call = [&](std::int64_t t) {

@@ -19,6 +19,7 @@
 #include "io/safetensors.hpp"
 #include "io/video.hpp"
 #include "model/vae.hpp"
+#include "job/job.hpp"
 #include "mpi/session.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
@@ -133,7 +134,7 @@ int decode(const std::vector<std::string>& args) {
   VINF_INPUT_CHECK(tile >= 0, "--vae.tile must be 0 (off) or a positive number of latent pixels, got ", tile);
   check_dtype_option(dtype_opt);
   mpi::Session mpi(nullptr, nullptr);
-  const Device device = mpi.choose_device(device_opt);
+  const Device device = job::choose_device(mpi, job::parse_device_choice(device_opt));
   const DType dtype = resolve_dtype_option(dtype_opt, device);
   set_allow_tf32(tf32);
 

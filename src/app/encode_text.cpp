@@ -17,6 +17,7 @@
 #include "io/safetensors.hpp"
 #include "model/clip_text.hpp"
 #include "model/tokenizer.hpp"
+#include "job/job.hpp"
 #include "mpi/session.hpp"
 #include "ops/runtime.hpp"
 
@@ -86,7 +87,7 @@ int encode_text(const std::vector<std::string>& args) {
   VINF_INPUT_CHECK(!prompts.empty(), "vinf encode-text: no prompt: give --prompt TEXT (repeatable) or --prompt-file FILE");
 
   mpi::Session mpi(nullptr, nullptr);
-  const Device device = mpi.choose_device(device_opt);
+  const Device device = job::choose_device(mpi, job::parse_device_choice(device_opt));
   const auto t0 = std::chrono::steady_clock::now();
   const model::ClipTokenizer tokenizer = model::ClipTokenizer::load(tokenizer_dir);
   for (const std::string& w : tokenizer.warnings()) std::cerr << "vinf encode-text: warning: " << w << "\n";

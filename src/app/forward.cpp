@@ -19,6 +19,7 @@
 #include "infinity/context.hpp"
 #include "io/safetensors.hpp"
 #include "model/unet3d.hpp"
+#include "job/job.hpp"
 #include "mpi/check.hpp"
 #include "mpi/grid.hpp"
 #include "mpi/session.hpp"
@@ -214,8 +215,9 @@ int forward(const std::vector<std::string>& args) {
   VINF_INPUT_CHECK(emulate >= 0, "--vi.emulate-clips must be >= 0, got ", emulate);
   VINF_INPUT_CHECK(emulate == 0 || (mpi.size() == 1 && cfg_size == 1), "--vi.emulate-clips runs in one process; ",
                    "launch it without mpirun (and without --parallel.cfg 2)");
+  job::check_cfg_layout(cfg_size, mpi.size());
   mpi::ProcessGrid grid(mpi, cfg_size);
-  const Device device = mpi.choose_device(device_opt);
+  const Device device = job::choose_device(mpi, job::parse_device_choice(device_opt));
   const DType dtype = resolve_dtype_option(dtype_opt, device);
   set_allow_tf32(tf32);
 
@@ -299,7 +301,7 @@ int forward(const std::vector<std::string>& args) {
   } else {
     std::unique_ptr<mpi::Communicator> clip_comm;
     if (vcfg.mode != infinity::Mode::off)
-      clip_comm = mpi::make_communicator(grid.clip_comm(), device, comm_backend, "clip group");
+      clip_comm = job::make_group_communicator(grid.clip_comm(), device, job::parse_transport(comm_backend), "clip group");
     const Piece mine = piece_of(grid.cfg_index(), grid.clip_index());
     auto tc = make_context(clip_comm.get(), mine.nf);
     PieceResult r = run_piece(rt, unet, *tc, in, mine, !dump.empty(), [&](double x) { return mpi.max(x); });

@@ -24,6 +24,7 @@
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "infinity/context.hpp"
+#include "job/job.hpp"
 #include "io/atomic_file.hpp"
 #include "io/checkpoint.hpp"
 #include "model/presets.hpp"
@@ -63,28 +64,34 @@ double max_rss_bytes() {
 int generate(const std::vector<std::string>& args) {
   GenerateOptions o;
   if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
-  mpi::set_comm_timeout(o.comm_timeout);
-  check_dtype_option(o.dtype);
+  job::JobPlan plan;
+  plan.device = job::parse_device_choice(o.device);
+  plan.dtype = job::parse_dtype_choice(o.dtype);
+  plan.tf32 = o.tf32;
+  plan.cfg = o.cfg;
+  plan.transport = job::parse_transport(o.comm_backend);
+  plan.comm_timeout = o.comm_timeout;
+  plan.clip_group = o.vi.mode != infinity::Mode::off;
+  plan.cfg_group = o.cfg == 2;
 
   const auto t_start = Clock::now();
   hold_stop_signals();
-  mpi::Session mpi(nullptr, nullptr);
+  const std::unique_ptr<job::Job> job = job::start_job(plan, [&](int world) { check_generate_job(o, world); });
   install_stop_signals();  // after MPI's own set-up, so that these handlers are the ones in place
-  const bool root = mpi.rank() == 0;
+  mpi::Session& mpi = job->session();
+  const mpi::ProcessGrid& grid = job->grid();
+  const bool root = job->root();
   auto log = [&](const std::string& line) {
     if (root && !o.quiet) std::cerr << "vinf generate: " << line << "\n" << std::flush;
   };
   auto detail = [&](const std::string& line) {
     if (root && o.verbose) std::cerr << "vinf generate: " << line << "\n" << std::flush;
   };
-  check_generate_job(o, mpi.size());
-  mpi::ProcessGrid grid(mpi, o.cfg);
-  const Device device = mpi.choose_device(o.device);
+  const Device device = job->device();
   if (o.verbose)
     for (const std::string& line : mpi.gather_on_root(mpi.placement(device))) detail(line);
-  const DType dtype = resolve_dtype_option(o.dtype, device);
+  const DType dtype = job->dtype();
   o.dtype = dtype_name(dtype);  // run.json and the checkpoints record the dtype that ran, not "auto"
-  set_allow_tf32(o.tf32);
   const int clips = grid.clip_size(), clip = grid.clip_index();
   if (const std::string note = imported_fields_note(o, o.dtype, clips); !note.empty()) log(note);
   const std::int64_t frames = o.frames, nf = frames / clips, first_frame = clip * nf;
@@ -228,7 +235,7 @@ int generate(const std::vector<std::string>& args) {
 
   // Weights.
   const auto t_load = Clock::now();
-  Runtime rt(device);
+  Runtime& rt = job->runtime();
   std::unique_ptr<model::WeightFiles> wf;
   const auto params = model::unet_parameters(ucfg);
   model::Weights weights;
@@ -305,11 +312,9 @@ int generate(const std::vector<std::string>& args) {
           " are removed; its other files are replaced as this run writes them");
   }
 
-  // Communicators: the clip group for the temporal layers, the cfg group for the guidance swap.
-  std::unique_ptr<mpi::Communicator> clip_comm, cfg_comm;
-  if (o.vi.mode != infinity::Mode::off)
-    clip_comm = mpi::make_communicator(grid.clip_comm(), device, o.comm_backend, "clip group");
-  if (o.cfg == 2) cfg_comm = mpi::make_communicator(grid.cfg_comm(), device, o.comm_backend, "cfg group");
+  // The clip group's communicator serves the temporal layers, the cfg group's the guidance swap.
+  mpi::Communicator* clip_comm = job->clip_comm();
+  mpi::Communicator* cfg_comm = job->cfg_comm();
   std::unique_ptr<model::TemporalContext> temporal;
   if (clip_comm)
     temporal = std::make_unique<infinity::Context>(o.vi, *clip_comm, nf);

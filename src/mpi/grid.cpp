@@ -13,10 +13,8 @@
 namespace vinf::mpi {
 
 ProcessGrid::ProcessGrid(const Session& session, int cfg_size) {
-  VINF_INPUT_CHECK(cfg_size == 1 || cfg_size == 2, "--parallel.cfg must be 1 (both CFG branches in one batch) or 2 ",
-                   "(rank pairs split the branches), got ", cfg_size);
-  VINF_INPUT_CHECK(session.size() % cfg_size == 0, "--parallel.cfg 2 needs an even number of ranks, got ",
-                   session.size(), "; launch 2 x (number of clips) ranks");
+  VINF_CHECK((cfg_size == 1 || cfg_size == 2) && session.size() % cfg_size == 0, "a process grid of ", cfg_size,
+             " guidance branch(es) cannot be laid over ", session.size(), " rank(s)");
   cfg_size_ = cfg_size;
   clip_size_ = session.size() / cfg_size;
   cfg_index_ = session.rank() / clip_size_;
@@ -61,8 +59,6 @@ std::string describe_shared_gpus(const std::vector<GpuHolder>& holders, const st
   return text;
 }
 
-namespace {
-
 // Every rank's host and GPU, gathered over comm. A rank that cannot read its GPU's identity still
 // takes part (with its error in place of the identity), and then every rank fails alike.
 std::vector<GpuHolder> gather_gpu_holders(MPI_Comm comm, const Device& device) {
@@ -96,43 +92,6 @@ std::vector<GpuHolder> gather_gpu_holders(MPI_Comm comm, const Device& device) {
     VINF_CHECK(all[r * sizeof mine + 2 * kField] == 0, "rank ", r, " (", holders[r].host,
                ") cannot identify its GPU: ", holders[r].gpu);
   return holders;
-}
-
-}  // namespace
-
-std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, const Device& device, const std::string& backend,
-                                                const std::string& label) {
-  VINF_INPUT_CHECK(backend == "auto" || backend == "mpi" || backend == "nccl",
-                   "--comm-backend must be auto, mpi or nccl, got '", backend, "'");
-  VINF_INPUT_CHECK(backend != "nccl" || device.is_cuda(), "--comm-backend nccl needs the CUDA device (this run uses ",
-                   device.name(), "); use --comm-backend mpi or auto");
-  bool nccl = backend == "nccl" || (backend == "auto" && device.is_cuda());
-  if (nccl) {
-    // NCCL refuses two ranks on one GPU ("Duplicate GPU detected") deep inside its set-up; find
-    // them first, from what every rank of the group says it holds.
-    const std::vector<GpuHolder> holders = gather_gpu_holders(comm, device);
-    const std::vector<std::vector<int>> shared = shared_gpus(holders);
-    if (!shared.empty()) {
-      const std::string who = describe_shared_gpus(holders, shared);
-      VINF_INPUT_CHECK(backend != "nccl", "--comm-backend nccl needs one GPU per rank, but on the ", label, " ", who,
-                       " (more ranks than GPUs on a node); launch at most one rank per GPU (srun --gpus-per-task=1, or "
-                       "--ntasks-per-node equal to the GPUs per node), or use --comm-backend auto (which then "
-                       "uses the MPI transport)");
-      int rank = 0;
-      VINF_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-      if (rank == 0) {
-        std::fprintf(stderr,
-                     "vinf: %s: %s; NCCL needs one GPU per rank, so this group is using the MPI transport (device "
-                     "buffers staged through pinned host memory)\n",
-                     label.c_str(), who.c_str());
-        std::fflush(stderr);
-      }
-      nccl = false;
-    }
-  }
-  std::unique_ptr<Communicator> c = nccl ? make_nccl_communicator(comm, device) : make_mpi_communicator(comm);
-  c->set_label(label);
-  return c;
 }
 
 }  // namespace vinf::mpi

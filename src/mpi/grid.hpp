@@ -17,8 +17,7 @@ namespace vinf::mpi {
 
 class ProcessGrid {
  public:
-  // Collective over the world. Throws vinf::InputError (on every rank alike) when cfg_size is not
-  // 1 or 2 or does not divide the world size.
+  // Collective over the world. cfg_size is 1 or 2 and divides the world size (the caller checks).
   ProcessGrid(const Session& session, int cfg_size);
   ~ProcessGrid();
   ProcessGrid(const ProcessGrid&) = delete;
@@ -46,12 +45,8 @@ std::vector<std::vector<int>> shared_gpus(const std::vector<GpuHolder>& holders)
 // "ranks 0 and 1 share GPU-... (PCI ...) on node-a; ranks 2, 3 and 4 share ..." for messages.
 std::string describe_shared_gpus(const std::vector<GpuHolder>& holders, const std::vector<std::vector<int>>& shared);
 
-// The transport for a group: "mpi", "nccl" (a CUDA device), or "auto" (NCCL on CUDA devices, MPI
-// on the CPU). NCCL needs a GPU of its own per rank: where ranks of the group share one (more
-// ranks than GPUs on a node), auto uses MPI over staged device buffers and says so once, and
-// nccl is refused. Throws vinf::InputError (every rank alike) for another name, NCCL without a
-// GPU, or NCCL on a shared GPU. Collective over comm.
-std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, const Device& device, const std::string& backend,
-                                                const std::string& label);
+// Every rank's host and GPU (device_identity()), gathered over comm, in rank order. A rank that
+// cannot read its GPU's identity still takes part, and then every rank fails alike. Collective.
+std::vector<GpuHolder> gather_gpu_holders(MPI_Comm comm, const Device& device);
 
 }  // namespace vinf::mpi

@@ -94,20 +94,16 @@ double Session::max(double v) const {
   return out;
 }
 
-Device Session::choose_device(const std::string& choice) const {
-  VINF_INPUT_CHECK(choice == "auto" || choice == "cpu" || choice == "cuda", "--device must be auto, cpu or cuda, got '",
-                   choice, "'");
-  if (choice == "cpu") return Device::cpu();
+int Session::gpu_count_on_every_rank() const {
   const int count = cuda_device_count();
-  const bool every_rank_has_gpu = all(count > 0);
-  if (choice == "auto" && !every_rank_has_gpu) return Device::cpu();
-  if (!every_rank_has_gpu) {
-    VINF_INPUT_CHECK(count > 0, "--device cuda: this rank sees no usable GPU (",
-                     built_with_cuda() ? "no device visible; check CUDA_VISIBLE_DEVICES and the allocation"
-                                       : "this build has no CUDA backend",
-                     "); use --device cpu or auto");
-    VINF_INPUT_FAIL("--device cuda: another rank sees no usable GPU");
-  }
+  int least = count;
+  VINF_CHECK_MPI(MPI_Allreduce(&count, &least, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  return least;
+}
+
+Device Session::take_gpu() const {
+  const int count = cuda_device_count();
+  VINF_CHECK(count > 0, "rank ", rank_, " sees no GPU to take");
   const Device d = Device::cuda(gpu_turn_.turn % count);
   set_process_device(d.name());
   return d;

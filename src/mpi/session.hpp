@@ -37,11 +37,11 @@ class Session {
   int local_size() const { return local_size_; }
   MPI_Comm world() const { return MPI_COMM_WORLD; }
 
-  // The device every rank uses, agreed by all: "cpu", "cuda" (each rank the visible GPU of its
-  // turn (gpu_turn) modulo their number; an error naming the rank when one has none) or "auto"
-  // (CUDA when every rank sees a GPU, else the CPU on all ranks). Throws vinf::InputError for
-  // another value.
-  Device choose_device(const std::string& choice) const;
+  // The fewest GPUs a rank sees (0 when any rank sees none, or without a CUDA backend). Collective.
+  int gpu_count_on_every_rank() const;
+  // The GPU of this rank's turn (gpu_turn) among those it sees, modulo their number, made this
+  // process's device. The rank must see one.
+  Device take_gpu() const;
   // One line on where this rank runs, for the logs: its host, local rank, CUDA_VISIBLE_DEVICES,
   // its turn among the ranks sharing those GPUs, and the device it uses.
   std::string placement(Device device) const;

@@ -1,0 +1,99 @@
+#include "job/job.hpp"
+
+#include <cstdio>
+
+#include "core/error.hpp"
+#include "mpi/communicator.hpp"
+
+namespace vinf::job {
+
+Job::~Job() {
+  // Communicators before the runtime whose streams they use, the grid's groups before MPI ends.
+  clip_.reset();
+  cfg_.reset();
+  world_.reset();
+  runtime_.reset();
+  grid_.reset();
+  session_.reset();
+}
+
+Device choose_device(mpi::Session& session, DeviceChoice choice) {
+  if (choice == DeviceChoice::cpu) return Device::cpu();
+  const int count = cuda_device_count();
+  const bool every_rank_has_gpu = session.gpu_count_on_every_rank() > 0;
+  if (choice == DeviceChoice::automatic && !every_rank_has_gpu) return Device::cpu();
+  if (!every_rank_has_gpu) {
+    VINF_INPUT_CHECK(count > 0, "--device cuda: this rank sees no usable GPU (",
+                     built_with_cuda() ? "no device visible; check CUDA_VISIBLE_DEVICES and the allocation"
+                                       : "this build has no CUDA backend",
+                     "); use --device cpu or auto");
+    VINF_INPUT_FAIL("--device cuda: another rank sees no usable GPU");
+  }
+  return session.take_gpu();
+}
+
+std::unique_ptr<mpi::Communicator> make_group_communicator(MPI_Comm comm, const Device& device, Transport transport,
+                                                           const std::string& label) {
+  VINF_INPUT_CHECK(transport != Transport::nccl || device.is_cuda(),
+                   "--comm-backend nccl needs the CUDA device (this run uses ", device.name(),
+                   "); use --comm-backend mpi or auto");
+  bool nccl = transport == Transport::nccl || (transport == Transport::automatic && device.is_cuda());
+  if (nccl) {
+    // NCCL refuses two ranks on one GPU ("Duplicate GPU detected") deep inside its set-up; find
+    // them first, from what every rank of the group says it holds.
+    const std::vector<mpi::GpuHolder> holders = mpi::gather_gpu_holders(comm, device);
+    const std::vector<std::vector<int>> shared = mpi::shared_gpus(holders);
+    if (!shared.empty()) {
+      const std::string who = mpi::describe_shared_gpus(holders, shared);
+      VINF_INPUT_CHECK(transport != Transport::nccl, "--comm-backend nccl needs one GPU per rank, but on the ", label,
+                       " ", who,
+                       " (more ranks than GPUs on a node); launch at most one rank per GPU (srun --gpus-per-task=1, or "
+                       "--ntasks-per-node equal to the GPUs per node), or use --comm-backend auto (which then "
+                       "uses the MPI transport)");
+      int rank = 0;
+      MPI_Comm_rank(comm, &rank);
+      if (rank == 0) {
+        std::fprintf(stderr,
+                     "vinf: %s: %s; NCCL needs one GPU per rank, so this group is using the MPI transport (device "
+                     "buffers staged through pinned host memory)\n",
+                     label.c_str(), who.c_str());
+        std::fflush(stderr);
+      }
+      nccl = false;
+    }
+  }
+  std::unique_ptr<mpi::Communicator> c = nccl ? mpi::make_nccl_communicator(comm, device) : mpi::make_mpi_communicator(comm);
+  c->set_label(label);
+  return c;
+}
+
+void check_cfg_layout(int cfg, int world_size) {
+  VINF_INPUT_CHECK(cfg == 1 || cfg == 2, "--parallel.cfg must be 1 (both CFG branches in one batch) or 2 ",
+                   "(rank pairs split the branches), got ", cfg);
+  VINF_INPUT_CHECK(world_size % cfg == 0, "--parallel.cfg 2 needs an even number of ranks, got ", world_size,
+                   "; launch 2 x (number of clips) ranks");
+}
+
+std::unique_ptr<Job> start_job(const JobPlan& plan, const std::function<void(int)>& check_world) {
+  check_cfg_layout(plan.cfg, 2);  // the value alone, before MPI starts
+  mpi::set_comm_timeout(plan.comm_timeout);
+  std::unique_ptr<Job> job(new Job());
+  job->session_ = std::make_unique<mpi::Session>(nullptr, nullptr);
+  mpi::Session& session = *job->session_;
+  if (check_world) check_world(session.size());
+  check_cfg_layout(plan.cfg, session.size());
+  job->grid_ = std::make_unique<mpi::ProcessGrid>(session, plan.cfg);
+  job->device_ = choose_device(session, plan.device);
+  job->dtype_ = resolve_dtype_option(plan.dtype ? dtype_name(*plan.dtype) : "auto", job->device_);
+  set_allow_tf32(plan.tf32);
+  job->runtime_ = std::make_unique<Runtime>(job->device_);
+  job->world_ = mpi::make_mpi_communicator(session.world());
+  job->world_->set_label("job");
+  if (plan.clip_group)
+    job->clip_ = make_group_communicator(job->grid_->clip_comm(), job->device_, plan.transport, "clip group");
+  if (plan.cfg_group && plan.cfg == 2)
+    job->cfg_ = make_group_communicator(job->grid_->cfg_comm(), job->device_, plan.transport, "cfg group");
+  return job;
+}
+
+}  // namespace vinf::job

@@ -1,0 +1,72 @@
+// The one way a vinf job starts: MPI session -> process grid -> the device every rank agrees on
+// -> the runtime (streams, handles, arena) -> a communicator per group. Every command that runs
+// the model and every benchmark starts with start_job(); the application itself then makes no
+// MPI call: data between ranks goes through the communicators (clip, cfg, world), the rest through
+// the session's helpers.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "job/plan.hpp"
+#include "mpi/communicator.hpp"
+#include "mpi/grid.hpp"
+#include "mpi/session.hpp"
+#include "ops/runtime.hpp"
+
+namespace vinf::job {
+
+class Job {
+ public:
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+  ~Job();
+
+  mpi::Session& session() { return *session_; }
+  int rank() const { return session_->rank(); }
+  int size() const { return session_->size(); }
+  bool root() const { return session_->rank() == 0; }
+  const mpi::ProcessGrid& grid() const { return *grid_; }
+  const Device& device() const { return device_; }
+  DType dtype() const { return dtype_; }
+  Runtime& runtime() { return *runtime_; }
+  // The clip group's communicator (nullptr unless the plan asked for it), the cfg group's
+  // (nullptr without cfg 2), and one over every rank in host memory (MPI), for the
+  // application's own traffic: prompts, frames, reports.
+  mpi::Communicator* clip_comm() { return clip_.get(); }
+  mpi::Communicator* cfg_comm() { return cfg_.get(); }
+  mpi::Communicator& world() { return *world_; }
+  // The host context that world()'s buffers live in.
+  ExecContext& host() { return host_; }
+
+ private:
+  friend std::unique_ptr<Job> start_job(const JobPlan&, const std::function<void(int)>&);
+  Job() = default;
+  std::unique_ptr<mpi::Session> session_;
+  std::unique_ptr<mpi::ProcessGrid> grid_;
+  Device device_{};
+  DType dtype_ = DType::f32;
+  std::unique_ptr<Runtime> runtime_;
+  std::unique_ptr<mpi::Communicator> clip_, cfg_, world_;
+  ExecContext host_{};
+};
+
+// Starts the job. check_world, when given, runs right after MPI has started, with the number of
+// ranks, before anything else is made: the checks of a plan against the job's size. Throws
+// vinf::InputError (on every rank alike) for a plan the job cannot run.
+std::unique_ptr<Job> start_job(const JobPlan& plan, const std::function<void(int world_size)>& check_world = {});
+
+// The transport a group uses: NCCL on CUDA devices unless ranks of the group share a GPU (then
+// MPI over staged device buffers, said once), MPI on the CPU; `nccl` where NCCL cannot run is
+// refused, naming the option. Collective over comm.
+std::unique_ptr<mpi::Communicator> make_group_communicator(MPI_Comm comm, const Device& device, Transport transport,
+                                                           const std::string& label);
+
+// --parallel.cfg against the job's size: 1 or 2, and 2 needs an even number of ranks. Throws
+// vinf::InputError.
+void check_cfg_layout(int cfg, int world_size);
+
+// The device every rank uses, agreed by all (see mpi::Session::gpu_count_on_every_rank).
+Device choose_device(mpi::Session& session, DeviceChoice choice);
+
+}  // namespace vinf::job

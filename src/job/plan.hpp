@@ -1,0 +1,35 @@
+// What a job is made of, as the command line chose it: the device, the compute dtype, the CFG
+// layout and the transport of the collectives. Every field is typed; the parsers below turn the
+// options' strings into these values and refuse anything else before a job starts.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/dtype.hpp"
+
+namespace vinf::job {
+
+enum class DeviceChoice { automatic, cpu, cuda };
+enum class Transport { automatic, mpi, nccl };
+
+// --device: auto | cpu | cuda. Throws vinf::InputError naming the option otherwise.
+DeviceChoice parse_device_choice(const std::string& value);
+// --comm-backend: auto | mpi | nccl. Throws vinf::InputError naming the option otherwise.
+Transport parse_transport(const std::string& value);
+const char* transport_name(Transport t);
+// --dtype: auto (nullopt: bf16 on CUDA, f32 on the CPU) | f32 | bf16 | f16.
+std::optional<DType> parse_dtype_choice(const std::string& value);
+
+struct JobPlan {
+  DeviceChoice device = DeviceChoice::automatic;
+  std::optional<DType> dtype;  // nullopt: the device's default
+  bool tf32 = false;           // f32 GEMMs and convolutions on CUDA may use TF32 tensor cores
+  int cfg = 1;                 // 1: both guidance branches on each rank; 2: rank pairs split them
+  Transport transport = Transport::automatic;
+  double comm_timeout = 300;   // seconds a collective may wait (0: forever)
+  bool clip_group = true;      // a communicator over each clip group (the temporal layers)
+  bool cfg_group = false;      // a communicator over each cfg group (with cfg 2)
+};
+
+}  // namespace vinf::job
