@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "app/vi_options.hpp"
 #include "infinity/config.hpp"
 #include "infinity/context.hpp"
 #include "model/flops.hpp"
@@ -102,7 +103,7 @@ int run(int argc, char** argv) {
   int calls = 3, warmup = 1;
   std::int64_t project_frames = 2300, project_steps = 30, project_ranks = 8;
   double project_reference_s = 312, project_aim_s = 60;
-  infinity::Options vi;
+  app::ViOptions vi;
   po::options_description opts("vinf_bench_step: timed UNet calls with Video-Infinity over the MPI ranks");
   opts.add_options()("help", "this text")("preset", po::value(&preset)->default_value(preset), "tiny | small | vc2")(
       "height", po::value(&height)->default_value(height), "pixels (a multiple of 8)")(
@@ -237,8 +238,8 @@ int run(int argc, char** argv) {
                  {"tf32", tf32_in_effect(device, dtype)},
                  {"comm_backend", comm ? std::string(comm->backend()) : std::string("none")},
                  {"vi.mode", infinity::mode_name(vcfg.mode)},
-                 {"vi.halo", vi.halo},
-                 {"vi.exchange", vi.exchange},
+                 {"vi.halo", infinity::halo_name(vcfg.halo)},
+                 {"vi.exchange", infinity::exchange_name(vcfg.exchange)},
                  {"vi.local-frames", vcfg.local_frames},
                  {"vi.global-frames", vcfg.global_frames},
                  {"omp_threads", omp_get_max_threads()}};
@@ -248,8 +249,8 @@ int run(int argc, char** argv) {
                                  {"attention", flop_kinds.attention}};
   std::cout << "vinf_bench_step: " << preset << ", " << mpi.size() << " rank(s) x " << frames_per_rank << " frames at "
             << height << "x" << width << ", batch " << batch << ", " << device.name() << " " << dtype_name(dtype)
-            << ", --vi.mode " << infinity::mode_name(vcfg.mode) << " --vi.halo " << vi.halo << " --vi.exchange "
-            << vi.exchange << "; means over " << calls << " call(s) after " << warmup << " warm-up\n";
+            << ", --vi.mode " << infinity::mode_name(vcfg.mode) << " --vi.halo " << infinity::halo_name(vcfg.halo) << " --vi.exchange "
+            << infinity::exchange_name(vcfg.exchange) << "; means over " << calls << " call(s) after " << warmup << " warm-up\n";
   std::cout << std::left << std::setw(6) << "rank" << std::right << std::setw(10) << "call s" << std::setw(11)
             << "compute s" << std::setw(12) << "exposed s" << std::setw(12) << "MB/call" << std::setw(11)
             << "peak MiB" << std::setw(10) << "GFLOP" << std::setw(10) << "GFLOP/s" << std::setw(10) << "raw s"

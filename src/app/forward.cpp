@@ -16,6 +16,7 @@
 #include "app/commands.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
+#include "app/vi_options.hpp"
 #include "infinity/context.hpp"
 #include "io/safetensors.hpp"
 #include "model/unet3d.hpp"
@@ -158,7 +159,7 @@ int forward(const std::vector<std::string>& args) {
   int cfg_size = 1, emulate = 0;
   double timeout = 300;
   bool ignore_unexpected = false;
-  infinity::Options vi;
+  app::ViOptions vi;
   po::options_description opts(
       "vinf forward: one UNet call per timestep, for checking a model against reference numbers\n\n"
       "usage: vinf forward --model DIR --inputs IN.safetensors --out OUT.safetensors [options]\n"

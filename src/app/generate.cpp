@@ -2,17 +2,20 @@
 // (and, with --parallel.cfg 2, one of the two guidance branches); the temporal layers talk over the
 // clip group, the guidance branches swap predictions over the cfg group. Rank 0 reports progress
 // and writes run.json; latents.h5 is written collectively.
+//
+// The run reads as its phases: plan (every check of the inputs, the output directory, the
+// checkpoint to resume from), text, models, denoise, outputs. Each phase is a function below;
+// what they share is a Run.
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <chrono>
-#include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,15 +27,12 @@
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "infinity/context.hpp"
-#include "job/job.hpp"
 #include "io/atomic_file.hpp"
 #include "io/checkpoint.hpp"
+#include "job/job.hpp"
 #include "model/presets.hpp"
 #include "model/unet3d.hpp"
 #include "model/vae.hpp"
-#include "mpi/check.hpp"
-#include "mpi/grid.hpp"
-#include "mpi/session.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
 #include "sampling/conditioning.hpp"
@@ -47,11 +47,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// What rank 0 collects from every rank for run.json.
-struct RankReport {
-  mpi::CommCounters clip, cfg;
-  double arena_peak = 0, max_rss = 0;
-};
+// The scale between pixels and latents when the run has no VAE to say it (latents only): the
+// Stable Diffusion family's VAEs, which every model vinf runs shares.
+constexpr std::int64_t kLatentScaleWithoutVae = 8;
 
 double max_rss_bytes() {
   rusage u{};
@@ -59,411 +57,525 @@ double max_rss_bytes() {
   return static_cast<double>(u.ru_maxrss) * 1024.0;  // Linux reports KiB
 }
 
-}  // namespace
-
-int generate(const std::vector<std::string>& args) {
-  GenerateOptions o;
-  if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
-  job::JobPlan plan;
-  plan.device = job::parse_device_choice(o.device);
-  plan.dtype = job::parse_dtype_choice(o.dtype);
-  plan.tf32 = o.tf32;
-  plan.cfg = o.cfg;
-  plan.transport = job::parse_transport(o.comm_backend);
-  plan.comm_timeout = o.comm_timeout;
-  plan.clip_group = o.vi.mode != infinity::Mode::off;
-  plan.cfg_group = o.cfg == 2;
-
-  const auto t_start = Clock::now();
-  hold_stop_signals();
-  const std::unique_ptr<job::Job> job = job::start_job(plan, [&](int world) { check_generate_job(o, world); });
-  install_stop_signals();  // after MPI's own set-up, so that these handlers are the ones in place
-  mpi::Session& mpi = job->session();
-  const mpi::ProcessGrid& grid = job->grid();
-  const bool root = job->root();
-  auto log = [&](const std::string& line) {
-    if (root && !o.quiet) std::cerr << "vinf generate: " << line << "\n" << std::flush;
-  };
-  auto detail = [&](const std::string& line) {
-    if (root && o.verbose) std::cerr << "vinf generate: " << line << "\n" << std::flush;
-  };
-  const Device device = job->device();
-  if (o.verbose)
-    for (const std::string& line : mpi.gather_on_root(mpi.placement(device))) detail(line);
-  const DType dtype = job->dtype();
-  o.dtype = dtype_name(dtype);  // run.json and the checkpoints record the dtype that ran, not "auto"
-  const int clips = grid.clip_size(), clip = grid.clip_index();
-  if (const std::string note = imported_fields_note(o, o.dtype, clips); !note.empty()) log(note);
-  const std::int64_t frames = o.frames, nf = frames / clips, first_frame = clip * nf;
-  const std::int64_t lh = o.height / 8, lw = o.width / 8;
-  const bool guided = o.guidance > 1.0;
-
-  // The model's shape and the text, all checked before the weights are read.
-  std::vector<std::string> warnings;
+// What every phase of a run shares: the options, the job, the model's shape, this rank's part of
+// the video, and the run's identity in its files.
+struct Run {
+  GenerateOptions& o;
+  job::Job& job;
+  Clock::time_point start;
+  bool root = false;
+  // The partition: frames in all, nf per clip, this rank's clip from first_frame.
+  int clips = 1, clip = 0;
+  std::int64_t frames = 0, nf = 0, first_frame = 0, lh = 0, lw = 0;
+  bool guided = false;
+  // The model's shape (before any weight is read) and the schedule.
   model::UNetConfig ucfg;
   model::ModelFiles files;
-  if (o.builtin()) {
-    ucfg = model::preset_config(o.builtin_preset());
-  } else {
-    files = model::find_model_files(o.unet.empty() ? o.model : o.unet);
-    ucfg = model::load_unet_config(files.config, &warnings);
-  }
-  check_dump_modules(o, ucfg);
-  sampling::NoiseScheduleConfig sched_cfg;
+  std::optional<model::VaeConfig> vae_config;  // none: latents only
+  std::string vae_source = "none (latents only)";
+  std::unique_ptr<sampling::Scheduler> scheduler;
   std::string sched_source = "zeroscope's values (built in)";
-  {
-    std::string path = o.scheduler_config;
-    if (path.empty() && !o.builtin() && fs::exists(o.model + "/scheduler/scheduler_config.json"))
-      path = o.model + "/scheduler";
-    if (!path.empty()) {
-      sched_cfg = sampling::read_scheduler_config(path);
-      sched_source = path;
+  std::vector<std::string> warnings;
+  // Where the outputs go and what this run continues from.
+  std::string out_dir, ckpt_dir;
+  bool finished = false, replace_previous = false;
+  json config;
+  io::RunStamp stamp;
+  ResumePoint resume;
+  std::string resume_path;
+
+  void log(const std::string& line) const {
+    if (root && !o.quiet) std::cerr << "vinf generate: " << line << "\n" << std::flush;
+  }
+  void detail(const std::string& line) const {
+    if (root && o.verbose) std::cerr << "vinf generate: " << line << "\n" << std::flush;
+  }
+  const io::CheckpointInfo* resumed() const { return resume.info.get(); }
+  // This rank's frames in the files: branch 1 holds the same numbers as branch 0 and writes none.
+  io::FramePart part() const {
+    const bool writes = job.grid().cfg_index() == 0;
+    return {Shape{frames, ucfg.in_channels, lh, lw}, writes ? first_frame : 0, writes ? nf : 0};
+  }
+  int start_step() const { return resumed() ? static_cast<int>(resumed()->state.step) : 0; }
+};
+
+// -- plan: every check of the inputs, before anything heavy runs ---------------------------------
+
+// The UNet's config, the VAE's (which gives the latent scale), the scheduler.
+void read_model_shape(Run& r) {
+  const GenerateOptions& o = r.o;
+  if (o.builtin()) {
+    r.ucfg = model::preset_config(o.builtin_preset());
+  } else {
+    r.files = model::find_model_files(o.unet.empty() ? o.model : o.unet);
+    r.ucfg = model::load_unet_config(r.files.config, &r.warnings);
+  }
+  check_dump_modules(o, r.ucfg);
+  if (o.video || o.png) {
+    if (o.builtin()) {
+      r.vae_config = model::vae_preset(o.builtin_preset());
+      r.vae_source = "built-in " + o.builtin_preset() + " (random)";
+    } else if (!o.vae.empty() || fs::exists(o.model + "/vae/config.json")) {
+      r.vae_source = o.vae.empty() ? o.model + "/vae" : o.vae;
+      r.vae_config = model::VaeDecoder::read_config(r.vae_source);
     }
   }
-  const sampling::Scheduler scheduler(sampling::parse_scheduler(o.scheduler), sched_cfg, o.steps, o.eta);
-  {
-    // Before anything is created: a video that cannot fit fails here, naming the options, not in
-    // the allocator after its output directory exists. A lower bound only: the latent-sized
-    // buffers of the sampler and guidance and the UNet's first activation (conv_in's output).
-    const double latent = static_cast<double>(ucfg.in_channels) * static_cast<double>(nf) * static_cast<double>(lh) *
-                          static_cast<double>(lw) * 4.0;
-    const double batch = guided && o.cfg == 1 ? 2.0 : 1.0;
-    const double first_activation = batch * ucfg.block_out_channels.front() * static_cast<double>(nf) *
-                                    static_cast<double>(lh) * static_cast<double>(lw) *
-                                    static_cast<double>(dtype_size(dtype));
-    const double need = (4.0 + 2.0 * batch) * latent + first_activation, have = memory_capacity_bytes(device);
-    char figures[128];
-    std::snprintf(figures, sizeof figures, "%.3g GiB, more than the %.3g GiB", need / 1073741824.0, have / 1073741824.0);
-    VINF_INPUT_CHECK(have <= 0 || need < have, "--video.frames ", frames, " at ", o.width, "x", o.height, " over ", clips,
-                     " clip rank(s): each rank needs at least ", figures, " of ", device.name(),
-                     " memory this node has; use more ranks, fewer frames or a smaller size");
+  std::string path = o.scheduler_config;
+  if (path.empty() && !o.builtin() && fs::exists(o.model + "/scheduler/scheduler_config.json"))
+    path = o.model + "/scheduler";
+  sampling::NoiseScheduleConfig sched_cfg;
+  if (!path.empty()) {
+    sched_cfg = sampling::read_scheduler_config(path);
+    r.sched_source = path;
   }
-  const std::string out_dir = choose_out_dir(o, mpi), ckpt_dir = out_dir + "/checkpoints";
-  // A finished run (its run.json is written last) is never overwritten without --overwrite: the
-  // Slurm scripts pass --resume auto, so resubmitting a finished job finds nothing to do. With
-  // --overwrite (and no explicit checkpoint to resume from) the previous run's run.json and
-  // checkpoints go once this run's checks have passed, so a later --resume auto cannot pick them.
-  const bool finished = decided_by_root(mpi, [&] { return fs::exists(out_dir + "/run.json") ? "1" : ""; }) == "1";
-  if (finished && o.resume == "auto" && !o.overwrite) {
-    if (root)
-      std::cerr << "vinf generate: " << out_dir << " holds a finished run (run.json): nothing to do; "
-                << "--overwrite runs it again from the start\n" << std::flush;
-    return 0;
-  }
-  const bool replace_previous = o.overwrite && (o.resume.empty() || o.resume == "auto") &&
-                                (finished || o.resume.empty());
+  r.scheduler = std::make_unique<sampling::Scheduler>(o.scheduler, sched_cfg, o.steps, o.eta);
+}
 
-  // What identifies this run in its files, and the checkpoint it continues from (if any).
-  const json config = {
+// The partition of the video over the clip ranks, and the latent's size.
+void partition(Run& r) {
+  const mpi::ProcessGrid& grid = r.job.grid();
+  r.clips = grid.clip_size();
+  r.clip = grid.clip_index();
+  r.frames = r.o.frames;
+  r.nf = r.frames / r.clips;
+  r.first_frame = r.clip * r.nf;
+  const std::int64_t scale = r.vae_config ? r.vae_config->upscale() : kLatentScaleWithoutVae;
+  VINF_INPUT_CHECK(r.o.height % scale == 0 && r.o.width % scale == 0, "--video.width ", r.o.width, " and --video.height ",
+                   r.o.height, " must be multiples of ", scale, ", the VAE's scale (", r.vae_source, ")");
+  r.lh = r.o.height / scale;
+  r.lw = r.o.width / scale;
+  r.guided = r.o.guidance > 1.0;
+}
+
+// A video that cannot fit fails here, naming the options, not in the allocator after its output
+// directory exists. A lower bound only: the latent-sized buffers of the sampler and guidance and
+// the UNet's first activation (conv_in's output).
+void check_memory(const Run& r) {
+  const Device& device = r.job.device();
+  const double latent = static_cast<double>(r.ucfg.in_channels) * static_cast<double>(r.nf) * static_cast<double>(r.lh) *
+                        static_cast<double>(r.lw) * 4.0;
+  const double batch = r.guided && r.o.cfg() == 1 ? 2.0 : 1.0;
+  const double first_activation = batch * r.ucfg.block_out_channels.front() * static_cast<double>(r.nf) *
+                                  static_cast<double>(r.lh) * static_cast<double>(r.lw) *
+                                  static_cast<double>(dtype_size(r.job.dtype()));
+  const double need = (4.0 + 2.0 * batch) * latent + first_activation, have = memory_capacity_bytes(device);
+  char figures[128];
+  std::snprintf(figures, sizeof figures, "%.3g GiB, more than the %.3g GiB", need / 1073741824.0, have / 1073741824.0);
+  VINF_INPUT_CHECK(have <= 0 || need < have, "--video.frames ", r.frames, " at ", r.o.width, "x", r.o.height, " over ",
+                   r.clips, " clip rank(s): each rank needs at least ", figures, " of ", device.name(),
+                   " memory this node has; use more ranks, fewer frames or a smaller size");
+}
+
+// What identifies this run in its files: the config recorded in run.json and the checkpoints, and
+// the stamp a resumed run must match.
+void identify(Run& r) {
+  const GenerateOptions& o = r.o;
+  const Device& device = r.job.device();
+  const DType dtype = r.job.dtype();
+  r.config = {
       {"model", o.model},
-      {"model.unet", o.builtin() ? "" : files.dir},
+      {"model.unet", o.builtin() ? "" : r.files.dir},
       {"model.seed", o.model_seed},
-      {"model.scheduler-config", sched_source},
+      {"model.scheduler-config", r.sched_source},
       {"model.vae", o.vae},
       {"model.text-encoder", o.text_encoder},
       {"model.tokenizer", o.tokenizer},
       {"output", {{"video", o.video}, {"fps", o.output_fps}, {"png", o.png}}},
       {"vae", {{"tile", o.vae_tile}}},
-      {"video", {{"frames", frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
+      {"video", {{"frames", r.frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
       {"sampler",
-       {{"scheduler", o.scheduler}, {"steps", o.steps}, {"guidance", o.guidance}, {"seed", o.seed},
-        {"eta", o.eta}, {"noise", o.noise}}},
+       {{"scheduler", sampling::scheduler_name(o.scheduler)}, {"steps", o.steps}, {"guidance", o.guidance},
+        {"seed", o.seed}, {"eta", o.eta}, {"noise", sampling::noise_mode_name(o.noise)}}},
       {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"embeddings", o.embeddings}}},
-      {"parallel", {{"cfg", o.cfg}, {"clips", clips}, {"world", mpi.size()}, {"frames-per-clip", nf}}},
+      {"parallel", {{"cfg", o.cfg()}, {"clips", r.clips}, {"world", r.job.size()}, {"frames-per-clip", r.nf}}},
       {"checkpoint", {{"every", o.checkpoint_every}, {"keep", o.checkpoint_keep}}},
       {"vi", vi_json(o.vi)},
-      {"import-vi-config", o.vi_options.import_file},
+      {"import-vi-config", o.vi_import},
       {"device", device.name()},
-      {"dtype", o.dtype},
+      {"dtype", dtype_name(dtype)},
       {"tf32", tf32_in_effect(device, dtype)}};
-  io::RunStamp stamp;
-  stamp.config_json = config.dump();
-  stamp.numerics_json = numerics_json(o, clips).dump();
-  stamp.model_fingerprint = o.builtin() ? o.model + " seed " + std::to_string(o.model_seed) : model::model_fingerprint(files);
-  stamp.noise_mode = o.noise;
-  stamp.scheduler = o.scheduler;
-  stamp.seed = o.seed;
-  stamp.world_size = mpi.size();
-  stamp.cfg_size = o.cfg;
-  stamp.clip_size = clips;
-  // This rank's frames of the checkpoint come with it, their checksums checked.
-  const Shape latent_full{frames, ucfg.in_channels, lh, lw};
-  ResumePoint resume;
-  if (!replace_previous)
-    resume = choose_checkpoint(o, out_dir, mpi, stamp, scheduler.timesteps(), latent_full, first_frame, nf);
-  VINF_INPUT_CHECK(!finished || o.resume.empty() || o.resume == "auto" || o.overwrite, "--resume ", o.resume, ": ",
-                   out_dir, " holds a finished run (run.json), which resuming would overwrite; choose another --out, ",
+  r.stamp.config_json = r.config.dump();
+  r.stamp.numerics_json = numerics_json(o, r.clips, dtype).dump();
+  r.stamp.model_fingerprint =
+      o.builtin() ? o.model + " seed " + std::to_string(o.model_seed) : model::model_fingerprint(r.files);
+  r.stamp.noise_mode = sampling::noise_mode_name(o.noise);
+  r.stamp.scheduler = sampling::scheduler_name(o.scheduler);
+  r.stamp.seed = o.seed;
+  r.stamp.world_size = r.job.size();
+  r.stamp.cfg_size = o.cfg();
+  r.stamp.clip_size = r.clips;
+}
+
+// The output directory, whether a finished run is there, and the checkpoint this run continues
+// from (this rank's frames read, their checksums checked). False: nothing to do.
+bool choose_outputs(Run& r) {
+  const GenerateOptions& o = r.o;
+  mpi::Session& mpi = r.job.session();
+  r.out_dir = choose_out_dir(o, mpi);
+  r.ckpt_dir = r.out_dir + "/checkpoints";
+  // A finished run (its run.json is written last) is never overwritten without --overwrite: the
+  // Slurm scripts pass --resume auto, so resubmitting a finished job finds nothing to do. With
+  // --overwrite (and no explicit checkpoint to resume from) the previous run's run.json and
+  // checkpoints go once this run's checks have passed, so a later --resume auto cannot pick them.
+  r.finished = decided_by_root(mpi, [&] { return fs::exists(r.out_dir + "/run.json") ? "1" : ""; }) == "1";
+  if (r.finished && o.resume == "auto" && !o.overwrite) {
+    if (r.root)
+      std::cerr << "vinf generate: " << r.out_dir << " holds a finished run (run.json): nothing to do; "
+                << "--overwrite runs it again from the start\n" << std::flush;
+    return false;
+  }
+  r.replace_previous = o.overwrite && (o.resume.empty() || o.resume == "auto") && (r.finished || o.resume.empty());
+  identify(r);
+  const Shape latent_full{r.frames, r.ucfg.in_channels, r.lh, r.lw};
+  if (!r.replace_previous)
+    r.resume = choose_checkpoint(o, r.out_dir, mpi, r.stamp, r.scheduler->timesteps(), latent_full, r.first_frame, r.nf);
+  VINF_INPUT_CHECK(!r.finished || o.resume.empty() || o.resume == "auto" || o.overwrite, "--resume ", o.resume, ": ",
+                   r.out_dir, " holds a finished run (run.json), which resuming would overwrite; choose another --out, ",
                    "or add --overwrite to replace it");
-  const io::CheckpointInfo* resumed = resume.info.get();
-  const std::string resume_path = resumed ? resumed->path : std::string();
-  if (!resumed && replace_previous && !o.resume.empty()) {
-    log("--resume auto with --overwrite: " + out_dir + " holds a finished run, which this run replaces from the start");
-  } else if (!resumed && !o.resume.empty()) {
-    log("--resume auto: no checkpoint in " + ckpt_dir + ", starting from the beginning");
+  r.resume_path = r.resumed() ? r.resumed()->path : std::string();
+  if (!r.resumed() && r.replace_previous && !o.resume.empty()) {
+    r.log("--resume auto with --overwrite: " + r.out_dir + " holds a finished run, which this run replaces from the start");
+  } else if (!r.resumed() && !o.resume.empty()) {
+    r.log("--resume auto: no checkpoint in " + r.ckpt_dir + ", starting from the beginning");
   }
+  return true;
+}
 
-  // The text: cached in the checkpoint when resuming, else from the embeddings file or random.
-  const auto t_text = Clock::now();
+// -- text ------------------------------------------------------------------------------------
+
+// The prompt embeddings: cached in the checkpoint when resuming, else from the embeddings file or
+// the text encoder.
+sampling::TextEmbeddings prepare_text(Run& r) {
+  const GenerateOptions& o = r.o;
   sampling::TextEmbeddings text;
-  if (resumed) {
-    const io::TextCache& c = resumed->text;
-    VINF_INPUT_CHECK(c.width == ucfg.cross_attention_dim && (!guided || !c.negative_prompt_embeds.empty()),
-                     "checkpoint ", resume_path, " holds text embeddings that do not fit this model and guidance");
-    text.tokens = c.tokens;
-    text.width = c.width;
-    const auto row = static_cast<std::size_t>(c.tokens * c.width);
-    for (std::int64_t p = 0; p < c.prompts; ++p)
-      text.prompts.emplace_back(c.prompt_embeds.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(p)),
-                                c.prompt_embeds.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(p + 1)));
-    text.negative = c.negative_prompt_embeds;
-    text.source = resume_path + " (cached)";
+  if (r.resumed()) {
+    text = r.resumed()->text;
+    VINF_INPUT_CHECK(text.width == r.ucfg.cross_attention_dim && (!r.guided || !text.negative_prompt_embeds.empty()),
+                     "checkpoint ", r.resume_path, " holds text embeddings that do not fit this model and guidance");
+    text.source = r.resume_path + " (cached)";
   } else if (o.embeddings.empty()) {
-    text = encode_prompts_on_root(o, ucfg.cross_attention_dim, guided, device, mpi, warnings);
+    text = encode_prompts_on_root(o, r.ucfg.cross_attention_dim, r.guided, r.job, r.warnings);
   } else {
-    text = sampling::read_text_embeddings(o.embeddings, ucfg.cross_attention_dim, guided);
+    text = sampling::read_text_embeddings(o.embeddings, r.ucfg.cross_attention_dim, r.guided);
   }
-  const double text_seconds = seconds_since(t_text);
-  const int prompts = static_cast<int>(text.prompts.size());
-  VINF_INPUT_CHECK(o.prompts.empty() || static_cast<int>(o.prompts.size()) == prompts, "--prompt.text is given ",
-                   o.prompts.size(), " times but ", text.source, " holds ", prompts, " prompt embeddings");
-  io::TextCache text_cache;
-  text_cache.prompts = prompts;
-  text_cache.tokens = text.tokens;
-  text_cache.width = text.width;
-  for (const auto& p : text.prompts) text_cache.prompt_embeds.insert(text_cache.prompt_embeds.end(), p.begin(), p.end());
-  text_cache.negative_prompt_embeds = text.negative;
+  VINF_INPUT_CHECK(o.prompts.empty() || static_cast<std::int64_t>(o.prompts.size()) == text.prompts,
+                   "--prompt.text is given ", o.prompts.size(), " times but ", text.source, " holds ", text.prompts,
+                   " prompt embeddings");
+  return text;
+}
 
-  // Weights.
+// This rank's text batch on the device: [negative, prompt], or its branch's one, or the prompt.
+OwnedTensor text_on_device(Run& r, const sampling::TextEmbeddings& text) {
+  Runtime& rt = r.job.runtime();
+  const int p = sampling::prompt_for_clip(r.clip, r.clips, static_cast<int>(text.prompts));
+  std::vector<const float*> rows;
+  if (!r.guided) rows = {text.prompt(p)};
+  else if (r.o.cfg() == 2) rows = {r.job.grid().cfg_index() == 0 ? text.negative_prompt_embeds.data() : text.prompt(p)};
+  else rows = {text.negative_prompt_embeds.data(), text.prompt(p)};
+  const auto batch = static_cast<std::int64_t>(rows.size());
+  OwnedTensor dev = rt.arena().empty(DType::f32, {batch, text.tokens, text.width});
+  for (std::int64_t b = 0; b < batch; ++b)
+    ops::copy(rt.ctx(),
+              Tensor::wrap(const_cast<float*>(rows[static_cast<std::size_t>(b)]), DType::f32, Device::cpu(),
+                           {1, text.tokens, text.width}),
+              dev.slice(0, b, 1));
+  return dev;
+}
+
+// -- models ----------------------------------------------------------------------------------
+
+struct Models {
+  std::unique_ptr<model::WeightFiles> files;
+  std::unique_ptr<model::UNet3D> unet;
+  std::unique_ptr<model::VaeDecoder> vae;  // none: latents only
+  double load_seconds = 0;
+};
+
+Models load_models(Run& r) {
+  const GenerateOptions& o = r.o;
+  Runtime& rt = r.job.runtime();
+  const DType dtype = r.job.dtype();
   const auto t_load = Clock::now();
-  Runtime& rt = job->runtime();
-  std::unique_ptr<model::WeightFiles> wf;
-  const auto params = model::unet_parameters(ucfg);
+  Models m;
+  const auto params = model::unet_parameters(r.ucfg);
   model::Weights weights;
   if (o.builtin()) {
     weights = model::Weights::random(params, rt, dtype, static_cast<std::uint64_t>(o.model_seed));
   } else {
-    wf = std::make_unique<model::WeightFiles>(files);
-    weights = model::Weights(*wf, params, rt, dtype, false, &warnings);
+    m.files = std::make_unique<model::WeightFiles>(r.files);
+    weights = model::Weights(*m.files, params, rt, dtype, false, &r.warnings);
   }
-  const model::UNet3D unet(ucfg, std::move(weights));
+  m.unet = std::make_unique<model::UNet3D>(r.ucfg, std::move(weights));
   // The VAE: a random one for built-in models, --model.vae, or MODEL/vae when there is one.
-  std::unique_ptr<model::VaeDecoder> vae;
-  std::string vae_source = "none (latents only)";
-  if (o.video || o.png) {
+  if (r.vae_config) {
     if (o.builtin()) {
-      model::VaeConfig vc = model::vae_preset(o.builtin_preset());
-      auto vw = model::Weights::random(model::vae_decoder_parameters(vc), rt, dtype,
+      auto vw = model::Weights::random(model::vae_decoder_parameters(*r.vae_config), rt, dtype,
                                        model::vae_seed(static_cast<std::uint64_t>(o.model_seed)));
-      vae = std::make_unique<model::VaeDecoder>(std::move(vc), std::move(vw));
-      vae_source = "built-in " + o.builtin_preset() + " (random)";
-    } else if (!o.vae.empty() || fs::exists(o.model + "/vae/config.json")) {
-      vae_source = o.vae.empty() ? o.model + "/vae" : o.vae;
-      vae = std::make_unique<model::VaeDecoder>(model::VaeDecoder::load(vae_source, rt, dtype));
+      m.vae = std::make_unique<model::VaeDecoder>(*r.vae_config, std::move(vw));
     } else {
-      log("no VAE (no --model.vae and no " + o.model + "/vae): writing latents only");
+      m.vae = std::make_unique<model::VaeDecoder>(model::VaeDecoder::load(r.vae_source, rt, dtype));
     }
-    if (vae)
-      VINF_INPUT_CHECK(vae->config().latent_channels == ucfg.out_channels && vae->config().upscale() == 8, "the VAE (",
-                       vae_source, ") takes ", vae->config().latent_channels, " latent channels at ",
-                       vae->config().upscale(), "x; the UNet makes ", ucfg.out_channels, " channels at 1/8 of the size");
+    VINF_INPUT_CHECK(m.vae->config().latent_channels == r.ucfg.out_channels, "the VAE (", r.vae_source, ") takes ",
+                     m.vae->config().latent_channels, " latent channels at ", m.vae->config().upscale(),
+                     "x; the UNet makes ", r.ucfg.out_channels, " channels");
+  } else if (o.video || o.png) {
+    r.log("no VAE (no --model.vae and no " + o.model + "/vae): writing latents only");
   }
-  const double load_seconds = mpi.max(seconds_since(t_load));
-  for (const std::string& w : warnings) log("warning: " + w);
-  log("model " + (o.builtin() ? o.model + " (seed " + std::to_string(o.model_seed) + ")" : files.dir) + ": " +
-      std::to_string(unet.weights().count()) + " parameters as " + dtype_name(dtype) +
-      (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() +
-      ", loaded in " + format_duration(load_seconds));
-  log(std::to_string(frames) + " frames of " + std::to_string(o.width) + "x" + std::to_string(o.height) + " over " +
-      std::to_string(clips) + " clip(s) of " + std::to_string(nf) + (o.cfg == 2 ? " x 2 guidance branches" : "") +
-      ", --vi.mode " + infinity::mode_name(o.vi.mode) + ", " + o.scheduler + " " + std::to_string(o.steps) +
-      " steps, guidance " + std::to_string(o.guidance).substr(0, 5) + ", noise " + o.noise + " seed " +
-      std::to_string(o.seed));
-  detail("scheduler config: " + sched_source + "; text embeddings: " + text.source);
-  {
-    std::string ts;
-    for (std::size_t i = 0; i < scheduler.timesteps().size(); ++i)
-      ts += (i ? " " : "") + std::to_string(scheduler.timesteps()[i]);
-    detail("timesteps: " + ts);
-    for (int c = 0; c < clips; ++c) {
-      const int p = sampling::prompt_for_clip(c, clips, prompts);
-      detail("clip " + std::to_string(c) + " (frames " + std::to_string(c * nf) + "-" + std::to_string((c + 1) * nf - 1) +
-             "): prompt " + std::to_string(p) + (o.prompts.empty() ? "" : " '" + o.prompts[static_cast<std::size_t>(p)] + "'"));
-    }
-  }
+  m.load_seconds = r.job.session().max(seconds_since(t_load));
+  return m;
+}
 
+// What the run is about to do, once the models are loaded.
+void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& text) {
+  const GenerateOptions& o = r.o;
+  const Device& device = r.job.device();
+  const DType dtype = r.job.dtype();
+  for (const std::string& w : r.warnings) r.log("warning: " + w);
+  r.log("model " + (o.builtin() ? o.model + " (seed " + std::to_string(o.model_seed) + ")" : r.files.dir) + ": " +
+        std::to_string(m.unet->weights().count()) + " parameters as " + dtype_name(dtype) +
+        (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + ", loaded in " +
+        format_duration(m.load_seconds));
+  r.log(std::to_string(r.frames) + " frames of " + std::to_string(o.width) + "x" + std::to_string(o.height) + " over " +
+        std::to_string(r.clips) + " clip(s) of " + std::to_string(r.nf) + (o.cfg() == 2 ? " x 2 guidance branches" : "") +
+        ", --vi.mode " + infinity::mode_name(o.vi.mode) + ", " + sampling::scheduler_name(o.scheduler) + " " +
+        std::to_string(o.steps) + " steps, guidance " + std::to_string(o.guidance).substr(0, 5) + ", noise " +
+        sampling::noise_mode_name(o.noise) + " seed " + std::to_string(o.seed));
+  r.detail("scheduler config: " + r.sched_source + "; text embeddings: " + text.source);
+  std::string ts;
+  for (std::size_t i = 0; i < r.scheduler->timesteps().size(); ++i)
+    ts += (i ? " " : "") + std::to_string(r.scheduler->timesteps()[i]);
+  r.detail("timesteps: " + ts);
+  for (int c = 0; c < r.clips; ++c) {
+    const int p = sampling::prompt_for_clip(c, r.clips, static_cast<int>(text.prompts));
+    r.detail("clip " + std::to_string(c) + " (frames " + std::to_string(c * r.nf) + "-" +
+             std::to_string((c + 1) * r.nf - 1) + "): prompt " + std::to_string(p) +
+             (o.prompts.empty() ? "" : " '" + o.prompts[static_cast<std::size_t>(p)] + "'"));
+  }
+}
+
+// The output directory and its checkpoints folder, checked once before anything is computed or
+// removed; with --overwrite the previous run's marker and checkpoints go.
+void prepare_out_dir(const Run& r) {
+  mpi::Session& mpi = r.job.session();
   std::string mkdir_error;
-  if (root) {
+  if (r.root) {
     std::error_code ec;
-    fs::create_directories(ckpt_dir, ec);
+    fs::create_directories(r.ckpt_dir, ec);
     if (ec) mkdir_error = ec.message();
   }
-  broadcast_string(mkdir_error, mpi.world());
-  VINF_INPUT_CHECK(mkdir_error.empty(), "cannot create the output directory ", ckpt_dir, ": ", mkdir_error);
-  // The run's files once, before anything is computed or removed.
-  io::check_run_files(mpi.world(), ckpt_dir, stamp);
-  if (root && replace_previous) {
+  mpi.broadcast(mkdir_error);
+  VINF_INPUT_CHECK(mkdir_error.empty(), "cannot create the output directory ", r.ckpt_dir, ": ", mkdir_error);
+  io::check_run_files(mpi.world(), r.ckpt_dir, r.stamp);
+  if (r.root && r.replace_previous) {
     // The previous run's marker first: from here on the directory holds an unfinished run.
     std::error_code ec;
-    fs::remove(out_dir + "/run.json", ec);
-    const std::vector<std::string> old = io::list_checkpoints(ckpt_dir);
+    fs::remove(r.out_dir + "/run.json", ec);
+    const std::vector<std::string> old = io::list_checkpoints(r.ckpt_dir);
     for (const std::string& c : old) fs::remove(c, ec);
-    if (finished || !old.empty())
-      log("--overwrite: the previous run's run.json and " + std::to_string(old.size()) + " checkpoint(s) in " + out_dir +
-          " are removed; its other files are replaced as this run writes them");
+    if (r.finished || !old.empty())
+      r.log("--overwrite: the previous run's run.json and " + std::to_string(old.size()) + " checkpoint(s) in " +
+            r.out_dir + " are removed; its other files are replaced as this run writes them");
   }
+}
 
-  // The clip group's communicator serves the temporal layers, the cfg group's the guidance swap.
-  mpi::Communicator* clip_comm = job->clip_comm();
-  mpi::Communicator* cfg_comm = job->cfg_comm();
-  std::unique_ptr<model::TemporalContext> temporal;
-  if (clip_comm)
-    temporal = std::make_unique<infinity::Context>(o.vi, *clip_comm, nf);
-  else
-    temporal = std::make_unique<model::PlainTemporalContext>();
+// -- denoise ---------------------------------------------------------------------------------
 
-  // This rank's text batch: [negative, prompt], or its branch's one, or the prompt alone.
-  ExecContext& ctx = rt.ctx();
-  const std::vector<float>& prompt = text.prompts[static_cast<std::size_t>(sampling::prompt_for_clip(clip, clips, prompts))];
-  std::vector<const std::vector<float>*> rows;
-  if (!guided) rows = {&prompt};
-  else if (o.cfg == 2) rows = {grid.cfg_index() == 0 ? &text.negative : &prompt};
-  else rows = {&text.negative, &prompt};
-  const std::int64_t batch = static_cast<std::int64_t>(rows.size());
-  OwnedTensor text_dev = rt.arena().empty(DType::f32, {batch, text.tokens, text.width});
-  for (std::int64_t b = 0; b < batch; ++b)
-    ops::copy(ctx, Tensor::wrap(const_cast<float*>(rows[static_cast<std::size_t>(b)]->data()), DType::f32, Device::cpu(),
-                                {1, text.tokens, text.width}),
-              text_dev.slice(0, b, 1));
+// The denoising loop of one rank: its latents, the UNet's batch, the guidance, the scheduler's
+// steps, the checkpoints, and the stop on a signal or on latents that are no longer finite.
+class Denoiser {
+ public:
+  Denoiser(Run& r, const Models& m, const sampling::TextEmbeddings& text);
+  // Runs the steps from the start (or the resumed step) to the end; the stop signal that ended
+  // the run early, or 0.
+  int run();
 
-  // Latents, noise, the UNet's batch and outputs.
-  const Shape latent_shape{1, ucfg.in_channels, nf, lh, lw};
-  VINF_INPUT_CHECK(ucfg.in_channels == ucfg.out_channels, "the UNet's in_channels (", ucfg.in_channels,
-                   ") and out_channels (", ucfg.out_channels, ") differ; it cannot denoise its own latents");
-  const io::FramePart part{latent_full, grid.cfg_index() == 0 ? first_frame : 0,
-                           grid.cfg_index() == 0 ? nf : 0};  // branch 1 holds the same numbers as branch 0
-  sampling::Sampler sampler(scheduler, rt.arena(), latent_shape);
-  const sampling::NoiseSource noise(o.noise == "compat" ? sampling::NoiseMode::compat : sampling::NoiseMode::invariant,
-                                    static_cast<std::uint64_t>(o.seed), clip, first_frame);
-  // Host copies of (1, C, F, H, W) device tensors in the files' frame-major layout, and back.
-  OwnedTensor frame_major = rt.arena().empty(DType::f32, {1, nf, ucfg.in_channels, lh, lw});
-  auto to_host = [&](const Tensor& t) {
-    ops::copy(ctx, t.permute({0, 2, 1, 3, 4}), frame_major);
-    std::vector<float> host(static_cast<std::size_t>(frame_major.numel()));
-    ops::copy(ctx, frame_major, Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major.shape));
-    rt.synchronize();
-    return host;
-  };
-  int start_step = 0;
-  if (resumed) {
-    OwnedTensor prev_dev = rt.arena().empty(DType::f32, frame_major.shape);
-    ops::copy(ctx, Tensor::wrap(resume.latents.data(), DType::f32, Device::cpu(), frame_major.shape), frame_major);
-    ops::copy(ctx, Tensor::wrap(resume.previous_x0.data(), DType::f32, Device::cpu(), frame_major.shape), prev_dev);
-    sampler.restore(ctx, frame_major.permute({0, 2, 1, 3, 4}), prev_dev.permute({0, 2, 1, 3, 4}));
-    rt.synchronize();
-    resume.latents = {};
-    resume.previous_x0 = {};
-    start_step = static_cast<int>(resumed->state.step);
-    log("resuming from " + resume_path + " (written by " + std::to_string(resumed->stamp.world_size) +
-        " rank(s)) after step " + std::to_string(start_step) + " of " + std::to_string(o.steps));
-  } else {
-    noise.initial(ctx, rt.arena(), sampler.latents());
-  }
-  const Shape unet_shape{batch, ucfg.in_channels, nf, lh, lw};
-  OwnedTensor unet_in = batch > 1 ? rt.arena().empty(DType::f32, unet_shape) : OwnedTensor{};
-  OwnedTensor pred = rt.arena().empty(DType::f32, unet_shape);
-  OwnedTensor both = o.cfg == 2 ? rt.arena().empty(DType::f32, {2, ucfg.in_channels, nf, lh, lw}) : OwnedTensor{};
-  OwnedTensor eps = rt.arena().empty(DType::f32, latent_shape);
-  OwnedTensor z = scheduler.stochastic() ? rt.arena().empty(DType::f32, latent_shape) : OwnedTensor{};
-  ActivationDump dump(o, batch, nf, first_frame, frames);
-  FiniteWatch watch;
-  rt.synchronize();
-
+  const Tensor& latents() const { return sampler_.latents(); }
+  // This rank's latents in the files' frame-major layout, on the host.
+  std::vector<float> host_latents() { return to_host(sampler_.latents()); }
+  ActivationDump& dump() { return dump_; }
+  double denoise_seconds = 0, checkpoint_seconds = 0;
+  std::vector<double> step_max;  // every step's slowest rank
   std::vector<std::string> checkpoints_written;
-  double checkpoint_seconds = 0;
-  auto write_checkpoint = [&](int completed) {
-    const auto t0 = Clock::now();
-    const std::string path = ckpt_dir + "/" + io::checkpoint_name(completed);
-    io::SolverState state{completed, scheduler.timesteps(), scheduler.sigmas()};
-    const std::vector<float> lat = to_host(sampler.latents()), prev = to_host(sampler.previous_x0());
-    io::write_checkpoint(mpi.world(), path, stamp, part, lat.data(), prev.data(), state, text_cache);
-    if (root) io::prune_checkpoints(ckpt_dir, o.checkpoint_keep);
-    checkpoints_written.push_back(path);
-    checkpoint_seconds += mpi.max(seconds_since(t0));
-    detail("checkpoint " + path + " (" + format_duration(seconds_since(t0)) + ")");
-  };
 
-  Progress progress("vinf generate:", o.steps - start_step, static_cast<double>(frames), "frame-steps/s",
-                    root && !o.quiet, o.verbose ? 0.0 : 10.0);
+ private:
+  std::vector<float> to_host(const Tensor& t);
+  void restore_or_draw();
+  void step(int i);
+  void stop_if_not_finite(int i);
+  void write_checkpoint(int completed);
+  model::UNet3D::Observer observer(bool dumping);
+
+  Run& r_;
+  const Models& m_;
+  Runtime& rt_;
+  ExecContext& ctx_;
+  std::unique_ptr<model::TemporalContext> temporal_;
+  OwnedTensor text_;
+  std::int64_t batch_;
+  io::FramePart part_;
+  sampling::Sampler sampler_;
+  sampling::NoiseSource noise_;
+  OwnedTensor frame_major_, unet_in_, pred_, both_, eps_, z_;
+  ActivationDump dump_;
+  FiniteWatch watch_;
+  io::TextCache text_cache_;
+};
+
+Denoiser::Denoiser(Run& r, const Models& m, const sampling::TextEmbeddings& text)
+    : r_(r),
+      m_(m),
+      rt_(r.job.runtime()),
+      ctx_(rt_.ctx()),
+      text_(text_on_device(r, text)),
+      batch_(text_.size(0)),
+      part_(r.part()),
+      sampler_(*r.scheduler, rt_.arena(), Shape{1, r.ucfg.in_channels, r.nf, r.lh, r.lw}),
+      noise_(r.o.noise, static_cast<std::uint64_t>(r.o.seed), r.clip, r.first_frame),
+      dump_(r.o, batch_, r.nf, r.first_frame, r.frames),
+      text_cache_(text) {
+  VINF_INPUT_CHECK(r.ucfg.in_channels == r.ucfg.out_channels, "the UNet's in_channels (", r.ucfg.in_channels,
+                   ") and out_channels (", r.ucfg.out_channels, ") differ; it cannot denoise its own latents");
+  if (mpi::Communicator* clip_comm = r.job.clip_comm())
+    temporal_ = std::make_unique<infinity::Context>(r.o.vi, *clip_comm, r.nf);
+  else
+    temporal_ = std::make_unique<model::PlainTemporalContext>();
+  const std::int64_t c = r.ucfg.in_channels;
+  const Shape latent_shape{1, c, r.nf, r.lh, r.lw}, unet_shape{batch_, c, r.nf, r.lh, r.lw};
+  frame_major_ = rt_.arena().empty(DType::f32, {1, r.nf, c, r.lh, r.lw});
+  restore_or_draw();
+  if (batch_ > 1) unet_in_ = rt_.arena().empty(DType::f32, unet_shape);
+  pred_ = rt_.arena().empty(DType::f32, unet_shape);
+  if (r.o.cfg() == 2) both_ = rt_.arena().empty(DType::f32, {2, c, r.nf, r.lh, r.lw});
+  eps_ = rt_.arena().empty(DType::f32, latent_shape);
+  if (r.scheduler->stochastic()) z_ = rt_.arena().empty(DType::f32, latent_shape);
+  rt_.synchronize();
+}
+
+// Host copies of (1, C, F, H, W) device tensors in the files' frame-major layout.
+std::vector<float> Denoiser::to_host(const Tensor& t) {
+  ops::copy(ctx_, t.permute({0, 2, 1, 3, 4}), frame_major_);
+  std::vector<float> host(static_cast<std::size_t>(frame_major_.numel()));
+  ops::copy(ctx_, frame_major_, Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major_.shape));
+  rt_.synchronize();
+  return host;
+}
+
+// The checkpoint's latents and solver memory, or the initial noise.
+void Denoiser::restore_or_draw() {
+  ResumePoint& resume = r_.resume;
+  if (!r_.resumed()) {
+    noise_.initial(ctx_, rt_.arena(), sampler_.latents());
+    return;
+  }
+  OwnedTensor prev_dev = rt_.arena().empty(DType::f32, frame_major_.shape);
+  ops::copy(ctx_, Tensor::wrap(resume.latents.data(), DType::f32, Device::cpu(), frame_major_.shape), frame_major_);
+  ops::copy(ctx_, Tensor::wrap(resume.previous_x0.data(), DType::f32, Device::cpu(), frame_major_.shape), prev_dev);
+  sampler_.restore(ctx_, frame_major_.permute({0, 2, 1, 3, 4}), prev_dev.permute({0, 2, 1, 3, 4}));
+  rt_.synchronize();
+  resume.latents = {};
+  resume.previous_x0 = {};
+  r_.log("resuming from " + r_.resume_path + " (written by " + std::to_string(r_.resumed()->stamp.world_size) +
+         " rank(s)) after step " + std::to_string(r_.start_step()) + " of " + std::to_string(r_.o.steps));
+}
+
+model::UNet3D::Observer Denoiser::observer(bool dumping) {
+  const bool debug = r_.o.debug;
+  if (dumping && debug)
+    return [d = dump_.observer(ctx_), w = watch_.observer(ctx_)](const std::string& name, const Tensor& out) {
+      d(name, out);
+      w(name, out);
+    };
+  if (dumping) return dump_.observer(ctx_);
+  if (debug) return watch_.observer(ctx_);
+  return {};
+}
+
+// One UNet call over the batch, the guidance and the scheduler's update.
+void Denoiser::step(int i) {
+  const GenerateOptions& o = r_.o;
+  const std::int64_t t = r_.scheduler->timesteps()[static_cast<std::size_t>(i)];
+  const Tensor& x = sampler_.latents();
+  if (batch_ > 1)
+    for (std::int64_t b = 0; b < batch_; ++b) ops::copy(ctx_, x, unet_in_.slice(0, b, 1));
+  const bool dumping = dump_.wanted(i + 1);
+  m_.unet->forward(ctx_, batch_ > 1 ? unet_in_.view() : x, t, o.fps, text_, pred_, *temporal_, observer(dumping));
+  if (dumping) dump_.write_step(r_.job.session(), r_.out_dir + "/activations.h5", i + 1);
+  if (!r_.guided) {
+    ops::copy(ctx_, pred_, eps_);
+  } else if (o.cfg() == 2) {
+    r_.job.cfg_comm()->all_gather(ctx_, pred_, both_);  // [uncond, cond]: cfg index 0 runs the negative prompt
+    sampling::guide(ctx_, both_.slice(0, 0, 1), both_.slice(0, 1, 1), static_cast<float>(o.guidance), eps_);
+  } else {
+    sampling::guide(ctx_, pred_.slice(0, 0, 1), pred_.slice(0, 1, 1), static_cast<float>(o.guidance), eps_);
+  }
+  if (r_.scheduler->stochastic()) noise_.step(ctx_, rt_.arena(), i, z_);
+  sampler_.step(ctx_, i, eps_, z_);
+  rt_.synchronize();
+}
+
+// A step that made the latents NaN or infinite (f16 overflow, a damaged input) ends the run here,
+// before a checkpoint could keep it; every rank learns which rank saw it first.
+void Denoiser::stop_if_not_finite(int i) {
+  mpi::Session& mpi = r_.job.session();
+  const std::vector<float> now = host_latents();
+  std::size_t bad = 0;
+  while (bad < now.size() && std::isfinite(now[bad])) ++bad;
+  const double first_bad_rank = -mpi.max(bad < now.size() ? -static_cast<double>(mpi.rank()) : -1e9);
+  if (first_bad_rank >= 1e9) return;
+  // The frame and, with --debug, the module, from the rank named (the others saw other data).
+  std::string where, module = "; run with --debug to name the first UNet module whose output is not finite";
+  if (bad < now.size() && mpi.rank() == static_cast<int>(first_bad_rank)) {
+    const std::size_t per_frame = now.size() / static_cast<std::size_t>(r_.nf);
+    where = " (first in frame " + std::to_string(r_.first_frame + static_cast<std::int64_t>(bad / per_frame)) + ")";
+    if (r_.o.debug) {
+      module = watch_.first_bad().empty()
+                   ? "; every UNet module's output was finite on that rank, so the guidance or the scheduler step "
+                     "made it"
+                   : "; the first UNet module whose output was not finite on that rank: " + watch_.first_bad();
+    }
+  }
+  VINF_FAIL("step ", i + 1, " of ", r_.o.steps, " (t=", r_.scheduler->timesteps()[static_cast<std::size_t>(i)],
+            ") made the latents NaN or infinite on rank ", static_cast<int>(first_bad_rank), where, module,
+            "; the run stops here and keeps only the earlier checkpoints. Causes: --dtype f16 overflowing ",
+            "(use bf16 or f32), damaged weights or embeddings, an unusual scheduler config");
+}
+
+void Denoiser::write_checkpoint(int completed) {
+  mpi::Session& mpi = r_.job.session();
+  const auto t0 = Clock::now();
+  const std::string path = r_.ckpt_dir + "/" + io::checkpoint_name(completed);
+  io::SolverState state{completed, r_.scheduler->timesteps(), r_.scheduler->sigmas()};
+  const std::vector<float> lat = to_host(sampler_.latents()), prev = to_host(sampler_.previous_x0());
+  io::write_checkpoint(mpi.world(), path, r_.stamp, part_, lat.data(), prev.data(), state, text_cache_);
+  if (r_.root) io::prune_checkpoints(r_.ckpt_dir, r_.o.checkpoint_keep);
+  checkpoints_written.push_back(path);
+  checkpoint_seconds += mpi.max(seconds_since(t0));
+  r_.detail("checkpoint " + path + " (" + format_duration(seconds_since(t0)) + ")");
+}
+
+int Denoiser::run() {
+  const GenerateOptions& o = r_.o;
+  mpi::Session& mpi = r_.job.session();
+  const int start = r_.start_step();
+  Progress progress("vinf generate:", o.steps - start, static_cast<double>(r_.frames), "frame-steps/s",
+                    r_.root && !o.quiet, o.verbose ? 0.0 : 10.0);
   std::vector<double> step_seconds;
   const auto t_denoise = Clock::now();
-  int stopped_by = 0;
   const double pace = test_step_seconds();
-  for (int i = start_step; i < o.steps; ++i) {
+  for (int i = start; i < o.steps; ++i) {
     const auto t0 = Clock::now();
-    const std::int64_t t = scheduler.timesteps()[static_cast<std::size_t>(i)];
-    const Tensor& x = sampler.latents();
-    if (batch > 1) {
-      for (std::int64_t b = 0; b < batch; ++b) ops::copy(ctx, x, unet_in.slice(0, b, 1));
-    }
-    const bool dumping = dump.wanted(i + 1);
-    model::UNet3D::Observer observe;
-    if (dumping && o.debug) {
-      observe = [d = dump.observer(ctx), w = watch.observer(ctx)](const std::string& name, const Tensor& out) {
-        d(name, out);
-        w(name, out);
-      };
-    } else if (dumping) {
-      observe = dump.observer(ctx);
-    } else if (o.debug) {
-      observe = watch.observer(ctx);
-    }
-    unet.forward(ctx, batch > 1 ? unet_in.view() : x, t, o.fps, text_dev, pred, *temporal, observe);
-    if (dumping) dump.write_step(mpi.world(), out_dir + "/activations.h5", i + 1);
-    if (!guided) {
-      ops::copy(ctx, pred, eps);
-    } else if (o.cfg == 2) {
-      cfg_comm->all_gather(ctx, pred, both);  // [uncond, cond]: cfg index 0 runs the negative prompt
-      sampling::guide(ctx, both.slice(0, 0, 1), both.slice(0, 1, 1), static_cast<float>(o.guidance), eps);
-    } else {
-      sampling::guide(ctx, pred.slice(0, 0, 1), pred.slice(0, 1, 1), static_cast<float>(o.guidance), eps);
-    }
-    if (scheduler.stochastic()) noise.step(ctx, rt.arena(), i, z);
-    sampler.step(ctx, i, eps, z);
-    rt.synchronize();
+    step(i);
     step_seconds.push_back(seconds_since(t0));
-    progress.update(i + 1 - start_step, (start_step > 0 ? "(" + std::to_string(i + 1) + "/" + std::to_string(o.steps) +
-                                                           " of the run) " : std::string()) + "t=" + std::to_string(t));
+    progress.update(i + 1 - start,
+                    (start > 0 ? "(" + std::to_string(i + 1) + "/" + std::to_string(o.steps) + " of the run) "
+                               : std::string()) +
+                        "t=" + std::to_string(r_.scheduler->timesteps()[static_cast<std::size_t>(i)]));
     if (pace > 0) std::this_thread::sleep_until(t0 + std::chrono::duration<double>(pace));
-    if (step_fault(mpi.rank(), i + 1)) ops::fill(ctx, sampler.latents().select(2, nf / 2), std::nan(""));
-    // A step that made the latents NaN or infinite (f16 overflow, a damaged input) ends the run
-    // here, before a checkpoint could keep it; every rank learns which rank saw it first.
-    {
-      const std::vector<float> now = to_host(sampler.latents());
-      std::size_t bad = 0;
-      while (bad < now.size() && std::isfinite(now[bad])) ++bad;
-      const double first_bad_rank = -mpi.max(bad < now.size() ? -static_cast<double>(mpi.rank()) : -1e9);
-      if (first_bad_rank < 1e9) {
-        // The frame and, with --debug, the module, from the rank named (the others saw other data).
-        std::string where, module = "; run with --debug to name the first UNet module whose output is not finite";
-        if (bad < now.size() && mpi.rank() == static_cast<int>(first_bad_rank)) {
-          const std::size_t per_frame = now.size() / static_cast<std::size_t>(nf);
-          where = " (first in frame " + std::to_string(first_frame + static_cast<std::int64_t>(bad / per_frame)) + ")";
-          if (o.debug) {
-            module = watch.first_bad().empty()
-                         ? "; every UNet module's output was finite on that rank, so the guidance or the "
-                           "scheduler step made it"
-                         : "; the first UNet module whose output was not finite on that rank: " + watch.first_bad();
-          }
-        }
-        VINF_FAIL("step ", i + 1, " of ", o.steps, " (t=", t, ") made the latents NaN or infinite on rank ",
-                  static_cast<int>(first_bad_rank), where, module,
-                  "; the run stops here and keeps only the earlier checkpoints. Causes: --dtype f16 overflowing ",
-                  "(use bf16 or f32), damaged weights or embeddings, an unusual scheduler config");
-      }
-    }
+    if (step_fault(mpi.rank(), i + 1)) ops::fill(ctx_, sampler_.latents().select(2, r_.nf / 2), std::nan(""));
+    stop_if_not_finite(i);
     // Every rank learns whether any rank was asked to stop, and they stop together.
     const bool last = i + 1 == o.steps;
-    stopped_by = last ? 0 : static_cast<int>(mpi.max(static_cast<double>(stop_signal())));
+    const int stopped_by = last ? 0 : static_cast<int>(mpi.max(static_cast<double>(stop_signal())));
     if (last || stopped_by != 0 || (o.checkpoint_every > 0 && (i + 1) % o.checkpoint_every == 0))
       write_checkpoint(i + 1);
     if (stopped_by != 0) {
@@ -471,94 +583,152 @@ int generate(const std::vector<std::string>& args) {
       // checkpoint): what a Slurm grace time or --signal lead must cover, with margin.
       char took[64];
       std::snprintf(took, sizeof took, "%.1f s", mpi.max(seconds_since_stop_signal()));
-      log(std::string("received ") + signal_name(stopped_by) + ": stopped after step " + std::to_string(i + 1) + " of " +
-          std::to_string(o.steps) + ", checkpoint " + checkpoints_written.back() + ", " + took +
-          " after the signal; run again with --resume auto to continue (exit status " + std::to_string(kExitStopped) + ")");
-      return kExitStopped;
+      r_.log(std::string("received ") + signal_name(stopped_by) + ": stopped after step " + std::to_string(i + 1) +
+             " of " + std::to_string(o.steps) + ", checkpoint " + checkpoints_written.back() + ", " + took +
+             " after the signal; run again with --resume auto to continue (exit status " +
+             std::to_string(kExitStopped) + ")");
+      return stopped_by;
     }
   }
-  const double denoise_seconds = mpi.max(seconds_since(t_denoise));
-  std::vector<double> step_max(step_seconds.size());
-  VINF_CHECK_MPI(MPI_Allreduce(step_seconds.data(), step_max.data(), static_cast<int>(step_seconds.size()), MPI_DOUBLE,
-                               MPI_MAX, mpi.world()));
-  dump.finish(mpi.world(), out_dir + "/activations.h5");
+  denoise_seconds = mpi.max(seconds_since(t_denoise));
+  step_max = mpi.max(step_seconds);
+  dump_.finish(mpi, r_.out_dir + "/activations.h5");
+  return 0;
+}
 
-  // latents.h5: the clip ranks of branch 0 hold the video (branch 1 holds the same numbers).
+// -- outputs ---------------------------------------------------------------------------------
+
+// What rank 0 learns from every rank for run.json: bytes per collective kind, peak memory.
+json rank_report(Run& r) {
+  job::Job& job = r.job;
+  json mine = {{"clip_group", counters_json(job.clip_comm() ? job.clip_comm()->counters() : mpi::CommCounters{})},
+               {"cfg_group", counters_json(job.cfg_comm() ? job.cfg_comm()->counters() : mpi::CommCounters{})},
+               {"clip_summary", job.clip_comm() ? job.clip_comm()->counters().summary() : mpi::CommCounters{}.summary()},
+               {"cfg_summary", job.cfg_comm() ? job.cfg_comm()->counters().summary() : mpi::CommCounters{}.summary()},
+               {"arena_peak", static_cast<double>(job.runtime().arena().stats().peak_in_use)},
+               {"max_rss", max_rss_bytes()}};
+  json all = json::array();
+  for (const std::string& line : job.session().gather_on_root(mine.dump())) all.push_back(json::parse(line));
+  return all;
+}
+
+struct Timings {
+  double text = 0, write = 0;
+};
+
+void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& video, const Timings& times) {
+  const json reports = rank_report(r);
+  if (!r.root) return;
+  const GenerateOptions& o = r.o;
+  json ranks = json::array();
+  double peak = 0;
+  for (int k = 0; k < r.job.size(); ++k) {
+    const json& rep = reports[static_cast<std::size_t>(k)];
+    ranks.push_back({{"rank", k},
+                     {"clip", k % r.clips},
+                     {"cfg_branch", k / r.clips},
+                     {"frames", {k % r.clips * r.nf, (k % r.clips + 1) * r.nf}},
+                     {"bytes_received", {{"clip_group", rep["clip_group"]}, {"cfg_group", rep["cfg_group"]}}},
+                     {"peak_memory_bytes", rep["arena_peak"]},
+                     {"max_rss_bytes", rep["max_rss"]}});
+    peak = std::max(peak, rep["arena_peak"].get<double>());
+    r.detail("rank " + std::to_string(k) + " received: clip group " + rep["clip_summary"].get<std::string>() +
+             (o.cfg() == 2 ? "; cfg group " + rep["cfg_summary"].get<std::string>() : "") + "; peak memory " +
+             format_mib(rep["arena_peak"].get<double>()));
+  }
+  json outputs = {"latents.h5"};
+  for (const std::string& c : io::list_checkpoints(r.ckpt_dir)) outputs.push_back(fs::relative(c, r.out_dir).string());
+  if (d.dump().enabled()) outputs.push_back("activations.h5");
+  for (const std::string& f : video.files) outputs.push_back(f);
+  const int run_steps = o.steps - r.start_step();
+  const double rate = static_cast<double>(r.frames) * run_steps / std::max(d.denoise_seconds, 1e-9);
+  json run = {{"format", "vinf-run"},
+              {"format_version", 1},
+              {"vinf_version", VINF_VERSION},
+              {"status", "complete"},
+              {"out", r.out_dir},
+              {"config", r.config},
+              {"resumed_from", r.resume_path.empty() ? json(nullptr) : json(r.resume_path)},
+              {"start_step", r.start_step()},
+              {"schedule", {{"timesteps", r.scheduler->timesteps()}, {"sigmas", r.scheduler->sigmas()}}},
+              {"times_s",
+               {{"load", m.load_seconds},
+                {"text", times.text},
+                {"denoise", d.denoise_seconds},
+                {"denoise_per_step", d.step_max},
+                {"checkpoint", d.checkpoint_seconds},
+                {"write", times.write},
+                {"decode", video.decode_seconds},
+                {"video", video.write_seconds},
+                {"total", seconds_since(r.start)}}},
+              {"frame_steps_per_s", d.denoise_seconds > 0 ? rate : 0.0},
+              {"ranks", ranks},
+              {"outputs", outputs}};
+  io::write_file_atomically(r.out_dir + "/run.json", run.dump(2) + "\n");
+  r.log("denoised " + std::to_string(run_steps) + " step(s) in " + format_duration(d.denoise_seconds) + " (" +
+        std::to_string(rate).substr(0, 6) + " frame-steps/s); peak memory " + format_mib(peak) + " per rank");
+  std::string listed = "latents.h5";
+  for (const std::string& f : video.files) listed += ", " + f;
+  std::cout << "vinf generate: outputs in " << r.out_dir << "/ (" << listed << ", run.json)\n" << std::flush;
+}
+
+// latents.h5 (the clip ranks of branch 0 hold the video; branch 1 holds the same numbers), the
+// video, and run.json last: its presence marks a finished run.
+void write_outputs(Run& r, const Models& m, Denoiser& d, Timings times) {
+  mpi::Session& mpi = r.job.session();
   const auto t_write = Clock::now();
-  const std::vector<float> host = to_host(sampler.latents());
+  const std::vector<float> host = d.host_latents();
   bool finite = true;
   for (float v : host) finite = finite && std::isfinite(v);
   VINF_CHECK(mpi.all(finite), "the final latents hold NaN or infinite values (a rank's numbers diverged); ",
-             "latents.h5 was not written to ", out_dir);
-  io::write_latents(mpi.world(), out_dir + "/latents.h5", stamp, part, host.data());
-  const double write_seconds = mpi.max(seconds_since(t_write));
+             "latents.h5 was not written to ", r.out_dir);
+  io::write_latents(mpi.world(), r.out_dir + "/latents.h5", r.stamp, r.part(), host.data());
+  times.write = mpi.max(seconds_since(t_write));
   VideoResult video;
-  if (vae) video = write_video_outputs(o, mpi, grid, rt, *vae, sampler.latents(), frames, out_dir);
+  if (m.vae) video = write_video_outputs(r.o, r.job, *m.vae, d.latents(), r.frames, r.out_dir);
+  write_run_json(r, m, d, video, times);
+}
 
-  // run.json from rank 0, last: its presence marks a finished run.
-  RankReport mine;
-  if (clip_comm) mine.clip = clip_comm->counters();
-  if (cfg_comm) mine.cfg = cfg_comm->counters();
-  mine.arena_peak = static_cast<double>(rt.arena().stats().peak_in_use);
-  mine.max_rss = max_rss_bytes();
-  std::vector<RankReport> reports(root ? static_cast<std::size_t>(mpi.size()) : 1);
-  VINF_CHECK_MPI(MPI_Gather(&mine, sizeof mine, MPI_BYTE, reports.data(), sizeof mine, MPI_BYTE, 0, mpi.world()));
-  if (root) {
-    json ranks = json::array();
-    for (int r = 0; r < mpi.size(); ++r) {
-      const RankReport& rep = reports[static_cast<std::size_t>(r)];
-      ranks.push_back({{"rank", r},
-                       {"clip", r % clips},
-                       {"cfg_branch", r / clips},
-                       {"frames", {r % clips * nf, (r % clips + 1) * nf}},
-                       {"bytes_received", {{"clip_group", counters_json(rep.clip)}, {"cfg_group", counters_json(rep.cfg)}}},
-                       {"peak_memory_bytes", rep.arena_peak},
-                       {"max_rss_bytes", rep.max_rss}});
-    }
-    json outputs = {"latents.h5"};
-    for (const std::string& c : io::list_checkpoints(ckpt_dir)) outputs.push_back(fs::relative(c, out_dir).string());
-    if (dump.enabled()) outputs.push_back("activations.h5");
-    for (const std::string& f : video.files) outputs.push_back(f);
-    const int run_steps = o.steps - start_step;
-    json run = {
-        {"format", "vinf-run"},
-        {"format_version", 1},
-        {"vinf_version", VINF_VERSION},
-        {"status", "complete"},
-        {"out", out_dir},
-        {"config", config},
-        {"resumed_from", resume_path.empty() ? json(nullptr) : json(resume_path)},
-        {"start_step", start_step},
-        {"schedule", {{"timesteps", scheduler.timesteps()}, {"sigmas", scheduler.sigmas()}}},
-        {"times_s",
-         {{"load", load_seconds},
-          {"text", text_seconds},
-          {"denoise", denoise_seconds},
-          {"denoise_per_step", step_max},
-          {"checkpoint", checkpoint_seconds},
-          {"write", write_seconds},
-          {"decode", video.decode_seconds},
-          {"video", video.write_seconds},
-          {"total", seconds_since(t_start)}}},
-        {"frame_steps_per_s", denoise_seconds > 0 ? static_cast<double>(frames) * run_steps / denoise_seconds : 0.0},
-        {"ranks", ranks},
-        {"outputs", outputs}};
-    io::write_file_atomically(out_dir + "/run.json", run.dump(2) + "\n");
-    double peak = 0;
-    for (const RankReport& r : reports) peak = std::max(peak, r.arena_peak);
-    for (int r = 0; r < mpi.size() && o.verbose; ++r) {
-      const RankReport& rep = reports[static_cast<std::size_t>(r)];
-      detail("rank " + std::to_string(r) + " received: clip group " + rep.clip.summary() +
-             (o.cfg == 2 ? "; cfg group " + rep.cfg.summary() : "") + "; peak memory " +
-             format_mib(rep.arena_peak));
-    }
-    log("denoised " + std::to_string(run_steps) + " step(s) in " + format_duration(denoise_seconds) + " (" +
-        std::to_string(static_cast<double>(frames) * run_steps / std::max(denoise_seconds, 1e-9)).substr(0, 6) +
-        " frame-steps/s); peak memory " + format_mib(peak) + " per rank");
-    std::string listed = "latents.h5";
-    for (const std::string& f : video.files) listed += ", " + f;
-    std::cout << "vinf generate: outputs in " << out_dir << "/ (" << listed << ", run.json)\n" << std::flush;
-  }
+job::JobPlan job_plan(const GenerateOptions& o) {
+  job::JobPlan plan = o.job;
+  plan.clip_group = o.vi.mode != infinity::Mode::off;
+  plan.cfg_group = o.cfg() == 2;
+  return plan;
+}
+
+}  // namespace
+
+int generate(const std::vector<std::string>& args) {
+  GenerateOptions o;
+  if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
+  const auto t_start = Clock::now();
+  hold_stop_signals();
+  const std::unique_ptr<job::Job> job =
+      job::start_job(job_plan(o), [&](int world) { check_generate_job(o, world); });
+  install_stop_signals();  // after MPI's own set-up, so that these handlers are the ones in place
+  Run r{o, *job, t_start};
+  r.root = job->root();
+  if (o.verbose)
+    for (const std::string& line : job->session().gather_on_root(job->session().placement(job->device())))
+      r.detail(line);
+  if (const std::string note = imported_fields_note(o, dtype_name(job->dtype()), job->grid().clip_size()); !note.empty())
+    r.log(note);
+
+  read_model_shape(r);
+  partition(r);
+  check_memory(r);
+  if (!choose_outputs(r)) return 0;
+  const auto t_text = Clock::now();
+  const sampling::TextEmbeddings text = prepare_text(r);
+  Timings times;
+  times.text = seconds_since(t_text);
+  const Models models = load_models(r);
+  log_plan(r, models, text);
+  prepare_out_dir(r);
+
+  Denoiser denoiser(r, models, text);
+  if (const int stopped_by = denoiser.run(); stopped_by != 0) return kExitStopped;
+  write_outputs(r, models, denoiser, times);
   return 0;
 }
 

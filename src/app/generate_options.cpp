@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/utf8.hpp"
 #include "io/path_query.hpp"
+#include "app/vi_options.hpp"
 #include "ops/runtime.hpp"
 #include "sampling/scheduler.hpp"
 
@@ -23,7 +24,13 @@ namespace {
 constexpr std::int64_t kMaxPixels = 16384;
 constexpr unsigned kHelpWidth = 100, kHelpColumn = 44;  // wide enough that descriptions stay readable
 
-po::options_description describe(GenerateOptions& o) {
+// The options as the command line and --config spell them, before they become typed values.
+struct Spelled {
+  std::string device = "auto", dtype = "auto", comm_backend = "auto", scheduler = "dpmpp-sde", noise = "auto";
+  ViOptions vi;
+};
+
+po::options_description run_options(GenerateOptions& o, Spelled& sp) {
   po::options_description all(
       "vinf generate: a video from text with Video-Infinity, the latent split along time over the ranks\n\n"
       "usage: vinf generate --config FILE [options]\n"
@@ -56,13 +63,17 @@ po::options_description describe(GenerateOptions& o) {
       "debug", po::value(&o.debug)->default_value(o.debug)->implicit_value(true),
       "check the output of every UNet module for NaN or infinity at each step, so that a step whose latents "
       "are not finite names the first module that went wrong (slower: every module's output is read back)")(
-      "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
-      "dtype", po::value(&o.dtype)->default_value(o.dtype), kDtypeOptionHelp)(
-      "tf32", po::bool_switch(&o.tf32), kTf32OptionHelp)(
-      "comm-backend", po::value(&o.comm_backend)->default_value(o.comm_backend),
+      "device", po::value(&sp.device)->default_value(sp.device), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
+      "dtype", po::value(&sp.dtype)->default_value(sp.dtype), kDtypeOptionHelp)(
+      "tf32", po::bool_switch(&o.job.tf32), kTf32OptionHelp)(
+      "comm-backend", po::value(&sp.comm_backend)->default_value(sp.comm_backend),
       "auto | mpi | nccl (auto: NCCL on GPUs, MPI on the CPU)")(
-      "comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout),
+      "comm-timeout", po::value(&o.job.comm_timeout)->default_value(o.job.comm_timeout),
       "seconds a collective may wait before the job is ended with a message (0: wait forever)");
+  return all;
+}
+
+po::options_description model_options(GenerateOptions& o) {
 
   po::options_description model("[model]", kHelpWidth, kHelpColumn);
   model.add_options()("model.unet", po::value(&o.unet), "UNet directory, when it is not MODEL/unet")(
@@ -78,7 +89,10 @@ po::options_description describe(GenerateOptions& o) {
       "diffusers scheduler_config.json (file or directory; default MODEL/scheduler/ when present, else "
       "zeroscope's values)")(
       "model.seed", po::value(&o.model_seed)->default_value(o.model_seed), "weights seed of a builtin: model");
+  return model;
+}
 
+po::options_description video_options(GenerateOptions& o) {
   po::options_description video("[video]", kHelpWidth, kHelpColumn);
   video.add_options()("video.frames", po::value(&o.frames)->default_value(o.frames),
                       "frames of the whole video, divided evenly over the clip ranks (0: 24 per clip, or "
@@ -88,20 +102,26 @@ po::options_description describe(GenerateOptions& o) {
       "video.fps", po::value(&o.fps)->default_value(o.fps),
       "the frame rate the UNet is conditioned on (a model input, as the released code's fps; the frame rate "
       "of video.mp4 is --output.fps)");
+  return video;
+}
 
+po::options_description sampler_options(GenerateOptions& o, Spelled& sp) {
   po::options_description sampler("[sampler]", kHelpWidth, kHelpColumn);
   sampler.add_options()(
-      "sampler.scheduler", po::value(&o.scheduler)->default_value(o.scheduler),
+      "sampler.scheduler", po::value(&sp.scheduler)->default_value(sp.scheduler),
       "dpmpp-sde (DPM-Solver++ SDE, linspace timesteps: what the released code runs), dpmpp-sde-karras, "
       "dpmpp (ODE), ddim")("sampler.steps", po::value(&o.steps)->default_value(o.steps), "denoising steps")(
       "sampler.guidance", po::value(&o.guidance)->default_value(o.guidance),
       "classifier-free guidance scale (> 1 runs the negative and the positive branch; <= 1 only the positive)")(
       "sampler.seed", po::value(&o.seed)->default_value(o.seed), "noise seed (>= 0)")(
       "sampler.eta", po::value(&o.eta)->default_value(o.eta), "DDIM's noise scale in [0, 1]")(
-      "sampler.noise", po::value(&o.noise)->default_value(o.noise),
+      "sampler.noise", po::value(&sp.noise)->default_value(sp.noise),
       "invariant (keyed by global frame: the same video for any number of ranks), compat (one stream per clip "
       "seeded seed + clip, as the released code), auto (compat in --vi.mode compat, else invariant)");
+  return sampler;
+}
 
+po::options_description prompt_options(GenerateOptions& o) {
   po::options_description prompt("[prompt]", kHelpWidth, kHelpColumn);
   prompt.add_options()("prompt.text", po::value(&o.prompts)->multitoken(),
                        "prompt; repeat for a list: clip r of N gets prompt int(r / N * P) (as the released code; the video "
@@ -110,9 +130,13 @@ po::options_description describe(GenerateOptions& o) {
       "prompt.embeddings", po::value(&o.embeddings),
       "safetensors with prompt_embeds [P, L, D] (one row per prompt) and negative_prompt_embeds [1, L, D], "
       "used instead of the text encoder (vinf encode-text --negative writes one)");
+  return prompt;
+}
 
+// [parallel], [vae] and [output], added to all.
+void add_output_options(po::options_description& all, GenerateOptions& o) {
   po::options_description parallel("[parallel]", kHelpWidth, kHelpColumn);
-  parallel.add_options()("parallel.cfg", po::value(&o.cfg)->default_value(o.cfg),
+  parallel.add_options()("parallel.cfg", po::value(&o.job.cfg)->default_value(o.job.cfg),
                          "1: each rank runs both guidance branches as a batch of 2; 2: rank pairs split them and "
                          "swap predictions every step (ranks = 2 x clips)");
 
@@ -131,7 +155,10 @@ po::options_description describe(GenerateOptions& o) {
                     "tiles (8N x 8N pixels at full size) with whole-frame GroupNorm statistics: the same pixels as "
                     "whole-frame decoding, with the convolutions' working memory bounded by the tile; 0: whole "
                     "frames; e.g. 16");
+  all.add(parallel).add(vae).add(output);
+}
 
+po::options_description checkpoint_options(GenerateOptions& o) {
   po::options_description ckpt("[checkpoint] and resuming", kHelpWidth, kHelpColumn);
   ckpt.add_options()("checkpoint.every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every),
                      "write OUT/checkpoints/step-NNNNNN.h5 every K steps (0: only at the end and on a stop signal)")(
@@ -149,9 +176,13 @@ po::options_description describe(GenerateOptions& o) {
       "--dump-temporal writes them), e.g. 'down_blocks.*,mid_block'; a glob that matches no module is refused")(
       "dump.steps", po::value(&o.dump_steps)->default_value(o.dump_steps),
       "the steps (1-based, comma-separated) whose UNet call --dump.modules records");
+  return ckpt;
+}
 
+po::options_description describe(GenerateOptions& o, Spelled& sp) {
+  po::options_description all = run_options(o, sp);
   po::options_description vi("[vi] Video-Infinity (flags take =true/=false)", kHelpWidth, kHelpColumn);
-  o.vi_options.add_to(
+  sp.vi.add_to(
       vi,
       "the released code's JSON config (its examples/*.json): pipe_configs.prompts -> --prompt.text, steps -> "
       "--sampler.steps, guidance_scale -> --sampler.guidance, fps -> --video.fps, num_frames (per GPU) x clip "
@@ -159,7 +190,9 @@ po::options_description describe(GenerateOptions& o) {
       "-> --sampler.seed, plugin_configs -> the [vi] options; options given on the command line or in --config "
       "win. One line names the fields the run ignores (devices, master_port, base_path, file_name, a dtype "
       "other than the run's, ...)");
-  all.add(model).add(video).add(sampler).add(prompt).add(parallel).add(vae).add(output).add(ckpt).add(vi);
+  all.add(model_options(o)).add(video_options(o)).add(sampler_options(o, sp)).add(prompt_options(o));
+  add_output_options(all, o);
+  all.add(checkpoint_options(o)).add(vi);
   return all;
 }
 
@@ -171,7 +204,7 @@ bool given(const po::variables_map& vm, const char* name) { return vm.count(name
 // command line or in --config; from_file records which field each option now comes from, so that
 // a bad value is reported under the file's name for it.
 void import_pipe_configs(GenerateOptions& o, const po::variables_map& vm, Sources& from_file) {
-  const std::string& path = o.vi_options.import_file;
+  const std::string& path = o.vi_import;
   infinity::ReleasedPipe r = infinity::import_released_pipe(path);
   o.imported.ignored = r.unused;
   o.imported.dtype = r.dtype.value_or("");
@@ -205,28 +238,21 @@ void import_pipe_configs(GenerateOptions& o, const po::variables_map& vm, Source
   }
 }
 
-}  // namespace
-
-int parse_generate_options(const std::vector<std::string>& args, GenerateOptions& o) {
-  po::options_description opts = describe(o);
-  po::variables_map vm;
-  parse_options(args, opts, vm, "generate");
-  if (vm.count("help")) {
-    std::cout << opts
-              << "\nExit status: 0 on success, 2 for bad input (the message names the option, file or key), 1 for "
-                 "other\nfailures, 3 when a collective timed out, "
-              << kExitStopped
-              << " when a stop signal (SIGTERM, SIGUSR1) ended the run\nafter a checkpoint (run again with "
-                 "--resume auto). A failure on any rank ends every rank.\n";
-    return 1;
+// An option's name for messages: --NAME, or the --import-vi-config field it came from.
+class Labels {
+ public:
+  explicit Labels(const Sources& from_file) : from_file_(from_file) {}
+  std::string operator()(const std::string& option) const {
+    const auto it = from_file_.find(option);
+    return it == from_file_.end() ? "--" + option : it->second;
   }
-  Sources from_file;  // option -> the --import-vi-config field it was taken from
-  if (!o.vi_options.import_file.empty()) import_pipe_configs(o, vm, from_file);
-  auto label = [&](const std::string& option) {
-    const auto it = from_file.find(option);
-    return it == from_file.end() ? "--" + option : it->second;
-  };
 
+ private:
+  const Sources& from_file_;
+};
+
+// The model: a directory or a built-in one, and the parts given beside it.
+void check_model(GenerateOptions& o) {
   VINF_INPUT_CHECK(!o.model.empty(), "no model: give --model DIR (a diffusers directory) or --model builtin:tiny");
   if (o.builtin()) {
     const std::string p = o.builtin_preset();
@@ -241,6 +267,11 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
                      ": no such directory (a diffusers directory with config.json, or builtin:tiny)");
   }
   VINF_INPUT_CHECK(o.model_seed >= 0, "--model.seed must be >= 0, got ", o.model_seed);
+  if (!o.vae.empty()) VINF_INPUT_CHECK(io::is_directory(o.vae), "--model.vae ", o.vae, ": no such directory");
+}
+
+// [video], [sampler] and [output]'s frame rate.
+void check_video_and_sampler(const GenerateOptions& o, const Labels& label) {
   VINF_INPUT_CHECK(o.frames >= 0, "--video.frames must be >= 0 (0: 24 per clip), got ", o.frames);
   for (const auto& [name, v] : {std::pair{"video.height", o.height}, std::pair{"video.width", o.width}}) {
     VINF_INPUT_CHECK(v >= 8 && v <= kMaxPixels, label(name), " must be in [8, ", kMaxPixels, "], got ", v);
@@ -250,16 +281,15 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
   VINF_INPUT_CHECK(o.fps > 0 && o.fps <= 1000, label("video.fps"), " must be in (0, 1000], got ", o.fps);
   VINF_INPUT_CHECK(o.output_fps > 0 && o.output_fps <= 1000, label("output.fps"), " must be in (0, 1000], got ",
                    o.output_fps);
-  if (!o.vae.empty())
-    VINF_INPUT_CHECK(io::is_directory(o.vae), "--model.vae ", o.vae, ": no such directory");
-  sampling::parse_scheduler(o.scheduler);
   VINF_INPUT_CHECK(o.steps >= 1 && o.steps <= 1000, label("sampler.steps"), " must be in [1, 1000], got ", o.steps);
   VINF_INPUT_CHECK(o.guidance >= 0 && o.guidance <= 100, label("sampler.guidance"), " must be in [0, 100], got ",
                    o.guidance);
   VINF_INPUT_CHECK(o.seed >= 0, label("sampler.seed"), " must be >= 0, got ", o.seed);
   VINF_INPUT_CHECK(o.eta >= 0 && o.eta <= 1, "--sampler.eta must be in [0, 1], got ", o.eta);
-  VINF_INPUT_CHECK(o.noise == "auto" || o.noise == "invariant" || o.noise == "compat",
-                   "--sampler.noise must be auto, invariant or compat, got '", o.noise, "'");
+}
+
+// The prompts, or the embeddings file, or the text encoder and tokenizer that encode them.
+void check_text(GenerateOptions& o, const Labels& label) {
   VINF_INPUT_CHECK(!o.prompts.empty() || !o.embeddings.empty(),
                    "no prompt: give --prompt.text (repeatable) or --prompt.embeddings FILE");
   for (std::size_t i = 0; i < o.prompts.size(); ++i) {
@@ -269,28 +299,31 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
   }
   VINF_INPUT_CHECK(first_invalid_utf8(o.negative) == std::string::npos, "--prompt.negative is not valid UTF-8 (byte ",
                    first_invalid_utf8(o.negative), "); save the command line or INI file as UTF-8");
-  VINF_INPUT_CHECK(!vm.count("out") || !o.out.empty(), "--out is empty: give a directory, or leave --out out for ",
-                   "outputs/<name>-<date-time>");
-  if (o.embeddings.empty() && !o.builtin()) {
-    // The text encoder and tokenizer: given, or the pipeline's own.
-    for (auto [dir, option, sub] : {std::tuple{&o.text_encoder, "--model.text-encoder", "text_encoder"},
-                                    std::tuple{&o.tokenizer, "--model.tokenizer", "tokenizer"}}) {
-      if (dir->empty()) {
-        VINF_INPUT_CHECK(io::is_directory(o.model + "/" + sub), "--model ", o.model, " has no ", sub, "/: give ", option,
-                         " DIR (the real setup takes zeroscope_v2_576w's), or --prompt.embeddings FILE (from vinf ",
-                         "encode-text)");
-        *dir = o.model + "/" + sub;
-      } else {
-        VINF_INPUT_CHECK(io::is_directory(*dir), option, " ", *dir, ": no such directory");
-      }
+  if (!o.embeddings.empty() || o.builtin()) return;
+  // The text encoder and tokenizer: given, or the pipeline's own.
+  for (auto [dir, option, sub] : {std::tuple{&o.text_encoder, "--model.text-encoder", "text_encoder"},
+                                  std::tuple{&o.tokenizer, "--model.tokenizer", "tokenizer"}}) {
+    if (dir->empty()) {
+      VINF_INPUT_CHECK(io::is_directory(o.model + "/" + sub), "--model ", o.model, " has no ", sub, "/: give ", option,
+                       " DIR (the real setup takes zeroscope_v2_576w's), or --prompt.embeddings FILE (from vinf ",
+                       "encode-text)");
+      *dir = o.model + "/" + sub;
+    } else {
+      VINF_INPUT_CHECK(io::is_directory(*dir), option, " ", *dir, ": no such directory");
     }
   }
+}
+
+// The job, the outputs, checkpoints and resuming.
+void check_run(const GenerateOptions& o, const po::variables_map& vm) {
+  VINF_INPUT_CHECK(!vm.count("out") || !o.out.empty(), "--out is empty: give a directory, or leave --out out for ",
+                   "outputs/<name>-<date-time>");
   VINF_INPUT_CHECK(o.vae_tile >= 0, "--vae.tile must be 0 (off) or a positive number of latent pixels, got ",
                    o.vae_tile);
-  VINF_INPUT_CHECK(o.cfg == 1 || o.cfg == 2, "--parallel.cfg must be 1 or 2, got ", o.cfg);
-  VINF_INPUT_CHECK(o.cfg == 1 || o.guidance > 1, "--parallel.cfg 2 splits the two guidance branches, but ",
+  VINF_INPUT_CHECK(o.cfg() == 1 || o.cfg() == 2, "--parallel.cfg must be 1 or 2, got ", o.cfg());
+  VINF_INPUT_CHECK(o.cfg() == 1 || o.guidance > 1, "--parallel.cfg 2 splits the two guidance branches, but ",
                    "--sampler.guidance ", o.guidance, " <= 1 runs only one; use --parallel.cfg 1");
-  VINF_INPUT_CHECK(o.comm_timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.comm_timeout);
+  VINF_INPUT_CHECK(o.job.comm_timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.job.comm_timeout);
   VINF_INPUT_CHECK(!(o.quiet && o.verbose), "--quiet and --verbose exclude each other");
   VINF_INPUT_CHECK(o.checkpoint_every >= 0, "--checkpoint.every must be >= 0 (0: only at the end), got ",
                    o.checkpoint_every);
@@ -298,21 +331,26 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
   if (!o.resume.empty() && o.resume != "auto")
     VINF_INPUT_CHECK(io::is_regular_file(o.resume), "--resume ", o.resume, ": no such checkpoint file (or use ",
                      "--resume auto)");
-  auto split = [](const std::string& list) {
-    std::vector<std::string> items;
-    std::size_t start = 0;
-    while (start <= list.size()) {
-      const std::size_t end = std::min(list.find(',', start), list.size());
-      std::string item = list.substr(start, end - start);
-      item.erase(0, item.find_first_not_of(" \t"));
-      item.erase(item.find_last_not_of(" \t") + 1);
-      if (!item.empty()) items.push_back(item);
-      start = end + 1;
-    }
-    return items;
-  };
-  o.dump_globs = split(o.dump_modules);
-  for (const std::string& item : split(o.dump_steps)) {
+}
+
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t end = std::min(list.find(',', start), list.size());
+    std::string item = list.substr(start, end - start);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) items.push_back(item);
+    start = end + 1;
+  }
+  return items;
+}
+
+// --dump.modules and --dump.steps as lists.
+void parse_dump(GenerateOptions& o) {
+  o.dump_globs = split_list(o.dump_modules);
+  for (const std::string& item : split_list(o.dump_steps)) {
     std::size_t used = 0;
     int k = 0;
     try {
@@ -324,26 +362,64 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
                      "' is not a step number in [1, ", o.steps, "]");
     o.dump_step_list.push_back(k);
   }
-  o.vi = o.vi_options.resolve(vm, o.vi_options.import_file.empty() ? nullptr : &o.imported.ignored);
-  if (o.noise == "auto") o.noise = o.vi.mode == infinity::Mode::compat ? "compat" : "invariant";
-  if (o.name.empty())
-    o.name = o.config_file.empty() ? "vinf" : fs::path(o.config_file).stem().string();
+}
+
+void print_help(const po::options_description& opts) {
+  std::cout << opts
+            << "\nExit status: 0 on success, 2 for bad input (the message names the option, file or key), 1 for "
+               "other\nfailures, 3 when a collective timed out, "
+            << kExitStopped
+            << " when a stop signal (SIGTERM, SIGUSR1) ended the run\nafter a checkpoint (run again with "
+               "--resume auto). A failure on any rank ends every rank.\n";
+}
+
+}  // namespace
+
+int parse_generate_options(const std::vector<std::string>& args, GenerateOptions& o) {
+  Spelled sp;
+  po::options_description opts = describe(o, sp);
+  po::variables_map vm;
+  parse_options(args, opts, vm, "generate");
+  if (vm.count("help")) {
+    print_help(opts);
+    return 1;
+  }
+  o.vi_import = sp.vi.import_file;
+  Sources from_file;  // option -> the --import-vi-config field it was taken from
+  if (!o.vi_import.empty()) import_pipe_configs(o, vm, from_file);
+  const Labels label(from_file);
+  check_model(o);
+  check_video_and_sampler(o, label);
+  o.scheduler = sampling::parse_scheduler(sp.scheduler);
+  VINF_INPUT_CHECK(sp.noise == "auto" || sp.noise == "invariant" || sp.noise == "compat",
+                   "--sampler.noise must be auto, invariant or compat, got '", sp.noise, "'");
+  check_text(o, label);
+  check_run(o, vm);
+  // The job's choices, typed: a bad --device, --dtype or --comm-backend stops here, before MPI.
+  o.job.device = job::parse_device_choice(sp.device);
+  o.job.dtype = job::parse_dtype_choice(sp.dtype);
+  o.job.transport = job::parse_transport(sp.comm_backend);
+  parse_dump(o);
+  o.vi = sp.vi.resolve(vm, o.vi_import.empty() ? nullptr : &o.imported.ignored);
+  const bool compat_noise = sp.noise == "compat" || (sp.noise == "auto" && o.vi.mode == infinity::Mode::compat);
+  o.noise = compat_noise ? sampling::NoiseMode::compat : sampling::NoiseMode::invariant;
+  if (o.name.empty()) o.name = o.config_file.empty() ? "vinf" : fs::path(o.config_file).stem().string();
   return 0;
 }
 
 void check_generate_job(GenerateOptions& o, int world_size) {
-  VINF_INPUT_CHECK(world_size % o.cfg == 0, "--parallel.cfg 2 needs an even number of ranks (2 x clips), got ",
+  VINF_INPUT_CHECK(world_size % o.cfg() == 0, "--parallel.cfg 2 needs an even number of ranks (2 x clips), got ",
                    world_size);
-  const int clips = world_size / o.cfg;
+  const int clips = world_size / o.cfg();
   if (o.frames == 0) o.frames = o.frames_per_clip * clips;
   VINF_INPUT_CHECK(o.frames >= clips, "--video.frames ", o.frames, " is fewer than the ", clips,
                    " clip ranks; use at most ", o.frames, " ranks or more frames");
   try {
     infinity::check_partition(o.vi, o.frames, clips);
   } catch (const InputError& e) {
-    if (o.vi_options.import_file.empty()) throw;
+    if (o.vi_import.empty()) throw;
     // The options named may come from the file: say which fields they are.
-    VINF_INPUT_FAIL(e.what(), " (--import-vi-config ", o.vi_options.import_file,
+    VINF_INPUT_FAIL(e.what(), " (--import-vi-config ", o.vi_import,
                     ": plugin_configs.attn.padding is --vi.local-frames, attn.top_k --vi.global-frames, "
                     "conv_layer.padding --vi.conv-halo, and the frames are pipe_configs.num_frames x clip ranks, "
                     "unless the options are given)");
@@ -351,7 +427,7 @@ void check_generate_job(GenerateOptions& o, int world_size) {
 }
 
 std::string imported_fields_note(const GenerateOptions& o, const std::string& run_dtype, int clips) {
-  if (o.vi_options.import_file.empty()) return "";
+  if (o.vi_import.empty()) return "";
   std::vector<std::string> items;
   const int devices = o.imported.devices;
   if (devices > 0)
@@ -362,7 +438,7 @@ std::string imported_fields_note(const GenerateOptions& o, const std::string& ru
     items.push_back("dtype (" + o.imported.dtype + "; this run computes in " + run_dtype + ", --dtype chooses)");
   items.insert(items.end(), o.imported.ignored.begin(), o.imported.ignored.end());
   if (items.empty()) return "";
-  std::string line = "--import-vi-config " + o.vi_options.import_file + ": ignored: ";
+  std::string line = "--import-vi-config " + o.vi_import + ": ignored: ";
   for (std::size_t i = 0; i < items.size(); ++i) line += (i ? ", " : "") + items[i];
   return line;
 }

@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "infinity/config.hpp"
+#include "job/plan.hpp"
+#include "sampling/noise.hpp"
+#include "sampling/scheduler.hpp"
 
 namespace vinf::app {
 
@@ -21,15 +24,16 @@ struct GenerateOptions {
   std::int64_t height = 320, width = 512;
   double fps = 24;
   // [sampler]
-  std::string scheduler = "dpmpp-sde", noise = "auto";
+  sampling::SchedulerKind scheduler = sampling::SchedulerKind::dpmpp_sde;
+  sampling::NoiseMode noise = sampling::NoiseMode::invariant;  // --sampler.noise auto resolved by --vi.mode
   int steps = 30;
   double guidance = 12, eta = 0;
   std::int64_t seed = 123;
   // [prompt]
   std::vector<std::string> prompts;
   std::string negative, embeddings;
-  // [parallel]
-  int cfg = 1;
+  // [parallel] and the job: device, dtype, TF32, the CFG layout, the transport, the timeout
+  job::JobPlan job;
   // [vae]
   std::int64_t vae_tile = 0;  // latent pixels; 0: whole frames
   // [output]
@@ -46,10 +50,7 @@ struct GenerateOptions {
   std::string out, name;
   bool overwrite = false, quiet = false, verbose = false;
   bool debug = false;  // --debug: check every UNet module's output, to name the first non-finite one
-  std::string device = "auto", dtype = "auto", comm_backend = "auto";
-  bool tf32 = false;  // --tf32: f32 GEMMs and convolutions on CUDA may use TF32 tensor cores
-  double comm_timeout = 300;
-  infinity::Options vi_options;
+  std::string vi_import;  // --import-vi-config FILE
   infinity::Config vi;
   // --import-vi-config FILE: the fields of the file this run does not use (dotted names, with the
   // option that overrides a field), and the file's dtype and GPU count, for one line in the log.
@@ -59,6 +60,7 @@ struct GenerateOptions {
     int devices = 0;    // 0: the file lists none
   } imported;
 
+  int cfg() const { return job.cfg; }
   bool builtin() const { return model.rfind("builtin:", 0) == 0; }
   std::string builtin_preset() const { return model.substr(8); }
 };

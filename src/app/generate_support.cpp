@@ -14,6 +14,8 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <type_traits>
+#include <variant>
 
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
@@ -21,7 +23,6 @@
 #include "model/presets.hpp"
 #include "model/tokenizer.hpp"
 #include "model/unet3d.hpp"
-#include "mpi/check.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
 
@@ -75,13 +76,6 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, std
 
 }  // namespace
 
-void broadcast_string(std::string& s, MPI_Comm comm, int root) {
-  int n = static_cast<int>(s.size());
-  VINF_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, root, comm));
-  s.resize(static_cast<std::size_t>(n));
-  VINF_CHECK_MPI(MPI_Bcast(s.data(), n, MPI_CHAR, root, comm));
-}
-
 std::string decided_by_root(const mpi::Session& mpi, const std::function<std::string()>& fn) {
   std::string value, error;
   if (mpi.rank() == 0) {
@@ -91,14 +85,16 @@ std::string decided_by_root(const mpi::Session& mpi, const std::function<std::st
       error = e.what();
     }
   }
-  broadcast_string(value, mpi.world());
-  broadcast_string(error, mpi.world());
+  mpi.broadcast(value);
+  mpi.broadcast(error);
   VINF_INPUT_CHECK(error.empty(), error);
   return value;
 }
 
-sampling::TextEmbeddings encode_prompts_on_root(const GenerateOptions& o, std::int64_t width, bool guided, Device device,
-                                                const mpi::Session& mpi, std::vector<std::string>& warnings) {
+sampling::TextEmbeddings encode_prompts_on_root(const GenerateOptions& o, std::int64_t width, bool guided, job::Job& job,
+                                                std::vector<std::string>& warnings) {
+  const mpi::Session& mpi = job.session();
+  const Device device = job.device();
   std::vector<std::string> texts = o.prompts;
   if (guided) texts.push_back(o.negative);
   std::vector<float> hidden;
@@ -132,18 +128,17 @@ sampling::TextEmbeddings encode_prompts_on_root(const GenerateOptions& o, std::i
                            std::to_string(tokens) + ", so these are dropped: '" + ids[i].dropped + "'");
     return "tokenizer " + tokenizer.source() + ", text encoder " + encoder_source;
   });
-  MPI_Bcast(&tokens, 1, MPI_INT64_T, 0, mpi.world());
+  job.world().broadcast(job.host(), Tensor::wrap(&tokens, DType::i64, Device::cpu(), {1}), 0);
   const auto row = static_cast<std::size_t>(tokens * width);
   hidden.resize(row * texts.size());
-  MPI_Bcast(hidden.data(), static_cast<int>(hidden.size()), MPI_FLOAT, 0, mpi.world());
+  job.world().broadcast(job.host(), Tensor::wrap(hidden.data(), DType::f32, Device::cpu(), {static_cast<std::int64_t>(hidden.size())}), 0);
   sampling::TextEmbeddings text;
+  text.prompts = static_cast<std::int64_t>(o.prompts.size());
   text.tokens = tokens;
   text.width = width;
   text.source = source;
-  for (std::size_t p = 0; p < o.prompts.size(); ++p)
-    text.prompts.emplace_back(hidden.begin() + static_cast<std::ptrdiff_t>(p * row),
-                              hidden.begin() + static_cast<std::ptrdiff_t>((p + 1) * row));
-  if (guided) text.negative.assign(hidden.end() - static_cast<std::ptrdiff_t>(row), hidden.end());
+  text.prompt_embeds.assign(hidden.begin(), hidden.begin() + static_cast<std::ptrdiff_t>(o.prompts.size() * row));
+  if (guided) text.negative_prompt_embeds.assign(hidden.end() - static_cast<std::ptrdiff_t>(row), hidden.end());
   return text;
 }
 
@@ -171,11 +166,10 @@ namespace {
 
 // The message of the lowest rank whose `mine` is not empty, on every rank ("" when none).
 std::string first_rank_error(const mpi::Session& mpi, const std::string& mine) {
-  int me = mine.empty() ? mpi.size() : mpi.rank(), first = mpi.size();
-  VINF_CHECK_MPI(MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, mpi.world()));
+  const int first = mpi.min(mine.empty() ? mpi.size() : mpi.rank());
   if (first == mpi.size()) return "";
   std::string message = mine;
-  broadcast_string(message, mpi.world(), first);
+  mpi.broadcast(message, first);
   return message;
 }
 
@@ -255,17 +249,17 @@ ResumePoint choose_checkpoint(const GenerateOptions& o, const std::string& out_d
   return point;
 }
 
-json numerics_json(const GenerateOptions& o, int clips) {
+json numerics_json(const GenerateOptions& o, int clips, DType dtype) {
   json vi = vi_json(o.vi);
   vi.erase("halo");      // x and kv give the same numbers
   vi.erase("exchange");  // so do the exchange patterns
   json j = {{"video", {{"frames", o.frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
             {"sampler",
-             {{"scheduler", o.scheduler}, {"steps", o.steps}, {"guidance", o.guidance}, {"seed", o.seed},
-              {"eta", o.eta}, {"noise", o.noise}}},
+             {{"scheduler", sampling::scheduler_name(o.scheduler)}, {"steps", o.steps}, {"guidance", o.guidance},
+              {"seed", o.seed}, {"eta", o.eta}, {"noise", sampling::noise_mode_name(o.noise)}}},
             {"prompt", {{"text", o.prompts}, {"negative", o.negative}}},
             {"vi", vi},
-            {"dtype", o.dtype}};
+            {"dtype", dtype_name(dtype)}};
   // Invariant mode gives the same video on any number of clips; the others do not.
   if (o.vi.mode != infinity::Mode::invariant) j["parallel"] = {{"clips", clips}};
   return j;
@@ -309,22 +303,18 @@ json counters_json(const mpi::CommCounters& c) {
 }
 
 json vi_json(const infinity::Config& v) {
-  return {{"mode", infinity::mode_name(v.mode)},
-          {"local-frames", v.local_frames},
-          {"global-frames", v.global_frames},
-          {"conv-halo", v.conv_halo},
-          {"attn-scale", v.attn_scale},
-          {"token-num-scale", v.token_num_scale},
-          {"dynamic-bias", v.dynamic_bias},
-          {"local-phase-t", v.local_phase.t},
-          {"local-phase-local-bias", v.local_phase.local_bias},
-          {"local-phase-global-bias", v.local_phase.global_bias},
-          {"global-phase-t", v.global_phase.t},
-          {"global-phase-local-bias", v.global_phase.local_bias},
-          {"global-phase-global-bias", v.global_phase.global_bias},
-          {"sync-groupnorm", v.sync_groupnorm},
-          {"halo", v.halo == infinity::HaloData::x ? "x" : "kv"},
-          {"exchange", v.exchange == infinity::ExchangePattern::fused ? "fused" : "three-round"}};
+  json j = json::object();
+  infinity::Config c = v;
+  for (const infinity::Field& f : infinity::fields())
+    std::visit(
+        [&](auto* p) {
+          if constexpr (std::is_arithmetic_v<std::remove_pointer_t<decltype(p)>>)
+            j[f.name] = *p;
+          else
+            j[f.name] = infinity::choice_name(f, v);
+        },
+        f.ref(c));
+  return j;
 }
 
 namespace {
@@ -389,7 +379,7 @@ double test_step_seconds() {
 
 void check_dump_modules(const GenerateOptions& o, const model::UNetConfig& c) {
   if (o.dump_globs.empty()) return;
-  VINF_INPUT_CHECK(o.cfg == 1, "--dump.modules needs --parallel.cfg 1 (every rank then holds ",
+  VINF_INPUT_CHECK(o.cfg() == 1, "--dump.modules needs --parallel.cfg 1 (every rank then holds ",
                    "both guidance branches of its frames)");
   const std::vector<std::string> names = model::observed_module_names(c);
   for (const std::string& glob : o.dump_globs) {
@@ -453,7 +443,8 @@ std::function<void(const std::string&, const Tensor&)> ActivationDump::observer(
   };
 }
 
-void ActivationDump::write_step(MPI_Comm comm, const std::string& path, int step) {
+void ActivationDump::write_step(const mpi::Session& mpi, const std::string& path, int step) {
+  const auto comm = mpi.world();
   if (!file_) {
     file_ = std::make_unique<io::H5File>(io::H5File::create(comm, path + ".partial"));
     file_->set_text("/", "format", "vinf-activations");
@@ -481,7 +472,8 @@ void ActivationDump::write_step(MPI_Comm comm, const std::string& path, int step
   captured_.clear();
 }
 
-void ActivationDump::finish(MPI_Comm comm, const std::string& path) {
+void ActivationDump::finish(const mpi::Session& mpi, const std::string& path) {
+  const auto comm = mpi.world();
   if (!file_) return;
   file_->close();
   file_.reset();

@@ -15,6 +15,7 @@
 #include "io/checkpoint.hpp"
 #include "io/h5file.hpp"
 #include "model/config.hpp"
+#include "job/job.hpp"
 #include "mpi/communicator.hpp"
 #include "mpi/session.hpp"
 #include "ops/context.hpp"
@@ -24,7 +25,6 @@ namespace vinf::app {
 
 using json = nlohmann::ordered_json;
 
-void broadcast_string(std::string& s, MPI_Comm comm, int root = 0);
 // Runs fn on rank 0; its result, or the message of the vinf::InputError it threw, reaches every
 // rank (which then all throw it), so a decision that reads the file system is the same everywhere.
 std::string decided_by_root(const mpi::Session& mpi, const std::function<std::string()>& fn);
@@ -33,8 +33,8 @@ std::string decided_by_root(const mpi::Session& mpi, const std::function<std::st
 // --model.tokenizer / --model.text-encoder, or the built-in model's byte-level tokenizer and random
 // encoder. Rank 0 encodes and every rank gets the embeddings; `warnings` (rank 0) gets truncated
 // prompts and defaults the tokenizer files left open. Throws vinf::InputError on every rank.
-sampling::TextEmbeddings encode_prompts_on_root(const GenerateOptions& o, std::int64_t width, bool guided, Device device,
-                                                const mpi::Session& mpi, std::vector<std::string>& warnings);
+sampling::TextEmbeddings encode_prompts_on_root(const GenerateOptions& o, std::int64_t width, bool guided, job::Job& job,
+                                                std::vector<std::string>& warnings);
 
 // The output directory: --out, or the run a --resume PATH belongs to, or outputs/<name>-<id>.
 // Refused when it exists, unless --overwrite or --resume.
@@ -57,7 +57,7 @@ ResumePoint choose_checkpoint(const GenerateOptions& o, const std::string& out_d
 
 // The settings that change the numbers, which a resumed run must share with the checkpoint (the
 // number of clips only outside invariant mode).
-json numerics_json(const GenerateOptions& o, int clips);
+json numerics_json(const GenerateOptions& o, int clips, DType dtype);
 // Throws vinf::InputError naming the checkpoint and the first differences.
 void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, const std::vector<std::int64_t>& timesteps);
 
@@ -114,9 +114,9 @@ class ActivationDump {
   // The observer for the UNet call of a dump step: copies matching outputs to the host.
   std::function<void(const std::string&, const Tensor&)> observer(ExecContext& ctx);
   // Collective: writes what the observer collected under step<k>.
-  void write_step(MPI_Comm comm, const std::string& path, int step);
+  void write_step(const mpi::Session& mpi, const std::string& path, int step);
   // Collective: renames the file into place.
-  void finish(MPI_Comm comm, const std::string& path);
+  void finish(const mpi::Session& mpi, const std::string& path);
 
  private:
   struct Captured {

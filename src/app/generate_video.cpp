@@ -7,19 +7,24 @@
 #include "core/progress.hpp"
 #include "io/image.hpp"
 #include "io/video.hpp"
-#include "mpi/check.hpp"
 #include "ops/elementwise.hpp"
 
 namespace vinf::app {
 
-VideoResult write_video_outputs(const GenerateOptions& o, const mpi::Session& mpi, const mpi::ProcessGrid& grid,
-                                Runtime& rt, const model::VaeDecoder& vae, const Tensor& latents, std::int64_t frames,
-                                const std::string& out_dir) {
+VideoResult write_video_outputs(const GenerateOptions& o, job::Job& job, const model::VaeDecoder& vae,
+                                const Tensor& latents, std::int64_t frames, const std::string& out_dir) {
+  const mpi::Session& mpi = job.session();
+  const mpi::ProcessGrid& grid = job.grid();
+  Runtime& rt = job.runtime();
   VideoResult result;
   const model::VaeConfig& vc = vae.config();
   const std::int64_t nf = latents.size(2), ch = latents.size(1), lh = latents.size(3), lw = latents.size(4);
   const std::int64_t height = lh * vc.upscale(), width = lw * vc.upscale(), frame_bytes = height * width * 3;
   const int clips = grid.clip_size();
+  // Frames travel over the world communicator as 8-byte words: RGB frames of a multiple of 8
+  // pixels on each side are a multiple of 8 bytes.
+  VINF_CHECK(frame_bytes % 8 == 0, "an RGB frame of ", width, "x", height, " is not a whole number of 8-byte words");
+  auto words = [&](std::uint8_t* p) { return Tensor::wrap(p, DType::i64, Device::cpu(), {frame_bytes / 8}); };
   ExecContext& ctx = rt.ctx();
 
   // This clip's frames as RGB bytes (branch 1 holds the same latents and decodes nothing).
@@ -56,8 +61,8 @@ VideoResult write_video_outputs(const GenerateOptions& o, const mpi::Session& mp
       for (std::int64_t f = 0; f < nf; ++f) {
         const std::uint8_t* rgb = mine.data() + f * frame_bytes;
         if (c != 0) {
-          VINF_CHECK_MPI(MPI_Recv(received.data(), static_cast<int>(frame_bytes), MPI_BYTE, c, static_cast<int>(f),
-                                  mpi.world(), MPI_STATUS_IGNORE));
+          const mpi::Transfer from{c, Tensor{}, words(received.data())};
+          job.world().exchange(job.host(), {&from, 1});
           rgb = received.data();
         }
         writer.add(c * nf + f, rgb);
@@ -67,10 +72,12 @@ VideoResult write_video_outputs(const GenerateOptions& o, const mpi::Session& mp
   } else if (grid.cfg_index() == 0) {
     // Clip ranks of branch 0 are world ranks 0 .. clips - 1.
     for (std::int64_t f = 0; f < nf; ++f)
-      VINF_CHECK_MPI(MPI_Send(mine.data() + f * frame_bytes, static_cast<int>(frame_bytes), MPI_BYTE, 0,
-                              static_cast<int>(f), mpi.world()));
+    {
+      const mpi::Transfer to{0, words(mine.data() + f * frame_bytes), Tensor{}};
+      job.world().exchange(job.host(), {&to, 1});
+    }
   }
-  broadcast_string(error, mpi.world());
+  mpi.broadcast(error);
   if (!error.empty()) throw Error(error + " (latents.h5 is written and complete)");
   result.write_seconds = mpi.max(seconds_since(t0));
   return result;

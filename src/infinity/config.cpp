@@ -1,13 +1,14 @@
 #include "infinity/config.hpp"
 
 #include <cmath>
+#include <functional>
+#include <memory>
+#include <type_traits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "io/json_file.hpp"
-
-namespace po = boost::program_options;
 
 namespace vinf::infinity {
 
@@ -33,82 +34,86 @@ void Config::biases(std::int64_t t, float& local, float& global) const {
   }
 }
 
-void Options::add_to(po::options_description& opts, const char* import_help) {
-  Config& v = values;
-  opts.add_options()(
-      "vi.mode", po::value(&mode)->default_value(mode),
-      "Video-Infinity mode: invariant (the result does not depend on the number of ranks), compat (reproduces "
-      "the released code: zero halos at the video ends, per-rank global frames and GroupNorm statistics), or off "
-      "(the plain model on each clip, no communication)")(
-      "vi.local-frames", po::value(&v.local_frames)->default_value(v.local_frames),
-      "p: attention window half-width in frames, taken from each neighbouring clip")(
-      "vi.global-frames", po::value(&v.global_frames)->default_value(v.global_frames),
-      "G: frames sampled across the video that every frame attends to")(
-      "vi.conv-halo", po::value(&v.conv_halo)->default_value(v.conv_halo),
-      "c: frames of each neighbouring clip around a temporal-conv layer")(
-      "vi.attn-scale", po::value(&v.attn_scale)->default_value(v.attn_scale), "factor on the attention logits")(
-      "vi.token-num-scale", po::value(&v.token_num_scale)->default_value(v.token_num_scale)->implicit_value(true),
-      "scale each query's logits by log(visible keys) / log(16)")(
-      "vi.dynamic-bias", po::value(&v.dynamic_bias)->default_value(v.dynamic_bias)->implicit_value(true),
-      "add the phase biases below to the local / global columns")(
-      "vi.local-phase-t", po::value(&v.local_phase.t)->default_value(v.local_phase.t),
-      "local phase: applies while t < this")(
-      "vi.local-phase-local-bias", po::value(&v.local_phase.local_bias)->default_value(v.local_phase.local_bias), "")(
-      "vi.local-phase-global-bias", po::value(&v.local_phase.global_bias)->default_value(v.local_phase.global_bias), "")(
-      "vi.global-phase-t", po::value(&v.global_phase.t)->default_value(v.global_phase.t),
-      "global phase: applies while t >= this")(
-      "vi.global-phase-local-bias", po::value(&v.global_phase.local_bias)->default_value(v.global_phase.local_bias), "")(
-      "vi.global-phase-global-bias", po::value(&v.global_phase.global_bias)->default_value(v.global_phase.global_bias),
-      "")("vi.sync-groupnorm", po::value(&v.sync_groupnorm)->default_value(v.sync_groupnorm)->implicit_value(true),
-          "compat mode: the paper's synchronised temporal GroupNorm (mean of per-rank means, variance about it); "
-          "invariant mode always uses whole-video statistics")(
-      "vi.halo", po::value(&halo)->default_value(halo),
-      "x: exchange the attention input and project halo/global frames locally (at most half the bytes; halo "
-      "frames that are global frames travel once); kv: exchange K and V as the released code does")(
-      "vi.exchange", po::value(&exchange)->default_value(exchange),
-      "three-round: global all-gather, then halos in pairs (0,1),(2,3)..., then (1,2),(3,4)...; fused: both "
-      "neighbours at once")(
-      "import-vi-config", po::value(&import_file),
-      import_help != nullptr ? import_help
-                             : "read the [vi] settings from the released code's JSON config (plugin_configs); "
-                               "options given on the command line win");
+const char* halo_name(HaloData h) { return h == HaloData::x ? "x" : "kv"; }
+
+const char* exchange_name(ExchangePattern e) { return e == ExchangePattern::fused ? "fused" : "three-round"; }
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table{
+      {"mode",
+       "Video-Infinity mode: invariant (the result does not depend on the number of ranks), compat (reproduces "
+       "the released code: zero halos at the video ends, per-rank global frames and GroupNorm statistics), or off "
+       "(the plain model on each clip, no communication)",
+       nullptr, [](Config& c) -> FieldRef { return &c.mode; }},
+      {"local-frames", "p: attention window half-width in frames, taken from each neighbouring clip", "attn.padding",
+       [](Config& c) -> FieldRef { return &c.local_frames; }},
+      {"global-frames", "G: frames sampled across the video that every frame attends to", "attn.top_k",
+       [](Config& c) -> FieldRef { return &c.global_frames; }},
+      {"conv-halo", "c: frames of each neighbouring clip around a temporal-conv layer", "conv_layer.padding",
+       [](Config& c) -> FieldRef { return &c.conv_halo; }},
+      {"attn-scale", "factor on the attention logits", "attn.attn_scale",
+       [](Config& c) -> FieldRef { return &c.attn_scale; }},
+      {"token-num-scale", "scale each query's logits by log(visible keys) / log(16)", "attn.token_num_scale",
+       [](Config& c) -> FieldRef { return &c.token_num_scale; }},
+      {"dynamic-bias", "add the phase biases below to the local / global columns", "attn.dynamic_scale",
+       [](Config& c) -> FieldRef { return &c.dynamic_bias; }},
+      {"local-phase-t", "local phase: applies while t < this", "attn.local_phase.t",
+       [](Config& c) -> FieldRef { return &c.local_phase.t; }},
+      {"local-phase-local-bias", "local phase: the bias on the logits of the local (halo and own) frames",
+       "attn.local_phase.local_biase", [](Config& c) -> FieldRef { return &c.local_phase.local_bias; }},
+      {"local-phase-global-bias", "local phase: the bias on the logits of the global frames",
+       "attn.local_phase.global_biase", [](Config& c) -> FieldRef { return &c.local_phase.global_bias; }},
+      {"global-phase-t", "global phase: applies while t >= this", "attn.global_phase.t",
+       [](Config& c) -> FieldRef { return &c.global_phase.t; }},
+      {"global-phase-local-bias", "global phase: the bias on the logits of the local (halo and own) frames",
+       "attn.global_phase.local_biase", [](Config& c) -> FieldRef { return &c.global_phase.local_bias; }},
+      {"global-phase-global-bias", "global phase: the bias on the logits of the global frames",
+       "attn.global_phase.global_biase", [](Config& c) -> FieldRef { return &c.global_phase.global_bias; }},
+      {"sync-groupnorm",
+       "compat mode: the paper's synchronised temporal GroupNorm (mean of per-rank means, variance about it); "
+       "invariant mode always uses whole-video statistics",
+       nullptr, [](Config& c) -> FieldRef { return &c.sync_groupnorm; }},
+      {"halo",
+       "x: exchange the attention input and project halo/global frames locally (at most half the bytes; halo "
+       "frames that are global frames travel once); kv: exchange K and V as the released code does",
+       nullptr, [](Config& c) -> FieldRef { return &c.halo; }},
+      {"exchange",
+       "three-round: global all-gather, then halos in pairs (0,1),(2,3)..., then (1,2),(3,4)...; fused: both "
+       "neighbours at once",
+       nullptr, [](Config& c) -> FieldRef { return &c.exchange; }},
+  };
+  return table;
 }
 
-Config Options::resolve(const po::variables_map& vm, std::vector<std::string>* unused) const {
-  // Boost has put every option's value (given or default) into `values`. With an imported file,
-  // its values replace the defaults, and only the options given on the command line go on top.
-  Config c = values;
-  if (!import_file.empty()) {
-    const Config& v = values;
-    c = Config{};
-    import_released_config(import_file, c, unused);
-    auto pick = [&](const char* name, auto& dst, const auto& src) {
-      if (vm.count(name) && !vm[name].defaulted()) dst = src;
-    };
-    pick("vi.local-frames", c.local_frames, v.local_frames);
-    pick("vi.global-frames", c.global_frames, v.global_frames);
-    pick("vi.conv-halo", c.conv_halo, v.conv_halo);
-    pick("vi.attn-scale", c.attn_scale, v.attn_scale);
-    pick("vi.token-num-scale", c.token_num_scale, v.token_num_scale);
-    pick("vi.dynamic-bias", c.dynamic_bias, v.dynamic_bias);
-    pick("vi.local-phase-t", c.local_phase.t, v.local_phase.t);
-    pick("vi.local-phase-local-bias", c.local_phase.local_bias, v.local_phase.local_bias);
-    pick("vi.local-phase-global-bias", c.local_phase.global_bias, v.local_phase.global_bias);
-    pick("vi.global-phase-t", c.global_phase.t, v.global_phase.t);
-    pick("vi.global-phase-local-bias", c.global_phase.local_bias, v.global_phase.local_bias);
-    pick("vi.global-phase-global-bias", c.global_phase.global_bias, v.global_phase.global_bias);
-    c.sync_groupnorm = v.sync_groupnorm;
+void set_choice(const Field& f, Config& c, const std::string& name) {
+  const FieldRef ref = f.ref(c);
+  if (Mode* const* m = std::get_if<Mode*>(&ref)) {
+    if (name == "invariant") **m = Mode::invariant;
+    else if (name == "compat") **m = Mode::compat;
+    else if (name == "off") **m = Mode::off;
+    else VINF_INPUT_FAIL("--vi.mode must be invariant, compat or off, got '", name, "'");
+  } else if (HaloData* const* h = std::get_if<HaloData*>(&ref)) {
+    VINF_INPUT_CHECK(name == "x" || name == "kv", "--vi.halo must be x or kv, got '", name, "'");
+    **h = name == "x" ? HaloData::x : HaloData::kv;
+  } else if (ExchangePattern* const* e = std::get_if<ExchangePattern*>(&ref)) {
+    VINF_INPUT_CHECK(name == "three-round" || name == "fused", "--vi.exchange must be three-round or fused, got '",
+                     name, "'");
+    **e = name == "fused" ? ExchangePattern::fused : ExchangePattern::three_round;
+  } else {
+    VINF_FAIL("--vi.", f.name, " is not a choice");
   }
+}
 
-  if (mode == "invariant") c.mode = Mode::invariant;
-  else if (mode == "compat") c.mode = Mode::compat;
-  else if (mode == "off") c.mode = Mode::off;
-  else VINF_INPUT_FAIL("--vi.mode must be invariant, compat or off, got '", mode, "'");
-  VINF_INPUT_CHECK(halo == "x" || halo == "kv", "--vi.halo must be x or kv, got '", halo, "'");
-  c.halo = halo == "x" ? HaloData::x : HaloData::kv;
-  VINF_INPUT_CHECK(exchange == "three-round" || exchange == "fused", "--vi.exchange must be three-round or fused, got '",
-                   exchange, "'");
-  c.exchange = exchange == "fused" ? ExchangePattern::fused : ExchangePattern::three_round;
+std::string choice_name(const Field& f, const Config& c) {
+  Config copy = c;
+  const FieldRef ref = f.ref(copy);
+  if (Mode* const* m = std::get_if<Mode*>(&ref)) return mode_name(**m);
+  if (HaloData* const* h = std::get_if<HaloData*>(&ref)) return halo_name(**h);
+  if (ExchangePattern* const* e = std::get_if<ExchangePattern*>(&ref)) return exchange_name(**e);
+  VINF_FAIL("--vi.", f.name, " is not a choice");
+}
+
+void validate(const Config& c) {
   VINF_INPUT_CHECK(c.local_frames >= 0, "--vi.local-frames must be >= 0, got ", c.local_frames);
   VINF_INPUT_CHECK(c.global_frames >= 0, "--vi.global-frames must be >= 0, got ", c.global_frames);
   VINF_INPUT_CHECK(c.conv_halo >= 0, "--vi.conv-halo must be >= 0, got ", c.conv_halo);
@@ -122,7 +127,6 @@ Config Options::resolve(const po::variables_map& vm, std::vector<std::string>* u
     VINF_INPUT_CHECK(std::isfinite(bias), option, " must be a finite number, got ", bias);
   VINF_INPUT_CHECK(!(c.sync_groupnorm && c.mode == Mode::invariant), "--vi.sync-groupnorm is a compat-mode option ",
                    "(invariant mode always normalises over the whole video); drop it or use --vi.mode compat");
-  return c;
 }
 
 namespace {
@@ -145,47 +149,74 @@ void note_unused(std::vector<std::string>* unused, const io::JsonConfig& obj) {
 
 }  // namespace
 
+namespace {
+
+// Reads a field's value from the released config's object that holds it (its type checked).
+void read_field(io::JsonConfig& obj, const std::string& key, FieldRef ref) {
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_arithmetic_v<T>) obj.read(key, *p);
+      },
+      ref);
+}
+
+}  // namespace
+
 void import_released_config(const std::string& path, Config& c, std::vector<std::string>* unused) {
   const json j = read_released_file(path);
-  io::JsonConfig pc(j["plugin_configs"], path, "plugin_configs");
+  // The objects under plugin_configs that the table's keys name ("attn", "attn.local_phase", ...),
+  // each opened once, in the order first named; a missing or null one has no reader.
+  struct Object {
+    std::string name;
+    std::unique_ptr<io::JsonConfig> reader;
+  };
+  std::vector<Object> objects;
+  objects.push_back({"", std::make_unique<io::JsonConfig>(j["plugin_configs"], path, "plugin_configs")});
+  const json* raw_attn = j["plugin_configs"].contains("attn") ? &j["plugin_configs"]["attn"] : nullptr;
+  std::function<io::JsonConfig*(const std::string&)> object = [&](const std::string& name) -> io::JsonConfig* {
+    for (Object& o : objects)
+      if (o.name == name) return o.reader.get();
+    const std::size_t dot = name.rfind('.');
+    const std::string key = dot == std::string::npos ? name : name.substr(dot + 1);
+    io::JsonConfig* parent = object(dot == std::string::npos ? "" : name.substr(0, dot));
+    const json* v = parent ? parent->find(key) : nullptr;
+    objects.push_back({name, v ? std::make_unique<io::JsonConfig>(*v, path, "plugin_configs." + name) : nullptr});
+    // A phase set to null switches the biases off in the released code.
+    if (!v && parent && name.rfind("attn.", 0) == 0 && raw_attn && raw_attn->is_object() && raw_attn->contains(key))
+      c.dynamic_bias = false;
+    return objects.back().reader.get();
+  };
+  auto parent_of = [](const std::string& key) { return key.substr(0, key.rfind('.')); };
   // conv_3d (the Conv3d plugin) is not mounted by the released code, so it changes nothing there
   // either; top_k_chunk_size is read by no code path: both end up in the unused list.
-  const json* attn = pc.find("attn");
-  const json* conv = pc.find("conv_layer");
-  note_unused(unused, pc);
-  if (attn) {
-    io::JsonConfig a(*attn, path, "plugin_configs.attn");
-    a.read("padding", c.local_frames);
-    a.read("top_k", c.global_frames);
-    a.read("attn_scale", c.attn_scale);
-    a.read("token_num_scale", c.token_num_scale);
-    a.read("dynamic_scale", c.dynamic_bias);
-    for (auto [key, phase] : {std::pair{"local_phase", &c.local_phase}, std::pair{"global_phase", &c.global_phase}}) {
-      const json* ph = a.find(key);
-      // A phase set to null switches the biases off in the released code.
-      if (!ph) {
-        if (attn->contains(key)) c.dynamic_bias = false;
-        continue;
-      }
-      io::JsonConfig phc(*ph, path, std::string("plugin_configs.attn.") + key);
-      phc.read("t", phase->t);
-      phc.read("local_biase", phase->local_bias);
-      phc.read("global_biase", phase->global_bias);
-      note_unused(unused, phc);
-    }
-    note_unused(unused, a);
-    const std::string w = path + ": plugin_configs.attn";
-    VINF_INPUT_CHECK(c.local_frames >= 0, w, ".padding (--vi.local-frames) must be >= 0, got ", c.local_frames);
-    VINF_INPUT_CHECK(c.global_frames >= 0, w, ".top_k (--vi.global-frames) must be >= 0, got ", c.global_frames);
-    VINF_INPUT_CHECK(c.attn_scale > 0.f, w, ".attn_scale (--vi.attn-scale) must be > 0, got ", c.attn_scale);
+  for (const Field& f : fields())
+    if (f.released) object(std::string(f.released).substr(0, std::string(f.released).find('.')));
+  note_unused(unused, *objects.front().reader);
+  for (const Field& f : fields()) {
+    if (!f.released) continue;
+    const std::string key = f.released;
+    io::JsonConfig* obj = object(parent_of(key));
+    if (!obj) continue;
+    std::visit(
+        [&](auto* p) {
+          if constexpr (std::is_arithmetic_v<std::remove_pointer_t<decltype(p)>>) obj->read(key.substr(key.rfind('.') + 1), *p);
+        },
+        f.ref(c));
   }
-  if (conv) {
-    io::JsonConfig cl(*conv, path, "plugin_configs.conv_layer");
-    cl.read("padding", c.conv_halo);
-    note_unused(unused, cl);
-    VINF_INPUT_CHECK(c.conv_halo >= 0, path, ": plugin_configs.conv_layer.padding (--vi.conv-halo) must be >= 0, got ",
-                     c.conv_halo);
+  // The keys no field read: each top-level object's nested objects first, then its own.
+  for (const Object& top : objects) {
+    if (top.name.empty() || top.name.find('.') != std::string::npos) continue;
+    for (const Object& inner : objects)
+      if (inner.reader && inner.name.rfind(top.name + ".", 0) == 0) note_unused(unused, *inner.reader);
+    if (top.reader) note_unused(unused, *top.reader);
   }
+  const std::string w = path + ": plugin_configs.attn";
+  VINF_INPUT_CHECK(c.local_frames >= 0, w, ".padding (--vi.local-frames) must be >= 0, got ", c.local_frames);
+  VINF_INPUT_CHECK(c.global_frames >= 0, w, ".top_k (--vi.global-frames) must be >= 0, got ", c.global_frames);
+  VINF_INPUT_CHECK(c.attn_scale > 0.f, w, ".attn_scale (--vi.attn-scale) must be > 0, got ", c.attn_scale);
+  VINF_INPUT_CHECK(c.conv_halo >= 0, path, ": plugin_configs.conv_layer.padding (--vi.conv-halo) must be >= 0, got ",
+                   c.conv_halo);
 }
 
 ReleasedPipe import_released_pipe(const std::string& path) {

@@ -2,10 +2,10 @@
 // command-line form, the released code's JSON config, and the checks against a video's shape.
 #pragma once
 
-#include <boost/program_options.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace vinf::infinity {
@@ -38,20 +38,32 @@ struct Config {
 };
 
 const char* mode_name(Mode m);
+const char* halo_name(HaloData h);
+const char* exchange_name(ExchangePattern e);
 
-// The raw option values, bound to a Boost options description; resolve() turns them into a Config.
-struct Options {
-  std::string mode = "invariant", halo = "x", exchange = "three-round", import_file;
-  Config values;
+// A reference to one setting inside a Config, by its type.
+using FieldRef = std::variant<int*, std::int64_t*, float*, bool*, Mode*, HaloData*, ExchangePattern*>;
 
-  // Adds the `vi.*` options and --import-vi-config, each with its default, to opts; import_help
-  // replaces the description of --import-vi-config (a command that reads more of the file).
-  void add_to(boost::program_options::options_description& opts, const char* import_help = nullptr);
-  // The Config: the imported JSON file's values first, then every option given on the command
-  // line on top. Throws vinf::InputError for a bad value. With unused, the file's plugin_configs
-  // keys that have no effect are appended to it.
-  Config resolve(const boost::program_options::variables_map& vm, std::vector<std::string>* unused = nullptr) const;
+// One Video-Infinity setting, described once. Everything that lists the settings is made from
+// fields(): the `--vi.NAME` options and their help, the `[vi] NAME` keys of an INI file, run.json's
+// `vi` record, and the import of the released code's JSON config.
+struct Field {
+  const char* name;      // "local-frames": --vi.local-frames, [vi] local-frames, run.json vi.local-frames
+  const char* help;
+  const char* released;  // its key under the released config's plugin_configs ("attn.padding"), or nullptr
+  FieldRef (*ref)(Config&);
 };
+const std::vector<Field>& fields();
+
+// A choice field's value from its name (mode, halo, exchange); throws vinf::InputError naming the
+// option and the names it takes.
+void set_choice(const Field& f, Config& c, const std::string& name);
+// The name of a choice field's value.
+std::string choice_name(const Field& f, const Config& c);
+
+// The checks of a Config whatever its source (defaults, the released file, options); throws
+// vinf::InputError naming the option.
+void validate(const Config& c);
 
 // Applies the released code's JSON config (`plugin_configs.attn`: padding, top_k, attn_scale,
 // token_num_scale, dynamic_scale, local_phase, global_phase; `plugin_configs.conv_layer.padding`)

@@ -53,11 +53,16 @@ struct SolverState {
   std::vector<double> sigmas;
 };
 
-// Rank 0's cached text conditioning (the other ranks' is not used).
-struct TextCache {
+// Text embeddings in the one layout they keep from the encoder (or file) to the device and the
+// checkpoint, which caches rank 0's (the other ranks' are not used).
+struct TextEmbeddings {
   std::int64_t prompts = 0, tokens = 0, width = 0;
   std::vector<float> prompt_embeds, negative_prompt_embeds;  // [P, L, D], [1, L, D] or empty
+  std::string source;  // where they came from, for run.json and messages (not stored)
+  // Prompt p's rows: tokens x width values.
+  const float* prompt(std::int64_t p) const { return prompt_embeds.data() + p * tokens * width; }
 };
+using TextCache = TextEmbeddings;  // as a checkpoint caches them
 
 // Collective over comm. `latents` holds this rank's frames, frame-major.
 void write_latents(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,

@@ -23,10 +23,21 @@ namespace vinf::model {
 
 VaeDecoder::VaeDecoder(VaeConfig config, Weights weights) : config_(std::move(config)), weights_(std::move(weights)) {}
 
-VaeDecoder VaeDecoder::load(const std::string& dir_arg, Runtime& rt, DType dtype) {
+namespace {
+
+// A VAE directory's files: dir itself, or dir/vae when dir is a pipeline root.
+ModelFiles vae_files(const std::string& dir_arg) {
   std::string dir = dir_arg;
   if (!io::path_exists(fs::path(dir) / "config.json") && io::path_exists(fs::path(dir) / "vae" / "config.json")) dir += "/vae";
-  const ModelFiles files = find_model_files(dir);
+  return find_model_files(dir);
+}
+
+}  // namespace
+
+VaeConfig VaeDecoder::read_config(const std::string& dir) { return load_vae_config(vae_files(dir).config); }
+
+VaeDecoder VaeDecoder::load(const std::string& dir_arg, Runtime& rt, DType dtype) {
+  const ModelFiles files = vae_files(dir_arg);
   VaeConfig c = load_vae_config(files.config);
   const WeightFiles wf(files);
   // The file holds the encoder as well; decoding reads only the decoder's tensors.

@@ -22,6 +22,8 @@ class VaeDecoder {
   // dir: a VAE directory (config.json + diffusion_pytorch_model.safetensors) or a pipeline root
   // with vae/. Throws vinf::InputError naming the file and key for missing or mismatched weights.
   static VaeDecoder load(const std::string& dir, Runtime& rt, DType dtype);
+  // The config that load(dir) reads, without the weights.
+  static VaeConfig read_config(const std::string& dir);
 
   const VaeConfig& config() const { return config_; }
   const Weights& weights() const { return weights_; }

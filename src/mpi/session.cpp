@@ -94,6 +94,25 @@ double Session::max(double v) const {
   return out;
 }
 
+std::vector<double> Session::max(const std::vector<double>& v) const {
+  std::vector<double> out(v.size());
+  VINF_CHECK_MPI(MPI_Allreduce(v.data(), out.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  return out;
+}
+
+int Session::min(int v) const {
+  int out = v;
+  VINF_CHECK_MPI(MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  return out;
+}
+
+void Session::broadcast(std::string& s, int root) const {
+  int n = static_cast<int>(s.size());
+  VINF_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, root, MPI_COMM_WORLD));
+  s.resize(static_cast<std::size_t>(n));
+  VINF_CHECK_MPI(MPI_Bcast(s.data(), n, MPI_CHAR, root, MPI_COMM_WORLD));
+}
+
 int Session::gpu_count_on_every_rank() const {
   const int count = cuda_device_count();
   int least = count;

@@ -52,6 +52,12 @@ class Session {
   bool all(bool ok) const;
   // The maximum of a value over ranks (on every rank).
   double max(double v) const;
+  // The element-wise maximum of equally long vectors over ranks (on every rank).
+  std::vector<double> max(const std::vector<double>& v) const;
+  // The minimum of a value over ranks (on every rank).
+  int min(int v) const;
+  // root's string, on every rank.
+  void broadcast(std::string& s, int root = 0) const;
 
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;

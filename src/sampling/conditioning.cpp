@@ -39,15 +39,12 @@ TextEmbeddings read_text_embeddings(const std::string& path, std::int64_t width,
                    " but the model's cross_attention_dim is ", width);
   e.tokens = p->shape[1];
   e.width = width;
-  const std::vector<float> all = read_f32(f, "prompt_embeds");
-  const auto row = static_cast<std::size_t>(e.tokens * width);
-  for (std::int64_t i = 0; i < p->shape[0]; ++i)
-    e.prompts.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(i)),
-                           all.begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(i + 1)));
+  e.prompts = p->shape[0];
+  e.prompt_embeds = read_f32(f, "prompt_embeds");
   if (const auto* n = f.find("negative_prompt_embeds")) {
     VINF_INPUT_CHECK(n->shape.rank() == 3 && n->shape[0] == 1 && n->shape[1] == e.tokens && n->shape[2] == width,
                      path, ": 'negative_prompt_embeds' must be [1, ", e.tokens, ", ", width, "], got ", n->shape.str());
-    e.negative = read_f32(f, "negative_prompt_embeds");
+    e.negative_prompt_embeds = read_f32(f, "negative_prompt_embeds");
   } else {
     VINF_INPUT_CHECK(!need_negative, path, " has no 'negative_prompt_embeds' [1, L, D], which guidance > 1 needs ",
                      "(or run with --sampler.guidance 1)");

@@ -7,17 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "io/checkpoint.hpp"
+
 namespace vinf::sampling {
 
 // The released code's mapping: clip r of N gets prompt int(r / N * P) (Python float arithmetic).
 int prompt_for_clip(int clip, int clips, int prompts);
 
-struct TextEmbeddings {
-  std::int64_t tokens = 0, width = 0;
-  std::vector<std::vector<float>> prompts;  // P x (tokens * width)
-  std::vector<float> negative;              // tokens * width; empty when the file has none
-  std::string source;                       // for run.json and messages
-};
+// Prompt and negative embeddings, one layout from the file or encoder to the device and checkpoint.
+using TextEmbeddings = io::TextEmbeddings;
 
 // Reads the file; throws vinf::InputError naming the file and tensor when a shape or the width
 // (the model's cross_attention_dim) does not fit, or the negative is missing while `need_negative`.

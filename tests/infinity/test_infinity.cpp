@@ -16,6 +16,7 @@
 #include "../support.hpp"
 #include "core/arena.hpp"
 #include "core/error.hpp"
+#include "app/vi_options.hpp"
 #include "infinity/config.hpp"
 #include "infinity/context.hpp"
 #include "mpi/communicator.hpp"
@@ -436,7 +437,7 @@ TEST_CASE("--import-vi-config reads the released JSON, the command line wins") {
       "global_phase": {"t": 900, "local_biase": 2, "global_biase": 5}}, "conv_layer": {"padding": 3}}})";
   namespace po = boost::program_options;
   auto resolve = [&](std::vector<std::string> args) {
-    infinity::Options o;
+    app::ViOptions o;
     po::options_description d;
     o.add_to(d);
     po::variables_map vm;
