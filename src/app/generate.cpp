@@ -110,6 +110,8 @@ void read_model_shape(Run& r) {
     r.files = model::find_model_files(o.unet.empty() ? o.model : o.unet);
     r.ucfg = model::load_unet_config(r.files.config, &r.warnings);
   }
+  VINF_INPUT_CHECK(r.ucfg.in_channels == r.ucfg.out_channels, "the UNet's in_channels (", r.ucfg.in_channels,
+                   ") and out_channels (", r.ucfg.out_channels, ") differ; it cannot denoise its own latents");
   check_dump_modules(o, r.ucfg);
   if (o.video || o.png) {
     if (o.builtin()) {
@@ -119,6 +121,10 @@ void read_model_shape(Run& r) {
       r.vae_source = o.vae.empty() ? o.model + "/vae" : o.vae;
       r.vae_config = model::VaeDecoder::read_config(r.vae_source);
     }
+    if (r.vae_config)
+      VINF_INPUT_CHECK(r.vae_config->latent_channels == r.ucfg.out_channels, "the VAE (", r.vae_source, ") takes ",
+                       r.vae_config->latent_channels, " latent channels at ", r.vae_config->upscale(),
+                       "x; the UNet makes ", r.ucfg.out_channels, " channels");
   }
   std::string path = o.scheduler_config;
   if (path.empty() && !o.builtin() && fs::exists(o.model + "/scheduler/scheduler_config.json"))
@@ -315,9 +321,6 @@ Models load_models(Run& r) {
     } else {
       m.vae = std::make_unique<model::VaeDecoder>(model::VaeDecoder::load(r.vae_source, rt, dtype));
     }
-    VINF_INPUT_CHECK(m.vae->config().latent_channels == r.ucfg.out_channels, "the VAE (", r.vae_source, ") takes ",
-                     m.vae->config().latent_channels, " latent channels at ", m.vae->config().upscale(),
-                     "x; the UNet makes ", r.ucfg.out_channels, " channels");
   } else if (o.video || o.png) {
     r.log("no VAE (no --model.vae and no " + o.model + "/vae): writing latents only");
   }
@@ -433,8 +436,6 @@ Denoiser::Denoiser(Run& r, const Models& m, const sampling::TextEmbeddings& text
       noise_(r.o.noise, static_cast<std::uint64_t>(r.o.seed), r.clip, r.first_frame),
       dump_(r.o, batch_, r.nf, r.first_frame, r.frames),
       text_cache_(text) {
-  VINF_INPUT_CHECK(r.ucfg.in_channels == r.ucfg.out_channels, "the UNet's in_channels (", r.ucfg.in_channels,
-                   ") and out_channels (", r.ucfg.out_channels, ") differ; it cannot denoise its own latents");
   if (mpi::Communicator* clip_comm = r.job.clip_comm())
     temporal_ = std::make_unique<infinity::Context>(r.o.vi, *clip_comm, r.nf);
   else
