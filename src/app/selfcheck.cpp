@@ -33,17 +33,32 @@ int selfcheck(const std::vector<std::string>& args) {
   opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)(
       "device", po::value(&device)->default_value(device),
       "cpu, cuda or all (cuda is skipped with a message when no GPU is visible)")(
-      "filter", po::value(&filter), "only cases whose name contains this text")("list", po::bool_switch(&list),
-                                                                               "list the cases and exit");
+      "filter", po::value(&filter),
+      "only the cases whose name or op family contains this text (as --list prints them); a text that matches no "
+      "case is refused")("list", po::bool_switch(&list), "list the cases (those --filter selects) and exit");
   po::variables_map vm;
   parse_options(args, opts, vm, "selfcheck");
   if (vm.count("help")) {
-    std::cout << opts << "\nExit status: 0 when every result is within tolerance, 1 otherwise.\n";
+    std::cout << opts
+              << "\nA result passes when every element is within atol + rtol * |reference| of the CPU reference, with\n"
+                 "(atol, rtol) per dtype:";
+    for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+      const opcheck::Tolerance t = opcheck::tolerance_for(dt);
+      std::cout << " " << dtype_name(dt) << " (" << t.atol << ", " << t.rtol << ")";
+    }
+    std::cout << "\nunless a case overrides them, giving its reason. The op-table unit test selects cases the same\n"
+                 "way, from the environment: VINF_OPS_FILTER (as --filter), VINF_OPS_BACKEND (cpu or cuda) and\n"
+                 "VINF_OPS_DTYPE (f32, f16 or bf16).\n"
+                 "\nExit status: 0 when every result is within tolerance, 1 otherwise, 2 for a bad option.\n";
     return 0;
   }
   VINF_INPUT_CHECK(device == "cpu" || device == "cuda" || device == "all", "--device must be cpu, cuda or all, got '",
                    device, "'");
-  auto cases = opcheck::unit_cases();
+  std::vector<opcheck::OpCase> cases;
+  for (auto& c : opcheck::unit_cases())
+    if (opcheck::matches_filter(c, filter)) cases.push_back(std::move(c));
+  VINF_INPUT_CHECK(!cases.empty(), "--filter '", filter, "' matches no op case: it selects the cases whose name or ",
+                   "family contains it (vinf selfcheck --list shows them)");
   if (list) {
     for (const auto& c : cases) std::cout << c.family << "\t" << c.name << "\n";
     return 0;
@@ -67,7 +82,6 @@ int selfcheck(const std::vector<std::string>& args) {
   int failed = 0, run = 0;
   std::printf("%-58s %-14s %12s %8s  %s\n", "case", "backend", "max |err|", "err/tol", "result");
   for (const auto& c : cases) {
-    if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
     for (const Backend& b : backends) {
       std::unique_ptr<Runtime>& slot = b.device.is_cpu() ? cpu_rt : gpu_rt;
       if (!slot) slot = std::make_unique<Runtime>(b.device, b.impl);
@@ -75,7 +89,7 @@ int selfcheck(const std::vector<std::string>& args) {
       try {
         const auto ref = opcheck::run_case(c, ref_rt, DType::f32, b.dtype);
         const auto got = opcheck::run_case(c, *slot, b.dtype, b.dtype);
-        const auto cmp = opcheck::compare(ref, got, opcheck::tolerance_for(b.dtype));
+        const auto cmp = opcheck::compare(ref, got, opcheck::tolerance_for(c, b.dtype));
         std::printf("%-58s %-14s %12.3g %8.3f  %s\n", c.name.c_str(), b.name.c_str(), cmp.max_abs_error, cmp.worst_ratio,
                     cmp.ok ? "ok" : "FAIL");
         if (!cmp.ok) {

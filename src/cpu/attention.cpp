@@ -198,7 +198,7 @@ std::size_t attention_workspace_bytes(std::int64_t head_dim, std::int64_t value_
 }
 
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
-               const Tensor& out, const ops::AttentionParams& p) {
+               const Tensor& out, const exec::AttentionParams& p) {
   const std::int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3);
   const std::int64_t Lk = k.size(2), Dv = v.size(3), G = kg ? kg->size(2) : 0;
   const int threads = omp_get_max_threads();
@@ -217,7 +217,7 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
       for (std::int64_t c = 0; c < Dv; ++c) w.o[r * Dv + c] = 0.f;
     }
     for (std::int64_t r = 0; r < rows; ++r) {
-      ops::attention_band(p, i0 + r, Lk, band.lo[r], band.hi[r]);
+      exec::attention_band(p, i0 + r, Lk, band.lo[r], band.hi[r]);
       const std::int64_t visible = std::max<std::int64_t>(0, band.hi[r] - band.lo[r] + 1) + G;
       w.scale[r] = p.scale * (log_base != 0.f && visible > 0 ? std::log(static_cast<float>(visible)) / log_base : 1.f);
       w.m[r] = -std::numeric_limits<float>::infinity();

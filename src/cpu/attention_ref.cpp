@@ -9,7 +9,7 @@
 namespace vinf::cpu::ref {
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
-               const Tensor& out, const ops::AttentionParams& p) {
+               const Tensor& out, const exec::AttentionParams& p) {
   const std::int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3);
   const std::int64_t Lk = k.size(2), Dv = v.size(3), G = kg ? kg->size(2) : 0;
   std::vector<double> acc(static_cast<std::size_t>(Dv));
@@ -22,7 +22,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* 
     for (std::int64_t h = 0; h < H; ++h)
       for (std::int64_t i = 0; i < Lq; ++i) {
         std::int64_t lo, hi;
-        ops::attention_band(p, i, Lk, lo, hi);
+        exec::attention_band(p, i, Lk, lo, hi);
         const std::int64_t visible = std::max<std::int64_t>(0, hi - lo + 1) + G;
         if (visible == 0) {
           for (std::int64_t c = 0; c < Dv; ++c) at_f32(out, b, h, i, c) = 0.f;

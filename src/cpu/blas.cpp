@@ -5,23 +5,17 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "exec/layout.hpp"
 
 namespace vinf::cpu {
 
 bool as_blas_matrix(const Tensor& m, BlasMatrix& out) {
-  const std::int64_t rows = m.size(0), cols = m.size(1), s0 = m.stride(0), s1 = m.stride(1);
   out.data = m.ptr<float>();
-  if ((s1 == 1 || cols == 1) && (rows == 1 || s0 >= cols)) {
-    out.transposed = false;
-    out.ld = rows == 1 ? std::max<std::int64_t>(1, cols) : std::max<std::int64_t>(s0, 1);
-    return true;
-  }
-  if ((s0 == 1 || rows == 1) && (cols == 1 || s1 >= rows)) {
-    out.transposed = true;
-    out.ld = cols == 1 ? std::max<std::int64_t>(1, rows) : std::max<std::int64_t>(s1, 1);
-    return true;
-  }
-  return false;
+  exec::MatrixLayout l;
+  if (!exec::matrix_layout(m, l)) return false;
+  out.transposed = l.transposed;
+  out.ld = l.ld;
+  return true;
 }
 
 void sgemm(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BlasMatrix& a, const BlasMatrix& b,

@@ -14,7 +14,8 @@ struct BlasMatrix {
   std::int64_t ld = 0;
 };
 
-// False when neither of the view's two strides is 1 (the caller copies it first).
+// False when neither of the view's two strides is 1 (the caller copies it first); see
+// exec::matrix_layout.
 bool as_blas_matrix(const Tensor& m, BlasMatrix& out);
 
 // c (M x N, row stride ldc, unit column stride) = alpha * op(a) (M x K) * op(b) (K x N) + beta * c.

@@ -8,7 +8,7 @@
 #include "cpu/context.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/loops.hpp"
-#include "ops/context.hpp"
+#include "exec/context.hpp"
 
 namespace vinf::cpu {
 
@@ -32,14 +32,14 @@ memory::desc strided_desc(const Tensor& t) {
   return memory::desc(dims, memory::data_type::f32, strides);
 }
 
-std::string plan_key(const Tensor& x, const Tensor& w, bool bias, const Tensor& y, const ops::Conv2dParams& p) {
+std::string plan_key(const Tensor& x, const Tensor& w, bool bias, const Tensor& y, const exec::Conv2dParams& p) {
   std::string k = x.describe() + "|" + w.describe() + "|" + y.describe();
   k += "|s" + std::to_string(p.stride) + "p" + std::to_string(p.padding) + (bias ? "b" : "");
   return k;
 }
 
 ConvPlan& get_plan(CpuContext& cc, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
-                   const ops::Conv2dParams& p) {
+                   const exec::Conv2dParams& p) {
   auto& plans = cc.conv_plans();
   const std::string key = plan_key(x, w, bias != nullptr, y, p);
   if (auto it = plans.find(key); it != plans.end()) return *it->second;
@@ -84,7 +84,7 @@ memory staged(CpuContext& cc, Arena& arena, const memory::desc& want, const memo
 }  // namespace
 
 void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
-            const ops::Conv2dParams& p) {
+            const exec::Conv2dParams& p) {
   VINF_CHECK(ctx.cpu != nullptr, "conv2d: the CPU fast path needs a CpuContext");
   CpuContext& cc = *ctx.cpu;
   try {

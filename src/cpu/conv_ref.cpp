@@ -4,7 +4,7 @@
 
 namespace vinf::cpu::ref {
 
-void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, const ops::Conv2dParams& p) {
+void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, const exec::Conv2dParams& p) {
   const std::int64_t N = x.size(0), Ci = x.size(1), H = x.size(2), W = x.size(3);
   const std::int64_t Co = w.size(0), KH = w.size(2), KW = w.size(3), Ho = y.size(2), Wo = y.size(3);
   for (std::int64_t n = 0; n < N; ++n)

@@ -5,13 +5,12 @@
 // copy and fill take every dtype.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
-#include "ops/activation.hpp"
-#include "ops/attention.hpp"
-#include "ops/conv.hpp"
-#include "ops/embedding.hpp"
-#include "ops/norm.hpp"
+#include "core/tensor.hpp"
+#include "exec/context.hpp"
+#include "exec/params.hpp"
 
 namespace vinf::cpu {
 
@@ -20,21 +19,21 @@ void copy(const Tensor& src, const Tensor& dst);
 void fill(const Tensor& dst, double value);
 void axpby(float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out);
 void mul(const Tensor& a, const Tensor& b, const Tensor& out);
-void activation(ops::Activation act, const Tensor& x, const Tensor& out);
+void activation(exec::Activation act, const Tensor& x, const Tensor& out);
 void geglu(const Tensor& x, const Tensor& out);
 void group_norm_sums(const Tensor& x, int groups, const Tensor& sums);  // x (N, C, T, S)
 void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const Tensor& gamma, const Tensor& beta,
-                      const Tensor& y, const ops::GroupNormParams& p);
+                      const Tensor& y, const exec::GroupNormParams& p);
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, float eps);  // 2-D
 void softmax(const Tensor& x, const Tensor& out);                                                       // 2-D
 void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);                     // 2-D
 void bmm(const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta);
-void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, const ops::Conv2dParams& p);
+void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, const exec::Conv2dParams& p);
 void temporal_conv(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, int pad);
 void upsample_nearest(const Tensor& x, const Tensor& y);
-void timestep_embedding(const Tensor& t, const Tensor& out, const ops::TimestepEmbeddingParams& p);
+void timestep_embedding(const Tensor& t, const Tensor& out, const exec::TimestepEmbeddingParams& p);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
-               const Tensor& out, const ops::AttentionParams& p);
+               const Tensor& out, const exec::AttentionParams& p);
 void normal(const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset);
 }  // namespace ref
 
@@ -43,22 +42,22 @@ void copy(const Tensor& src, const Tensor& dst);
 void fill(const Tensor& dst, double value);
 void axpby(float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out);
 void mul(const Tensor& a, const Tensor& b, const Tensor& out);
-void activation(ops::Activation act, const Tensor& x, const Tensor& out);
+void activation(exec::Activation act, const Tensor& x, const Tensor& out);
 void geglu(const Tensor& x, const Tensor& out);
 void group_norm_sums(const Tensor& x, int groups, const Tensor& sums);
 void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const Tensor& gamma, const Tensor& beta,
-                      const Tensor& y, const ops::GroupNormParams& p);
+                      const Tensor& y, const exec::GroupNormParams& p);
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, float eps);
 void softmax(const Tensor& x, const Tensor& out);
 void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);
 void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta);
 void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
-            const ops::Conv2dParams& p);
+            const exec::Conv2dParams& p);
 void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, int pad);
 void upsample_nearest(const Tensor& x, const Tensor& y);
-void timestep_embedding(const Tensor& t, const Tensor& out, const ops::TimestepEmbeddingParams& p);
+void timestep_embedding(const Tensor& t, const Tensor& out, const exec::TimestepEmbeddingParams& p);
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg,
-               const Tensor* vg, const Tensor& out, const ops::AttentionParams& p);
+               const Tensor* vg, const Tensor& out, const exec::AttentionParams& p);
 std::size_t attention_workspace_bytes(std::int64_t head_dim, std::int64_t value_dim);
 void normal(const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset);
 }  // namespace fast

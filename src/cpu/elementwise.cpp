@@ -6,7 +6,7 @@
 #include "cpu/cpu.hpp"
 #include "cpu/loops.hpp"
 #include "cpu/vec.hpp"
-#include "ops/activation_math.hpp"
+#include "exec/activation_math.hpp"
 
 namespace vinf::cpu::fast {
 namespace {
@@ -78,7 +78,7 @@ void geglu_row(const float* a, const float* g, float* out, std::int64_t n) {
     const vec::f32x16 x = vec::load(g + i);
     vec::store(out + i, vec::load(a + i) * (0.5f * x * (1.f + vec::erf(x * 0.70710678f))));
   }
-  for (; i < n; ++i) out[i] = a[i] * ops::gelu(g[i]);
+  for (; i < n; ++i) out[i] = a[i] * exec::gelu(g[i]);
 }
 
 }  // namespace
@@ -113,12 +113,12 @@ void mul(const Tensor& a, const Tensor& b, const Tensor& out) {
   binary(a, b, out, [](float x, float y) { return x * y; });
 }
 
-void activation(ops::Activation act, const Tensor& x, const Tensor& out) {
+void activation(exec::Activation act, const Tensor& x, const Tensor& out) {
   switch (act) {
-    case ops::Activation::none: copy(x, out); break;
-    case ops::Activation::silu: unary(x, out, ops::silu<float>); break;
-    case ops::Activation::gelu: unary(x, out, ops::gelu<float>); break;
-    case ops::Activation::quick_gelu: unary(x, out, ops::quick_gelu<float>); break;
+    case exec::Activation::none: copy(x, out); break;
+    case exec::Activation::silu: unary(x, out, exec::silu<float>); break;
+    case exec::Activation::gelu: unary(x, out, exec::gelu<float>); break;
+    case exec::Activation::quick_gelu: unary(x, out, exec::quick_gelu<float>); break;
   }
 }
 
@@ -128,7 +128,7 @@ void geglu(const Tensor& x, const Tensor& out) {
   const Tensor a = x.slice(last, 0, d), g = x.slice(last, d, d);
   const auto l = joint_layout<3>({&a, &g, &out});
   if (l.stride[0][l.rank - 1] != 1 || l.stride[1][l.rank - 1] != 1 || l.stride[2][l.rank - 1] != 1) {
-    binary(a, g, out, [](float av, float gv) { return av * ops::gelu(gv); });
+    binary(a, g, out, [](float av, float gv) { return av * exec::gelu(gv); });
     return;
   }
   const float* ap = a.ptr<float>();

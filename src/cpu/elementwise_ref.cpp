@@ -4,7 +4,7 @@
 
 #include "cpu/cpu.hpp"
 #include "cpu/strided.hpp"
-#include "ops/activation_math.hpp"
+#include "exec/activation_math.hpp"
 
 namespace vinf::cpu::ref {
 
@@ -41,9 +41,9 @@ void mul(const Tensor& a, const Tensor& b, const Tensor& out) {
     out.ptr<float>()[offset_of(out, i)] = a.ptr<float>()[offset_of(a, i)] * b.ptr<float>()[offset_of(b, i)];
 }
 
-void activation(ops::Activation act, const Tensor& x, const Tensor& out) {
+void activation(exec::Activation act, const Tensor& x, const Tensor& out) {
   for (std::int64_t i = 0, n = out.numel(); i < n; ++i)
-    out.ptr<float>()[offset_of(out, i)] = static_cast<float>(ops::activate<double>(act, x.ptr<float>()[offset_of(x, i)]));
+    out.ptr<float>()[offset_of(out, i)] = static_cast<float>(exec::activate<double>(act, x.ptr<float>()[offset_of(x, i)]));
 }
 
 void geglu(const Tensor& x, const Tensor& out) {
@@ -53,7 +53,7 @@ void geglu(const Tensor& x, const Tensor& out) {
   for (std::int64_t i = 0, n = out.numel(); i < n; ++i) {
     const double a = value.ptr<float>()[offset_of(value, i)];
     const double g = gate.ptr<float>()[offset_of(gate, i)];
-    out.ptr<float>()[offset_of(out, i)] = static_cast<float>(a * ops::gelu(g));
+    out.ptr<float>()[offset_of(out, i)] = static_cast<float>(a * exec::gelu(g));
   }
 }
 

@@ -6,7 +6,7 @@
 
 namespace vinf::cpu::fast {
 
-void timestep_embedding(const Tensor& t, const Tensor& out, const ops::TimestepEmbeddingParams& p) {
+void timestep_embedding(const Tensor& t, const Tensor& out, const exec::TimestepEmbeddingParams& p) {
   // f32 arithmetic in the order diffusers uses: exponent = -ln(max_period) * j / (half - shift).
   const std::int64_t B = out.size(0), dim = out.size(1), half = dim / 2;
   const float neg_log_period = -std::log(p.max_period);

@@ -6,7 +6,7 @@
 
 namespace vinf::cpu::ref {
 
-void timestep_embedding(const Tensor& t, const Tensor& out, const ops::TimestepEmbeddingParams& p) {
+void timestep_embedding(const Tensor& t, const Tensor& out, const exec::TimestepEmbeddingParams& p) {
   const std::int64_t B = out.size(0), dim = out.size(1), half = dim / 2;
   for (std::int64_t b = 0; b < B; ++b) {
     const double tv = load_as_double(t.data, t.dtype, b * t.strides[0]);

@@ -4,7 +4,7 @@
 #include "cpu/cpu.hpp"
 #include "cpu/loops.hpp"
 #include "cpu/vec.hpp"
-#include "ops/activation_math.hpp"
+#include "exec/activation_math.hpp"
 
 namespace vinf::cpu::fast {
 
@@ -56,13 +56,13 @@ void affine_silu_row(const float* x, float* y, std::int64_t n, float a, float b)
     const vec::f32x16 z = vec::load(x + i) * a + b;
     vec::store(y + i, z / (1.f + vec::exp(-z)));
   }
-  for (; i < n; ++i) y[i] = ops::silu(x[i] * a + b);
+  for (; i < n; ++i) y[i] = exec::silu(x[i] * a + b);
 }
 
 }  // namespace
 
 void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const Tensor& gamma, const Tensor& beta,
-                      const Tensor& y, const ops::GroupNormParams& p) {
+                      const Tensor& y, const exec::GroupNormParams& p) {
   const std::int64_t N = x.size(0), C = x.size(1), T = x.size(2), S = x.size(3), cg = C / p.groups;
   const double* st = static_cast<const double*>(sums.data);
   const float* xp = x.ptr<float>();
@@ -83,15 +83,15 @@ void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const T
     const std::int64_t xs = x.strides[3], ys = y.strides[3];
     if (xs == 1 && ys == 1) {
       switch (p.act) {
-        case ops::Activation::none:
+        case exec::Activation::none:
           for (std::int64_t s = 0; s < S; ++s) yr[s] = xr[s] * a + b;
           break;
-        case ops::Activation::silu: affine_silu_row(xr, yr, S, a, b); break;
+        case exec::Activation::silu: affine_silu_row(xr, yr, S, a, b); break;
         default:
-          for (std::int64_t s = 0; s < S; ++s) yr[s] = ops::activate(p.act, xr[s] * a + b);
+          for (std::int64_t s = 0; s < S; ++s) yr[s] = exec::activate(p.act, xr[s] * a + b);
       }
     } else {
-      for (std::int64_t s = 0; s < S; ++s) yr[s * ys] = ops::activate(p.act, xr[s * xs] * a + b);
+      for (std::int64_t s = 0; s < S; ++s) yr[s * ys] = exec::activate(p.act, xr[s * xs] * a + b);
     }
   }
 }

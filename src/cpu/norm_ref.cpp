@@ -4,7 +4,7 @@
 
 #include "cpu/cpu.hpp"
 #include "cpu/strided.hpp"
-#include "ops/activation_math.hpp"
+#include "exec/activation_math.hpp"
 
 namespace vinf::cpu::ref {
 
@@ -29,7 +29,7 @@ void group_norm_sums(const Tensor& x, int groups, const Tensor& sums) {
 
 
 void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const Tensor& gamma, const Tensor& beta,
-                      const Tensor& y, const ops::GroupNormParams& p) {
+                      const Tensor& y, const exec::GroupNormParams& p) {
   const std::int64_t N = x.size(0), C = x.size(1), T = x.size(2), S = x.size(3), cg = C / p.groups;
   const double* st = static_cast<const double*>(sums.data);
   for (std::int64_t n = 0; n < N; ++n)
@@ -43,7 +43,7 @@ void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const T
       const double w = gamma.ptr<float>()[c * gamma.strides[0]], b = beta.ptr<float>()[c * beta.strides[0]];
       for (std::int64_t t = 0; t < T; ++t)
         for (std::int64_t s = 0; s < S; ++s)
-          at_f32(y, n, c, t, s) = static_cast<float>(ops::activate<double>(p.act, (at_f32(x, n, c, t, s) - mean) * rstd * w + b));
+          at_f32(y, n, c, t, s) = static_cast<float>(exec::activate<double>(p.act, (at_f32(x, n, c, t, s) - mean) * rstd * w + b));
     }
 }
 

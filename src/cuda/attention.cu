@@ -139,7 +139,7 @@ void launch(const Args& a, std::int64_t blocks, std::size_t shared, cudaStream_t
 }  // namespace
 
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
-               const Tensor& out, const ops::AttentionParams& p) {
+               const Tensor& out, const exec::AttentionParams& p) {
   for (const Tensor* t : {&k, &v, &out})
     VINF_CHECK(t->dtype == q.dtype, "attention: CUDA needs one dtype for all operands, got ", q.describe(), " and ",
                t->describe());

@@ -11,10 +11,10 @@
 #include <cstdint>
 
 #include "core/tensor.hpp"
-#include "cpu/loops.hpp"
 #include "cuda/check.hpp"
 #include "cuda/context.hpp"
-#include "ops/context.hpp"
+#include "exec/context.hpp"
+#include "exec/layout.hpp"
 
 namespace vinf::cuda {
 
@@ -35,10 +35,10 @@ struct Strided {
   }
 };
 
-// Joint layouts of N same-shaped views (see cpu::joint_layout), one Strided per view.
+// Joint layouts of N same-shaped views (see exec::joint_layout), one Strided per view.
 template <int N>
 std::array<Strided, N> joint_strided(const std::array<const Tensor*, N>& ts) {
-  const auto l = cpu::joint_layout<N>(ts);
+  const auto l = exec::joint_layout<N>(ts);
   std::array<Strided, N> out{};
   for (int k = 0; k < N; ++k) {
     out[k].rank = l.rank;

@@ -9,8 +9,7 @@
 #include "cuda/gemm.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/owned.hpp"
-#include "ops/elementwise.hpp"
-#include "ops/runtime.hpp"
+#include "exec/tf32.hpp"
 
 namespace vinf::cuda {
 namespace {
@@ -51,7 +50,7 @@ void set_tensor(cudnnTensorDescriptor_t d, const Tensor& t) {
 constexpr std::size_t kMaxWorkspace = std::size_t{2} << 30;
 
 // Runs the convolution y = conv(x, w) + beta * y; false when cuDNN has no algorithm for it.
-bool run_cudnn(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& y, const ops::Conv2dParams& p,
+bool run_cudnn(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& y, const exec::Conv2dParams& p,
                float beta) {
   CudaContext& cc = *ctx.cuda;
   Descriptors d;
@@ -105,24 +104,24 @@ namespace {
 constexpr std::int64_t kMaxCudnnElements = 0x7fffffff;
 
 // y (+)= conv(x, w) for one batch range that cuDNN can describe, with the f32 fallback.
-void conv2d_part(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& y, const ops::Conv2dParams& p,
+void conv2d_part(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& y, const exec::Conv2dParams& p,
                  float beta) {
   if (run_cudnn(ctx, x, w, y, p, beta)) return;
   // No cuDNN algorithm for this dtype/layout (bf16 NCHW on some versions): compute in f32.
   VINF_CHECK(x.dtype != DType::f32, "conv2d: cuDNN offers no algorithm for x ", x.describe(), ", w ", w.describe());
   OwnedTensor xf = ctx.arena->empty(DType::f32, x.shape), wf = ctx.arena->empty(DType::f32, w.shape),
               yf = ctx.arena->empty(DType::f32, y.shape);
-  ops::copy(ctx, x, xf);
-  ops::copy(ctx, w, wf);
-  if (beta != 0.f) ops::copy(ctx, y, yf);
+  cuda::copy(ctx, x, xf);
+  cuda::copy(ctx, w, wf);
+  if (beta != 0.f) cuda::copy(ctx, y, yf);
   VINF_CHECK(run_cudnn(ctx, xf, wf, yf, p, beta), "conv2d: cuDNN offers no algorithm for x ", x.describe());
-  ops::copy(ctx, yf, y);
+  cuda::copy(ctx, yf, y);
 }
 
 }  // namespace
 
 void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
-            const ops::Conv2dParams& p) {
+            const exec::Conv2dParams& p) {
   VINF_CHECK(x.dtype == w.dtype && x.dtype == y.dtype, "conv2d: CUDA needs one dtype for x, w and y, got ",
              x.describe(), ", ", w.describe(), ", ", y.describe());
   // The filter descriptor has no strides: weights must be packed OIHW.
@@ -130,12 +129,12 @@ void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
   Tensor wv = w;
   if (!w.is_contiguous()) {
     wc = ctx.arena->empty(w.dtype, w.shape);
-    ops::copy(ctx, w, wc);
+    cuda::copy(ctx, w, wc);
     wv = wc;
   }
   float beta = 0.f;
   if (bias) {
-    ops::copy(ctx, bias->unsqueeze(1).unsqueeze(2).unsqueeze(0).expand(y.shape), y);
+    cuda::copy(ctx, bias->unsqueeze(1).unsqueeze(2).unsqueeze(0).expand(y.shape), y);
     beta = 1.f;
   }
   // Batches whose x or y exceed cuDNN's element count (many frames at full resolution) run in
@@ -158,20 +157,20 @@ void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Ten
   const std::int64_t Co = w.size(0), KT = w.size(2), To = y.size(2);
   // Weights as kt matrices (Cout, Cin): wk[k] = w[:, :, k].
   OwnedTensor wk = ctx.arena->empty(w.dtype, {KT, Co, Ci});
-  ops::copy(ctx, w.permute({2, 0, 1}), wk);
+  cuda::copy(ctx, w.permute({2, 0, 1}), wk);
   OwnedTensor hx, hy;
   Tensor xs = x, ys = y;
   if (x.stride(3) != 1 || x.stride(1) < S) {
     hx = ctx.arena->empty(x.dtype, x.shape);
-    ops::copy(ctx, x, hx);
+    cuda::copy(ctx, x, hx);
     xs = hx;
   }
   if (y.stride(3) != 1 || y.stride(1) < S) {
     hy = ctx.arena->empty(y.dtype, y.shape);
     ys = hy;
   }
-  if (bias) ops::copy(ctx, bias->unsqueeze(1).unsqueeze(0).unsqueeze(3).expand(ys.shape), ys);
-  else ops::fill(ctx, ys, 0.0);
+  if (bias) cuda::copy(ctx, bias->unsqueeze(1).unsqueeze(0).unsqueeze(3).expand(ys.shape), ys);
+  else cuda::fill(ctx, ys, 0.0);
   const std::size_t es = dtype_size(x.dtype);
   for (std::int64_t n = 0; n < N; ++n)
     for (std::int64_t k = 0; k < KT; ++k) {
@@ -184,7 +183,7 @@ void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Ten
       void* c = static_cast<char*>(ys.data) + (n * ys.stride(0) + t0 * ys.stride(2)) * es;
       gemm_rowmajor(ctx, y.dtype, y.dtype, Co, S, Ci, 1.f, a, b, 1.f, c, ys.stride(1), t1 - t0, ys.stride(2));
     }
-  if (ys.data != y.data) ops::copy(ctx, ys, y);
+  if (ys.data != y.data) cuda::copy(ctx, ys, y);
 }
 
 }  // namespace vinf::cuda

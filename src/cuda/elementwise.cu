@@ -2,10 +2,10 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu/cpu.hpp"
 #include "cuda/common.cuh"
 #include "cuda/ops.hpp"
-#include "ops/activation_math.hpp"
+#include "exec/activation_math.hpp"
+#include "exec/host_copy.hpp"
 
 namespace vinf::cuda {
 namespace {
@@ -40,10 +40,10 @@ __global__ void pointwise_kernel(Pointwise op, float alpha, float beta, const vo
     switch (op) {
       case Pointwise::axpby: r = beta == 0.f ? alpha * x : alpha * x + beta * load_f(b, bt, bs.offset(i)); break;
       case Pointwise::mul: r = x * load_f(b, bt, bs.offset(i)); break;
-      case Pointwise::silu: r = ops::silu(x); break;
-      case Pointwise::gelu: r = ops::gelu(x); break;
-      case Pointwise::quick_gelu: r = ops::quick_gelu(x); break;
-      default: r = x * ops::gelu(load_f(b, bt, bs.offset(i))); break;  // geglu: a = value, b = gate
+      case Pointwise::silu: r = exec::silu(x); break;
+      case Pointwise::gelu: r = exec::gelu(x); break;
+      case Pointwise::quick_gelu: r = exec::quick_gelu(x); break;
+      default: r = x * exec::gelu(load_f(b, bt, bs.offset(i))); break;  // geglu: a = value, b = gate
     }
     store_f(out, ot, os.offset(i), r);
   }
@@ -107,7 +107,7 @@ void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
     const void* image = src.data;
     if (!src.is_contiguous()) {
       host.resize(src.nbytes());
-      cpu::fast::copy(src, Tensor::wrap(host.data(), src.dtype, Device::cpu(), src.shape));
+      exec::copy_host(src, Tensor::wrap(host.data(), src.dtype, Device::cpu(), src.shape));
       image = host.data();
     }
     if (dst.dtype == src.dtype && dst.is_contiguous()) {
@@ -136,7 +136,7 @@ void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
   std::vector<char> host(dst.nbytes());
   VINF_CHECK_CUDA(cudaMemcpyAsync(host.data(), compact.data, host.size(), cudaMemcpyDeviceToHost, stream_of(ctx)));
   VINF_CHECK_CUDA(cudaStreamSynchronize(stream_of(ctx)));
-  cpu::fast::copy(Tensor::wrap(host.data(), dst.dtype, Device::cpu(), dst.shape), dst);
+  exec::copy_host(Tensor::wrap(host.data(), dst.dtype, Device::cpu(), dst.shape), dst);
 }
 
 void fill(ExecContext& ctx, const Tensor& dst, double value) {
@@ -155,12 +155,12 @@ void mul(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out) 
   launch_pointwise(ctx, Pointwise::mul, 1.f, 0.f, a, b, out);
 }
 
-void activation(ExecContext& ctx, ops::Activation act, const Tensor& x, const Tensor& out) {
+void activation(ExecContext& ctx, exec::Activation act, const Tensor& x, const Tensor& out) {
   switch (act) {
-    case ops::Activation::none: copy_on_device(ctx, x, out); return;
-    case ops::Activation::silu: launch_pointwise(ctx, Pointwise::silu, 1.f, 0.f, x, x, out); return;
-    case ops::Activation::gelu: launch_pointwise(ctx, Pointwise::gelu, 1.f, 0.f, x, x, out); return;
-    case ops::Activation::quick_gelu: launch_pointwise(ctx, Pointwise::quick_gelu, 1.f, 0.f, x, x, out); return;
+    case exec::Activation::none: copy_on_device(ctx, x, out); return;
+    case exec::Activation::silu: launch_pointwise(ctx, Pointwise::silu, 1.f, 0.f, x, x, out); return;
+    case exec::Activation::gelu: launch_pointwise(ctx, Pointwise::gelu, 1.f, 0.f, x, x, out); return;
+    case exec::Activation::quick_gelu: launch_pointwise(ctx, Pointwise::quick_gelu, 1.f, 0.f, x, x, out); return;
   }
 }
 

@@ -26,7 +26,7 @@ __global__ void timestep_kernel(const void* t, DType tt, std::int64_t ts, void* 
 
 }  // namespace
 
-void timestep_embedding(ExecContext& ctx, const Tensor& t, const Tensor& out, const ops::TimestepEmbeddingParams& p) {
+void timestep_embedding(ExecContext& ctx, const Tensor& t, const Tensor& out, const exec::TimestepEmbeddingParams& p) {
   const std::int64_t B = out.size(0), dim = out.size(1);
   if (B == 0) return;
   const float neg_log_period = -std::log(p.max_period);

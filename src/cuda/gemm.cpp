@@ -4,12 +4,11 @@
 #include "cuda/gemm.hpp"
 
 #include "core/error.hpp"
-#include "cpu/blas.hpp"
 #include "cuda/check.hpp"
 #include "cuda/context.hpp"
 #include "cuda/ops.hpp"
-#include "ops/elementwise.hpp"
-#include "ops/runtime.hpp"
+#include "exec/layout.hpp"
+#include "exec/tf32.hpp"
 
 namespace vinf::cuda {
 
@@ -47,14 +46,14 @@ namespace {
 // cuBLAS reads views with one unit stride; anything else is copied to a contiguous block.
 GemmOperand operand(ExecContext& ctx, const Tensor& m3, OwnedTensor& hold) {
   // m3 is [batch, rows, cols]; all batch entries share the layout of entry 0.
-  cpu::BlasMatrix bm;  // as_blas_matrix reads the strides only, any dtype
+  exec::MatrixLayout bm;
   const Tensor m = m3.select(0, 0);
   Tensor src = m3;
-  if (!cpu::as_blas_matrix(m, bm)) {
+  if (!exec::matrix_layout(m, bm)) {
     hold = ctx.arena->empty(m3.dtype, m3.shape);
-    ops::copy(ctx, m3, hold);
+    cuda::copy(ctx, m3, hold);
     src = hold;
-    cpu::as_blas_matrix(hold.select(0, 0), bm);
+    exec::matrix_layout(hold.select(0, 0), bm);
   }
   return {src.data, bm.transposed, bm.ld, src.size(0) > 1 ? src.stride(0) : 0};
 }
@@ -81,11 +80,11 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
   }
   float beta = 0.f;
   if (bias) {
-    ops::copy(ctx, bias->unsqueeze(0).expand(out.shape), out);
+    cuda::copy(ctx, bias->unsqueeze(0).expand(out.shape), out);
     beta = 1.f;
   }
   gemm_rowmajor(ctx, y.dtype, y.dtype, M, N, K, 1.f, a, b, beta, out.data, M == 1 ? N : out.stride(0), 1, 0);
-  if (out.data != y.data) ops::copy(ctx, out, y);
+  if (out.data != y.data) cuda::copy(ctx, out, y);
 }
 
 void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta) {
@@ -99,12 +98,12 @@ void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, 
   const bool direct = out.stride(2) == 1 && (M == 1 || out.stride(1) >= N) && (B == 1 || out.stride(0) != 0);
   if (!direct) {
     ho = ctx.arena->empty(out.dtype, out.shape);
-    if (beta != 0.f) ops::copy(ctx, out, ho);
+    if (beta != 0.f) cuda::copy(ctx, out, ho);
     dst = ho;
   }
   gemm_rowmajor(ctx, a.dtype, out.dtype, M, N, K, alpha, ma, mb, beta, dst.data, M == 1 ? N : dst.stride(1), B,
                 B > 1 ? dst.stride(0) : 0);
-  if (!direct) ops::copy(ctx, dst, out);
+  if (!direct) cuda::copy(ctx, dst, out);
 }
 
 }  // namespace vinf::cuda

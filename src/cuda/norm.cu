@@ -1,7 +1,7 @@
 // GroupNorm (partial sums, then per-channel scale/shift, then apply), LayerNorm and softmax.
 #include "cuda/common.cuh"
 #include "cuda/ops.hpp"
-#include "ops/activation_math.hpp"
+#include "exec/activation_math.hpp"
 
 namespace vinf::cuda {
 namespace {
@@ -55,14 +55,14 @@ __global__ void group_affine_kernel(const double* sums, std::int64_t s_n, std::i
   ab[i] = make_float2(a, load_f(beta, bt, c * bs) - static_cast<float>(mean) * a);
 }
 
-__global__ void group_apply_kernel(View4 x, View4 y, const float2* ab, ops::Activation act) {
+__global__ void group_apply_kernel(View4 x, View4 y, const float2* ab, exec::Activation act) {
   const std::int64_t total = x.n * x.c * x.t * x.s;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t s = i % x.s, t = (i / x.s) % x.t, c = (i / (x.s * x.t)) % x.c, n = i / (x.s * x.t * x.c);
     const float2 k = ab[n * x.c + c];
     float v = load_f(x.data, x.dtype, n * x.sn + c * x.sc + t * x.st + s * x.ss) * k.x + k.y;
-    v = ops::activate(act, v);
+    v = exec::activate(act, v);
     store_f(const_cast<void*>(y.data), y.dtype, n * y.sn + c * y.sc + t * y.st + s * y.ss, v);
   }
 }
@@ -125,7 +125,7 @@ void group_norm_sums(ExecContext& ctx, const Tensor& x, int groups, const Tensor
 }
 
 void group_norm_apply(ExecContext& ctx, const Tensor& x, const Tensor& sums, double count, const Tensor& gamma,
-                      const Tensor& beta, const Tensor& y, const ops::GroupNormParams& p) {
+                      const Tensor& beta, const Tensor& y, const exec::GroupNormParams& p) {
   const std::int64_t N = x.size(0), C = x.size(1);
   if (x.numel() == 0) return;
   Allocation ab = ctx.arena->allocate(static_cast<std::size_t>(N * C) * sizeof(float2));

@@ -4,11 +4,9 @@
 
 #include <cstdint>
 
-#include "ops/activation.hpp"
-#include "ops/attention.hpp"
-#include "ops/conv.hpp"
-#include "ops/embedding.hpp"
-#include "ops/norm.hpp"
+#include "core/tensor.hpp"
+#include "exec/context.hpp"
+#include "exec/params.hpp"
 
 namespace vinf::cuda {
 
@@ -16,22 +14,22 @@ void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst);
 void fill(ExecContext& ctx, const Tensor& dst, double value);
 void axpby(ExecContext& ctx, float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out);
 void mul(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out);
-void activation(ExecContext& ctx, ops::Activation act, const Tensor& x, const Tensor& out);
+void activation(ExecContext& ctx, exec::Activation act, const Tensor& x, const Tensor& out);
 void geglu(ExecContext& ctx, const Tensor& x, const Tensor& out);
 void group_norm_sums(ExecContext& ctx, const Tensor& x, int groups, const Tensor& sums);
 void group_norm_apply(ExecContext& ctx, const Tensor& x, const Tensor& sums, double count, const Tensor& gamma,
-                      const Tensor& beta, const Tensor& y, const ops::GroupNormParams& p);
+                      const Tensor& beta, const Tensor& y, const exec::GroupNormParams& p);
 void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, float eps);
 void softmax(ExecContext& ctx, const Tensor& x, const Tensor& out);
 void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);
 void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta);
 void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
-            const ops::Conv2dParams& p);
+            const exec::Conv2dParams& p);
 void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, int pad);
 void upsample_nearest(ExecContext& ctx, const Tensor& x, const Tensor& y);
-void timestep_embedding(ExecContext& ctx, const Tensor& t, const Tensor& out, const ops::TimestepEmbeddingParams& p);
+void timestep_embedding(ExecContext& ctx, const Tensor& t, const Tensor& out, const exec::TimestepEmbeddingParams& p);
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
-               const Tensor& out, const ops::AttentionParams& p);
+               const Tensor& out, const exec::AttentionParams& p);
 void normal(ExecContext& ctx, const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset);
 
 }  // namespace vinf::cuda

@@ -1,16 +1,14 @@
 // Pointwise activations and GEGLU.
 #pragma once
 
+#include "exec/activation.hpp"
 #include "ops/context.hpp"
 
 namespace vinf::ops {
 
-enum class Activation {
-  none,
-  silu,        // x * sigmoid(x)
-  gelu,        // exact: x * (1 + erf(x / sqrt 2)) / 2
-  quick_gelu,  // x * sigmoid(1.702 x)
-};
+// none, silu (x * sigmoid(x)), gelu (exact: x * (1 + erf(x / sqrt 2)) / 2), quick_gelu
+// (x * sigmoid(1.702 x)).
+using exec::Activation;
 const char* activation_name(Activation a);
 
 // out = act(x); shapes equal, any strides.

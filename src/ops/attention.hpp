@@ -14,19 +14,17 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "exec/params.hpp"
 #include "ops/context.hpp"
 
 namespace vinf::ops {
 
-struct AttentionParams {
-  static constexpr std::int64_t kUnbounded = std::int64_t{1} << 40;
-  float scale = 1.f;                       // usually attn_scale / sqrt(head_dim)
-  std::int64_t band_lo = -kUnbounded;      // row i sees local keys from i + band_lo ...
-  std::int64_t band_hi = kUnbounded;       // ... to i + band_hi (clamped to [0, Lk - 1])
-  float local_bias = 0.f;
-  float global_bias = 0.f;
-  float token_count_log_base = 0.f;        // > 0 enables the per-row factor log(n_i) / log(base)
-};
+// scale (usually attn_scale / sqrt(head_dim)), band_lo and band_hi (row i sees the local keys
+// i + band_lo .. i + band_hi, clamped to [0, Lk - 1]; unbounded by default), local_bias,
+// global_bias, token_count_log_base (> 0 enables the per-row factor log(n_i) / log(base)).
+using exec::AttentionParams;
+// The visible local range of row i (empty when lo > hi), shared by every implementation.
+using exec::attention_band;
 
 // q [B, H, Lq, d]; k [B, H, Lk, d]; v [B, H, Lk, dv]; global keys kg [B, H, G, d] and values
 // vg [B, H, G, dv], or both null; out [B, H, Lq, dv]. The last dimension of every tensor must be
@@ -38,12 +36,5 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
 // The workspace attention() takes from ctx.arena for these arguments. It depends on head sizes and
 // thread count only, not on the numbers of rows or keys.
 std::size_t attention_workspace_bytes(const ExecContext& ctx, const Tensor& q, const Tensor& v);
-
-// The visible local range of row i (empty when lo > hi), shared by every implementation.
-inline void attention_band(const AttentionParams& p, std::int64_t i, std::int64_t lk, std::int64_t& lo,
-                           std::int64_t& hi) {
-  lo = i + p.band_lo < 0 ? 0 : i + p.band_lo;
-  hi = i + p.band_hi > lk - 1 ? lk - 1 : i + p.band_hi;
-}
 
 }  // namespace vinf::ops

@@ -17,6 +17,10 @@
 
 namespace vinf::opcheck {
 
+bool matches_filter(const OpCase& c, const std::string& filter) {
+  return filter.empty() || c.name.find(filter) != std::string::npos || c.family.find(filter) != std::string::npos;
+}
+
 CaseEnv::CaseEnv(ExecContext& c, DType dt, DType round_to, std::uint64_t seed)
     : ctx(c), dtype(dt), round_to_(round_to), seed_(seed) {}
 

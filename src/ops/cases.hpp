@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/arena.hpp"
@@ -43,12 +44,27 @@ class CaseEnv {
   std::vector<Tensor> outputs_;
 };
 
+// What a result may differ from the reference by, per element: atol + rtol * |reference|.
+struct Tolerance {
+  double atol = 0, rtol = 0;
+};
+
 struct OpCase {
   std::string family;  // "conv2d"
   std::string name;    // "conv2d 3x3 s2 6->4 9x12"
   double flops = 0;    // floating-point operations per run (multiply-add = 2)
   std::function<std::function<void()>(CaseEnv&)> setup;
+  // The case's own tolerance for some dtypes, in place of the dtype's (opcheck::tolerance_for), and
+  // why the dtype's does not fit this case. The reason is required: a case that overrides without
+  // one is refused wherever its tolerance is asked for (tests, `vinf selfcheck`).
+  std::vector<std::pair<DType, Tolerance>> tolerance = {};
+  std::string tolerance_reason = {};
 };
+
+// Whether `filter` selects the case, as `vinf selfcheck --filter` and VINF_OPS_FILTER in the
+// op-table test read it: every case when empty, otherwise the cases whose name or family contains
+// the text ("conv2d", "attention banded", "upsample_nearest").
+bool matches_filter(const OpCase& c, const std::string& filter);
 
 // Small shapes with odd sizes: every op, every code path.
 std::vector<OpCase> unit_cases();

@@ -2,14 +2,13 @@
 // TemporalConvLayer, a Conv3d with kernel (kt, 1, 1): a 1-D convolution along frames at every pixel.
 #pragma once
 
+#include "exec/params.hpp"
 #include "ops/context.hpp"
 
 namespace vinf::ops {
 
-struct Conv2dParams {
-  int stride = 1;
-  int padding = 0;
-};
+// stride (default 1) and zero padding (default 0), the same along both axes.
+using exec::Conv2dParams;
 
 // x [N, Cin, H, W], w [Cout, Cin, kh, kw], bias [Cout] or null, y [N, Cout, Ho, Wo] with
 // Ho = (H + 2 pad - kh) / stride + 1.

@@ -1,15 +1,14 @@
 // Sinusoidal timestep embedding (diffusers `Timesteps` / `get_timestep_embedding`).
 #pragma once
 
+#include "exec/params.hpp"
 #include "ops/context.hpp"
 
 namespace vinf::ops {
 
-struct TimestepEmbeddingParams {
-  bool flip_sin_to_cos = true;  // output [cos | sin] instead of [sin | cos]
-  float shift = 0.f;            // downscale_freq_shift
-  float max_period = 10000.f;
-};
+// flip_sin_to_cos (default true: output [cos | sin] instead of [sin | cos]), shift
+// (downscale_freq_shift, default 0), max_period (default 10000).
+using exec::TimestepEmbeddingParams;
 
 // t [B] (i64 or f32, on the context's device), out [B, dim]: with half = dim / 2,
 // freq_j = exp(-ln(max_period) * j / (half - shift)), arg = t * freq_j; an odd dim gets a zero

@@ -8,16 +8,15 @@
 // are accepted as T = 1.
 #pragma once
 
+#include "exec/params.hpp"
 #include "ops/activation.hpp"
 #include "ops/context.hpp"
 
 namespace vinf::ops {
 
-struct GroupNormParams {
-  int groups = 32;
-  float eps = 1e-5f;
-  Activation act = Activation::none;  // fused after the affine transform (silu in resnets)
-};
+// groups (default 32), eps (default 1e-5), act (an activation fused after the affine transform:
+// silu in resnets; none by default).
+using exec::GroupNormParams;
 
 // y = (x - mean) / sqrt(var + eps) * gamma[c] + beta[c], statistics from x itself.
 void group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,

@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <atomic>
-
 #include "core/error.hpp"
 #include "cpu/context.hpp"
 
@@ -105,12 +103,5 @@ Runtime::~Runtime() {
 }
 
 void Runtime::synchronize() { vinf::synchronize(ctx_); }
-
-namespace {
-std::atomic<bool> tf32_allowed{false};
-}  // namespace
-
-void set_allow_tf32(bool on) { tf32_allowed.store(on, std::memory_order_relaxed); }
-bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
 
 }  // namespace vinf

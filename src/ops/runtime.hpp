@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "exec/tf32.hpp"
 #include "ops/context.hpp"
 
 namespace vinf {
@@ -31,12 +32,11 @@ class Runtime {
 };
 
 // --tf32: f32 GEMMs (cuBLAS) and convolutions (cuDNN) on CUDA may round their inputs to TF32
-// (10 mantissa bits) on the tensor cores. Process-wide, off by default; read at every GEMM and
-// convolution, so it may be set at any time. No effect on the CPU or on f16/bf16 runs.
+// (10 mantissa bits) on the tensor cores: set_allow_tf32() and allow_tf32() (exec/tf32.hpp).
+// Process-wide, off by default; read at every GEMM and convolution, so it may be set at any time.
+// No effect on the CPU or on f16/bf16 runs.
 inline constexpr const char* kTf32OptionHelp =
     "use TF32 tensor cores for f32 GEMMs and convolutions on CUDA (about 1e-3 relative error; off: full f32)";
-void set_allow_tf32(bool on);
-bool allow_tf32();
 // Whether TF32 actually applies to a run on `device` in `dtype` (allowed, CUDA and f32): what the
 // logs and run.json report.
 inline bool tf32_in_effect(const Device& device, DType dtype) {

@@ -16,6 +16,31 @@ Tolerance tolerance_for(DType dtype) {
   }
 }
 
+std::string tolerance_problem(const OpCase& c) {
+  if (c.tolerance.empty()) return "";
+  std::ostringstream why;
+  auto problem = [&why]() -> std::ostream& { return why << (why.tellp() > 0 ? "; " : ""); };
+  if (c.tolerance_reason.empty()) problem() << "its tolerance is overridden without a reason (tolerance_reason)";
+  for (std::size_t i = 0; i < c.tolerance.size(); ++i) {
+    const auto& [dt, tol] = c.tolerance[i];
+    for (std::size_t j = 0; j < i; ++j)
+      if (c.tolerance[j].first == dt) problem() << dtype_name(dt) << " is listed twice";
+    if (!(std::isfinite(tol.atol) && std::isfinite(tol.rtol) && tol.atol >= 0 && tol.rtol >= 0))
+      problem() << dtype_name(dt) << " has atol " << tol.atol << " and rtol " << tol.rtol
+                << " (both must be finite and >= 0)";
+  }
+  const std::string all = why.str();
+  return all.empty() ? "" : "op case '" + c.name + "': " + all;
+}
+
+Tolerance tolerance_for(const OpCase& c, DType dtype) {
+  const std::string problem = tolerance_problem(c);
+  VINF_CHECK(problem.empty(), problem);
+  for (const auto& [dt, tol] : c.tolerance)
+    if (dt == dtype) return tol;
+  return tolerance_for(dtype);
+}
+
 namespace {
 std::uint64_t name_seed(const std::string& s) {
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a

@@ -1,5 +1,5 @@
-// Runs op cases and compares results: tolerance = atol + rtol * |ref| per dtype, a report of the
-// first mismatches.
+// Runs op cases and compares results: tolerance = atol + rtol * |ref| per dtype (or the case's own,
+// with its reason), a report of the first mismatches.
 #pragma once
 
 #include <string>
@@ -10,11 +10,14 @@
 
 namespace vinf::opcheck {
 
-struct Tolerance {
-  double atol = 0, rtol = 0;
-};
 // For results computed from inputs stored in `dtype` (accumulation in f32 everywhere).
 Tolerance tolerance_for(DType dtype);
+// The case's own tolerance for `dtype` when it overrides it, else tolerance_for(dtype). Throws
+// vinf::Error when the case's override is malformed (tolerance_problem).
+Tolerance tolerance_for(const OpCase& c, DType dtype);
+// What is wrong with the case's tolerance override ("" when nothing, or when it has none): an
+// override without a reason, a dtype listed twice, a negative or non-finite bound.
+std::string tolerance_problem(const OpCase& c);
 
 struct HostOutputs {
   std::vector<Shape> shapes;

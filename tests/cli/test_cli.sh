@@ -13,6 +13,10 @@ expect 2 "--device must be cpu, cuda or all, got 'tpu'" -- "$vinf" selfcheck --d
 expect 2 "unrecognised option '--no-such-flag'" -- "$vinf" selfcheck --no-such-flag
 expect 0 "checks passed" -- "$vinf" selfcheck --device cpu --filter conv2d
 expect 0 "attention banded" -- "$vinf" selfcheck --list
+expect 2 "--filter 'no such op' matches no op case" -- "$vinf" selfcheck --device cpu --filter "no such op"
+out=$("$vinf" selfcheck --list --filter upsample_nearest 2>&1)
+if [[ "$out" == *"upsample 2x"* && "$out" != *conv2d* ]]; then echo "ok: selfcheck --list --filter lists the family's cases only"
+else echo "FAIL: selfcheck --list --filter upsample_nearest"; echo "$out" | tail -5; fails=$((fails + 1)); fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 printf 'device = cpu\nfilter = conv2d\n' > "$work/selfcheck.ini"

@@ -5,9 +5,9 @@
 #include <math.h>
 
 #include "core/hd.hpp"
-#include "ops/activation.hpp"
+#include "exec/activation.hpp"
 
-namespace vinf::ops {
+namespace vinf::exec {
 
 VINF_HD float math_exp(float x) { return expf(x); }
 VINF_HD double math_exp(double x) { return exp(x); }
@@ -37,4 +37,4 @@ VINF_HD T activate(Activation act, T x) {
   }
 }
 
-}  // namespace vinf::ops
+}  // namespace vinf::exec

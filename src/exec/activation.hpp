@@ -1,0 +1,13 @@
+// The pointwise activations an op can apply (alone, or fused after a GroupNorm).
+#pragma once
+
+namespace vinf::exec {
+
+enum class Activation {
+  none,
+  silu,        // x * sigmoid(x)
+  gelu,        // exact: x * (1 + erf(x / sqrt 2)) / 2
+  quick_gelu,  // x * sigmoid(1.702 x)
+};
+
+}  // namespace vinf::exec

@@ -1,0 +1,29 @@
+// The explicit execution context every op and every backend kernel takes: where it runs, which
+// arena holds its workspace, and the backend handles. Nothing below the op API reads hidden global
+// state (the one process-wide switch, TF32, is in exec/tf32.hpp).
+#pragma once
+
+#include "core/arena.hpp"
+#include "core/tensor.hpp"
+
+namespace vinf {
+
+namespace cpu {
+class CpuContext;
+}
+namespace cuda {
+class CudaContext;
+}
+
+// On the CPU every op has a naive reference (simple, frozen, the oracle in tests) and a fast path.
+enum class CpuImpl { reference, fast };
+
+struct ExecContext {
+  Device device{};
+  Arena* arena = nullptr;                 // workspace memory on `device`
+  CpuImpl cpu_impl = CpuImpl::fast;
+  cpu::CpuContext* cpu = nullptr;         // oneDNN engine/stream and primitive cache (CPU)
+  cuda::CudaContext* cuda = nullptr;      // stream, cuBLAS and cuDNN handles (CUDA)
+};
+
+}  // namespace vinf
