@@ -60,7 +60,7 @@ double max_rss_bytes() {
 // What every phase of a run shares: the options, the job, the model's shape, this rank's part of
 // the video, and the run's identity in its files.
 struct Run {
-  GenerateOptions& o;
+  RunPlan& o;
   job::Job& job;
   Clock::time_point start;
   bool root = false;
@@ -103,7 +103,7 @@ struct Run {
 
 // The UNet's config, the VAE's (which gives the latent scale), the scheduler.
 void read_model_shape(Run& r) {
-  const GenerateOptions& o = r.o;
+  const RunPlan& o = r.o;
   if (o.builtin()) {
     r.ucfg = model::preset_config(o.builtin_preset());
   } else {
@@ -175,7 +175,7 @@ void check_memory(const Run& r) {
 // What identifies this run in its files: the config recorded in run.json and the checkpoints, and
 // the stamp a resumed run must match.
 void identify(Run& r) {
-  const GenerateOptions& o = r.o;
+  const RunPlan& o = r.o;
   const Device& device = r.job.device();
   const DType dtype = r.job.dtype();
   r.config = {
@@ -215,7 +215,7 @@ void identify(Run& r) {
 // The output directory, whether a finished run is there, and the checkpoint this run continues
 // from (this rank's frames read, their checksums checked). False: nothing to do.
 bool choose_outputs(Run& r) {
-  const GenerateOptions& o = r.o;
+  const RunPlan& o = r.o;
   mpi::Session& mpi = r.job.session();
   r.out_dir = choose_out_dir(o, mpi);
   r.ckpt_dir = r.out_dir + "/checkpoints";
@@ -252,7 +252,7 @@ bool choose_outputs(Run& r) {
 // The prompt embeddings: cached in the checkpoint when resuming, else from the embeddings file or
 // the text encoder.
 sampling::TextEmbeddings prepare_text(Run& r) {
-  const GenerateOptions& o = r.o;
+  const RunPlan& o = r.o;
   sampling::TextEmbeddings text;
   if (r.resumed()) {
     text = r.resumed()->text;
@@ -298,7 +298,7 @@ struct Models {
 };
 
 Models load_models(Run& r) {
-  const GenerateOptions& o = r.o;
+  const RunPlan& o = r.o;
   Runtime& rt = r.job.runtime();
   const DType dtype = r.job.dtype();
   const auto t_load = Clock::now();
@@ -330,7 +330,7 @@ Models load_models(Run& r) {
 
 // What the run is about to do, once the models are loaded.
 void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& text) {
-  const GenerateOptions& o = r.o;
+  const RunPlan& o = r.o;
   const Device& device = r.job.device();
   const DType dtype = r.job.dtype();
   for (const std::string& w : r.warnings) r.log("warning: " + w);
@@ -493,7 +493,7 @@ model::UNet3D::Observer Denoiser::observer(bool dumping) {
 
 // One UNet call over the batch, the guidance and the scheduler's update.
 void Denoiser::step(int i) {
-  const GenerateOptions& o = r_.o;
+  const RunPlan& o = r_.o;
   const std::int64_t t = r_.scheduler->timesteps()[static_cast<std::size_t>(i)];
   const Tensor& x = sampler_.latents();
   if (batch_ > 1)
@@ -555,7 +555,7 @@ void Denoiser::write_checkpoint(int completed) {
 }
 
 int Denoiser::run() {
-  const GenerateOptions& o = r_.o;
+  const RunPlan& o = r_.o;
   mpi::Session& mpi = r_.job.session();
   const int start = r_.start_step();
   Progress progress("vinf generate:", o.steps - start, static_cast<double>(r_.frames), "frame-steps/s",
@@ -620,7 +620,7 @@ struct Timings {
 void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& video, const Timings& times) {
   const json reports = rank_report(r);
   if (!r.root) return;
-  const GenerateOptions& o = r.o;
+  const RunPlan& o = r.o;
   json ranks = json::array();
   double peak = 0;
   for (int k = 0; k < r.job.size(); ++k) {
@@ -690,7 +690,7 @@ void write_outputs(Run& r, const Models& m, Denoiser& d, Timings times) {
   write_run_json(r, m, d, video, times);
 }
 
-job::JobPlan job_plan(const GenerateOptions& o) {
+job::JobPlan job_plan(const RunPlan& o) {
   job::JobPlan plan = o.job;
   plan.clip_group = o.vi.mode != infinity::Mode::off;
   plan.cfg_group = o.cfg() == 2;
@@ -700,7 +700,7 @@ job::JobPlan job_plan(const GenerateOptions& o) {
 }  // namespace
 
 int generate(const std::vector<std::string>& args) {
-  GenerateOptions o;
+  RunPlan o;
   if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
   const auto t_start = Clock::now();
   hold_stop_signals();

@@ -30,7 +30,7 @@ struct Spelled {
   ViOptions vi;
 };
 
-po::options_description run_options(GenerateOptions& o, Spelled& sp) {
+po::options_description run_options(RunPlan& o, Spelled& sp) {
   po::options_description all(
       "vinf generate: a video from text with Video-Infinity, the latent split along time over the ranks\n\n"
       "usage: vinf generate --config FILE [options]\n"
@@ -73,7 +73,7 @@ po::options_description run_options(GenerateOptions& o, Spelled& sp) {
   return all;
 }
 
-po::options_description model_options(GenerateOptions& o) {
+po::options_description model_options(RunPlan& o) {
 
   po::options_description model("[model]", kHelpWidth, kHelpColumn);
   model.add_options()("model.unet", po::value(&o.unet), "UNet directory, when it is not MODEL/unet")(
@@ -92,7 +92,7 @@ po::options_description model_options(GenerateOptions& o) {
   return model;
 }
 
-po::options_description video_options(GenerateOptions& o) {
+po::options_description video_options(RunPlan& o) {
   po::options_description video("[video]", kHelpWidth, kHelpColumn);
   video.add_options()("video.frames", po::value(&o.frames)->default_value(o.frames),
                       "frames of the whole video, divided evenly over the clip ranks (0: 24 per clip, or "
@@ -105,7 +105,7 @@ po::options_description video_options(GenerateOptions& o) {
   return video;
 }
 
-po::options_description sampler_options(GenerateOptions& o, Spelled& sp) {
+po::options_description sampler_options(RunPlan& o, Spelled& sp) {
   po::options_description sampler("[sampler]", kHelpWidth, kHelpColumn);
   sampler.add_options()(
       "sampler.scheduler", po::value(&sp.scheduler)->default_value(sp.scheduler),
@@ -121,7 +121,7 @@ po::options_description sampler_options(GenerateOptions& o, Spelled& sp) {
   return sampler;
 }
 
-po::options_description prompt_options(GenerateOptions& o) {
+po::options_description prompt_options(RunPlan& o) {
   po::options_description prompt("[prompt]", kHelpWidth, kHelpColumn);
   prompt.add_options()("prompt.text", po::value(&o.prompts)->multitoken(),
                        "prompt; repeat for a list: clip r of N gets prompt int(r / N * P) (as the released code; the video "
@@ -134,7 +134,7 @@ po::options_description prompt_options(GenerateOptions& o) {
 }
 
 // [parallel], [vae] and [output], added to all.
-void add_output_options(po::options_description& all, GenerateOptions& o) {
+void add_output_options(po::options_description& all, RunPlan& o) {
   po::options_description parallel("[parallel]", kHelpWidth, kHelpColumn);
   parallel.add_options()("parallel.cfg", po::value(&o.job.cfg)->default_value(o.job.cfg),
                          "1: each rank runs both guidance branches as a batch of 2; 2: rank pairs split them and "
@@ -158,7 +158,7 @@ void add_output_options(po::options_description& all, GenerateOptions& o) {
   all.add(parallel).add(vae).add(output);
 }
 
-po::options_description checkpoint_options(GenerateOptions& o) {
+po::options_description checkpoint_options(RunPlan& o) {
   po::options_description ckpt("[checkpoint] and resuming", kHelpWidth, kHelpColumn);
   ckpt.add_options()("checkpoint.every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every),
                      "write OUT/checkpoints/step-NNNNNN.h5 every K steps (0: only at the end and on a stop signal)")(
@@ -179,7 +179,7 @@ po::options_description checkpoint_options(GenerateOptions& o) {
   return ckpt;
 }
 
-po::options_description describe(GenerateOptions& o, Spelled& sp) {
+po::options_description describe(RunPlan& o, Spelled& sp) {
   po::options_description all = run_options(o, sp);
   po::options_description vi("[vi] Video-Infinity (flags take =true/=false)", kHelpWidth, kHelpColumn);
   sp.vi.add_to(
@@ -203,7 +203,7 @@ bool given(const po::variables_map& vm, const char* name) { return vm.count(name
 // --import-vi-config FILE: pipe_configs and the seed become the options that are not given on the
 // command line or in --config; from_file records which field each option now comes from, so that
 // a bad value is reported under the file's name for it.
-void import_pipe_configs(GenerateOptions& o, const po::variables_map& vm, Sources& from_file) {
+void import_pipe_configs(RunPlan& o, const po::variables_map& vm, Sources& from_file) {
   const std::string& path = o.vi_import;
   infinity::ReleasedPipe r = infinity::import_released_pipe(path);
   o.imported.ignored = r.unused;
@@ -252,7 +252,7 @@ class Labels {
 };
 
 // The model: a directory or a built-in one, and the parts given beside it.
-void check_model(GenerateOptions& o) {
+void check_model(RunPlan& o) {
   VINF_INPUT_CHECK(!o.model.empty(), "no model: give --model DIR (a diffusers directory) or --model builtin:tiny");
   if (o.builtin()) {
     const std::string p = o.builtin_preset();
@@ -271,7 +271,7 @@ void check_model(GenerateOptions& o) {
 }
 
 // [video], [sampler] and [output]'s frame rate.
-void check_video_and_sampler(const GenerateOptions& o, const Labels& label) {
+void check_video_and_sampler(const RunPlan& o, const Labels& label) {
   VINF_INPUT_CHECK(o.frames >= 0, "--video.frames must be >= 0 (0: 24 per clip), got ", o.frames);
   for (const auto& [name, v] : {std::pair{"video.height", o.height}, std::pair{"video.width", o.width}}) {
     VINF_INPUT_CHECK(v >= 8 && v <= kMaxPixels, label(name), " must be in [8, ", kMaxPixels, "], got ", v);
@@ -289,7 +289,7 @@ void check_video_and_sampler(const GenerateOptions& o, const Labels& label) {
 }
 
 // The prompts, or the embeddings file, or the text encoder and tokenizer that encode them.
-void check_text(GenerateOptions& o, const Labels& label) {
+void check_text(RunPlan& o, const Labels& label) {
   VINF_INPUT_CHECK(!o.prompts.empty() || !o.embeddings.empty(),
                    "no prompt: give --prompt.text (repeatable) or --prompt.embeddings FILE");
   for (std::size_t i = 0; i < o.prompts.size(); ++i) {
@@ -315,7 +315,7 @@ void check_text(GenerateOptions& o, const Labels& label) {
 }
 
 // The job, the outputs, checkpoints and resuming.
-void check_run(const GenerateOptions& o, const po::variables_map& vm) {
+void check_run(const RunPlan& o, const po::variables_map& vm) {
   VINF_INPUT_CHECK(!vm.count("out") || !o.out.empty(), "--out is empty: give a directory, or leave --out out for ",
                    "outputs/<name>-<date-time>");
   VINF_INPUT_CHECK(o.vae_tile >= 0, "--vae.tile must be 0 (off) or a positive number of latent pixels, got ",
@@ -348,7 +348,7 @@ std::vector<std::string> split_list(const std::string& list) {
 }
 
 // --dump.modules and --dump.steps as lists.
-void parse_dump(GenerateOptions& o) {
+void parse_dump(RunPlan& o) {
   o.dump_globs = split_list(o.dump_modules);
   for (const std::string& item : split_list(o.dump_steps)) {
     std::size_t used = 0;
@@ -375,7 +375,7 @@ void print_help(const po::options_description& opts) {
 
 }  // namespace
 
-int parse_generate_options(const std::vector<std::string>& args, GenerateOptions& o) {
+int parse_generate_options(const std::vector<std::string>& args, RunPlan& o) {
   Spelled sp;
   po::options_description opts = describe(o, sp);
   po::variables_map vm;
@@ -407,7 +407,7 @@ int parse_generate_options(const std::vector<std::string>& args, GenerateOptions
   return 0;
 }
 
-void check_generate_job(GenerateOptions& o, int world_size) {
+void check_generate_job(RunPlan& o, int world_size) {
   VINF_INPUT_CHECK(world_size % o.cfg() == 0, "--parallel.cfg 2 needs an even number of ranks (2 x clips), got ",
                    world_size);
   const int clips = world_size / o.cfg();
@@ -426,7 +426,7 @@ void check_generate_job(GenerateOptions& o, int world_size) {
   }
 }
 
-std::string imported_fields_note(const GenerateOptions& o, const std::string& run_dtype, int clips) {
+std::string imported_fields_note(const RunPlan& o, const std::string& run_dtype, int clips) {
   if (o.vi_import.empty()) return "";
   std::vector<std::string> items;
   const int devices = o.imported.devices;

@@ -1,5 +1,7 @@
-// The options of `vinf generate` (design.md §5): the command line and an INI file (`--config
-// FILE`, sections map to dotted names, the command line wins), checked before any heavy work.
+// The plan of a `vinf generate` run (design.md §5): the command line, an INI file (`--config FILE`,
+// sections map to dotted names, the command line wins) and an imported Video-Infinity JSON config,
+// parsed into typed values (every choice an enum, every derived value derived once) and checked
+// before any heavy work.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +15,7 @@
 
 namespace vinf::app {
 
-struct GenerateOptions {
+struct RunPlan {
   std::string config_file;
   // [model] (the top-level `model` is a directory or builtin:<preset>)
   std::string model, unet, vae, text_encoder, tokenizer, scheduler_config;  // resolved from MODEL when not given
@@ -67,17 +69,17 @@ struct GenerateOptions {
 
 // Parses and checks what does not need the job's size. Returns 0 to go on, 1 after --help was
 // printed, 2 after a bad option was reported. Throws vinf::InputError for bad values.
-int parse_generate_options(const std::vector<std::string>& args, GenerateOptions& o);
+int parse_generate_options(const std::vector<std::string>& args, RunPlan& o);
 
 // The exit status of a run that stopped on SIGTERM/SIGUSR1 after writing a checkpoint: the job
 // script requeues it, and `--resume auto` continues.
 inline constexpr int kExitStopped = 75;
 
 // Checks against the job: clip ranks and the frames, CFG, the partition. Throws vinf::InputError.
-void check_generate_job(GenerateOptions& o, int world_size);
+void check_generate_job(RunPlan& o, int world_size);
 
 // The line that says which fields of --import-vi-config's file this run ignores (given the dtype
 // the run computes in and its clip ranks), or "" when there is no file or it uses every field.
-std::string imported_fields_note(const GenerateOptions& o, const std::string& run_dtype, int clips);
+std::string imported_fields_note(const RunPlan& o, const std::string& run_dtype, int clips);
 
 }  // namespace vinf::app

@@ -91,7 +91,7 @@ std::string decided_by_root(const mpi::Session& mpi, const std::function<std::st
   return value;
 }
 
-sampling::TextEmbeddings encode_prompts_on_root(const GenerateOptions& o, std::int64_t width, bool guided, job::Job& job,
+sampling::TextEmbeddings encode_prompts_on_root(const RunPlan& o, std::int64_t width, bool guided, job::Job& job,
                                                 std::vector<std::string>& warnings) {
   const mpi::Session& mpi = job.session();
   const Device device = job.device();
@@ -142,7 +142,7 @@ sampling::TextEmbeddings encode_prompts_on_root(const GenerateOptions& o, std::i
   return text;
 }
 
-std::string choose_out_dir(const GenerateOptions& o, const mpi::Session& mpi) {
+std::string choose_out_dir(const RunPlan& o, const mpi::Session& mpi) {
   return decided_by_root(mpi, [&] {
     std::string dir = o.out;
     if (dir.empty() && !o.resume.empty() && o.resume != "auto") {
@@ -179,7 +179,7 @@ void warn(const mpi::Session& mpi, const std::string& line) {
 
 }  // namespace
 
-ResumePoint choose_checkpoint(const GenerateOptions& o, const std::string& out_dir, const mpi::Session& mpi,
+ResumePoint choose_checkpoint(const RunPlan& o, const std::string& out_dir, const mpi::Session& mpi,
                               const io::RunStamp& stamp, const std::vector<std::int64_t>& timesteps,
                               const Shape& full, std::int64_t first, std::int64_t count) {
   ResumePoint point;
@@ -249,7 +249,7 @@ ResumePoint choose_checkpoint(const GenerateOptions& o, const std::string& out_d
   return point;
 }
 
-json numerics_json(const GenerateOptions& o, int clips, DType dtype) {
+json numerics_json(const RunPlan& o, int clips, DType dtype) {
   json vi = vi_json(o.vi);
   vi.erase("halo");      // x and kv give the same numbers
   vi.erase("exchange");  // so do the exchange patterns
@@ -377,7 +377,7 @@ double test_step_seconds() {
   return s ? std::max(0.0, std::atof(s)) : 0.0;
 }
 
-void check_dump_modules(const GenerateOptions& o, const model::UNetConfig& c) {
+void check_dump_modules(const RunPlan& o, const model::UNetConfig& c) {
   if (o.dump_globs.empty()) return;
   VINF_INPUT_CHECK(o.cfg() == 1, "--dump.modules needs --parallel.cfg 1 (every rank then holds ",
                    "both guidance branches of its frames)");
@@ -402,7 +402,7 @@ void check_dump_modules(const GenerateOptions& o, const model::UNetConfig& c) {
   }
 }
 
-ActivationDump::ActivationDump(const GenerateOptions& o, std::int64_t batch, std::int64_t clip_frames,
+ActivationDump::ActivationDump(const RunPlan& o, std::int64_t batch, std::int64_t clip_frames,
                                std::int64_t first_frame, std::int64_t frames)
     : globs_(o.dump_globs),
       steps_(o.dump_step_list),

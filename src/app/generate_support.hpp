@@ -33,12 +33,12 @@ std::string decided_by_root(const mpi::Session& mpi, const std::function<std::st
 // --model.tokenizer / --model.text-encoder, or the built-in model's byte-level tokenizer and random
 // encoder. Rank 0 encodes and every rank gets the embeddings; `warnings` (rank 0) gets truncated
 // prompts and defaults the tokenizer files left open. Throws vinf::InputError on every rank.
-sampling::TextEmbeddings encode_prompts_on_root(const GenerateOptions& o, std::int64_t width, bool guided, job::Job& job,
+sampling::TextEmbeddings encode_prompts_on_root(const RunPlan& o, std::int64_t width, bool guided, job::Job& job,
                                                 std::vector<std::string>& warnings);
 
 // The output directory: --out, or the run a --resume PATH belongs to, or outputs/<name>-<id>.
 // Refused when it exists, unless --overwrite or --resume.
-std::string choose_out_dir(const GenerateOptions& o, const mpi::Session& mpi);
+std::string choose_out_dir(const RunPlan& o, const mpi::Session& mpi);
 // The checkpoint a run continues from, with this rank's frames already read and their checksums
 // checked (none: a fresh start).
 struct ResumePoint {
@@ -51,13 +51,13 @@ struct ResumePoint {
 // names the file and what failed (the dataset whose checksum does not match), and the next older
 // one is tried, with a warning that says so. Checkpoints present but none usable: InputError
 // (never a silent start from the beginning); none present: a fresh start.
-ResumePoint choose_checkpoint(const GenerateOptions& o, const std::string& out_dir, const mpi::Session& mpi,
+ResumePoint choose_checkpoint(const RunPlan& o, const std::string& out_dir, const mpi::Session& mpi,
                               const io::RunStamp& stamp, const std::vector<std::int64_t>& timesteps,
                               const Shape& full, std::int64_t first, std::int64_t count);
 
 // The settings that change the numbers, which a resumed run must share with the checkpoint (the
 // number of clips only outside invariant mode).
-json numerics_json(const GenerateOptions& o, int clips, DType dtype);
+json numerics_json(const RunPlan& o, int clips, DType dtype);
 // Throws vinf::InputError naming the checkpoint and the first differences.
 void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, const std::vector<std::int64_t>& timesteps);
 
@@ -101,13 +101,13 @@ class FiniteWatch {
 // --dump.modules against the model, before anything is computed or created: every glob must match
 // a module the UNet reports (a typo would otherwise give an empty activations.h5), and the ranks
 // must hold both guidance branches. Throws vinf::InputError naming the glob and the module names.
-void check_dump_modules(const GenerateOptions& o, const model::UNetConfig& c);
+void check_dump_modules(const RunPlan& o, const model::UNetConfig& c);
 
 // --dump.modules: the outputs of the selected modules over the whole video, collected on the
 // dump steps and written collectively to OUT/activations.h5 as /activations/step<k>/<module>.
 class ActivationDump {
  public:
-  ActivationDump(const GenerateOptions& o, std::int64_t batch, std::int64_t clip_frames, std::int64_t first_frame,
+  ActivationDump(const RunPlan& o, std::int64_t batch, std::int64_t clip_frames, std::int64_t first_frame,
                  std::int64_t frames);
   bool enabled() const { return !globs_.empty(); }
   bool wanted(int step) const;  // 1-based

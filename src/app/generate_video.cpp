@@ -11,7 +11,7 @@
 
 namespace vinf::app {
 
-VideoResult write_video_outputs(const GenerateOptions& o, job::Job& job, const model::VaeDecoder& vae,
+VideoResult write_video_outputs(const RunPlan& o, job::Job& job, const model::VaeDecoder& vae,
                                 const Tensor& latents, std::int64_t frames, const std::string& out_dir) {
   const mpi::Session& mpi = job.session();
   const mpi::ProcessGrid& grid = job.grid();

@@ -20,7 +20,7 @@ struct VideoResult {
 
 // Collective over the world. latents: this rank's (1, C, F_clip, h, w) on rt's device. Throws the
 // same vinf::Error on every rank when ffmpeg or a file failed (latents.h5 is written before).
-VideoResult write_video_outputs(const GenerateOptions& o, job::Job& job, const model::VaeDecoder& vae,
+VideoResult write_video_outputs(const RunPlan& o, job::Job& job, const model::VaeDecoder& vae,
                                 const Tensor& latents, std::int64_t frames, const std::string& out_dir);
 
 }  // namespace vinf::app
