@@ -184,8 +184,9 @@ std::vector<std::unique_ptr<Communicator>> make_thread_group(int n);
 
 // The watchdog: a communicator call that has not finished after `seconds` prints what it was
 // waiting for (operation, group, rank) and ends the job (MPI_Abort on every rank). 0 disables it.
-// The default is 300 s; `--comm-timeout` sets it.
-void set_comm_timeout(double seconds);
+// The default is 300 s. `setting` is how the user changes the timeout (the application's option,
+// say): the message shows the timeout as "(SETTING N s)", or as "(N s)" without one.
+void set_comm_timeout(double seconds, std::string setting = {});
 double comm_timeout();
 
 // A test hook (environment variable VINF_FAULT="rank=R,call=K,action=abort|hang"): world rank R

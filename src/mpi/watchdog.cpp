@@ -60,9 +60,10 @@ class Watchdog {
     std::lock_guard lock(m_);
     active_.erase(id);
   }
-  void set_timeout(double s) {
+  void set_timeout(double s, std::string setting) {
     std::lock_guard lock(m_);
     timeout_ = s;
+    setting_ = std::move(setting);
   }
   double timeout() {
     std::lock_guard lock(m_);
@@ -86,8 +87,8 @@ class Watchdog {
           if (waited > timeout_) {
             char secs[32];
             std::snprintf(secs, sizeof secs, "%.1f", waited);
-            message = a.what + " has waited " + secs + " s, longer than the communication timeout (--comm-timeout " +
-                      std::to_string(static_cast<long long>(timeout_)) +
+            message = a.what + " has waited " + secs + " s, longer than the communication timeout (" +
+                      (setting_.empty() ? "" : setting_ + " ") + std::to_string(static_cast<long long>(timeout_)) +
                       " s): another rank of the group has died or hangs (see its log); ending the job";
             break;
           }
@@ -100,6 +101,7 @@ class Watchdog {
   std::map<std::uint64_t, Active> active_;
   std::uint64_t next_ = 0;
   double timeout_ = 300;
+  std::string setting_;  // how the user changes the timeout, for the message
   bool started_ = false;
 };
 
@@ -137,7 +139,7 @@ int world_rank_or_minus_one() {
 std::uint64_t watch_call(std::string what) { return Watchdog::get().arm(std::move(what)); }
 void unwatch_call(std::uint64_t id) { Watchdog::get().disarm(id); }
 
-void set_comm_timeout(double seconds) { Watchdog::get().set_timeout(seconds); }
+void set_comm_timeout(double seconds, std::string setting) { Watchdog::get().set_timeout(seconds, std::move(setting)); }
 double comm_timeout() { return Watchdog::get().timeout(); }
 
 void check_fault_injection(int world_rank) {
