@@ -25,6 +25,15 @@ const char* comm_op_name(CommOp op) {
   return "?";
 }
 
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+  }
+  return "?";
+}
+
 void CommCounters::add(const CommCounters& o) {
   for (int i = 0; i < kCommOps; ++i) {
     calls[i] += o.calls[i];
@@ -197,13 +206,19 @@ Pending Communicator::start_exchange(ExecContext& ctx, std::span<const Transfer>
   return start(ctx, CommOp::exchange, received, [&] { return do_exchange(ctx, transfers); });
 }
 
-void Communicator::all_reduce_sum(ExecContext& ctx, const Tensor& buf) {
-  VINF_CHECK(buf.is_contiguous() && (buf.dtype == DType::f32 || buf.dtype == DType::f64),
-             "all_reduce_sum: a contiguous f32 or f64 tensor expected, got ", buf.describe());
+void Communicator::all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op) {
+  // A sum of integers is left out: nothing needs it, and it could overflow.
+  const bool floating = buf.dtype == DType::f32 || buf.dtype == DType::f64;
+  if (op == ReduceOp::sum)
+    VINF_CHECK(buf.is_contiguous() && floating, "all_reduce_sum: a contiguous f32 or f64 tensor expected, got ",
+               buf.describe());
+  else
+    VINF_CHECK(buf.is_contiguous() && (floating || buf.dtype == DType::i64), "all_reduce (", reduce_op_name(op),
+               "): a contiguous f32, f64 or i64 tensor expected, got ", buf.describe());
   check_placement(ctx, CommOp::all_reduce, "buffer", buf);
-  if (trace_) trace_->push_back({CommOp::all_reduce, buf.dtype, {buf.numel()}, {}, 0});
+  if (trace_) trace_->push_back({CommOp::all_reduce, buf.dtype, {buf.numel()}, {}, 0, op});
   Pending p = start(ctx, CommOp::all_reduce, size_ > 1 ? buf.nbytes() : 0,
-                    [&] { return size_ > 1 ? do_all_reduce_sum(ctx, buf) : completed(); });
+                    [&] { return size_ > 1 ? do_all_reduce(ctx, buf, op) : completed(); });
   finish(p);
 }
 
@@ -262,7 +277,7 @@ double replay_trace(Communicator& comm, ExecContext& ctx, const std::vector<Comm
         comm.exchange(ctx, ts);
         break;
       }
-      case CommOp::all_reduce: comm.all_reduce_sum(ctx, view(off, r.dtype, r.counts[0])); break;
+      case CommOp::all_reduce: comm.all_reduce(ctx, view(off, r.dtype, r.counts[0]), r.reduce); break;
       case CommOp::broadcast: comm.broadcast(ctx, view(off, r.dtype, r.counts[0]), r.root); break;
       case CommOp::barrier: comm.barrier(ctx); break;
     }

@@ -23,6 +23,24 @@ int int_count(std::uint64_t bytes) {
   return static_cast<int>(bytes);
 }
 
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i64: return MPI_INT64_T;
+    default: VINF_FAIL("the MPI transport reduces no ", dtype_name(dtype), " tensors");
+  }
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return MPI_SUM;
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+  }
+  VINF_FAIL("unknown reduction");
+}
+
 // Nonblocking MPI requests with the host images they read and fill.
 class MpiRequest final : public CommRequest {
  public:
@@ -93,10 +111,10 @@ class MpiCommunicator final : public Communicator {
     }
     return req;
   }
-  Request do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
+  Request do_all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op) override {
     HostImage h(ctx, staging_, buf, true);
     VINF_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, h.data(), int_count(static_cast<std::uint64_t>(buf.numel())),
-                                 buf.dtype == DType::f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, comm_));
+                                 mpi_type(buf.dtype), mpi_op(op), comm_));
     h.store();
     return completed();
   }

@@ -1,6 +1,7 @@
 // The in-process transport: one process emulating a group of N ranks, one thread each (the
 // single-process oracle of the tests and of `vinf forward --vi.emulate-clips`). Device tensors go
 // through host staging buffers like MPI's.
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -113,11 +114,11 @@ class ThreadCommunicator final : public Communicator {
       }
     });
   }
-  Request do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
+  Request do_all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op) override {
     HostImage h(ctx, staging_, buf, true);
     for (int p = 0; p < size(); ++p)
       if (p != rank()) hub_->send(CommOp::all_reduce, rank(), p, h.data(), buf.nbytes());
-    // Sum in rank order on every thread, so that every rank gets bitwise the same result.
+    // Combine in rank order on every thread, so that every rank gets bitwise the same result.
     std::vector<char> mine(h.data(), h.data() + buf.nbytes()), acc;
     for (int p = 0; p < size(); ++p) {
       std::vector<char> part = p == rank() ? mine : hub_->recv(CommOp::all_reduce, p, rank());
@@ -125,10 +126,12 @@ class ThreadCommunicator final : public Communicator {
         acc = std::move(part);
         continue;
       }
-      if (buf.dtype == DType::f64)
-        add_into<double>(acc, part);
-      else
-        add_into<float>(acc, part);
+      switch (buf.dtype) {
+        case DType::f32: combine_into<float>(acc, part, op); break;
+        case DType::f64: combine_into<double>(acc, part, op); break;
+        case DType::i64: combine_into<std::int64_t>(acc, part, op); break;
+        default: VINF_FAIL("the thread transport reduces no ", dtype_name(buf.dtype), " tensors");
+      }
     }
     std::memcpy(h.data(), acc.data(), acc.size());
     h.store();
@@ -156,10 +159,21 @@ class ThreadCommunicator final : public Communicator {
 
  private:
   template <class T>
-  static void add_into(std::vector<char>& acc, const std::vector<char>& part) {
+  static void combine_into(std::vector<char>& acc, const std::vector<char>& part, ReduceOp op) {
     T* a = reinterpret_cast<T*>(acc.data());
     const T* b = reinterpret_cast<const T*>(part.data());
-    for (std::size_t i = 0; i < acc.size() / sizeof(T); ++i) a[i] += b[i];
+    const std::size_t n = acc.size() / sizeof(T);
+    switch (op) {
+      case ReduceOp::sum:
+        for (std::size_t i = 0; i < n; ++i) a[i] += b[i];
+        break;
+      case ReduceOp::max:
+        for (std::size_t i = 0; i < n; ++i) a[i] = std::max(a[i], b[i]);
+        break;
+      case ReduceOp::min:
+        for (std::size_t i = 0; i < n; ++i) a[i] = std::min(a[i], b[i]);
+        break;
+    }
   }
   std::shared_ptr<Hub> hub_;
   Staging staging_;
