@@ -204,172 +204,215 @@ void Context::group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
   ops::group_norm_apply(ctx, x, sums, 1.0, gamma, beta, y, p);
 }
 
-void Context::attention(ExecContext& ctx, const model::AttentionWeights& w, const Tensor& x, const Tensor& out,
-                        const std::string& module) {
-  (void)module;
-  const std::int64_t rows = x.size(0), f = x.size(1), inner = w.to_q.size(0);
-  VINF_CHECK(f == f_, module, ": ", f, " frames, but this clip has ", f_);
-  const std::int64_t p = c_.local_frames, lp = attn_halo_.total() + f;
-  const auto kept = static_cast<std::int64_t>(global_frames_.size());
-  const bool has_left = rank_ > 0, has_right = rank_ < size_ - 1, halo = p > 0 && (has_left || has_right);
-  const bool carry_x = c_.halo == HaloData::x;
-  const DType dt = x.dtype;
-
-  // Q of the own frames; K and V over the padded clip (halo, own, halo frames) and the globals.
-  OwnedTensor q = ctx.arena->empty(dt, {rows, f, inner});
-  OwnedTensor kp = ctx.arena->empty(dt, {rows, lp, inner}), vp = ctx.arena->empty(dt, {rows, lp, inner});
-  OwnedTensor kg = ctx.arena->empty(dt, {rows, kept, inner}), vg = ctx.arena->empty(dt, {rows, kept, inner});
-  const std::array<Tensor, 2> padded{kp, vp}, globals{kg, vg};
-  const std::array<Tensor, 2> own_kv{kp.slice(1, attn_halo_.left, f), vp.slice(1, attn_halo_.left, f)};
-
-  // K (a = 0) or V (a = 1) of the own frames into place; with halo x also the own global frames'
-  // (the other clips' global keys are projected once they arrive).
-  OwnedTensor projected_own;
-  auto project_own = [&](std::size_t a) {
-    if (!projected_own.data) projected_own = ctx.arena->empty(dt, {rows, f, inner});
-    ops::linear(ctx, x, a == 0 ? w.to_k : w.to_v, nullptr, projected_own);
-    ops::copy(ctx, projected_own, own_kv[a]);
-    for (std::int64_t j = 0; j < kept && carry_x; ++j) {
-      const std::int64_t frame = global_frames_[static_cast<std::size_t>(j)];
-      if (frame / f_ == rank_) ops::copy(ctx, projected_own.select(1, frame - rank_ * f_), globals[a].select(1, j));
-    }
-  };
-
-  // What travels: x, projected here once it has arrived (one array), or K and V (two).
-  std::vector<Tensor> own{x};
-  if (!carry_x) {
-    project_own(0);
-    project_own(1);
-    projected_own = {};
-    own = {own_kv[0], own_kv[1]};
+// One attention call's shapes and buffers, shared by its steps. The collectives are declared
+// last: they are finished (or, when a step throws, settled) before the buffers they use go.
+struct Context::AttentionCall {
+  AttentionCall(ExecContext& ctx, const Context& vc, const model::AttentionWeights& weights, const Tensor& input)
+      : w(weights),
+        x(input),
+        rows(x.size(0)),
+        f(x.size(1)),
+        inner(w.to_q.size(0)),
+        p(vc.c_.local_frames),
+        kept(static_cast<std::int64_t>(vc.global_frames_.size())),
+        has_left(vc.rank_ > 0),
+        has_right(vc.rank_ < vc.size_ - 1),
+        halo(p > 0 && (has_left || has_right)),
+        carry_x(vc.c_.halo == HaloData::x),
+        dt(x.dtype) {
+    // Q of the own frames; K and V over the padded clip (halo, own, halo frames) and the globals.
+    const std::int64_t lp = vc.attn_halo_.total() + f;
+    q = ctx.arena->empty(dt, {rows, f, inner});
+    kp = ctx.arena->empty(dt, {rows, lp, inner});
+    vp = ctx.arena->empty(dt, {rows, lp, inner});
+    kg = ctx.arena->empty(dt, {rows, kept, inner});
+    vg = ctx.arena->empty(dt, {rows, kept, inner});
+    padded = {kp, vp};
+    globals = {kg, vg};
+    own_kv = {kp.slice(1, vc.attn_halo_.left, f), vp.slice(1, vc.attn_halo_.left, f)};
+    // What travels: x, projected here once it has arrived (one array), or K and V (two).
+    own = carry_x ? std::vector<Tensor>{x} : std::vector<Tensor>{own_kv[0], own_kv[1]};
   }
 
-  // Round 1 (the global frames) and rounds 2 and 3 (p boundary frames with each neighbour) start
-  // together; the own frames' projections run while they travel. The buffers are declared before
-  // the collectives, which must be finished before the buffers go.
+  const model::AttentionWeights& w;
+  const Tensor& x;
+  const std::int64_t rows, f, inner, p, kept;
+  const bool has_left, has_right, halo, carry_x;
+  const DType dt;
+  OwnedTensor q, kp, vp, kg, vg;
+  std::array<Tensor, 2> padded, globals, own_kv;  // K (a = 0) and V (a = 1)
+  std::vector<Tensor> own;
+  // Round 1's buffers (the own global frames sent, every rank's received) and the halos' (the
+  // boundary frames sent, those received from the left and right neighbours).
   std::vector<OwnedTensor> gathered, sent, left, right;
   std::vector<mpi::Pending> rounds;
-  if (kept > 0) {
-    for (const Tensor& t : own) {
+};
+
+void Context::attention(ExecContext& ctx, const model::AttentionWeights& w, const Tensor& x, const Tensor& out,
+                        const std::string& module) {
+  VINF_CHECK(x.size(1) == f_, module, ": ", x.size(1), " frames, but this clip has ", f_);
+  AttentionCall a(ctx, *this, w, x);
+  if (!a.carry_x) project_own_keys(ctx, a);  // K and V travel: projected before they leave
+  start_attention_rounds(ctx, a);
+  project_own_frames(ctx, a);
+  for (mpi::Pending& r : a.rounds) comm_.finish(r);
+  a.sent.clear();
+  assemble_global_keys(ctx, a);
+  place_halos(ctx, a);
+  attend(ctx, a, out);
+}
+
+void Context::progress_rounds(AttentionCall& a) {
+  for (mpi::Pending& r : a.rounds) comm_.progress(r);
+}
+
+// K and V of the own frames into place; with halo x also the own global frames' (the other clips'
+// global keys are projected once they arrive).
+void Context::project_own_keys(ExecContext& ctx, AttentionCall& a) {
+  OwnedTensor projected = ctx.arena->empty(a.dt, {a.rows, a.f, a.inner});
+  for (std::size_t k = 0; k < 2; ++k) {
+    ops::linear(ctx, a.x, k == 0 ? a.w.to_k : a.w.to_v, nullptr, projected);
+    ops::copy(ctx, projected, a.own_kv[k]);
+    for (std::int64_t j = 0; j < a.kept && a.carry_x; ++j) {
+      const std::int64_t frame = global_frames_[static_cast<std::size_t>(j)];
+      if (frame / f_ == rank_) ops::copy(ctx, projected.select(1, frame - rank_ * f_), a.globals[k].select(1, j));
+    }
+    progress_rounds(a);
+  }
+}
+
+// Round 1 (the global frames) and rounds 2 and 3 (p boundary frames with each neighbour) start
+// together; the own frames' projections run while they travel.
+void Context::start_attention_rounds(ExecContext& ctx, AttentionCall& a) {
+  const std::int64_t rows = a.rows;
+  if (a.kept > 0) {
+    for (const Tensor& t : a.own) {
       const std::int64_t d = t.size(2);
-      sent.push_back(ctx.arena->empty(dt, {static_cast<std::int64_t>(my_globals_.size()), rows, d}));
+      a.sent.push_back(ctx.arena->empty(a.dt, {static_cast<std::int64_t>(my_globals_.size()), rows, d}));
       for (std::size_t i = 0; i < my_globals_.size(); ++i)
-        ops::copy(ctx, t.select(1, my_globals_[i]), sent.back().select(0, static_cast<std::int64_t>(i)));
-      gathered.push_back(ctx.arena->empty(dt, {gathered_, rows, d}));
+        ops::copy(ctx, t.select(1, my_globals_[i]), a.sent.back().select(0, static_cast<std::int64_t>(i)));
+      a.gathered.push_back(ctx.arena->empty(a.dt, {gathered_, rows, d}));
       std::vector<std::int64_t> counts(counts_.size());
       for (std::size_t r = 0; r < counts.size(); ++r) counts[r] = counts_[r] * rows * d;
-      rounds.push_back(comm_.start_all_gather_v(ctx, sent.back(), gathered.back(), counts));
+      a.rounds.push_back(comm_.start_all_gather_v(ctx, a.sent.back(), a.gathered.back(), counts));
     }
   }
-  if (halo) {
-    // (rows, n, d) of the listed own frames of t, or nothing when the list is empty.
-    auto frames_of = [&](const Tensor& t, const std::vector<std::int64_t>& list) -> Tensor {
-      if (list.empty()) return {};
-      sent.push_back(ctx.arena->empty(dt, {rows, static_cast<std::int64_t>(list.size()), t.size(2)}));
-      for (std::size_t i = 0; i < list.size(); ++i)
-        ops::copy(ctx, t.select(1, list[i]), sent.back().select(1, static_cast<std::int64_t>(i)));
-      return sent.back();
-    };
-    auto room = [&](std::vector<OwnedTensor>& into, std::int64_t n, std::int64_t d) -> Tensor {
-      if (n == 0) return {};
-      into.push_back(ctx.arena->empty(dt, {rows, n, d}));
-      return into.back();
-    };
-    std::vector<Tensor> first, last, from_left, from_right;
-    for (const Tensor& t : own) {
-      if (has_left) {
-        first.push_back(frames_of(t, left_plan_.send));
-        from_left.push_back(room(left, left_plan_.received, t.size(2)));
-      }
-      if (has_right) {
-        last.push_back(frames_of(t, right_plan_.send));
-        from_right.push_back(room(right, right_plan_.received, t.size(2)));
-      }
-    }
-    for (mpi::Pending& r : start_halos(ctx, first, last, from_left, from_right)) rounds.push_back(std::move(r));
-  }
-  auto progress = [&] {
-    for (mpi::Pending& r : rounds) comm_.progress(r);
+  if (!a.halo) return;
+  // (rows, n, d) of the listed own frames of t, or nothing when the list is empty.
+  auto frames_of = [&](const Tensor& t, const std::vector<std::int64_t>& list) -> Tensor {
+    if (list.empty()) return {};
+    a.sent.push_back(ctx.arena->empty(a.dt, {rows, static_cast<std::int64_t>(list.size()), t.size(2)}));
+    for (std::size_t i = 0; i < list.size(); ++i)
+      ops::copy(ctx, t.select(1, list[i]), a.sent.back().select(1, static_cast<std::int64_t>(i)));
+    return a.sent.back();
   };
-
-  ops::linear(ctx, x, w.to_q, nullptr, q);
-  progress();
-  if (carry_x) {
-    project_own(0);
-    progress();
-    project_own(1);
-    progress();
+  auto room = [&](std::vector<OwnedTensor>& into, std::int64_t n, std::int64_t d) -> Tensor {
+    if (n == 0) return {};
+    into.push_back(ctx.arena->empty(a.dt, {rows, n, d}));
+    return into.back();
+  };
+  std::vector<Tensor> first, last, from_left, from_right;
+  for (const Tensor& t : a.own) {
+    if (a.has_left) {
+      first.push_back(frames_of(t, left_plan_.send));
+      from_left.push_back(room(a.left, left_plan_.received, t.size(2)));
+    }
+    if (a.has_right) {
+      last.push_back(frames_of(t, right_plan_.send));
+      from_right.push_back(room(a.right, right_plan_.received, t.size(2)));
+    }
   }
-  projected_own = {};
-  // Zero frames at the video's ends in compat mode (attended, as the released code does).
-  for (const Tensor& t : padded) {
-    if (!has_left && attn_halo_.left > 0) ops::fill(ctx, t.slice(1, 0, attn_halo_.left), 0.0);
-    if (!has_right && attn_halo_.right > 0) ops::fill(ctx, t.slice(1, attn_halo_.left + f, attn_halo_.right), 0.0);
-  }
-  for (mpi::Pending& r : rounds) comm_.finish(r);
-  sent.clear();
+  for (mpi::Pending& r : start_halos(ctx, first, last, from_left, from_right)) a.rounds.push_back(std::move(r));
+}
 
-  // The global frames, gathered (gathered_, rows, d) in rank order; the first `kept` are the keys.
-  if (kept > 0 && !carry_x) {
-    for (std::size_t a = 0; a < 2; ++a) ops::copy(ctx, gathered[a].slice(0, 0, kept).permute({1, 0, 2}), globals[a]);
-  } else if (kept > 0) {
+// While the rounds travel: Q of the own frames, and K and V when x travels (when K and V travel
+// they were projected before); zero frames at the video's ends in compat mode (attended, as the
+// released code does).
+void Context::project_own_frames(ExecContext& ctx, AttentionCall& a) {
+  ops::linear(ctx, a.x, a.w.to_q, nullptr, a.q);
+  progress_rounds(a);
+  if (a.carry_x) project_own_keys(ctx, a);
+  for (const Tensor& t : a.padded) {
+    if (!a.has_left && attn_halo_.left > 0) ops::fill(ctx, t.slice(1, 0, attn_halo_.left), 0.0);
+    if (!a.has_right && attn_halo_.right > 0) ops::fill(ctx, t.slice(1, attn_halo_.left + a.f, attn_halo_.right), 0.0);
+  }
+}
+
+// The global frames, gathered (gathered_, rows, d) in rank order; the first `kept` are the keys.
+// K and V arrived as they are; x is projected, except the own global frames' (already in place).
+void Context::assemble_global_keys(ExecContext& ctx, AttentionCall& a) {
+  if (a.kept > 0 && !a.carry_x) {
+    for (std::size_t k = 0; k < 2; ++k)
+      ops::copy(ctx, a.gathered[k].slice(0, 0, a.kept).permute({1, 0, 2}), a.globals[k]);
+  } else if (a.kept > 0) {
     std::vector<std::int64_t> remote;  // the global keys of other clips
-    for (std::int64_t j = 0; j < kept; ++j)
+    for (std::int64_t j = 0; j < a.kept; ++j)
       if (global_frames_[static_cast<std::size_t>(j)] / f_ != rank_) remote.push_back(j);
     const auto nr = static_cast<std::int64_t>(remote.size());
     if (nr > 0) {
-      OwnedTensor xr = ctx.arena->empty(dt, {rows, nr, gathered[0].size(2)});
+      OwnedTensor xr = ctx.arena->empty(a.dt, {a.rows, nr, a.gathered[0].size(2)});
       for (std::int64_t i = 0; i < nr; ++i)
-        ops::copy(ctx, gathered[0].select(0, remote[static_cast<std::size_t>(i)]), xr.select(1, i));
-      OwnedTensor projected = nr < kept ? ctx.arena->empty(dt, {rows, nr, inner}) : OwnedTensor{};
-      for (std::size_t a = 0; a < 2; ++a) {
-        const Tensor& weight = a == 0 ? w.to_k : w.to_v;
-        if (nr == kept) {
-          ops::linear(ctx, xr, weight, nullptr, globals[a]);
+        ops::copy(ctx, a.gathered[0].select(0, remote[static_cast<std::size_t>(i)]), xr.select(1, i));
+      OwnedTensor projected = nr < a.kept ? ctx.arena->empty(a.dt, {a.rows, nr, a.inner}) : OwnedTensor{};
+      for (std::size_t k = 0; k < 2; ++k) {
+        const Tensor& weight = k == 0 ? a.w.to_k : a.w.to_v;
+        if (nr == a.kept) {
+          ops::linear(ctx, xr, weight, nullptr, a.globals[k]);
           continue;
         }
         ops::linear(ctx, xr, weight, nullptr, projected);
         for (std::int64_t i = 0; i < nr; ++i)
-          ops::copy(ctx, projected.select(1, i), globals[a].select(1, remote[static_cast<std::size_t>(i)]));
+          ops::copy(ctx, projected.select(1, i), a.globals[k].select(1, remote[static_cast<std::size_t>(i)]));
       }
     }
   }
-  gathered.clear();
+  a.gathered.clear();
+}
 
-  // The arrived halo frames into place, from position `at` of the padded K and V: K and V as they
-  // are; x through the projections, except frames that are global keys, whose K and V are there.
+// The arrived halo frames into place in the padded K and V: K and V as they are; x through the
+// projections, except frames that are global keys, whose K and V are there.
+void Context::place_halos(ExecContext& ctx, AttentionCall& a) {
+  if (!a.halo) return;
+  const std::int64_t p = a.p;
+  // One side's frames, from position `at` of the padded K and V.
   auto place = [&](const HaloPlan& plan, const std::vector<OwnedTensor>& got, std::int64_t at) {
-    if (!carry_x) {
-      for (std::size_t a = 0; a < 2; ++a) ops::copy(ctx, got[a], padded[a].slice(1, at, p));
+    if (!a.carry_x) {
+      for (std::size_t k = 0; k < 2; ++k) ops::copy(ctx, got[k], a.padded[k].slice(1, at, p));
       return;
     }
-    OwnedTensor projected = plan.received > 0 ? ctx.arena->empty(dt, {rows, plan.received, inner}) : OwnedTensor{};
-    for (std::size_t a = 0; a < 2; ++a) {
-      if (plan.received > 0) ops::linear(ctx, got[0], a == 0 ? w.to_k : w.to_v, nullptr, projected);
+    OwnedTensor projected =
+        plan.received > 0 ? ctx.arena->empty(a.dt, {a.rows, plan.received, a.inner}) : OwnedTensor{};
+    for (std::size_t k = 0; k < 2; ++k) {
+      if (plan.received > 0) ops::linear(ctx, got[0], k == 0 ? a.w.to_k : a.w.to_v, nullptr, projected);
       std::int64_t next = 0;
       for (std::int64_t i = 0; i < p; ++i) {
         const std::int64_t key = plan.key[static_cast<std::size_t>(i)];
-        ops::copy(ctx, key >= 0 ? globals[a].select(1, key) : projected.select(1, next++), padded[a].select(1, at + i));
+        ops::copy(ctx, key >= 0 ? a.globals[k].select(1, key) : projected.select(1, next++),
+                  a.padded[k].select(1, at + i));
       }
     }
   };
-  if (halo && has_left) place(left_plan_, left, 0);
-  if (halo && has_right) place(right_plan_, right, attn_halo_.left + f);
+  if (a.has_left) place(left_plan_, a.left, 0);
+  if (a.has_right) place(right_plan_, a.right, attn_halo_.left + a.f);
+}
 
-  // Query i (own frame) sees padded keys [i + left - p, i + left + p] and every global key.
+// Query i (own frame) sees padded keys [i + left - p, i + left + p] and every global key.
+void Context::attend(ExecContext& ctx, AttentionCall& a, const Tensor& out) {
+  const model::AttentionWeights& w = a.w;
   ops::AttentionParams ap;
   ap.scale = c_.attn_scale / std::sqrt(static_cast<float>(w.head_dim));
-  ap.band_lo = attn_halo_.left - p;
-  ap.band_hi = attn_halo_.left + p;
+  ap.band_lo = attn_halo_.left - a.p;
+  ap.band_hi = attn_halo_.left + a.p;
   c_.biases(t_, ap.local_bias, ap.global_bias);
   ap.token_count_log_base = c_.token_num_scale ? 16.f : 0.f;
   Tensor kgh, vgh;
-  if (kept > 0) {
-    kgh = model::split_heads(kg, w.heads);
-    vgh = model::split_heads(vg, w.heads);
+  if (a.kept > 0) {
+    kgh = model::split_heads(a.kg, w.heads);
+    vgh = model::split_heads(a.vg, w.heads);
   }
-  ops::attention(ctx, model::split_heads(q, w.heads), model::split_heads(kp, w.heads), model::split_heads(vp, w.heads),
-                 kept > 0 ? &kgh : nullptr, kept > 0 ? &vgh : nullptr, model::split_heads(out, w.heads), ap);
+  ops::attention(ctx, model::split_heads(a.q, w.heads), model::split_heads(a.kp, w.heads),
+                 model::split_heads(a.vp, w.heads), a.kept > 0 ? &kgh : nullptr, a.kept > 0 ? &vgh : nullptr,
+                 model::split_heads(out, w.heads), ap);
 }
 
 }  // namespace vinf::infinity

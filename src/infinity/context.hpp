@@ -40,6 +40,17 @@ class Context final : public model::TemporalContext {
                                         const std::vector<Tensor>& last, const std::vector<Tensor>& left,
                                         const std::vector<Tensor>& right);
 
+  // The steps of attention(), in order, on one call's shapes and buffers (AttentionCall, defined
+  // in context.cpp); project_own_keys and progress_rounds serve the others.
+  struct AttentionCall;
+  void start_attention_rounds(ExecContext& ctx, AttentionCall& a);
+  void project_own_frames(ExecContext& ctx, AttentionCall& a);
+  void assemble_global_keys(ExecContext& ctx, AttentionCall& a);
+  void place_halos(ExecContext& ctx, AttentionCall& a);
+  void attend(ExecContext& ctx, AttentionCall& a, const Tensor& out);
+  void project_own_keys(ExecContext& ctx, AttentionCall& a);
+  void progress_rounds(AttentionCall& a);
+
   // One side's attention halo: the own boundary frames sent to that neighbour, and per received
   // halo position (in frame order) the global key that already holds the same frame, or -1 when
   // the frame travels. Only halo x takes frames from the global keys (x of a global frame is

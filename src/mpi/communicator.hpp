@@ -35,6 +35,10 @@ enum class CommOp { all_gather, exchange, all_reduce, broadcast, barrier };
 inline constexpr int kCommOps = 5;
 const char* comm_op_name(CommOp op);
 
+// What an all-reduce combines the ranks' elements with.
+enum class ReduceOp { sum, max, min };
+const char* reduce_op_name(ReduceOp op);  // "sum", "max", "min"
+
 struct CommCounters {
   std::array<std::uint64_t, kCommOps> calls{}, bytes{};
   std::array<double, kCommOps> seconds{};
@@ -60,8 +64,9 @@ struct CommRecord {
     int peer;
     std::int64_t send, recv;
   };
-  std::vector<Pair> pairs;  // exchange
-  int root = 0;             // broadcast
+  std::vector<Pair> pairs;          // exchange
+  int root = 0;                     // broadcast
+  ReduceOp reduce = ReduceOp::sum;  // all-reduce
 };
 
 // A backend's collective in flight.
@@ -129,8 +134,10 @@ class Communicator {
   void progress(Pending& p);
   // Waits for a started collective; a finished or empty one is left alone.
   void finish(Pending& p);
-  // Element-wise sum over ranks, in place; f32 or f64. Every rank gets bitwise the same result.
-  void all_reduce_sum(ExecContext& ctx, const Tensor& buf);
+  // Element-wise over ranks, in place; every rank gets bitwise the same result. Contiguous; sum
+  // takes f32 or f64, max and min also i64. Counted as an all-reduce.
+  void all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op);
+  void all_reduce_sum(ExecContext& ctx, const Tensor& buf) { all_reduce(ctx, buf, ReduceOp::sum); }
   void broadcast(ExecContext& ctx, const Tensor& buf, int root);
   void barrier(ExecContext& ctx);
 
@@ -147,7 +154,8 @@ class Communicator {
   virtual Request do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
                                   const std::vector<std::int64_t>& counts) = 0;
   virtual Request do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) = 0;
-  virtual Request do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) = 0;
+  // Called on groups of more than one rank with a dtype that all_reduce accepts for op.
+  virtual Request do_all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op) = 0;
   virtual Request do_broadcast(ExecContext& ctx, const Tensor& buf, int root) = 0;
   virtual Request do_barrier(ExecContext& ctx) = 0;
   static Request completed();
@@ -184,8 +192,9 @@ std::vector<std::unique_ptr<Communicator>> make_thread_group(int n);
 
 // The watchdog: a communicator call that has not finished after `seconds` prints what it was
 // waiting for (operation, group, rank) and ends the job (MPI_Abort on every rank). 0 disables it.
-// The default is 300 s; `--comm-timeout` sets it.
-void set_comm_timeout(double seconds);
+// The default is 300 s. `setting` is how the user changes the timeout (the application's option,
+// say): the message shows the timeout as "(SETTING N s)", or as "(N s)" without one.
+void set_comm_timeout(double seconds, std::string setting = {});
 double comm_timeout();
 
 // A test hook (environment variable VINF_FAULT="rank=R,call=K,action=abort|hang"): world rank R

@@ -67,6 +67,24 @@ class NcclGroup {
   bool open_ = true;
 };
 
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return ncclFloat;
+    case DType::f64: return ncclDouble;
+    case DType::i64: return ncclInt64;
+    default: VINF_FAIL("the NCCL transport reduces no ", dtype_name(dtype), " tensors");
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+  }
+  VINF_FAIL("unknown reduction");
+}
+
 class NcclCommunicator;
 
 // One collective queued on the communication stream; `done` follows it there.
@@ -156,10 +174,10 @@ class NcclCommunicator final : public Communicator {
       });
     });
   }
-  Request do_all_reduce_sum(ExecContext& ctx, const Tensor& buf) override {
+  Request do_all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op) override {
     return enqueue(ctx, [&] {
-      VINF_CHECK_NCCL(ncclAllReduce(buf.data, buf.data, static_cast<std::size_t>(buf.numel()),
-                                    buf.dtype == DType::f64 ? ncclDouble : ncclFloat, ncclSum, comm_, stream_));
+      VINF_CHECK_NCCL(ncclAllReduce(buf.data, buf.data, static_cast<std::size_t>(buf.numel()), nccl_type(buf.dtype),
+                                    nccl_op(op), comm_, stream_));
     });
   }
   Request do_broadcast(ExecContext& ctx, const Tensor& buf, int root) override {

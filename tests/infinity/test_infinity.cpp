@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "../mpi/reductions.hpp"
 #include "../mpi/split_phase.hpp"
 #include "../support.hpp"
 #include "core/arena.hpp"
@@ -149,6 +150,13 @@ TEST_CASE("thread transport: started all-gather and halo rounds finish in any or
   for (int n = 1; n <= 4; ++n) {
     CAPTURE(n);
     run_clips(n, [](int r, mpi::Communicator& comm, ExecContext& ctx) { test::check_split_phase(r, comm, ctx); });
+  }
+}
+
+TEST_CASE("thread transport: all-reduce max and min of distinct values per rank, in f32, f64 and i64") {
+  for (int n = 1; n <= 4; ++n) {
+    CAPTURE(n);
+    run_clips(n, [](int r, mpi::Communicator& comm, ExecContext& ctx) { test::check_reductions(r, comm, ctx); });
   }
 }
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The watchdog ends a process whose collective waits longer than the communication timeout, with
+# exit status 3 and a message naming the call; the way to change the timeout is the caller's text
+# (the mpi layer names no option of its own).
+set -u
+probe=$1
+fails=0
+what="vinf: error: barrier on the probe group (rank 0 of 2, threads) has waited"
+why="another rank of the group has died or hangs (see its log); ending the job"
+expect() {  # expect NAME EXPECTED_TEXT [SETTING]
+  local name=$1 text=$2 out rc
+  out=$(timeout 30 "$probe" "${@:3}" 2>&1)
+  rc=$?
+  if [ "$rc" -ne 3 ]; then
+    echo "FAIL: $name: exit $rc, want 3"; echo "$out"; fails=$((fails + 1)); return
+  fi
+  if ! grep -qF "$what" <<<"$out" || ! grep -qF "$text" <<<"$out"; then
+    echo "FAIL: $name: want '$what ... $text' in:"; echo "$out"; fails=$((fails + 1)); return
+  fi
+  if grep -q -- '--' <<<"$out" && [ $# -lt 3 ]; then
+    echo "FAIL: $name: the message names an option nobody gave it:"; echo "$out"; fails=$((fails + 1)); return
+  fi
+  echo "ok: $name"
+}
+expect "the caller's setting in the message" "longer than the communication timeout (--probe-timeout 1 s): $why" \
+  --probe-timeout
+expect "no setting: the timeout alone" "longer than the communication timeout (1 s): $why"
+[ "$fails" -eq 0 ] || exit 1
