@@ -76,7 +76,7 @@ void check_cfg_layout(int cfg, int world_size) {
 
 std::unique_ptr<Job> start_job(const JobPlan& plan, const std::function<void(int)>& check_world) {
   check_cfg_layout(plan.cfg, 2);  // the value alone, before MPI starts
-  mpi::set_comm_timeout(plan.comm_timeout);
+  mpi::set_comm_timeout(plan.comm_timeout, "--comm-timeout");
   std::unique_ptr<Job> job(new Job());
   job->session_ = std::make_unique<mpi::Session>(nullptr, nullptr);
   mpi::Session& session = *job->session_;
