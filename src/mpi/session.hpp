@@ -24,6 +24,10 @@ struct GpuTurn {
 };
 GpuTurn gpu_turn(MPI_Comm node, const std::string& visible);
 
+// The first line of the MPI library's own version text ("Open MPI v4.1.2"); callable before MPI
+// starts (vinf --version runs without it).
+std::string library_version();
+
 class Session {
  public:
   Session(int* argc, char*** argv);
