@@ -6,6 +6,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,7 +19,6 @@
 #include "model/clip_text.hpp"
 #include "model/tokenizer.hpp"
 #include "job/job.hpp"
-#include "mpi/session.hpp"
 #include "ops/runtime.hpp"
 
 namespace po = boost::program_options;
@@ -86,12 +86,16 @@ int encode_text(const std::vector<std::string>& args) {
                      first_invalid_utf8(n), ")");
   VINF_INPUT_CHECK(!prompts.empty(), "vinf encode-text: no prompt: give --prompt TEXT (repeatable) or --prompt-file FILE");
 
-  mpi::Session mpi(nullptr, nullptr);
-  const Device device = job::choose_device(mpi, job::parse_device_choice(device_opt));
+  job::JobPlan plan;  // one job of its own on each rank, in f32: no group communicators
+  plan.device = job::parse_device_choice(device_opt);
+  plan.dtype = DType::f32;
+  plan.clip_group = false;
+  const std::unique_ptr<job::Job> job = job::start_job(plan);
+  const Device device = job->device();
+  Runtime& rt = job->runtime();
   const auto t0 = std::chrono::steady_clock::now();
   const model::ClipTokenizer tokenizer = model::ClipTokenizer::load(tokenizer_dir);
   for (const std::string& w : tokenizer.warnings()) std::cerr << "vinf encode-text: warning: " << w << "\n";
-  Runtime rt(device);
   const model::ClipTextModel encoder = model::ClipTextModel::load(encoder_dir, rt, DType::f32);
   std::vector<std::string> all = prompts;
   if (!negative.empty()) all.push_back(negative[0]);
