@@ -12,7 +12,6 @@
 #include <map>
 #include <memory>
 #include <thread>
-#include <type_traits>
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
@@ -392,19 +391,6 @@ void collect_predictions(ForwardJob& f, PieceResult& mine, ForwardResults& out) 
   }
 }
 
-// Every rank's counters, in rank order, on rank 0 (empty elsewhere).
-std::vector<mpi::CommCounters> counters_on_root(const mpi::Session& session, const mpi::CommCounters& mine) {
-  static_assert(std::is_trivially_copyable_v<mpi::CommCounters>);
-  std::string bytes(sizeof mine, '\0');
-  std::memcpy(bytes.data(), &mine, sizeof mine);
-  std::vector<mpi::CommCounters> all;
-  for (const std::string& b : session.gather_on_root(bytes)) {
-    VINF_CHECK(b.size() == sizeof(mpi::CommCounters), "a rank's communication counters have ", b.size(), " bytes");
-    std::memcpy(&all.emplace_back(), b.data(), sizeof(mpi::CommCounters));
-  }
-  return all;
-}
-
 // One clip (and cfg branch) per rank, over the job's clip group.
 ForwardResults run_on_ranks(const ForwardOptions& o, ForwardJob& f) {
   job::Job& job = *f.job;
@@ -419,7 +405,7 @@ ForwardResults run_on_ranks(const ForwardOptions& o, ForwardJob& f) {
   out.peak = session.max(r.peak);
   if (!o.dump.empty()) write_dump(o.dump, job.rank(), r, infinity::mode_name(o.vi.mode));
   collect_predictions(f, r, out);
-  out.counters = counters_on_root(session, clip_comm ? clip_comm->counters() : mpi::CommCounters{});
+  out.counters = session.gather_values_on_root(clip_comm ? clip_comm->counters() : mpi::CommCounters{});
   return out;
 }
 

@@ -5,7 +5,9 @@
 
 #include <mpi.h>
 
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -51,6 +53,17 @@ class Session {
   std::string placement(Device device) const;
   // Every rank's `line`, in rank order, on rank 0 (empty elsewhere). Collective.
   std::vector<std::string> gather_on_root(const std::string& line) const;
+  // Every rank's value of a plain type (figures, counters), in rank order, on rank 0 (empty
+  // elsewhere). Collective.
+  template <class T>
+  std::vector<T> gather_values_on_root(const T& mine) const {
+    static_assert(std::is_trivially_copyable_v<T>);
+    std::string bytes(sizeof(T), '\0');
+    std::memcpy(bytes.data(), &mine, sizeof(T));
+    std::vector<T> all;
+    for (const std::string& b : gather_on_root(bytes)) std::memcpy(&all.emplace_back(), b.data(), sizeof(T));
+    return all;
+  }
 
   // True on every rank when `ok` holds on every rank.
   bool all(bool ok) const;
