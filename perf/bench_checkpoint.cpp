@@ -4,36 +4,26 @@
 // checked on the read. Reports the slowest rank's time and the bandwidth over both arrays.
 //   mpirun -np N vinf_bench_checkpoint [--frames 2304] [--channels 4] [--height 40] [--width 64]
 //                                     [--repeat 3] [--dir DIR]
-#include <mpi.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "io/checkpoint.hpp"
+#include "job/job.hpp"
 
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-double slowest(double seconds) {
-  double out = 0;
-  MPI_Allreduce(&seconds, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
   long long frames = 2304, channels = 4, height = 40, width = 64;
   int repeat = 3;
   std::string dir = std::filesystem::temp_directory_path().string();
@@ -47,11 +37,17 @@ int main(int argc, char** argv) {
     else if (k == "--repeat") repeat = std::atoi(v);
     else if (k == "--dir") dir = v;
   }
+  vinf::job::JobPlan plan;  // the file's I/O only: the CPU, no group communicators
+  plan.device = vinf::job::DeviceChoice::cpu;
+  plan.clip_group = false;
+  const std::unique_ptr<vinf::job::Job> job = vinf::job::start_job(plan);
+  const vinf::mpi::Session& session = job->session();
+  const int rank = job->rank(), size = job->size();
   if (frames % size != 0) {
     if (rank == 0) std::fprintf(stderr, "frames (%lld) must divide over %d ranks\n", frames, size);
-    MPI_Finalize();
     return 2;
   }
+  auto barrier = [&] { job->world().barrier(job->host()); };
   const long long nf = frames / size, per_frame = channels * height * width;
   std::vector<float> latents(static_cast<std::size_t>(nf * per_frame)), prev(latents.size()), back(latents.size());
   for (std::size_t i = 0; i < latents.size(); ++i) {
@@ -69,19 +65,17 @@ int main(int argc, char** argv) {
   const double bytes = 2.0 * static_cast<double>(frames * per_frame) * sizeof(float);
   double best_write = 1e30, best_read = 1e30;
   for (int r = 0; r < repeat; ++r) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    barrier();
     double t0 = now();
-    vinf::io::write_checkpoint(MPI_COMM_WORLD, path, stamp, part, latents.data(), prev.data(), state, text);
-    best_write = std::min(best_write, slowest(now() - t0));
-    MPI_Barrier(MPI_COMM_WORLD);
+    vinf::io::write_checkpoint(session.world(), path, stamp, part, latents.data(), prev.data(), state, text);
+    best_write = std::min(best_write, session.max(now() - t0));
+    barrier();
     t0 = now();
-    vinf::io::read_checkpoint_frames(MPI_COMM_WORLD, path, rank * nf, nf, back.data(), back.data());
-    best_read = std::min(best_read, slowest(now() - t0));
+    vinf::io::read_checkpoint_frames(session.world(), path, rank * nf, nf, back.data(), back.data());
+    best_read = std::min(best_read, session.max(now() - t0));
   }
   // The read put previous_x0 last into `back`.
-  const int ok = std::memcmp(back.data(), prev.data(), back.size() * sizeof(float)) == 0;
-  int all_ok = 0;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const bool all_ok = session.all(std::memcmp(back.data(), prev.data(), back.size() * sizeof(float)) == 0);
   if (rank == 0) {
     std::printf("ranks %d, latent [%lld, %lld, %lld, %lld] + solver state: %.1f MB; best of %d: write %.3f s (%.2f GB/s), "
                 "read %.3f s (%.2f GB/s)%s\n",
@@ -89,6 +83,5 @@ int main(int argc, char** argv) {
                 best_read, bytes / best_read / 1e9, all_ok ? "" : "  READ-BACK MISMATCH");
     std::remove(path.c_str());
   }
-  MPI_Finalize();
   return all_ok ? 0 : 1;
 }

@@ -16,7 +16,6 @@
 //   mpirun -np N vinf_bench_step [--preset small] [--height 128 --width 128] [--frames-per-rank 8]
 //       [--batch 2] [--calls 3] [--warmup 1] [--device auto] [--dtype auto] [--tf32] [--comm-backend auto]
 //       [--vi.mode invariant --vi.halo x|kv --vi.exchange three-round|fused ...] [--json FILE]
-#include <mpi.h>
 #include <omp.h>
 
 #include <boost/program_options.hpp>
@@ -27,6 +26,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -40,8 +40,6 @@
 #include "model/presets.hpp"
 #include "model/unet3d.hpp"
 #include "job/job.hpp"
-#include "mpi/grid.hpp"
-#include "mpi/session.hpp"
 #include "ops/gemm.hpp"
 #include "ops/random.hpp"
 #include "ops/runtime.hpp"
@@ -54,7 +52,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One rank's figures, means over the timed calls; gathered to rank 0 as plain doubles.
+// One rank's figures, means over the timed calls; gathered to rank 0 as they are.
 struct RankFigures {
   double call_s = 0, comm_s = 0, peak_bytes = 0, flops = 0, raw_comm_s = 0, gemm_flops_per_s = 0;
   std::array<double, mpi::kCommOps> bytes{}, comm_seconds{};
@@ -96,34 +94,48 @@ struct Target {
   }
 };
 
-int run(int argc, char** argv) {
-  std::string preset = "small", device_opt = "auto", dtype_opt = "auto", backend = "auto", json_path;
+// The command line. The first block is bound to the option table; parse_step_options fills the rest.
+struct StepOptions {
+  std::string preset = "small", device = "auto", dtype = "auto", backend = "auto", json_path;
   bool tf32 = false;
   std::int64_t height = 128, width = 128, frames_per_rank = 8, batch = 2, tokens = 77;
   int calls = 3, warmup = 1;
   std::int64_t project_frames = 2300, project_steps = 30, project_ranks = 8;
   double project_reference_s = 312, project_aim_s = 60;
   app::ViOptions vi;
+
+  infinity::Config vcfg;
+  job::JobPlan plan;
+};
+
+po::options_description step_option_table(StepOptions& o) {
   po::options_description opts("vinf_bench_step: timed UNet calls with Video-Infinity over the MPI ranks");
-  opts.add_options()("help", "this text")("preset", po::value(&preset)->default_value(preset), "tiny | small | vc2")(
-      "height", po::value(&height)->default_value(height), "pixels (a multiple of 8)")(
-      "width", po::value(&width)->default_value(width), "pixels (a multiple of 8)")(
-      "frames-per-rank", po::value(&frames_per_rank)->default_value(frames_per_rank), "frames of each rank's clip")(
-      "batch", po::value(&batch)->default_value(batch), "2: a guidance batch (negative + positive), 1: one branch")(
-      "calls", po::value(&calls)->default_value(calls), "timed UNet calls")(
-      "warmup", po::value(&warmup)->default_value(warmup), "untimed calls first")(
-      "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda")(
-      "dtype", po::value(&dtype_opt)->default_value(dtype_opt), kDtypeOptionHelp)(
-      "tf32", po::bool_switch(&tf32), kTf32OptionHelp)(
-      "comm-backend", po::value(&backend)->default_value(backend), "auto | mpi | nccl")(
-      "json", po::value(&json_path), "also write the figures to this JSON file")(
-      "project-frames", po::value(&project_frames)->default_value(project_frames), "projection: video length")(
-      "project-steps", po::value(&project_steps)->default_value(project_steps), "projection: sampling steps")(
-      "project-ranks", po::value(&project_ranks)->default_value(project_ranks), "projection: ranks (GPUs)")(
-      "project-reference", po::value(&project_reference_s)->default_value(project_reference_s),
+  opts.add_options()("help", "this text")("preset", po::value(&o.preset)->default_value(o.preset), "tiny | small | vc2")(
+      "height", po::value(&o.height)->default_value(o.height), "pixels (a multiple of 8)")(
+      "width", po::value(&o.width)->default_value(o.width), "pixels (a multiple of 8)")(
+      "frames-per-rank", po::value(&o.frames_per_rank)->default_value(o.frames_per_rank), "frames of each rank's clip")(
+      "batch", po::value(&o.batch)->default_value(o.batch), "2: a guidance batch (negative + positive), 1: one branch")(
+      "calls", po::value(&o.calls)->default_value(o.calls), "timed UNet calls")(
+      "warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed calls first")(
+      "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda")(
+      "dtype", po::value(&o.dtype)->default_value(o.dtype), kDtypeOptionHelp)(
+      "tf32", po::bool_switch(&o.tf32), kTf32OptionHelp)(
+      "comm-backend", po::value(&o.backend)->default_value(o.backend), "auto | mpi | nccl")(
+      "json", po::value(&o.json_path), "also write the figures to this JSON file")(
+      "project-frames", po::value(&o.project_frames)->default_value(o.project_frames), "projection: video length")(
+      "project-steps", po::value(&o.project_steps)->default_value(o.project_steps), "projection: sampling steps")(
+      "project-ranks", po::value(&o.project_ranks)->default_value(o.project_ranks), "projection: ranks (GPUs)")(
+      "project-reference", po::value(&o.project_reference_s)->default_value(o.project_reference_s),
       "projection: the reference time, s (the released Video-Infinity on 8 RTX 6000 Ada)")(
-      "project-aim", po::value(&project_aim_s)->default_value(project_aim_s), "projection: the time to aim for, s");
-  vi.add_to(opts);
+      "project-aim", po::value(&o.project_aim_s)->default_value(o.project_aim_s), "projection: the time to aim for, s");
+  o.vi.add_to(opts);
+  return opts;
+}
+
+// Parses and checks the options. Returns the exit status when the program ends here (--help: 0,
+// an option Boost refuses: 2), nothing when the benchmark runs.
+std::optional<int> parse_step_options(int argc, char** argv, StepOptions& o) {
+  const po::options_description opts = step_option_table(o);
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, opts), vm);
@@ -136,149 +148,166 @@ int run(int argc, char** argv) {
     std::cout << opts << "\n";
     return 0;
   }
-  const infinity::Config vcfg = vi.resolve(vm);
-  VINF_INPUT_CHECK(height % 8 == 0 && width % 8 == 0 && height > 0 && width > 0, "--height and --width must be ",
+  o.vcfg = o.vi.resolve(vm);
+  VINF_INPUT_CHECK(o.height % 8 == 0 && o.width % 8 == 0 && o.height > 0 && o.width > 0, "--height and --width must be ",
                    "positive multiples of 8");
-  VINF_INPUT_CHECK(calls >= 1 && warmup >= 0 && frames_per_rank >= 1 && (batch == 1 || batch == 2),
+  VINF_INPUT_CHECK(o.calls >= 1 && o.warmup >= 0 && o.frames_per_rank >= 1 && (o.batch == 1 || o.batch == 2),
                    "--calls >= 1, --warmup >= 0, --frames-per-rank >= 1 and --batch 1 or 2, please");
-  VINF_INPUT_CHECK(project_frames >= 1 && project_steps >= 1 && project_ranks >= 1 && project_reference_s > 0 &&
-                       project_aim_s > 0,
+  VINF_INPUT_CHECK(o.project_frames >= 1 && o.project_steps >= 1 && o.project_ranks >= 1 && o.project_reference_s > 0 &&
+                       o.project_aim_s > 0,
                    "the --project-* values must be positive");
-  check_dtype_option(dtype_opt);
+  o.plan.dtype = job::parse_dtype_choice(o.dtype);
+  o.plan.device = job::parse_device_choice(o.device);
+  o.plan.transport = job::parse_transport(o.backend);
+  o.plan.tf32 = o.tf32;
+  o.plan.clip_group = o.vcfg.mode != infinity::Mode::off;
+  return std::nullopt;
+}
 
-  mpi::Session mpi(&argc, &argv);
-  const bool root = mpi.rank() == 0;
-  mpi::ProcessGrid grid(mpi, 1);
-  const Device device = job::choose_device(mpi, job::parse_device_choice(device_opt));
-  const DType dtype = resolve_dtype_option(dtype_opt, device);
-  set_allow_tf32(tf32);
-  const int clips = grid.clip_size();
-  if (vcfg.mode != infinity::Mode::off) infinity::check_partition(vcfg, frames_per_rank * clips, clips);
-
-  const model::UNetConfig config = model::preset_config(preset);
-  Runtime rt(device);
-  const model::UNet3D unet(config, model::Weights::random(model::unet_parameters(config), rt, dtype, 7));
-  const std::int64_t h = height / 8, w = width / 8;
-  const Shape in_shape{batch, config.in_channels, frames_per_rank, h, w};
-  OwnedTensor sample = rt.arena().empty(DType::f32, in_shape);
-  OwnedTensor text = rt.arena().empty(DType::f32, {batch, tokens, config.cross_attention_dim});
-  OwnedTensor out = rt.arena().empty(DType::f32, {batch, config.out_channels, frames_per_rank, h, w});
-  ops::normal(rt.ctx(), sample, 3, static_cast<std::uint64_t>(mpi.rank()), 0);
-  ops::normal(rt.ctx(), text, 3, 1000, 0);
-
-  std::unique_ptr<mpi::Communicator> comm;
+// This rank's model (random weights), its clip's inputs and the temporal layers' context.
+struct StepModel {
+  model::UNetConfig config;
+  std::unique_ptr<model::UNet3D> unet;
+  std::int64_t h = 0, w = 0;  // latent pixels
+  OwnedTensor sample, text, out;
   std::unique_ptr<model::TemporalContext> tc;
-  if (vcfg.mode == infinity::Mode::off) {
-    tc = std::make_unique<model::PlainTemporalContext>();
-  } else {
-    comm = job::make_group_communicator(grid.clip_comm(), device, job::parse_transport(backend), "clip group");
-    tc = std::make_unique<infinity::Context>(vcfg, *comm, frames_per_rank);
-  }
+};
+
+StepModel make_step_model(const StepOptions& o, job::Job& job) {
+  Runtime& rt = job.runtime();
+  StepModel m;
+  m.config = model::preset_config(o.preset);
+  m.unet = std::make_unique<model::UNet3D>(
+      m.config, model::Weights::random(model::unet_parameters(m.config), rt, job.dtype(), 7));
+  m.h = o.height / 8;
+  m.w = o.width / 8;
+  m.sample = rt.arena().empty(DType::f32, {o.batch, m.config.in_channels, o.frames_per_rank, m.h, m.w});
+  m.text = rt.arena().empty(DType::f32, {o.batch, o.tokens, m.config.cross_attention_dim});
+  m.out = rt.arena().empty(DType::f32, {o.batch, m.config.out_channels, o.frames_per_rank, m.h, m.w});
+  ops::normal(rt.ctx(), m.sample, 3, static_cast<std::uint64_t>(job.rank()), 0);
+  ops::normal(rt.ctx(), m.text, 3, 1000, 0);
+  if (job.clip_comm())
+    m.tc = std::make_unique<infinity::Context>(o.vcfg, *job.clip_comm(), o.frames_per_rank);
+  else
+    m.tc = std::make_unique<model::PlainTemporalContext>();
+  return m;
+}
+
+// The warm-up and timed calls, the replay of their collectives and the GEMM rate: this rank's
+// figures, means over the timed calls.
+RankFigures measure(const StepOptions& o, job::Job& job, StepModel& m) {
+  Runtime& rt = job.runtime();
+  mpi::Communicator* comm = job.clip_comm();
   auto one_call = [&](std::int64_t t) {
-    unet.forward(rt.ctx(), sample, t, 24.0, text, out, *tc);
+    m.unet->forward(rt.ctx(), m.sample, t, 24.0, m.text, m.out, *m.tc);
     rt.synchronize();
   };
   // Timesteps on both sides of the phase switch, as a run has them.
-  for (int i = 0; i < warmup; ++i) one_call(i % 2 ? 500 : 900);
+  for (int i = 0; i < o.warmup; ++i) one_call(i % 2 ? 500 : 900);
   rt.arena().reset_peak();
   const mpi::CommCounters before = comm ? comm->counters() : mpi::CommCounters{};
   std::vector<mpi::CommRecord> trace;
   if (comm) comm->set_trace(&trace);
-  MPI_Barrier(mpi.world());
+  job.world().barrier(job.host());
   double total = 0;
-  for (int i = 0; i < calls; ++i) {
+  for (int i = 0; i < o.calls; ++i) {
     const auto t0 = Clock::now();
     one_call(i % 2 ? 500 : 900);
     total += std::chrono::duration<double>(Clock::now() - t0).count();
   }
   RankFigures mine;
-  mine.call_s = total / calls;
+  mine.call_s = total / o.calls;
   if (comm) {
     const mpi::CommCounters after = comm->counters();
-    for (int k = 0; k < mpi::kCommOps; ++k) {
-      mine.bytes[static_cast<std::size_t>(k)] =
-          static_cast<double>(after.bytes[static_cast<std::size_t>(k)] - before.bytes[static_cast<std::size_t>(k)]) / calls;
-      mine.comm_seconds[static_cast<std::size_t>(k)] =
-          (after.seconds[static_cast<std::size_t>(k)] - before.seconds[static_cast<std::size_t>(k)]) / calls;
-      mine.comm_s += mine.comm_seconds[static_cast<std::size_t>(k)];
+    for (std::size_t k = 0; k < static_cast<std::size_t>(mpi::kCommOps); ++k) {
+      mine.bytes[k] = static_cast<double>(after.bytes[k] - before.bytes[k]) / o.calls;
+      mine.comm_seconds[k] = (after.seconds[k] - before.seconds[k]) / o.calls;
+      mine.comm_s += mine.comm_seconds[k];
     }
   }
   mine.peak_bytes = static_cast<double>(rt.arena().stats().peak_in_use);
-  const model::FlopCount flop_kinds = model::unet_flops(config, batch, frames_per_rank, h, w, tokens);
-  mine.flops = flop_kinds.total();
+  mine.flops = model::unet_flops(m.config, o.batch, o.frames_per_rank, m.h, m.w, o.tokens).total();
   // The same collectives without the compute between them, all ranks together.
   if (comm) {
     comm->set_trace(nullptr);
-    MPI_Barrier(mpi.world());
-    mine.raw_comm_s = mpi::replay_trace(*comm, rt.ctx(), trace) / calls;
+    job.world().barrier(job.host());
+    mine.raw_comm_s = mpi::replay_trace(*comm, rt.ctx(), trace) / o.calls;
   }
-  MPI_Barrier(mpi.world());
-  mine.gemm_flops_per_s = gemm_rate(rt, dtype);
+  job.world().barrier(job.host());
+  mine.gemm_flops_per_s = gemm_rate(rt, job.dtype());
+  return mine;
+}
 
-  constexpr int kFields = 6 + 2 * mpi::kCommOps;
-  std::vector<double> row{mine.call_s, mine.comm_s, mine.peak_bytes, mine.flops, mine.raw_comm_s, mine.gemm_flops_per_s};
-  row.insert(row.end(), mine.bytes.begin(), mine.bytes.end());
-  row.insert(row.end(), mine.comm_seconds.begin(), mine.comm_seconds.end());
-  std::vector<double> all(root ? static_cast<std::size_t>(kFields * mpi.size()) : 0);
-  MPI_Gather(row.data(), kFields, MPI_DOUBLE, all.data(), kFields, MPI_DOUBLE, 0, mpi.world());
-  if (!root) return 0;
-
-  nlohmann::ordered_json j;
+// The run's settings in the JSON and the table's heading.
+void describe_run(const StepOptions& o, job::Job& job, const StepModel& m, nlohmann::ordered_json& j) {
+  const Device& device = job.device();
+  const DType dtype = job.dtype();
+  const mpi::Communicator* comm = job.clip_comm();
+  const model::FlopCount flop_kinds = model::unet_flops(m.config, o.batch, o.frames_per_rank, m.h, m.w, o.tokens);
   j["format"] = "vinf-bench-step";
-  j["config"] = {{"preset", preset},
-                 {"height", height},
-                 {"width", width},
-                 {"frames_per_rank", frames_per_rank},
-                 {"ranks", mpi.size()},
-                 {"batch", batch},
-                 {"calls", calls},
-                 {"warmup", warmup},
+  j["config"] = {{"preset", o.preset},
+                 {"height", o.height},
+                 {"width", o.width},
+                 {"frames_per_rank", o.frames_per_rank},
+                 {"ranks", job.size()},
+                 {"batch", o.batch},
+                 {"calls", o.calls},
+                 {"warmup", o.warmup},
                  {"device", device.name()},
                  {"dtype", dtype_name(dtype)},
                  {"tf32", tf32_in_effect(device, dtype)},
                  {"comm_backend", comm ? std::string(comm->backend()) : std::string("none")},
-                 {"vi.mode", infinity::mode_name(vcfg.mode)},
-                 {"vi.halo", infinity::halo_name(vcfg.halo)},
-                 {"vi.exchange", infinity::exchange_name(vcfg.exchange)},
-                 {"vi.local-frames", vcfg.local_frames},
-                 {"vi.global-frames", vcfg.global_frames},
+                 {"vi.mode", infinity::mode_name(o.vcfg.mode)},
+                 {"vi.halo", infinity::halo_name(o.vcfg.halo)},
+                 {"vi.exchange", infinity::exchange_name(o.vcfg.exchange)},
+                 {"vi.local-frames", o.vcfg.local_frames},
+                 {"vi.global-frames", o.vcfg.global_frames},
                  {"omp_threads", omp_get_max_threads()}};
   j["flops_per_call_by_kind"] = {{"conv", flop_kinds.conv},
                                  {"temporal_conv", flop_kinds.temporal_conv},
                                  {"linear", flop_kinds.linear},
                                  {"attention", flop_kinds.attention}};
-  std::cout << "vinf_bench_step: " << preset << ", " << mpi.size() << " rank(s) x " << frames_per_rank << " frames at "
-            << height << "x" << width << ", batch " << batch << ", " << device.name() << " " << dtype_name(dtype)
-            << ", --vi.mode " << infinity::mode_name(vcfg.mode) << " --vi.halo " << infinity::halo_name(vcfg.halo) << " --vi.exchange "
-            << infinity::exchange_name(vcfg.exchange) << "; means over " << calls << " call(s) after " << warmup << " warm-up\n";
+  std::cout << "vinf_bench_step: " << o.preset << ", " << job.size() << " rank(s) x " << o.frames_per_rank
+            << " frames at " << o.height << "x" << o.width << ", batch " << o.batch << ", " << device.name() << " "
+            << dtype_name(dtype) << ", --vi.mode " << infinity::mode_name(o.vcfg.mode) << " --vi.halo " << infinity::halo_name(o.vcfg.halo)
+            << " --vi.exchange " << infinity::exchange_name(o.vcfg.exchange) << "; means over " << o.calls << " call(s) after " << o.warmup
+            << " warm-up\n";
+}
+
+// The figures over all ranks that the targets judge: the slowest rank's times, the least rates.
+struct StepSummary {
+  double worst_call = 0, worst_comm = 0, worst_raw = 0, worst_compute = 0, bytes_sum = 0, peak_max = 0;
+  double gemm_min = 1e300, rate_min = 1e300;
+};
+
+// One table row and JSON entry per rank; returns their summary.
+StepSummary report_ranks(const std::vector<RankFigures>& all, nlohmann::ordered_json& j) {
   std::cout << std::left << std::setw(6) << "rank" << std::right << std::setw(10) << "call s" << std::setw(11)
             << "compute s" << std::setw(12) << "exposed s" << std::setw(12) << "MB/call" << std::setw(11)
             << "peak MiB" << std::setw(10) << "GFLOP" << std::setw(10) << "GFLOP/s" << std::setw(10) << "raw s"
             << std::setw(11) << "GEMM GF/s" << "\n";
-  double worst_call = 0, worst_comm = 0, worst_raw = 0, bytes_sum = 0, peak_max = 0, gemm_min = 1e300, rate_min = 1e300;
-  double worst_compute = 0;
-  for (int r = 0; r < mpi.size(); ++r) {
-    const double* f = all.data() + static_cast<std::ptrdiff_t>(r) * kFields;
-    const double call = f[0], comm_s = f[1], peak = f[2], flops = f[3], raw = f[4], gemm = f[5];
-    const double* kind_bytes = f + 6;
-    const double* kind_secs = f + 6 + mpi::kCommOps;
+  StepSummary sum;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const RankFigures& f = all[r];
+    const double call = f.call_s, comm_s = f.comm_s, peak = f.peak_bytes, flops = f.flops, raw = f.raw_comm_s;
+    const double gemm = f.gemm_flops_per_s;
     double bytes = 0;
     nlohmann::ordered_json kinds, kind_seconds;
-    for (int k = 0; k < mpi::kCommOps; ++k) {
-      bytes += kind_bytes[k];
-      if (kind_bytes[k] > 0 || kind_secs[k] > 0) {
-        kinds[mpi::comm_op_name(static_cast<mpi::CommOp>(k))] = kind_bytes[k];
-        kind_seconds[mpi::comm_op_name(static_cast<mpi::CommOp>(k))] = kind_secs[k];
+    for (std::size_t k = 0; k < static_cast<std::size_t>(mpi::kCommOps); ++k) {
+      bytes += f.bytes[k];
+      if (f.bytes[k] > 0 || f.comm_seconds[k] > 0) {
+        kinds[mpi::comm_op_name(static_cast<mpi::CommOp>(k))] = f.bytes[k];
+        kind_seconds[mpi::comm_op_name(static_cast<mpi::CommOp>(k))] = f.comm_seconds[k];
       }
     }
-    worst_call = std::max(worst_call, call);
-    worst_comm = std::max(worst_comm, comm_s);
-    worst_raw = std::max(worst_raw, raw);
-    worst_compute = std::max(worst_compute, call - comm_s);
-    peak_max = std::max(peak_max, peak);
-    gemm_min = std::min(gemm_min, gemm);
-    rate_min = std::min(rate_min, flops / call);
-    bytes_sum += bytes;
+    sum.worst_call = std::max(sum.worst_call, call);
+    sum.worst_comm = std::max(sum.worst_comm, comm_s);
+    sum.worst_raw = std::max(sum.worst_raw, raw);
+    sum.worst_compute = std::max(sum.worst_compute, call - comm_s);
+    sum.peak_max = std::max(sum.peak_max, peak);
+    sum.gemm_min = std::min(sum.gemm_min, gemm);
+    sum.rate_min = std::min(sum.rate_min, flops / call);
+    sum.bytes_sum += bytes;
     j["ranks"].push_back({{"rank", r},
                           {"call_s", call},
                           {"compute_s", call - comm_s},
@@ -296,20 +325,36 @@ int run(int argc, char** argv) {
               << std::setw(10) << flops / 1e9 << std::setw(10) << flops / call / 1e9 << std::setprecision(3)
               << std::setw(10) << raw << std::setprecision(1) << std::setw(11) << gemm / 1e9 << "\n";
   }
-  j["summary"] = {{"call_s", worst_call},
-                  {"exposed_comm_s", worst_comm},
-                  {"bytes_received_per_rank_per_call", bytes_sum / mpi.size()},
-                  {"raw_comm_s", worst_raw},
-                  {"gemm_flops_per_s", gemm_min},
-                  {"flops_per_s", rate_min},
-                  {"peak_memory_bytes", peak_max},
-                  {"frame_steps_per_s", static_cast<double>(frames_per_rank * mpi.size()) / worst_call}};
-  std::cout << "slowest rank: " << std::setprecision(3) << worst_call << " s per call, " << worst_comm
-            << " s of it in collectives at most; " << std::setprecision(1)
-            << static_cast<double>(frames_per_rank * mpi.size()) / worst_call << " frame-steps/s\n";
+  return sum;
+}
 
-  // The targets. On a GPU the FLOP rate is judged against the nominal peak (MFU), on the CPU
-  // against the GEMM rate measured above.
+void report_summary(const StepOptions& o, int ranks, const StepSummary& sum, nlohmann::ordered_json& j) {
+  const double frame_steps = static_cast<double>(o.frames_per_rank * ranks) / sum.worst_call;
+  j["summary"] = {{"call_s", sum.worst_call},
+                  {"exposed_comm_s", sum.worst_comm},
+                  {"bytes_received_per_rank_per_call", sum.bytes_sum / ranks},
+                  {"raw_comm_s", sum.worst_raw},
+                  {"gemm_flops_per_s", sum.gemm_min},
+                  {"flops_per_s", sum.rate_min},
+                  {"peak_memory_bytes", sum.peak_max},
+                  {"frame_steps_per_s", frame_steps}};
+  std::cout << "slowest rank: " << std::setprecision(3) << sum.worst_call << " s per call, " << sum.worst_comm
+            << " s of it in collectives at most; " << std::setprecision(1) << frame_steps << " frame-steps/s\n";
+}
+
+// A long video: every rank holds ceil(frames / ranks) frames; compute grows linearly with frames
+// per rank (banded attention), the communication per call is taken as measured here.
+double projected_seconds(const StepOptions& o, const StepSummary& sum) {
+  const double fpr_target = std::ceil(static_cast<double>(o.project_frames) / static_cast<double>(o.project_ranks));
+  const double calls_per_step = o.batch == 2 ? 1 : 2;
+  return static_cast<double>(o.project_steps) * calls_per_step *
+         (sum.worst_compute * fpr_target / static_cast<double>(o.frames_per_rank) + sum.worst_comm);
+}
+
+// The targets. On a GPU the FLOP rate is judged against the nominal peak (MFU), on the CPU
+// against the GEMM rate measured above.
+std::vector<Target> step_targets(const StepOptions& o, job::Job& job, const StepSummary& sum) {
+  const Device& device = job.device();
   std::vector<Target> targets;
   if (device.is_cuda()) {
     std::string gpu;
@@ -317,28 +362,29 @@ int run(int argc, char** argv) {
     if (peak > 0)
       targets.push_back({"mfu", "UNet FLOP/s of the slowest rank against " + gpu + "'s dense 16-bit peak (" +
                                     std::to_string(static_cast<int>(peak / 1e12)) + " TFLOP/s)",
-                         100 * rate_min / peak, 50, false, "%", ""});
+                         100 * sum.rate_min / peak, 50, false, "%", ""});
   }
   targets.push_back({"gemm_efficiency",
                      "UNet FLOP/s of the slowest rank against the GEMM rate of the same ranks in this run",
-                     100 * rate_min / gemm_min, 60, false, "%", ""});
-  if (comm && mpi.size() > 1)
+                     100 * sum.rate_min / sum.gemm_min, 60, false, "%", ""});
+  if (job.clip_comm() && job.size() > 1)
     targets.push_back({"overlap", "exposed communication against the raw exchange time (slowest ranks)",
-                       worst_raw > 0 ? 100 * worst_comm / worst_raw : 0, 20, true, "%",
+                       sum.worst_raw > 0 ? 100 * sum.worst_comm / sum.worst_raw : 0, 20, true, "%",
                        device.is_cuda() ? ""
                                         : "the target is for GPUs; on the CPU, MPI moves data only when the "
                                           "rank calls into it, and a rank also waits for its slower neighbour"});
-  // A long video: every rank holds ceil(frames / ranks) frames; compute grows linearly with
-  // frames per rank (banded attention), the communication per call is taken as measured here.
-  const double fpr_target = std::ceil(static_cast<double>(project_frames) / static_cast<double>(project_ranks));
-  const double calls_per_step = batch == 2 ? 1 : 2;
-  const double projected = static_cast<double>(project_steps) * calls_per_step *
-                           (worst_compute * fpr_target / static_cast<double>(frames_per_rank) + worst_comm);
+  const double fpr_target = std::ceil(static_cast<double>(o.project_frames) / static_cast<double>(o.project_ranks));
   std::ostringstream pw;
-  pw << project_frames << " frames x " << project_steps << " steps on " << project_ranks << " ranks of this device ("
-     << fpr_target << " frames each), against " << project_reference_s << " s for the reference";
-  targets.push_back({"projection", pw.str(), projected, project_aim_s, true, "s",
-                     mpi.size() < 2 ? "one rank: no communication measured" : ""});
+  pw << o.project_frames << " frames x " << o.project_steps << " steps on " << o.project_ranks
+     << " ranks of this device (" << fpr_target << " frames each), against " << o.project_reference_s
+     << " s for the reference";
+  targets.push_back({"projection", pw.str(), projected_seconds(o, sum), o.project_aim_s, true, "s",
+                     job.size() < 2 ? "one rank: no communication measured" : ""});
+  return targets;
+}
+
+void report_targets(const StepOptions& o, const std::vector<Target>& targets, double projected,
+                    nlohmann::ordered_json& j) {
   std::cout << "targets:\n";
   for (const Target& t : targets) {
     std::cout << "  " << t.name << ": " << std::setprecision(t.unit == "s" ? 1 : 0) << t.value << " " << t.unit
@@ -355,13 +401,32 @@ int run(int argc, char** argv) {
                             {"note", t.note}});
   }
   if (projected > 0)
-    std::cout << "  projected speed: " << std::setprecision(1) << project_reference_s / projected
+    std::cout << "  projected speed: " << std::setprecision(1) << o.project_reference_s / projected
               << "x the reference's speed\n";
-  if (!json_path.empty()) {
-    std::ofstream f(json_path);
+}
+
+int run(int argc, char** argv) {
+  StepOptions o;
+  if (const std::optional<int> status = parse_step_options(argc, argv, o)) return *status;
+  const std::unique_ptr<job::Job> job = job::start_job(o.plan);
+  const int clips = job->grid().clip_size();
+  if (o.vcfg.mode != infinity::Mode::off) infinity::check_partition(o.vcfg, o.frames_per_rank * clips, clips);
+
+  StepModel m = make_step_model(o, *job);
+  const RankFigures mine = measure(o, *job, m);
+  const std::vector<RankFigures> all = job->session().gather_values_on_root(mine);
+  if (!job->root()) return 0;
+
+  nlohmann::ordered_json j;
+  describe_run(o, *job, m, j);
+  const StepSummary sum = report_ranks(all, j);
+  report_summary(o, job->size(), sum, j);
+  report_targets(o, step_targets(o, *job, sum), projected_seconds(o, sum), j);
+  if (!o.json_path.empty()) {
+    std::ofstream f(o.json_path);
     f << j.dump(2) << "\n";
-    VINF_CHECK(f.good(), "cannot write ", json_path);
-    std::cout << "wrote " << json_path << "\n";
+    VINF_CHECK(f.good(), "cannot write ", o.json_path);
+    std::cout << "wrote " << o.json_path << "\n";
   }
   return 0;
 }

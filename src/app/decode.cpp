@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <chrono>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,6 @@
 #include "io/video.hpp"
 #include "model/vae.hpp"
 #include "job/job.hpp"
-#include "mpi/session.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
 
@@ -35,7 +35,7 @@ namespace {
 int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::string& path, const std::string& dir,
                       const io::FrameWriter::Settings& settings, bool overwrite, std::int64_t frames_per_call,
                       std::int64_t tile) {
-  const io::H5File f = io::H5File::open(MPI_COMM_SELF, path);
+  const io::H5File f = io::H5File::open_serial(path);
   const std::string format = f.has_attribute("/", "format") ? f.text("/", "format") : "";
   VINF_INPUT_CHECK(format == io::kCheckpointFormat || format == io::kLatentsFormat, path,
                    " is neither a vinf checkpoint nor a latents.h5 (format '", format, "')");
@@ -132,14 +132,17 @@ int decode(const std::vector<std::string>& args) {
   VINF_INPUT_CHECK(video.fps > 0 && video.fps <= 1000, "--output.fps must be in (0, 1000], got ", video.fps);
   VINF_INPUT_CHECK(frames_per_call >= 1, "--frames-per-call must be >= 1, got ", frames_per_call);
   VINF_INPUT_CHECK(tile >= 0, "--vae.tile must be 0 (off) or a positive number of latent pixels, got ", tile);
-  check_dtype_option(dtype_opt);
-  mpi::Session mpi(nullptr, nullptr);
-  const Device device = job::choose_device(mpi, job::parse_device_choice(device_opt));
-  const DType dtype = resolve_dtype_option(dtype_opt, device);
-  set_allow_tf32(tf32);
+  job::JobPlan plan;  // one job of its own on each rank: no group communicators
+  plan.dtype = job::parse_dtype_choice(dtype_opt);
+  plan.device = job::parse_device_choice(device_opt);
+  plan.tf32 = tf32;
+  plan.clip_group = false;
+  const std::unique_ptr<job::Job> job = job::start_job(plan);
+  const Device device = job->device();
+  const DType dtype = job->dtype();
+  Runtime& rt = job->runtime();
 
   if (!checkpoint_path.empty()) {
-    Runtime rt(device);
     const model::VaeDecoder vae = model::VaeDecoder::load(vae_dir, rt, dtype);
     return decode_checkpoint(rt, vae, checkpoint_path, out_path, video, overwrite, frames_per_call, tile);
   }
@@ -147,7 +150,6 @@ int decode(const std::vector<std::string>& args) {
   const auto* e = in.find("latents");
   VINF_INPUT_CHECK(e != nullptr, latents_path, " has no tensor 'latents' [N, 4, h, w]");
   VINF_INPUT_CHECK(e->shape.rank() == 4, latents_path, ": 'latents' must be [N, C, h, w], got ", e->shape.str());
-  Runtime rt(device);
   const auto t0 = std::chrono::steady_clock::now();
   const model::VaeDecoder vae = model::VaeDecoder::load(vae_dir, rt, dtype);
   const model::VaeConfig& c = vae.config();

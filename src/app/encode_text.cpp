@@ -6,6 +6,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,12 +19,42 @@
 #include "model/clip_text.hpp"
 #include "model/tokenizer.hpp"
 #include "job/job.hpp"
-#include "mpi/session.hpp"
 #include "ops/runtime.hpp"
 
 namespace po = boost::program_options;
 
 namespace vinf::app {
+
+namespace {
+
+// The prompts of --prompt-file, one per line (UTF-8), after the --prompt ones.
+void add_prompt_file(const std::string& prompt_file, std::vector<std::string>& prompts) {
+  if (prompt_file.empty()) return;
+  std::ifstream in(prompt_file);
+  VINF_INPUT_CHECK(in.good(), "--prompt-file ", prompt_file, ": cannot read the file");
+  int number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::size_t bad = first_invalid_utf8(line);
+    VINF_INPUT_CHECK(bad == std::string::npos, "--prompt-file ", prompt_file, " line ", number,
+                     " is not valid UTF-8 (byte ", bad, " of the line); save the file as UTF-8");
+    prompts.push_back(line);
+  }
+}
+
+// Every prompt and the negative one is text the tokenizer can read.
+void check_utf8(const std::vector<std::string>& prompts, const std::vector<std::string>& negative) {
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const std::size_t bad = first_invalid_utf8(prompts[i]);
+    VINF_INPUT_CHECK(bad == std::string::npos, "--prompt number ", i + 1, " is not valid UTF-8 (byte ", bad, ")");
+  }
+  for (const std::string& n : negative)
+    VINF_INPUT_CHECK(first_invalid_utf8(n) == std::string::npos, "--negative is not valid UTF-8 (byte ",
+                     first_invalid_utf8(n), ")");
+}
+
+}  // namespace
 
 int encode_text(const std::vector<std::string>& args) {
   std::string config_file, encoder_dir, tokenizer_dir, model_dir, prompt_file, out_path, device_opt = "auto";
@@ -64,34 +95,20 @@ int encode_text(const std::vector<std::string>& args) {
   VINF_INPUT_CHECK(!encoder_dir.empty() && !tokenizer_dir.empty(),
                    "vinf encode-text: give --text-encoder DIR and --tokenizer DIR, or --model PIPELINE");
   VINF_INPUT_CHECK(negative.size() <= 1, "vinf encode-text: --negative is given ", negative.size(), " times");
-  if (!prompt_file.empty()) {
-    std::ifstream in(prompt_file);
-    VINF_INPUT_CHECK(in.good(), "--prompt-file ", prompt_file, ": cannot read the file");
-    int number = 0;
-    for (std::string line; std::getline(in, line);) {
-      ++number;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      const std::size_t bad = first_invalid_utf8(line);
-      VINF_INPUT_CHECK(bad == std::string::npos, "--prompt-file ", prompt_file, " line ", number,
-                       " is not valid UTF-8 (byte ", bad, " of the line); save the file as UTF-8");
-      prompts.push_back(line);
-    }
-  }
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    const std::size_t bad = first_invalid_utf8(prompts[i]);
-    VINF_INPUT_CHECK(bad == std::string::npos, "--prompt number ", i + 1, " is not valid UTF-8 (byte ", bad, ")");
-  }
-  for (const std::string& n : negative)
-    VINF_INPUT_CHECK(first_invalid_utf8(n) == std::string::npos, "--negative is not valid UTF-8 (byte ",
-                     first_invalid_utf8(n), ")");
+  add_prompt_file(prompt_file, prompts);
+  check_utf8(prompts, negative);
   VINF_INPUT_CHECK(!prompts.empty(), "vinf encode-text: no prompt: give --prompt TEXT (repeatable) or --prompt-file FILE");
 
-  mpi::Session mpi(nullptr, nullptr);
-  const Device device = job::choose_device(mpi, job::parse_device_choice(device_opt));
+  job::JobPlan plan;  // one job of its own on each rank, in f32: no group communicators
+  plan.device = job::parse_device_choice(device_opt);
+  plan.dtype = DType::f32;
+  plan.clip_group = false;
+  const std::unique_ptr<job::Job> job = job::start_job(plan);
+  const Device device = job->device();
+  Runtime& rt = job->runtime();
   const auto t0 = std::chrono::steady_clock::now();
   const model::ClipTokenizer tokenizer = model::ClipTokenizer::load(tokenizer_dir);
   for (const std::string& w : tokenizer.warnings()) std::cerr << "vinf encode-text: warning: " << w << "\n";
-  Runtime rt(device);
   const model::ClipTextModel encoder = model::ClipTextModel::load(encoder_dir, rt, DType::f32);
   std::vector<std::string> all = prompts;
   if (!negative.empty()) all.push_back(negative[0]);

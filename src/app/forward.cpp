@@ -21,8 +21,6 @@
 #include "io/safetensors.hpp"
 #include "model/unet3d.hpp"
 #include "job/job.hpp"
-#include "mpi/check.hpp"
-#include "mpi/grid.hpp"
 #include "mpi/session.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
@@ -150,16 +148,21 @@ void write_dump(const std::string& prefix, int rank, const PieceResult& r, const
                         {{"rank", std::to_string(rank)}, {"vi.mode", mode}});
 }
 
-}  // namespace
-
-int forward(const std::vector<std::string>& args) {
-  std::string config_file, model_dir, inputs_path, out_path, device_opt = "auto", dtype_opt = "auto",
-      comm_backend = "auto", dump;
-  bool tf32 = false;
-  int cfg_size = 1, emulate = 0;
+// What the command line asked for. The first block is bound to the option table; parse_forward_options
+// fills the rest from it once every value is checked.
+struct ForwardOptions {
+  std::string config_file, model_dir, inputs_path, out_path, device = "auto", dtype = "auto", comm_backend = "auto",
+      dump;
+  bool tf32 = false, ignore_unexpected = false;
+  int cfg = 1, emulate = 0;  // emulate: clips run on threads of this one process (0: one clip per rank)
   double timeout = 300;
-  bool ignore_unexpected = false;
-  app::ViOptions vi;
+  app::ViOptions vi_options;
+
+  infinity::Config vi;
+  job::JobPlan plan;
+};
+
+po::options_description forward_option_table(ForwardOptions& o) {
   po::options_description opts(
       "vinf forward: one UNet call per timestep, for checking a model against reference numbers\n\n"
       "usage: vinf forward --model DIR --inputs IN.safetensors --out OUT.safetensors [options]\n"
@@ -168,214 +171,293 @@ int forward(const std::vector<std::string>& args) {
       "optionally fps I64 [1] (default 24). OUT gets noise_pred.t<t> F32 [B,C,F,H,W] for each t.\n\n"
       "Options come from the command line and from --config FILE (INI: `inputs = IN.safetensors`;\n"
       "`[vi] mode = compat` is --vi.mode compat); the command line wins.\n\nOptions");
-  opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)(
-      "model", po::value(&model_dir), "UNet directory in diffusers layout (config.json + diffusion_pytorch_model"
-                                      ".safetensors or sharded with an index), or a pipeline root with unet/")(
-      "inputs", po::value(&inputs_path), "input tensors (safetensors)")(
-      "out", po::value(&out_path), "output file (safetensors); written under a temporary name, then renamed")(
-      "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
-      "dtype", po::value(&dtype_opt)->default_value(dtype_opt), kDtypeOptionHelp)(
-      "tf32", po::bool_switch(&tf32), kTf32OptionHelp)(
-      "parallel.cfg", po::value(&cfg_size)->default_value(cfg_size),
+  opts.add_options()("help,h", "show this help")("config", po::value(&o.config_file), kConfigOptionHelp)(
+      "model", po::value(&o.model_dir), "UNet directory in diffusers layout (config.json + diffusion_pytorch_model"
+                                        ".safetensors or sharded with an index), or a pipeline root with unet/")(
+      "inputs", po::value(&o.inputs_path), "input tensors (safetensors)")(
+      "out", po::value(&o.out_path), "output file (safetensors); written under a temporary name, then renamed")(
+      "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
+      "dtype", po::value(&o.dtype)->default_value(o.dtype), kDtypeOptionHelp)(
+      "tf32", po::bool_switch(&o.tf32), kTf32OptionHelp)(
+      "parallel.cfg", po::value(&o.cfg)->default_value(o.cfg),
       "1: every rank computes the whole batch of its clip; 2: rank pairs split the batch (CFG parallelism; "
       "ranks = 2 x clips)")(
-      "comm-backend", po::value(&comm_backend)->default_value(comm_backend),
+      "comm-backend", po::value(&o.comm_backend)->default_value(o.comm_backend),
       "auto | mpi | nccl (auto: NCCL on GPUs, MPI on the CPU)")(
-      "comm-timeout", po::value(&timeout)->default_value(timeout),
+      "comm-timeout", po::value(&o.timeout)->default_value(o.timeout),
       "seconds a collective may wait before the job is ended with a message (0: wait forever)")(
-      "vi.emulate-clips", po::value(&emulate)->default_value(emulate),
+      "vi.emulate-clips", po::value(&o.emulate)->default_value(o.emulate),
       "run N clips in this one process (threads instead of ranks): the single-process reference for an N-rank run")(
-      "dump-temporal", po::value(&dump),
+      "dump-temporal", po::value(&o.dump),
       "write every module's output at the first timestep (temporal modules: input and output) to "
       "PREFIX.rank<r>.safetensors, one file per rank")(
-      "ignore-unexpected-weights", po::bool_switch(&ignore_unexpected),
+      "ignore-unexpected-weights", po::bool_switch(&o.ignore_unexpected),
       "load a weight file that holds tensors the model does not use (they are listed as a warning)");
   po::options_description vi_opts("Video-Infinity (flags take =true/=false)");
-  vi.add_to(vi_opts);
+  o.vi_options.add_to(vi_opts);
   opts.add(vi_opts);
+  return opts;
+}
+
+// Parses and checks what needs no job. Returns false when --help was asked for (and printed).
+bool parse_forward_options(const std::vector<std::string>& args, ForwardOptions& o) {
+  const po::options_description opts = forward_option_table(o);
   po::variables_map vm;
   parse_options(args, opts, vm, "forward");
   if (vm.count("help")) {
     std::cout << opts << "\nExit status: 0 on success, 2 for bad input (the message names the file and key), 1 for\n"
                          "other failures, 3 when a collective timed out. Under MPI a failure on any rank ends every rank.\n";
-    return 0;
+    return false;
   }
   for (const char* required : {"model", "inputs", "out"})
     VINF_INPUT_CHECK(vm.count(required), "vinf forward: --", required, " is required (see vinf forward --help)");
-  VINF_INPUT_CHECK(!out_path.empty(), "vinf forward: --out is empty: give the output file");
-  const infinity::Config vcfg = vi.resolve(vm);
-  check_dtype_option(dtype_opt);
-  VINF_INPUT_CHECK(timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", timeout);
-  mpi::set_comm_timeout(timeout);
+  VINF_INPUT_CHECK(!o.out_path.empty(), "vinf forward: --out is empty: give the output file");
+  o.vi = o.vi_options.resolve(vm);
+  o.plan.dtype = job::parse_dtype_choice(o.dtype);
+  VINF_INPUT_CHECK(o.timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.timeout);
+  VINF_INPUT_CHECK(o.emulate >= 0, "--vi.emulate-clips must be >= 0, got ", o.emulate);
+  o.plan.device = job::parse_device_choice(o.device);
+  o.plan.transport = job::parse_transport(o.comm_backend);
+  o.plan.tf32 = o.tf32;
+  o.plan.cfg = o.cfg;
+  o.plan.comm_timeout = o.timeout;
+  // Emulated clips talk over a group of threads made later; a job of ranks talks over its clip group.
+  o.plan.clip_group = o.vi.mode != infinity::Mode::off && o.emulate == 0;
+  return true;
+}
 
-  mpi::Session mpi(nullptr, nullptr);
-  const bool root = mpi.rank() == 0;
-  auto log = [&](const std::string& line) {
-    if (root) std::cerr << "vinf forward: " << line << "\n" << std::flush;
-  };
-  VINF_INPUT_CHECK(emulate >= 0, "--vi.emulate-clips must be >= 0, got ", emulate);
-  VINF_INPUT_CHECK(emulate == 0 || (mpi.size() == 1 && cfg_size == 1), "--vi.emulate-clips runs in one process; ",
-                   "launch it without mpirun (and without --parallel.cfg 2)");
-  job::check_cfg_layout(cfg_size, mpi.size());
-  mpi::ProcessGrid grid(mpi, cfg_size);
-  const Device device = job::choose_device(mpi, job::parse_device_choice(device_opt));
-  const DType dtype = resolve_dtype_option(dtype_opt, device);
-  set_allow_tf32(tf32);
-
-  const model::ModelFiles files = model::find_model_files(model_dir);
-  std::vector<std::string> warnings;
-  const model::UNetConfig config = model::load_unet_config(files.config, &warnings);
-  const io::SafetensorsFile in_file(inputs_path);
-  const ForwardInputs in = read_inputs(in_file, config, files.config);
-  const Shape& s = in.sample.shape;
-  const std::int64_t batch = s[0], frames = s[2], h = s[3], w = s[4], cout = config.out_channels;
-  const int clips = emulate > 0 ? emulate : grid.clip_size();
-  VINF_INPUT_CHECK(frames >= clips, inputs_path, ": 'sample' has ", frames, " frames, fewer than the ", clips,
-                   " ranks it is split over; use at most ", frames, " ranks");
-  VINF_INPUT_CHECK(batch % cfg_size == 0, "--parallel.cfg ", cfg_size, " splits the batch, but 'sample' has batch ",
-                   batch);
-  infinity::check_partition(vcfg, frames, clips);
-  auto piece_of = [&](int cfg_index, int clip) {
-    return Piece{cfg_index * batch / cfg_size, batch / cfg_size, clip * frames / clips,
+// How the sample is shared out: the cfg branches split the batch, the clips the frames.
+struct Split {
+  std::int64_t batch = 0, frames = 0;
+  int cfg = 1, clips = 1;
+  Piece piece(int cfg_index, int clip) const {
+    return Piece{cfg_index * batch / cfg, batch / cfg, clip * frames / clips,
                  (clip + 1) * frames / clips - clip * frames / clips};
-  };
+  }
+};
 
+// The job and its checked inputs, what the later phases work from.
+struct ForwardJob {
+  std::unique_ptr<job::Job> job;
+  model::ModelFiles files;
+  model::UNetConfig config;
+  std::vector<std::string> warnings;             // of the config, then of the weights
+  std::unique_ptr<io::SafetensorsFile> in_file;  // the file the inputs' tensors are read from
+  ForwardInputs in;
+  Split split;
+  std::unique_ptr<model::WeightFiles> weight_files;  // open while the model is loaded from them
+  std::unique_ptr<model::UNet3D> unet;
+
+  void log(const std::string& line) const {
+    if (job->root()) std::cerr << "vinf forward: " << line << "\n" << std::flush;
+  }
+};
+
+// Starts the job and checks the model's config and the inputs against it and the job's size:
+// everything a bad input can fail, before any weight is read.
+ForwardJob start_forward(const ForwardOptions& o) {
+  ForwardJob f;
+  f.job = job::start_job(o.plan, [&](int world) {
+    VINF_INPUT_CHECK(o.emulate == 0 || (world == 1 && o.cfg == 1), "--vi.emulate-clips runs in one process; ",
+                     "launch it without mpirun (and without --parallel.cfg 2)");
+  });
+  f.files = model::find_model_files(o.model_dir);
+  f.config = model::load_unet_config(f.files.config, &f.warnings);
+  f.in_file = std::make_unique<io::SafetensorsFile>(o.inputs_path);
+  f.in = read_inputs(*f.in_file, f.config, f.files.config);
+  const Shape& s = f.in.sample.shape;
+  f.split = Split{s[0], s[2], o.cfg, o.emulate > 0 ? o.emulate : f.job->grid().clip_size()};
+  const Split& p = f.split;
+  VINF_INPUT_CHECK(p.frames >= p.clips, o.inputs_path, ": 'sample' has ", p.frames, " frames, fewer than the ", p.clips,
+                   " ranks it is split over; use at most ", p.frames, " ranks");
+  VINF_INPUT_CHECK(p.batch % p.cfg == 0, "--parallel.cfg ", p.cfg, " splits the batch, but 'sample' has batch ",
+                   p.batch);
+  infinity::check_partition(o.vi, p.frames, p.clips);
+  return f;
+}
+
+// Loads the weights onto the job's device and says what runs.
+void load_model(const ForwardOptions& o, ForwardJob& f) {
   const auto t_load = Clock::now();
-  Runtime rt(device);
-  const model::WeightFiles wf(files);
-  const auto params = model::unet_parameters(config);
-  model::UNet3D unet(config, model::Weights(wf, params, rt, dtype, ignore_unexpected, &warnings));
-  for (const std::string& wn : warnings) log("warning: " + wn);
-  log("model " + files.dir + ": " + std::to_string(unet.weights().count()) + " parameters, " +
-      format_mib(static_cast<double>(unet.weights().bytes())) + " as " + dtype_name(dtype) +
-      (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() +
-      " (loaded in " + std::to_string(seconds_since(t_load)).substr(0, 5) + " s)");
-  log(std::string("--vi.mode ") + infinity::mode_name(vcfg.mode) + ", " + std::to_string(clips) +
-      (emulate > 0 ? " emulated clip(s)" : " clip(s)") + (cfg_size == 2 ? " x 2 CFG branches" : "") + ", " +
-      std::to_string(frames) + " frames, " + std::to_string(piece_of(0, 0).nf) + " on the first clip, " +
-      std::to_string(in.timesteps.size()) + " timestep(s)" + (in.fps_given ? "" : ", fps 24 (not in the inputs)"));
+  const Device& device = f.job->device();
+  const DType dtype = f.job->dtype();
+  f.weight_files = std::make_unique<model::WeightFiles>(f.files);
+  const auto params = model::unet_parameters(f.config);
+  f.unet = std::make_unique<model::UNet3D>(
+      f.config, model::Weights(*f.weight_files, params, f.job->runtime(), dtype, o.ignore_unexpected, &f.warnings));
+  const model::UNet3D& unet = *f.unet;
+  for (const std::string& wn : f.warnings) f.log("warning: " + wn);
+  f.log("model " + f.files.dir + ": " + std::to_string(unet.weights().count()) + " parameters, " +
+        format_mib(static_cast<double>(unet.weights().bytes())) + " as " + dtype_name(dtype) +
+        (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + " (loaded in " +
+        std::to_string(seconds_since(t_load)).substr(0, 5) + " s)");
+  f.log(std::string("--vi.mode ") + infinity::mode_name(o.vi.mode) + ", " + std::to_string(f.split.clips) +
+        (o.emulate > 0 ? " emulated clip(s)" : " clip(s)") + (o.cfg == 2 ? " x 2 CFG branches" : "") + ", " +
+        std::to_string(f.split.frames) + " frames, " + std::to_string(f.split.piece(0, 0).nf) + " on the first clip, " +
+        std::to_string(f.in.timesteps.size()) + " timestep(s)" + (f.in.fps_given ? "" : ", fps 24 (not in the inputs)"));
+}
 
-  const std::size_t full_size = static_cast<std::size_t>(batch * cout * frames * h * w);
-  std::vector<std::vector<float>> results(root ? in.timesteps.size() : 0, std::vector<float>(root ? full_size : 0));
-  std::vector<mpi::CommCounters> counters;  // per clip (emulation) or this rank
-  std::vector<double> seconds(in.timesteps.size(), 0.0);
-  double peak = 0;
+std::unique_ptr<model::TemporalContext> temporal_context(const infinity::Config& vi, mpi::Communicator* clip_group,
+                                                         std::int64_t clip_frames) {
+  if (vi.mode == infinity::Mode::off) return std::make_unique<model::PlainTemporalContext>();
+  return std::make_unique<infinity::Context>(vi, *clip_group, clip_frames);
+}
 
-  auto make_context = [&](mpi::Communicator* comm, std::int64_t clip_frames) -> std::unique_ptr<model::TemporalContext> {
-    if (vcfg.mode == infinity::Mode::off) return std::make_unique<model::PlainTemporalContext>();
-    return std::make_unique<infinity::Context>(vcfg, *comm, clip_frames);
-  };
+// The whole result (on rank 0) and what the run measured.
+struct ForwardResults {
+  std::vector<std::vector<float>> preds;    // per timestep, [B, C, F, H, W]; rank 0 only
+  std::vector<mpi::CommCounters> counters;  // per clip (emulation) or per rank; rank 0 only
+  std::vector<double> seconds;              // per timestep, the slowest clip's
+  double peak = 0;                          // bytes, the largest of any clip
 
-  if (emulate > 0) {
-    // N clips on N threads of this process, each with its own runtime, over the in-process transport.
-    auto group = mpi::make_thread_group(emulate);
-    std::vector<PieceResult> res(static_cast<std::size_t>(emulate));
-    std::vector<std::string> errors(static_cast<std::size_t>(emulate));
-    std::vector<std::thread> threads;
-    for (int c = 0; c < emulate; ++c) {
-      group[static_cast<std::size_t>(c)]->set_label("emulated clip group");
-      threads.emplace_back([&, c] {
-        try {
-          Runtime trt(device);
-          auto tc = make_context(group[static_cast<std::size_t>(c)].get(), piece_of(0, c).nf);
-          res[static_cast<std::size_t>(c)] =
-              run_piece(trt, unet, *tc, in, piece_of(0, c), !dump.empty(), [](double x) { return x; });
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(c)] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (int c = 0; c < emulate; ++c)
-      if (!errors[static_cast<std::size_t>(c)].empty())
-        VINF_FAIL("emulated clip ", c, ": ", errors[static_cast<std::size_t>(c)]);
-    for (int c = 0; c < emulate; ++c) {
-      const PieceResult& r = res[static_cast<std::size_t>(c)];
-      for (std::size_t i = 0; i < in.timesteps.size(); ++i) {
-        place_piece(r.preds[i], piece_of(0, c), cout, frames, h * w, results[i].data());
-        seconds[i] = std::max(seconds[i], r.seconds[i]);
+  ForwardResults(const ForwardJob& f, bool root) : seconds(f.in.timesteps.size(), 0.0) {
+    const Split& p = f.split;
+    const Shape& s = f.in.sample.shape;
+    const auto full = static_cast<std::size_t>(p.batch * f.config.out_channels * p.frames * s[3] * s[4]);
+    preds.assign(root ? f.in.timesteps.size() : 0, std::vector<float>(root ? full : 0));
+  }
+  void place(const std::vector<float>& piece, const Piece& pc, const ForwardJob& f, std::size_t step) {
+    const Shape& s = f.in.sample.shape;
+    place_piece(piece, pc, f.config.out_channels, f.split.frames, s[3] * s[4], preds[step].data());
+  }
+};
+
+// N clips on N threads of this process, each with its own runtime, over the in-process transport.
+ForwardResults run_emulated(const ForwardOptions& o, const ForwardJob& f) {
+  const int n = o.emulate;
+  auto group = mpi::make_thread_group(n);
+  std::vector<PieceResult> res(static_cast<std::size_t>(n));
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int c = 0; c < n; ++c) {
+    group[static_cast<std::size_t>(c)]->set_label("emulated clip group");
+    threads.emplace_back([&, c] {
+      try {
+        Runtime trt(f.job->device());
+        auto tc = temporal_context(o.vi, group[static_cast<std::size_t>(c)].get(), f.split.piece(0, c).nf);
+        res[static_cast<std::size_t>(c)] =
+            run_piece(trt, *f.unet, *tc, f.in, f.split.piece(0, c), !o.dump.empty(), [](double x) { return x; });
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(c)] = e.what();
       }
-      peak = std::max(peak, r.peak);
-      counters.push_back(group[static_cast<std::size_t>(c)]->counters());
-      if (!dump.empty()) write_dump(dump, c, r, infinity::mode_name(vcfg.mode));
-    }
-  } else {
-    std::unique_ptr<mpi::Communicator> clip_comm;
-    if (vcfg.mode != infinity::Mode::off)
-      clip_comm = job::make_group_communicator(grid.clip_comm(), device, job::parse_transport(comm_backend), "clip group");
-    const Piece mine = piece_of(grid.cfg_index(), grid.clip_index());
-    auto tc = make_context(clip_comm.get(), mine.nf);
-    PieceResult r = run_piece(rt, unet, *tc, in, mine, !dump.empty(), [&](double x) { return mpi.max(x); });
-    seconds = r.seconds;
-    peak = mpi.max(r.peak);
-    if (!dump.empty()) write_dump(dump, mpi.rank(), r, infinity::mode_name(vcfg.mode));
-    // Rank 0 receives every rank's pieces (equal sizes within a mode off run only up to one frame).
-    const int ranks = mpi.size();
-    for (std::size_t i = 0; i < in.timesteps.size(); ++i) {
-      std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
-      std::int64_t off = 0;
-      for (int q = 0; q < ranks; ++q) {
-        const Piece pq = piece_of(q / grid.clip_size(), q % grid.clip_size());
-        const std::int64_t n = pq.nb * cout * pq.nf * h * w;
-        VINF_INPUT_CHECK(off + n < INT_MAX, "the output is too large to gather in one message; use more ranks");
-        counts[static_cast<std::size_t>(q)] = static_cast<int>(n);
-        displs[static_cast<std::size_t>(q)] = static_cast<int>(off);
-        off += n;
-      }
-      std::vector<float> gathered(root ? static_cast<std::size_t>(off) : 0);
-      VINF_CHECK_MPI(MPI_Gatherv(r.preds[i].data(), counts[static_cast<std::size_t>(mpi.rank())], MPI_FLOAT,
-                                 gathered.data(), counts.data(), displs.data(), MPI_FLOAT, 0, mpi.world()));
-      if (root)
-        for (int q = 0; q < ranks; ++q) {
-          const std::vector<float> part(gathered.begin() + displs[static_cast<std::size_t>(q)],
-                                        gathered.begin() + displs[static_cast<std::size_t>(q)] +
-                                            counts[static_cast<std::size_t>(q)]);
-          place_piece(part, piece_of(q / grid.clip_size(), q % grid.clip_size()), cout, frames, h * w,
-                      results[i].data());
-        }
-    }
-    // Every rank's counters to rank 0 for the summary.
-    const mpi::CommCounters mine_c = clip_comm ? clip_comm->counters() : mpi::CommCounters{};
-    counters.resize(root ? static_cast<std::size_t>(ranks) : 1);
-    static_assert(sizeof(mpi::CommCounters) % sizeof(double) == 0);
-    VINF_CHECK_MPI(MPI_Gather(&mine_c, sizeof mine_c, MPI_BYTE, counters.data(), sizeof mine_c, MPI_BYTE, 0, mpi.world()));
+    });
   }
+  for (auto& t : threads) t.join();
+  for (int c = 0; c < n; ++c)
+    if (!errors[static_cast<std::size_t>(c)].empty()) VINF_FAIL("emulated clip ", c, ": ", errors[static_cast<std::size_t>(c)]);
+  ForwardResults out(f, true);
+  for (int c = 0; c < n; ++c) {
+    const PieceResult& r = res[static_cast<std::size_t>(c)];
+    for (std::size_t i = 0; i < f.in.timesteps.size(); ++i) {
+      out.place(r.preds[i], f.split.piece(0, c), f, i);
+      out.seconds[i] = std::max(out.seconds[i], r.seconds[i]);
+    }
+    out.peak = std::max(out.peak, r.peak);
+    out.counters.push_back(group[static_cast<std::size_t>(c)]->counters());
+    if (!o.dump.empty()) write_dump(o.dump, c, r, infinity::mode_name(o.vi.mode));
+  }
+  return out;
+}
 
-  for (std::size_t i = 0; i < in.timesteps.size(); ++i)
-    log("t=" + std::to_string(in.timesteps[i]) + ": " + std::to_string(seconds[i]).substr(0, 6) + " s");
-  log("peak memory " + format_mib(peak) + " per rank (max over ranks; the weights are " +
-      format_mib(static_cast<double>(unet.weights().bytes())) + " of it)");
-  std::map<std::string, std::string> comm_meta;
-  if (root && vcfg.mode != infinity::Mode::off) {
-    log("communication per rank over " + std::to_string(in.timesteps.size()) +
-        " UNet call(s) (bytes received from other ranks):");
-    for (std::size_t q = 0; q < counters.size(); ++q) {
-      const std::string line = counters[q].summary();
-      log("  " + std::string(emulate > 0 ? "clip " : "rank ") + std::to_string(q) + ": " + line);
-      comm_meta["comm." + std::to_string(q)] = line;
+// Rank 0 receives every rank's piece of each prediction (equal sizes within a mode off run only
+// up to one frame), over the job's world group.
+void collect_predictions(ForwardJob& f, PieceResult& mine, ForwardResults& out) {
+  job::Job& job = *f.job;
+  const int ranks = job.size(), clip_size = job.grid().clip_size();
+  const Shape& s = f.in.sample.shape;
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(ranks));
+  std::int64_t total = 0;
+  for (int q = 0; q < ranks; ++q) {
+    const Piece pq = f.split.piece(q / clip_size, q % clip_size);
+    const std::int64_t n = pq.nb * f.config.out_channels * pq.nf * s[3] * s[4];
+    VINF_INPUT_CHECK((total + n) * static_cast<std::int64_t>(sizeof(float)) < INT_MAX,
+                     "the output is too large to gather in one message; use more ranks");
+    counts[static_cast<std::size_t>(q)] = n;
+    total += n;
+  }
+  std::vector<float> gathered(static_cast<std::size_t>(total));
+  const Tensor all = Tensor::wrap(gathered.data(), DType::f32, Device::cpu(), {total});
+  for (std::size_t i = 0; i < f.in.timesteps.size(); ++i) {
+    const Tensor piece = Tensor::wrap(mine.preds[i].data(), DType::f32, Device::cpu(),
+                                      {counts[static_cast<std::size_t>(job.rank())]});
+    job.world().all_gather_v(job.host(), piece, all, counts);
+    if (!job.root()) continue;
+    std::int64_t offset = 0;
+    for (int q = 0; q < ranks; ++q) {
+      const std::int64_t n = counts[static_cast<std::size_t>(q)];
+      const std::vector<float> part(gathered.begin() + offset, gathered.begin() + offset + n);
+      out.place(part, f.split.piece(q / clip_size, q % clip_size), f, i);
+      offset += n;
     }
   }
-  if (root) {
-    std::vector<io::TensorToWrite> out;
-    std::string ts_list;
-    for (std::size_t i = 0; i < in.timesteps.size(); ++i) {
-      out.push_back({"noise_pred.t" + std::to_string(in.timesteps[i]), DType::f32, {batch, cout, frames, h, w},
-                     results[i].data(), {}});
-      ts_list += (i ? "," : "") + std::to_string(in.timesteps[i]);
+}
+
+// One clip (and cfg branch) per rank, over the job's clip group.
+ForwardResults run_on_ranks(const ForwardOptions& o, ForwardJob& f) {
+  job::Job& job = *f.job;
+  mpi::Session& session = job.session();
+  mpi::Communicator* clip_comm = job.clip_comm();
+  const Piece mine = f.split.piece(job.grid().cfg_index(), job.grid().clip_index());
+  auto tc = temporal_context(o.vi, clip_comm, mine.nf);
+  PieceResult r = run_piece(job.runtime(), *f.unet, *tc, f.in, mine, !o.dump.empty(),
+                                  [&](double x) { return session.max(x); });
+  ForwardResults out(f, job.root());
+  out.seconds = r.seconds;
+  out.peak = session.max(r.peak);
+  if (!o.dump.empty()) write_dump(o.dump, job.rank(), r, infinity::mode_name(o.vi.mode));
+  collect_predictions(f, r, out);
+  out.counters = session.gather_values_on_root(clip_comm ? clip_comm->counters() : mpi::CommCounters{});
+  return out;
+}
+
+// The timings and communication in the log; rank 0 writes the output file.
+void write_results(const ForwardOptions& o, const ForwardJob& f, const ForwardResults& r) {
+  const std::vector<std::int64_t>& timesteps = f.in.timesteps;
+  const bool root = f.job->root();
+  for (std::size_t i = 0; i < timesteps.size(); ++i)
+    f.log("t=" + std::to_string(timesteps[i]) + ": " + std::to_string(r.seconds[i]).substr(0, 6) + " s");
+  f.log("peak memory " + format_mib(r.peak) + " per rank (max over ranks; the weights are " +
+        format_mib(static_cast<double>(f.unet->weights().bytes())) + " of it)");
+  if (!root) return;
+  std::map<std::string, std::string> meta = {
+      {"generator", std::string("vinf ") + VINF_VERSION + " forward"},
+      {"model", f.files.dir},
+      {"vi.mode", infinity::mode_name(o.vi.mode)},
+      {"ranks", std::to_string(o.emulate > 0 ? 1 : f.job->size())},
+      {"clips", std::to_string(f.split.clips)},
+      {"device", f.job->device().name()},
+      {"dtype", dtype_name(f.job->dtype())}};
+  if (o.vi.mode != infinity::Mode::off) {
+    f.log("communication per rank over " + std::to_string(timesteps.size()) +
+          " UNet call(s) (bytes received from other ranks):");
+    for (std::size_t q = 0; q < r.counters.size(); ++q) {
+      const std::string line = r.counters[q].summary();
+      f.log("  " + std::string(o.emulate > 0 ? "clip " : "rank ") + std::to_string(q) + ": " + line);
+      meta["comm." + std::to_string(q)] = line;
     }
-    std::map<std::string, std::string> meta = {
-        {"generator", std::string("vinf ") + VINF_VERSION + " forward"},
-        {"model", files.dir},
-        {"vi.mode", infinity::mode_name(vcfg.mode)},
-        {"ranks", std::to_string(emulate > 0 ? 1 : mpi.size())},
-        {"clips", std::to_string(clips)},
-        {"device", device.name()},
-        {"dtype", dtype_name(dtype)},
-        {"timesteps", ts_list}};
-    meta.insert(comm_meta.begin(), comm_meta.end());
-    io::write_safetensors(out_path, out, meta);
-    log("wrote " + out_path);
   }
+  std::vector<io::TensorToWrite> out;
+  std::string ts_list;
+  const Shape& s = f.in.sample.shape;
+  for (std::size_t i = 0; i < timesteps.size(); ++i) {
+    out.push_back({"noise_pred.t" + std::to_string(timesteps[i]), DType::f32,
+                   {f.split.batch, f.config.out_channels, f.split.frames, s[3], s[4]}, r.preds[i].data(), {}});
+    ts_list += (i ? "," : "") + std::to_string(timesteps[i]);
+  }
+  meta["timesteps"] = ts_list;
+  io::write_safetensors(o.out_path, out, meta);
+  f.log("wrote " + o.out_path);
+}
+
+}  // namespace
+
+int forward(const std::vector<std::string>& args) {
+  ForwardOptions o;
+  if (!parse_forward_options(args, o)) return 0;
+  ForwardJob f = start_forward(o);
+  load_model(o, f);
+  const ForwardResults results = o.emulate > 0 ? run_emulated(o, f) : run_on_ranks(o, f);
+  write_results(o, f, results);
   return 0;
 }
 

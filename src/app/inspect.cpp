@@ -155,7 +155,7 @@ int inspect_safetensors(const std::string& path) {
 // run it belongs to, its partition and its datasets. One process, serial HDF5 access.
 int inspect_hdf5(const std::string& path) {
   mpi::Session mpi(nullptr, nullptr);
-  const io::H5File f = io::H5File::open(MPI_COMM_SELF, path);
+  const io::H5File f = io::H5File::open_serial(path);
   const std::string format = f.has_attribute("/", "format") ? f.text("/", "format") : "(no vinf format attribute)";
   std::printf("%s: HDF5, format %s", path.c_str(), format.c_str());
   if (f.has_attribute("/", "format_version")) std::printf(" version %lld", static_cast<long long>(f.integer("/", "format_version")));

@@ -1,6 +1,4 @@
 // vinf: long-video generation with Video-Infinity on GPU clusters. One binary, subcommands.
-#include <mpi.h>
-
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -12,6 +10,7 @@
 #include "core/error.hpp"
 #include "mpi/communicator.hpp"
 #include "mpi/fatal.hpp"
+#include "mpi/session.hpp"
 #include "ops/runtime.hpp"
 
 namespace vinf::app {
@@ -58,13 +57,8 @@ int main(int argc, char** argv) {
   if (args[0] == "--version") {
     // What a failing multi-node job wants to know per node (slurm/multinode.sbatch runs this on each).
     std::cout << "vinf " << VINF_VERSION << " (CUDA backend: " << (built_with_cuda() ? "yes" : "no") << ")\n";
-    char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
-    int len = 0;
-    MPI_Get_library_version(mpi, &len);  // allowed before MPI_Init
-    std::string first_line(mpi, static_cast<std::size_t>(len));
-    first_line = first_line.substr(0, first_line.find_first_of("\n,"));
     const std::string nccl = mpi::nccl_version();
-    std::cout << "MPI: " << first_line << "\nNCCL: " << (nccl.empty() ? "none (CPU-only build)" : nccl)
+    std::cout << "MPI: " << mpi::library_version() << "\nNCCL: " << (nccl.empty() ? "none (CPU-only build)" : nccl)
               << "\nGPUs visible: " << cuda_device_count() << "\n";
     return 0;
   }

@@ -219,6 +219,8 @@ H5File H5File::open(MPI_Comm comm, const std::string& path) {
   return H5File(id, comm, path, false);
 }
 
+H5File H5File::open_serial(const std::string& path) { return open(MPI_COMM_SELF, path); }
+
 void H5File::create_group(const std::string& name) {
   Handle g(H5Gcreate2(id_, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "creating a group", path_,
            Access::write);

@@ -30,6 +30,9 @@ class H5File {
   // Opens path read-only. comm may be MPI_COMM_SELF for one process. Throws vinf::InputError naming
   // the path when it is missing, not HDF5 or damaged.
   static H5File open(MPI_Comm comm, const std::string& path);
+  // Opens path read-only in this process alone (a serial reader: inspect, decode). MPI must be
+  // running. Throws as open().
+  static H5File open_serial(const std::string& path);
 
   H5File(H5File&& o) noexcept;
   H5File& operator=(H5File&&) = delete;

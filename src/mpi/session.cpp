@@ -39,6 +39,14 @@ std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& mi
 
 }  // namespace
 
+std::string library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(text, &length);  // allowed before MPI_Init
+  const std::string all(text, static_cast<std::size_t>(length));
+  return all.substr(0, all.find_first_of("\n,"));
+}
+
 GpuTurn gpu_turn(MPI_Comm node, const std::string& visible) {
   int me = 0;
   VINF_CHECK_MPI(MPI_Comm_rank(node, &me));

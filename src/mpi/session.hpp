@@ -5,7 +5,9 @@
 
 #include <mpi.h>
 
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -23,6 +25,10 @@ struct GpuTurn {
   int sharers = 1;  // how many ranks of the node see them
 };
 GpuTurn gpu_turn(MPI_Comm node, const std::string& visible);
+
+// The first line of the MPI library's own version text ("Open MPI v4.1.2"); callable before MPI
+// starts (vinf --version runs without it).
+std::string library_version();
 
 class Session {
  public:
@@ -47,6 +53,17 @@ class Session {
   std::string placement(Device device) const;
   // Every rank's `line`, in rank order, on rank 0 (empty elsewhere). Collective.
   std::vector<std::string> gather_on_root(const std::string& line) const;
+  // Every rank's value of a plain type (figures, counters), in rank order, on rank 0 (empty
+  // elsewhere). Collective.
+  template <class T>
+  std::vector<T> gather_values_on_root(const T& mine) const {
+    static_assert(std::is_trivially_copyable_v<T>);
+    std::string bytes(sizeof(T), '\0');
+    std::memcpy(bytes.data(), &mine, sizeof(T));
+    std::vector<T> all;
+    for (const std::string& b : gather_on_root(bytes)) std::memcpy(&all.emplace_back(), b.data(), sizeof(T));
+    return all;
+  }
 
   // True on every rank when `ok` holds on every rank.
   bool all(bool ok) const;
