@@ -7,7 +7,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string path = vinf::fuzz::write_file("run.ini", {reinterpret_cast<const char*>(data), size});
   vinf::fuzz::expect_input_errors_only([&] {
-    vinf::app::GenerateOptions o;
+    vinf::app::RunPlan o;
     if (vinf::app::parse_generate_options({"--config", path}, o) != 0) return;
     if (!vinf::fuzz::usable(o.vi)) std::abort();
     vinf::app::check_generate_job(o, 4);

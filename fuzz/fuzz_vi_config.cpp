@@ -1,9 +1,10 @@
-// The released Video-Infinity code's JSON config (--import-vi-config, infinity/config.cpp), then
-// the resolved settings against a few partitions.
+// The released Video-Infinity code's JSON config (--import-vi-config: infinity/config.cpp through
+// app/vi_options.cpp), then the resolved settings against a few partitions.
 #include <boost/program_options.hpp>
 
 #include "fuzz_support.hpp"
 #include "vi_settings.hpp"
+#include "app/vi_options.hpp"
 #include "infinity/config.hpp"
 
 namespace po = boost::program_options;
@@ -11,7 +12,7 @@ namespace po = boost::program_options;
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string path = vinf::fuzz::write_file("vi.json", {reinterpret_cast<const char*>(data), size});
   vinf::fuzz::expect_input_errors_only([&] {
-    vinf::infinity::Options options;
+    vinf::app::ViOptions options;
     po::options_description d;
     options.add_to(d);
     po::variables_map vm;

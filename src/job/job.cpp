@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/error.hpp"
+#include "mpi/check.hpp"
 #include "mpi/communicator.hpp"
 
 namespace vinf::job {
@@ -12,6 +13,9 @@ Job::~Job() {
   clip_.reset();
   cfg_.reset();
   world_.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (world_comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&world_comm_);
   runtime_.reset();
   grid_.reset();
   session_.reset();
@@ -84,10 +88,14 @@ std::unique_ptr<Job> start_job(const JobPlan& plan, const std::function<void(int
   check_cfg_layout(plan.cfg, session.size());
   job->grid_ = std::make_unique<mpi::ProcessGrid>(session, plan.cfg);
   job->device_ = choose_device(session, plan.device);
-  job->dtype_ = resolve_dtype_option(plan.dtype ? dtype_name(*plan.dtype) : "auto", job->device_);
+  job->dtype_ = resolve_dtype(plan.dtype, job->device_);
   set_allow_tf32(plan.tf32);
   job->runtime_ = std::make_unique<Runtime>(job->device_);
-  job->world_ = mpi::make_mpi_communicator(session.world());
+  // The application's own traffic gets a copy of the world, so that it never meets another
+  // message on MPI_COMM_WORLD.
+  VINF_CHECK_MPI(MPI_Comm_dup(session.world(), &job->world_comm_));
+  MPI_Comm_set_errhandler(job->world_comm_, MPI_ERRORS_RETURN);
+  job->world_ = mpi::make_mpi_communicator(job->world_comm_);
   job->world_->set_label("job");
   if (plan.clip_group)
     job->clip_ = make_group_communicator(job->grid_->clip_comm(), job->device_, plan.transport, "clip group");

@@ -47,6 +47,7 @@ class Job {
   Device device_{};
   DType dtype_ = DType::f32;
   std::unique_ptr<Runtime> runtime_;
+  MPI_Comm world_comm_ = MPI_COMM_NULL;  // the world's copy world_ runs on
   std::unique_ptr<mpi::Communicator> clip_, cfg_, world_;
   ExecContext host_{};
 };

@@ -1,7 +1,7 @@
 #include "job/plan.hpp"
 
+#include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "ops/runtime.hpp"
 
 namespace vinf::job {
 
@@ -29,11 +29,19 @@ const char* transport_name(Transport t) {
 }
 
 std::optional<DType> parse_dtype_choice(const std::string& value) {
-  check_dtype_option(value);
   if (value == "auto") return std::nullopt;
   DType t = DType::f32;
-  parse_dtype(value, t);
+  VINF_INPUT_CHECK(parse_dtype(value, t) && (t == DType::f32 || t == DType::f16 || t == DType::bf16),
+                   "--dtype must be auto, f32, bf16 or f16, got '", value, "'");
   return t;
+}
+
+DType resolve_dtype(std::optional<DType> choice, const Device& device) {
+  if (!choice) return device.is_cuda() ? DType::bf16 : DType::f32;
+  VINF_INPUT_CHECK(device.is_cuda() || *choice == DType::f32, "--dtype ", dtype_name(*choice), " runs on CUDA only; ",
+                   "the CPU path computes in f32 (this run uses ", device.name(),
+                   "): use --dtype f32 or auto, or --device cuda");
+  return *choice;
 }
 
 }  // namespace vinf::job

@@ -18,8 +18,13 @@ DeviceChoice parse_device_choice(const std::string& value);
 // --comm-backend: auto | mpi | nccl. Throws vinf::InputError naming the option otherwise.
 Transport parse_transport(const std::string& value);
 const char* transport_name(Transport t);
-// --dtype: auto (nullopt: bf16 on CUDA, f32 on the CPU) | f32 | bf16 | f16.
+// --dtype: auto (nullopt: bf16 on CUDA, f32 on the CPU) | f32 | bf16 | f16. Throws
+// vinf::InputError naming the option otherwise.
 std::optional<DType> parse_dtype_choice(const std::string& value);
+// The dtype a job computes in on `device`: auto is bf16 on CUDA, where tensor cores make it
+// several times faster than f32, and f32 on the CPU, whose kernels are f32 only; 16-bit on the
+// CPU is refused (vinf::InputError).
+DType resolve_dtype(std::optional<DType> choice, const Device& device);
 
 struct JobPlan {
   DeviceChoice device = DeviceChoice::automatic;

@@ -17,22 +17,6 @@ namespace vinf {
 
 bool built_with_cuda() { return VINF_WITH_CUDA != 0; }
 
-void check_dtype_option(const std::string& opt) {
-  DType t;
-  VINF_INPUT_CHECK(opt == "auto" || (parse_dtype(opt, t) && (t == DType::f32 || t == DType::f16 || t == DType::bf16)),
-                   "--dtype must be auto, f32, bf16 or f16, got '", opt, "'");
-}
-
-DType resolve_dtype_option(const std::string& opt, const Device& device) {
-  check_dtype_option(opt);
-  if (opt == "auto") return device.is_cuda() ? DType::bf16 : DType::f32;
-  DType t = DType::f32;
-  parse_dtype(opt, t);
-  VINF_INPUT_CHECK(device.is_cuda() || t == DType::f32, "--dtype ", opt, " runs on CUDA only; the CPU path computes ",
-                   "in f32 (this run uses ", device.name(), "): use --dtype f32 or auto, or --device cuda");
-  return t;
-}
-
 int cuda_device_count() {
 #if VINF_WITH_CUDA
   return cuda::device_count();

@@ -63,9 +63,5 @@ void synchronize(ExecContext& ctx);
 // cores make it several times faster than f32, and f32 on the CPU, whose kernels are f32 only.
 inline constexpr const char* kDtypeOptionHelp =
     "compute dtype: auto (bf16 on CUDA, f32 on the CPU) | f32 | bf16 | f16 (16-bit on CUDA only)";
-// Checks --dtype's spelling before the device is known: throws vinf::InputError otherwise.
-void check_dtype_option(const std::string& opt);
-// The dtype --dtype gives on `device`: auto resolved; 16-bit on the CPU refused (vinf::InputError).
-DType resolve_dtype_option(const std::string& opt, const Device& device);
 
 }  // namespace vinf
