@@ -8,7 +8,7 @@
 // achieved FLOP/s. Then, with nothing else running, every rank
 //   - replays the collectives of the timed calls back to back (the raw exchange time), and
 //   - times a square GEMM in the compute dtype (the machine's GEMM rate in the same run),
-// and rank 0 checks the targets: UNet FLOP/s against that GEMM rate (CPU) or the GPU's
+// and rank 0 checks its targets: UNet FLOP/s against that GEMM rate (CPU) or the GPU's
 // peak (MFU), exposed against raw communication (overlap), and the projected time of a long video
 // (--project-*, by default the released Video-Infinity's 2,300 frames x 30 steps on 8 GPUs in
 // 312 s), saying by how much a target is missed. Table on stdout; --json FILE writes the same.
