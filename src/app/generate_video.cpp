@@ -21,10 +21,6 @@ VideoResult write_video_outputs(const RunPlan& o, job::Job& job, const model::Va
   const std::int64_t nf = latents.size(2), ch = latents.size(1), lh = latents.size(3), lw = latents.size(4);
   const std::int64_t height = lh * vc.upscale(), width = lw * vc.upscale(), frame_bytes = height * width * 3;
   const int clips = grid.clip_size();
-  // Frames travel over the world communicator as 8-byte words: RGB frames of a multiple of 8
-  // pixels on each side are a multiple of 8 bytes.
-  VINF_CHECK(frame_bytes % 8 == 0, "an RGB frame of ", width, "x", height, " is not a whole number of 8-byte words");
-  auto words = [&](std::uint8_t* p) { return Tensor::wrap(p, DType::i64, Device::cpu(), {frame_bytes / 8}); };
   ExecContext& ctx = rt.ctx();
 
   // This clip's frames as RGB bytes (branch 1 holds the same latents and decodes nothing).
@@ -61,8 +57,7 @@ VideoResult write_video_outputs(const RunPlan& o, job::Job& job, const model::Va
       for (std::int64_t f = 0; f < nf; ++f) {
         const std::uint8_t* rgb = mine.data() + f * frame_bytes;
         if (c != 0) {
-          const mpi::Transfer from{c, Tensor{}, words(received.data())};
-          job.world().exchange(job.host(), {&from, 1});
+          mpi.receive(received.data(), static_cast<std::size_t>(frame_bytes), c);
           rgb = received.data();
         }
         writer.add(c * nf + f, rgb);
@@ -72,10 +67,7 @@ VideoResult write_video_outputs(const RunPlan& o, job::Job& job, const model::Va
   } else if (grid.cfg_index() == 0) {
     // Clip ranks of branch 0 are world ranks 0 .. clips - 1.
     for (std::int64_t f = 0; f < nf; ++f)
-    {
-      const mpi::Transfer to{0, words(mine.data() + f * frame_bytes), Tensor{}};
-      job.world().exchange(job.host(), {&to, 1});
-    }
+      mpi.send(mine.data() + f * frame_bytes, static_cast<std::size_t>(frame_bytes), 0);
   }
   mpi.broadcast(error);
   if (!error.empty()) throw Error(error + " (latents.h5 is written and complete)");

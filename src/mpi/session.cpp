@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <climits>
 #include <cstdlib>
 #include <exception>
 
@@ -119,6 +120,20 @@ void Session::broadcast(std::string& s, int root) const {
   VINF_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, root, MPI_COMM_WORLD));
   s.resize(static_cast<std::size_t>(n));
   VINF_CHECK_MPI(MPI_Bcast(s.data(), n, MPI_CHAR, root, MPI_COMM_WORLD));
+}
+
+namespace {
+constexpr int kStreamTag = 7101;  // Session::send / receive
+}  // namespace
+
+void Session::send(const void* data, std::size_t bytes, int to) const {
+  VINF_CHECK(bytes <= static_cast<std::size_t>(INT_MAX), "a message of ", bytes, " bytes is over MPI's count limit");
+  VINF_CHECK_MPI(MPI_Send(data, static_cast<int>(bytes), MPI_BYTE, to, kStreamTag, MPI_COMM_WORLD));
+}
+
+void Session::receive(void* data, std::size_t bytes, int from) const {
+  VINF_CHECK(bytes <= static_cast<std::size_t>(INT_MAX), "a message of ", bytes, " bytes is over MPI's count limit");
+  VINF_CHECK_MPI(MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, from, kStreamTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
 }
 
 int Session::gpu_count_on_every_rank() const {

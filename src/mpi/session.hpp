@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstring>
+#include <cstddef>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -75,6 +76,11 @@ class Session {
   int min(int v) const;
   // root's string, on every rank.
   void broadcast(std::string& s, int root = 0) const;
+  // Point to point, in order between a pair of ranks, blocking and without the collectives'
+  // watchdog: for streams whose receiver may take long to come to each message (rank 0 writing a
+  // video clip by clip while the other clips' ranks wait their turn).
+  void send(const void* data, std::size_t bytes, int to) const;
+  void receive(void* data, std::size_t bytes, int from) const;
 
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
