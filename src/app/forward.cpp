@@ -298,9 +298,9 @@ void load_model(const ForwardOptions& o, ForwardJob& f) {
 }
 
 std::unique_ptr<model::TemporalContext> temporal_context(const infinity::Config& vi, mpi::Communicator* clip_group,
-                                                         std::int64_t clip_frames) {
+                                                         const Split& split) {
   if (vi.mode == infinity::Mode::off) return std::make_unique<model::PlainTemporalContext>();
-  return std::make_unique<infinity::Context>(vi, *clip_group, clip_frames);
+  return std::make_unique<infinity::Context>(vi, *clip_group, infinity::clip_frame_counts(split.frames, split.clips));
 }
 
 // The whole result (on rank 0) and what the run measured.
@@ -334,7 +334,7 @@ ForwardResults run_emulated(const ForwardOptions& o, const ForwardJob& f) {
     threads.emplace_back([&, c] {
       try {
         Runtime trt(f.job->device());
-        auto tc = temporal_context(o.vi, group[static_cast<std::size_t>(c)].get(), f.split.piece(0, c).nf);
+        auto tc = temporal_context(o.vi, group[static_cast<std::size_t>(c)].get(), f.split);
         res[static_cast<std::size_t>(c)] =
             run_piece(trt, *f.unet, *tc, f.in, f.split.piece(0, c), !o.dump.empty(), [](double x) { return x; });
       } catch (const std::exception& e) {
@@ -398,7 +398,7 @@ ForwardResults run_on_ranks(const ForwardOptions& o, ForwardJob& f) {
   mpi::Session& session = job.session();
   mpi::Communicator* clip_comm = job.clip_comm();
   const Piece mine = f.split.piece(job.grid().cfg_index(), job.grid().clip_index());
-  auto tc = temporal_context(o.vi, clip_comm, mine.nf);
+  auto tc = temporal_context(o.vi, clip_comm, f.split);
   PieceResult r = run_piece(job.runtime(), *f.unet, *tc, f.in, mine, !o.dump.empty(),
                                   [&](double x) { return session.max(x); });
   ForwardResults out(f, job.root());

@@ -64,7 +64,8 @@ struct Run {
   job::Job& job;
   Clock::time_point start;
   bool root = false;
-  // The partition: frames in all, nf per clip, this rank's clip from first_frame.
+  // The partition: frames in all, this rank's clip of nf frames from first_frame (clips differ by
+  // at most a frame: infinity::clip_frames).
   int clips = 1, clip = 0;
   std::int64_t frames = 0, nf = 0, first_frame = 0, lh = 0, lw = 0;
   bool guided = false;
@@ -143,8 +144,9 @@ void partition(Run& r) {
   r.clips = grid.clip_size();
   r.clip = grid.clip_index();
   r.frames = r.o.frames;
-  r.nf = r.frames / r.clips;
-  r.first_frame = r.clip * r.nf;
+  const infinity::FrameRange mine = infinity::clip_frames(r.frames, r.clips, r.clip);
+  r.nf = mine.count;
+  r.first_frame = mine.first;
   const std::int64_t scale = r.vae_config ? r.vae_config->upscale() : kLatentScaleWithoutVae;
   VINF_INPUT_CHECK(r.o.height % scale == 0 && r.o.width % scale == 0, "--video.width ", r.o.width, " and --video.height ",
                    r.o.height, " must be multiples of ", scale, ", the VAE's scale (", r.vae_source, ")");
@@ -329,6 +331,12 @@ Models load_models(Run& r) {
 }
 
 // What the run is about to do, once the models are loaded.
+// "8", or "5-6" when the frames do not divide evenly over the clips.
+std::string clip_sizes(const Run& r) {
+  const std::int64_t fewest = r.frames / r.clips;
+  return std::to_string(fewest) + (r.frames % r.clips ? "-" + std::to_string(fewest + 1) : "");
+}
+
 void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& text) {
   const RunPlan& o = r.o;
   const Device& device = r.job.device();
@@ -339,7 +347,7 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
         (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + ", loaded in " +
         format_duration(m.load_seconds));
   r.log(std::to_string(r.frames) + " frames of " + std::to_string(o.width) + "x" + std::to_string(o.height) + " over " +
-        std::to_string(r.clips) + " clip(s) of " + std::to_string(r.nf) + (o.cfg() == 2 ? " x 2 guidance branches" : "") +
+        std::to_string(r.clips) + " clip(s) of " + clip_sizes(r) + (o.cfg() == 2 ? " x 2 guidance branches" : "") +
         ", --vi.mode " + infinity::mode_name(o.vi.mode) + ", " + sampling::scheduler_name(o.scheduler) + " " +
         std::to_string(o.steps) + " steps, guidance " + std::to_string(o.guidance).substr(0, 5) + ", noise " +
         sampling::noise_mode_name(o.noise) + " seed " + std::to_string(o.seed));
@@ -350,8 +358,9 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
   r.detail("timesteps: " + ts);
   for (int c = 0; c < r.clips; ++c) {
     const int p = sampling::prompt_for_clip(c, r.clips, static_cast<int>(text.prompts));
-    r.detail("clip " + std::to_string(c) + " (frames " + std::to_string(c * r.nf) + "-" +
-             std::to_string((c + 1) * r.nf - 1) + "): prompt " + std::to_string(p) +
+    const infinity::FrameRange range = infinity::clip_frames(r.frames, r.clips, c);
+    r.detail("clip " + std::to_string(c) + " (frames " + std::to_string(range.first) + "-" +
+             std::to_string(range.first + range.count - 1) + "): prompt " + std::to_string(p) +
              (o.prompts.empty() ? "" : " '" + o.prompts[static_cast<std::size_t>(p)] + "'"));
   }
 }
@@ -437,7 +446,7 @@ Denoiser::Denoiser(Run& r, const Models& m, const sampling::TextEmbeddings& text
       dump_(r.o, batch_, r.nf, r.first_frame, r.frames),
       text_cache_(text) {
   if (mpi::Communicator* clip_comm = r.job.clip_comm())
-    temporal_ = std::make_unique<infinity::Context>(r.o.vi, *clip_comm, r.nf);
+    temporal_ = std::make_unique<infinity::Context>(r.o.vi, *clip_comm, infinity::clip_frame_counts(r.frames, r.clips));
   else
     temporal_ = std::make_unique<model::PlainTemporalContext>();
   const std::int64_t c = r.ucfg.in_channels;
@@ -617,6 +626,12 @@ struct Timings {
   double text = 0, write = 0;
 };
 
+// Clip c's frames as run.json lists them: [first, end).
+json frame_span(const Run& r, int c) {
+  const infinity::FrameRange range = infinity::clip_frames(r.frames, r.clips, c);
+  return {range.first, range.first + range.count};
+}
+
 void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& video, const Timings& times) {
   const json reports = rank_report(r);
   if (!r.root) return;
@@ -628,7 +643,7 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
     ranks.push_back({{"rank", k},
                      {"clip", k % r.clips},
                      {"cfg_branch", k / r.clips},
-                     {"frames", {k % r.clips * r.nf, (k % r.clips + 1) * r.nf}},
+                     {"frames", frame_span(r, k % r.clips)},
                      {"bytes_received", {{"clip_group", rep["clip_group"]}, {"cfg_group", rep["cfg_group"]}}},
                      {"peak_memory_bytes", rep["arena_peak"]},
                      {"max_rss_bytes", rep["max_rss"]}});

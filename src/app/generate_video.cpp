@@ -5,6 +5,7 @@
 #include "app/generate_support.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
+#include "infinity/config.hpp"
 #include "io/image.hpp"
 #include "io/video.hpp"
 #include "ops/elementwise.hpp"
@@ -53,15 +54,17 @@ VideoResult write_video_outputs(const RunPlan& o, job::Job& job, const model::Va
   if (mpi.rank() == 0) {
     io::FrameWriter writer(out_dir, frames, width, height, {o.video, o.png, o.output_fps, o.ffmpeg});
     std::vector<std::uint8_t> received(static_cast<std::size_t>(frame_bytes));
-    for (int c = 0; c < clips; ++c)
-      for (std::int64_t f = 0; f < nf; ++f) {
+    for (int c = 0; c < clips; ++c) {
+      const infinity::FrameRange range = infinity::clip_frames(frames, clips, c);
+      for (std::int64_t f = 0; f < range.count; ++f) {
         const std::uint8_t* rgb = mine.data() + f * frame_bytes;
         if (c != 0) {
           mpi.receive(received.data(), static_cast<std::size_t>(frame_bytes), c);
           rgb = received.data();
         }
-        writer.add(c * nf + f, rgb);
+        writer.add(range.first + f, rgb);
       }
+    }
     error = writer.finish();
     result.files = writer.files();
   } else if (grid.cfg_index() == 0) {

@@ -1,5 +1,6 @@
 #include "infinity/config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -17,6 +18,7 @@ const char* mode_name(Mode m) {
     case Mode::off: return "off";
     case Mode::compat: return "compat";
     case Mode::invariant: return "invariant";
+    case Mode::exact: return "exact";
   }
   return "?";
 }
@@ -42,8 +44,10 @@ const std::vector<Field>& fields() {
   static const std::vector<Field> table{
       {"mode",
        "Video-Infinity mode: invariant (the result does not depend on the number of ranks), compat (reproduces "
-       "the released code: zero halos at the video ends, per-rank global frames and GroupNorm statistics), or off "
-       "(the plain model on each clip, no communication)",
+       "the released code: zero halos at the video ends, per-rank global frames and GroupNorm statistics), exact "
+       "(the unmodified model over the ranks: full temporal attention through an all-to-all, whole-video "
+       "GroupNorm, 4-frame convolution halos; the window options below do not apply), or off (the plain model on "
+       "each clip, no communication)",
        nullptr, [](Config& c) -> FieldRef { return &c.mode; }},
       {"local-frames", "p: attention window half-width in frames, taken from each neighbouring clip", "attn.padding",
        [](Config& c) -> FieldRef { return &c.local_frames; }},
@@ -91,7 +95,8 @@ void set_choice(const Field& f, Config& c, const std::string& name) {
     if (name == "invariant") **m = Mode::invariant;
     else if (name == "compat") **m = Mode::compat;
     else if (name == "off") **m = Mode::off;
-    else VINF_INPUT_FAIL("--vi.mode must be invariant, compat or off, got '", name, "'");
+    else if (name == "exact") **m = Mode::exact;
+    else VINF_INPUT_FAIL("--vi.mode must be invariant, compat, exact or off, got '", name, "'");
   } else if (HaloData* const* h = std::get_if<HaloData*>(&ref)) {
     VINF_INPUT_CHECK(name == "x" || name == "kv", "--vi.halo must be x or kv, got '", name, "'");
     **h = name == "x" ? HaloData::x : HaloData::kv;
@@ -145,20 +150,6 @@ json read_released_file(const std::string& path) {
 void note_unused(std::vector<std::string>* unused, const io::JsonConfig& obj) {
   if (unused == nullptr) return;
   for (const std::string& k : obj.unknown_keys()) unused->push_back(k);
-}
-
-}  // namespace
-
-namespace {
-
-// Reads a field's value from the released config's object that holds it (its type checked).
-void read_field(io::JsonConfig& obj, const std::string& key, FieldRef ref) {
-  std::visit(
-      [&](auto* p) {
-        using T = std::remove_pointer_t<decltype(p)>;
-        if constexpr (std::is_arithmetic_v<T>) obj.read(key, *p);
-      },
-      ref);
 }
 
 }  // namespace
@@ -259,8 +250,29 @@ ReleasedPipe import_released_pipe(const std::string& path) {
   return r;
 }
 
+FrameRange clip_frames(std::int64_t frames, int clips, int clip) {
+  const std::int64_t first = clip * frames / clips;
+  return {first, (clip + 1) * frames / clips - first};
+}
+
+std::vector<std::int64_t> clip_frame_counts(std::int64_t frames, int clips) {
+  std::vector<std::int64_t> counts;
+  for (int k = 0; k < clips; ++k) counts.push_back(clip_frames(frames, clips, k).count);
+  return counts;
+}
+
 void check_partition(const Config& c, std::int64_t frames, int clips) {
   if (c.mode == Mode::off) return;
+  if (c.mode == Mode::exact) {
+    // Any split; every clip but a lone one needs the convolutions' reach of frames, since its halo
+    // comes from the neighbouring clips only.
+    const std::int64_t fewest = frames / clips;
+    VINF_INPUT_CHECK(clips == 1 || fewest >= kTemporalConvReach, "--vi.mode exact: ", frames, " frames over ", clips,
+                     " ranks leaves ", fewest, " frame(s) on a rank, and each needs at least ", kTemporalConvReach,
+                     " (the reach of the temporal convolutions); use at most ",
+                     std::max<std::int64_t>(frames / kTemporalConvReach, 1), " frame ranks");
+    return;
+  }
   VINF_INPUT_CHECK(frames % clips == 0, "--vi.mode ", mode_name(c.mode), ": ", frames, " frames cannot be split into ",
                    clips, " equal clips; use a number of ranks that divides the frames (or frames divisible by ",
                    clips, ")");

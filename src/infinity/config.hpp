@@ -10,7 +10,7 @@
 
 namespace vinf::infinity {
 
-enum class Mode { off, compat, invariant };
+enum class Mode { off, compat, invariant, exact };
 enum class HaloData { x, kv };            // what the halo and global rounds carry
 enum class ExchangePattern { three_round, fused };
 
@@ -93,5 +93,18 @@ ReleasedPipe import_released_pipe(const std::string& path);
 // Checks a Config against the partition: `frames` in total over `clips` clips. Throws
 // vinf::InputError (the same on every rank) when frames do not divide, or p, c or G do not fit.
 void check_partition(const Config& c, std::int64_t frames, int clips);
+
+// The frames of one clip when `frames` are split over `clips` ranks: as evenly as possible, the
+// later clips taking the extra frames ([k F / N, (k + 1) F / N)). Modes compat and invariant
+// split evenly (check_partition); off and exact take any split.
+struct FrameRange {
+  std::int64_t first = 0, count = 0;
+};
+FrameRange clip_frames(std::int64_t frames, int clips, int clip);
+std::vector<std::int64_t> clip_frame_counts(std::int64_t frames, int clips);
+
+// The reach of a TemporalConvLayer's four (3,1,1) convolutions: the halo that makes exact mode's
+// temporal convolutions equal the plain model's.
+inline constexpr int kTemporalConvReach = 4;
 
 }  // namespace vinf::infinity

@@ -32,17 +32,41 @@ OwnedTensor contiguous_copy(ExecContext& ctx, const Tensor& t) {
 }  // namespace
 
 Context::Context(const Config& config, mpi::Communicator& clip_group, std::int64_t clip_frames)
-    : c_(config), comm_(clip_group), f_(clip_frames), rank_(clip_group.rank()), size_(clip_group.size()) {
+    : Context(config, clip_group, std::vector<std::int64_t>(static_cast<std::size_t>(clip_group.size()), clip_frames)) {}
+
+Context::Context(const Config& config, mpi::Communicator& clip_group, std::vector<std::int64_t> frames_per_clip)
+    : c_(config), comm_(clip_group), frames_(std::move(frames_per_clip)), rank_(clip_group.rank()), size_(clip_group.size()) {
   VINF_CHECK(c_.mode != Mode::off, "infinity::Context: mode off runs the plain temporal context");
-  VINF_CHECK(c_.local_frames <= f_ && c_.conv_halo <= f_, "infinity::Context: halo wider than the clip (unchecked config)");
-  attn_halo_ = halo_for(c_.mode, c_.local_frames, rank_, size_);
-  conv_halo_ = halo_for(c_.mode, c_.conv_halo, rank_, size_);
-  const std::int64_t g = c_.global_frames, n = size_, total = f_ * n;
-  counts_.assign(static_cast<std::size_t>(n), 0);
-  if (g == 0) {
-    plan_halos();
+  VINF_CHECK(static_cast<int>(frames_.size()) == size_, "infinity::Context: ", frames_.size(), " clip sizes for ",
+             size_, " clips");
+  f_ = frames_[static_cast<std::size_t>(rank_)];
+  for (int k = 0; k < size_; ++k) {
+    if (k < rank_) first_ += frames_[static_cast<std::size_t>(k)];
+    total_ += frames_[static_cast<std::size_t>(k)];
+  }
+  if (c_.mode == Mode::exact) {
+    // No windows and no global frames: full attention, and halos that reach as far as the four
+    // convolutions do (none at the video's ends, as the plain model).
+    conv_width_ = size_ > 1 ? kTemporalConvReach : 0;
+    for (std::int64_t n : frames_)
+      VINF_CHECK(n >= conv_width_, "infinity::Context: a clip of ", n, " frames is shorter than the halo (unchecked)");
+    conv_halo_ = halo_for(c_.mode, conv_width_, rank_, size_);
     return;
   }
+  for (std::int64_t n : frames_) VINF_CHECK(n == f_, "infinity::Context: --vi.mode ", mode_name(c_.mode), " takes equal clips");
+  VINF_CHECK(c_.local_frames <= f_ && c_.conv_halo <= f_, "infinity::Context: halo wider than the clip (unchecked config)");
+  conv_width_ = c_.conv_halo;
+  attn_halo_ = halo_for(c_.mode, c_.local_frames, rank_, size_);
+  conv_halo_ = halo_for(c_.mode, conv_width_, rank_, size_);
+  plan_globals();
+  plan_halos();
+}
+
+// The global frames: which video frames every query attends to, who contributes which.
+void Context::plan_globals() {
+  const std::int64_t g = c_.global_frames, n = size_, total = f_ * n;
+  counts_.assign(static_cast<std::size_t>(n), 0);
+  if (g == 0) return;
   if (c_.mode == Mode::compat) {
     // Each rank shares frames 0, s, 2s, ... of its clip, s = F / (G / N) (only frame 0 when
     // G < N); the gathered list, in rank order, is cut to its first G.
@@ -69,7 +93,6 @@ Context::Context(const Config& config, mpi::Communicator& clip_group, std::int64
     }
     gathered_ = g;
   }
-  plan_halos();
 }
 
 void Context::plan_halos() {
@@ -122,7 +145,7 @@ void Context::fill_conv_halo(ExecContext& ctx, const Tensor& padded, model::Halo
   // padded is the (B, C, T, S) view of frame-major (B, T, C, S) memory.
   const Tensor fm = padded.permute({0, 2, 1, 3});
   const std::int64_t b = fm.size(0), own = fm.size(1) - halo.total(), ch = fm.size(2), s = fm.size(3);
-  const std::int64_t c = c_.conv_halo;
+  const std::int64_t c = conv_width_;
   const bool has_left = rank_ > 0, has_right = rank_ < size_ - 1;
   if (!has_left && halo.left > 0) ops::fill(ctx, fm.slice(1, 0, halo.left), 0.0);
   if (!has_right && halo.right > 0) ops::fill(ctx, fm.slice(1, halo.left + own, halo.right), 0.0);
@@ -160,12 +183,12 @@ void Context::group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
   }
   const std::int64_t b = x.size(0), ch = x.size(1), t = x.size(2), s = x.size(3);
   OwnedTensor sums = ctx.arena->empty(DType::f64, {b, p.groups, 2});
-  if (c_.mode == Mode::invariant) {
+  if (c_.mode == Mode::invariant || c_.mode == Mode::exact) {
     // Whole-video statistics: the sums over each rank's own frames (no halo counted twice).
     const std::int64_t own = t - halo.total();
     ops::group_norm_sums(ctx, x.slice(2, halo.left, own), p.groups, sums);
     comm_.all_reduce_sum(ctx, sums);
-    const double count = static_cast<double>(ch / p.groups) * static_cast<double>(own * size_) * static_cast<double>(s);
+    const double count = static_cast<double>(ch / p.groups) * static_cast<double>(total_) * static_cast<double>(s);
     ops::group_norm_apply(ctx, x, sums, count, gamma, beta, y, p);
     return;
   }
@@ -251,6 +274,10 @@ struct Context::AttentionCall {
 void Context::attention(ExecContext& ctx, const model::AttentionWeights& w, const Tensor& x, const Tensor& out,
                         const std::string& module) {
   VINF_CHECK(x.size(1) == f_, module, ": ", x.size(1), " frames, but this clip has ", f_);
+  if (c_.mode == Mode::exact) {
+    exact_attention(ctx, w, x, out);
+    return;
+  }
   AttentionCall a(ctx, *this, w, x);
   if (!a.carry_x) project_own_keys(ctx, a);  // K and V travel: projected before they leave
   start_attention_rounds(ctx, a);

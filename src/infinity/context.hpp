@@ -19,6 +19,9 @@ class Context final : public model::TemporalContext {
   // This rank holds clip comm.rank() of comm.size(), `clip_frames` frames each. The config must
   // have passed check_partition for clip_frames * comm.size() frames and a mode other than off.
   Context(const Config& config, mpi::Communicator& clip_group, std::int64_t clip_frames);
+  // Clips of any sizes, frames_per_clip[k] frames on clip k (in video order): exact mode only,
+  // the others take equal clips.
+  Context(const Config& config, mpi::Communicator& clip_group, std::vector<std::int64_t> frames_per_clip);
 
   void begin_call(std::int64_t timestep) override { t_ = timestep; }
   void group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
@@ -32,7 +35,8 @@ class Context final : public model::TemporalContext {
   const std::vector<std::int64_t>& global_frames() const { return global_frames_; }
 
  private:
-  void plan_halos();  // left_plan_ and right_plan_, once the global frames are known
+  void plan_globals();  // global_frames_, my_globals_, counts_, gathered_ (compat and invariant)
+  void plan_halos();    // left_plan_ and right_plan_, once the global frames are known
   // Halo rounds 2 and 3 (or one fused call), started: send `first` to the left neighbour and
   // `last` to the right one, receive into `left` / `right` (one tensor per carried array; empty
   // lists on the side without a neighbour). Every returned collective must be finished.
@@ -51,6 +55,14 @@ class Context final : public model::TemporalContext {
   void project_own_keys(ExecContext& ctx, AttentionCall& a);
   void progress_rounds(AttentionCall& a);
 
+  // Exact mode's attention (exact.cpp): an all-to-all from frames to rows (each rank gets every
+  // frame of its share of the R sequences), full attention there, and an all-to-all back.
+  void exact_attention(ExecContext& ctx, const model::AttentionWeights& w, const Tensor& x, const Tensor& out);
+  struct ExactCall;
+  void exact_scatter(ExecContext& ctx, ExactCall& a);
+  void exact_attend(ExecContext& ctx, ExactCall& a);
+  void exact_return(ExecContext& ctx, ExactCall& a, const Tensor& out);
+
   // One side's attention halo: the own boundary frames sent to that neighbour, and per received
   // halo position (in frame order) the global key that already holds the same frame, or -1 when
   // the frame travels. Only halo x takes frames from the global keys (x of a global frame is
@@ -63,8 +75,10 @@ class Context final : public model::TemporalContext {
 
   Config c_;
   mpi::Communicator& comm_;
-  std::int64_t f_, t_ = 0;
+  std::vector<std::int64_t> frames_;  // per clip, in video order
+  std::int64_t f_, first_ = 0, total_ = 0, t_ = 0;  // own frames, the first one's video index, all
   int rank_, size_;
+  int conv_width_ = 0;  // frames of each neighbour's halo for the temporal convolutions
   model::Halo attn_halo_, conv_halo_;
   std::vector<std::int64_t> global_frames_;  // video frame indices, in key order (the first G kept)
   std::vector<std::int64_t> my_globals_;     // this rank's contributed local frame indices

@@ -21,6 +21,7 @@ const char* comm_op_name(CommOp op) {
     case CommOp::all_reduce: return "all-reduce";
     case CommOp::broadcast: return "broadcast";
     case CommOp::barrier: return "barrier";
+    case CommOp::all_to_all: return "all-to-all";
   }
   return "?";
 }
@@ -184,18 +185,27 @@ void Communicator::exchange(ExecContext& ctx, std::span<const Transfer> transfer
 }
 
 Pending Communicator::start_exchange(ExecContext& ctx, std::span<const Transfer> transfers) {
+  return start_pairwise(ctx, CommOp::exchange, transfers);
+}
+
+Pending Communicator::start_all_to_all(ExecContext& ctx, std::span<const Transfer> transfers) {
+  return start_pairwise(ctx, CommOp::all_to_all, transfers);
+}
+
+Pending Communicator::start_pairwise(ExecContext& ctx, CommOp op, std::span<const Transfer> transfers) {
   std::uint64_t received = 0;
+  const char* name = comm_op_name(op);
   for (const Transfer& t : transfers) {
     if (t.peer < 0) continue;
-    VINF_CHECK(t.peer < size_ && t.peer != rank_, "exchange: bad peer ", t.peer, " for rank ", rank_, " of ", size_);
+    VINF_CHECK(t.peer < size_ && t.peer != rank_, name, ": bad peer ", t.peer, " for rank ", rank_, " of ", size_);
     VINF_CHECK((t.send.data == nullptr || t.send.is_contiguous()) && (t.recv.data == nullptr || t.recv.is_contiguous()),
-               "exchange: contiguous tensors expected");
-    if (t.send.data) check_placement(ctx, CommOp::exchange, "send", t.send);
-    if (t.recv.data) check_placement(ctx, CommOp::exchange, "recv", t.recv);
+               name, ": contiguous tensors expected");
+    if (t.send.data) check_placement(ctx, op, "send", t.send);
+    if (t.recv.data) check_placement(ctx, op, "recv", t.recv);
     if (t.recv.data) received += t.recv.nbytes();
   }
   if (trace_) {
-    CommRecord r{CommOp::exchange, DType::f32, {}, {}, 0};
+    CommRecord r{op, DType::f32, {}, {}, 0};
     for (const Transfer& t : transfers) {
       if (t.peer < 0) continue;
       r.dtype = t.send.data ? t.send.dtype : t.recv.dtype;
@@ -203,7 +213,7 @@ Pending Communicator::start_exchange(ExecContext& ctx, std::span<const Transfer>
     }
     trace_->push_back(std::move(r));
   }
-  return start(ctx, CommOp::exchange, received, [&] { return do_exchange(ctx, transfers); });
+  return start(ctx, op, received, [&] { return do_exchange(ctx, transfers); });
 }
 
 void Communicator::all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op) {
@@ -265,7 +275,8 @@ double replay_trace(Communicator& comm, ExecContext& ctx, const std::vector<Comm
         comm.all_gather_v(ctx, send, view(off, r.dtype, total), r.counts);
         break;
       }
-      case CommOp::exchange: {
+      case CommOp::exchange:
+      case CommOp::all_to_all: {
         std::vector<Transfer> ts;
         for (const CommRecord::Pair& p : r.pairs) {
           Transfer t;
@@ -274,7 +285,8 @@ double replay_trace(Communicator& comm, ExecContext& ctx, const std::vector<Comm
           if (p.recv > 0) t.recv = view(off, r.dtype, p.recv);
           ts.push_back(t);
         }
-        comm.exchange(ctx, ts);
+        Pending p = r.op == CommOp::exchange ? comm.start_exchange(ctx, ts) : comm.start_all_to_all(ctx, ts);
+        comm.finish(p);
         break;
       }
       case CommOp::all_reduce: comm.all_reduce(ctx, view(off, r.dtype, r.counts[0]), r.reduce); break;

@@ -13,7 +13,7 @@
 //
 // Payload bytes are what this rank receives from other ranks: an all-gather of n bytes per rank
 // counts (size - 1) n, an exchange the bytes received from the peers, an all-reduce and a broadcast
-// the buffer's bytes (0 on a one-rank group).
+// the buffer's bytes (0 on a one-rank group), an all-to-all the pieces received from the others.
 #pragma once
 
 #include <mpi.h>
@@ -31,8 +31,8 @@
 
 namespace vinf::mpi {
 
-enum class CommOp { all_gather, exchange, all_reduce, broadcast, barrier };
-inline constexpr int kCommOps = 5;
+enum class CommOp { all_gather, exchange, all_reduce, broadcast, barrier, all_to_all };
+inline constexpr int kCommOps = 6;
 const char* comm_op_name(CommOp op);
 
 // What an all-reduce combines the ranks' elements with.
@@ -64,7 +64,7 @@ struct CommRecord {
     int peer;
     std::int64_t send, recv;
   };
-  std::vector<Pair> pairs;          // exchange
+  std::vector<Pair> pairs;          // exchange, all-to-all
   int root = 0;                     // broadcast
   ReduceOp reduce = ReduceOp::sum;  // all-reduce
 };
@@ -130,6 +130,9 @@ class Communicator {
   Pending start_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
                              const std::vector<std::int64_t>& counts);
   Pending start_exchange(ExecContext& ctx, std::span<const Transfer> transfers);
+  // An all-to-all as pairwise transfers with every other rank (one Transfer per peer; pieces of
+  // any size, empty ones included): the same traffic as an exchange, counted as all-to-all.
+  Pending start_all_to_all(ExecContext& ctx, std::span<const Transfer> transfers);
   // Moves data of a started collective along, without waiting (call it between pieces of compute).
   void progress(Pending& p);
   // Waits for a started collective; a finished or empty one is left alone.
@@ -166,6 +169,8 @@ class Communicator {
   // Counts the call, arms the watchdog, issues it and times the issue.
   template <class Issue>
   Pending start(ExecContext& ctx, CommOp op, std::uint64_t bytes, Issue&& issue);
+  // Pairwise transfers (exchange, all-to-all): checked, traced and counted as op.
+  Pending start_pairwise(ExecContext& ctx, CommOp op, std::span<const Transfer> transfers);
   int rank_, size_;
   std::string label_ = "group";
   CommCounters counters_;

@@ -22,6 +22,7 @@
 #include "infinity/context.hpp"
 #include "mpi/communicator.hpp"
 #include "mpi/grid.hpp"
+#include "model/temporal.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/norm.hpp"
 #include "ops/random.hpp"
@@ -241,6 +242,47 @@ TEST_CASE("invariant attention over 1-4 clips equals the whole video, with the a
   }
 }
 
+TEST_CASE("exact attention over 1-4 clips of uneven sizes equals full attention, with the analytic all-to-all bytes") {
+  // 7 sequences and 17 frames: neither divides by 2, 3 or 4 ranks.
+  const AttnSetup s;
+  const std::int64_t rows = 7, frames = 17;
+  const test::HostTensor x = random_tensor({rows, frames, s.width}, 21);
+  test::HostTensor plain({rows, frames, s.width});
+  {
+    Runtime rt(Device::cpu());
+    model::PlainTemporalContext().attention(rt.ctx(), s.w(), x, plain, "test.attn1");
+  }
+  infinity::Config c = vi(infinity::Mode::exact, 2, 3);  // the window settings do not apply
+  for (int n : {1, 2, 3, 4}) {
+    CAPTURE(n);
+    const std::vector<std::int64_t> counts = infinity::clip_frame_counts(frames, n);
+    test::HostTensor split({rows, frames, s.width});
+    std::vector<mpi::CommCounters> counters;
+    run_clips(n, [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
+      const infinity::FrameRange mine = infinity::clip_frames(frames, n, r);
+      infinity::Context vc(c, comm, counts);
+      vc.begin_call(900);
+      OwnedTensor xin = ctx.arena->empty(DType::f32, {rows, mine.count, s.width});
+      OwnedTensor y = ctx.arena->empty(DType::f32, xin.shape);
+      ops::copy(ctx, x.t.slice(1, mine.first, mine.count), xin);
+      vc.attention(ctx, s.w(), xin, y, "test.attn1");
+      ops::copy(ctx, y, split.t.slice(1, mine.first, mine.count));
+    }, &counters);
+    CHECK(max_diff(split, plain) < 1e-5);
+    // Rank r gets frames it lacks of its R_r sequences, then its own frames of the others': f32
+    // x and the heads' output both `width` wide. Nothing else travels.
+    for (int r = 0; r < n; ++r) {
+      const std::uint64_t own_rows = static_cast<std::uint64_t>((r + 1) * rows / n - r * rows / n);
+      const auto own_frames = static_cast<std::uint64_t>(counts[static_cast<std::size_t>(r)]);
+      const std::uint64_t expect = (own_rows * (frames - own_frames) + (rows - own_rows) * own_frames) * s.width * 4;
+      const auto& cr = counters[static_cast<std::size_t>(r)];
+      CHECK(cr.bytes[static_cast<std::size_t>(mpi::CommOp::all_to_all)] == expect);
+      CHECK(cr.calls[static_cast<std::size_t>(mpi::CommOp::all_to_all)] == (n > 1 ? 2u : 0u));
+      CHECK(cr.bytes[static_cast<std::size_t>(mpi::CommOp::exchange)] + cr.bytes[static_cast<std::size_t>(mpi::CommOp::all_gather)] == 0);
+    }
+  }
+}
+
 TEST_CASE("compat attention: strided global frames per rank, zero halos at the ends, all-gather bytes") {
   const AttnSetup s;
   const test::HostTensor x = random_tensor({s.rows, 12, s.width}, 10);
@@ -262,37 +304,44 @@ TEST_CASE("compat attention: strided global frames per rank, zero halos at the e
   });
 }
 
-TEST_CASE("temporal conv halo and invariant GroupNorm over clips equal the whole video") {
-  const std::int64_t b = 2, ch = 4, frames = 12, sp = 3, groups = 2;
+TEST_CASE("temporal conv halo and whole-video GroupNorm over clips (invariant; exact, uneven) equal the whole video") {
+  const std::int64_t b = 2, ch = 4, frames = 13, sp = 3, groups = 2;
   // Frame-major (B, F, C, S) storage, seen as (B, C, F, S) as the model does.
   const test::HostTensor video = random_tensor({b, frames, ch, sp}, 12);
   const test::HostTensor gamma = random_tensor({ch}, 13), beta = random_tensor({ch}, 14);
-  test::HostTensor whole_norm({b, frames, ch, sp});
-  {
-    Runtime rt(Device::cpu());
-    ops::group_norm(rt.ctx(), video.t.permute({0, 2, 1, 3}), gamma, beta, whole_norm.t.permute({0, 2, 1, 3}),
-                    {static_cast<int>(groups), 1e-5f, ops::Activation::none});
-  }
-  for (int n : {2, 3}) {
-    const std::int64_t per = frames / n;
-    infinity::Config c = vi(infinity::Mode::invariant, 1, 2);
-    c.conv_halo = 4;
-    run_clips(n, [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
-      infinity::Context vc(c, comm, per);
-      const model::Halo h = vc.conv_halo();
-      const std::int64_t fp = per + h.total();
-      OwnedTensor padded = ctx.arena->empty(DType::f32, {b, fp, ch, sp});
-      ops::fill(ctx, padded, -99.0);
-      ops::copy(ctx, video.t.slice(1, r * per, per), padded.slice(1, h.left, per));
-      vc.fill_conv_halo(ctx, padded.permute({0, 2, 1, 3}), h, "test.temp_convs.0");
-      // The halo holds the neighbours' frames: the video's frames [r per - left, (r+1) per + right).
-      CHECK(max_diff(padded, video.t.slice(1, r * per - h.left, fp)) == 0.0);
-      // GroupNorm with whole-video statistics: equals the unsplit GroupNorm on every frame held.
-      OwnedTensor y = ctx.arena->empty(DType::f32, padded.shape);
-      vc.group_norm(ctx, padded.permute({0, 2, 1, 3}), gamma, beta, y.permute({0, 2, 1, 3}),
-                    {static_cast<int>(groups), 1e-5f, ops::Activation::none}, h, "test.norm");
-      CHECK(max_diff(y, whole_norm.t.slice(1, r * per - h.left, fp)) < 1e-5);
-    });
+  for (const infinity::Mode mode : {infinity::Mode::invariant, infinity::Mode::exact}) {
+    // Invariant splits evenly (12 of the frames), exact takes any split (all 13).
+    const std::int64_t used = mode == infinity::Mode::invariant ? 12 : frames;
+    test::HostTensor whole_norm({b, used, ch, sp});
+    {
+      Runtime rt(Device::cpu());
+      ops::group_norm(rt.ctx(), video.t.slice(1, 0, used).permute({0, 2, 1, 3}), gamma, beta,
+                      whole_norm.t.permute({0, 2, 1, 3}), {static_cast<int>(groups), 1e-5f, ops::Activation::none});
+    }
+    for (int n : {2, 3}) {
+      CAPTURE(n);
+      infinity::Config c = vi(mode, 1, 2);
+      c.conv_halo = 4;
+      run_clips(n, [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
+        const infinity::FrameRange mine = infinity::clip_frames(used, n, r);
+        infinity::Context vc(c, comm, infinity::clip_frame_counts(used, n));
+        const model::Halo h = vc.conv_halo();
+        CHECK(h.left == (r > 0 ? 4 : 0));
+        CHECK(h.right == (r < n - 1 ? 4 : 0));
+        const std::int64_t fp = mine.count + h.total();
+        OwnedTensor padded = ctx.arena->empty(DType::f32, {b, fp, ch, sp});
+        ops::fill(ctx, padded, -99.0);
+        ops::copy(ctx, video.t.slice(1, mine.first, mine.count), padded.slice(1, h.left, mine.count));
+        vc.fill_conv_halo(ctx, padded.permute({0, 2, 1, 3}), h, "test.temp_convs.0");
+        // The halo holds the neighbours' frames: the video's frames [first - left, end + right).
+        CHECK(max_diff(padded, video.t.slice(1, mine.first - h.left, fp)) == 0.0);
+        // GroupNorm with whole-video statistics: equals the unsplit GroupNorm on every frame held.
+        OwnedTensor y = ctx.arena->empty(DType::f32, padded.shape);
+        vc.group_norm(ctx, padded.permute({0, 2, 1, 3}), gamma, beta, y.permute({0, 2, 1, 3}),
+                      {static_cast<int>(groups), 1e-5f, ops::Activation::none}, h, "test.norm");
+        CHECK(max_diff(y, whole_norm.t.slice(1, mine.first - h.left, fp)) < 1e-5);
+      });
+    }
   }
 }
 
@@ -525,4 +574,11 @@ TEST_CASE("partition checks name the option and the numbers") {
   c.conv_halo = 2;
   CHECK(msg(c, 16, 2).find("needs --vi.conv-halo >= 4") != std::string::npos);
   CHECK(msg(vi(infinity::Mode::off, 99, 99), 15, 2).empty());  // off: no Video-Infinity constraints
+  // exact: any split, the window options ignored; each rank needs the convolutions' reach.
+  CHECK(msg(vi(infinity::Mode::exact, 99, 99), 15, 2).empty());
+  CHECK(msg(vi(infinity::Mode::exact, 2, 4), 15, 3).empty());
+  CHECK(msg(vi(infinity::Mode::exact, 2, 4), 3, 1).empty());
+  CHECK(msg(vi(infinity::Mode::exact, 2, 4), 15, 4).find("15 frames over 4 ranks leaves 3 frame(s) on a rank, and each "
+                                                          "needs at least 4") != std::string::npos);
+  CHECK(msg(vi(infinity::Mode::exact, 2, 4), 15, 4).find("use at most 3 frame ranks") != std::string::npos);
 }
