@@ -27,6 +27,19 @@ done
 if [ "$n" -eq 1 ]; then
   "$tool" compare "$work/all.safetensors" "$fixture/ref_plain.safetensors" 1e-4 noise_pred.t900 noise_pred.t500 || fails=$((fails + 1))
 fi
+# --vi.mode exact: the plain model over the ranks (16 frames: 5-6 per rank at 3), equal to the
+# reference implementation's whole-video output; with CFG parallelism at even sizes.
+"$mpiexec" -np "$n" "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/exact.safetensors" --vi.mode exact "${device_args[@]}" 2>"$work/exact.log" \
+  || { echo "FAIL: mpirun -np $n vinf forward --vi.mode exact exited $?"; tail -5 "$work/exact.log"; exit 1; }
+"$tool" compare "$work/exact.safetensors" "$fixture/ref_plain.safetensors" 1e-4 noise_pred.t900 noise_pred.t500 || fails=$((fails + 1))
+if [ "$n" -gt 1 ] && ! grep -q "all-to-all" "$work/exact.log"; then
+  echo "FAIL: exact mode over $n ranks reports no all-to-all traffic"; fails=$((fails + 1))
+fi
+if [ $((n % 2)) -eq 0 ]; then
+  "$mpiexec" -np "$n" "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/exact_cfg.safetensors" --vi.mode exact \
+    --parallel.cfg 2 "${device_args[@]}" 2>/dev/null || { echo "FAIL: exact mode with --parallel.cfg 2 exited $?"; exit 1; }
+  "$tool" compare "$work/exact_cfg.safetensors" "$fixture/ref_plain.safetensors" 1e-4 noise_pred.t900 noise_pred.t500 || fails=$((fails + 1))
+fi
 # Too many ranks for the frames is refused on every rank, with a clear message.
 if [ "$n" -gt 1 ]; then
   "$tool" slice-frames "$inputs" "$work/short.safetensors" 0 $((n - 1)) || exit 1
