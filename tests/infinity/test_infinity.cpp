@@ -304,7 +304,7 @@ TEST_CASE("compat attention: strided global frames per rank, zero halos at the e
   });
 }
 
-TEST_CASE("temporal conv halo and whole-video GroupNorm over clips (invariant; exact, uneven) equal the whole video") {
+TEST_CASE("temporal conv halo and whole-video GroupNorm over clips (invariant, and exact with uneven clips) equal the whole video") {
   const std::int64_t b = 2, ch = 4, frames = 13, sp = 3, groups = 2;
   // Frame-major (B, F, C, S) storage, seen as (B, C, F, S) as the model does.
   const test::HostTensor video = random_tensor({b, frames, ch, sp}, 12);
