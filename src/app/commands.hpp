@@ -23,6 +23,10 @@ void read_config_file(const std::string& path, const boost::program_options::opt
 
 // The help of the --config FILE option every command has.
 extern const char* const kConfigOptionHelp;
+// The help of --parallel.tensor, and how the ranks of a job are laid out (forward, generate and
+// the step benchmark print it under their options).
+extern const char* const kTensorOptionHelp;
+extern const char* const kRankLayoutHelp;
 
 // "12.3 MiB", for memory and file sizes in messages.
 std::string format_mib(double bytes);

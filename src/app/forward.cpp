@@ -18,6 +18,7 @@
 #include "core/progress.hpp"
 #include "app/vi_options.hpp"
 #include "infinity/context.hpp"
+#include "infinity/tensor_group.hpp"
 #include "io/safetensors.hpp"
 #include "model/unet3d.hpp"
 #include "job/job.hpp"
@@ -154,7 +155,7 @@ struct ForwardOptions {
   std::string config_file, model_dir, inputs_path, out_path, device = "auto", dtype = "auto", comm_backend = "auto",
       dump;
   bool tf32 = false, ignore_unexpected = false;
-  int cfg = 1, emulate = 0;  // emulate: clips run on threads of this one process (0: one clip per rank)
+  int cfg = 1, tensor = 1, emulate = 0;  // emulate: clips run on threads of this one process (0: one clip per rank)
   double timeout = 300;
   app::ViOptions vi_options;
 
@@ -182,6 +183,7 @@ po::options_description forward_option_table(ForwardOptions& o) {
       "parallel.cfg", po::value(&o.cfg)->default_value(o.cfg),
       "1: every rank computes the whole batch of its clip; 2: rank pairs split the batch (CFG parallelism; "
       "ranks = 2 x clips)")(
+      "parallel.tensor", po::value(&o.tensor)->default_value(o.tensor), kTensorOptionHelp)(
       "comm-backend", po::value(&o.comm_backend)->default_value(o.comm_backend),
       "auto | mpi | nccl (auto: NCCL on GPUs, MPI on the CPU)")(
       "comm-timeout", po::value(&o.timeout)->default_value(o.timeout),
@@ -205,7 +207,7 @@ bool parse_forward_options(const std::vector<std::string>& args, ForwardOptions&
   po::variables_map vm;
   parse_options(args, opts, vm, "forward");
   if (vm.count("help")) {
-    std::cout << opts << "\nExit status: 0 on success, 2 for bad input (the message names the file and key), 1 for\n"
+    std::cout << opts << "\n" << kRankLayoutHelp << "\nExit status: 0 on success, 2 for bad input (the message names the file and key), 1 for\n"
                          "other failures, 3 when a collective timed out. Under MPI a failure on any rank ends every rank.\n";
     return false;
   }
@@ -220,6 +222,8 @@ bool parse_forward_options(const std::vector<std::string>& args, ForwardOptions&
   o.plan.transport = job::parse_transport(o.comm_backend);
   o.plan.tf32 = o.tf32;
   o.plan.cfg = o.cfg;
+  o.plan.tensor = o.tensor;
+  VINF_INPUT_CHECK(o.tensor >= 1, "--parallel.tensor must be >= 1, got ", o.tensor);
   o.plan.comm_timeout = o.timeout;
   // Emulated clips talk over a group of threads made later; a job of ranks talks over its clip group.
   o.plan.clip_group = o.vi.mode != infinity::Mode::off && o.emulate == 0;
@@ -247,6 +251,7 @@ struct ForwardJob {
   Split split;
   std::unique_ptr<model::WeightFiles> weight_files;  // open while the model is loaded from them
   std::unique_ptr<model::UNet3D> unet;
+  std::unique_ptr<infinity::CommTensorGroup> tensor_group;  // with --parallel.tensor T > 1
 
   void log(const std::string& line) const {
     if (job->root()) std::cerr << "vinf forward: " << line << "\n" << std::flush;
@@ -258,11 +263,12 @@ struct ForwardJob {
 ForwardJob start_forward(const ForwardOptions& o) {
   ForwardJob f;
   f.job = job::start_job(o.plan, [&](int world) {
-    VINF_INPUT_CHECK(o.emulate == 0 || (world == 1 && o.cfg == 1), "--vi.emulate-clips runs in one process; ",
-                     "launch it without mpirun (and without --parallel.cfg 2)");
+    VINF_INPUT_CHECK(o.emulate == 0 || (world == 1 && o.cfg == 1 && o.tensor == 1), "--vi.emulate-clips runs in one ",
+                     "process; launch it without mpirun (and without --parallel.cfg 2 or --parallel.tensor)");
   });
   f.files = model::find_model_files(o.model_dir);
   f.config = model::load_unet_config(f.files.config, &f.warnings);
+  model::check_tensor_split(f.config, o.tensor, f.files.config);
   f.in_file = std::make_unique<io::SafetensorsFile>(o.inputs_path);
   f.in = read_inputs(*f.in_file, f.config, f.files.config);
   const Shape& s = f.in.sample.shape;
@@ -283,16 +289,24 @@ void load_model(const ForwardOptions& o, ForwardJob& f) {
   const DType dtype = f.job->dtype();
   f.weight_files = std::make_unique<model::WeightFiles>(f.files);
   const auto params = model::unet_parameters(f.config);
+  const mpi::ProcessGrid& grid = f.job->grid();
   f.unet = std::make_unique<model::UNet3D>(
-      f.config, model::Weights(*f.weight_files, params, f.job->runtime(), dtype, o.ignore_unexpected, &f.warnings));
+      f.config, model::Weights(*f.weight_files, params, f.job->runtime(), dtype, o.ignore_unexpected, &f.warnings,
+                               {grid.tensor_index(), grid.tensor_size()}));
+  if (f.job->tensor_comm()) {
+    f.tensor_group = std::make_unique<infinity::CommTensorGroup>(*f.job->tensor_comm());
+    f.unet->set_tensor_group(f.tensor_group.get());
+  }
   const model::UNet3D& unet = *f.unet;
   for (const std::string& wn : f.warnings) f.log("warning: " + wn);
-  f.log("model " + f.files.dir + ": " + std::to_string(unet.weights().count()) + " parameters, " +
+  f.log("model " + f.files.dir + ": " + std::to_string(unet.weights().count()) + " parameters" +
+        (grid.tensor_size() > 1 ? " on each of " + std::to_string(grid.tensor_size()) + " tensor ranks" : "") + ", " +
         format_mib(static_cast<double>(unet.weights().bytes())) + " as " + dtype_name(dtype) +
         (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + " (loaded in " +
         std::to_string(seconds_since(t_load)).substr(0, 5) + " s)");
   f.log(std::string("--vi.mode ") + infinity::mode_name(o.vi.mode) + ", " + std::to_string(f.split.clips) +
-        (o.emulate > 0 ? " emulated clip(s)" : " clip(s)") + (o.cfg == 2 ? " x 2 CFG branches" : "") + ", " +
+        (o.emulate > 0 ? " emulated clip(s)" : " clip(s)") + (o.cfg == 2 ? " x 2 CFG branches" : "") +
+        (o.tensor > 1 ? " x " + std::to_string(o.tensor) + " tensor ranks" : "") + ", " +
         std::to_string(f.split.frames) + " frames, " + std::to_string(f.split.piece(0, 0).nf) + " on the first clip, " +
         std::to_string(f.in.timesteps.size()) + " timestep(s)" + (f.in.fps_given ? "" : ", fps 24 (not in the inputs)"));
 }
@@ -359,17 +373,19 @@ ForwardResults run_emulated(const ForwardOptions& o, const ForwardJob& f) {
   return out;
 }
 
-// Rank 0 receives every rank's piece of each prediction (equal sizes within a mode off run only
-// up to one frame), over the job's world group.
+// Rank 0 receives every rank's piece of each prediction (the pieces differ by up to a frame),
+// over the job's world group; tensor ranks other than the first hold copies and send nothing.
 void collect_predictions(ForwardJob& f, PieceResult& mine, ForwardResults& out) {
   job::Job& job = *f.job;
-  const int ranks = job.size(), clip_size = job.grid().clip_size();
+  const mpi::ProcessGrid& grid = job.grid();
+  const int ranks = job.size(), clip_size = grid.clip_size(), tensor = grid.tensor_size();
   const Shape& s = f.in.sample.shape;
+  auto piece_of = [&](int q) { return f.split.piece(q / tensor / clip_size, q / tensor % clip_size); };
   std::vector<std::int64_t> counts(static_cast<std::size_t>(ranks));
   std::int64_t total = 0;
   for (int q = 0; q < ranks; ++q) {
-    const Piece pq = f.split.piece(q / clip_size, q % clip_size);
-    const std::int64_t n = pq.nb * f.config.out_channels * pq.nf * s[3] * s[4];
+    const Piece pq = piece_of(q);
+    const std::int64_t n = q % tensor == 0 ? pq.nb * f.config.out_channels * pq.nf * s[3] * s[4] : 0;
     VINF_INPUT_CHECK((total + n) * static_cast<std::int64_t>(sizeof(float)) < INT_MAX,
                      "the output is too large to gather in one message; use more ranks");
     counts[static_cast<std::size_t>(q)] = n;
@@ -385,8 +401,9 @@ void collect_predictions(ForwardJob& f, PieceResult& mine, ForwardResults& out) 
     std::int64_t offset = 0;
     for (int q = 0; q < ranks; ++q) {
       const std::int64_t n = counts[static_cast<std::size_t>(q)];
+      if (n == 0) continue;
       const std::vector<float> part(gathered.begin() + offset, gathered.begin() + offset + n);
-      out.place(part, f.split.piece(q / clip_size, q % clip_size), f, i);
+      out.place(part, piece_of(q), f, i);
       offset += n;
     }
   }
@@ -406,7 +423,9 @@ ForwardResults run_on_ranks(const ForwardOptions& o, ForwardJob& f) {
   out.peak = session.max(r.peak);
   if (!o.dump.empty()) write_dump(o.dump, job.rank(), r, infinity::mode_name(o.vi.mode));
   collect_predictions(f, r, out);
-  out.counters = session.gather_values_on_root(clip_comm ? clip_comm->counters() : mpi::CommCounters{});
+  mpi::CommCounters mine_counted = clip_comm ? clip_comm->counters() : mpi::CommCounters{};
+  if (job.tensor_comm()) mine_counted.add(job.tensor_comm()->counters());
+  out.counters = session.gather_values_on_root(mine_counted);
   return out;
 }
 
@@ -425,9 +444,11 @@ void write_results(const ForwardOptions& o, const ForwardJob& f, const ForwardRe
       {"vi.mode", infinity::mode_name(o.vi.mode)},
       {"ranks", std::to_string(o.emulate > 0 ? 1 : f.job->size())},
       {"clips", std::to_string(f.split.clips)},
+      {"parallel.cfg", std::to_string(o.cfg)},
+      {"parallel.tensor", std::to_string(o.tensor)},
       {"device", f.job->device().name()},
       {"dtype", dtype_name(f.job->dtype())}};
-  if (o.vi.mode != infinity::Mode::off) {
+  if (o.vi.mode != infinity::Mode::off || o.tensor > 1) {
     f.log("communication per rank over " + std::to_string(timesteps.size()) +
           " UNet call(s) (bytes received from other ranks):");
     for (std::size_t q = 0; q < r.counters.size(); ++q) {

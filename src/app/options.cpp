@@ -50,6 +50,18 @@ std::string line_list(const std::vector<int>& lines) {
 
 }  // namespace
 
+const char* const kTensorOptionHelp =
+    "T: ranks that split each clip's transformer blocks (tensor parallelism: attention heads and feed-forward "
+    "columns, each rank loading only its slices of the weights; one all-reduce after each attention and "
+    "feed-forward); at most the fewest heads of any attention of the model";
+
+const char* const kRankLayoutHelp =
+    "How ranks are laid out: world = cfg x frame ranks x tensor (--parallel.cfg, --parallel.tensor; the frame\n"
+    "ranks are what is left). Rank w has tensor rank w % T, frame rank (w / T) % N and CFG branch\n"
+    "w / (T N): a tensor group is T consecutive ranks (keep it on one node), and with T = 1 the clips\n"
+    "of a branch are consecutive too. The frame ranks split the frames: as clips (--vi.mode compat,\n"
+    "invariant, off) or as a context (--vi.mode exact); rank k takes frames [k F / N, (k + 1) F / N).\n";
+
 const char* const kConfigOptionHelp =
     "read options from this INI file: one `key = value` per line with the long option names as keys (after a "
     "`[section]` line, key stands for section.key), `#` starts a comment; the command line wins over the "

@@ -1,5 +1,7 @@
 #include "job/job.hpp"
 
+#include <algorithm>
+
 #include <cstdio>
 
 #include "core/error.hpp"
@@ -78,15 +80,25 @@ void check_cfg_layout(int cfg, int world_size) {
                    "; launch 2 x (number of clips) ranks");
 }
 
+void check_layout(int cfg, int tensor, int world_size) {
+  check_cfg_layout(cfg, world_size);
+  VINF_INPUT_CHECK(tensor >= 1, "--parallel.tensor must be >= 1, got ", tensor);
+  VINF_INPUT_CHECK(world_size % (cfg * tensor) == 0, world_size, " rank(s) cannot be laid out as ", cfg,
+                   " CFG branch(es) x frame ranks x ", tensor, " tensor ranks (--parallel.cfg ", cfg,
+                   ", --parallel.tensor ", tensor, "): launch a multiple of ", cfg * tensor, " ranks, for example ",
+                   cfg * tensor * std::max(1, world_size / (cfg * tensor)), ", or change the sizes");
+}
+
 std::unique_ptr<Job> start_job(const JobPlan& plan, const std::function<void(int)>& check_world) {
-  check_cfg_layout(plan.cfg, 2);  // the value alone, before MPI starts
+  check_cfg_layout(plan.cfg, 2);  // the values alone, before MPI starts
+  VINF_INPUT_CHECK(plan.tensor >= 1, "--parallel.tensor must be >= 1, got ", plan.tensor);
   mpi::set_comm_timeout(plan.comm_timeout, "--comm-timeout");
   std::unique_ptr<Job> job(new Job());
   job->session_ = std::make_unique<mpi::Session>(nullptr, nullptr);
   mpi::Session& session = *job->session_;
   if (check_world) check_world(session.size());
-  check_cfg_layout(plan.cfg, session.size());
-  job->grid_ = std::make_unique<mpi::ProcessGrid>(session, plan.cfg);
+  check_layout(plan.cfg, plan.tensor, session.size());
+  job->grid_ = std::make_unique<mpi::ProcessGrid>(session, plan.cfg, plan.tensor);
   job->device_ = choose_device(session, plan.device);
   job->dtype_ = resolve_dtype(plan.dtype, job->device_);
   set_allow_tf32(plan.tf32);
@@ -101,6 +113,8 @@ std::unique_ptr<Job> start_job(const JobPlan& plan, const std::function<void(int
     job->clip_ = make_group_communicator(job->grid_->clip_comm(), job->device_, plan.transport, "clip group");
   if (plan.cfg_group && plan.cfg == 2)
     job->cfg_ = make_group_communicator(job->grid_->cfg_comm(), job->device_, plan.transport, "cfg group");
+  if (plan.tensor > 1)
+    job->tensor_ = make_group_communicator(job->grid_->tensor_comm(), job->device_, plan.transport, "tensor group");
   return job;
 }
 

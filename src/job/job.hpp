@@ -35,6 +35,8 @@ class Job {
   // application's own traffic: prompts, frames, reports.
   mpi::Communicator* clip_comm() { return clip_.get(); }
   mpi::Communicator* cfg_comm() { return cfg_.get(); }
+  // The tensor group's (nullptr with --parallel.tensor 1).
+  mpi::Communicator* tensor_comm() { return tensor_.get(); }
   mpi::Communicator& world() { return *world_; }
   // The host context that world()'s buffers live in.
   ExecContext& host() { return host_; }
@@ -48,7 +50,7 @@ class Job {
   DType dtype_ = DType::f32;
   std::unique_ptr<Runtime> runtime_;
   MPI_Comm world_comm_ = MPI_COMM_NULL;  // the world's copy world_ runs on
-  std::unique_ptr<mpi::Communicator> clip_, cfg_, world_;
+  std::unique_ptr<mpi::Communicator> clip_, cfg_, tensor_, world_;
   ExecContext host_{};
 };
 
@@ -66,6 +68,9 @@ std::unique_ptr<mpi::Communicator> make_group_communicator(MPI_Comm comm, const 
 // --parallel.cfg against the job's size: 1 or 2, and 2 needs an even number of ranks. Throws
 // vinf::InputError.
 void check_cfg_layout(int cfg, int world_size);
+// --parallel.cfg and --parallel.tensor against the job's size: the world must be cfg x frame
+// ranks x tensor; the message says what would fit. Throws vinf::InputError.
+void check_layout(int cfg, int tensor, int world_size);
 
 // The device every rank uses, agreed by all (see mpi::Session::gpu_count_on_every_rank).
 Device choose_device(mpi::Session& session, DeviceChoice choice);

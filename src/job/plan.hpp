@@ -31,6 +31,7 @@ struct JobPlan {
   std::optional<DType> dtype;  // nullopt: the device's default
   bool tf32 = false;           // f32 GEMMs and convolutions on CUDA may use TF32 tensor cores
   int cfg = 1;                 // 1: both guidance branches on each rank; 2: rank pairs split them
+  int tensor = 1;              // T: ranks that split each clip's transformer blocks (a tensor group)
   Transport transport = Transport::automatic;
   double comm_timeout = 300;   // seconds a collective may wait (0: forever)
   bool clip_group = true;      // a communicator over each clip group (the temporal layers)

@@ -182,4 +182,21 @@ UNetLayout unet_layout(const UNetConfig& c) {
   return l;
 }
 
+int fewest_heads(const UNetConfig& c) {
+  int fewest = UNetConfig::kTransformerInHeads;
+  const UNetLayout l = unet_layout(c);
+  for (const auto* blocks : {&l.down, &l.up})
+    for (const BlockLayout& b : *blocks)
+      if (b.cross) fewest = std::min(fewest, transformer_heads(c, static_cast<int>(b.out_channels)));
+  return std::min(fewest, transformer_heads(c, static_cast<int>(l.mid_channels)));
+}
+
+void check_tensor_split(const UNetConfig& c, int tensor, const std::string& source) {
+  VINF_INPUT_CHECK(tensor >= 1, "--parallel.tensor must be >= 1, got ", tensor);
+  const int most = fewest_heads(c);
+  VINF_INPUT_CHECK(tensor <= most, "--parallel.tensor ", tensor, " splits every attention's heads over ", tensor,
+                   " ranks, but the model (", source, ") has attentions of only ", most,
+                   " heads; use at most --parallel.tensor ", most);
+}
+
 }  // namespace vinf::model

@@ -59,5 +59,10 @@ UNetLayout unet_layout(const UNetConfig& c);
 
 // Heads of the spatial and temporal transformers at `channels`.
 inline int transformer_heads(const UNetConfig& c, int channels) { return channels / c.attention_head_dim; }
+// The fewest heads of any of the model's attentions: the most tensor ranks it can be split over.
+int fewest_heads(const UNetConfig& c);
+// --parallel.tensor T against the model: 1 <= T <= fewest_heads. Throws vinf::InputError naming
+// the option, the config file `source` and what would fit.
+void check_tensor_split(const UNetConfig& c, int tensor, const std::string& source);
 
 }  // namespace vinf::model

@@ -10,14 +10,14 @@ class Grammar {
  public:
   explicit Grammar(std::vector<ParamSpec>& out) : out_(out) {}
 
-  void add(const std::string& name, Shape shape) { out_.push_back({name, shape}); }
+  void add(const std::string& name, Shape shape, ParamSplit split = {}) { out_.push_back({name, shape, {}, split}); }
   void affine(const std::string& p, std::int64_t c) {  // a GroupNorm or LayerNorm
     add(p + ".weight", {c});
     add(p + ".bias", {c});
   }
-  void linear(const std::string& p, std::int64_t out, std::int64_t in, bool bias = true) {
-    add(p + ".weight", {out, in});
-    if (bias) add(p + ".bias", {out});
+  void linear(const std::string& p, std::int64_t out, std::int64_t in, bool bias = true, ParamSplit split = {}) {
+    add(p + ".weight", {out, in}, split);
+    if (bias) add(p + ".bias", {out}, split.kind == ParamSplit::geglu_rows ? split : ParamSplit{});
   }
   void conv(const std::string& p, std::int64_t out, std::int64_t in, std::int64_t k) {
     add(p + ".weight", {out, in, k, k});
@@ -40,25 +40,27 @@ class Grammar {
       add(conv + ".bias", {c});
     }
   }
-  // Transformer2DModel (kv = cross_attention_dim) or TransformerTemporalModel (kv = inner).
-  void transformer(const std::string& p, std::int64_t c, std::int64_t inner, std::int64_t kv) {
+  // Transformer2DModel (kv = cross_attention_dim) or TransformerTemporalModel (kv = inner), with
+  // `heads` attention heads.
+  void transformer(const std::string& p, std::int64_t c, std::int64_t inner, std::int64_t kv, std::int64_t heads) {
     affine(p + ".norm", c);
     linear(p + ".proj_in", inner, c);
     const std::string b = p + ".transformer_blocks.0";
     affine(b + ".norm1", inner);
-    attention(b + ".attn1", inner, inner);
+    attention(b + ".attn1", inner, inner, heads);
     affine(b + ".norm2", inner);
-    attention(b + ".attn2", inner, kv);
+    attention(b + ".attn2", inner, kv, heads);
     affine(b + ".norm3", inner);
-    linear(b + ".ff.net.0.proj", 8 * inner, inner);
-    linear(b + ".ff.net.2", inner, 4 * inner);
+    linear(b + ".ff.net.0.proj", 8 * inner, inner, true, {ParamSplit::geglu_rows, 4 * inner, 1});
+    linear(b + ".ff.net.2", inner, 4 * inner, true, {ParamSplit::ff_cols, 4 * inner, 1});
     linear(p + ".proj_out", c, inner);
   }
-  void attention(const std::string& p, std::int64_t inner, std::int64_t kv) {
-    linear(p + ".to_q", inner, inner, false);
-    linear(p + ".to_k", inner, kv, false);
-    linear(p + ".to_v", inner, kv, false);
-    linear(p + ".to_out.0", inner, inner);
+  void attention(const std::string& p, std::int64_t inner, std::int64_t kv, std::int64_t heads) {
+    const ParamSplit rows{ParamSplit::heads_rows, heads, inner / heads};
+    linear(p + ".to_q", inner, inner, false, rows);
+    linear(p + ".to_k", inner, kv, false, rows);
+    linear(p + ".to_v", inner, kv, false, rows);
+    linear(p + ".to_out.0", inner, inner, true, {ParamSplit::heads_cols, heads, inner / heads});
   }
 
  private:
@@ -79,7 +81,7 @@ std::vector<ParamSpec> unet_parameters(const UNetConfig& c) {
     g.linear("fps_embedding.linear_2", e, e);
   }
   g.transformer("transformer_in", c0, UNetConfig::kTransformerInHeads * c.attention_head_dim,
-                UNetConfig::kTransformerInHeads * c.attention_head_dim);
+                UNetConfig::kTransformerInHeads * c.attention_head_dim, UNetConfig::kTransformerInHeads);
   const UNetLayout l = unet_layout(c);
   // resnet, temporal conv and (cross blocks) both transformers of every layer, then the resampler.
   auto block = [&](const BlockLayout& b, const char* resampler) {
@@ -89,8 +91,9 @@ std::vector<ParamSpec> unet_parameters(const UNetConfig& c) {
       g.resnet(b.prefix + ".resnets" + k, b.resnet_in[j], ch, e);
       g.temporal_conv(b.prefix + ".temp_convs" + k, ch);
       if (b.cross) {
-        g.transformer(b.prefix + ".attentions" + k, ch, ch, kv);
-        g.transformer(b.prefix + ".temp_attentions" + k, ch, ch, ch);
+        const std::int64_t heads = transformer_heads(c, static_cast<int>(ch));
+        g.transformer(b.prefix + ".attentions" + k, ch, ch, kv, heads);
+        g.transformer(b.prefix + ".temp_attentions" + k, ch, ch, ch, heads);
       }
     }
     if (b.resample) g.conv(b.prefix + resampler, ch, ch, 3);
@@ -101,12 +104,35 @@ std::vector<ParamSpec> unet_parameters(const UNetConfig& c) {
   g.resnet("mid_block.resnets.1", m, m, e);
   g.temporal_conv("mid_block.temp_convs.0", m);
   g.temporal_conv("mid_block.temp_convs.1", m);
-  g.transformer("mid_block.attentions.0", m, m, kv);
-  g.transformer("mid_block.temp_attentions.0", m, m, m);
+  const std::int64_t mid_heads = transformer_heads(c, static_cast<int>(m));
+  g.transformer("mid_block.attentions.0", m, m, kv, mid_heads);
+  g.transformer("mid_block.temp_attentions.0", m, m, m, mid_heads);
   for (const BlockLayout& b : l.up) block(b, ".upsamplers.0.conv");
   g.affine("conv_norm_out", c0);
   g.conv("conv_out", c.out_channels, c0, 3);
   return out;
+}
+
+std::pair<std::int64_t, std::int64_t> split_units(std::int64_t units, int rank, int size) {
+  const std::int64_t first = rank * units / size;
+  return {first, (rank + 1) * units / size - first};
+}
+
+ParamShard param_shard(const ParamSpec& p, int rank, int size) {
+  ParamShard s;
+  s.shape = p.shape;
+  if (size == 1 || p.split.kind == ParamSplit::none) return s;
+  const auto [first, count] = split_units(p.split.units, rank, size);
+  const std::int64_t at = first * p.split.unit, n = count * p.split.unit;
+  switch (p.split.kind) {
+    case ParamSplit::heads_rows:
+    case ParamSplit::geglu_rows: s.dim = 0; break;
+    default: s.dim = 1;
+  }
+  s.ranges.push_back({at, n});
+  if (p.split.kind == ParamSplit::geglu_rows) s.ranges.push_back({p.split.units * p.split.unit + at, n});
+  s.shape[s.dim] = n * static_cast<std::int64_t>(s.ranges.size());
+  return s;
 }
 
 std::int64_t parameter_count(const std::vector<ParamSpec>& params) {

@@ -20,6 +20,13 @@ namespace vinf::model {
 UNet3D::UNet3D(UNetConfig config, Weights weights)
     : config_(std::move(config)), layout_(unet_layout(config_)), weights_(std::move(weights)) {}
 
+void UNet3D::set_tensor_group(TensorGroup* group) {
+  const TensorShard& s = weights_.shard();
+  VINF_CHECK(group == nullptr || (group->rank() == s.rank && group->size() == s.size), "UNet3D: a tensor group of ",
+             group ? group->size() : 0, " for weights of tensor shard ", s.rank, " of ", s.size);
+  tensor_group_ = group;
+}
+
 namespace {
 
 // An activation: owned by whoever still needs it (the current layer, the skip stack).
@@ -31,9 +38,19 @@ constexpr std::int64_t kFeedForwardElements = std::int64_t{1} << 24;
 // One forward call's state: where it runs, the clip's batch and frame counts, the hooks.
 class Forward {
  public:
-  Forward(const UNetConfig& c, const Weights& w, ExecContext& ctx, TemporalContext& tc,
+  Forward(const UNetConfig& c, const Weights& w, ExecContext& ctx, TemporalContext& tc, TensorGroup* tg,
           const UNet3D::Observer& observe, std::int64_t batch, std::int64_t frames)
-      : c_(c), w_(w), ctx_(ctx), tc_(tc), observe_(observe), dtype_(w.dtype()), b_(batch), f_(frames) {}
+      : c_(c), w_(w), ctx_(ctx), tc_(tc), tg_(tg), observe_(observe), dtype_(w.dtype()), b_(batch), f_(frames) {}
+
+  // Tensor parallelism: the heads of this rank's shard out of `heads`; the partial outputs of the
+  // row-parallel projections summed over the group, their biases added on its first rank only.
+  int local_heads(int heads) const {
+    return static_cast<int>(split_units(heads, w_.shard().rank, w_.shard().size).second);
+  }
+  const Tensor* split_bias(const std::string& name) const { return w_.shard().rank == 0 ? &w(name) : nullptr; }
+  void sum_partials(const Tensor& y) const {
+    if (w_.shard().size > 1) tg_->sum(ctx_, y);
+  }
 
   Act empty(const Shape& s) const { return std::make_shared<OwnedTensor>(ctx_.arena->empty(dtype_, s)); }
   const Tensor& w(const std::string& name) const { return w_.get(name); }
@@ -154,7 +171,8 @@ class Forward {
   void add_projected(const Tensor& x, const Tensor& attn, const AttentionWeights& a, const std::string& module = {},
                      const Shape& observed_shape = {}) const {
     Act y = empty(x.shape);
-    ops::linear(ctx_, attn, a.to_out_weight, &a.to_out_bias, *y);
+    ops::linear(ctx_, attn, a.to_out_weight, w_.shard().rank == 0 ? &a.to_out_bias : nullptr, *y);
+    sum_partials(*y);
     if (!module.empty()) observe(module + ".out", y->reshape(observed_shape));
     ops::add(ctx_, x, *y, x);
   }
@@ -165,18 +183,21 @@ class Forward {
     return y;
   }
 
-  // GEGLU feed-forward with residual, in row chunks that bound the 8 x inner projection.
+  // GEGLU feed-forward with residual, in row chunks that bound the 8 x inner projection (its
+  // shard's columns under tensor parallelism).
   void feed_forward(const Tensor& x, const std::string& p) const {
-    const std::int64_t m = x.size(0), inner = x.size(1);
-    const std::int64_t rows = std::max<std::int64_t>(1, std::min(m, kFeedForwardElements / (8 * inner)));
+    const std::int64_t m = x.size(0), inner = x.size(1), ff = w(p + ".ff.net.2.weight").size(1);
+    const std::int64_t rows = std::max<std::int64_t>(1, std::min(m, kFeedForwardElements / (2 * ff)));
     Act n = layer_norm(x, p + ".norm3");
-    Act proj = empty({rows, 8 * inner}), gated = empty({rows, 4 * inner}), y = empty({rows, inner});
+    Act proj = empty({rows, 2 * ff}), gated = empty({rows, ff}), y = empty({rows, inner});
     for (std::int64_t r0 = 0; r0 < m; r0 += rows) {
       const std::int64_t r = std::min(rows, m - r0);
       ops::linear(ctx_, n->slice(0, r0, r), w(p + ".ff.net.0.proj.weight"), &w(p + ".ff.net.0.proj.bias"),
                   proj->slice(0, 0, r));
       ops::geglu(ctx_, proj->slice(0, 0, r), gated->slice(0, 0, r));
-      ops::linear(ctx_, gated->slice(0, 0, r), w(p + ".ff.net.2.weight"), &w(p + ".ff.net.2.bias"), y->slice(0, 0, r));
+      ops::linear(ctx_, gated->slice(0, 0, r), w(p + ".ff.net.2.weight"), split_bias(p + ".ff.net.2.bias"),
+                  y->slice(0, 0, r));
+      sum_partials(y->slice(0, 0, r));
       ops::add(ctx_, x.slice(0, r0, r), y->slice(0, 0, r), x.slice(0, r0, r));
     }
   }
@@ -185,7 +206,9 @@ class Forward {
   // pixels, cross-attention to the text of the frame's batch element, GEGLU, proj_out, residual.
   Act spatial_transformer(const Tensor& x, const std::string& p, const Tensor& text) const {
     const std::int64_t n = x.size(0), ch = x.size(1), s = x.size(2) * x.size(3);
-    const int heads = transformer_heads(c_, static_cast<int>(ch));
+    const int heads = local_heads(transformer_heads(c_, static_cast<int>(ch)));
+    const std::string blk = p + ".transformer_blocks.0";
+    const std::int64_t inner = w(blk + ".attn1.to_q.weight").size(0);  // the shard's heads
     Act tokens = empty({n, s, ch});
     {
       Act normed = group_norm_frames(x, p + ".norm", 1e-6f, ops::Activation::none);
@@ -194,26 +217,25 @@ class Forward {
     Act hs = empty({n * s, ch});
     ops::linear(ctx_, *tokens, w(p + ".proj_in.weight"), &w(p + ".proj_in.bias"), hs->reshape({n, s, ch}));
     tokens.reset();
-    const std::string blk = p + ".transformer_blocks.0";
     {
       const AttentionWeights a = attention_weights(blk + ".attn1", heads);
       Act nrm = layer_norm(*hs, blk + ".norm1");
-      Act out = empty({n, s, ch});
+      Act out = empty({n, s, inner});
       ops::AttentionParams ap;
       ap.scale = 1.f / std::sqrt(static_cast<float>(a.head_dim));
       self_attention(ctx_, a, nrm->reshape({n, s, ch}), *out, ap);
-      add_projected(*hs, out->reshape({n * s, ch}), a);
+      add_projected(*hs, out->reshape({n * s, inner}), a);
     }
     {
       const AttentionWeights a = attention_weights(blk + ".attn2", heads);
       Act nrm = layer_norm(*hs, blk + ".norm2");
-      Act q = empty({n, s, ch}), out = empty({n, s, ch});
+      Act q = empty({n, s, inner}), out = empty({n, s, inner});
       ops::linear(ctx_, nrm->reshape({n, s, ch}), a.to_q, nullptr, *q);
       nrm.reset();
       // The text keys and values are the same for every frame of a batch element: project the
       // B x L text rows once and broadcast them over the frames (stride 0).
       const std::int64_t l = text.size(1);
-      Act k = empty({b_, l, ch}), v = empty({b_, l, ch});
+      Act k = empty({b_, l, inner}), v = empty({b_, l, inner});
       ops::linear(ctx_, text, a.to_k, nullptr, *k);
       ops::linear(ctx_, text, a.to_v, nullptr, *v);
       ops::AttentionParams ap;
@@ -225,7 +247,7 @@ class Forward {
         attend(ctx_, split_heads(q->slice(0, b * f_, f_), heads), kb, vb, split_heads(out->slice(0, b * f_, f_), heads),
                ap);
       }
-      add_projected(*hs, out->reshape({n * s, ch}), a);
+      add_projected(*hs, out->reshape({n * s, inner}), a);
     }
     feed_forward(*hs, blk);
     Act y = empty({n, s, ch});
@@ -237,8 +259,10 @@ class Forward {
   }
 
   // TransformerTemporalModel: temporal GroupNorm, one sequence of F frames per pixel, two
-  // self-attentions through the temporal context, GEGLU, residual.
-  Act temporal_transformer(const Act& x, const std::string& p, int heads) const {
+  // self-attentions through the temporal context, GEGLU, residual. `all_heads` of the model; the
+  // shard's under tensor parallelism.
+  Act temporal_transformer(const Act& x, const std::string& p, int all_heads) const {
+    const int heads = local_heads(all_heads);
     observe(p + ".in", *x);
     const std::int64_t ch = x->size(1), s = x->size(2) * x->size(3), rows = b_ * s;
     const std::int64_t inner = w(p + ".proj_in.weight").size(0);
@@ -256,11 +280,12 @@ class Forward {
     for (const char* attn : {".attn1", ".attn2"}) {
       const AttentionWeights a = attention_weights(blk + attn, heads);
       Act nrm = layer_norm(*hs, blk + (attn[5] == '1' ? ".norm1" : ".norm2"));
-      Act out = empty({rows, f_, inner});
+      const std::int64_t shard_inner = a.to_q.size(0);
+      Act out = empty({rows, f_, shard_inner});
       observe(blk + attn + ".in", nrm->reshape({rows, f_, inner}));
       tc_.attention(ctx_, a, nrm->reshape({rows, f_, inner}), *out, blk + attn);
       nrm.reset();
-      add_projected(*hs, out->reshape({rows * f_, inner}), a, blk + attn, {rows, f_, inner});
+      add_projected(*hs, out->reshape({rows * f_, shard_inner}), a, blk + attn, {rows, f_, inner});
     }
     feed_forward(*hs, blk);
     Act y = empty({b_, s, f_, ch});
@@ -318,6 +343,7 @@ class Forward {
   const Weights& w_;
   ExecContext& ctx_;
   TemporalContext& tc_;
+  TensorGroup* tg_;
   const UNet3D::Observer& observe_;
   DType dtype_;
   std::int64_t b_, f_;
@@ -340,8 +366,10 @@ void UNet3D::forward(ExecContext& ctx, const Tensor& sample, std::int64_t timest
                        out.size(3) == h && out.size(4) == wd,
                    "the UNet output must be (", b, ", ", c.out_channels, ", ", f, ", ", h, ", ", wd, "); got ",
                    out.shape.str());
+  VINF_CHECK(weights_.shard().size == 1 || tensor_group_ != nullptr, "UNet3D: weights of a tensor shard (",
+             weights_.shard().size, " ranks) need set_tensor_group before forward");
   temporal.begin_call(timestep);
-  Forward fw(c, weights_, ctx, temporal, observe, b, f);
+  Forward fw(c, weights_, ctx, temporal, tensor_group_, observe, b, f);
   fw.embeddings(timestep, fps);
 
   // Text in the compute dtype, contiguous: the cross-attention keys and values come from it.

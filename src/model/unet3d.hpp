@@ -13,6 +13,7 @@
 #include "model/config.hpp"
 #include "model/params.hpp"
 #include "model/temporal.hpp"
+#include "model/tensor_group.hpp"
 #include "model/weights.hpp"
 
 namespace vinf::model {
@@ -42,10 +43,15 @@ class UNet3D {
   void forward(ExecContext& ctx, const Tensor& sample, std::int64_t timestep, double fps, const Tensor& text,
                const Tensor& out, TemporalContext& temporal, const Observer& observe = {}) const;
 
+  // Weights of a tensor shard (size > 1) need the group that sums the partial outputs: its rank
+  // and size must be the shard's. Not owned; it must outlive the forward calls.
+  void set_tensor_group(TensorGroup* group);
+
  private:
   UNetConfig config_;
   UNetLayout layout_;
   Weights weights_;
+  TensorGroup* tensor_group_ = nullptr;
 };
 
 }  // namespace vinf::model

@@ -188,8 +188,8 @@ std::int64_t first_non_finite(const Tensor& t) {
 }  // namespace
 
 Weights::Weights(const WeightFiles& files, const std::vector<ParamSpec>& params, Runtime& rt, DType dtype,
-                 bool allow_unexpected, std::vector<std::string>* warnings)
-    : dtype_(dtype) {
+                 bool allow_unexpected, std::vector<std::string>* warnings, TensorShard shard)
+    : dtype_(dtype), shard_(shard) {
   check_weights(files, params, allow_unexpected, warnings);
   allocate(params, rt, dtype);
   for (const ParamSpec& p : params) {
@@ -200,23 +200,39 @@ Weights::Weights(const WeightFiles& files, const std::vector<ParamSpec>& params,
     VINF_INPUT_CHECK(bad < 0, f->file->path(), ": tensor '", name, "' holds a NaN or infinity (element ", bad,
                      " of ", source.numel(), "): the file is damaged (an interrupted download or a broken ",
                      "conversion); fetch or export it again");
-    ops::copy(rt.ctx(), source.reshape(p.shape), tensors_.at(p.name));
+    load(rt.ctx(), p, source.reshape(p.shape));
   }
   rt.synchronize();
+}
+
+void Weights::load(ExecContext& ctx, const ParamSpec& p, const Tensor& full) {
+  const ParamShard part = param_shard(p, shard_.rank, shard_.size);
+  const Tensor& into = tensors_.at(p.name);
+  if (part.dim < 0) {
+    ops::copy(ctx, full, into);
+    return;
+  }
+  std::int64_t at = 0;
+  for (const auto& [first, count] : part.ranges) {
+    ops::copy(ctx, full.slice(part.dim, first, count), into.slice(part.dim, at, count));
+    at += count;
+  }
 }
 
 void Weights::allocate(const std::vector<ParamSpec>& params, Runtime& rt, DType dtype) {
   constexpr std::size_t kAlign = 256;
   std::vector<std::size_t> offsets;
+  std::vector<Shape> shapes;
   for (const ParamSpec& p : params) {
+    shapes.push_back(param_shard(p, shard_.rank, shard_.size).shape);
     offsets.push_back(bytes_);
-    bytes_ += (static_cast<std::size_t>(p.shape.numel()) * dtype_size(dtype) + kAlign - 1) / kAlign * kAlign;
-    count_ += p.shape.numel();
+    bytes_ += (static_cast<std::size_t>(shapes.back().numel()) * dtype_size(dtype) + kAlign - 1) / kAlign * kAlign;
+    count_ += shapes.back().numel();
   }
   memory_ = rt.arena().allocate(bytes_);
   for (std::size_t i = 0; i < params.size(); ++i)
     tensors_.emplace(params[i].name,
-                     Tensor::wrap(static_cast<char*>(memory_.data()) + offsets[i], dtype, rt.device(), params[i].shape));
+                     Tensor::wrap(static_cast<char*>(memory_.data()) + offsets[i], dtype, rt.device(), shapes[i]));
 }
 
 std::string model_fingerprint(const ModelFiles& files) {
@@ -249,9 +265,11 @@ std::string model_fingerprint(const ModelFiles& files) {
   return buf;
 }
 
-Weights Weights::random(const std::vector<ParamSpec>& params, Runtime& rt, DType dtype, std::uint64_t seed) {
+Weights Weights::random(const std::vector<ParamSpec>& params, Runtime& rt, DType dtype, std::uint64_t seed,
+                        TensorShard shard) {
   Weights w;
   w.dtype_ = dtype;
+  w.shard_ = shard;
   w.allocate(params, rt, dtype);
   OwnedTensor shift = rt.arena().empty(DType::f32, {1});
   for (std::size_t k = 0; k < params.size(); ++k) {
@@ -263,7 +281,7 @@ Weights Weights::random(const std::vector<ParamSpec>& params, Runtime& rt, DType
     Shape ones;
     for (int d = 0; d < p.shape.rank(); ++d) ones.push_back(1);
     ops::axpby(rt.ctx(), init.scale, v, 1.f, shift.view().reshape(ones).expand(p.shape), v);
-    ops::copy(rt.ctx(), v, w.tensors_.at(p.name));
+    w.load(rt.ctx(), p, v);
   }
   rt.synchronize();
   return w;

@@ -12,6 +12,7 @@
 #include "core/arena.hpp"
 #include "io/safetensors.hpp"
 #include "model/params.hpp"
+#include "ops/context.hpp"
 
 namespace vinf {
 class Runtime;
@@ -59,29 +60,36 @@ void check_weights(const WeightFiles& files, const std::vector<ParamSpec>& param
 class Weights {
  public:
   Weights() = default;
-  // Checks, then copies every parameter to rt's device as `dtype`.
+  // Checks, then copies every parameter to rt's device as `dtype`. With a tensor shard of size
+  // T > 1, the split parameters hold only the rank's part (param_shard), read from the mapped
+  // files as slices.
   Weights(const WeightFiles& files, const std::vector<ParamSpec>& params, Runtime& rt, DType dtype,
-          bool allow_unexpected, std::vector<std::string>* warnings);
+          bool allow_unexpected, std::vector<std::string>* warnings, TensorShard shard = {});
 
   // Random parameters drawn on rt's device as make-model draws them, for benchmarks of shapes
-  // whose weights are not on disk.
-  static Weights random(const std::vector<ParamSpec>& params, Runtime& rt, DType dtype, std::uint64_t seed);
+  // whose weights are not on disk; a shard holds its part of the same numbers.
+  static Weights random(const std::vector<ParamSpec>& params, Runtime& rt, DType dtype, std::uint64_t seed,
+                        TensorShard shard = {});
 
   const Tensor& get(const std::string& name) const;
   const Tensor* find(const std::string& name) const;
   std::size_t bytes() const { return bytes_; }
   std::int64_t count() const { return count_; }
   DType dtype() const { return dtype_; }
+  const TensorShard& shard() const { return shard_; }
 
  private:
-  // One allocation for all of `params`, 256-byte aligned views.
+  // One allocation for all of `params` (the shard's parts), 256-byte aligned views.
   void allocate(const std::vector<ParamSpec>& params, Runtime& rt, DType dtype);
+  // The shard's part of p from `full` (p's whole tensor, any device) into its place.
+  void load(ExecContext& ctx, const ParamSpec& p, const Tensor& full);
 
   Allocation memory_;
   std::map<std::string, Tensor> tensors_;
   std::size_t bytes_ = 0;
   std::int64_t count_ = 0;
   DType dtype_ = DType::f32;
+  TensorShard shard_;
 };
 
 }  // namespace vinf::model

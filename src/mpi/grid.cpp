@@ -12,17 +12,21 @@
 
 namespace vinf::mpi {
 
-ProcessGrid::ProcessGrid(const Session& session, int cfg_size) {
-  VINF_CHECK((cfg_size == 1 || cfg_size == 2) && session.size() % cfg_size == 0, "a process grid of ", cfg_size,
-             " guidance branch(es) cannot be laid over ", session.size(), " rank(s)");
+ProcessGrid::ProcessGrid(const Session& session, int cfg_size, int tensor_size) {
+  VINF_CHECK((cfg_size == 1 || cfg_size == 2) && tensor_size >= 1 && session.size() % (cfg_size * tensor_size) == 0,
+             "a process grid of ", cfg_size, " guidance branch(es) x ", tensor_size,
+             " tensor rank(s) cannot be laid over ", session.size(), " rank(s)");
   cfg_size_ = cfg_size;
-  clip_size_ = session.size() / cfg_size;
-  cfg_index_ = session.rank() / clip_size_;
-  clip_index_ = session.rank() % clip_size_;
-  VINF_CHECK_MPI(MPI_Comm_split(session.world(), cfg_index_, clip_index_, &clip_comm_));
-  VINF_CHECK_MPI(MPI_Comm_split(session.world(), clip_index_, cfg_index_, &cfg_comm_));
-  MPI_Comm_set_errhandler(clip_comm_, MPI_ERRORS_RETURN);
-  MPI_Comm_set_errhandler(cfg_comm_, MPI_ERRORS_RETURN);
+  tensor_size_ = tensor_size;
+  clip_size_ = session.size() / (cfg_size * tensor_size);
+  const int w = session.rank();
+  tensor_index_ = w % tensor_size;
+  clip_index_ = w / tensor_size % clip_size_;
+  cfg_index_ = w / (tensor_size * clip_size_);
+  VINF_CHECK_MPI(MPI_Comm_split(session.world(), cfg_index_ * tensor_size + tensor_index_, clip_index_, &clip_comm_));
+  VINF_CHECK_MPI(MPI_Comm_split(session.world(), clip_index_ * tensor_size + tensor_index_, cfg_index_, &cfg_comm_));
+  VINF_CHECK_MPI(MPI_Comm_split(session.world(), w / tensor_size, tensor_index_, &tensor_comm_));
+  for (MPI_Comm c : {clip_comm_, cfg_comm_, tensor_comm_}) MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
 }
 
 ProcessGrid::~ProcessGrid() {
@@ -31,6 +35,7 @@ ProcessGrid::~ProcessGrid() {
   if (finalized) return;
   if (clip_comm_ != MPI_COMM_NULL) MPI_Comm_free(&clip_comm_);
   if (cfg_comm_ != MPI_COMM_NULL) MPI_Comm_free(&cfg_comm_);
+  if (tensor_comm_ != MPI_COMM_NULL) MPI_Comm_free(&tensor_comm_);
 }
 
 std::vector<std::vector<int>> shared_gpus(const std::vector<GpuHolder>& holders) {
