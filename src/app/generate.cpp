@@ -27,6 +27,7 @@
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "infinity/context.hpp"
+#include "infinity/tensor_group.hpp"
 #include "io/atomic_file.hpp"
 #include "io/checkpoint.hpp"
 #include "job/job.hpp"
@@ -92,9 +93,10 @@ struct Run {
     if (root && o.verbose) std::cerr << "vinf generate: " << line << "\n" << std::flush;
   }
   const io::CheckpointInfo* resumed() const { return resume.info.get(); }
-  // This rank's frames in the files: branch 1 holds the same numbers as branch 0 and writes none.
+  // This rank's frames in the files: branch 1 and tensor ranks other than the first hold the same
+  // numbers as the first of branch 0 and write none.
   io::FramePart part() const {
-    const bool writes = job.grid().cfg_index() == 0;
+    const bool writes = job.grid().cfg_index() == 0 && job.grid().tensor_index() == 0;
     return {Shape{frames, ucfg.in_channels, lh, lw}, writes ? first_frame : 0, writes ? nf : 0};
   }
   int start_step() const { return resumed() ? static_cast<int>(resumed()->state.step) : 0; }
@@ -113,6 +115,7 @@ void read_model_shape(Run& r) {
   }
   VINF_INPUT_CHECK(r.ucfg.in_channels == r.ucfg.out_channels, "the UNet's in_channels (", r.ucfg.in_channels,
                    ") and out_channels (", r.ucfg.out_channels, ") differ; it cannot denoise its own latents");
+  model::check_tensor_split(r.ucfg, o.job.tensor, o.builtin() ? o.model : r.files.config);
   check_dump_modules(o, r.ucfg);
   if (o.video || o.png) {
     if (o.builtin()) {
@@ -195,7 +198,9 @@ void identify(Run& r) {
        {{"scheduler", sampling::scheduler_name(o.scheduler)}, {"steps", o.steps}, {"guidance", o.guidance},
         {"seed", o.seed}, {"eta", o.eta}, {"noise", sampling::noise_mode_name(o.noise)}}},
       {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"embeddings", o.embeddings}}},
-      {"parallel", {{"cfg", o.cfg()}, {"clips", r.clips}, {"world", r.job.size()}, {"frames-per-clip", r.nf}}},
+      {"parallel",
+       {{"cfg", o.cfg()}, {"clips", r.clips}, {"tensor", o.job.tensor}, {"world", r.job.size()},
+        {"frames-per-clip", r.nf}}},
       {"checkpoint", {{"every", o.checkpoint_every}, {"keep", o.checkpoint_keep}}},
       {"vi", vi_json(o.vi)},
       {"import-vi-config", o.vi_import},
@@ -294,6 +299,7 @@ OwnedTensor text_on_device(Run& r, const sampling::TextEmbeddings& text) {
 
 struct Models {
   std::unique_ptr<model::WeightFiles> files;
+  std::unique_ptr<infinity::CommTensorGroup> tensor_group;  // with --parallel.tensor T > 1
   std::unique_ptr<model::UNet3D> unet;
   std::unique_ptr<model::VaeDecoder> vae;  // none: latents only
   double load_seconds = 0;
@@ -306,14 +312,20 @@ Models load_models(Run& r) {
   const auto t_load = Clock::now();
   Models m;
   const auto params = model::unet_parameters(r.ucfg);
+  const mpi::ProcessGrid& grid = r.job.grid();
+  const model::TensorShard shard{grid.tensor_index(), grid.tensor_size()};
   model::Weights weights;
   if (o.builtin()) {
-    weights = model::Weights::random(params, rt, dtype, static_cast<std::uint64_t>(o.model_seed));
+    weights = model::Weights::random(params, rt, dtype, static_cast<std::uint64_t>(o.model_seed), shard);
   } else {
     m.files = std::make_unique<model::WeightFiles>(r.files);
-    weights = model::Weights(*m.files, params, rt, dtype, false, &r.warnings);
+    weights = model::Weights(*m.files, params, rt, dtype, false, &r.warnings, shard);
   }
   m.unet = std::make_unique<model::UNet3D>(r.ucfg, std::move(weights));
+  if (r.job.tensor_comm()) {
+    m.tensor_group = std::make_unique<infinity::CommTensorGroup>(*r.job.tensor_comm());
+    m.unet->set_tensor_group(m.tensor_group.get());
+  }
   // The VAE: a random one for built-in models, --model.vae, or MODEL/vae when there is one.
   if (r.vae_config) {
     if (o.builtin()) {
@@ -348,6 +360,7 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
         format_duration(m.load_seconds));
   r.log(std::to_string(r.frames) + " frames of " + std::to_string(o.width) + "x" + std::to_string(o.height) + " over " +
         std::to_string(r.clips) + " clip(s) of " + clip_sizes(r) + (o.cfg() == 2 ? " x 2 guidance branches" : "") +
+        (o.job.tensor > 1 ? " x " + std::to_string(o.job.tensor) + " tensor ranks" : "") +
         ", --vi.mode " + infinity::mode_name(o.vi.mode) + ", " + sampling::scheduler_name(o.scheduler) + " " +
         std::to_string(o.steps) + " steps, guidance " + std::to_string(o.guidance).substr(0, 5) + ", noise " +
         sampling::noise_mode_name(o.noise) + " seed " + std::to_string(o.seed));
@@ -611,8 +624,11 @@ int Denoiser::run() {
 // What rank 0 learns from every rank for run.json: bytes per collective kind, peak memory.
 json rank_report(Run& r) {
   job::Job& job = r.job;
-  json mine = {{"clip_group", counters_json(job.clip_comm() ? job.clip_comm()->counters() : mpi::CommCounters{})},
-               {"cfg_group", counters_json(job.cfg_comm() ? job.cfg_comm()->counters() : mpi::CommCounters{})},
+  const mpi::CommCounters none;
+  json mine = {{"clip_group", counters_json(job.clip_comm() ? job.clip_comm()->counters() : none)},
+               {"cfg_group", counters_json(job.cfg_comm() ? job.cfg_comm()->counters() : none)},
+               {"tensor_group", counters_json(job.tensor_comm() ? job.tensor_comm()->counters() : none)},
+               {"tensor_summary", (job.tensor_comm() ? job.tensor_comm()->counters() : none).summary()},
                {"clip_summary", job.clip_comm() ? job.clip_comm()->counters().summary() : mpi::CommCounters{}.summary()},
                {"cfg_summary", job.cfg_comm() ? job.cfg_comm()->counters().summary() : mpi::CommCounters{}.summary()},
                {"arena_peak", static_cast<double>(job.runtime().arena().stats().peak_in_use)},
@@ -640,16 +656,21 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
   double peak = 0;
   for (int k = 0; k < r.job.size(); ++k) {
     const json& rep = reports[static_cast<std::size_t>(k)];
+    const int tensor = r.job.grid().tensor_size(), clip = k / tensor % r.clips;
     ranks.push_back({{"rank", k},
-                     {"clip", k % r.clips},
-                     {"cfg_branch", k / r.clips},
-                     {"frames", frame_span(r, k % r.clips)},
-                     {"bytes_received", {{"clip_group", rep["clip_group"]}, {"cfg_group", rep["cfg_group"]}}},
+                     {"clip", clip},
+                     {"cfg_branch", k / tensor / r.clips},
+                     {"tensor_rank", k % tensor},
+                     {"frames", frame_span(r, clip)},
+                     {"bytes_received",
+                      {{"clip_group", rep["clip_group"]}, {"cfg_group", rep["cfg_group"]},
+                       {"tensor_group", rep["tensor_group"]}}},
                      {"peak_memory_bytes", rep["arena_peak"]},
                      {"max_rss_bytes", rep["max_rss"]}});
     peak = std::max(peak, rep["arena_peak"].get<double>());
     r.detail("rank " + std::to_string(k) + " received: clip group " + rep["clip_summary"].get<std::string>() +
-             (o.cfg() == 2 ? "; cfg group " + rep["cfg_summary"].get<std::string>() : "") + "; peak memory " +
+             (o.cfg() == 2 ? "; cfg group " + rep["cfg_summary"].get<std::string>() : "") +
+             (o.job.tensor > 1 ? "; tensor group " + rep["tensor_summary"].get<std::string>() : "") + "; peak memory " +
              format_mib(rep["arena_peak"].get<double>()));
   }
   json outputs = {"latents.h5"};

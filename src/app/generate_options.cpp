@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/utf8.hpp"
 #include "io/path_query.hpp"
+#include "job/job.hpp"
 #include "app/vi_options.hpp"
 #include "ops/runtime.hpp"
 #include "sampling/scheduler.hpp"
@@ -138,7 +139,8 @@ void add_output_options(po::options_description& all, RunPlan& o) {
   po::options_description parallel("[parallel]", kHelpWidth, kHelpColumn);
   parallel.add_options()("parallel.cfg", po::value(&o.job.cfg)->default_value(o.job.cfg),
                          "1: each rank runs both guidance branches as a batch of 2; 2: rank pairs split them and "
-                         "swap predictions every step (ranks = 2 x clips)");
+                         "swap predictions every step (ranks = 2 x clips)")(
+      "parallel.tensor", po::value(&o.job.tensor)->default_value(o.job.tensor), kTensorOptionHelp);
 
   po::options_description output("[output]", kHelpWidth, kHelpColumn);
   output.add_options()("output.video", po::value(&o.video)->default_value(o.video)->implicit_value(true),
@@ -321,6 +323,7 @@ void check_run(const RunPlan& o, const po::variables_map& vm) {
   VINF_INPUT_CHECK(o.vae_tile >= 0, "--vae.tile must be 0 (off) or a positive number of latent pixels, got ",
                    o.vae_tile);
   VINF_INPUT_CHECK(o.cfg() == 1 || o.cfg() == 2, "--parallel.cfg must be 1 or 2, got ", o.cfg());
+  VINF_INPUT_CHECK(o.job.tensor >= 1, "--parallel.tensor must be >= 1, got ", o.job.tensor);
   VINF_INPUT_CHECK(o.cfg() == 1 || o.guidance > 1, "--parallel.cfg 2 splits the two guidance branches, but ",
                    "--sampler.guidance ", o.guidance, " <= 1 runs only one; use --parallel.cfg 1");
   VINF_INPUT_CHECK(o.job.comm_timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.job.comm_timeout);
@@ -365,8 +368,8 @@ void parse_dump(RunPlan& o) {
 }
 
 void print_help(const po::options_description& opts) {
-  std::cout << opts
-            << "\nExit status: 0 on success, 2 for bad input (the message names the option, file or key), 1 for "
+  std::cout << opts << "\n"
+            << kRankLayoutHelp << "\nExit status: 0 on success, 2 for bad input (the message names the option, file or key), 1 for "
                "other\nfailures, 3 when a collective timed out, "
             << kExitStopped
             << " when a stop signal (SIGTERM, SIGUSR1) ended the run\nafter a checkpoint (run again with "
@@ -410,7 +413,8 @@ int parse_generate_options(const std::vector<std::string>& args, RunPlan& o) {
 void check_generate_job(RunPlan& o, int world_size) {
   VINF_INPUT_CHECK(world_size % o.cfg() == 0, "--parallel.cfg 2 needs an even number of ranks (2 x clips), got ",
                    world_size);
-  const int clips = world_size / o.cfg();
+  job::check_layout(o.cfg(), o.job.tensor, world_size);
+  const int clips = world_size / (o.cfg() * o.job.tensor);
   if (o.frames == 0) o.frames = o.frames_per_clip * clips;
   VINF_INPUT_CHECK(o.frames >= clips, "--video.frames ", o.frames, " is fewer than the ", clips,
                    " clip ranks; use at most ", o.frames, " ranks or more frames");

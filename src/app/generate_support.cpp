@@ -381,6 +381,8 @@ void check_dump_modules(const RunPlan& o, const model::UNetConfig& c) {
   if (o.dump_globs.empty()) return;
   VINF_INPUT_CHECK(o.cfg() == 1, "--dump.modules needs --parallel.cfg 1 (every rank then holds ",
                    "both guidance branches of its frames)");
+  VINF_INPUT_CHECK(o.job.tensor == 1, "--dump.modules needs --parallel.tensor 1 (every rank then holds ",
+                   "whole modules)");
   const std::vector<std::string> names = model::observed_module_names(c);
   for (const std::string& glob : o.dump_globs) {
     const bool matches = std::any_of(names.begin(), names.end(),

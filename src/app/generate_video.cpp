@@ -24,10 +24,12 @@ VideoResult write_video_outputs(const RunPlan& o, job::Job& job, const model::Va
   const int clips = grid.clip_size();
   ExecContext& ctx = rt.ctx();
 
-  // This clip's frames as RGB bytes (branch 1 holds the same latents and decodes nothing).
+  // This clip's frames as RGB bytes (branch 1 and tensor ranks other than the first hold the same
+  // latents and decode nothing).
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::uint8_t> mine;
-  if (grid.cfg_index() == 0) {
+  const bool decodes = grid.cfg_index() == 0 && grid.tensor_index() == 0;
+  if (decodes) {
     mine.resize(static_cast<std::size_t>(nf * frame_bytes));
     OwnedTensor z = rt.arena().empty(DType::f32, {nf, ch, lh, lw});
     ops::copy(ctx, latents.permute({0, 2, 1, 3, 4}), z.view().reshape({1, nf, ch, lh, lw}));
@@ -59,7 +61,7 @@ VideoResult write_video_outputs(const RunPlan& o, job::Job& job, const model::Va
       for (std::int64_t f = 0; f < range.count; ++f) {
         const std::uint8_t* rgb = mine.data() + f * frame_bytes;
         if (c != 0) {
-          mpi.receive(received.data(), static_cast<std::size_t>(frame_bytes), c);
+          mpi.receive(received.data(), static_cast<std::size_t>(frame_bytes), grid.world_rank(0, c, 0));
           rgb = received.data();
         }
         writer.add(range.first + f, rgb);
@@ -67,8 +69,7 @@ VideoResult write_video_outputs(const RunPlan& o, job::Job& job, const model::Va
     }
     error = writer.finish();
     result.files = writer.files();
-  } else if (grid.cfg_index() == 0) {
-    // Clip ranks of branch 0 are world ranks 0 .. clips - 1.
+  } else if (decodes) {
     for (std::int64_t f = 0; f < nf; ++f)
       mpi.send(mine.data() + f * frame_bytes, static_cast<std::size_t>(frame_bytes), 0);
   }
