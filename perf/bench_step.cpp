@@ -15,7 +15,8 @@
 //
 //   mpirun -np N vinf_bench_step [--preset small] [--height 128 --width 128] [--frames-per-rank 8]
 //       [--batch 2] [--calls 3] [--warmup 1] [--device auto] [--dtype auto] [--tf32] [--comm-backend auto]
-//       [--vi.mode invariant --vi.halo x|kv --vi.exchange three-round|fused ...] [--json FILE]
+//       [--parallel.tensor 1] [--vi.mode invariant|exact|... --vi.halo x|kv --vi.exchange three-round|fused ...]
+//       [--json FILE]
 #include <omp.h>
 
 #include <boost/program_options.hpp>
@@ -37,6 +38,7 @@
 #include "infinity/config.hpp"
 #include "infinity/context.hpp"
 #include "model/flops.hpp"
+#include "infinity/tensor_group.hpp"
 #include "model/presets.hpp"
 #include "model/unet3d.hpp"
 #include "job/job.hpp"
@@ -54,7 +56,7 @@ using Clock = std::chrono::steady_clock;
 
 // One rank's figures, means over the timed calls; gathered to rank 0 as they are.
 struct RankFigures {
-  double call_s = 0, comm_s = 0, peak_bytes = 0, flops = 0, raw_comm_s = 0, gemm_flops_per_s = 0;
+  double call_s = 0, comm_s = 0, peak_bytes = 0, flops = 0, raw_comm_s = 0, gemm_flops_per_s = 0, weight_bytes = 0, split_weight_bytes = 0;
   std::array<double, mpi::kCommOps> bytes{}, comm_seconds{};
 };
 
@@ -99,7 +101,7 @@ struct StepOptions {
   std::string preset = "small", device = "auto", dtype = "auto", backend = "auto", json_path;
   bool tf32 = false;
   std::int64_t height = 128, width = 128, frames_per_rank = 8, batch = 2, tokens = 77;
-  int calls = 3, warmup = 1;
+  int calls = 3, warmup = 1, tensor = 1;
   std::int64_t project_frames = 2300, project_steps = 30, project_ranks = 8;
   double project_reference_s = 312, project_aim_s = 60;
   app::ViOptions vi;
@@ -121,6 +123,9 @@ po::options_description step_option_table(StepOptions& o) {
       "dtype", po::value(&o.dtype)->default_value(o.dtype), kDtypeOptionHelp)(
       "tf32", po::bool_switch(&o.tf32), kTf32OptionHelp)(
       "comm-backend", po::value(&o.backend)->default_value(o.backend), "auto | mpi | nccl")(
+      "parallel.tensor", po::value(&o.tensor)->default_value(o.tensor),
+      "T: ranks that split each clip's transformer blocks (the ranks are frame ranks x T, tensor groups "
+      "consecutive); figures per rank, FLOPs counted as the clip's over T")(
       "json", po::value(&o.json_path), "also write the figures to this JSON file")(
       "project-frames", po::value(&o.project_frames)->default_value(o.project_frames), "projection: video length")(
       "project-steps", po::value(&o.project_steps)->default_value(o.project_steps), "projection: sampling steps")(
@@ -161,6 +166,8 @@ std::optional<int> parse_step_options(int argc, char** argv, StepOptions& o) {
   o.plan.transport = job::parse_transport(o.backend);
   o.plan.tf32 = o.tf32;
   o.plan.clip_group = o.vcfg.mode != infinity::Mode::off;
+  o.plan.tensor = o.tensor;
+  VINF_INPUT_CHECK(o.tensor >= 1, "--parallel.tensor must be >= 1, got ", o.tensor);
   return std::nullopt;
 }
 
@@ -171,20 +178,29 @@ struct StepModel {
   std::int64_t h = 0, w = 0;  // latent pixels
   OwnedTensor sample, text, out;
   std::unique_ptr<model::TemporalContext> tc;
+  std::unique_ptr<infinity::CommTensorGroup> tensor_group;
 };
 
 StepModel make_step_model(const StepOptions& o, job::Job& job) {
   Runtime& rt = job.runtime();
   StepModel m;
   m.config = model::preset_config(o.preset);
+  model::check_tensor_split(m.config, o.tensor, "preset " + o.preset);
+  const mpi::ProcessGrid& grid = job.grid();
   m.unet = std::make_unique<model::UNet3D>(
-      m.config, model::Weights::random(model::unet_parameters(m.config), rt, job.dtype(), 7));
+      m.config, model::Weights::random(model::unet_parameters(m.config), rt, job.dtype(), 7,
+                                       {grid.tensor_index(), grid.tensor_size()}));
+  if (job.tensor_comm()) {
+    m.tensor_group = std::make_unique<infinity::CommTensorGroup>(*job.tensor_comm());
+    m.unet->set_tensor_group(m.tensor_group.get());
+  }
   m.h = o.height / 8;
   m.w = o.width / 8;
   m.sample = rt.arena().empty(DType::f32, {o.batch, m.config.in_channels, o.frames_per_rank, m.h, m.w});
   m.text = rt.arena().empty(DType::f32, {o.batch, o.tokens, m.config.cross_attention_dim});
   m.out = rt.arena().empty(DType::f32, {o.batch, m.config.out_channels, o.frames_per_rank, m.h, m.w});
-  ops::normal(rt.ctx(), m.sample, 3, static_cast<std::uint64_t>(job.rank()), 0);
+  // The same inputs on every rank of a tensor group (it computes one clip).
+  ops::normal(rt.ctx(), m.sample, 3, static_cast<std::uint64_t>(job.rank() / grid.tensor_size()), 0);
   ops::normal(rt.ctx(), m.text, 3, 1000, 0);
   if (job.clip_comm())
     m.tc = std::make_unique<infinity::Context>(o.vcfg, *job.clip_comm(), o.frames_per_rank);
@@ -197,7 +213,15 @@ StepModel make_step_model(const StepOptions& o, job::Job& job) {
 // figures, means over the timed calls.
 RankFigures measure(const StepOptions& o, job::Job& job, StepModel& m) {
   Runtime& rt = job.runtime();
-  mpi::Communicator* comm = job.clip_comm();
+  // The clip group's collectives and the tensor group's, counted and replayed alike.
+  std::vector<mpi::Communicator*> comms;
+  for (mpi::Communicator* c : {job.clip_comm(), job.tensor_comm()})
+    if (c) comms.push_back(c);
+  auto counted = [&] {
+    mpi::CommCounters sum;
+    for (mpi::Communicator* c : comms) sum.add(c->counters());
+    return sum;
+  };
   auto one_call = [&](std::int64_t t) {
     m.unet->forward(rt.ctx(), m.sample, t, 24.0, m.text, m.out, *m.tc);
     rt.synchronize();
@@ -205,9 +229,9 @@ RankFigures measure(const StepOptions& o, job::Job& job, StepModel& m) {
   // Timesteps on both sides of the phase switch, as a run has them.
   for (int i = 0; i < o.warmup; ++i) one_call(i % 2 ? 500 : 900);
   rt.arena().reset_peak();
-  const mpi::CommCounters before = comm ? comm->counters() : mpi::CommCounters{};
-  std::vector<mpi::CommRecord> trace;
-  if (comm) comm->set_trace(&trace);
+  const mpi::CommCounters before = counted();
+  std::vector<std::vector<mpi::CommRecord>> traces(comms.size());
+  for (std::size_t c = 0; c < comms.size(); ++c) comms[c]->set_trace(&traces[c]);
   job.world().barrier(job.host());
   double total = 0;
   for (int i = 0; i < o.calls; ++i) {
@@ -217,8 +241,8 @@ RankFigures measure(const StepOptions& o, job::Job& job, StepModel& m) {
   }
   RankFigures mine;
   mine.call_s = total / o.calls;
-  if (comm) {
-    const mpi::CommCounters after = comm->counters();
+  if (!comms.empty()) {
+    const mpi::CommCounters after = counted();
     for (std::size_t k = 0; k < static_cast<std::size_t>(mpi::kCommOps); ++k) {
       mine.bytes[k] = static_cast<double>(after.bytes[k] - before.bytes[k]) / o.calls;
       mine.comm_seconds[k] = (after.seconds[k] - before.seconds[k]) / o.calls;
@@ -226,12 +250,14 @@ RankFigures measure(const StepOptions& o, job::Job& job, StepModel& m) {
     }
   }
   mine.peak_bytes = static_cast<double>(rt.arena().stats().peak_in_use);
-  mine.flops = model::unet_flops(m.config, o.batch, o.frames_per_rank, m.h, m.w, o.tokens).total();
-  // The same collectives without the compute between them, all ranks together.
-  if (comm) {
-    comm->set_trace(nullptr);
+  mine.weight_bytes = static_cast<double>(m.unet->weights().bytes());
+  mine.split_weight_bytes = static_cast<double>(m.unet->weights().split_bytes());
+  mine.flops = model::unet_flops(m.config, o.batch, o.frames_per_rank, m.h, m.w, o.tokens).total() / o.tensor;
+  // The same collectives without the compute between them, all ranks together, group by group.
+  for (std::size_t c = 0; c < comms.size(); ++c) {
+    comms[c]->set_trace(nullptr);
     job.world().barrier(job.host());
-    mine.raw_comm_s = mpi::replay_trace(*comm, rt.ctx(), trace) / o.calls;
+    mine.raw_comm_s += mpi::replay_trace(*comms[c], rt.ctx(), traces[c]) / o.calls;
   }
   job.world().barrier(job.host());
   mine.gemm_flops_per_s = gemm_rate(rt, job.dtype());
@@ -242,7 +268,7 @@ RankFigures measure(const StepOptions& o, job::Job& job, StepModel& m) {
 void describe_run(const StepOptions& o, job::Job& job, const StepModel& m, nlohmann::ordered_json& j) {
   const Device& device = job.device();
   const DType dtype = job.dtype();
-  const mpi::Communicator* comm = job.clip_comm();
+  const mpi::Communicator* comm = job.clip_comm() ? job.clip_comm() : job.tensor_comm();
   const model::FlopCount flop_kinds = model::unet_flops(m.config, o.batch, o.frames_per_rank, m.h, m.w, o.tokens);
   j["format"] = "vinf-bench-step";
   j["config"] = {{"preset", o.preset},
@@ -257,6 +283,7 @@ void describe_run(const StepOptions& o, job::Job& job, const StepModel& m, nlohm
                  {"dtype", dtype_name(dtype)},
                  {"tf32", tf32_in_effect(device, dtype)},
                  {"comm_backend", comm ? std::string(comm->backend()) : std::string("none")},
+                 {"parallel.tensor", o.tensor},
                  {"vi.mode", infinity::mode_name(o.vcfg.mode)},
                  {"vi.halo", infinity::halo_name(o.vcfg.halo)},
                  {"vi.exchange", infinity::exchange_name(o.vcfg.exchange)},
@@ -269,14 +296,14 @@ void describe_run(const StepOptions& o, job::Job& job, const StepModel& m, nlohm
                                  {"attention", flop_kinds.attention}};
   std::cout << "vinf_bench_step: " << o.preset << ", " << job.size() << " rank(s) x " << o.frames_per_rank
             << " frames at " << o.height << "x" << o.width << ", batch " << o.batch << ", " << device.name() << " "
-            << dtype_name(dtype) << ", --vi.mode " << infinity::mode_name(o.vcfg.mode) << " --vi.halo " << infinity::halo_name(o.vcfg.halo)
+            << dtype_name(dtype) << ", --parallel.tensor " << o.tensor << ", --vi.mode " << infinity::mode_name(o.vcfg.mode) << " --vi.halo " << infinity::halo_name(o.vcfg.halo)
             << " --vi.exchange " << infinity::exchange_name(o.vcfg.exchange) << "; means over " << o.calls << " call(s) after " << o.warmup
             << " warm-up\n";
 }
 
 // The figures over all ranks that the targets judge: the slowest rank's times, the least rates.
 struct StepSummary {
-  double worst_call = 0, worst_comm = 0, worst_raw = 0, worst_compute = 0, bytes_sum = 0, peak_max = 0;
+  double worst_call = 0, worst_comm = 0, worst_raw = 0, worst_compute = 0, bytes_sum = 0, peak_max = 0, weights_max = 0, split_weights_max = 0;
   double gemm_min = 1e300, rate_min = 1e300;
 };
 
@@ -305,6 +332,8 @@ StepSummary report_ranks(const std::vector<RankFigures>& all, nlohmann::ordered_
     sum.worst_raw = std::max(sum.worst_raw, raw);
     sum.worst_compute = std::max(sum.worst_compute, call - comm_s);
     sum.peak_max = std::max(sum.peak_max, peak);
+    sum.weights_max = std::max(sum.weights_max, f.weight_bytes);
+    sum.split_weights_max = std::max(sum.split_weights_max, f.split_weight_bytes);
     sum.gemm_min = std::min(sum.gemm_min, gemm);
     sum.rate_min = std::min(sum.rate_min, flops / call);
     sum.bytes_sum += bytes;
@@ -315,6 +344,8 @@ StepSummary report_ranks(const std::vector<RankFigures>& all, nlohmann::ordered_
                           {"bytes_received_per_call", kinds.is_null() ? nlohmann::ordered_json::object() : kinds},
                           {"comm_seconds_per_call", kind_seconds.is_null() ? nlohmann::ordered_json::object() : kind_seconds},
                           {"peak_memory_bytes", peak},
+                          {"weight_bytes", f.weight_bytes},
+                          {"split_weight_bytes", f.split_weight_bytes},
                           {"flops_per_call", flops},
                           {"flops_per_s", flops / call},
                           {"raw_comm_s", raw},
@@ -329,7 +360,7 @@ StepSummary report_ranks(const std::vector<RankFigures>& all, nlohmann::ordered_
 }
 
 void report_summary(const StepOptions& o, int ranks, const StepSummary& sum, nlohmann::ordered_json& j) {
-  const double frame_steps = static_cast<double>(o.frames_per_rank * ranks) / sum.worst_call;
+  const double frame_steps = static_cast<double>(o.frames_per_rank * ranks / o.tensor) / sum.worst_call;
   j["summary"] = {{"call_s", sum.worst_call},
                   {"exposed_comm_s", sum.worst_comm},
                   {"bytes_received_per_rank_per_call", sum.bytes_sum / ranks},
@@ -337,6 +368,8 @@ void report_summary(const StepOptions& o, int ranks, const StepSummary& sum, nlo
                   {"gemm_flops_per_s", sum.gemm_min},
                   {"flops_per_s", sum.rate_min},
                   {"peak_memory_bytes", sum.peak_max},
+                  {"weight_bytes_per_rank", sum.weights_max},
+                  {"split_weight_bytes_per_rank", sum.split_weights_max},
                   {"frame_steps_per_s", frame_steps}};
   std::cout << "slowest rank: " << std::setprecision(3) << sum.worst_call << " s per call, " << sum.worst_comm
             << " s of it in collectives at most; " << std::setprecision(1) << frame_steps << " frame-steps/s\n";

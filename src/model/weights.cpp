@@ -226,7 +226,9 @@ void Weights::allocate(const std::vector<ParamSpec>& params, Runtime& rt, DType 
   for (const ParamSpec& p : params) {
     shapes.push_back(param_shard(p, shard_.rank, shard_.size).shape);
     offsets.push_back(bytes_);
-    bytes_ += (static_cast<std::size_t>(shapes.back().numel()) * dtype_size(dtype) + kAlign - 1) / kAlign * kAlign;
+    const std::size_t size = static_cast<std::size_t>(shapes.back().numel()) * dtype_size(dtype);
+    bytes_ += (size + kAlign - 1) / kAlign * kAlign;
+    if (p.split.kind != ParamSplit::none) split_bytes_ += size;
     count_ += shapes.back().numel();
   }
   memory_ = rt.arena().allocate(bytes_);

@@ -74,6 +74,8 @@ class Weights {
   const Tensor& get(const std::string& name) const;
   const Tensor* find(const std::string& name) const;
   std::size_t bytes() const { return bytes_; }
+  // The bytes of the parameters tensor parallelism splits (ParamSplit), as this shard holds them.
+  std::size_t split_bytes() const { return split_bytes_; }
   std::int64_t count() const { return count_; }
   DType dtype() const { return dtype_; }
   const TensorShard& shard() const { return shard_; }
@@ -86,7 +88,7 @@ class Weights {
 
   Allocation memory_;
   std::map<std::string, Tensor> tensors_;
-  std::size_t bytes_ = 0;
+  std::size_t bytes_ = 0, split_bytes_ = 0;
   std::int64_t count_ = 0;
   DType dtype_ = DType::f32;
   TensorShard shard_;
