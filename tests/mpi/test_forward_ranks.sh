@@ -40,6 +40,27 @@ if [ $((n % 2)) -eq 0 ]; then
     --parallel.cfg 2 "${device_args[@]}" 2>/dev/null || { echo "FAIL: exact mode with --parallel.cfg 2 exited $?"; exit 1; }
   "$tool" compare "$work/exact_cfg.safetensors" "$fixture/ref_plain.safetensors" 1e-4 noise_pred.t900 noise_pred.t500 || fails=$((fails + 1))
 fi
+# --parallel.tensor: the transformer blocks split over the ranks (T = N, and T = 2 with exact mode
+# and with CFG at 4 ranks) give the reference's numbers; a layout that does not fit is refused.
+tensor_runs=()
+[ "$n" -gt 1 ] && tensor_runs+=("--parallel.tensor $n --vi.mode off")
+[ "$n" -eq 4 ] && tensor_runs+=("--parallel.tensor 2 --vi.mode exact" "--parallel.tensor 2 --parallel.cfg 2 --vi.mode exact")
+for run in "${tensor_runs[@]}"; do
+  # shellcheck disable=SC2086
+  if "$mpiexec" -np "$n" "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/tp.safetensors" $run "${device_args[@]}" 2>"$work/tp.log"; then
+    "$tool" compare "$work/tp.safetensors" "$fixture/ref_plain.safetensors" 1e-4 noise_pred.t900 noise_pred.t500 \
+      || { echo "FAIL: $run"; fails=$((fails + 1)); }
+  else
+    echo "FAIL: $run exited $?"; tail -5 "$work/tp.log"; fails=$((fails + 1))
+  fi
+done
+if [ "$n" -eq 3 ]; then
+  out=$("$mpiexec" -np 3 "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/s.safetensors" --parallel.tensor 2 "${device_args[@]}" 2>&1)
+  rc=$?
+  if [ "$rc" -ne 2 ] || [[ "$out" != *"3 rank(s) cannot be laid out as 1 CFG branch(es) x frame ranks x 2 tensor ranks"* ]]; then
+    echo "FAIL: --parallel.tensor 2 on 3 ranks: exit $rc"; echo "$out" | tail -3; fails=$((fails + 1))
+  fi
+fi
 # Too many ranks for the frames is refused on every rank, with a clear message.
 if [ "$n" -gt 1 ]; then
   "$tool" slice-frames "$inputs" "$work/short.safetensors" 0 $((n - 1)) || exit 1

@@ -2,6 +2,7 @@
 # `vinf generate` over N ranks (the built-in tiny model, random weights and text):
 # - invariant mode: N ranks give the latents of one rank, for every scheduler;
 # - CFG parallelism: 2 x N/2 ranks give the latents of the batched guidance on N/2 ranks (both modes);
+# - tensor parallelism: --parallel.tensor 2 on N ranks gives the latents of one rank;
 # - exact mode: N ranks give the plain model's latents on one rank holding the whole video, with
 #   23 frames (uneven over 2-4 ranks), and the video has every frame;
 # - the demo config (inputs/demo.ini, fewer steps) at 4 ranks: latents.h5 and run.json complete;
@@ -71,6 +72,18 @@ if gen1=$("$mpiexec" -np 1 "$vinf" generate "${common[@]}" --video.frames 23 --q
   fi
 else
   echo "FAIL: exact mode runs"; echo "$gen1" | tail -3; echo "$genn" | tail -5; fails=$((fails + 1))
+fi
+
+# 2c. Tensor parallelism: the transformer blocks split over 2 ranks (x N/2 clips) equal one rank
+#     holding them whole, invariant mode (random weights drawn whole, then sliced).
+if [ $((n % 2)) -eq 0 ]; then
+  if gen "$n" "$work/tp.$n" --parallel.tensor 2; then
+    ref=$work/dpmpp-sde.ref
+    check "--parallel.tensor 2 on $n ranks = 1 rank" "$tool" h5-compare "$work/tp.$n/latents.h5" "$ref/latents.h5" 3e-5
+    grep -q '"tensor_rank": 1' "$work/tp.$n/run.json" || { echo "FAIL: run.json lists no tensor rank 1"; fails=$((fails + 1)); }
+  else
+    echo "FAIL: --parallel.tensor 2 run"; fails=$((fails + 1))
+  fi
 fi
 
 # 3. A prompt list goes to the clips in order (clip r of N: prompt int(r / N * P)).
