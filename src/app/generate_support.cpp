@@ -253,6 +253,7 @@ json numerics_json(const RunPlan& o, int clips, DType dtype) {
   json vi = vi_json(o.vi);
   vi.erase("halo");      // x and kv give the same numbers
   vi.erase("exchange");  // so do the exchange patterns
+  if (o.vi.mode == infinity::Mode::exact) vi = {{"mode", "exact"}};  // the window settings do not apply
   json j = {{"video", {{"frames", o.frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
             {"sampler",
              {{"scheduler", sampling::scheduler_name(o.scheduler)}, {"steps", o.steps}, {"guidance", o.guidance},
@@ -260,8 +261,9 @@ json numerics_json(const RunPlan& o, int clips, DType dtype) {
             {"prompt", {{"text", o.prompts}, {"negative", o.negative}}},
             {"vi", vi},
             {"dtype", dtype_name(dtype)}};
-  // Invariant mode gives the same video on any number of clips; the others do not.
-  if (o.vi.mode != infinity::Mode::invariant) j["parallel"] = {{"clips", clips}};
+  // Invariant and exact modes give the same video on any number of clips (and tensor ranks); the
+  // others do not.
+  if (o.vi.mode != infinity::Mode::invariant && o.vi.mode != infinity::Mode::exact) j["parallel"] = {{"clips", clips}};
   return j;
 }
 
