@@ -130,8 +130,9 @@ void validate(const Config& c) {
                                      std::pair{"--vi.global-phase-local-bias", c.global_phase.local_bias},
                                      std::pair{"--vi.global-phase-global-bias", c.global_phase.global_bias}})
     VINF_INPUT_CHECK(std::isfinite(bias), option, " must be a finite number, got ", bias);
-  VINF_INPUT_CHECK(!(c.sync_groupnorm && c.mode == Mode::invariant), "--vi.sync-groupnorm is a compat-mode option ",
-                   "(invariant mode always normalises over the whole video); drop it or use --vi.mode compat");
+  VINF_INPUT_CHECK(!(c.sync_groupnorm && (c.mode == Mode::invariant || c.mode == Mode::exact)),
+                   "--vi.sync-groupnorm is a compat-mode option (", mode_name(c.mode),
+                   " mode always normalises over the whole video); drop it or use --vi.mode compat");
 }
 
 namespace {

@@ -161,7 +161,7 @@ printf 'model = builtin:tiny\n[prompt]\ntext = ok\ntext = \xc3(\n' > "$work/lati
 bad "--prompt.text number 2 is not valid UTF-8 (byte 0)" --config "$work/latin1.ini"
 expect 2 "--out is empty" -- "$vinf" generate --model builtin:tiny --prompt.text x --out ''
 bad "the built-in models are builtin:tiny and builtin:small" --model builtin:huge --prompt.text x
-bad "--vi.mode must be invariant, compat or off" "${small[@]}" --vi.mode sideways
+bad "--vi.mode must be invariant, compat, exact or off" "${small[@]}" --vi.mode sideways
 bad "--vi.local-frames 9 is larger than the 8 frames per clip" --model builtin:tiny --prompt.text x --video.frames 8 --vi.local-frames 9
 "$tool" text-embeddings "$work/wide.safetensors" 0 77 64 "" x
 bad "cross_attention_dim is 32" --model "$work/tiny5" --prompt.embeddings "$work/wide.safetensors"

@@ -24,7 +24,7 @@ expect 2 "--model is required" -- "$vinf" forward --inputs "$inputs" --out "$wor
 # The default mode is invariant: it runs (one clip, so no bytes move) and says so.
 expect 0 "--vi.mode invariant, 1 clip(s)" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/inv.safetensors"
 expect 2 "cannot read $work/none.json" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --import-vi-config "$work/none.json"
-expect 2 "--vi.mode must be invariant, compat or off, got 'sideways'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode sideways
+expect 2 "--vi.mode must be invariant, compat, exact or off, got 'sideways'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode sideways
 expect 2 "--dtype must be auto, f32, bf16 or f16, got 'f8'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off --dtype f8
 # --dtype auto (the default) is f32 on the CPU; 16-bit runs on CUDA only.
 expect 2 "--dtype bf16 runs on CUDA only" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off --device cpu --dtype bf16

@@ -23,7 +23,9 @@ if ! grep -q '^VINF_WITH_CUDA:BOOL=ON' "$build/CMakeCache.txt"; then
 fi
 
 t0=$(date +%s)
-if ! VINF_BUILD_DIR=$build "$check" --bundle "$work/b" > "$work/bundle.log" 2>&1; then
+# xz -1 (the default is -6): five times faster here and a larger archive, so the size limit is
+# checked with room to spare.
+if ! VINF_BUNDLE_XZ_LEVEL=1 VINF_BUILD_DIR=$build "$check" --bundle "$work/b" > "$work/bundle.log" 2>&1; then
   echo "FAIL: --bundle"; tail -30 "$work/bundle.log"; exit 1
 fi
 archive=$work/b/vinf-gpu-bundle.tar.xz
