@@ -10,7 +10,6 @@
 #include "core/error.hpp"
 #include "core/utf8.hpp"
 #include "io/path_query.hpp"
-#include "job/job.hpp"
 #include "app/vi_options.hpp"
 #include "ops/runtime.hpp"
 #include "sampling/scheduler.hpp"

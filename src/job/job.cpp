@@ -73,22 +73,6 @@ std::unique_ptr<mpi::Communicator> make_group_communicator(MPI_Comm comm, const 
   return c;
 }
 
-void check_cfg_layout(int cfg, int world_size) {
-  VINF_INPUT_CHECK(cfg == 1 || cfg == 2, "--parallel.cfg must be 1 (both CFG branches in one batch) or 2 ",
-                   "(rank pairs split the branches), got ", cfg);
-  VINF_INPUT_CHECK(world_size % cfg == 0, "--parallel.cfg 2 needs an even number of ranks, got ", world_size,
-                   "; launch 2 x (number of clips) ranks");
-}
-
-void check_layout(int cfg, int tensor, int world_size) {
-  check_cfg_layout(cfg, world_size);
-  VINF_INPUT_CHECK(tensor >= 1, "--parallel.tensor must be >= 1, got ", tensor);
-  VINF_INPUT_CHECK(world_size % (cfg * tensor) == 0, world_size, " rank(s) cannot be laid out as ", cfg,
-                   " CFG branch(es) x frame ranks x ", tensor, " tensor ranks (--parallel.cfg ", cfg,
-                   ", --parallel.tensor ", tensor, "): launch a multiple of ", cfg * tensor, " ranks, for example ",
-                   cfg * tensor * std::max(1, world_size / (cfg * tensor)), ", or change the sizes");
-}
-
 std::unique_ptr<Job> start_job(const JobPlan& plan, const std::function<void(int)>& check_world) {
   check_cfg_layout(plan.cfg, 2);  // the values alone, before MPI starts
   VINF_INPUT_CHECK(plan.tensor >= 1, "--parallel.tensor must be >= 1, got ", plan.tensor);

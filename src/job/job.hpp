@@ -65,13 +65,6 @@ std::unique_ptr<Job> start_job(const JobPlan& plan, const std::function<void(int
 std::unique_ptr<mpi::Communicator> make_group_communicator(MPI_Comm comm, const Device& device, Transport transport,
                                                            const std::string& label);
 
-// --parallel.cfg against the job's size: 1 or 2, and 2 needs an even number of ranks. Throws
-// vinf::InputError.
-void check_cfg_layout(int cfg, int world_size);
-// --parallel.cfg and --parallel.tensor against the job's size: the world must be cfg x frame
-// ranks x tensor; the message says what would fit. Throws vinf::InputError.
-void check_layout(int cfg, int tensor, int world_size);
-
 // The device every rank uses, agreed by all (see mpi::Session::gpu_count_on_every_rank).
 Device choose_device(mpi::Session& session, DeviceChoice choice);
 

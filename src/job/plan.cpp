@@ -1,5 +1,7 @@
 #include "job/plan.hpp"
 
+#include <algorithm>
+
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 
@@ -42,6 +44,22 @@ DType resolve_dtype(std::optional<DType> choice, const Device& device) {
                    "the CPU path computes in f32 (this run uses ", device.name(),
                    "): use --dtype f32 or auto, or --device cuda");
   return *choice;
+}
+
+void check_cfg_layout(int cfg, int world_size) {
+  VINF_INPUT_CHECK(cfg == 1 || cfg == 2, "--parallel.cfg must be 1 (both CFG branches in one batch) or 2 ",
+                   "(rank pairs split the branches), got ", cfg);
+  VINF_INPUT_CHECK(world_size % cfg == 0, "--parallel.cfg 2 needs an even number of ranks, got ", world_size,
+                   "; launch 2 x (number of clips) ranks");
+}
+
+void check_layout(int cfg, int tensor, int world_size) {
+  check_cfg_layout(cfg, world_size);
+  VINF_INPUT_CHECK(tensor >= 1, "--parallel.tensor must be >= 1, got ", tensor);
+  VINF_INPUT_CHECK(world_size % (cfg * tensor) == 0, world_size, " rank(s) cannot be laid out as ", cfg,
+                   " CFG branch(es) x frame ranks x ", tensor, " tensor ranks (--parallel.cfg ", cfg,
+                   ", --parallel.tensor ", tensor, "): launch a multiple of ", cfg * tensor, " ranks, for example ",
+                   cfg * tensor * std::max(1, world_size / (cfg * tensor)), ", or change the sizes");
 }
 
 }  // namespace vinf::job

@@ -38,4 +38,11 @@ struct JobPlan {
   bool cfg_group = false;      // a communicator over each cfg group (with cfg 2)
 };
 
+// --parallel.cfg against the job's size: 1 or 2, and 2 needs an even number of ranks. Throws
+// vinf::InputError.
+void check_cfg_layout(int cfg, int world_size);
+// --parallel.cfg and --parallel.tensor against the job's size: the world must be cfg x frame
+// ranks x tensor; the message says what would fit. Throws vinf::InputError.
+void check_layout(int cfg, int tensor, int world_size);
+
 }  // namespace vinf::job
