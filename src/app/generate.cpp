@@ -342,13 +342,13 @@ Models load_models(Run& r) {
   return m;
 }
 
-// What the run is about to do, once the models are loaded.
 // "8", or "5-6" when the frames do not divide evenly over the clips.
 std::string clip_sizes(const Run& r) {
   const std::int64_t fewest = r.frames / r.clips;
   return std::to_string(fewest) + (r.frames % r.clips ? "-" + std::to_string(fewest + 1) : "");
 }
 
+// What the run is about to do, once the models are loaded.
 void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& text) {
   const RunPlan& o = r.o;
   const Device& device = r.job.device();

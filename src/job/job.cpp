@@ -1,7 +1,5 @@
 #include "job/job.hpp"
 
-#include <algorithm>
-
 #include <cstdio>
 
 #include "core/error.hpp"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `vinf generate` over N ranks (the built-in tiny model, random weights and text):
-# - invariant mode: N ranks give the latents of one rank (every scheduler at 2 ranks, dpmpp-sde
+# - invariant mode: N ranks give the latents of one rank (every scheduler at 4 ranks, dpmpp-sde
 #   and ddim with eta at every size);
 # - CFG parallelism: 2 x N/2 ranks give the latents of the batched guidance on N/2 ranks (both modes);
 # - tensor parallelism: --parallel.tensor 2 on N ranks gives the latents of one rank;
@@ -37,9 +37,9 @@ check() {  # check DESCRIPTION command... : counts a failure when the command fa
 #    sums are reduced in another order, and guidance 12 amplifies the differences). What depends
 #    on the ranks is the noise, keyed by frame: dpmpp-sde and ddim with eta draw it in their own
 #    ways and run at every size; dpmpp-sde-karras (dpmpp-sde's noise on other sigmas, the tables
-#    checked in the unit tests) and dpmpp (no noise) run at 2 ranks.
+#    checked in the unit tests) and dpmpp (no noise) run at 4 ranks.
 schedulers=(dpmpp-sde "ddim --sampler.eta 0.5")
-[ "$n" -eq 2 ] && schedulers+=(dpmpp-sde-karras dpmpp)
+[ "$n" -eq 4 ] && schedulers+=(dpmpp-sde-karras dpmpp)
 for sched in "${schedulers[@]}"; do
   name=${sched%% *}
   # shellcheck disable=SC2086
@@ -76,13 +76,13 @@ if gen1=$("$mpiexec" -np 1 "$vinf" generate "${common[@]}" --video.frames 23 --q
             "$work/exact/video.mp4" 2>&1)
     [ "$got" = "23" ] && echo "ok: exact video.mp4 has 23 frames" || { echo "FAIL: exact video.mp4: '$got' frames"; fails=$((fails + 1)); }
   fi
-  # Stopped after step 2 on 2 frame ranks (11 and 12 frames), resumed on 1 frame rank x 2 tensor ranks.
-  if [ "$n" -eq 2 ]; then
-    VINF_FAULT_STEP="rank=0,step=2,signal=TERM" "$mpiexec" -x VINF_FAULT_STEP -np 2 "$vinf" generate "${common[@]}" \
+  # Stopped after step 2 on 4 frame ranks (5, 6, 6, 6 frames), resumed on 2 frame ranks x 2 tensor ranks.
+  if [ "$n" -eq 4 ]; then
+    VINF_FAULT_STEP="rank=0,step=2,signal=TERM" "$mpiexec" -x VINF_FAULT_STEP -np 4 "$vinf" generate "${common[@]}" \
       --video.frames 23 --quiet --out "$work/exact_resumed" --vi.mode exact --checkpoint.every 2 >/dev/null 2>&1
-    if "$mpiexec" -np 2 "$vinf" generate "${common[@]}" --video.frames 23 --quiet --out "$work/exact_resumed" \
+    if "$mpiexec" -np 4 "$vinf" generate "${common[@]}" --video.frames 23 --quiet --out "$work/exact_resumed" \
          --vi.mode exact --parallel.tensor 2 --resume auto >/dev/null 2>&1; then
-      check "exact: stopped on 2 frame ranks, resumed on 1 x 2 tensor ranks = one run" \
+      check "exact: stopped on 4 frame ranks, resumed on 2 x 2 tensor ranks = one run" \
         "$tool" h5-compare "$work/exact_resumed/latents.h5" "$work/exact/latents.h5" 3e-5
     else
       echo "FAIL: exact mode resume on another layout"; fails=$((fails + 1))
