@@ -62,4 +62,30 @@ void check_layout(int cfg, int tensor, int world_size) {
                    cfg * tensor * std::max(1, world_size / (cfg * tensor)), ", or change the sizes");
 }
 
+Layout make_layout(const JobPlan& plan, int world_size) {
+  VINF_INPUT_CHECK(plan.data >= 1, "--parallel.data must be >= 1, got ", plan.data);
+  VINF_INPUT_CHECK(plan.pipeline >= 1, "--parallel.pipeline must be >= 1, got ", plan.pipeline);
+  check_cfg_layout(plan.cfg, 2);
+  VINF_INPUT_CHECK(plan.tensor >= 1, "--parallel.tensor must be >= 1, got ", plan.tensor);
+  const int per_frame_rank = plan.data * plan.pipeline * plan.cfg * plan.tensor;
+  VINF_INPUT_CHECK(world_size % per_frame_rank == 0, world_size, " rank(s) cannot be laid out as ", plan.data,
+                   " replica(s) x ", plan.pipeline, " pipeline stage(s) x ", plan.cfg, " CFG branch(es) x frame ranks x ",
+                   plan.tensor, " tensor rank(s) (--parallel.data ", plan.data, ", --parallel.pipeline ", plan.pipeline,
+                   ", --parallel.cfg ", plan.cfg, ", --parallel.tensor ", plan.tensor, "): launch a multiple of ",
+                   per_frame_rank, " ranks, for example ", per_frame_rank * std::max(1, world_size / per_frame_rank),
+                   ", or change the sizes");
+  Layout l;
+  l.data = plan.data;
+  l.pipeline = plan.pipeline;
+  l.cfg = plan.cfg;
+  l.tensor = plan.tensor;
+  l.clips = world_size / per_frame_rank;
+  return l;
+}
+
+StepRange stage_steps(int steps, int stages, int stage) {
+  const auto at = [&](int s) { return static_cast<int>(static_cast<long long>(s) * steps / stages); };
+  return {at(stage), at(stage + 1)};
+}
+
 }  // namespace vinf::job
