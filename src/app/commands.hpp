@@ -9,11 +9,13 @@ namespace vinf::app {
 
 // Parses args into vm (with positional arguments when `positional` is given) and, when opts has
 // the `config` option and it is given (and --help is not), the INI file it names; the command line
-// wins. Bad options are a vinf::InputError that names the option (and the file's line), with a
-// pointer to `vinf COMMAND --help`.
+// wins. `first`, when given, is parsed before both and wins over them (a job list's line). Bad
+// options are a vinf::InputError that names the option (and the file's line), with a pointer to
+// `vinf COMMAND --help`.
 void parse_options(const std::vector<std::string>& args, const boost::program_options::options_description& opts,
                    boost::program_options::variables_map& vm, const std::string& command,
-                   const boost::program_options::positional_options_description* positional = nullptr);
+                   const boost::program_options::positional_options_description* positional = nullptr,
+                   const std::vector<std::string>* first = nullptr);
 
 // Reads an INI file of options into vm beneath what is already there (the command line): sections
 // are dotted prefixes ([vi] local-frames = 8 is --vi.local-frames 8); an unknown key, a bad value

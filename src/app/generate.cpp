@@ -22,6 +22,7 @@
 
 #include "app/commands.hpp"
 #include "app/generate_options.hpp"
+#include "app/generate_run.hpp"
 #include "app/generate_support.hpp"
 #include "app/generate_video.hpp"
 #include "core/error.hpp"
@@ -65,6 +66,10 @@ struct Run {
   job::Job& job;
   Clock::time_point start;
   bool root = false;
+  // This unit's pipeline stage: its steps, and the previous stage's state (none on the first).
+  job::StepRange steps;
+  const StageState* in = nullptr;
+  bool last_stage() const { return steps.end == o.steps; }
   // The partition: frames in all, this rank's clip of nf frames from first_frame (clips differ by
   // at most a frame: infinity::clip_frames).
   int clips = 1, clip = 0;
@@ -86,11 +91,12 @@ struct Run {
   ResumePoint resume;
   std::string resume_path;
 
+  std::string prefix() const { return o.job_label.empty() ? "vinf generate:" : "vinf generate [" + o.job_label + "]:"; }
   void log(const std::string& line) const {
-    if (root && !o.quiet) std::cerr << "vinf generate: " << line << "\n" << std::flush;
+    if (root && !o.quiet) std::cerr << prefix() << " " << line << "\n" << std::flush;
   }
   void detail(const std::string& line) const {
-    if (root && o.verbose) std::cerr << "vinf generate: " << line << "\n" << std::flush;
+    if (root && o.verbose) std::cerr << prefix() << " " << line << "\n" << std::flush;
   }
   const io::CheckpointInfo* resumed() const { return resume.info.get(); }
   // This rank's frames in the files: branch 1 and tensor ranks other than the first hold the same
@@ -99,7 +105,12 @@ struct Run {
     const bool writes = job.grid().cfg_index() == 0 && job.grid().tensor_index() == 0;
     return {Shape{frames, ucfg.in_channels, lh, lw}, writes ? first_frame : 0, writes ? nf : 0};
   }
-  int start_step() const { return resumed() ? static_cast<int>(resumed()->state.step) : 0; }
+  // The step this unit starts from, and the one this job's run started from.
+  int start_step() const {
+    if (in) return in->step;
+    return resumed() ? static_cast<int>(resumed()->state.step) : 0;
+  }
+  int first_step() const { return in ? in->first_step : start_step(); }
 };
 
 // -- plan: every check of the inputs, before anything heavy runs ---------------------------------
@@ -200,7 +211,7 @@ void identify(Run& r) {
       {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"embeddings", o.embeddings}}},
       {"parallel",
        {{"cfg", o.cfg()}, {"clips", r.clips}, {"tensor", o.job.tensor}, {"world", r.job.size()},
-        {"frames-per-clip", r.nf}}},
+        {"frames-per-clip", r.nf}, {"data", o.job.data}, {"pipeline", o.job.pipeline}}},
       {"checkpoint", {{"every", o.checkpoint_every}, {"keep", o.checkpoint_keep}}},
       {"vi", vi_json(o.vi)},
       {"import-vi-config", o.vi_import},
@@ -224,6 +235,14 @@ void identify(Run& r) {
 bool choose_outputs(Run& r) {
   const RunPlan& o = r.o;
   mpi::Session& mpi = r.job.session();
+  if (r.in) {
+    // A later pipeline stage: the first stage chose the directory and the state to start from.
+    r.out_dir = r.in->out_dir;
+    r.ckpt_dir = r.out_dir + "/checkpoints";
+    identify(r);
+    r.resume_path = r.in->resumed_from;
+    return true;
+  }
   r.out_dir = choose_out_dir(o, mpi);
   r.ckpt_dir = r.out_dir + "/checkpoints";
   // A finished run (its run.json is written last) is never overwritten without --overwrite: the
@@ -261,7 +280,10 @@ bool choose_outputs(Run& r) {
 sampling::TextEmbeddings prepare_text(Run& r) {
   const RunPlan& o = r.o;
   sampling::TextEmbeddings text;
-  if (r.resumed()) {
+  if (r.in) {
+    text = r.in->text;
+    text.source = "the previous pipeline stage";
+  } else if (r.resumed()) {
     text = r.resumed()->text;
     VINF_INPUT_CHECK(text.width == r.ucfg.cross_attention_dim && (!r.guided || !text.negative_prompt_embeds.empty()),
                      "checkpoint ", r.resume_path, " holds text embeddings that do not fit this model and guidance");
@@ -297,7 +319,9 @@ OwnedTensor text_on_device(Run& r, const sampling::TextEmbeddings& text) {
 
 // -- models ----------------------------------------------------------------------------------
 
-struct Models {
+}  // namespace
+
+struct LoadedModels {
   std::unique_ptr<model::WeightFiles> files;
   std::unique_ptr<infinity::CommTensorGroup> tensor_group;  // with --parallel.tensor T > 1
   std::unique_ptr<model::UNet3D> unet;
@@ -305,12 +329,35 @@ struct Models {
   double load_seconds = 0;
 };
 
-Models load_models(Run& r) {
+ModelCache::ModelCache() = default;
+ModelCache::~ModelCache() = default;
+
+LoadedModels* ModelCache::find(const std::string& key) { return models_ && key == key_ ? models_.get() : nullptr; }
+
+LoadedModels& ModelCache::keep(const std::string& key, std::unique_ptr<LoadedModels> models) {
+  models_.reset();  // the old weights go before the new ones are kept
+  key_ = key;
+  models_ = std::move(models);
+  return *models_;
+}
+
+namespace {
+
+using Models = LoadedModels;
+
+// What the loaded models are: a job whose models are the same reuses them.
+std::string models_key(const Run& r) {
+  const RunPlan& o = r.o;
+  return json{o.model, o.unet, o.model_seed, r.vae_source, dtype_name(r.job.dtype()), o.job.tensor}.dump();
+}
+
+std::unique_ptr<Models> read_models(Run& r) {
   const RunPlan& o = r.o;
   Runtime& rt = r.job.runtime();
   const DType dtype = r.job.dtype();
   const auto t_load = Clock::now();
-  Models m;
+  auto owned = std::make_unique<Models>();
+  Models& m = *owned;
   const auto params = model::unet_parameters(r.ucfg);
   const mpi::ProcessGrid& grid = r.job.grid();
   const model::TensorShard shard{grid.tensor_index(), grid.tensor_size()};
@@ -339,7 +386,17 @@ Models load_models(Run& r) {
     r.log("no VAE (no --model.vae and no " + o.model + "/vae): writing latents only");
   }
   m.load_seconds = r.job.session().max(seconds_since(t_load));
-  return m;
+  return owned;
+}
+
+// The models, loaded once per process: a later video with the same ones reuses them (load time 0).
+Models& load_models(Run& r, ModelCache& cache) {
+  const std::string key = models_key(r);
+  if (Models* m = cache.find(key)) {
+    m->load_seconds = 0;
+    return *m;
+  }
+  return cache.keep(key, read_models(r));
 }
 
 // "8", or "5-6" when the frames do not divide evenly over the clips.
@@ -381,6 +438,7 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
 // The output directory and its checkpoints folder, checked once before anything is computed or
 // removed; with --overwrite the previous run's marker and checkpoints go.
 void prepare_out_dir(const Run& r) {
+  if (r.in) return;  // the first pipeline stage prepared it
   mpi::Session& mpi = r.job.session();
   std::string mkdir_error;
   if (r.root) {
@@ -417,6 +475,8 @@ class Denoiser {
   const Tensor& latents() const { return sampler_.latents(); }
   // This rank's latents in the files' frame-major layout, on the host.
   std::vector<float> host_latents() { return to_host(sampler_.latents()); }
+  std::vector<float> host_previous_x0() { return to_host(sampler_.previous_x0()); }
+  const io::TextCache& text() const { return text_cache_; }
   ActivationDump& dump() { return dump_; }
   double denoise_seconds = 0, checkpoint_seconds = 0;
   std::vector<double> step_max;  // every step's slowest rank
@@ -483,18 +543,21 @@ std::vector<float> Denoiser::to_host(const Tensor& t) {
   return host;
 }
 
-// The checkpoint's latents and solver memory, or the initial noise.
+// The previous pipeline stage's latents and solver memory, the checkpoint's, or the initial noise.
 void Denoiser::restore_or_draw() {
   ResumePoint& resume = r_.resume;
-  if (!r_.resumed()) {
+  if (!r_.in && !r_.resumed()) {
     noise_.initial(ctx_, rt_.arena(), sampler_.latents());
     return;
   }
+  const float* latents = r_.in ? r_.in->latents.data() : resume.latents.data();
+  const float* previous = r_.in ? r_.in->previous_x0.data() : resume.previous_x0.data();
   OwnedTensor prev_dev = rt_.arena().empty(DType::f32, frame_major_.shape);
-  ops::copy(ctx_, Tensor::wrap(resume.latents.data(), DType::f32, Device::cpu(), frame_major_.shape), frame_major_);
-  ops::copy(ctx_, Tensor::wrap(resume.previous_x0.data(), DType::f32, Device::cpu(), frame_major_.shape), prev_dev);
+  ops::copy(ctx_, Tensor::wrap(const_cast<float*>(latents), DType::f32, Device::cpu(), frame_major_.shape), frame_major_);
+  ops::copy(ctx_, Tensor::wrap(const_cast<float*>(previous), DType::f32, Device::cpu(), frame_major_.shape), prev_dev);
   sampler_.restore(ctx_, frame_major_.permute({0, 2, 1, 3, 4}), prev_dev.permute({0, 2, 1, 3, 4}));
   rt_.synchronize();
+  if (r_.in) return;
   resume.latents = {};
   resume.previous_x0 = {};
   r_.log("resuming from " + r_.resume_path + " (written by " + std::to_string(r_.resumed()->stamp.world_size) +
@@ -579,13 +642,13 @@ void Denoiser::write_checkpoint(int completed) {
 int Denoiser::run() {
   const RunPlan& o = r_.o;
   mpi::Session& mpi = r_.job.session();
-  const int start = r_.start_step();
-  Progress progress("vinf generate:", o.steps - start, static_cast<double>(r_.frames), "frame-steps/s",
+  const int start = r_.start_step(), end = std::max(start, r_.steps.end);
+  Progress progress(r_.prefix(), end - start, static_cast<double>(r_.frames), "frame-steps/s",
                     r_.root && !o.quiet, o.verbose ? 0.0 : 10.0);
   std::vector<double> step_seconds;
   const auto t_denoise = Clock::now();
   const double pace = test_step_seconds();
-  for (int i = start; i < o.steps; ++i) {
+  for (int i = start; i < end; ++i) {
     const auto t0 = Clock::now();
     step(i);
     step_seconds.push_back(seconds_since(t0));
@@ -594,12 +657,14 @@ int Denoiser::run() {
                                : std::string()) +
                         "t=" + std::to_string(r_.scheduler->timesteps()[static_cast<std::size_t>(i)]));
     if (pace > 0) std::this_thread::sleep_until(t0 + std::chrono::duration<double>(pace));
-    if (step_fault(mpi.rank(), i + 1)) ops::fill(ctx_, sampler_.latents().select(2, r_.nf / 2), std::nan(""));
+    if (step_fault(r_.job.world_session().rank(), i + 1)) ops::fill(ctx_, sampler_.latents().select(2, r_.nf / 2), std::nan(""));
     stop_if_not_finite(i);
     // Every rank learns whether any rank was asked to stop, and they stop together.
-    const bool last = i + 1 == o.steps;
+    // The end of the job, or of this pipeline stage's steps (the next stage starts from there, so
+    // a stop before it has run loses nothing).
+    const bool last = i + 1 == o.steps, handing_on = i + 1 == end && !last;
     const int stopped_by = last ? 0 : static_cast<int>(mpi.max(static_cast<double>(stop_signal())));
-    if (last || stopped_by != 0 || (o.checkpoint_every > 0 && (i + 1) % o.checkpoint_every == 0))
+    if (last || handing_on || stopped_by != 0 || (o.checkpoint_every > 0 && (i + 1) % o.checkpoint_every == 0))
       write_checkpoint(i + 1);
     if (stopped_by != 0) {
       // The time the slowest rank took from its signal to here (the rest of a step, the
@@ -677,8 +742,13 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
   for (const std::string& c : io::list_checkpoints(r.ckpt_dir)) outputs.push_back(fs::relative(c, r.out_dir).string());
   if (d.dump().enabled()) outputs.push_back("activations.h5");
   for (const std::string& f : video.files) outputs.push_back(f);
-  const int run_steps = o.steps - r.start_step();
-  const double rate = static_cast<double>(r.frames) * run_steps / std::max(d.denoise_seconds, 1e-9);
+  // With a pipeline, the earlier stages' steps and times came with the hand-off.
+  const int run_steps = o.steps - r.first_step();
+  std::vector<double> per_step = r.in ? r.in->step_seconds : std::vector<double>{};
+  per_step.insert(per_step.end(), d.step_max.begin(), d.step_max.end());
+  const double denoise = d.denoise_seconds + (r.in ? r.in->denoise_seconds : 0.0);
+  const double checkpoints = d.checkpoint_seconds + (r.in ? r.in->checkpoint_seconds : 0.0);
+  const double rate = static_cast<double>(r.frames) * run_steps / std::max(denoise, 1e-9);
   json run = {{"format", "vinf-run"},
               {"format_version", 1},
               {"vinf_version", VINF_VERSION},
@@ -686,23 +756,23 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
               {"out", r.out_dir},
               {"config", r.config},
               {"resumed_from", r.resume_path.empty() ? json(nullptr) : json(r.resume_path)},
-              {"start_step", r.start_step()},
+              {"start_step", r.first_step()},
               {"schedule", {{"timesteps", r.scheduler->timesteps()}, {"sigmas", r.scheduler->sigmas()}}},
               {"times_s",
                {{"load", m.load_seconds},
                 {"text", times.text},
-                {"denoise", d.denoise_seconds},
-                {"denoise_per_step", d.step_max},
-                {"checkpoint", d.checkpoint_seconds},
+                {"denoise", denoise},
+                {"denoise_per_step", per_step},
+                {"checkpoint", checkpoints},
                 {"write", times.write},
                 {"decode", video.decode_seconds},
                 {"video", video.write_seconds},
                 {"total", seconds_since(r.start)}}},
-              {"frame_steps_per_s", d.denoise_seconds > 0 ? rate : 0.0},
+              {"frame_steps_per_s", denoise > 0 ? rate : 0.0},
               {"ranks", ranks},
               {"outputs", outputs}};
   io::write_file_atomically(r.out_dir + "/run.json", run.dump(2) + "\n");
-  r.log("denoised " + std::to_string(run_steps) + " step(s) in " + format_duration(d.denoise_seconds) + " (" +
+  r.log("denoised " + std::to_string(run_steps) + " step(s) in " + format_duration(denoise) + " (" +
         std::to_string(rate).substr(0, 6) + " frame-steps/s); peak memory " + format_mib(peak) + " per rank");
   std::string listed = "latents.h5";
   for (const std::string& f : video.files) listed += ", " + f;
@@ -733,40 +803,87 @@ job::JobPlan job_plan(const RunPlan& o) {
   return plan;
 }
 
+// This stage's state after its steps, for the next stage.
+StageState hand_on(const Run& r, Denoiser& d) {
+  StageState out;
+  out.out_dir = r.out_dir;
+  out.step = std::max(r.start_step(), r.steps.end);
+  out.first_step = r.first_step();
+  out.latents = d.host_latents();
+  out.previous_x0 = d.host_previous_x0();
+  out.text = d.text();
+  out.step_seconds = r.in ? r.in->step_seconds : std::vector<double>{};
+  out.step_seconds.insert(out.step_seconds.end(), d.step_max.begin(), d.step_max.end());
+  out.denoise_seconds = d.denoise_seconds + (r.in ? r.in->denoise_seconds : 0.0);
+  out.checkpoint_seconds = d.checkpoint_seconds + (r.in ? r.in->checkpoint_seconds : 0.0);
+  out.resumed_from = r.resume_path;
+  return out;
+}
+
 }  // namespace
 
-int generate(const std::vector<std::string>& args) {
-  RunPlan o;
-  if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
+VideoOutcome run_video(RunPlan& o, job::Job& job, ModelCache& cache, const StageState* in) {
   const auto t_start = Clock::now();
-  hold_stop_signals();
-  const std::unique_ptr<job::Job> job =
-      job::start_job(job_plan(o), [&](int world) { check_generate_job(o, world); });
-  install_stop_signals();  // after MPI's own set-up, so that these handlers are the ones in place
-  Run r{o, *job, t_start};
-  r.root = job->root();
-  if (o.verbose)
-    for (const std::string& line : job->session().gather_on_root(job->session().placement(job->device())))
-      r.detail(line);
-  if (const std::string note = imported_fields_note(o, dtype_name(job->dtype()), job->grid().clip_size()); !note.empty())
+  Run r{o, job, t_start};
+  r.root = job.root();
+  r.in = in;
+  r.steps = job::stage_steps(o.steps, job.layout().pipeline, job.stage());
+  if (const std::string note = imported_fields_note(o, dtype_name(job.dtype()), job.grid().clip_size()); !note.empty())
     r.log(note);
-
   read_model_shape(r);
   partition(r);
   check_memory(r);
-  if (!choose_outputs(r)) return 0;
+  VideoOutcome outcome;
+  if (!choose_outputs(r)) {
+    outcome.end = VideoEnd::finished_before;
+    outcome.out_dir = r.out_dir;
+    return outcome;
+  }
+  outcome.out_dir = r.out_dir;
   const auto t_text = Clock::now();
   const sampling::TextEmbeddings text = prepare_text(r);
   Timings times;
   times.text = seconds_since(t_text);
-  const Models models = load_models(r);
+  const Models& models = load_models(r, cache);
   log_plan(r, models, text);
   prepare_out_dir(r);
 
   Denoiser denoiser(r, models, text);
-  if (const int stopped_by = denoiser.run(); stopped_by != 0) return kExitStopped;
+  if (const int stopped_by = denoiser.run(); stopped_by != 0) {
+    outcome.end = VideoEnd::stopped;
+    outcome.stop_signal = stopped_by;
+    return outcome;
+  }
+  if (!r.last_stage()) {
+    outcome.end = VideoEnd::handed_on;
+    outcome.handoff = hand_on(r, denoiser);
+    return outcome;
+  }
   write_outputs(r, models, denoiser, times);
-  return 0;
+  outcome.end = VideoEnd::complete;
+  return outcome;
+}
+
+int generate(const std::vector<std::string>& args) {
+  RunPlan o;
+  if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
+  hold_stop_signals();
+  // A job list is read (and refused) before MPI starts, on every rank alike.
+  const std::vector<JobSpec> list = o.jobs_file.empty() ? std::vector<JobSpec>{} : read_job_list(o.jobs_file);
+  const std::unique_ptr<job::Job> job = job::start_job(job_plan(o), [&](int world) {
+    if (list.empty()) check_generate_job(o, world);
+    else job::make_layout(o.job, world);
+  });
+  install_stop_signals();  // after MPI's own set-up, so that these handlers are the ones in place
+  if (o.verbose) {
+    const std::vector<std::string> lines = job->world_session().gather_on_root(job->world_session().placement(job->device()));
+    if (!o.quiet)
+      for (const std::string& line : lines) std::cerr << "vinf generate: " << line << "\n" << std::flush;
+  }
+  if (!list.empty() || o.job.pipeline > 1) return run_job_list(args, o, list, *job);
+  ModelCache cache;
+  const VideoOutcome outcome = run_video(o, *job, cache, nullptr);
+  return outcome.end == VideoEnd::stopped ? kExitStopped : 0;
 }
 
 }  // namespace vinf::app

@@ -52,6 +52,11 @@ po::options_description run_options(RunPlan& o, Spelled& sp) {
       "output directory (default outputs/<name>-<Slurm job id, or date-time>); an existing one is refused "
       "unless --overwrite")(
       "name", po::value(&o.name), "run name for the default output directory (default: the config file's name)")(
+      "jobs", po::value(&o.jobs_file),
+      "a job list (JSON Lines or CSV, see jobs/README.md): many videos in one run, each with its own options "
+      "(the line's win over the command line's, which win over --config's) writing OUT/<out> (or OUT/job-<k>); "
+      "the replicas (--parallel.data) take them from a queue; finished jobs are recorded in OUT/jobs.json, and "
+      "a run started again skips them and resumes interrupted ones")(
       "overwrite", po::value(&o.overwrite)->default_value(o.overwrite)->implicit_value(true),
       "write into an existing output directory, replacing the files this run makes")(
       "quiet,q", po::value(&o.quiet)->default_value(o.quiet)->implicit_value(true),
@@ -139,7 +144,14 @@ void add_output_options(po::options_description& all, RunPlan& o) {
   parallel.add_options()("parallel.cfg", po::value(&o.job.cfg)->default_value(o.job.cfg),
                          "1: each rank runs both guidance branches as a batch of 2; 2: rank pairs split them and "
                          "swap predictions every step (ranks = 2 x clips)")(
-      "parallel.tensor", po::value(&o.job.tensor)->default_value(o.job.tensor), kTensorOptionHelp);
+      "parallel.tensor", po::value(&o.job.tensor)->default_value(o.job.tensor), kTensorOptionHelp)(
+      "parallel.data", po::value(&o.job.data)->default_value(o.job.data),
+      "D: replicas, each a whole cfg x frame ranks x tensor layout (x pipeline stages) that loads the model once "
+      "and takes the next job of --jobs from a queue kept by rank 0")(
+      "parallel.pipeline", po::value(&o.job.pipeline)->default_value(o.job.pipeline),
+      "P: pipeline stages per replica: stage s runs steps [s S / P, (s + 1) S / P) of every job and hands the "
+      "latents and the solver's memory to stage s + 1; with --jobs the pipeline fills (stage 0 starts the next "
+      "job while stage 1 runs the previous one); the last stage writes the outputs");
 
   po::options_description output("[output]", kHelpWidth, kHelpColumn);
   output.add_options()("output.video", po::value(&o.video)->default_value(o.video)->implicit_value(true),
@@ -323,6 +335,10 @@ void check_run(const RunPlan& o, const po::variables_map& vm) {
                    o.vae_tile);
   VINF_INPUT_CHECK(o.cfg() == 1 || o.cfg() == 2, "--parallel.cfg must be 1 or 2, got ", o.cfg());
   VINF_INPUT_CHECK(o.job.tensor >= 1, "--parallel.tensor must be >= 1, got ", o.job.tensor);
+  VINF_INPUT_CHECK(o.job.data >= 1, "--parallel.data must be >= 1, got ", o.job.data);
+  VINF_INPUT_CHECK(o.job.pipeline >= 1, "--parallel.pipeline must be >= 1, got ", o.job.pipeline);
+  VINF_INPUT_CHECK(o.job.data == 1 || !o.jobs_file.empty(), "--parallel.data ", o.job.data,
+                   " makes replicas that take jobs from a list: give --jobs FILE (see jobs/README.md)");
   VINF_INPUT_CHECK(o.cfg() == 1 || o.guidance > 1, "--parallel.cfg 2 splits the two guidance branches, but ",
                    "--sampler.guidance ", o.guidance, " <= 1 runs only one; use --parallel.cfg 1");
   VINF_INPUT_CHECK(o.job.comm_timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.job.comm_timeout);
@@ -377,11 +393,11 @@ void print_help(const po::options_description& opts) {
 
 }  // namespace
 
-int parse_generate_options(const std::vector<std::string>& args, RunPlan& o) {
+int parse_generate_options(const std::vector<std::string>& args, RunPlan& o, const std::vector<std::string>* job_args) {
   Spelled sp;
   po::options_description opts = describe(o, sp);
   po::variables_map vm;
-  parse_options(args, opts, vm, "generate");
+  parse_options(args, opts, vm, "generate", nullptr, job_args);
   if (vm.count("help")) {
     print_help(opts);
     return 1;
@@ -395,7 +411,8 @@ int parse_generate_options(const std::vector<std::string>& args, RunPlan& o) {
   o.scheduler = sampling::parse_scheduler(sp.scheduler);
   VINF_INPUT_CHECK(sp.noise == "auto" || sp.noise == "invariant" || sp.noise == "compat",
                    "--sampler.noise must be auto, invariant or compat, got '", sp.noise, "'");
-  check_text(o, label);
+  // A job list's own command line may leave the prompts to the jobs: each job's plan checks them.
+  if (o.jobs_file.empty() || job_args) check_text(o, label);
   check_run(o, vm);
   // The job's choices, typed: a bad --device, --dtype or --comm-backend stops here, before MPI.
   o.job.device = job::parse_device_choice(sp.device);
@@ -412,8 +429,7 @@ int parse_generate_options(const std::vector<std::string>& args, RunPlan& o) {
 void check_generate_job(RunPlan& o, int world_size) {
   VINF_INPUT_CHECK(world_size % o.cfg() == 0, "--parallel.cfg 2 needs an even number of ranks (2 x clips), got ",
                    world_size);
-  job::check_layout(o.cfg(), o.job.tensor, world_size);
-  const int clips = world_size / (o.cfg() * o.job.tensor);
+  const int clips = job::make_layout(o.job, world_size).clips;
   if (o.frames == 0) o.frames = o.frames_per_clip * clips;
   VINF_INPUT_CHECK(o.frames >= clips, "--video.frames ", o.frames, " is fewer than the ", clips,
                    " clip ranks; use at most ", o.frames, " ranks or more frames");

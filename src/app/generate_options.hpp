@@ -50,6 +50,8 @@ struct RunPlan {
   std::vector<int> dump_step_list;      // parsed from dump_steps
   // output and run
   std::string out, name;
+  std::string jobs_file;  // --jobs FILE: many videos in one run
+  std::string job_label;  // a job list's job, in the log's lines ("" for a single run)
   bool overwrite = false, quiet = false, verbose = false;
   bool debug = false;  // --debug: check every UNet module's output, to name the first non-finite one
   std::string vi_import;  // --import-vi-config FILE
@@ -67,9 +69,12 @@ struct RunPlan {
   std::string builtin_preset() const { return model.substr(8); }
 };
 
-// Parses and checks what does not need the job's size. Returns 0 to go on, 1 after --help was
+// Parses and checks what does not need the job's size. job_args, when given, are a job list's line
+// (as --name=value tokens) and win over args, which win over --config's file; without them, a
+// command line with --jobs leaves the prompts to the jobs. Returns 0 to go on, 1 after --help was
 // printed, 2 after a bad option was reported. Throws vinf::InputError for bad values.
-int parse_generate_options(const std::vector<std::string>& args, RunPlan& o);
+int parse_generate_options(const std::vector<std::string>& args, RunPlan& o,
+                           const std::vector<std::string>* job_args = nullptr);
 
 // The exit status of a run that stopped on SIGTERM/SIGUSR1 after writing a checkpoint: the job
 // script requeues it, and `--resume auto` continues.

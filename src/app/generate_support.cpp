@@ -46,7 +46,8 @@ extern "C" void on_stop_signal(int sig) {
   if (g_stop_signal.compare_exchange_strong(none, sig)) g_stop_signal_ns.store(monotonic_ns());
 }
 
-// outputs/<name>-<Slurm job id[_array task]> or outputs/<name>-<local date-time>.
+}  // namespace
+
 std::string default_out_dir(const std::string& name) {
   std::string id;
   if (const char* job = std::getenv("SLURM_ARRAY_JOB_ID"); job && *job) {
@@ -64,6 +65,8 @@ std::string default_out_dir(const std::string& name) {
   }
   return "outputs/" + name + "-" + id;
 }
+
+namespace {
 
 // "a.b.c" -> value for every leaf of a JSON object.
 void flatten(const json& j, const std::string& prefix, std::map<std::string, std::string>& out) {

@@ -36,6 +36,8 @@ std::string decided_by_root(const mpi::Session& mpi, const std::function<std::st
 sampling::TextEmbeddings encode_prompts_on_root(const RunPlan& o, std::int64_t width, bool guided, job::Job& job,
                                                 std::vector<std::string>& warnings);
 
+// outputs/<name>-<Slurm job id (array: <array job id>_<task>), or the date and time>.
+std::string default_out_dir(const std::string& name);
 // The output directory: --out, or the run a --resume PATH belongs to, or outputs/<name>-<id>.
 // Refused when it exists, unless --overwrite or --resume.
 std::string choose_out_dir(const RunPlan& o, const mpi::Session& mpi);

@@ -123,7 +123,16 @@ void read_config_file(const std::string& path, const po::options_description& op
 }
 
 void parse_options(const std::vector<std::string>& args, const po::options_description& opts, po::variables_map& vm,
-                   const std::string& command, const po::positional_options_description* positional) {
+                   const std::string& command, const po::positional_options_description* positional,
+                   const std::vector<std::string>* first) {
+  if (first && !first->empty()) {
+    // Stored first, these win: a value stored once is final for later stores.
+    try {
+      po::store(po::command_line_parser(*first).options(opts).run(), vm);
+    } catch (const po::error& e) {
+      VINF_INPUT_FAIL(text_of(e), " (see vinf ", command, " --help)");
+    }
+  }
   try {
     po::command_line_parser parser(args);
     parser.options(opts);

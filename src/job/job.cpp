@@ -12,13 +12,16 @@ Job::~Job() {
   // Communicators before the runtime whose streams they use, the grid's groups before MPI ends.
   clip_.reset();
   cfg_.reset();
+  tensor_.reset();
   world_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (world_comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&world_comm_);
+  for (MPI_Comm* c : {&world_comm_, &handoff_comm_, &queue_comm_})
+    if (*c != MPI_COMM_NULL && !finalized) MPI_Comm_free(c);
   runtime_.reset();
   grid_.reset();
   session_.reset();
+  world_session_.reset();
 }
 
 Device choose_device(mpi::Session& session, DeviceChoice choice) {
@@ -76,12 +79,19 @@ std::unique_ptr<Job> start_job(const JobPlan& plan, const std::function<void(int
   VINF_INPUT_CHECK(plan.tensor >= 1, "--parallel.tensor must be >= 1, got ", plan.tensor);
   mpi::set_comm_timeout(plan.comm_timeout, "--comm-timeout");
   std::unique_ptr<Job> job(new Job());
-  job->session_ = std::make_unique<mpi::Session>(nullptr, nullptr);
+  job->world_session_ = std::make_unique<mpi::Session>(nullptr, nullptr);
+  mpi::Session& everyone = *job->world_session_;
+  if (check_world) check_world(everyone.size());
+  job->layout_ = make_layout(plan, everyone.size());
+  const int w = everyone.rank();
+  job->session_ = std::make_unique<mpi::Session>(everyone, w / job->layout_.unit());
   mpi::Session& session = *job->session_;
-  if (check_world) check_world(session.size());
-  check_layout(plan.cfg, plan.tensor, session.size());
+  for (MPI_Comm* c : {&job->handoff_comm_, &job->queue_comm_}) {
+    VINF_CHECK_MPI(MPI_Comm_dup(everyone.world(), c));
+    MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+  }
   job->grid_ = std::make_unique<mpi::ProcessGrid>(session, plan.cfg, plan.tensor);
-  job->device_ = choose_device(session, plan.device);
+  job->device_ = choose_device(everyone, plan.device);
   job->dtype_ = resolve_dtype(plan.dtype, job->device_);
   set_allow_tf32(plan.tf32);
   job->runtime_ = std::make_unique<Runtime>(job->device_);

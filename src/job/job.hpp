@@ -22,10 +22,22 @@ class Job {
   Job& operator=(const Job&) = delete;
   ~Job();
 
+  // The ranks that run one video together: this rank's unit (one pipeline stage of one replica;
+  // the whole job with --parallel.data 1 and --parallel.pipeline 1). rank(), size() and root()
+  // are the unit's, and so is every communicator below but world_session()'s and the two links.
   mpi::Session& session() { return *session_; }
   int rank() const { return session_->rank(); }
   int size() const { return session_->size(); }
   bool root() const { return session_->rank() == 0; }
+  // Every rank of the job, and where this one is in it (replica, stage).
+  mpi::Session& world_session() { return *world_session_; }
+  const Layout& layout() const { return layout_; }
+  int replica() const { return layout_.replica_of(world_session_->rank()); }
+  int stage() const { return layout_.stage_of(world_session_->rank()); }
+  // Copies of the world for the pipeline's hand-offs (point to point between the same unit rank of
+  // neighbouring stages) and for the job queue, so that neither meets another message.
+  MPI_Comm handoff_comm() const { return handoff_comm_; }
+  MPI_Comm queue_comm() const { return queue_comm_; }
   const mpi::ProcessGrid& grid() const { return *grid_; }
   const Device& device() const { return device_; }
   DType dtype() const { return dtype_; }
@@ -44,7 +56,9 @@ class Job {
  private:
   friend std::unique_ptr<Job> start_job(const JobPlan&, const std::function<void(int)>&);
   Job() = default;
-  std::unique_ptr<mpi::Session> session_;
+  std::unique_ptr<mpi::Session> world_session_, session_;
+  Layout layout_;
+  MPI_Comm handoff_comm_ = MPI_COMM_NULL, queue_comm_ = MPI_COMM_NULL;
   std::unique_ptr<mpi::ProcessGrid> grid_;
   Device device_{};
   DType dtype_ = DType::f32;
@@ -55,7 +69,8 @@ class Job {
 };
 
 // Starts the job. check_world, when given, runs right after MPI has started, with the number of
-// ranks, before anything else is made: the checks of a plan against the job's size. Throws
+// ranks, before anything else is made: the checks of a plan against the job's size. The world is
+// laid out as plan.data replicas x plan.pipeline stages of units (make_layout). Throws
 // vinf::InputError (on every rank alike) for a plan the job cannot run.
 std::unique_ptr<Job> start_job(const JobPlan& plan, const std::function<void(int world_size)>& check_world = {});
 

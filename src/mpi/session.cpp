@@ -82,7 +82,24 @@ Session::Session(int* argc, char*** argv) {
   set_process_rank(size_ > 1 ? rank_ : -1);
 }
 
+Session::Session(const Session& parent, int color) : visible_gpus_(parent.visible_gpus_), gpu_turn_(parent.gpu_turn_) {
+  VINF_CHECK_MPI(MPI_Comm_split(parent.comm_, color, parent.rank_, &comm_));
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  owns_comm_ = true;
+  VINF_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+  VINF_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  local_rank_ = parent.local_rank_;
+  local_size_ = parent.local_size_;
+}
+
 Session::~Session() {
+  if (owns_comm_) {
+    // A part of a job: its communicator goes, MPI stays for the session it was split from.
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && std::uncaught_exceptions() == 0) MPI_Comm_free(&comm_);
+    return;
+  }
   // Unwinding from an error: leave MPI to the fatal path, which aborts every rank. Finalising
   // here would wait for ranks that are still inside a collective.
   if (std::uncaught_exceptions() > 0) return;
@@ -93,33 +110,33 @@ Session::~Session() {
 
 bool Session::all(bool ok) const {
   int mine = ok ? 1 : 0, every = 0;
-  VINF_CHECK_MPI(MPI_Allreduce(&mine, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  VINF_CHECK_MPI(MPI_Allreduce(&mine, &every, 1, MPI_INT, MPI_MIN, comm_));
   return every == 1;
 }
 
 double Session::max(double v) const {
   double out = v;
-  VINF_CHECK_MPI(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  VINF_CHECK_MPI(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm_));
   return out;
 }
 
 std::vector<double> Session::max(const std::vector<double>& v) const {
   std::vector<double> out(v.size());
-  VINF_CHECK_MPI(MPI_Allreduce(v.data(), out.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  VINF_CHECK_MPI(MPI_Allreduce(v.data(), out.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, comm_));
   return out;
 }
 
 int Session::min(int v) const {
   int out = v;
-  VINF_CHECK_MPI(MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  VINF_CHECK_MPI(MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MIN, comm_));
   return out;
 }
 
 void Session::broadcast(std::string& s, int root) const {
   int n = static_cast<int>(s.size());
-  VINF_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, root, MPI_COMM_WORLD));
+  VINF_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, root, comm_));
   s.resize(static_cast<std::size_t>(n));
-  VINF_CHECK_MPI(MPI_Bcast(s.data(), n, MPI_CHAR, root, MPI_COMM_WORLD));
+  VINF_CHECK_MPI(MPI_Bcast(s.data(), n, MPI_CHAR, root, comm_));
 }
 
 namespace {
@@ -128,18 +145,18 @@ constexpr int kStreamTag = 7101;  // Session::send / receive
 
 void Session::send(const void* data, std::size_t bytes, int to) const {
   VINF_CHECK(bytes <= static_cast<std::size_t>(INT_MAX), "a message of ", bytes, " bytes is over MPI's count limit");
-  VINF_CHECK_MPI(MPI_Send(data, static_cast<int>(bytes), MPI_BYTE, to, kStreamTag, MPI_COMM_WORLD));
+  VINF_CHECK_MPI(MPI_Send(data, static_cast<int>(bytes), MPI_BYTE, to, kStreamTag, comm_));
 }
 
 void Session::receive(void* data, std::size_t bytes, int from) const {
   VINF_CHECK(bytes <= static_cast<std::size_t>(INT_MAX), "a message of ", bytes, " bytes is over MPI's count limit");
-  VINF_CHECK_MPI(MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, from, kStreamTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+  VINF_CHECK_MPI(MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, from, kStreamTag, comm_, MPI_STATUS_IGNORE));
 }
 
 int Session::gpu_count_on_every_rank() const {
   const int count = cuda_device_count();
   int least = count;
-  VINF_CHECK_MPI(MPI_Allreduce(&count, &least, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  VINF_CHECK_MPI(MPI_Allreduce(&count, &least, 1, MPI_INT, MPI_MIN, comm_));
   return least;
 }
 
@@ -164,7 +181,7 @@ std::string Session::placement(Device device) const {
 }
 
 std::vector<std::string> Session::gather_on_root(const std::string& line) const {
-  std::vector<std::string> all = all_gather_strings(MPI_COMM_WORLD, line);
+  std::vector<std::string> all = all_gather_strings(comm_, line);
   if (rank_ != 0) all.clear();
   return all;
 }

@@ -34,6 +34,11 @@ std::string library_version();
 class Session {
  public:
   Session(int* argc, char*** argv);
+  // A part of `parent`: the ranks of parent that give the same color, in parent's rank order (a
+  // pipeline stage of one replica, say). Rank, size, the collectives and world() are the part's;
+  // the node facts (local rank, the GPU turn) are the process's. Collective over parent. MPI
+  // stays initialised until parent ends.
+  Session(const Session& parent, int color);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -42,7 +47,8 @@ class Session {
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }  // among the ranks on this node
   int local_size() const { return local_size_; }
-  MPI_Comm world() const { return MPI_COMM_WORLD; }
+  // The ranks of this session: MPI_COMM_WORLD, or the part's communicator.
+  MPI_Comm world() const { return comm_; }
 
   // The fewest GPUs a rank sees (0 when any rank sees none, or without a CUDA backend). Collective.
   int gpu_count_on_every_rank() const;
@@ -83,6 +89,8 @@ class Session {
   void receive(void* data, std::size_t bytes, int from) const;
 
  private:
+  MPI_Comm comm_ = MPI_COMM_WORLD;
+  bool owns_comm_ = false;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::string visible_gpus_;  // CUDA_VISIBLE_DEVICES as this rank was started with it
   GpuTurn gpu_turn_;
