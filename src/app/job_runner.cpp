@@ -47,7 +47,8 @@ class JobRecord {
     for (const JobSpec& s : list)
       jobs.push_back({{"index", s.index}, {"out", s.out}, {"dir", dir + "/" + s.out}, {"line", s.line},
                       {"spec", s.text}, {"status", "pending"}, {"message", ""}, {"replica", nullptr},
-                      {"seconds", 0.0}, {"starts", 0}, {"updated", nullptr}});
+                      {"seconds", 0.0}, {"starts", 0}, {"started_s", nullptr}, {"ended_s", nullptr},
+                      {"updated", nullptr}});
     doc_["jobs"] = std::move(jobs);
   }
 
@@ -72,7 +73,8 @@ class JobRecord {
         const std::string st = (*old)["status"].get<std::string>();
         const bool finished = (st == "done" || st == "skipped") && fs::exists(j["dir"].get<std::string>() + "/run.json");
         if (finished || st == "failed") {
-          for (const char* k : {"status", "message", "replica", "seconds", "starts", "updated"}) j[k] = (*old)[k];
+          for (const char* k : {"status", "message", "replica", "seconds", "starts", "started_s", "ended_s", "updated"})
+            if (old->contains(k)) j[k] = (*old)[k];
           if (finished) j["status"] = "done";
           continue;
         }
@@ -87,7 +89,14 @@ class JobRecord {
 
   void apply(const job::JobReport& r) {
     json& j = doc_["jobs"][static_cast<std::size_t>(r.index)];
-    if (r.status == "running") j["starts"] = j["starts"].get<int>() + 1;
+    // Seconds since the epoch: when stage 0 began it (this run's first start) and when the last
+    // stage finished it, for throughput over the list (perf/pipeline-sweep).
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    if (r.status == "running") {
+      j["starts"] = j["starts"].get<int>() + 1;
+      if (j["started_s"].is_null()) j["started_s"] = now;
+    }
+    if (r.status == "done") j["ended_s"] = now;
     if (r.status != "handed-on") j["status"] = r.status == "skipped" ? "done" : r.status;
     if (r.status == "running" || r.status == "failed" || r.status == "stopped") j["message"] = r.message;
     if (r.status == "skipped") j["message"] = "finished before this run (run.json in its directory)";

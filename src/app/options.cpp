@@ -60,7 +60,10 @@ const char* const kRankLayoutHelp =
     "ranks are what is left). Rank w has tensor rank w % T, frame rank (w / T) % N and CFG branch\n"
     "w / (T N): a tensor group is T consecutive ranks (keep it on one node), and with T = 1 the clips\n"
     "of a branch are consecutive too. The frame ranks split the frames: as clips (--vi.mode compat,\n"
-    "invariant, off) or as a context (--vi.mode exact); rank k takes frames [k F / N, (k + 1) F / N).\n";
+    "invariant, off) or as a context (--vi.mode exact); rank k takes frames [k F / N, (k + 1) F / N).\n"
+    "With --parallel.data D and --parallel.pipeline P (vinf generate), world = D x P x that unit: world rank\n"
+    "w is in replica w / (P U) and stage (w / U) % P, where U = cfg x N x T is a unit's size, and has rank\n"
+    "w % U in its unit (a unit's ranks are consecutive). `vinf plan` prints the map for a number of ranks.\n";
 
 const char* const kConfigOptionHelp =
     "read options from this INI file: one `key = value` per line with the long option names as keys (after a "
