@@ -36,6 +36,9 @@ same() {  # same DESCRIPTION A.h5 B.h5: bit for bit
   if out=$("$tool" h5-compare "$2" "$3" 0 2>&1); then echo "ok: $1"; else echo "FAIL: $1"; echo "$out" | tail -3; fails=$((fails + 1)); fi
 }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# q FILE EXPR: a Python expression over the JSON file's contents `d` (python3, which the bare GPU
+# machines have too, unlike jq).
+q() { python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"; }
 
 # The jobs, and each one's single run on one rank (the references).
 cat > "$work/list.jsonl" <<'EOF'
@@ -61,8 +64,8 @@ good=(kite job-1 lighthouse)
 status=$?
 [ "$status" -eq 2 ] && echo "ok: a failed job makes the exit status 2" || fail "exit status $status, not 2 (a job failed)"
 for j in "${good[@]}"; do same "$n replica(s): $j = its single run" "$work/data/$j/latents.h5" "$work/ref/$j/latents.h5"; done
-if jq -e '.jobs[2].status == "failed" and (.jobs[2].message | test("video.height")) and
-          ([.jobs[] | select(.status == "done")] | length) == 3' "$work/data/jobs.json" >/dev/null; then
+failed='d["jobs"][2]["status"] == "failed" and "video.height" in d["jobs"][2]["message"]'
+if [ "$(q "$work/data/jobs.json" "$failed and sum(j['status'] == 'done' for j in d['jobs']) == 3")" = True ]; then
   echo "ok: jobs.json: 3 done, job-2 failed with its message"
 else
   fail "jobs.json"; cat "$work/data/jobs.json"
@@ -79,7 +82,7 @@ if [ "$n" -ge 2 ]; then
     same "pipeline of $n stages, filled: kite = one rank" "$work/pipe/kite/latents.h5" "$work/ref/kite_ddim/latents.h5"
     same "pipeline of $n stages, filled: lighthouse = one rank" "$work/pipe/lighthouse/latents.h5" \
       "$work/ref/lighthouse/latents.h5"
-    steps=$(jq '.times_s.denoise_per_step | length' "$work/pipe/kite/run.json")
+    steps=$(q "$work/pipe/kite/run.json" 'len(d["times_s"]["denoise_per_step"])')
     [ "$steps" = 3 ] && echo "ok: run.json has the 3 steps of every stage" || fail "run.json lists $steps steps, not 3"
   else
     fail "pipeline with a job list"
@@ -123,7 +126,7 @@ VINF_FAULT_STEP="rank=0,step=1,signal=TERM" "$mpiexec" -x VINF_FAULT_STEP -np "$
   --jobs "$work/list.jsonl" "${layout[@]}" --out "$work/stop" > "$work/stop.log" 2>&1
 status=$?
 [ "$status" -eq 75 ] && echo "ok: stopped by SIGTERM: exit 75" || { fail "exit status $status after SIGTERM, not 75"; tail -5 "$work/stop.log"; }
-before=$(jq -r '[.jobs[] | select(.status == "done") | .out] | join(" ")' "$work/stop/jobs.json")
+before=$(q "$work/stop/jobs.json" '" ".join(j["out"] for j in d["jobs"] if j["status"] == "done")')
 declare -A stamp
 for j in $before; do stamp[$j]=$(stat -c %Y.%i "$work/stop/$j/run.json"); done
 "$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --vi.local-frames 2 --jobs "$work/list.jsonl" "${layout[@]}" --out "$work/stop" \
@@ -134,12 +137,12 @@ for j in "${good[@]}"; do same "stopped and run again: $j" "$work/stop/$j/latent
 for j in $before; do
   [ "${stamp[$j]}" = "$(stat -c %Y.%i "$work/stop/$j/run.json")" ] || fail "$j was finished before the stop, yet ran again"
 done
-if jq -e '[.jobs[] | select(.status == "done")] | length == 3' "$work/stop/jobs.json" >/dev/null; then
+if [ "$(q "$work/stop/jobs.json" 'sum(j["status"] == "done" for j in d["jobs"])')" = 3 ]; then
   echo "ok: every good job done (finished before the stop: ${before:-none})"
 else
   fail "jobs.json after the second run"; cat "$work/stop/jobs.json"
 fi
-resumed=$(for j in "${good[@]}"; do jq -r '.resumed_from // empty' "$work/stop/$j/run.json"; done | grep -c checkpoints)
+resumed=$(for j in "${good[@]}"; do q "$work/stop/$j/run.json" 'd["resumed_from"] or ""'; done | grep -c checkpoints)
 [ "$resumed" -ge 1 ] && echo "ok: $resumed job(s) resumed from a checkpoint" || fail "no job resumed from its checkpoint"
 
 [ "$fails" -eq 0 ] && echo "all job-list checks passed at $n rank(s)"
