@@ -91,7 +91,14 @@ struct Run {
   ResumePoint resume;
   std::string resume_path;
 
-  std::string prefix() const { return o.job_label.empty() ? "vinf generate:" : "vinf generate [" + o.job_label + "]:"; }
+  // "vinf generate:", or with the job and the pipeline stage: "vinf generate [kite, stage 2/4]:".
+  std::string prefix() const {
+    std::string where = o.job_label;
+    if (job.layout().pipeline > 1)
+      where += (where.empty() ? "" : ", ") + std::string("stage ") + std::to_string(job.stage() + 1) + "/" +
+               std::to_string(job.layout().pipeline);
+    return where.empty() ? "vinf generate:" : "vinf generate [" + where + "]:";
+  }
   void log(const std::string& line) const {
     if (root && !o.quiet) std::cerr << prefix() << " " << line << "\n" << std::flush;
   }

@@ -388,7 +388,10 @@ void print_help(const po::options_description& opts) {
                "other\nfailures, 3 when a collective timed out, "
             << kExitStopped
             << " when a stop signal (SIGTERM, SIGUSR1) ended the run\nafter a checkpoint (run again with "
-               "--resume auto). A failure on any rank ends every rank.\n";
+               "--resume auto). A failure on any rank ends every rank.\nWith --jobs: 2 when a job failed on bad "
+               "input (the other jobs ran; OUT/jobs.json says which), " << kExitStopped
+            << "\nafter a stop signal (run the same command again: finished jobs are skipped, interrupted ones "
+               "resume).\n";
 }
 
 }  // namespace

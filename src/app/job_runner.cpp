@@ -262,6 +262,7 @@ class Stage {
           break;
       }
     } catch (const InputError& e) {
+      if (list_.empty()) throw;  // one video: refused as a single run is
       // Bad input of this job, seen alike by every rank of the unit: the others go on.
       if (job_.root())
         std::cerr << "vinf generate [" << (spec.out.empty() ? "job" : spec.out) << "]: error: " << e.what()

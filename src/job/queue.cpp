@@ -22,9 +22,19 @@ void send_text(MPI_Comm comm, const std::string& s, int to, int tag) {
   VINF_CHECK_MPI(MPI_Send(s.data(), static_cast<int>(s.size()), MPI_CHAR, to, tag, comm));
 }
 
-std::string receive_text(MPI_Comm comm, int from, int tag, MPI_Status* status = nullptr) {
+// Waits for a message without spinning: a rank waiting for the stage before it (or for the last
+// replica at the end) leaves the cores to the ranks that compute, also when ranks outnumber them.
+MPI_Status wait_for(MPI_Comm comm, int from, int tag) {
   MPI_Status st;
-  VINF_CHECK_MPI(MPI_Probe(from, tag, comm, &st));
+  for (int arrived = 0;;) {
+    VINF_CHECK_MPI(MPI_Iprobe(from, tag, comm, &arrived, &st));
+    if (arrived) return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+std::string receive_text(MPI_Comm comm, int from, int tag, MPI_Status* status = nullptr) {
+  const MPI_Status st = wait_for(comm, from, tag);
   int n = 0;
   MPI_Get_count(&st, MPI_CHAR, &n);
   std::string s(static_cast<std::size_t>(n), '\0');
@@ -57,15 +67,9 @@ void JobQueue::serve(std::vector<int> order, std::function<void(const JobReport&
   int finished = 0;
   const int replicas = job_.layout().data;
   while (finished < replicas) {
-    int arrived = 0;
-    MPI_Status st;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &arrived, &st);
-    if (!arrived) {
-      // Polling, not a blocking receive: an MPI library spinning in a receive would take a core
-      // from the rank's own threads for the whole run.
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      continue;
-    }
+    // Polling (wait_for), not a blocking receive: an MPI library spinning in a receive would take
+    // a core from the rank's own threads for the whole run.
+    const MPI_Status st = wait_for(comm_, MPI_ANY_SOURCE, MPI_ANY_TAG);
     const std::string text = receive_text(comm_, st.MPI_SOURCE, st.MPI_TAG);
     if (st.MPI_TAG == kNext) {
       const int k = left.empty() ? -1 : left.front();
@@ -110,7 +114,12 @@ void JobQueue::close() {
   if (closed_) return;
   closed_ = true;
   if (server_.joinable()) server_.join();
-  VINF_CHECK_MPI(MPI_Barrier(comm_));
+  MPI_Request barrier;
+  VINF_CHECK_MPI(MPI_Ibarrier(comm_, &barrier));
+  for (int done = 0; !done;) {
+    VINF_CHECK_MPI(MPI_Test(&barrier, &done, MPI_STATUS_IGNORE));
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 void send_handoff(MPI_Comm comm, int to, const std::string& header, const std::vector<const std::vector<float>*>& arrays) {
@@ -125,8 +134,7 @@ void send_handoff(MPI_Comm comm, int to, const std::string& header, const std::v
 std::string receive_handoff_header(MPI_Comm comm, int from) { return receive_text(comm, from, kHandoffHeader); }
 
 std::vector<float> receive_handoff_array(MPI_Comm comm, int from) {
-  MPI_Status st;
-  VINF_CHECK_MPI(MPI_Probe(from, kHandoffArray, comm, &st));
+  const MPI_Status st = wait_for(comm, from, kHandoffArray);
   int n = 0;
   MPI_Get_count(&st, MPI_FLOAT, &n);
   std::vector<float> a(static_cast<std::size_t>(n));
