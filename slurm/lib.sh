@@ -1,4 +1,4 @@
-# Shared by the vinf job scripts (vinf.sbatch, multinode.sbatch, sweep.sbatch), which source it;
+# Shared by the vinf job scripts (vinf.sbatch, multinode.sbatch, sweep.sbatch, jobs.sbatch), which source it;
 # not a job script itself. It finds vinf, chooses GPU or CPU mode, loads NCCL profiles, prints what
 # a failed job's log needs, runs `vinf generate` under srun with the stop signals forwarded, and
 # requeues the job when vinf stopped after a checkpoint (exit status 75).
@@ -15,6 +15,7 @@
 #   VINF_COMM_TIMEOUT  seconds a collective may wait before vinf ends the job (vinf's --comm-timeout)
 #   VINF_OUT           the output directory (default outputs/<job name>-<job id>; give an earlier
 #                      job's to continue it from its newest checkpoint)
+#   VINF_DATA, VINF_PIPELINE  jobs.sbatch's replicas and pipeline stages (see there)
 
 vinf_log() { echo "[vinf-job $(date '+%F %T')] $*"; }
 
@@ -23,6 +24,7 @@ vinf_log() { echo "[vinf-job $(date '+%F %T')] $*"; }
 # job with it, unrequeued). vinf_generate then does not start vinf, and the job requeues.
 vinf_signals=0
 vinf_early_stop=""
+vinf_jobs_line=""
 vinf_remember_stops() {
   trap 'vinf_signals=$((vinf_signals + 1)); vinf_early_stop=${vinf_early_stop:-USR1}' USR1
   trap 'vinf_signals=$((vinf_signals + 1)); vinf_early_stop=${vinf_early_stop:-TERM}' TERM
@@ -91,7 +93,8 @@ vinf_choose_device() {
 # partition's GraceTime) reaches the ranks directly, with the same effect. (SIGTERM sent to srun
 # itself, e.g. scancel --full, or Slurm requeueing the job without a grace time, makes srun kill
 # the ranks at once.) A stop signal that came before this sets 75 without starting vinf. Sets
-# vinf_rc.
+# vinf_rc, and vinf_jobs_line to vinf's count of a job list's jobs ("3 done, 1 failed, 0 to do";
+# empty without --jobs).
 vinf_generate() {
   local out=$1 config=$2
   shift 2
@@ -127,6 +130,8 @@ vinf_generate() {
   exec {vinf_srun_fd}>&-
   wait "$tee_pid" 2>/dev/null || true
   vinf_first_failure "$srun_log"
+  vinf_jobs_line=$(grep -oE 'vinf generate: [0-9]+ done, [0-9]+ failed, [0-9]+ to do' "$srun_log" | tail -1)
+  vinf_jobs_line=${vinf_jobs_line#vinf generate: }
   rm -f "$srun_log"
 }
 
@@ -165,29 +170,34 @@ vinf_slurm_requeued() {
 
 # vinf_finish OUT: ends the job script after vinf_generate. 75 (stopped after a checkpoint): the job
 # requeues itself and its next start resumes from OUT, unless Slurm has requeued it already; other
-# statuses end the job with them.
+# statuses end the job with them. A job list's 2 (some of its jobs failed on bad input, the others
+# ran to the end) is reported as such.
 vinf_finish() {
-  local out=$1
+  local out=$1 checkpoints=$1/checkpoints
+  # A job list: each job has its checkpoints in its own directory.
+  [ -z "$vinf_jobs_line" ] || checkpoints="$out/<job>/checkpoints (the interrupted jobs'; $vinf_jobs_line)"
   if [ "$vinf_rc" != 0 ] && vinf_slurm_requeued; then
-    vinf_log "Slurm has requeued job $SLURM_JOB_ID itself (a preemption or a node failure, JobState=$vinf_job_state), vinf status $vinf_rc: not requeueing it again. Its next start resumes from the newest checkpoint in $out/checkpoints"
+    vinf_log "Slurm has requeued job $SLURM_JOB_ID itself (a preemption or a node failure, JobState=$vinf_job_state), vinf status $vinf_rc: not requeueing it again. Its next start resumes from the newest checkpoint in $checkpoints"
     exit "$vinf_rc"
   fi
   case $vinf_rc in
     0)
-      vinf_log "done: outputs in $out/"
+      if [ -n "$vinf_jobs_line" ]; then vinf_log "done: every job of the list ($vinf_jobs_line), outputs in $out/<job>/, recorded in $out/jobs.json"; else
+        vinf_log "done: outputs in $out/"
+      fi
       exit 0
       ;;
     75)
       local starts=${SLURM_RESTART_COUNT:-0} limit=${VINF_MAX_REQUEUES:-10} said
       if [ "$starts" -ge "$limit" ]; then
-        vinf_log "stopped with a checkpoint in $out/checkpoints, but the job has been requeued $starts times (VINF_MAX_REQUEUES=$limit): not again. To continue, resubmit with VINF_OUT=$out"
+        vinf_log "stopped with a checkpoint in $checkpoints, but the job has been requeued $starts times (VINF_MAX_REQUEUES=$limit): not again. To continue, resubmit with VINF_OUT=$out"
         exit 75
       fi
-      vinf_log "stopped with a checkpoint in $out/checkpoints: requeueing job $SLURM_JOB_ID; its next start resumes there"
+      vinf_log "stopped with a checkpoint in $checkpoints: requeueing job $SLURM_JOB_ID; its next start resumes there"
       if ! said=$(scontrol requeue "$SLURM_JOB_ID" 2>&1); then
         # Slurm may have requeued it in the meantime (a preemption's grace time ending).
         if vinf_slurm_requeued; then
-          vinf_log "Slurm has requeued job $SLURM_JOB_ID itself meanwhile (JobState=$vinf_job_state): its next start resumes from $out/checkpoints"
+          vinf_log "Slurm has requeued job $SLURM_JOB_ID itself meanwhile (JobState=$vinf_job_state): its next start resumes from $checkpoints"
           exit 75
         fi
         vinf_log "error: scontrol requeue $SLURM_JOB_ID failed: ${said:-no reason given} (JobState=$vinf_job_state: submitted with --no-requeue, or cancelled); to continue, resubmit with VINF_OUT=$out" >&2
@@ -198,6 +208,11 @@ vinf_finish() {
       exit 75
       ;;
     *)
+      # A job list's bad input is its failed jobs' own: the others ran to the end.
+      if [ "$vinf_rc" = 2 ] && [[ $vinf_jobs_line =~ \ [1-9][0-9]*\ failed ]]; then
+        vinf_log "some jobs failed, the others are done ($vinf_jobs_line): the table above names each failed job and why, $out/jobs.json records them, jobs/summarize $out tabulates the finished ones. After fixing the failed lines, resubmit with VINF_OUT=$out: only those run again" >&2
+        exit 2
+      fi
       local why="exit status $vinf_rc"
       [ "$vinf_rc" -le 128 ] || why="a rank killed by signal $((vinf_rc - 128)) ($(kill -l $((vinf_rc - 128)) 2>/dev/null || echo '?'); KILL: out of memory, a node failure, or srun ending the others)"
       vinf_log "error: vinf generate failed: $why. srun's lines above name the task (= rank) that failed first; vinf's exit statuses: 2 bad input, 3 a collective timed out, 1 other errors. Checkpoints, if any, are in $out/checkpoints: after fixing the cause, resubmit with VINF_OUT=$out to continue from them" >&2

@@ -23,6 +23,11 @@
 #                 GraceTime the ranks checkpoint and the job requeues itself; without, Slurm
 #                 requeues it and the script leaves that be; the result is the uninterrupted run's
 #   rank-failure  a rank killed mid-run: the job ends FAILED within a minute, the rank named
+#   jobs          sbatch slurm/jobs.sbatch jobs/test-jobs.jsonl on 2 nodes x 2 tasks, twice at once:
+#                 2 replicas x 2 pipeline stages (VINF_PIPELINE) stopped mid-list by SIGUSR1, and 4
+#                 replicas (--parallel.data 4) unstopped; the first requeues itself, skips the
+#                 finished jobs and resumes the interrupted ones; both end FAILED with exit code 2
+#                 (bad-size), the others done and bit-identical to their runs alone
 #   refusals      bad submissions end with exit status 2 and a message naming what to fix; the
 #                 script's requeue decisions against a stand-in scontrol
 # Exit status 77 (skipped) when not root or Slurm is not installed.
@@ -49,7 +54,7 @@ trap 'exit 1' INT TERM
 case $scenario in
   multinode) port=6910 ;; sweep) port=6920 ;; srun) port=6930 ;;
   requeue) port=6940 ;; rank-failure) port=6950 ;; refusals) port=6960 ;;
-  timelimit) port=6970 ;; preempt) port=6980 ;;
+  timelimit) port=6970 ;; preempt) port=6980 ;; jobs) port=6990 ;;
   *) echo "unknown scenario '$scenario'"; exit 2 ;;
 esac
 bash "$cluster" start "$state" 2 4 2 "$port" || { echo "FAIL: the test cluster did not start"; exit 1; }
@@ -316,6 +321,83 @@ rank-failure)
   [ $fails -eq 0 ] || show_log "$log"
   ;;
 
+jobs)
+  # One list, two layouts at once on the 4 tasks of 2 nodes (a unit of one rank either way):
+  # jl: 2 replicas (the default: as many as the tasks allow) x 2 stages (VINF_PIPELINE=2), each
+  # replica on one node, steps paced and checkpointed, stopped once a checkpoint exists; jd: 4
+  # replicas of one rank, --parallel.data among the options. Meanwhile each good job runs alone on
+  # one rank (a pipeline of one-rank stages equals one rank bit for bit).
+  SECONDS=0
+  list=(jobs/test-jobs.jsonl inputs/demo.ini --video.frames 32)
+  a=$(env "${pace[@]}" VINF_PIPELINE=2 sbatch --parsable --job-name=jl --nodes=2 "${node[@]}" slurm/jobs.sbatch \
+    "${list[@]}" --checkpoint.every 1)
+  b=$(sbatch --parsable --job-name=jd --nodes=2 "${node[@]}" slurm/jobs.sbatch "${list[@]}" --parallel.data 4)
+  alone() {  # NAME OPTIONS...: the job's run alone into outputs/alone-NAME
+    local name=$1
+    shift
+    "$vinf" generate --config inputs/demo.ini --video.frames 32 "$@" --out "outputs/alone-$name" -q >/dev/null 2>&1
+  }
+  alone kite --sampler.seed 1 --sampler.steps 2 --prompt.text "a kite over the dunes" &
+  alone lighthouse --sampler.seed 2 --sampler.steps 2 --prompt.text "a lighthouse" --prompt.text "a lighthouse in a storm" \
+    --vi.local-frames 4 &
+  alone harbour --sampler.seed 4 --sampler.steps 3 --prompt.text "a harbour at dawn" --sampler.scheduler ddim &
+  out=outputs/jl-$a log=outputs/jl-$a.log
+  for t in $(seq 600); do
+    compgen -G "$out/*/checkpoints/step-000001.h5" >/dev/null && break
+    [ $((t % 10)) != 0 ] || [ -n "$(squeue -h -j "$a" 2>/dev/null)" ] || break
+    sleep 0.1
+  done
+  scancel --batch --signal=USR1 "$a"                              # as --signal=B:USR1@120
+  wait
+  good=(kite lighthouse harbour)
+  for name in "${good[@]}"; do check "$name alone" test -f "outputs/alone-$name/latents.h5"; done
+  # ended JOBID: the job ends FAILED with exit code 2 (a job of the list failed, the others ran).
+  ended() {
+    local got
+    got=$(bash "$cluster" wait "$state" 120 "$1")
+    if grep -q ' FAILED 2:0$' <<<"$got"; then ok "job $1: $got (the failed job's exit status 2)"; else fail "job $1 ended as '$got', expected FAILED 2:0"; fi
+  }
+  # the_list DIR LOG LAYOUT: every good job's latents equal its run alone, jobs.json has 3 done and
+  # bad-size failed naming video.height, the log has vinf's layout, the table and the script's word.
+  the_list() {
+    local dir=$1 log=$2 cmp name
+    for name in "${good[@]}"; do
+      if cmp=$("$tool" h5-compare "$dir/$name/latents.h5" "outputs/alone-$name/latents.h5" 0 2>&1); then ok "$dir/$name = its run alone ($cmp)"; else
+        fail "$dir/$name differs from its run alone: $cmp"
+      fi
+    done
+    check "$dir/jobs.json: 3 done, bad-size failed naming video.height" jq -e '
+      ([.jobs[] | select(.status == "done") | .out] | sort) == ["harbour", "kite", "lighthouse"] and
+      (.jobs[] | select(.out == "bad-size") | .status == "failed" and (.message | test("video.height")))' "$dir/jobs.json"
+    check "$log: $3" grep -qF "$3" "$log"
+    check "$log: the table of the jobs" grep -qE '^  bad-size +failed +[0-9.]+ s  --video.height must be a multiple of 8' "$log"
+    check "$log: some jobs failed, the others are done" grep -qF "some jobs failed, the others are done (3 done, 1 failed, 0 to do): the table above names each failed job" "$log"
+  }
+  ended "$b"
+  the_list "outputs/jd-$b" "outputs/jd-$b.log" "4 replica(s) x 1 pipeline stage(s) of 1 rank(s)"
+  check "jd: the layout of the options, none added" grep -q "layout as the options and inputs/demo.ini set it over 4 task(s)" "outputs/jd-$b.log"
+  [ $fails -eq 0 ] || show_log "outputs/jd-$b.log"
+  ended "$a"
+  echo "the lists took $SECONDS s; jl:"
+  timeline "$log"
+  the_list "$out" "$log" "2 replica(s) x 2 pipeline stage(s) of 1 rank(s)"
+  check "jl: VINF_PIPELINE=2 and the default replicas" grep -q 'layout --parallel.pipeline 2 --parallel.data 2 over 4 task(s)' "$log"
+  check "the batch shell passed SIGUSR1 on" grep -q 'received SIGUSR1: passing it to every rank' "$log"
+  check "the list stopped with jobs to do and requeued itself once" \
+    test "$(grep -c 'stopped with a checkpoint in .*<job>/checkpoints (the interrupted jobs.* [1-9] to do): requeueing job' "$log")" -eq 1
+  check "the second start ran the same list" grep -q 'requeued 1 time(s) so far' "$log"
+  # The jobs done at the stop (the first table) ran once; some job resumed from its checkpoint;
+  # bad-size was not tried again.
+  first=$(sed -n '/vinf generate: jobs (/,/ to do; /p' "$log" | sed '/ to do; /q' | awk '$2 == "done" {print $1}')
+  echo "  done at the stop: $(tr '\n' ' ' <<<"${first:-none}")"
+  for name in $first; do check "$name, done at the stop, was not run again" test "$(jq ".jobs[] | select(.out == \"$name\") | .starts" "$out/jobs.json")" = 1; done
+  check "bad-size was not tried again" test "$(jq '.jobs[] | select(.out == "bad-size") | .starts' "$out/jobs.json")" = 1
+  resumed=$(for name in "${good[@]}"; do jq -r '.resumed_from // empty' "$out/$name/run.json"; done | grep -c checkpoints)
+  check "$resumed interrupted job(s) resumed from a checkpoint" test "$resumed" -ge 1
+  srun_options "$log"
+  [ $fails -eq 0 ] || { show_log "$log"; cat "$out/jobs.json"; }
+  ;;
+
 refusals)
   # refused LOG_NAME TEXT SBATCH_ARGS...: the job fails with exit status 2 and TEXT in its log.
   refused() {
@@ -345,6 +427,11 @@ refusals)
   refused sweepconfig "no config file for the sweep" --array=0 slurm/sweep.sbatch noconf.csv
   printf 'prompt,seed\n"unclosed,1\n' >quote.csv
   refused quote "quote.csv:2: a quote is not closed" --array=0 slurm/sweep.sbatch quote.csv inputs/demo.ini
+  refused nolist "no job list: sbatch slurm/jobs.sbatch JOBLIST BASE.ini" slurm/jobs.sbatch
+  refused listmissing "cannot read the job list 'jobs/nothing.jsonl'" slurm/jobs.sbatch jobs/nothing.jsonl inputs/demo.ini
+  refused listbase "no base config file: sbatch slurm/jobs.sbatch jobs/test-jobs.jsonl BASE.ini" slurm/jobs.sbatch jobs/test-jobs.jsonl
+  VINF_PIPELINE=3 refused stages "4 task(s) do not split into replicas of 3 stage(s) x cfg 1 x tensor 1: submit a multiple of 3 tasks, or set VINF_DATA" \
+    --nodes=2 slurm/jobs.sbatch jobs/test-jobs.jsonl inputs/demo.ini
   # srun's status when it killed the other ranks after one failed (the race the badopt job may or
   # may not hit): the job's status is the first failing task's, read from srun's lines.
   printf 'srun: error: node1: task 1: Exited with exit code 2\nslurmstepd: error: *** STEP CANCELLED ***\nsrun: error: node1: task 0: Terminated\n' >srun-race.log
