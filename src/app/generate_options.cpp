@@ -339,6 +339,8 @@ void check_run(const RunPlan& o, const po::variables_map& vm) {
   VINF_INPUT_CHECK(o.job.pipeline >= 1, "--parallel.pipeline must be >= 1, got ", o.job.pipeline);
   VINF_INPUT_CHECK(o.job.data == 1 || !o.jobs_file.empty(), "--parallel.data ", o.job.data,
                    " makes replicas that take jobs from a list: give --jobs FILE (see jobs/README.md)");
+  VINF_INPUT_CHECK(o.jobs_file.empty() || o.resume.empty() || o.resume == "auto", "--resume ", o.resume,
+                   " with --jobs: every job resumes from its own checkpoints; give --resume auto or leave it out");
   VINF_INPUT_CHECK(o.cfg() == 1 || o.guidance > 1, "--parallel.cfg 2 splits the two guidance branches, but ",
                    "--sampler.guidance ", o.guidance, " <= 1 runs only one; use --parallel.cfg 1");
   VINF_INPUT_CHECK(o.job.comm_timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.job.comm_timeout);

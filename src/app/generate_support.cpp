@@ -388,6 +388,8 @@ void check_dump_modules(const RunPlan& o, const model::UNetConfig& c) {
                    "both guidance branches of its frames)");
   VINF_INPUT_CHECK(o.job.tensor == 1, "--dump.modules needs --parallel.tensor 1 (every rank then holds ",
                    "whole modules)");
+  VINF_INPUT_CHECK(o.job.pipeline == 1, "--dump.modules needs --parallel.pipeline 1 (the dump steps would run on ",
+                   "different stages)");
   const std::vector<std::string> names = model::observed_module_names(c);
   for (const std::string& glob : o.dump_globs) {
     const bool matches = std::any_of(names.begin(), names.end(),

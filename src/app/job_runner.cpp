@@ -148,9 +148,6 @@ RunPlan plan_job(const std::vector<std::string>& args, const RunPlan& base, cons
            o.job.pipeline == base.job.pipeline && o.job.device == base.job.device && o.job.dtype == base.job.dtype &&
            o.job.tf32 == base.job.tf32 && o.job.transport == base.job.transport,
        "layout, device or precision");
-  VINF_INPUT_CHECK(o.dump_globs.empty() || base.job.pipeline == 1,
-                   "--dump.modules with --parallel.pipeline: the dump steps run on different stages; run it without a "
-                   "pipeline");
   o.jobs_file.clear();
   o.out = list_dir + "/" + spec.out;
   o.name = spec.out;

@@ -151,6 +151,16 @@ bad "--sampler.scheduler 'euler' is not one of" "${small[@]}" --sampler.schedule
 bad "--sampler.noise must be auto, invariant or compat" "${small[@]}" --sampler.noise loud
 bad "--sampler.seed must be >= 0" "${small[@]}" --sampler.seed -1
 bad "no prompt" --model builtin:tiny
+# Job lists and the outer layout: refused before MPI starts or anything is created.
+bad "--parallel.data 2 makes replicas that take jobs from a list: give --jobs FILE" "${small[@]}" --parallel.data 2
+bad "--parallel.pipeline must be >= 1, got 0" "${small[@]}" --parallel.pipeline 0
+bad "--jobs $work/nowhere.jsonl: cannot read the file" "${small[@]}" --jobs "$work/nowhere.jsonl"
+printf '{"seed": 1}\n{"seed": 2, "model": "builtin:small"}\n' > "$work/badlist.jsonl"
+bad "badlist.jsonl line 2: 'model' cannot be set per job" "${small[@]}" --jobs "$work/badlist.jsonl"
+printf '{"seed": 1}\n' > "$work/list1.jsonl"
+bad "--resume $work/x.h5 with --jobs: every job resumes from its own checkpoints" "${small[@]}" \
+  --jobs "$work/list1.jsonl" --resume "$work/x.h5"
+bad "1 rank(s) cannot be laid out as 1 replica(s) x 2 pipeline stage(s)" "${small[@]}" --parallel.pipeline 2
 # A video that cannot fit in memory is refused before anything is created.
 bad "--video.frames 1000000000000 at 32x32 over 1 clip rank(s): each rank needs at least" --model builtin:tiny \
   --device cpu --prompt.text x --video.frames 1000000000000 --video.height 32 --video.width 32
