@@ -376,6 +376,9 @@ jobs)
   ended "$b"
   the_list "outputs/jd-$b" "outputs/jd-$b.log" "4 replica(s) x 1 pipeline stage(s) of 1 rank(s)"
   check "jd: the layout of the options, none added" grep -q "layout as the options and inputs/demo.ini set it over 4 task(s)" "outputs/jd-$b.log"
+  table=$(jobs/summarize "outputs/jd-$b")
+  check "jobs/summarize of the list: a row per job, bad-size failed with why" \
+    test "$(grep -cE '^\| (kite|lighthouse|harbour) \| complete \||^\| bad-size \| failed: --video.height' <<<"$table")" -eq 4
   [ $fails -eq 0 ] || show_log "outputs/jd-$b.log"
   ended "$a"
   echo "the lists took $SECONDS s; jl:"
