@@ -333,7 +333,9 @@ struct LoadedModels {
   std::unique_ptr<infinity::CommTensorGroup> tensor_group;  // with --parallel.tensor T > 1
   std::unique_ptr<model::UNet3D> unet;
   std::unique_ptr<model::VaeDecoder> vae;  // none: latents only
+  std::string vae_key;                     // which VAE `vae` is ("" for none)
   double load_seconds = 0;
+  bool kept = false;  // loaded for an earlier video of this process
 };
 
 ModelCache::ModelCache() = default;
@@ -352,58 +354,65 @@ namespace {
 
 using Models = LoadedModels;
 
-// What the loaded models are: a job whose models are the same reuses them.
-std::string models_key(const Run& r) {
+// What the UNet is: a video whose UNet is the same reuses it (its VAE may differ).
+std::string unet_key(const Run& r) {
   const RunPlan& o = r.o;
-  return json{o.model, o.unet, o.model_seed, r.vae_source, dtype_name(r.job.dtype()), o.job.tensor}.dump();
+  return json{o.model, o.unet, o.model_seed, dtype_name(r.job.dtype()), o.job.tensor}.dump();
 }
 
-std::unique_ptr<Models> read_models(Run& r) {
+void read_unet(Run& r, Models& m) {
   const RunPlan& o = r.o;
   Runtime& rt = r.job.runtime();
-  const DType dtype = r.job.dtype();
-  const auto t_load = Clock::now();
-  auto owned = std::make_unique<Models>();
-  Models& m = *owned;
   const auto params = model::unet_parameters(r.ucfg);
   const mpi::ProcessGrid& grid = r.job.grid();
   const model::TensorShard shard{grid.tensor_index(), grid.tensor_size()};
   model::Weights weights;
   if (o.builtin()) {
-    weights = model::Weights::random(params, rt, dtype, static_cast<std::uint64_t>(o.model_seed), shard);
+    weights = model::Weights::random(params, rt, r.job.dtype(), static_cast<std::uint64_t>(o.model_seed), shard);
   } else {
     m.files = std::make_unique<model::WeightFiles>(r.files);
-    weights = model::Weights(*m.files, params, rt, dtype, false, &r.warnings, shard);
+    weights = model::Weights(*m.files, params, rt, r.job.dtype(), false, &r.warnings, shard);
   }
   m.unet = std::make_unique<model::UNet3D>(r.ucfg, std::move(weights));
   if (r.job.tensor_comm()) {
     m.tensor_group = std::make_unique<infinity::CommTensorGroup>(*r.job.tensor_comm());
     m.unet->set_tensor_group(m.tensor_group.get());
   }
-  // The VAE: a random one for built-in models, --model.vae, or MODEL/vae when there is one.
-  if (r.vae_config) {
-    if (o.builtin()) {
-      auto vw = model::Weights::random(model::vae_decoder_parameters(*r.vae_config), rt, dtype,
-                                       model::vae_seed(static_cast<std::uint64_t>(o.model_seed)));
-      m.vae = std::make_unique<model::VaeDecoder>(*r.vae_config, std::move(vw));
-    } else {
-      m.vae = std::make_unique<model::VaeDecoder>(model::VaeDecoder::load(r.vae_source, rt, dtype));
-    }
-  } else if (o.video || o.png) {
-    r.log("no VAE (no --model.vae and no " + o.model + "/vae): writing latents only");
-  }
-  m.load_seconds = r.job.session().max(seconds_since(t_load));
-  return owned;
 }
 
-// The models, loaded once per process: a later video with the same ones reuses them (load time 0).
-Models& load_models(Run& r, ModelCache& cache) {
-  const std::string key = models_key(r);
-  if (Models* m = cache.find(key)) {
-    m->load_seconds = 0;
-    return *m;
+// The VAE this video decodes with: a random one for built-in models, --model.vae, or MODEL/vae
+// when there is one; none when it writes latents only.
+void read_vae(Run& r, Models& m) {
+  const RunPlan& o = r.o;
+  Runtime& rt = r.job.runtime();
+  m.vae.reset();
+  m.vae_key = r.vae_config ? r.vae_source : "";
+  if (r.vae_config && o.builtin()) {
+    auto vw = model::Weights::random(model::vae_decoder_parameters(*r.vae_config), rt, r.job.dtype(),
+                                     model::vae_seed(static_cast<std::uint64_t>(o.model_seed)));
+    m.vae = std::make_unique<model::VaeDecoder>(*r.vae_config, std::move(vw));
+  } else if (r.vae_config) {
+    m.vae = std::make_unique<model::VaeDecoder>(model::VaeDecoder::load(r.vae_source, rt, r.job.dtype()));
   }
-  return cache.keep(key, read_models(r));
+}
+
+// The models, loaded once per process: a later video with the same UNet reuses it, and its VAE
+// when that is the same too.
+Models& load_models(Run& r, ModelCache& cache) {
+  const auto t_load = Clock::now();
+  const std::string key = unet_key(r);
+  Models* m = cache.find(key);
+  const bool kept = m != nullptr;
+  if (!m) {
+    m = &cache.keep(key, std::make_unique<Models>());
+    read_unet(r, *m);
+  }
+  if (!kept || m->vae_key != (r.vae_config ? r.vae_source : "")) read_vae(r, *m);
+  if (!r.vae_config && (r.o.video || r.o.png))
+    r.log("no VAE (no --model.vae and no " + r.o.model + "/vae): writing latents only");
+  m->kept = kept;
+  m->load_seconds = r.job.session().max(seconds_since(t_load));
+  return *m;
 }
 
 // "8", or "5-6" when the frames do not divide evenly over the clips.
@@ -420,8 +429,8 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
   for (const std::string& w : r.warnings) r.log("warning: " + w);
   r.log("model " + (o.builtin() ? o.model + " (seed " + std::to_string(o.model_seed) + ")" : r.files.dir) + ": " +
         std::to_string(m.unet->weights().count()) + " parameters as " + dtype_name(dtype) +
-        (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + ", loaded in " +
-        format_duration(m.load_seconds));
+        (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() +
+        (m.kept ? ", kept from an earlier video" : ", loaded in " + format_duration(m.load_seconds)));
   r.log(std::to_string(r.frames) + " frames of " + std::to_string(o.width) + "x" + std::to_string(o.height) + " over " +
         std::to_string(r.clips) + " clip(s) of " + clip_sizes(r) + (o.cfg() == 2 ? " x 2 guidance branches" : "") +
         (o.job.tensor > 1 ? " x " + std::to_string(o.job.tensor) + " tensor ranks" : "") +
@@ -828,6 +837,15 @@ StageState hand_on(const Run& r, Denoiser& d) {
 }
 
 }  // namespace
+
+void load_models_ahead(const RunPlan& base, job::Job& job, ModelCache& cache) {
+  RunPlan o = base;
+  Run r{o, job, Clock::now()};
+  r.root = job.root();
+  read_model_shape(r);
+  load_models(r, cache);
+  for (const std::string& w : r.warnings) r.log("warning: " + w);
+}
 
 VideoOutcome run_video(RunPlan& o, job::Job& job, ModelCache& cache, const StageState* in) {
   const auto t_start = Clock::now();

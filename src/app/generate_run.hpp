@@ -61,6 +61,11 @@ class ModelCache {
 // Collective over the job's unit. Throws vinf::InputError for bad input (on every rank of the unit).
 VideoOutcome run_video(RunPlan& o, job::Job& job, ModelCache& models, const StageState* in);
 
+// Loads the models of `base` into the cache before the first video reaches this unit (a later
+// pipeline stage would otherwise load them only when its predecessor hands the first job on).
+// Collective over the job's unit. Throws vinf::InputError for a model that cannot be read.
+void load_models_ahead(const RunPlan& base, job::Job& job, ModelCache& cache);
+
 // A job list (or, with an empty list, the one video of `base` through a pipeline): the replicas
 // take the jobs from the queue, each job runs through the replica's pipeline stages, and
 // OUT/jobs.json records every job's status. args: the command line, each job's options win over

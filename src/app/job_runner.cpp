@@ -206,6 +206,7 @@ class Stage {
 
   // Runs every job that reaches this stage; true when a stop signal ended it early.
   bool run() {
+    load_models_ahead(base_, job_, models_);
     if (from_ < 0) {
       while (!stopping()) {
         const int k = next_job();
