@@ -729,12 +729,12 @@ json frame_span(const Run& r, int c) {
   return {range.first, range.first + range.count};
 }
 
-void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& video, const Timings& times) {
-  const json reports = rank_report(r);
-  if (!r.root) return;
+// run.json's ranks: each rank's place, bytes received per group and peak memory; `peak` gets the
+// largest.
+json ranks_json(const Run& r, const json& reports, double& peak) {
   const RunPlan& o = r.o;
   json ranks = json::array();
-  double peak = 0;
+  peak = 0;
   for (int k = 0; k < r.job.size(); ++k) {
     const json& rep = reports[static_cast<std::size_t>(k)];
     const int tensor = r.job.grid().tensor_size(), clip = k / tensor % r.clips;
@@ -754,6 +754,15 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
              (o.job.tensor > 1 ? "; tensor group " + rep["tensor_summary"].get<std::string>() : "") + "; peak memory " +
              format_mib(rep["arena_peak"].get<double>()));
   }
+  return ranks;
+}
+
+void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& video, const Timings& times) {
+  const json reports = rank_report(r);
+  if (!r.root) return;
+  const RunPlan& o = r.o;
+  double peak = 0;
+  const json ranks = ranks_json(r, reports, peak);
   json outputs = {"latents.h5"};
   for (const std::string& c : io::list_checkpoints(r.ckpt_dir)) outputs.push_back(fs::relative(c, r.out_dir).string());
   if (d.dump().enabled()) outputs.push_back("activations.h5");
