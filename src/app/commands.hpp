@@ -35,6 +35,7 @@ std::string format_mib(double bytes);
 
 int selfcheck(const std::vector<std::string>& args);
 int generate(const std::vector<std::string>& args);
+int plan(const std::vector<std::string>& args);
 int decode(const std::vector<std::string>& args);
 int encode_text(const std::vector<std::string>& args);
 int forward(const std::vector<std::string>& args);

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <tuple>
 
 #include "app/commands.hpp"
@@ -465,6 +466,55 @@ std::string imported_fields_note(const RunPlan& o, const std::string& run_dtype,
   std::string line = "--import-vi-config " + o.vi_import + ": ignored: ";
   for (std::size_t i = 0; i < items.size(); ++i) line += (i ? ", " : "") + items[i];
   return line;
+}
+
+// -- vinf plan: generate's options, for a plan of the same run -----------------------------------
+
+namespace {
+
+// The plan's help: its usage and own options, then generate's options without generate's
+// description (its text up to the first group, "Run:").
+void print_plan_help(const po::options_description& own, const std::string& usage, const po::options_description& gen) {
+  std::ostringstream text;
+  text << gen;
+  const std::string all = text.str();
+  const std::size_t run = all.find("\nRun:\n");
+  std::cout << usage << "\n\n" << own << "\n" << (run == std::string::npos ? all : all.substr(run + 1)) << "\n"
+            << kRankLayoutHelp;
+}
+
+}  // namespace
+
+int parse_plan_options(const std::vector<std::string>& args, RunPlan& o, const po::options_description& own,
+                       const std::string& usage) {
+  Spelled sp;
+  const po::options_description gen = describe(o, sp);
+  po::options_description opts;
+  opts.add(own).add(gen);
+  po::variables_map vm;
+  parse_options(args, opts, vm, "plan");
+  if (vm.count("help")) {
+    print_plan_help(own, usage, gen);
+    return 1;
+  }
+  o.vi_import = sp.vi.import_file;
+  Sources from_file;
+  if (!o.vi_import.empty()) import_pipe_configs(o, vm, from_file);
+  const Labels label(from_file);
+  check_model(o);
+  check_video_and_sampler(o, label);
+  o.scheduler = sampling::parse_scheduler(sp.scheduler);
+  // A plan reads no text, and its replicas need no job list: the rest is checked as generate does.
+  RunPlan checked = o;
+  checked.job.data = std::min(o.job.data, 1);
+  check_run(checked, vm);
+  VINF_INPUT_CHECK(o.job.data >= 1, "--parallel.data must be >= 1, got ", o.job.data);
+  o.job.device = job::parse_device_choice(sp.device);
+  o.job.dtype = job::parse_dtype_choice(sp.dtype);
+  o.job.transport = job::parse_transport(sp.comm_backend);
+  parse_dump(o);
+  o.vi = sp.vi.resolve(vm, o.vi_import.empty() ? nullptr : &o.imported.ignored);
+  return 0;
 }
 
 }  // namespace vinf::app

@@ -4,6 +4,7 @@
 // before any heavy work.
 #pragma once
 
+#include <boost/program_options/options_description.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -75,6 +76,13 @@ struct RunPlan {
 // printed, 2 after a bad option was reported. Throws vinf::InputError for bad values.
 int parse_generate_options(const std::vector<std::string>& args, RunPlan& o,
                            const std::vector<std::string>* job_args = nullptr);
+
+// vinf plan: generate's options (the command line and --config's file) and the plan's `own`,
+// parsed and checked as generate checks them, less what a plan does not read: the prompts and the
+// text encoder, and the job list that replicas take their jobs from. Returns 0 to go on, 1 after
+// --help was printed (`usage`, `own`, then generate's options). Throws vinf::InputError.
+int parse_plan_options(const std::vector<std::string>& args, RunPlan& o,
+                       const boost::program_options::options_description& own, const std::string& usage);
 
 // The exit status of a run that stopped on SIGTERM/SIGUSR1 after writing a checkpoint: the job
 // script requeues it, and `--resume auto` continues.
