@@ -25,6 +25,7 @@
 #include "app/generate_run.hpp"
 #include "app/generate_support.hpp"
 #include "app/generate_video.hpp"
+#include "app/plan_estimate.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "infinity/context.hpp"
@@ -176,23 +177,18 @@ void partition(Run& r) {
   r.guided = r.o.guidance > 1.0;
 }
 
-// A video that cannot fit fails here, naming the options, not in the allocator after its output
-// directory exists. A lower bound only: the latent-sized buffers of the sampler and guidance and
-// the UNet's first activation (conv_in's output).
+// A video that cannot fit fails here, with what would fit, not in the allocator after its output
+// directory exists: `vinf plan`'s estimate of every rank's memory (an upper bound), against the
+// GPU's memory, or the host's shared by the node's ranks.
 void check_memory(const Run& r) {
   const Device& device = r.job.device();
-  const double latent = static_cast<double>(r.ucfg.in_channels) * static_cast<double>(r.nf) * static_cast<double>(r.lh) *
-                        static_cast<double>(r.lw) * 4.0;
-  const double batch = r.guided && r.o.cfg() == 1 ? 2.0 : 1.0;
-  const double first_activation = batch * r.ucfg.block_out_channels.front() * static_cast<double>(r.nf) *
-                                  static_cast<double>(r.lh) * static_cast<double>(r.lw) *
-                                  static_cast<double>(dtype_size(r.job.dtype()));
-  const double need = (4.0 + 2.0 * batch) * latent + first_activation, have = memory_capacity_bytes(device);
-  char figures[128];
-  std::snprintf(figures, sizeof figures, "%.3g GiB, more than the %.3g GiB", need / 1073741824.0, have / 1073741824.0);
-  VINF_INPUT_CHECK(have <= 0 || need < have, "--video.frames ", r.frames, " at ", r.o.width, "x", r.o.height, " over ",
-                   r.clips, " clip rank(s): each rank needs at least ", figures, " of ", device.name(),
-                   " memory this node has; use more ranks, fewer frames or a smaller size");
+  const PlanEstimate e = estimate_plan(r.o, r.ucfg, r.vae_config, r.job.layout(), r.job.dtype(), device);
+  const int node_ranks = std::max(1, r.job.world_session().local_size());
+  double capacity = memory_capacity_bytes(device);
+  if (!device.is_cuda()) capacity /= node_ranks;
+  check_plan_fits(e, capacity,
+                  device.is_cuda() ? device.name()
+                                   : "the host's memory shared by the " + std::to_string(node_ranks) + " rank(s) of a node");
 }
 
 // What identifies this run in its files: the config recorded in run.json and the checkpoints, and

@@ -152,8 +152,8 @@ std::string more_clips(const PlanEstimate& e, const RunPlan& base, double usable
   for (int clips = first + 1; clips <= std::min<std::int64_t>(e.frames, 16 * first + 64); ++clips) {
     l.clips = clips;
     if (!partition_ok(o, e.frames, clips) || largest_need(e, o, l, e.dtype) > usable) continue;
-    return std::to_string(clips) + " frame ranks instead of " + std::to_string(first) + " (--ranks " +
-           std::to_string(l.world()) + ")";
+    return std::to_string(clips) + " frame ranks instead of " + std::to_string(first) + " (" +
+           std::to_string(l.world()) + " ranks)";
   }
   return "";
 }
@@ -165,7 +165,7 @@ std::string more_tensor_ranks(const PlanEstimate& e, const RunPlan& base, double
   for (int t = first + 1; t <= model::fewest_heads(e.inputs.unet); ++t) {
     l.tensor = t;
     if (largest_need(e, base, l, e.dtype) > usable) continue;
-    return "--parallel.tensor " + std::to_string(t) + " (--ranks " + std::to_string(l.world()) + ")";
+    return "--parallel.tensor " + std::to_string(t) + " (" + std::to_string(l.world()) + " ranks)";
   }
   return "";
 }
@@ -181,7 +181,7 @@ std::vector<std::string> other_settings(const PlanEstimate& e, const RunPlan& o,
     job::Layout l = e.layout;
     l.cfg = 2;
     if (largest_need(e, split, l, e.dtype) <= usable)
-      out.push_back("--parallel.cfg 2 (--ranks " + std::to_string(l.world()) + ")");
+      out.push_back("--parallel.cfg 2 (" + std::to_string(l.world()) + " ranks)");
   }
   return out;
 }

@@ -181,7 +181,7 @@ TEST_CASE("plan: a layout that fits passes, one that does not says what would fi
   CHECK(message.find("the layout does not fit: rank 0 needs about") != std::string::npos);
   CHECK(message.find("test device has") != std::string::npos);
   CHECK(message.find("what would fit: --video.frames ") != std::string::npos);
-  CHECK(message.find("frame ranks instead of 1 (--ranks 2)") != std::string::npos);
+  CHECK(message.find("frame ranks instead of 1 (2 ranks)") != std::string::npos);
   CHECK_THROWS_WITH_AS(check_plan_fits(big, 1e6, "test device"), doctest::Contains("use devices with more memory"),
                        InputError);
 }

@@ -162,7 +162,7 @@ bad "--resume $work/x.h5 with --jobs: every job resumes from its own checkpoints
   --jobs "$work/list1.jsonl" --resume "$work/x.h5"
 bad "1 rank(s) cannot be laid out as 1 replica(s) x 2 pipeline stage(s)" "${small[@]}" --parallel.pipeline 2
 # A video that cannot fit in memory is refused before anything is created.
-bad "--video.frames 1000000000000 at 32x32 over 1 clip rank(s): each rank needs at least" --model builtin:tiny \
+bad "the layout does not fit: rank 0 needs about" --model builtin:tiny \
   --device cpu --prompt.text x --video.frames 1000000000000 --video.height 32 --video.width 32
 # Prompts end up in run.json and the checkpoints, which hold UTF-8 only.
 bad "--prompt.text number 2 is not valid UTF-8 (byte 3)" "${small[@]}" --prompt.text $'caf\xe9'

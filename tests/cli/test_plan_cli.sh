@@ -39,7 +39,7 @@ expect 0 "1 rank(s) on 1 node(s) of 1" -- plan "${tiny[@]}" --video.frames 32 --
 
 # Too little memory: exit 2, the table still printed, and what would fit (or that nothing does).
 expect 2 "what would fit: --video.frames " -- plan "${tiny[@]}" --video.frames 64 --device-memory 0.03
-expect 2 " frame ranks instead of 1 (--ranks " -- plan "${tiny[@]}" --video.frames 64 --device-memory 0.03
+expect 2 " frame ranks instead of 1 (" -- plan "${tiny[@]}" --video.frames 64 --device-memory 0.03
 expect 2 "rank node local" -- plan "${tiny[@]}" --video.frames 64 --device-memory 0.03
 expect 2 "use devices with more memory" -- plan "${tiny[@]}" --video.frames 64 --device-memory 0.001
 # Layouts the ranks cannot make, and bad options: exit 2 naming the option.
