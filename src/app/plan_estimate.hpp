@@ -8,8 +8,9 @@
 // within about 30% on the CPU (builtin:tiny and builtin:small at 1 to 4 ranks, with CFG, tensor
 // and pipeline splits, every --vi.mode and VAE decoding: 0-28% above the measured peaks; the
 // calibration is in model/footprint.cpp, checked by tests/model/test_footprint.cpp and
-// tests/cli/test_plan_cli.sh). On CUDA cuDNN's workspace is a guess (the larger of a
-// convolution's input and output) and the CUDA context's own memory is left out.
+// tests/cli/test_plan_cli.sh). On CUDA cuDNN's workspace depends on the algorithms it picks: the
+// walk's figures are scaled by factors measured on one H200 (model/footprint.cpp), and the CUDA
+// context's own memory is left out (the 10% headroom covers it).
 #pragma once
 
 #include <cstdint>

@@ -45,6 +45,14 @@ constexpr double kBlockReuse = 1.25;
 // The VAE's full-resolution convolutions took blocks of twice their size more often: up to 17%
 // over the exact sizes (the small preset's decoder, 32x32 to 128x128 images, measured alike).
 constexpr double kVaeBlockReuse = 1.3;
+// On CUDA cuDNN picks each convolution's algorithm, and its workspace, by speed (up to 2 GiB,
+// cuda/conv.cpp): more than the larger of input and output that the walk assumes. Measured on an
+// H200 (builtin:small, 16-24 frames of 128x128 and 256x256, one rank) against the arena's peak:
+// the whole estimate reached 1.08-1.17x of it in bf16 but 0.75x in f32 (algorithms without
+// tensor cores, with large workspaces), and 0.90x with VAE decoding in bf16. These factors make those
+// cases upper bounds again (1.08x, 1.25x and 1.05x of the measured peaks); they are calibrated on
+// that one machine and preset.
+constexpr double kCudaF32Calls = 1.6, kCuda16BitCalls = 1.1, kCudaVae = 1.25;
 // unet3d.cpp's bound on the elements of one feed-forward chunk's GEGLU projection.
 constexpr double kFeedForwardElements = 1 << 24;
 // The CPU attention kernel's scratch per thread: query tile, key block, scores, outputs
@@ -341,14 +349,15 @@ double vae_decode_footprint(const VaeConfig& c, std::int64_t frames, std::int64_
   const double held = arena_bytes(static_cast<double>(frames * c.latent_channels * height * width) * 4) +
                       arena_bytes(images * c.out_channels * out_px * 4);
   const bool tiled = tile > 0 && (height > tile || width > tile);
-  return kVaeBlockReuse * VaeWalker(c, images, elt, tiled ? tile : 0, cuda).run(held, height, width);
+  return kVaeBlockReuse * (cuda ? kCudaVae : 1.0) * VaeWalker(c, images, elt, tiled ? tile : 0, cuda).run(held, height, width);
 }
 
 ForwardFootprint unet_footprint(const UNetConfig& c, const ForwardShape& s, const TemporalCost& temporal) {
   ForwardFootprint f = Walker(c, s, temporal).run();
-  f.activations *= kBlockReuse;
-  f.workspace *= kBlockReuse;
-  f.comm_buffers *= kBlockReuse;
+  const double cuda = !s.cuda ? 1.0 : s.elt == 4 ? kCudaF32Calls : kCuda16BitCalls;
+  f.activations *= kBlockReuse * cuda;
+  f.workspace *= kBlockReuse * cuda;
+  f.comm_buffers *= kBlockReuse * cuda;
   return f;
 }
 
