@@ -67,6 +67,9 @@ Layout make_layout(const JobPlan& plan, int world_size) {
   VINF_INPUT_CHECK(plan.pipeline >= 1, "--parallel.pipeline must be >= 1, got ", plan.pipeline);
   check_cfg_layout(plan.cfg, 2);
   VINF_INPUT_CHECK(plan.tensor >= 1, "--parallel.tensor must be >= 1, got ", plan.tensor);
+  // Without replicas or stages the world is one unit: its own messages (an odd number of ranks
+  // for CFG 2, the multiple of cfg x tensor).
+  if (plan.data == 1 && plan.pipeline == 1) check_layout(plan.cfg, plan.tensor, world_size);
   const int per_frame_rank = plan.data * plan.pipeline * plan.cfg * plan.tensor;
   VINF_INPUT_CHECK(world_size % per_frame_rank == 0, world_size, " rank(s) cannot be laid out as ", plan.data,
                    " replica(s) x ", plan.pipeline, " pipeline stage(s) x ", plan.cfg, " CFG branch(es) x frame ranks x ",

@@ -17,9 +17,12 @@ using json = nlohmann::json;
 
 enum Tag : int { kNext = 7201, kReply = 7202, kReport = 7203, kFinished = 7204, kHandoffHeader = 7211, kHandoffArray = 7212 };
 
-void send_text(MPI_Comm comm, const std::string& s, int to, int tag) {
+// synchronous: returns once the receiver has taken the message (MPI_Ssend).
+void send_text(MPI_Comm comm, const std::string& s, int to, int tag, bool synchronous = false) {
   VINF_CHECK(s.size() <= static_cast<std::size_t>(INT_MAX), "a message of ", s.size(), " bytes is over MPI's count limit");
-  VINF_CHECK_MPI(MPI_Send(s.data(), static_cast<int>(s.size()), MPI_CHAR, to, tag, comm));
+  const int n = static_cast<int>(s.size());
+  if (synchronous) VINF_CHECK_MPI(MPI_Ssend(s.data(), n, MPI_CHAR, to, tag, comm));
+  else VINF_CHECK_MPI(MPI_Send(s.data(), n, MPI_CHAR, to, tag, comm));
 }
 
 // Waits for a message without spinning: a rank waiting for the stage before it (or for the last
@@ -67,9 +70,19 @@ void JobQueue::serve(std::vector<int> order, std::function<void(const JobReport&
   int finished = 0;
   const int replicas = job_.layout().data;
   while (finished < replicas) {
-    // Polling (wait_for), not a blocking receive: an MPI library spinning in a receive would take
-    // a core from the rank's own threads for the whole run.
-    const MPI_Status st = wait_for(comm_, MPI_ANY_SOURCE, MPI_ANY_TAG);
+    // Polling, not a blocking receive: an MPI library spinning in a receive would take a core
+    // from the rank's own threads for the whole run. Only the server's own tags: rank 0's main
+    // thread receives its replies (kReply) on this communicator too.
+    MPI_Status st;
+    int arrived = 0;
+    for (const int tag : {kNext, kReport, kFinished}) {
+      VINF_CHECK_MPI(MPI_Iprobe(MPI_ANY_SOURCE, tag, comm_, &arrived, &st));
+      if (arrived) break;
+    }
+    if (!arrived) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
     const std::string text = receive_text(comm_, st.MPI_SOURCE, st.MPI_TAG);
     if (st.MPI_TAG == kNext) {
       const int k = left.empty() ? -1 : left.front();
@@ -105,7 +118,11 @@ int JobQueue::next() {
 void JobQueue::report(const JobReport& r) {
   const json j = {{"index", r.index},     {"status", r.status}, {"message", r.message}, {"seconds", r.seconds},
                   {"replica", r.replica}, {"stage", r.stage},   {"detail", r.detail}};
-  send_text(comm_, j.dump(), 0, kReport);
+  // Synchronous: what a rank does after reporting (hand a job on, say that its replica is done)
+  // happens after the keeper has the report. MPI orders neither messages of other tags from the
+  // same rank (a replica's "finished" could be matched before its last report, and the keeper
+  // would end without it) nor messages from different ranks.
+  send_text(comm_, j.dump(), 0, kReport, true);
 }
 
 void JobQueue::replica_finished() { send_text(comm_, "", 0, kFinished); }
