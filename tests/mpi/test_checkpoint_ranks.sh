@@ -11,7 +11,8 @@
 # - what keeps the run's files from being written fails before the first step;
 # - a full disk while writing a checkpoint: a clear error, the previous checkpoints intact;
 # - --checkpoint.keep; activation dumps over the whole video equal a one-rank run's.
-# The refusals, the full disk, the 64 KiB configuration and the failing probe run at 2 and 3 ranks.
+# The refusals and the failing probe run at 2 and 3 ranks, the full disk at 2, the 64 KiB
+# configuration at 3.
 # usage: test_checkpoint_ranks.sh MPIEXEC VINF TEST_TOOL FIXTURE_MODEL_DIR N
 set -u
 mpiexec=$1 vinf=$2 tool=$3 n=$5
@@ -109,11 +110,14 @@ if [ "$n" -gt 1 ]; then
   same "written by $n ranks at step 3, finished by $other" "$work/move" "$work/ref" 3e-5
 fi
 
-# Sections 5, 7, 10 and 11 check refusals and the files' failures, decided in the plan before any
-# step (and the 64 KiB configuration's collective write): at 2 and 3 ranks, an even and an odd
-# size, which covers what they depend on the ranks for; the rest runs at every size.
-files_checks=0
+# Sections 5 and 11 check refusals and a failing probe, decided in the plan before any step: at 2
+# and 3 ranks, an even and an odd size, which covers what they depend on the ranks for. The full
+# disk (7) runs at 2 ranks, the 64 KiB configuration's collective write (10) at 3 (an odd number of
+# writers); the rest runs at every size.
+files_checks=0 full_disk=0 big_config=0
 [ "$n" -eq 2 ] || [ "$n" -eq 3 ] && files_checks=1
+[ "$n" -eq 2 ] && full_disk=1
+[ "$n" -eq 3 ] && big_config=1
 
 # 5. Checkpoints of another run are refused, naming what differs.
 if [ "$files_checks" -eq 1 ]; then
@@ -179,7 +183,7 @@ cmp -s "$work/one/checkpoints/step-000008.h5" "$work/one-damaged.h5" && [ ! -e "
   || { echo "FAIL: files after the refused checkpoint"; ls -R "$work/one"; fails=$((fails + 1)); }
 
 # 7. The disk fills while a checkpoint is written (its temporary name points at /dev/full).
-if [ "$files_checks" -eq 1 ]; then
+if [ "$full_disk" -eq 1 ]; then
   VINF_FAULT_STEP="rank=0,step=5,signal=KILL" gen "$n" "$work/full" --video.frames $frames \
     --sampler.steps 8 --quiet > /dev/null 2>&1
   ln -s /dev/full "$work/full/checkpoints/step-000006.h5.partial"
@@ -219,7 +223,7 @@ expect 1 "made the latents NaN or infinite on rank $last (first in frame $((last
 # checkpoint and latents.h5 carry about 80 KB, more than an HDF5 object header (64 KiB) holds.
 # Stopped after step 1 and resumed: the checkpoints and latents.h5 are written, the resume compares
 # the whole stored prompt list with this run's, and the result equals an uninterrupted run.
-if [ "$files_checks" -eq 1 ]; then
+if [ "$big_config" -eq 1 ]; then
   big=$work/prompts.ini
   {
     echo "[prompt]"
