@@ -62,16 +62,23 @@ class Forward {
     return x.reshape({b_, x.size(0) / b_, x.size(1), x.size(2) * x.size(3)}).permute({0, 2, 1, 3});
   }
 
-  // time_embedding(sinusoid(t)) + fps_embedding(sinusoid(fps)), then SiLU for the resnets.
-  void embeddings(std::int64_t timestep, double fps) {
+  // time_embedding(sinusoid(t)) + fps_embedding(sinusoid(fps)), then SiLU for the resnets: one
+  // row per sample [B, 4 C0], or with one timestep per frame one row per frame [B*F, 4 C0]
+  // (row b*F + f; `timesteps` holds F values, the same for every sample).
+  void embeddings(std::span<const std::int64_t> timesteps, double fps) {
     const std::int64_t c0 = c_.block_out_channels.front(), e = c_.time_embed_dim();
-    temb_ = embedding_mlp("time_embedding", static_cast<float>(timestep), c0, e);
+    per_frame_ = timesteps.size() > 1;
+    const std::int64_t rows = per_frame_ ? b_ * f_ : b_;
+    std::vector<float> t(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r)
+      t[static_cast<std::size_t>(r)] = static_cast<float>(timesteps[per_frame_ ? static_cast<std::size_t>(r % f_) : 0]);
+    temb_ = embedding_mlp("time_embedding", t, c0, e);
     if (c_.fps_cond) {
-      Act fe = embedding_mlp("fps_embedding", static_cast<float>(fps), c0, e);
+      Act fe = embedding_mlp("fps_embedding", std::vector<float>(t.size(), static_cast<float>(fps)), c0, e);
       ops::add(ctx_, *temb_, *fe, *temb_);
     }
     observe("time_embedding", *temb_);
-    temb_act_ = empty({b_, e});
+    temb_act_ = empty({rows, e});
     ops::activation(ctx_, ops::Activation::silu, *temb_, *temb_act_);
   }
 
@@ -102,10 +109,10 @@ class Forward {
     }
     const std::int64_t cout = h->size(1), hw = h->size(2) * h->size(3);
     {
-      Act tp = empty({b_, cout});
+      Act tp = empty({temb_act_->size(0), cout});
       ops::linear(ctx_, *temb_act_, w(p + ".time_emb_proj.weight"), &w(p + ".time_emb_proj.bias"), *tp);
       const Tensor h4 = h->reshape({b_, f_, cout, hw});
-      ops::add(ctx_, h4, tp->reshape({b_, 1, cout, 1}).expand(h4.shape), h4);
+      ops::add(ctx_, h4, tp->reshape({b_, per_frame_ ? f_ : 1, cout, 1}).expand(h4.shape), h4);
     }
     Act out;
     {
@@ -325,13 +332,13 @@ class Forward {
   }
 
  private:
-  Act embedding_mlp(const std::string& p, float value, std::int64_t c0, std::int64_t e) const {
-    std::vector<float> host(static_cast<std::size_t>(b_), value);
-    OwnedTensor values = ctx_.arena->empty(DType::f32, {b_});
-    ops::copy(ctx_, Tensor::wrap(host.data(), DType::f32, Device::cpu(), {b_}), values);
-    OwnedTensor sinus = ctx_.arena->empty(DType::f32, {b_, c0});
+  Act embedding_mlp(const std::string& p, std::vector<float> host, std::int64_t c0, std::int64_t e) const {
+    const auto rows = static_cast<std::int64_t>(host.size());
+    OwnedTensor values = ctx_.arena->empty(DType::f32, {rows});
+    ops::copy(ctx_, Tensor::wrap(host.data(), DType::f32, Device::cpu(), {rows}), values);
+    OwnedTensor sinus = ctx_.arena->empty(DType::f32, {rows, c0});
     ops::timestep_embedding(ctx_, values, sinus, {true, 0.f, 10000.f});
-    Act x = empty({b_, c0}), h = empty({b_, e}), y = empty({b_, e});
+    Act x = empty({rows, c0}), h = empty({rows, e}), y = empty({rows, e});
     ops::copy(ctx_, sinus, *x);
     ops::linear(ctx_, *x, w(p + ".linear_1.weight"), &w(p + ".linear_1.bias"), *h);
     ops::activation(ctx_, ops::Activation::silu, *h, *h);
@@ -347,6 +354,7 @@ class Forward {
   const UNet3D::Observer& observe_;
   DType dtype_;
   std::int64_t b_, f_;
+  bool per_frame_ = false;  // the time embedding has a row per frame
   Act temb_, temb_act_;
 };
 
@@ -354,6 +362,11 @@ class Forward {
 
 void UNet3D::forward(ExecContext& ctx, const Tensor& sample, std::int64_t timestep, double fps, const Tensor& text,
                      const Tensor& out, TemporalContext& temporal, const Observer& observe) const {
+  forward(ctx, sample, std::span<const std::int64_t>(&timestep, 1), fps, text, out, temporal, observe);
+}
+
+void UNet3D::forward(ExecContext& ctx, const Tensor& sample, std::span<const std::int64_t> timesteps, double fps,
+                     const Tensor& text, const Tensor& out, TemporalContext& temporal, const Observer& observe) const {
   const UNetConfig& c = config_;
   VINF_INPUT_CHECK(sample.rank() == 5 && sample.size(1) == c.in_channels, "the UNet takes a sample (B, ",
                    c.in_channels, ", F, H, W); got ", sample.shape.str());
@@ -368,9 +381,15 @@ void UNet3D::forward(ExecContext& ctx, const Tensor& sample, std::int64_t timest
                    out.shape.str());
   VINF_CHECK(weights_.shard().size == 1 || tensor_group_ != nullptr, "UNet3D: weights of a tensor shard (",
              weights_.shard().size, " ranks) need set_tensor_group before forward");
-  temporal.begin_call(timestep);
+  VINF_INPUT_CHECK(timesteps.size() == 1 || static_cast<std::int64_t>(timesteps.size()) == f,
+                   "the UNet takes one timestep, or one per frame (", f, "); got ", timesteps.size());
+  // Frames all at one timestep are the call of one timestep, by construction.
+  bool same = true;
+  for (std::int64_t t : timesteps) same = same && t == timesteps[0];
+  if (same) timesteps = timesteps.first(1);
+  temporal.begin_call(timesteps[0]);
   Forward fw(c, weights_, ctx, temporal, tensor_group_, observe, b, f);
-  fw.embeddings(timestep, fps);
+  fw.embeddings(timesteps, fps);
 
   // Text in the compute dtype, contiguous: the cross-attention keys and values come from it.
   Act txt = fw.empty(text.shape);

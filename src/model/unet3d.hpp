@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,12 @@ class UNet3D {
   // vinf::InputError when the shapes do not fit the model.
   void forward(ExecContext& ctx, const Tensor& sample, std::int64_t timestep, double fps, const Tensor& text,
                const Tensor& out, TemporalContext& temporal, const Observer& observe = {}) const;
+  // The same with a timestep per frame (FIFO-Diffusion's diagonal denoising): `timesteps` holds F
+  // values, frame f of every sample at timesteps[f] (its own time embedding row, "time_embedding"
+  // is then [B*F, 4 C0]), or one value for all. Frames all at one timestep give exactly the call
+  // above. The temporal context's begin_call sees timesteps[0].
+  void forward(ExecContext& ctx, const Tensor& sample, std::span<const std::int64_t> timesteps, double fps,
+               const Tensor& text, const Tensor& out, TemporalContext& temporal, const Observer& observe = {}) const;
 
   // Weights of a tensor shard (size > 1) need the group that sums the partial outputs: its rank
   // and size must be the shard's. Not owned; it must outlive the forward calls.

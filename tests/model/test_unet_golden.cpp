@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "../support.hpp"
@@ -47,8 +48,9 @@ double max_abs_diff(const std::vector<float>& a, const Tensor& ref) {
   return worst;
 }
 
-// Runs the model on the fixture inputs at timestep t; returns the noise prediction on the host.
-std::vector<float> run(Runtime& rt, const model::UNet3D& unet, Golden& g, std::int64_t t,
+// Runs the model on the fixture inputs at timestep t (one, or one per frame); returns the noise
+// prediction on the host.
+std::vector<float> run(Runtime& rt, const model::UNet3D& unet, Golden& g, std::span<const std::int64_t> t,
                        const model::UNet3D::Observer& observe = {}) {
   const Tensor sample_h = g.inputs.tensor("sample"), text_h = g.inputs.tensor("encoder_hidden_states");
   OwnedTensor sample = rt.arena().empty(DType::f32, sample_h.shape), text = rt.arena().empty(DType::f32, text_h.shape);
@@ -59,6 +61,11 @@ std::vector<float> run(Runtime& rt, const model::UNet3D& unet, Golden& g, std::i
   const double fps = static_cast<double>(g.inputs.tensor("fps").ptr<std::int64_t>()[0]);
   unet.forward(rt.ctx(), sample, t, fps, text, out, plain, observe);
   return to_host(rt, out);
+}
+
+std::vector<float> run(Runtime& rt, const model::UNet3D& unet, Golden& g, std::int64_t t,
+                       const model::UNet3D::Observer& observe = {}) {
+  return run(rt, unet, g, std::span<const std::int64_t>(&t, 1), observe);
 }
 
 void check_stages_and_outputs(Runtime& rt, DType dtype, double tol) {
@@ -99,6 +106,54 @@ TEST_CASE("golden: the fps embedding is live and matches diffusers without it") 
   const Tensor nofps = g.ref.tensor("noise_pred_nofps.t900");
   CHECK(max_abs_diff(without, nofps) < 1e-4);
   CHECK(max_abs_diff(with, nofps) > 0.1);  // diffusers' two outputs differ by up to 0.46
+}
+
+TEST_CASE("one timestep per frame: all equal is the one-timestep call; each frame's time embedding is its timestep's") {
+  Runtime rt(Device::cpu());
+  Golden g;
+  const model::UNet3D unet = load_tiny(rt, DType::f32);
+  const std::int64_t b = g.inputs.tensor("sample").size(0), f = g.inputs.tensor("sample").size(2);
+  REQUIRE(f >= 2);
+  // The same timestep for every frame: bit for bit the call with one timestep (and diffusers').
+  const std::vector<std::int64_t> same(static_cast<std::size_t>(f), 900);
+  const std::vector<float> one = run(rt, unet, g, 900);
+  CHECK(run(rt, unet, g, same) == one);
+  CHECK(max_abs_diff(one, g.ref.tensor("noise_pred.t900")) < 1e-4);
+
+  // Frames at 900 and 500 alternately: row b*F + f of the time embedding is the one-timestep
+  // embedding of frame f's timestep (computed as a batch of B rows there, of B*F rows here).
+  std::vector<std::int64_t> mixed(static_cast<std::size_t>(f));
+  for (std::int64_t k = 0; k < f; ++k) mixed[static_cast<std::size_t>(k)] = k % 2 ? 500 : 900;
+  std::map<std::int64_t, std::vector<float>> single;
+  for (std::int64_t t : {900, 500})
+    run(rt, unet, g, t, [&](const std::string& name, const Tensor& x) {
+      if (name == "time_embedding") single[t] = to_host(rt, x);
+    });
+  std::vector<float> rows;
+  const std::vector<float> out = run(rt, unet, g, mixed, [&](const std::string& name, const Tensor& x) {
+    if (name == "time_embedding") rows = to_host(rt, x);
+  });
+  const std::size_t e = single[900].size() / static_cast<std::size_t>(b);
+  REQUIRE(rows.size() == static_cast<std::size_t>(b * f) * e);
+  double worst = 0;
+  for (std::int64_t r = 0; r < b * f; ++r)
+    for (std::size_t j = 0; j < e; ++j) {
+      const float want = single[mixed[static_cast<std::size_t>(r % f)]][static_cast<std::size_t>(r / f) * e + j];
+      worst = std::max(worst, std::fabs(static_cast<double>(rows[static_cast<std::size_t>(r) * e + j] - want)));
+    }
+  CHECK(worst < 1e-5);
+  // The prediction is a mix: neither all-900 nor all-500 (diffusers' two differ by far more).
+  const std::vector<float> five = run(rt, unet, g, 500);
+  double d900 = 0, d500 = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    d900 = std::max(d900, std::fabs(static_cast<double>(out[i] - one[i])));
+    d500 = std::max(d500, std::fabs(static_cast<double>(out[i] - five[i])));
+  }
+  CHECK(d900 > 1e-3);
+  CHECK(d500 > 1e-3);
+  // A count that is neither one nor the frames' is refused.
+  const std::vector<std::int64_t> wrong(static_cast<std::size_t>(f + 1), 900);
+  CHECK_THROWS_WITH_AS(run(rt, unet, g, wrong), doctest::Contains("one timestep, or one per frame"), InputError);
 }
 
 TEST_CASE("latent sizes that are not multiples of the downsampling factor run: upsampling goes to the skip's size") {
