@@ -8,6 +8,7 @@
 // what they share is a Run.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +23,7 @@
 
 #include "app/commands.hpp"
 #include "app/generate_options.hpp"
+#include "app/generate_long.hpp"
 #include "app/generate_run.hpp"
 #include "app/generate_support.hpp"
 #include "app/generate_video.hpp"
@@ -39,6 +41,7 @@
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
 #include "sampling/conditioning.hpp"
+#include "sampling/long_video.hpp"
 #include "sampling/noise.hpp"
 #include "sampling/sampler.hpp"
 
@@ -70,12 +73,28 @@ struct Run {
   // This unit's pipeline stage: its steps, and the previous stage's state (none on the first).
   job::StepRange steps;
   const StageState* in = nullptr;
-  bool last_stage() const { return steps.end == o.steps; }
+  bool last_stage() const { return steps.end == total_steps(); }
   // The partition: frames in all, this rank's clip of nf frames from first_frame (clips differ by
   // at most a frame: infinity::clip_frames).
   int clips = 1, clip = 0;
   std::int64_t frames = 0, nf = 0, first_frame = 0, lh = 0, lw = 0;
   bool guided = false;
+  // --long.mode windows and fifo: every rank holds the whole state, nf frames from 0: the video
+  // (windows), or the video's frames so far and then the FIFO queue; their ranks share the windows
+  // (clips = ranks, clip = this rank's share of the decoding).
+  bool long_method = false;
+  std::unique_ptr<sampling::FifoPlan> fifo;
+  // The loop's steps: the schedule's, or FIFO's iterations.
+  int total_steps() const { return fifo ? static_cast<int>(fifo->iterations(frames)) : o.steps; }
+  // "step 3 of 30 (t=901)", or FIFO's "iteration 3 of 88 (frame 0 of 40 leaves)".
+  std::string step_words(int i) const {
+    if (!fifo)
+      return "step " + std::to_string(i + 1) + " of " + std::to_string(o.steps) +
+             " (t=" + std::to_string(scheduler->timesteps()[static_cast<std::size_t>(i)]) + ")";
+    const std::int64_t out = fifo->output_frame(i);
+    return "iteration " + std::to_string(i + 1) + " of " + std::to_string(total_steps()) +
+           (out >= 0 ? " (frame " + std::to_string(out + 1) + " of " + std::to_string(frames) + " done)" : " (warm-up)");
+  }
   // The model's shape (before any weight is read) and the schedule.
   model::UNetConfig ucfg;
   model::ModelFiles files;
@@ -111,7 +130,20 @@ struct Run {
   // numbers as the first of branch 0 and write none.
   io::FramePart part() const {
     const bool writes = job.grid().cfg_index() == 0 && job.grid().tensor_index() == 0;
+    if (long_method) {
+      const bool first = writes && job.grid().clip_index() == 0;  // every rank holds the same numbers
+      return {Shape{nf, ucfg.in_channels, lh, lw}, 0, first ? nf : 0};
+    }
     return {Shape{frames, ucfg.in_channels, lh, lw}, writes ? first_frame : 0, writes ? nf : 0};
+  }
+  // latents.h5's part: the video's frames (a FIFO state holds the queue after them).
+  io::FramePart video_part() const {
+    io::FramePart p = part();
+    if (long_method) {
+      p.full[0] = frames;
+      p.count = std::min(p.count, frames);
+    }
+    return p;
   }
   // The step this unit starts from, and the one this job's run started from.
   int start_step() const {
@@ -169,6 +201,16 @@ void partition(Run& r) {
   const infinity::FrameRange mine = infinity::clip_frames(r.frames, r.clips, r.clip);
   r.nf = mine.count;
   r.first_frame = mine.first;
+  r.long_method = !r.o.long_clips();
+  if (r.long_method) {
+    r.first_frame = 0;
+    r.nf = r.frames;
+    if (r.o.long_video.mode == sampling::LongMode::fifo) {
+      const sampling::LongVideoConfig& l = r.o.long_video;
+      r.fifo = std::make_unique<sampling::FifoPlan>(l.fifo_window, l.fifo_partitions, l.fifo_lookahead);
+      r.nf += r.fifo->queue_length();
+    }
+  }
   const std::int64_t scale = r.vae_config ? r.vae_config->upscale() : kLatentScaleWithoutVae;
   VINF_INPUT_CHECK(r.o.height % scale == 0 && r.o.width % scale == 0, "--video.width ", r.o.width, " and --video.height ",
                    r.o.height, " must be multiples of ", scale, ", the VAE's scale (", r.vae_source, ")");
@@ -182,7 +224,15 @@ void partition(Run& r) {
 // GPU's memory, or the host's shared by the node's ranks.
 void check_memory(const Run& r) {
   const Device& device = r.job.device();
-  const PlanEstimate e = estimate_plan(r.o, r.ucfg, r.vae_config, r.job.layout(), r.job.dtype(), device);
+  // Windows and FIFO: the model sees one window at a time on every rank, as a clip of that length
+  // (the whole state's latents, a few MiB, are in the estimate's margin).
+  RunPlan as_clips = r.o;
+  if (r.long_method) {
+    const sampling::LongVideoConfig& l = r.o.long_video;
+    const std::int64_t window = r.fifo ? l.fifo_window : std::min<std::int64_t>(l.window, r.frames);
+    as_clips.frames = window * r.clips;
+  }
+  const PlanEstimate e = estimate_plan(as_clips, r.ucfg, r.vae_config, r.job.layout(), r.job.dtype(), device);
   const int node_ranks = std::max(1, r.job.world_session().local_size());
   double capacity = memory_capacity_bytes(device);
   if (!device.is_cuda()) capacity /= node_ranks;
@@ -217,6 +267,7 @@ void identify(Run& r) {
         {"frames-per-clip", r.nf}, {"data", o.job.data}, {"pipeline", o.job.pipeline}}},
       {"checkpoint", {{"every", o.checkpoint_every}, {"keep", o.checkpoint_keep}}},
       {"vi", vi_json(o.vi)},
+      {"long", long_json(o.long_video)},
       {"import-vi-config", o.vi_import},
       {"device", device.name()},
       {"dtype", dtype_name(dtype)},
@@ -261,7 +312,7 @@ bool choose_outputs(Run& r) {
   }
   r.replace_previous = o.overwrite && (o.resume.empty() || o.resume == "auto") && (r.finished || o.resume.empty());
   identify(r);
-  const Shape latent_full{r.frames, r.ucfg.in_channels, r.lh, r.lw};
+  const Shape latent_full = r.part().full;
   if (!r.replace_previous)
     r.resume = choose_checkpoint(o, r.out_dir, mpi, r.stamp, r.scheduler->timesteps(), latent_full, r.first_frame, r.nf);
   VINF_INPUT_CHECK(!r.finished || o.resume.empty() || o.resume == "auto" || o.overwrite, "--resume ", o.resume, ": ",
@@ -302,10 +353,10 @@ sampling::TextEmbeddings prepare_text(Run& r) {
   return text;
 }
 
-// This rank's text batch on the device: [negative, prompt], or its branch's one, or the prompt.
-OwnedTensor text_on_device(Run& r, const sampling::TextEmbeddings& text) {
+// Prompt p's text batch on the device: [negative, prompt], or this rank's branch's one, or the
+// prompt.
+OwnedTensor text_on_device(Run& r, const sampling::TextEmbeddings& text, int p) {
   Runtime& rt = r.job.runtime();
-  const int p = sampling::prompt_for_clip(r.clip, r.clips, static_cast<int>(text.prompts));
   std::vector<const float*> rows;
   if (!r.guided) rows = {text.prompt(p)};
   else if (r.o.cfg() == 2) rows = {r.job.grid().cfg_index() == 0 ? text.negative_prompt_embeds.data() : text.prompt(p)};
@@ -417,6 +468,21 @@ std::string clip_sizes(const Run& r) {
   return std::to_string(fewest) + (r.frames % r.clips ? "-" + std::to_string(fewest + 1) : "");
 }
 
+// The long-video method in words, for the log.
+std::string long_method_summary(const Run& r) {
+  const sampling::LongVideoConfig& l = r.o.long_video;
+  if (r.fifo)
+    return "--long.mode fifo: a queue of " + std::to_string(r.fifo->queue_length()) + " frames, " +
+           std::to_string(r.fifo->windows().size()) + " model calls of " + std::to_string(l.fifo_window) +
+           " frames per iteration (" + (l.fifo_lookahead ? "lookahead" : "no lookahead") + "), " +
+           std::to_string(r.total_steps()) + " iterations after a base video of " + std::to_string(r.o.steps) +
+           " steps";
+  const auto windows = sampling::sliding_windows(r.frames, l.window, l.stride);
+  return "--long.mode windows: " + std::to_string(windows.size()) + " window(s) of " +
+         std::to_string(windows.front().count) + " frames every " + std::to_string(l.stride) + ", " +
+         sampling::blend_name(l.blend) + " blend";
+}
+
 // What the run is about to do, once the models are loaded.
 void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& text) {
   const RunPlan& o = r.o;
@@ -427,18 +493,24 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
         std::to_string(m.unet->weights().count()) + " parameters as " + dtype_name(dtype) +
         (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() +
         (m.kept ? ", kept from an earlier video" : ", loaded in " + format_duration(m.load_seconds)));
-  r.log(std::to_string(r.frames) + " frames of " + std::to_string(o.width) + "x" + std::to_string(o.height) + " over " +
-        std::to_string(r.clips) + " clip(s) of " + clip_sizes(r) + (o.cfg() == 2 ? " x 2 guidance branches" : "") +
-        (o.job.tensor > 1 ? " x " + std::to_string(o.job.tensor) + " tensor ranks" : "") +
-        ", --vi.mode " + infinity::mode_name(o.vi.mode) + ", " + sampling::scheduler_name(o.scheduler) + " " +
-        std::to_string(o.steps) + " steps, guidance " + std::to_string(o.guidance).substr(0, 5) + ", noise " +
-        sampling::noise_mode_name(o.noise) + " seed " + std::to_string(o.seed));
+  const std::string size = std::to_string(r.frames) + " frames of " + std::to_string(o.width) + "x" +
+                           std::to_string(o.height);
+  const std::string sampler = sampling::scheduler_name(o.scheduler) + std::string(" ") + std::to_string(o.steps) +
+                              " steps, guidance " + std::to_string(o.guidance).substr(0, 5) + ", noise " +
+                              sampling::noise_mode_name(o.noise) + " seed " + std::to_string(o.seed);
+  if (r.long_method)
+    r.log(size + ", " + long_method_summary(r) + ", over " + std::to_string(r.clips) + " rank(s); " + sampler);
+  else
+    r.log(size + " over " + std::to_string(r.clips) + " clip(s) of " + clip_sizes(r) +
+          (o.cfg() == 2 ? " x 2 guidance branches" : "") +
+          (o.job.tensor > 1 ? " x " + std::to_string(o.job.tensor) + " tensor ranks" : "") + ", --vi.mode " +
+          infinity::mode_name(o.vi.mode) + ", " + sampler);
   r.detail("scheduler config: " + r.sched_source + "; text embeddings: " + text.source);
   std::string ts;
   for (std::size_t i = 0; i < r.scheduler->timesteps().size(); ++i)
     ts += (i ? " " : "") + std::to_string(r.scheduler->timesteps()[i]);
   r.detail("timesteps: " + ts);
-  for (int c = 0; c < r.clips; ++c) {
+  for (int c = 0; c < (r.long_method ? 0 : r.clips); ++c) {
     const int p = sampling::prompt_for_clip(c, r.clips, static_cast<int>(text.prompts));
     const infinity::FrameRange range = infinity::clip_frames(r.frames, r.clips, c);
     r.detail("clip " + std::to_string(c) + " (frames " + std::to_string(range.first) + "-" +
@@ -498,6 +570,8 @@ class Denoiser {
   std::vector<float> to_host(const Tensor& t);
   void restore_or_draw();
   void step(int i);
+  void long_method_step(int i);
+  void start_long_method(const sampling::TextEmbeddings& text);
   void stop_if_not_finite(int i);
   void write_checkpoint(int completed);
   model::UNet3D::Observer observer(bool dumping);
@@ -507,6 +581,10 @@ class Denoiser {
   Runtime& rt_;
   ExecContext& ctx_;
   std::unique_ptr<model::TemporalContext> temporal_;
+  // --long.mode windows and fifo (sampling/long_video): the model over windows, on every rank.
+  std::unique_ptr<GuidedModel> guided_;
+  std::unique_ptr<SlidingWindows> windows_;
+  std::unique_ptr<FifoQueue> fifo_;
   OwnedTensor text_;
   std::int64_t batch_;
   io::FramePart part_;
@@ -523,20 +601,25 @@ Denoiser::Denoiser(Run& r, const Models& m, const sampling::TextEmbeddings& text
       m_(m),
       rt_(r.job.runtime()),
       ctx_(rt_.ctx()),
-      text_(text_on_device(r, text)),
+      text_(text_on_device(r, text, sampling::prompt_for_clip(r.clip, r.clips, static_cast<int>(text.prompts)))),
       batch_(text_.size(0)),
       part_(r.part()),
       sampler_(*r.scheduler, rt_.arena(), Shape{1, r.ucfg.in_channels, r.nf, r.lh, r.lw}),
-      noise_(r.o.noise, static_cast<std::uint64_t>(r.o.seed), r.clip, r.first_frame),
+      noise_(r.o.noise, static_cast<std::uint64_t>(r.o.seed), r.long_method ? 0 : r.clip, r.first_frame),
       dump_(r.o, batch_, r.nf, r.first_frame, r.frames),
       text_cache_(text) {
+  const std::int64_t c = r.ucfg.in_channels;
+  const Shape latent_shape{1, c, r.nf, r.lh, r.lw}, unet_shape{batch_, c, r.nf, r.lh, r.lw};
+  frame_major_ = rt_.arena().empty(DType::f32, {1, r.nf, c, r.lh, r.lw});
+  if (r.long_method) {
+    start_long_method(text);
+    rt_.synchronize();
+    return;
+  }
   if (mpi::Communicator* clip_comm = r.job.clip_comm())
     temporal_ = std::make_unique<infinity::Context>(r.o.vi, *clip_comm, infinity::clip_frame_counts(r.frames, r.clips));
   else
     temporal_ = std::make_unique<model::PlainTemporalContext>();
-  const std::int64_t c = r.ucfg.in_channels;
-  const Shape latent_shape{1, c, r.nf, r.lh, r.lw}, unet_shape{batch_, c, r.nf, r.lh, r.lw};
-  frame_major_ = rt_.arena().empty(DType::f32, {1, r.nf, c, r.lh, r.lw});
   restore_or_draw();
   if (batch_ > 1) unet_in_ = rt_.arena().empty(DType::f32, unet_shape);
   pred_ = rt_.arena().empty(DType::f32, unet_shape);
@@ -544,6 +627,35 @@ Denoiser::Denoiser(Run& r, const Models& m, const sampling::TextEmbeddings& text
   eps_ = rt_.arena().empty(DType::f32, latent_shape);
   if (r.scheduler->stochastic()) z_ = rt_.arena().empty(DType::f32, latent_shape);
   rt_.synchronize();
+}
+
+// Windows or FIFO: every prompt's text, the model over windows, and the state: the checkpoint's,
+// or for windows the noise, for FIFO the base video and the queue made from it.
+void Denoiser::start_long_method(const sampling::TextEmbeddings& text) {
+  std::vector<OwnedTensor> texts;
+  for (int p = 0; p < static_cast<int>(text.prompts); ++p) texts.push_back(text_on_device(r_, text, p));
+  guided_ = std::make_unique<GuidedModel>(*m_.unet, r_.o.fps, r_.o.guidance, std::move(texts));
+  mpi::Communicator* group = r_.job.clip_comm();
+  const Shape latent_shape{1, r_.ucfg.in_channels, r_.nf, r_.lh, r_.lw};
+  if (!r_.fifo) {
+    windows_ = std::make_unique<SlidingWindows>(*guided_, group, r_.o.long_video, r_.frames);
+    eps_ = rt_.arena().empty(DType::f32, latent_shape);
+    if (r_.scheduler->stochastic()) z_ = rt_.arena().empty(DType::f32, latent_shape);
+    restore_or_draw();
+    return;
+  }
+  fifo_ = std::make_unique<FifoQueue>(*guided_, group, *r_.fifo, *r_.scheduler, noise_, r_.frames);
+  if (r_.in || r_.resumed()) {
+    restore_or_draw();
+    return;
+  }
+  const int steps = r_.fifo->steps();
+  Progress progress(r_.prefix() + " base video", steps, static_cast<double>(r_.fifo->window()), "frame-steps/s",
+                    r_.root && !r_.o.quiet, r_.o.verbose ? 0.0 : 10.0);
+  fifo_->start(ctx_, sampler_.latents(), [&](int k) {
+    rt_.synchronize();
+    progress.update(k, "(the first " + std::to_string(r_.fifo->window()) + " frames, from which the queue starts)");
+  });
 }
 
 // Host copies of (1, C, F, H, W) device tensors in the files' frame-major layout.
@@ -573,7 +685,8 @@ void Denoiser::restore_or_draw() {
   resume.latents = {};
   resume.previous_x0 = {};
   r_.log("resuming from " + r_.resume_path + " (written by " + std::to_string(r_.resumed()->stamp.world_size) +
-         " rank(s)) after step " + std::to_string(r_.start_step()) + " of " + std::to_string(r_.o.steps));
+         " rank(s)) after " + (r_.fifo ? "iteration " : "step ") + std::to_string(r_.start_step()) + " of " +
+         std::to_string(r_.total_steps()));
 }
 
 model::UNet3D::Observer Denoiser::observer(bool dumping) {
@@ -588,8 +701,25 @@ model::UNet3D::Observer Denoiser::observer(bool dumping) {
   return {};
 }
 
+// Windows: the blended prediction over the whole video and the scheduler's update; FIFO: one
+// iteration of the queue.
+void Denoiser::long_method_step(int i) {
+  if (fifo_) {
+    fifo_->iterate(ctx_, i, sampler_.latents());
+  } else {
+    windows_->eps(ctx_, sampler_.latents(), r_.scheduler->timesteps()[static_cast<std::size_t>(i)], eps_);
+    if (r_.scheduler->stochastic()) noise_.step(ctx_, rt_.arena(), i, z_);
+    sampler_.step(ctx_, i, eps_, z_);
+  }
+  rt_.synchronize();
+}
+
 // One UNet call over the batch, the guidance and the scheduler's update.
 void Denoiser::step(int i) {
+  if (r_.long_method) {
+    long_method_step(i);
+    return;
+  }
   const RunPlan& o = r_.o;
   const std::int64_t t = r_.scheduler->timesteps()[static_cast<std::size_t>(i)];
   const Tensor& x = sampler_.latents();
@@ -632,8 +762,7 @@ void Denoiser::stop_if_not_finite(int i) {
                    : "; the first UNet module whose output was not finite on that rank: " + watch_.first_bad();
     }
   }
-  VINF_FAIL("step ", i + 1, " of ", r_.o.steps, " (t=", r_.scheduler->timesteps()[static_cast<std::size_t>(i)],
-            ") made the latents NaN or infinite on rank ", static_cast<int>(first_bad_rank), where, module,
+  VINF_FAIL(r_.step_words(i), " made the latents NaN or infinite on rank ", static_cast<int>(first_bad_rank), where, module,
             "; the run stops here and keeps only the earlier checkpoints. Causes: --dtype f16 overflowing ",
             "(use bf16 or f32), damaged weights or embeddings, an unusual scheduler config");
 }
@@ -654,9 +783,10 @@ void Denoiser::write_checkpoint(int completed) {
 int Denoiser::run() {
   const RunPlan& o = r_.o;
   mpi::Session& mpi = r_.job.session();
-  const int start = r_.start_step(), end = std::max(start, r_.steps.end);
-  Progress progress(r_.prefix(), end - start, static_cast<double>(r_.frames), "frame-steps/s",
-                    r_.root && !o.quiet, o.verbose ? 0.0 : 10.0);
+  const int start = r_.start_step(), end = std::max(start, r_.steps.end), total = r_.total_steps();
+  // A FIFO iteration steps every position of the queue once.
+  const double work = r_.fifo ? static_cast<double>(r_.fifo->steps()) : static_cast<double>(r_.frames);
+  Progress progress(r_.prefix(), end - start, work, "frame-steps/s", r_.root && !o.quiet, o.verbose ? 0.0 : 10.0);
   std::vector<double> step_seconds;
   const auto t_denoise = Clock::now();
   const double pace = test_step_seconds();
@@ -664,17 +794,23 @@ int Denoiser::run() {
     const auto t0 = Clock::now();
     step(i);
     step_seconds.push_back(seconds_since(t0));
-    progress.update(i + 1 - start,
-                    (start > 0 ? "(" + std::to_string(i + 1) + "/" + std::to_string(o.steps) + " of the run) "
-                               : std::string()) +
-                        "t=" + std::to_string(r_.scheduler->timesteps()[static_cast<std::size_t>(i)]));
+    if (r_.fifo) {
+      const std::int64_t done = std::clamp<std::int64_t>(r_.fifo->output_frame(i) + 1, 0, r_.frames);
+      progress.update(i + 1 - start, "frames " + std::to_string(done) + "/" + std::to_string(r_.frames) +
+                                         (done == 0 ? " (warm-up: the base video's copies leave first)" : ""));
+    } else {
+      progress.update(i + 1 - start,
+                      (start > 0 ? "(" + std::to_string(i + 1) + "/" + std::to_string(o.steps) + " of the run) "
+                                 : std::string()) +
+                          "t=" + std::to_string(r_.scheduler->timesteps()[static_cast<std::size_t>(i)]));
+    }
     if (pace > 0) std::this_thread::sleep_until(t0 + std::chrono::duration<double>(pace));
     if (step_fault(r_.job.world_session().rank(), i + 1)) ops::fill(ctx_, sampler_.latents().select(2, r_.nf / 2), std::nan(""));
     stop_if_not_finite(i);
     // Every rank learns whether any rank was asked to stop, and they stop together.
     // The end of the job, or of this pipeline stage's steps (the next stage starts from there, so
     // a stop before it has run loses nothing).
-    const bool last = i + 1 == o.steps, handing_on = i + 1 == end && !last;
+    const bool last = i + 1 == total, handing_on = i + 1 == end && !last;
     const int stopped_by = last ? 0 : static_cast<int>(mpi.max(static_cast<double>(stop_signal())));
     if (last || handing_on || stopped_by != 0 || (o.checkpoint_every > 0 && (i + 1) % o.checkpoint_every == 0))
       write_checkpoint(i + 1);
@@ -683,8 +819,8 @@ int Denoiser::run() {
       // checkpoint): what a Slurm grace time or --signal lead must cover, with margin.
       char took[64];
       std::snprintf(took, sizeof took, "%.1f s", mpi.max(seconds_since_stop_signal()));
-      r_.log(std::string("received ") + signal_name(stopped_by) + ": stopped after step " + std::to_string(i + 1) +
-             " of " + std::to_string(o.steps) + ", checkpoint " + checkpoints_written.back() + ", " + took +
+      r_.log(std::string("received ") + signal_name(stopped_by) + ": stopped after " + (r_.fifo ? "iteration " : "step ") +
+             std::to_string(i + 1) + " of " + std::to_string(total) + ", checkpoint " + checkpoints_written.back() + ", " + took +
              " after the signal; run again with --resume auto to continue (exit status " +
              std::to_string(kExitStopped) + ")");
       return stopped_by;
@@ -697,6 +833,21 @@ int Denoiser::run() {
 }
 
 // -- outputs ---------------------------------------------------------------------------------
+
+// Where the video's parts meet (the frame each part after the first starts at): the clips' starts,
+// the windows' (windows), none (FIFO: every frame went through the same queue).
+std::vector<std::int64_t> video_boundaries(const Run& r) {
+  std::vector<std::int64_t> b;
+  if (r.fifo) return b;
+  if (r.long_method) {
+    const sampling::LongVideoConfig& l = r.o.long_video;
+    for (const sampling::FrameSpan& w : sampling::sliding_windows(r.frames, l.window, l.stride))
+      if (w.first > 0) b.push_back(w.first);
+    return b;
+  }
+  for (int c = 1; c < r.clips; ++c) b.push_back(infinity::clip_frames(r.frames, r.clips, c).first);
+  return b;
+}
 
 // What rank 0 learns from every rank for run.json: bytes per collective kind, peak memory.
 json rank_report(Run& r) {
@@ -764,12 +915,14 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
   if (d.dump().enabled()) outputs.push_back("activations.h5");
   for (const std::string& f : video.files) outputs.push_back(f);
   // With a pipeline, the earlier stages' steps and times came with the hand-off.
-  const int run_steps = o.steps - r.first_step();
+  const int run_steps = r.total_steps() - r.first_step();
   std::vector<double> per_step = r.in ? r.in->step_seconds : std::vector<double>{};
   per_step.insert(per_step.end(), d.step_max.begin(), d.step_max.end());
   const double denoise = d.denoise_seconds + (r.in ? r.in->denoise_seconds : 0.0);
   const double checkpoints = d.checkpoint_seconds + (r.in ? r.in->checkpoint_seconds : 0.0);
-  const double rate = static_cast<double>(r.frames) * run_steps / std::max(denoise, 1e-9);
+  // Frame-steps: a step of every frame, or a FIFO iteration's step of every queue level.
+  const double work = r.fifo ? static_cast<double>(r.fifo->steps()) : static_cast<double>(r.frames);
+  const double rate = work * run_steps / std::max(denoise, 1e-9);
   json run = {{"format", "vinf-run"},
               {"format_version", 1},
               {"vinf_version", VINF_VERSION},
@@ -778,6 +931,7 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
               {"config", r.config},
               {"resumed_from", r.resume_path.empty() ? json(nullptr) : json(r.resume_path)},
               {"start_step", r.first_step()},
+              {"boundaries", video_boundaries(r)},
               {"schedule", {{"timesteps", r.scheduler->timesteps()}, {"sigmas", r.scheduler->sigmas()}}},
               {"times_s",
                {{"load", m.load_seconds},
@@ -793,7 +947,7 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
               {"ranks", ranks},
               {"outputs", outputs}};
   io::write_file_atomically(r.out_dir + "/run.json", run.dump(2) + "\n");
-  r.log("denoised " + std::to_string(run_steps) + " step(s) in " + format_duration(denoise) + " (" +
+  r.log("denoised " + std::to_string(run_steps) + (r.fifo ? " iteration(s) in " : " step(s) in ") + format_duration(denoise) + " (" +
         std::to_string(rate).substr(0, 6) + " frame-steps/s); peak memory " + format_mib(peak) + " per rank");
   std::string listed = "latents.h5";
   for (const std::string& f : video.files) listed += ", " + f;
@@ -805,21 +959,25 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
 void write_outputs(Run& r, const Models& m, Denoiser& d, Timings times) {
   mpi::Session& mpi = r.job.session();
   const auto t_write = Clock::now();
-  const std::vector<float> host = d.host_latents();
+  std::vector<float> host = d.host_latents();
+  if (r.long_method) host.resize(static_cast<std::size_t>(r.video_part().count * r.ucfg.in_channels * r.lh * r.lw));
   bool finite = true;
   for (float v : host) finite = finite && std::isfinite(v);
   VINF_CHECK(mpi.all(finite), "the final latents hold NaN or infinite values (a rank's numbers diverged); ",
              "latents.h5 was not written to ", r.out_dir);
-  io::write_latents(mpi.world(), r.out_dir + "/latents.h5", r.stamp, r.part(), host.data());
+  io::write_latents(mpi.world(), r.out_dir + "/latents.h5", r.stamp, r.video_part(), host.data());
   times.write = mpi.max(seconds_since(t_write));
   VideoResult video;
-  if (m.vae) video = write_video_outputs(r.o, r.job, *m.vae, d.latents(), r.frames, r.out_dir);
+  // Windows and FIFO: every rank holds the video; each decodes the share a clip rank would.
+  const infinity::FrameRange share = infinity::clip_frames(r.frames, r.clips, r.clip);
+  const Tensor mine = r.long_method ? d.latents().slice(2, share.first, share.count) : d.latents();
+  if (m.vae) video = write_video_outputs(r.o, r.job, *m.vae, mine, r.frames, r.out_dir);
   write_run_json(r, m, d, video, times);
 }
 
 job::JobPlan job_plan(const RunPlan& o) {
   job::JobPlan plan = o.job;
-  plan.clip_group = o.vi.mode != infinity::Mode::off;
+  plan.clip_group = o.vi.mode != infinity::Mode::off || !o.long_clips();  // windows and FIFO share windows
   plan.cfg_group = o.cfg() == 2;
   return plan;
 }
@@ -860,8 +1018,10 @@ VideoOutcome run_video(RunPlan& o, job::Job& job, ModelCache& cache, const Stage
   r.steps = job::stage_steps(o.steps, job.layout().pipeline, job.stage());
   if (const std::string note = imported_fields_note(o, dtype_name(job.dtype()), job.grid().clip_size()); !note.empty())
     r.log(note);
+  for (const std::string& note : o.notes) r.log(note);
   read_model_shape(r);
   partition(r);
+  if (r.fifo) r.steps = {0, r.total_steps()};  // its iterations (a pipeline is refused with it)
   check_memory(r);
   VideoOutcome outcome;
   if (!choose_outputs(r)) {

@@ -28,6 +28,7 @@ constexpr unsigned kHelpWidth = 100, kHelpColumn = 44;  // wide enough that desc
 // The options as the command line and --config spell them, before they become typed values.
 struct Spelled {
   std::string device = "auto", dtype = "auto", comm_backend = "auto", scheduler = "dpmpp-sde", noise = "auto";
+  std::string long_mode = "clips", blend = "linear";
   ViOptions vi;
 };
 
@@ -172,6 +173,37 @@ void add_output_options(po::options_description& all, RunPlan& o) {
   all.add(parallel).add(vae).add(output);
 }
 
+po::options_description long_options(RunPlan& o, Spelled& sp) {
+  sampling::LongVideoConfig& l = o.long_video;
+  po::options_description group("[long] the method that makes a video longer than the model's training length",
+                                kHelpWidth, kHelpColumn);
+  group.add_options()(
+      "long.mode", po::value(&sp.long_mode)->default_value(sp.long_mode),
+      "clips: Video-Infinity (one clip per rank, the temporal layers exchange frames: the [vi] options); "
+      "windows: sliding windows with blended overlaps (at every step the plain model runs on overlapping "
+      "windows of --long.window frames and the predictions are blended where they overlap); fifo: "
+      "FIFO-Diffusion (diagonal denoising of a queue of frames at increasing noise levels, one timestep per "
+      "frame; the clean frame at the head leaves, fresh noise enters at the tail). windows and fifo run the "
+      "plain model on each window (the [vi] options are ignored), spread their windows over the ranks, and "
+      "give the same video on any number of ranks")(
+      "long.window", po::value(&l.window)->default_value(l.window),
+      "windows: frames per window (the model's training length: 16 for VideoCrafter2)")(
+      "long.stride", po::value(&l.stride)->default_value(l.stride),
+      "windows: frames from one window's start to the next (window - stride frames overlap)")(
+      "long.blend", po::value(&sp.blend)->default_value(sp.blend),
+      "windows: linear (a window's weight ramps across its overlaps) or uniform (the mean of the windows "
+      "over a frame)")(
+      "long.fifo-window", po::value(&l.fifo_window)->default_value(l.fifo_window),
+      "fifo: f, frames per partition (the model's training length)")(
+      "long.fifo-partitions", po::value(&l.fifo_partitions)->default_value(l.fifo_partitions),
+      "fifo: n, partitions of the queue; the queue and the schedule have f x n levels (--sampler.steps is "
+      "overridden), the partitions can run on up to n ranks")(
+      "long.fifo-lookahead", po::value(&l.fifo_lookahead)->default_value(l.fifo_lookahead)->implicit_value(true),
+      "fifo: lookahead denoising (2n windows overlapping by f/2, each keeping its second half, behind f/2 frames "
+      "of clean context: twice the model calls); =false: n disjoint partitions");
+  return group;
+}
+
 po::options_description checkpoint_options(RunPlan& o) {
   po::options_description ckpt("[checkpoint] and resuming", kHelpWidth, kHelpColumn);
   ckpt.add_options()("checkpoint.every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every),
@@ -189,7 +221,12 @@ po::options_description checkpoint_options(RunPlan& o) {
       "conv_norm_out, conv_out, and <module>.in / <module>.out of every temporal module, as vinf forward "
       "--dump-temporal writes them), e.g. 'down_blocks.*,mid_block'; a glob that matches no module is refused")(
       "dump.steps", po::value(&o.dump_steps)->default_value(o.dump_steps),
-      "the steps (1-based, comma-separated) whose UNet call --dump.modules records");
+      "the steps (1-based, comma-separated) whose UNet call --dump.modules records")(
+      "evaluate", po::value(&o.evaluate)->default_value(o.evaluate)->implicit_value(true),
+      "at the end, run vinf evaluate on the outputs (video.mp4, else latents.h5) with the run's clip or window "
+      "boundaries: OUT/evaluate.json and OUT/evaluate.png")(
+      "evaluate.clip-vision", po::value(&o.evaluate_clip_vision),
+      "with --evaluate: a CLIPVisionModelWithProjection directory for the feature similarities");
   return ckpt;
 }
 
@@ -206,7 +243,7 @@ po::options_description describe(RunPlan& o, Spelled& sp) {
       "other than the run's, ...)");
   all.add(model_options(o)).add(video_options(o)).add(sampler_options(o, sp)).add(prompt_options(o));
   add_output_options(all, o);
-  all.add(checkpoint_options(o)).add(vi);
+  all.add(checkpoint_options(o)).add(long_options(o, sp)).add(vi);
   return all;
 }
 
@@ -385,6 +422,48 @@ void parse_dump(RunPlan& o) {
   }
 }
 
+// --long.mode windows and fifo: their settings checked, and what they override or ignore said in
+// one line each (o.notes): the [vi] options, and for FIFO the steps and the scheduler.
+void resolve_long_video(RunPlan& o, const Spelled& sp, const po::variables_map& vm) {
+  sampling::LongVideoConfig& l = o.long_video;
+  l.mode = sampling::parse_long_mode(sp.long_mode);
+  l.blend = sampling::parse_blend(sp.blend);
+  if (o.long_clips()) return;
+  const std::string mode = std::string("--long.mode ") + sampling::long_mode_name(l.mode);
+  std::vector<std::string> vi_given;
+  for (const auto& [name, value] : vm)
+    if (name.rfind("vi.", 0) == 0 && !value.defaulted()) vi_given.push_back("--" + name);
+  if (!vi_given.empty() || !o.vi_import.empty()) {
+    std::string list = o.vi_import.empty() ? "" : "--import-vi-config's plugin_configs";
+    for (const std::string& n : vi_given) list += (list.empty() ? "" : ", ") + n;
+    o.notes.push_back(mode + " runs the plain model on each window: the [vi] settings are ignored (" + list + ")");
+  }
+  o.vi = infinity::Config{};
+  o.vi.mode = infinity::Mode::off;
+  VINF_INPUT_CHECK(o.cfg() == 1 && o.job.tensor == 1 && o.job.pipeline == 1, mode,
+                   " spreads its windows over the ranks: --parallel.cfg, --parallel.tensor and --parallel.pipeline ",
+                   "must be 1 (got ", o.cfg(), ", ", o.job.tensor, ", ", o.job.pipeline, ")");
+  VINF_INPUT_CHECK(o.dump_globs.empty(), mode, ": --dump.modules records Video-Infinity's clips; leave it out");
+  if (l.mode == sampling::LongMode::windows) {
+    VINF_INPUT_CHECK(l.window >= 1, "--long.window must be at least 1 frame, got ", l.window);
+    VINF_INPUT_CHECK(l.stride >= 1 && l.stride <= l.window, "--long.stride must be in [1, --long.window = ", l.window,
+                     "] (windows must overlap or touch), got ", l.stride);
+    return;
+  }
+  const sampling::FifoPlan plan(l.fifo_window, l.fifo_partitions, l.fifo_lookahead);  // checks f, n
+  VINF_INPUT_CHECK(o.prompts.size() <= 1, mode, " denoises one queue with one prompt; got ", o.prompts.size(),
+                   " --prompt.text (use --long.mode clips or windows for a prompt per part)");
+  if (o.steps != plan.steps())
+    o.notes.push_back(mode + " denoises with f x n = " + std::to_string(l.fifo_window) + " x " +
+                      std::to_string(l.fifo_partitions) + " = " + std::to_string(plan.steps()) +
+                      " steps, one queue level each: --sampler.steps " + std::to_string(o.steps) + " is overridden");
+  o.steps = plan.steps();
+  if (o.scheduler != sampling::SchedulerKind::ddim)
+    o.notes.push_back(mode + " steps every frame with DDIM (eta " + std::to_string(o.eta).substr(0, 4) +
+                      ", --sampler.eta): --sampler.scheduler " + sp.scheduler + " is not used");
+  o.scheduler = sampling::SchedulerKind::ddim;
+}
+
 void print_help(const po::options_description& opts) {
   std::cout << opts << "\n"
             << kRankLayoutHelp << "\nExit status: 0 on success, 2 for bad input (the message names the option, file or key), 1 for "
@@ -426,17 +505,42 @@ int parse_generate_options(const std::vector<std::string>& args, RunPlan& o, con
   o.job.transport = job::parse_transport(sp.comm_backend);
   parse_dump(o);
   o.vi = sp.vi.resolve(vm, o.vi_import.empty() ? nullptr : &o.imported.ignored);
+  resolve_long_video(o, sp, vm);
   const bool compat_noise = sp.noise == "compat" || (sp.noise == "auto" && o.vi.mode == infinity::Mode::compat);
   o.noise = compat_noise ? sampling::NoiseMode::compat : sampling::NoiseMode::invariant;
   if (o.name.empty()) o.name = o.config_file.empty() ? "vinf" : fs::path(o.config_file).stem().string();
   return 0;
 }
 
+namespace {
+
+// Windows and FIFO partitions spread over the ranks: no rank may be left without one.
+void check_long_ranks(const RunPlan& o, int ranks) {
+  const sampling::LongVideoConfig& l = o.long_video;
+  if (l.mode == sampling::LongMode::windows) {
+    const auto windows = static_cast<int>(sampling::sliding_windows(o.frames, l.window, l.stride).size());
+    VINF_INPUT_CHECK(ranks <= windows, "--long.mode windows: ", o.frames, " frames make ", windows, " window(s) of ",
+                     std::min<std::int64_t>(l.window, o.frames), " every ", l.stride, " frames, fewer than the ", ranks,
+                     " ranks; use at most ", windows, " rank(s), or more frames or a smaller --long.stride");
+    return;
+  }
+  VINF_INPUT_CHECK(ranks <= l.fifo_partitions, "--long.mode fifo: ", ranks, " ranks for ", l.fifo_partitions,
+                   " partitions (--long.fifo-partitions); use at most ", l.fifo_partitions, " rank(s), or more partitions");
+  VINF_INPUT_CHECK(o.frames >= l.fifo_window, "--long.mode fifo makes at least --long.fifo-window = ", l.fifo_window,
+                   " frames (its base video); got --video.frames ", o.frames);
+}
+
+}  // namespace
+
 void check_generate_job(RunPlan& o, int world_size) {
   VINF_INPUT_CHECK(world_size % o.cfg() == 0, "--parallel.cfg 2 needs an even number of ranks (2 x clips), got ",
                    world_size);
   const int clips = job::make_layout(o.job, world_size).clips;
   if (o.frames == 0) o.frames = o.frames_per_clip * clips;
+  if (!o.long_clips()) {
+    check_long_ranks(o, clips);
+    return;
+  }
   VINF_INPUT_CHECK(o.frames >= clips, "--video.frames ", o.frames, " is fewer than the ", clips,
                    " clip ranks; use at most ", o.frames, " ranks or more frames");
   try {
@@ -514,6 +618,7 @@ int parse_plan_options(const std::vector<std::string>& args, RunPlan& o, const p
   o.job.transport = job::parse_transport(sp.comm_backend);
   parse_dump(o);
   o.vi = sp.vi.resolve(vm, o.vi_import.empty() ? nullptr : &o.imported.ignored);
+  resolve_long_video(o, sp, vm);
   return 0;
 }
 

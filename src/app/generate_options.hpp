@@ -11,6 +11,7 @@
 
 #include "infinity/config.hpp"
 #include "job/plan.hpp"
+#include "sampling/long_video.hpp"
 #include "sampling/noise.hpp"
 #include "sampling/scheduler.hpp"
 
@@ -56,7 +57,15 @@ struct RunPlan {
   bool overwrite = false, quiet = false, verbose = false;
   bool debug = false;  // --debug: check every UNet module's output, to name the first non-finite one
   std::string vi_import;  // --import-vi-config FILE
-  infinity::Config vi;
+  infinity::Config vi;     // off with --long.mode windows or fifo
+  // [long]: the method that makes the long video (clips: Video-Infinity)
+  sampling::LongVideoConfig long_video;
+  bool long_clips() const { return long_video.mode == sampling::LongMode::clips; }
+  // --evaluate: vinf evaluate on the outputs at the end, with --evaluate.clip-vision's model
+  bool evaluate = false;
+  std::string evaluate_clip_vision;
+  // One line each for the log: what the long-video method overrides or ignores.
+  std::vector<std::string> notes;
   // --import-vi-config FILE: the fields of the file this run does not use (dotted names, with the
   // option that overrides a field), and the file's dtype and GPU count, for one line in the log.
   struct Imported {

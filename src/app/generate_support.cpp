@@ -266,7 +266,21 @@ json numerics_json(const RunPlan& o, int clips, DType dtype) {
             {"dtype", dtype_name(dtype)}};
   // Invariant and exact modes give the same video on any number of clips (and tensor ranks); the
   // others do not.
+  // Windows and FIFO give the same video on any number of ranks too; their settings change it.
+  if (!o.long_clips()) {
+    j["long"] = long_json(o.long_video);
+    return j;
+  }
   if (o.vi.mode != infinity::Mode::invariant && o.vi.mode != infinity::Mode::exact) j["parallel"] = {{"clips", clips}};
+  return j;
+}
+
+json long_json(const sampling::LongVideoConfig& l) {
+  json j = {{"mode", sampling::long_mode_name(l.mode)}};
+  if (l.mode == sampling::LongMode::windows)
+    j.update({{"window", l.window}, {"stride", l.stride}, {"blend", sampling::blend_name(l.blend)}});
+  if (l.mode == sampling::LongMode::fifo)
+    j.update({{"fifo-window", l.fifo_window}, {"fifo-partitions", l.fifo_partitions}, {"fifo-lookahead", l.fifo_lookahead}});
   return j;
 }
 

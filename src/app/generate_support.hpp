@@ -65,6 +65,8 @@ void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, co
 
 json counters_json(const mpi::CommCounters& c);
 json vi_json(const infinity::Config& v);
+// The [long] settings that apply to the mode, for run.json and the numerics a resume must share.
+json long_json(const sampling::LongVideoConfig& l);
 
 // SIGTERM and SIGUSR1 (what Slurm sends before a time limit or a preemption) set a flag that the
 // loop checks after every step; SIGXFSZ is ignored so that a full quota is an error message.

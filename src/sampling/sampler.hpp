@@ -3,6 +3,8 @@
 // combines the two branches' predictions before the update.
 #pragma once
 
+#include <vector>
+
 #include "core/arena.hpp"
 #include "ops/context.hpp"
 #include "sampling/scheduler.hpp"
@@ -12,6 +14,14 @@ namespace vinf::sampling {
 // out = uncond + scale (cond - uncond), batch order [uncond, cond] (model-spec §0.8). out may be
 // either input.
 void guide(ExecContext& ctx, const Tensor& uncond, const Tensor& cond, float scale, const Tensor& out);
+
+// One first-order scheduler step per frame, each at its own step index (FIFO-Diffusion's diagonal
+// denoising): frame j of x, eps and noise (frame-major (F, C, H, W) or any layout whose dim
+// `frame_dim` is the frames) goes through step steps[j] (-1: left as it is). noise is read only
+// where the step is stochastic. Throws when the scheduler is multistep (the frames would need
+// their own memories): DDIM.
+void step_frames(ExecContext& ctx, const Scheduler& scheduler, const Tensor& x, const Tensor& eps, const Tensor& noise,
+                 const std::vector<int>& steps, int frame_dim, Arena& arena);
 
 class Sampler {
  public:

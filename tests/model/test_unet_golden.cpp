@@ -108,7 +108,7 @@ TEST_CASE("golden: the fps embedding is live and matches diffusers without it") 
   CHECK(max_abs_diff(with, nofps) > 0.1);  // diffusers' two outputs differ by up to 0.46
 }
 
-TEST_CASE("one timestep per frame: all equal is the one-timestep call; each frame's time embedding is its timestep's") {
+TEST_CASE("one timestep per frame: all equal is the one-timestep call, each frame's time embedding is its timestep's") {
   Runtime rt(Device::cpu());
   Golden g;
   const model::UNet3D unet = load_tiny(rt, DType::f32);

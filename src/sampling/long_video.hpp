@@ -1,0 +1,105 @@
+// Long videos by methods other than Video-Infinity's clips, on the same model (design.md §5):
+//   windows: sliding windows with blended overlaps (chunked inference, co-denoising): at every
+//            step the plain model runs on overlapping windows of its training length and the
+//            predictions are blended where windows overlap;
+//   fifo:    FIFO-Diffusion (arXiv 2405.11473): diagonal denoising of a queue of frames at
+//            increasing noise levels, one step per iteration with a timestep per frame; the clean
+//            frame at the head leaves, fresh noise enters at the tail; latent partitioning splits
+//            the queue into blocks of the model's length, lookahead denoising overlaps them by half.
+// This file holds their arithmetic only (which frames each model call sees, at which step, with
+// which weight), so that it can be checked without a model; app/generate_long runs them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vinf::sampling {
+
+enum class LongMode { clips, windows, fifo };
+const char* long_mode_name(LongMode m);
+// "clips" | "windows" | "fifo"; throws vinf::InputError naming them.
+LongMode parse_long_mode(const std::string& name);
+
+enum class Blend { linear, uniform };
+const char* blend_name(Blend b);
+Blend parse_blend(const std::string& name);
+
+struct LongVideoConfig {
+  LongMode mode = LongMode::clips;
+  // windows
+  int window = 16, stride = 8;
+  Blend blend = Blend::linear;
+  // fifo
+  int fifo_window = 16, fifo_partitions = 4;
+  bool fifo_lookahead = true;
+};
+
+// Frames [first, first + count).
+struct FrameSpan {
+  std::int64_t first = 0, count = 0;
+  std::int64_t end() const { return first + count; }
+  bool operator==(const FrameSpan&) const = default;
+};
+
+// Windows of `window` frames every `stride` frames, the last one ending at the video's end so that
+// every frame is covered; one window of the whole video when it is not longer than `window`.
+std::vector<FrameSpan> sliding_windows(std::int64_t frames, std::int64_t window, std::int64_t stride);
+
+// Each window's weight for each of its frames (weights[w][j] for frame windows[w].first + j); over
+// the windows that cover a frame they sum to one. linear: a window's weight ramps down across its
+// overlap with the next window and up across the overlap with the previous one (j + 1 steps in,
+// out of overlap + 1), so the blend moves from one window's prediction to the next; uniform: the
+// plain mean of the windows that cover the frame.
+std::vector<std::vector<float>> blend_weights(const std::vector<FrameSpan>& windows, Blend blend);
+
+// Items [first, first + count) of `items` that rank `rank` of `ranks` takes: contiguous shares
+// whose sizes differ by at most one.
+FrameSpan share(std::int64_t items, int ranks, int rank);
+
+// FIFO-Diffusion's queue, with `window` = f frames per partition and n partitions: the schedule
+// has S = f n steps and the queue S positions at noise levels 0 (head, cleanest) to S - 1 (tail,
+// pure noise), plus with lookahead L = f / 2 positions of context before the head, which hold the
+// frames that left last and are seen by the model at level 0 but never updated.
+//   Position q's level is k = max(0, q - L); the scheduler's step index of level k is S - 1 - k
+//   (timesteps()[S - 1 - k], the step that takes it to level k - 1, or to clean after level 0).
+//   Each iteration runs the model on windows of f positions: n disjoint partitions, or with
+//   lookahead 2n windows every f / 2 positions whose second halves are kept; the kept parts cover
+//   [L, L + S) once. Then the frame at the head (position L) is clean and leaves, the queue moves
+//   one position towards the head, and fresh noise enters at the tail.
+//   The queue starts from a base video of f frames made by the plain model with the same schedule:
+//   position q holds base frame max(0, k - (S - f)) noised to level k. Of the frames that leave,
+//   the first S - f are the warm-up; the rest are the video, whose first f frames are the base
+//   video's, denoised again.
+class FifoPlan {
+ public:
+  // Throws vinf::InputError for f < 2, n < 1, or an odd f with lookahead.
+  FifoPlan(int window, int partitions, bool lookahead);
+
+  int window() const { return f_; }
+  int partitions() const { return n_; }
+  bool lookahead() const { return lookahead_; }
+  int steps() const { return f_ * n_; }
+  int context() const { return lookahead_ ? f_ / 2 : 0; }
+  int queue_length() const { return steps() + context(); }
+
+  int level(int q) const { return q < context() ? 0 : q - context(); }
+  int step_index(int q) const { return steps() - 1 - level(q); }
+  // The model calls of one iteration (queue positions) and the part of each whose update is kept.
+  const std::vector<FrameSpan>& windows() const { return windows_; }
+  const std::vector<FrameSpan>& kept() const { return kept_; }
+
+  // Iterations for a video of `frames` frames (>= f), and the video frame that leaves the queue at
+  // iteration i (negative during the warm-up).
+  std::int64_t iterations(std::int64_t frames) const { return frames + steps() - f_; }
+  std::int64_t output_frame(std::int64_t i) const { return i - (steps() - f_); }
+  // The base video's frame that position q starts from.
+  int base_frame(int q) const;
+
+ private:
+  int f_, n_;
+  bool lookahead_;
+  std::vector<FrameSpan> windows_, kept_;
+};
+
+}  // namespace vinf::sampling
