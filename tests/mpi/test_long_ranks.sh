@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Long videos by sliding windows and by FIFO-Diffusion over N ranks (the built-in tiny model):
+# - windows (24 frames, windows of 8 every 4: 5 windows spread over the ranks) equal one rank;
+#   at one rank a window at least as long as the video is the plain model (--vi.mode off);
+# - FIFO (f = 4, n = 4 with lookahead: 8 model calls per iteration over the ranks) equals one rank,
+#   also without lookahead;
+# - both stopped after a checkpoint (kept with --checkpoint.every) and resumed on another number of
+#   ranks equal the uninterrupted run;
+# - more ranks than FIFO partitions, or than windows, are refused (exit 2) before anything runs.
+# Every window's numbers come from the same computation whichever rank makes it, and the windows
+# are combined in window order on every rank, so with OMP_NUM_THREADS=1 (set by the test's
+# registration) the runs agree bit for bit.
+# usage: test_long_ranks.sh MPIEXEC VINF TEST_TOOL FIXTURE_MODEL_DIR N
+set -u
+mpiexec=$1 vinf=$2 tool=$3 n=$5
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../cli/expect.sh"
+require_test_device "$vinf"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fails=0
+
+common=(--model builtin:tiny --model.seed 5 "${device_args[@]}" --output.video=false --comm-timeout 60 --quiet
+        --video.height 32 --video.width 32 --prompt.text "a long road" --sampler.steps 3)
+windows=(--long.mode windows --video.frames 24 --long.window 8 --long.stride 4)
+fifo=(--long.mode fifo --video.frames 10 --long.fifo-window 4 --long.fifo-partitions 4 --sampler.eta 0.5)
+run() {  # run RANKS options...: vinf generate over RANKS ranks; its output on failure
+  local ranks=$1 log
+  shift
+  log=$("$mpiexec" -np "$ranks" "$vinf" generate "${common[@]}" "$@" 2>&1) || { echo "$log" | tail -6; return 1; }
+}
+same() {  # same DESCRIPTION A.h5 B.h5: bit for bit
+  if out=$("$tool" h5-compare "$2" "$3" 0 2>&1); then echo "ok: $1"; else echo "FAIL: $1"; echo "$out" | tail -3; fails=$((fails + 1)); fi
+}
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# 1. Windows: N ranks against one.
+run 1 "${windows[@]}" --out "$work/w1" || fail "windows on 1 rank"
+run "$n" "${windows[@]}" --out "$work/wn" || fail "windows on $n ranks"
+same "windows: $n rank(s) = 1 rank" "$work/wn/latents.h5" "$work/w1/latents.h5"
+if [ "$n" -eq 1 ]; then
+  run 1 --long.mode windows --video.frames 8 --long.window 16 --out "$work/whole" || fail "one window"
+  run 1 --vi.mode off --video.frames 8 --out "$work/plain" || fail "plain model"
+  same "a window as long as the video = the plain model" "$work/whole/latents.h5" "$work/plain/latents.h5"
+fi
+
+# 2. FIFO: N ranks against one, with and without lookahead.
+run 1 "${fifo[@]}" --out "$work/f1" || fail "fifo on 1 rank"
+run "$n" "${fifo[@]}" --out "$work/fn" || fail "fifo on $n ranks"
+same "fifo: $n rank(s) = 1 rank" "$work/fn/latents.h5" "$work/f1/latents.h5"
+run 1 "${fifo[@]}" --long.fifo-lookahead=false --out "$work/g1" || fail "fifo without lookahead on 1 rank"
+run "$n" "${fifo[@]}" --long.fifo-lookahead=false --out "$work/gn" || fail "fifo without lookahead on $n ranks"
+same "fifo without lookahead: $n rank(s) = 1 rank" "$work/gn/latents.h5" "$work/g1/latents.h5"
+
+# 3. Resume on another number of ranks from a checkpoint in the middle: the run's directory as a
+# stopped run leaves it (no run.json, no latents.h5), continued from that checkpoint.
+other=$((n % 2 + 1))
+resume() {  # resume NAME CHECKPOINT options...
+  local name=$1 ckpt=$2
+  shift 2
+  run "$n" "$@" --checkpoint.every 2 --checkpoint.keep 100 --out "$work/$name" || { fail "$name: the first run"; return; }
+  rm -f "$work/$name/run.json" "$work/$name/latents.h5"
+  find "$work/$name/checkpoints" -name 'step-*.h5' ! -name "$ckpt" -delete
+  run "$other" "$@" --resume auto --out "$work/$name" || { fail "$name: resumed on $other rank(s)"; return; }
+}
+resume wr step-000002.h5 "${windows[@]}"
+same "windows: stopped after step 2 on $n rank(s), resumed on $other = uninterrupted" "$work/wr/latents.h5" "$work/w1/latents.h5"
+resume fr step-000006.h5 "${fifo[@]}"
+same "fifo: stopped after iteration 6 on $n rank(s), resumed on $other = uninterrupted" "$work/fr/latents.h5" "$work/f1/latents.h5"
+
+# 4. Refusals, before anything runs.
+if [ "$n" -ge 2 ]; then
+  expect 2 "use at most 1 rank(s), or more partitions" -- \
+    "$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --long.mode fifo --video.frames 10 --long.fifo-window 4 \
+    --long.fifo-partitions 1 --out "$work/bad1"
+  expect 2 "make 1 window(s) of 8" -- \
+    "$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --long.mode windows --video.frames 8 --out "$work/bad2"
+  [ -e "$work/bad1" ] || [ -e "$work/bad2" ] && fail "a refused run left an output directory"
+fi
+
+[ "$fails" -eq 0 ] && echo "all passed" || echo "$fails check(s) failed"
+exit $((fails > 0))
