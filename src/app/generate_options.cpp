@@ -440,6 +440,8 @@ void resolve_long_video(RunPlan& o, const Spelled& sp, const po::variables_map& 
   }
   o.vi = infinity::Config{};
   o.vi.mode = infinity::Mode::off;
+  VINF_INPUT_CHECK(sp.noise != "compat", "--sampler.noise compat is the layout of the released Video-Infinity code's ",
+                   "clips; ", mode, " draws its noise keyed by frame (invariant): leave --sampler.noise out");
   VINF_INPUT_CHECK(o.cfg() == 1 && o.job.tensor == 1 && o.job.pipeline == 1, mode,
                    " spreads its windows over the ranks: --parallel.cfg, --parallel.tensor and --parallel.pipeline ",
                    "must be 1 (got ", o.cfg(), ", ", o.job.tensor, ", ", o.job.pipeline, ")");
