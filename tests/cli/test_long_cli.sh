@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# `vinf generate --long.mode windows|fifo` in one process: the help and the INI section, the one
+# line each that says what a method overrides or ignores, run.json's record of the method and its
+# boundaries, and exit status 2 with a message for every setting the methods refuse (no output
+# directory left behind).
+# usage: test_long_cli.sh VINF TEST_TOOL
+set -u
+vinf=$1 tool=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/expect.sh"
+
+small=(--model builtin:tiny --device cpu --video.height 32 --video.width 32 --output.video=false
+       --prompt.text "a long road")
+
+expect 0 "--long.mode arg (=clips)" -- "$vinf" generate --help
+expect 0 "--long.fifo-lookahead" -- "$vinf" generate --help
+
+# Windows from an INI section; a [vi] option is ignored with one line.
+printf '[long]\nmode = windows\nwindow = 4\nstride = 2\n[vi]\nlocal-frames = 2\n' > "$work/w.ini"
+expect 0 "the [vi] settings are ignored (--vi.local-frames)" -- \
+  "$vinf" generate "${small[@]}" --config "$work/w.ini" --video.frames 8 --sampler.steps 2 --out "$work/w"
+expect 0 '"boundaries": [' -- cat "$work/w/run.json"
+expect 0 '"mode": "windows"' -- cat "$work/w/run.json"
+python3 - "$work/w/run.json" <<'PY' && echo "ok: run.json's boundaries are the windows' starts" || { echo "FAIL: boundaries"; fails=$((fails + 1)); }
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["boundaries"] == [2, 4], d["boundaries"]
+PY
+
+# FIFO: the steps and the scheduler it overrides, one line each; the progress counts frames.
+expect 0 "= 4 steps, one queue level each: --sampler.steps 30 is overridden" -- \
+  "$vinf" generate "${small[@]}" --long.mode fifo --long.fifo-window 2 --long.fifo-partitions 2 --video.frames 3 \
+  --out "$work/f"
+expect 0 "steps every frame with DDIM" -- \
+  "$vinf" generate "${small[@]}" --long.mode fifo --long.fifo-window 2 --long.fifo-partitions 1 --video.frames 2 \
+  --out "$work/f2"
+expect 0 "frames 3/3" -- \
+  "$vinf" generate "${small[@]}" --long.mode fifo --long.fifo-window 2 --long.fifo-partitions 2 --video.frames 3 \
+  --sampler.scheduler ddim --sampler.steps 4 --out "$work/f3"
+expect 0 "ok $work/f3/latents.h5" -- "$tool" h5-check "$work/f3/latents.h5" 3 4 4 4
+
+# Refusals, before anything runs.
+bad() {  # bad TEXT options...: exit 2 with TEXT, no output directory
+  local text=$1
+  shift
+  expect 2 "$text" -- "$vinf" generate "${small[@]}" --video.frames 8 --out "$work/bad" "$@"
+  [ -e "$work/bad" ] && { echo "FAIL: a refused run left $work/bad"; fails=$((fails + 1)); rm -rf "$work/bad"; }
+}
+bad "--long.mode must be clips (Video-Infinity), windows" --long.mode sliding
+bad "--long.blend must be linear or uniform" --long.mode windows --long.blend cosine
+bad "--long.stride must be in [1, --long.window = 4]" --long.mode windows --long.window 4 --long.stride 5
+bad "--long.window must be at least 1 frame" --long.mode windows --long.window 0
+bad "--long.fifo-window must be even" --long.mode fifo --long.fifo-window 5
+bad "--long.fifo-window must be at least 2 frames" --long.mode fifo --long.fifo-window 1 --long.fifo-lookahead=false
+bad "--long.fifo-partitions must be at least 1" --long.mode fifo --long.fifo-partitions 0
+bad "makes at least --long.fifo-window = 16 frames" --long.mode fifo
+bad "denoises one queue with one prompt" --long.mode fifo --long.fifo-window 4 --prompt.text "a second prompt"
+bad "--parallel.cfg, --parallel.tensor and --parallel.pipeline must be 1" --long.mode windows --parallel.tensor 2
+bad "--sampler.noise compat is the layout" --long.mode windows --sampler.noise compat
+bad "--dump.modules records Video-Infinity's clips" --long.mode windows --dump.modules conv_in
+
+echo "$fails failure(s)"
+exit $((fails > 0))
