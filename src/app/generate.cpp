@@ -224,15 +224,7 @@ void partition(Run& r) {
 // GPU's memory, or the host's shared by the node's ranks.
 void check_memory(const Run& r) {
   const Device& device = r.job.device();
-  // Windows and FIFO: the model sees one window at a time on every rank, as a clip of that length
-  // (the whole state's latents, a few MiB, are in the estimate's margin).
-  RunPlan as_clips = r.o;
-  if (r.long_method) {
-    const sampling::LongVideoConfig& l = r.o.long_video;
-    const std::int64_t window = r.fifo ? l.fifo_window : std::min<std::int64_t>(l.window, r.frames);
-    as_clips.frames = window * r.clips;
-  }
-  const PlanEstimate e = estimate_plan(as_clips, r.ucfg, r.vae_config, r.job.layout(), r.job.dtype(), device);
+  const PlanEstimate e = estimate_plan(r.o, r.ucfg, r.vae_config, r.job.layout(), r.job.dtype(), device);
   const int node_ranks = std::max(1, r.job.world_session().local_size());
   double capacity = memory_capacity_bytes(device);
   if (!device.is_cuda()) capacity /= node_ranks;

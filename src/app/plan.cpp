@@ -23,6 +23,7 @@
 #include "model/vae.hpp"
 #include "mpi/launcher.hpp"
 #include "ops/runtime.hpp"
+#include "sampling/long_video.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -201,13 +202,15 @@ void print_table(const RunPlan& o, const PlanEstimate& e, const ModelShape& m, i
   std::printf("vinf plan: %d rank(s) on %d node(s) of %d: %d replica(s) x %d pipeline stage(s) x %d rank(s) per "
               "stage (%d CFG branch(es) x %d frame rank(s) x %d tensor rank(s))\n",
               world, nodes, ranks_per_node, l.data, l.pipeline, l.unit(), l.cfg, l.clips, l.tensor);
-  std::printf("model %s: %.1f M parameters, %s on %s; %lld frames of %lldx%lld (latent %lldx%lld), --vi.mode %s, "
+  const std::string method = o.long_clips() ? std::string("--vi.mode ") + infinity::mode_name(o.vi.mode)
+                                             : std::string("--long.mode ") + sampling::long_mode_name(o.long_video.mode);
+  std::printf("model %s: %.1f M parameters, %s on %s; %lld frames of %lldx%lld (latent %lldx%lld), %s, "
               "%d step(s)\n",
               m.source.c_str(), static_cast<double>(model::parameter_count(model::unet_parameters(m.unet))) / 1e6,
               dtype_name(e.dtype), e.device.name().c_str(), static_cast<long long>(e.frames),
               static_cast<long long>(o.width), static_cast<long long>(o.height),
               static_cast<long long>(e.latent_width), static_cast<long long>(e.latent_height),
-              infinity::mode_name(o.vi.mode), e.steps);
+              method.c_str(), e.steps);
   if (world <= kMostRankLines) print_rank_lines(e, ranks_per_node);
   else print_node_lines(e, ranks_per_node);
   const RankEstimate& r = e.largest();
@@ -257,6 +260,7 @@ json plan_json(const RunPlan& o, const PlanEstimate& e, const ModelShape& m, int
           {"model", m.source}, {"frames", e.frames}, {"height", o.height}, {"width", o.width},
           {"latent", {e.latent_height, e.latent_width}}, {"steps", e.steps}, {"dtype", dtype_name(e.dtype)},
           {"device", e.device.name()}, {"vi_mode", infinity::mode_name(o.vi.mode)},
+          {"long_mode", sampling::long_mode_name(o.long_video.mode)},
           {"capacity_bytes", cap.bytes}, {"planned_bytes", cap.bytes * kPlanHeadroom},
           {"largest_rank", e.largest().place.rank}, {"tensor_groups_across_nodes", spans.tensor_groups},
           {"clip_groups_across_nodes", spans.clip_groups_spanning}, {"ranks", ranks}};

@@ -13,6 +13,7 @@
 #include "model/flops.hpp"
 #include "model/footprint.hpp"
 #include "model/params.hpp"
+#include "sampling/long_video.hpp"
 
 namespace vinf::app {
 
@@ -53,6 +54,44 @@ struct Shapes {
   std::int64_t frames = 0, lh = 0, lw = 0;
 };
 
+// --long.mode windows and fifo: every rank runs the plain model on one window at a time (its share
+// of the windows) and holds the whole state: the sampler's buffers over every frame (FIFO: the
+// video so far and the queue) and every window's gathered prediction.
+void estimate_long_method(const PlanEstimate& e, const Shapes& sh, RankEstimate& r) {
+  const RunPlan& o = e.inputs.run;
+  const model::UNetConfig& u = e.inputs.unet;
+  const sampling::LongVideoConfig& l = o.long_video;
+  std::int64_t window = 0, windows = 0, state = sh.frames;
+  if (l.mode == sampling::LongMode::fifo) {
+    const sampling::FifoPlan plan(l.fifo_window, l.fifo_partitions, l.fifo_lookahead);
+    window = plan.window();
+    windows = static_cast<std::int64_t>(plan.windows().size());
+    state += plan.queue_length();
+  } else {
+    const std::vector<sampling::FrameSpan> w = sampling::sliding_windows(sh.frames, l.window, l.stride);
+    window = w.front().count;
+    windows = static_cast<std::int64_t>(w.size());
+  }
+  const std::int64_t mine = sampling::share(windows, e.layout.clips, r.place.clip).count;
+  const model::ForwardShape fs{r.batch, window, sh.lh, sh.lw, kTextTokens, dtype_size(e.dtype), 1,
+                               e.device.is_cuda(), cpu_threads()};
+  const model::ForwardFootprint f = model::unet_footprint(u, fs, model::TemporalCost{});
+  r.activations = f.activations;
+  r.workspace = f.workspace;
+  r.comm_buffers = 0;
+  const double frame = static_cast<double>(u.in_channels * sh.lh * sh.lw) * 4;
+  const auto a = [](double b) { return model::arena_bytes(b); };
+  const double text = static_cast<double>(r.batch * kTextTokens * u.cross_attention_dim) * 4;
+  // x, m0, m1, the frame-major copy, eps and z over the state; the gathered and the own windows'
+  // predictions; the UNet's input and output batch; the prompts' text.
+  r.sampler = 6 * a(frame * static_cast<double>(state)) + a(frame * static_cast<double>(windows * window)) +
+              a(frame * static_cast<double>(mine * window)) + 2 * a(frame * static_cast<double>(r.batch * window)) +
+              a(text * static_cast<double>(std::max<std::size_t>(o.prompts.size(), 1)));
+  r.clip_bytes = frame * static_cast<double>((windows - mine) * window);
+  const model::FlopCount fl = model::unet_flops(u, r.batch, window, sh.lh, sh.lw, kTextTokens);
+  r.flops = static_cast<double>(mine) * (fl.conv + fl.temporal_conv + fl.linear + fl.attention);
+}
+
 RankEstimate estimate_rank(const PlanEstimate& e, const Shapes& sh, int rank) {
   const RunPlan& o = e.inputs.run;
   const model::UNetConfig& u = e.inputs.unet;
@@ -85,6 +124,7 @@ RankEstimate estimate_rank(const PlanEstimate& e, const Shapes& sh, int rank) {
   if (l.pipeline > 1 && r.place.stage > 0) r.handoff_bytes = 2 * latent + text;
   const model::FlopCount fl = model::unet_flops(u, r.batch, r.place.frames, sh.lh, sh.lw, kTextTokens);
   r.flops = fl.conv + fl.temporal_conv + (fl.linear + fl.attention) / l.tensor;
+  if (!o.long_clips()) estimate_long_method(e, sh, r);
   return r;
 }
 

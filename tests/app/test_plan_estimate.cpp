@@ -164,6 +164,28 @@ TEST_CASE("plan: memory grows with the frames and the size, shrinks with frame r
   CHECK(decoded.ranks[1].vae_weights > 0);
 }
 
+TEST_CASE("plan: windows and FIFO hold one window's activations whatever the length, the state's latents grow") {
+  for (sampling::LongMode mode : {sampling::LongMode::windows, sampling::LongMode::fifo}) {
+    CAPTURE(sampling::long_mode_name(mode));
+    const auto run = [&](std::int64_t frames) {
+      RunPlan o = tiny_run(frames);
+      o.long_video.mode = mode;
+      o.long_video.window = o.long_video.fifo_window = 16;
+      o.vi.mode = infinity::Mode::off;
+      return o;
+    };
+    const RankEstimate a = estimate(run(64), 1).largest(), b = estimate(run(256), 1).largest();
+    CHECK(a.activations == b.activations);  // one window of 16 frames either way
+    CHECK(a.workspace == b.workspace);
+    // The rest: a few latent-sized buffers over every frame (4 x 8 x 8 f32 = 1 KiB a frame) and the
+    // gathered windows.
+    CHECK(b.total() - a.total() > 0);
+    CHECK(b.total() - a.total() < 192 * 1024 * 16);
+    // Video-Infinity's one clip holds all 256 frames' activations on one rank.
+    CHECK(estimate(tiny_run(256), 1).largest().activations > 8 * b.activations);
+  }
+}
+
 TEST_CASE("plan: a layout that fits passes, one that does not says what would fit") {
   const PlanEstimate big = estimate(tiny_run(64), 1);
   const double need = big.largest().total();
