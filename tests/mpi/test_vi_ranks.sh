@@ -25,9 +25,12 @@ check() {  # check DESCRIPTION command... : counts a failure when the command fa
 run() { "$mpiexec" -np "$n" "$vinf" forward --model "$fixture" "${device_args[@]}" --comm-timeout 60 "$@"; }
 
 # 1. The released code at 1 and 2 ranks (settings of vi/cases.json), every exchange variant.
+# One rank exchanges nothing: one variant there, every one at 2 ranks.
+halos="x kv" exchanges="three-round fused"
+[ "$n" -eq 1 ] && halos=x exchanges=three-round
 if [ "$n" -le 2 ]; then
-  for halo in x kv; do
-    for exchange in three-round fused; do
+  for halo in $halos; do
+    for exchange in $exchanges; do
       out=$work/ws.$halo.$exchange.safetensors
       log=$(run --inputs "$fixture/inputs.safetensors" --vi.mode compat --vi.local-frames 2 --vi.global-frames 4 \
               --vi.halo $halo --vi.exchange $exchange --dump-temporal "$work/dump.$halo" --out "$out" 2>&1) \
