@@ -54,11 +54,18 @@ void write_atomically(MPI_Comm comm, const std::string& path, Body body) {
 }  // namespace
 
 void write_latents(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
-                   const float* latents) {
+                   const float* latents, const std::vector<std::int64_t>& boundaries) {
   write_atomically(comm, path, [&](H5File& f) {
     stamp_file(f, kLatentsFormat, stamp);
     f.write_frames("/latents", part.full, 0, part.first, part.count, latents);
+    if (!boundaries.empty())
+      f.write_small("/run/boundaries", DType::i64, {static_cast<std::int64_t>(boundaries.size())}, boundaries.data());
   });
+}
+
+std::vector<std::int64_t> read_run_boundaries(const std::string& path) {
+  const H5File f = H5File::open_serial(path);
+  return f.exists("/run/boundaries") ? f.read_i64("/run/boundaries") : std::vector<std::int64_t>{};
 }
 
 void write_checkpoint(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,

@@ -4,7 +4,8 @@
 //
 // Layout (format_version 2): /latents F32 [F_total, C, H, W] (chunked per frame); /run/config
 // (the run's configuration, JSON) and /run/numerics (JSON: the settings a resume must share), each
-// one UTF-8 string [1] of any length; checkpoints add /state (attribute `step`: completed steps)
+// one UTF-8 string [1] of any length; latents.h5 may add /run/boundaries I64 [B] (the frames
+// where a clip or window starts); checkpoints add /state (attribute `step`: completed steps)
 // with /state/timesteps I64 [S], /state/sigmas F32 [S + 1], /state/previous_x0 F32
 // [F_total, C, H, W] (the multistep solver's memory), and /text with /text/prompt_embeds F32
 // [P, L, D] and /text/negative_prompt_embeds F32 [1, L, D]. Root attributes: format,
@@ -64,9 +65,14 @@ struct TextEmbeddings {
 };
 using TextCache = TextEmbeddings;  // as a checkpoint caches them
 
-// Collective over comm. `latents` holds this rank's frames, frame-major.
+// Collective over comm. `latents` holds this rank's frames, frame-major. `boundaries`, when not
+// empty, are the frames where a new clip or window of the run starts (0 < b < F_total, increasing),
+// stored as /run/boundaries I64 [B] for `vinf evaluate`.
 void write_latents(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
-                   const float* latents);
+                   const float* latents, const std::vector<std::int64_t>& boundaries = {});
+// The /run/boundaries a run recorded in its latents.h5 (one process; MPI must be running); empty
+// when the file has none. Throws vinf::InputError naming the file when it cannot be read.
+std::vector<std::int64_t> read_run_boundaries(const std::string& path);
 void write_checkpoint(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
                       const float* latents, const float* previous_x0, const SolverState& state, const TextCache& text);
 
