@@ -6,9 +6,8 @@
 #include "core/arena.hpp"
 #include "core/error.hpp"
 #include "io/path_query.hpp"
-#include "ops/attention.hpp"
+#include "model/clip_encoder.hpp"
 #include "ops/elementwise.hpp"
-#include "ops/gemm.hpp"
 #include "ops/norm.hpp"
 #include "ops/runtime.hpp"
 
@@ -67,25 +66,8 @@ void ClipTextModel::encode(ExecContext& ctx, const std::vector<std::int64_t>& id
   ops::AttentionParams causal;
   causal.scale = 1.f / std::sqrt(static_cast<float>(dh));
   causal.band_hi = 0;  // token i sees tokens 0 .. i
-  const Shape split{batch, tokens, heads, dh};
-  OwnedTensor a = empty({batch, tokens, d}), q = empty({batch, tokens, d}), k = empty({batch, tokens, d}),
-              v = empty({batch, tokens, d}), o = empty({batch, tokens, d}), m = empty({batch, tokens, c.intermediate_size});
-  for (int i = 0; i < c.layers; ++i) {
-    const std::string l = "text_model.encoder.layers" + dot_index(static_cast<std::size_t>(i));
-    ops::layer_norm(ctx, h, w(l + ".layer_norm1.weight"), w(l + ".layer_norm1.bias"), a, c.layer_norm_eps);
-    ops::linear(ctx, a, w(l + ".self_attn.q_proj.weight"), &w(l + ".self_attn.q_proj.bias"), q);
-    ops::linear(ctx, a, w(l + ".self_attn.k_proj.weight"), &w(l + ".self_attn.k_proj.bias"), k);
-    ops::linear(ctx, a, w(l + ".self_attn.v_proj.weight"), &w(l + ".self_attn.v_proj.bias"), v);
-    auto heads_of = [&](const Tensor& t) { return t.reshape(split).permute({0, 2, 1, 3}); };
-    ops::attention(ctx, heads_of(q), heads_of(k), heads_of(v), nullptr, nullptr, heads_of(o), causal);
-    ops::linear(ctx, o, w(l + ".self_attn.out_proj.weight"), &w(l + ".self_attn.out_proj.bias"), a);
-    ops::add(ctx, h, a, h);
-    ops::layer_norm(ctx, h, w(l + ".layer_norm2.weight"), w(l + ".layer_norm2.bias"), a, c.layer_norm_eps);
-    ops::linear(ctx, a, w(l + ".mlp.fc1.weight"), &w(l + ".mlp.fc1.bias"), m);
-    ops::activation(ctx, c.act, m, m);
-    ops::linear(ctx, m, w(l + ".mlp.fc2.weight"), &w(l + ".mlp.fc2.bias"), a);
-    ops::add(ctx, h, a, h);
-  }
+  run_clip_encoder(ctx, weights_, "text_model.encoder.layers", clip_encoder_shape(c), h, causal);
+  OwnedTensor a = empty({batch, tokens, d});
   ops::layer_norm(ctx, h, w("text_model.final_layer_norm.weight"), w("text_model.final_layer_norm.bias"), a,
                   c.layer_norm_eps);
   ops::copy(ctx, a, out);

@@ -76,26 +76,14 @@ ClipTextConfig clip_text_preset(int width) {
 
 std::vector<ParamSpec> clip_text_parameters(const ClipTextConfig& c) {
   std::vector<ParamSpec> p;
-  const std::int64_t d = c.hidden_size, inner = c.intermediate_size;
-  auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in) {
-    p.push_back({name + ".weight", {out, in}});
-    p.push_back({name + ".bias", {out}});
-  };
+  const std::int64_t d = c.hidden_size;
   auto norm = [&](const std::string& name) {
     p.push_back({name + ".weight", {d}});
     p.push_back({name + ".bias", {d}});
   };
   p.push_back({"text_model.embeddings.token_embedding.weight", {c.vocab_size, d}});
   p.push_back({"text_model.embeddings.position_embedding.weight", {c.max_positions, d}});
-  for (int i = 0; i < c.layers; ++i) {
-    const std::string l = "text_model.encoder.layers" + dot_index(static_cast<std::size_t>(i));
-    for (const char* proj : {".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj", ".self_attn.out_proj"})
-      linear(l + proj, d, d);
-    norm(l + ".layer_norm1");
-    linear(l + ".mlp.fc1", inner, d);
-    linear(l + ".mlp.fc2", d, inner);
-    norm(l + ".layer_norm2");
-  }
+  add_clip_encoder_parameters(p, "text_model.encoder.layers", clip_encoder_shape(c));
   norm("text_model.final_layer_norm");
   return p;
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "model/clip_encoder.hpp"
 #include "model/params.hpp"
 #include "ops/activation.hpp"
 
@@ -17,6 +18,10 @@ struct ClipTextConfig {
   float layer_norm_eps = 1e-5f;
   ops::Activation act = ops::Activation::gelu;  // "gelu" (erf) or "quick_gelu"
 };
+
+inline ClipEncoderShape clip_encoder_shape(const ClipTextConfig& c) {
+  return {c.hidden_size, c.intermediate_size, c.layers, c.heads, c.layer_norm_eps, c.act};
+}
 
 // Reads transformers' config.json. Throws vinf::InputError naming the file and key.
 ClipTextConfig load_clip_text_config(const std::string& path);
