@@ -1,0 +1,211 @@
+#include "model/clip_vision.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/arena.hpp"
+#include "core/error.hpp"
+#include "io/json_file.hpp"
+#include "io/path_query.hpp"
+#include "ops/conv.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/gemm.hpp"
+#include "ops/norm.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vinf::model {
+
+ClipVisionConfig load_clip_vision_config(const std::string& path) {
+  const nlohmann::json j = io::read_json_file(path, "CLIP vision config");
+  VINF_INPUT_CHECK(j.is_object(), path, ": the file must hold a JSON object");
+  // A whole CLIPConfig keeps the vision tower's settings under vision_config, the projection's
+  // width beside it.
+  const bool nested = j.contains("vision_config") && j["vision_config"].is_object();
+  io::JsonConfig r(nested ? j["vision_config"] : j, path, nested ? "vision_config" : "");
+  ClipVisionConfig c;
+  ClipEncoderShape& e = c.encoder;
+  r.read("image_size", c.image_size);
+  r.read("patch_size", c.patch_size);
+  r.read("num_channels", c.channels);
+  r.read("hidden_size", e.hidden_size);
+  r.read("intermediate_size", e.intermediate_size);
+  r.read("num_hidden_layers", e.layers);
+  r.read("num_attention_heads", e.heads);
+  r.read("layer_norm_eps", e.layer_norm_eps);
+  r.read("projection_dim", c.projection_dim);
+  if (nested) {
+    io::JsonConfig top(j, path);
+    top.read("projection_dim", c.projection_dim);
+  }
+  std::string act;
+  if (r.read("hidden_act", act)) {
+    VINF_INPUT_CHECK(act == "gelu" || act == "quick_gelu", path, ": hidden_act '", act,
+                     "' is not supported (gelu, quick_gelu)");
+    e.act = act == "gelu" ? ops::Activation::gelu : ops::Activation::quick_gelu;
+  }
+  VINF_INPUT_CHECK(c.image_size > 0 && c.patch_size > 0 && c.image_size % c.patch_size == 0 && c.channels == 3 &&
+                       c.projection_dim > 0 && e.hidden_size > 0 && e.intermediate_size > 0 && e.layers > 0 &&
+                       e.heads > 0 && e.hidden_size % e.heads == 0 && e.layer_norm_eps > 0,
+                   path, ": the sizes must be positive, image_size a multiple of patch_size, hidden_size of "
+                   "num_attention_heads, num_channels 3 and layer_norm_eps positive");
+  VINF_INPUT_CHECK(c.image_size <= 4096 && e.hidden_size <= 65536 && e.intermediate_size <= 262144 && e.layers <= 256 &&
+                       c.projection_dim <= 65536,
+                   path, ": the sizes are beyond any CLIP vision model (image_size <= 4096, hidden_size <= 65536, "
+                   "num_hidden_layers <= 256)");
+  return c;
+}
+
+std::vector<ParamSpec> clip_vision_parameters(const ClipVisionConfig& c) {
+  const std::int64_t d = c.encoder.hidden_size;
+  std::vector<ParamSpec> p = {
+      {"vision_model.embeddings.class_embedding", {d}},
+      {"vision_model.embeddings.patch_embedding.weight", {d, c.channels, c.patch_size, c.patch_size}},
+      {"vision_model.embeddings.position_embedding.weight", {c.tokens(), d}},
+      {"vision_model.pre_layrnorm.weight", {d}},
+      {"vision_model.pre_layrnorm.bias", {d}}};
+  add_clip_encoder_parameters(p, "vision_model.encoder.layers", c.encoder);
+  p.push_back({"vision_model.post_layernorm.weight", {d}});
+  p.push_back({"vision_model.post_layernorm.bias", {d}});
+  p.push_back({"visual_projection.weight", {c.projection_dim, d}});
+  return p;
+}
+
+namespace {
+
+// PIL's bicubic kernel (a = -0.5).
+double cubic(double x) {
+  constexpr double a = -0.5;
+  x = std::fabs(x);
+  if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0;
+}
+
+// One axis of PIL's resampling: `in` holds `count` lines of `n_in` samples `stride_in` apart
+// (lines `line_in` apart); the result the same with n_out samples.
+void resample_axis(const std::vector<float>& in, std::int64_t n_in, std::int64_t n_out, std::int64_t lines,
+                   std::int64_t line_in, std::int64_t stride_in, std::vector<float>& out, std::int64_t line_out,
+                   std::int64_t stride_out) {
+  const double scale = static_cast<double>(n_in) / static_cast<double>(n_out), widen = std::max(scale, 1.0);
+  const double support = 2 * widen;
+  for (std::int64_t o = 0; o < n_out; ++o) {
+    const double centre = (static_cast<double>(o) + 0.5) * scale;
+    const auto lo = std::max<std::int64_t>(0, static_cast<std::int64_t>(centre - support + 0.5));
+    const auto hi = std::min<std::int64_t>(n_in, static_cast<std::int64_t>(centre + support + 0.5));
+    std::vector<double> w;
+    double total = 0;
+    for (std::int64_t i = lo; i < hi; ++i) {
+      w.push_back(cubic((static_cast<double>(i) - centre + 0.5) / widen));
+      total += w.back();
+    }
+    for (std::int64_t l = 0; l < lines; ++l) {
+      double sum = 0;
+      for (std::int64_t i = lo; i < hi; ++i)
+        sum += w[static_cast<std::size_t>(i - lo)] * in[static_cast<std::size_t>(l * line_in + i * stride_in)];
+      out[static_cast<std::size_t>(l * line_out + o * stride_out)] = static_cast<float>(total != 0 ? sum / total : 0);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<float> clip_preprocess(const std::uint8_t* hwc, std::int64_t width, std::int64_t height, int image_size) {
+  // transformers' shortest-edge size: the longer side scaled and truncated.
+  const std::int64_t s = image_size;
+  const std::int64_t rw = width <= height ? s : static_cast<std::int64_t>(static_cast<double>(s) * width / height);
+  const std::int64_t rh = width <= height ? static_cast<std::int64_t>(static_cast<double>(s) * height / width) : s;
+  // Three planes (c, y, x) in 0..255; horizontal pass, then vertical.
+  std::vector<float> planes(static_cast<std::size_t>(3 * height * width));
+  for (std::int64_t i = 0; i < height * width; ++i)
+    for (int c = 0; c < 3; ++c) planes[static_cast<std::size_t>(c * height * width + i)] = hwc[3 * i + c];
+  std::vector<float> wide(static_cast<std::size_t>(3 * height * rw)), full(static_cast<std::size_t>(3 * rh * rw));
+  resample_axis(planes, width, rw, 3 * height, width, 1, wide, rw, 1);
+  for (int c = 0; c < 3; ++c) {
+    const std::vector<float> plane(wide.begin() + c * height * rw, wide.begin() + (c + 1) * height * rw);
+    std::vector<float> tall(static_cast<std::size_t>(rh * rw));
+    resample_axis(plane, height, rh, rw, 1, rw, tall, 1, rw);
+    std::copy(tall.begin(), tall.end(), full.begin() + c * rh * rw);
+  }
+  static constexpr float kMean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+  static constexpr float kStd[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+  const std::int64_t top = (rh - s) / 2, left = (rw - s) / 2;
+  std::vector<float> out(static_cast<std::size_t>(3 * s * s));
+  for (int c = 0; c < 3; ++c)
+    for (std::int64_t y = 0; y < s; ++y)
+      for (std::int64_t x = 0; x < s; ++x) {
+        // PIL keeps bytes: the resampled value is rounded and clipped to 0..255 before scaling.
+        const float v = std::clamp(std::round(full[static_cast<std::size_t>((c * rh + top + y) * rw + left + x)]), 0.f, 255.f);
+        out[static_cast<std::size_t>((c * s + y) * s + x)] = (v / 255.f - kMean[c]) / kStd[c];
+      }
+  return out;
+}
+
+ClipVisionModel::ClipVisionModel(ClipVisionConfig config, Weights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {}
+
+ClipVisionModel ClipVisionModel::load(const std::string& dir_arg, Runtime& rt) {
+  const fs::path dir(dir_arg);
+  VINF_INPUT_CHECK(io::is_directory(dir), "--clip-vision: directory ", dir_arg, " does not exist");
+  ModelFiles files;
+  files.dir = dir.string();
+  files.config = (dir / "config.json").string();
+  VINF_INPUT_CHECK(io::path_exists(files.config), "--clip-vision: ", files.dir,
+                   " has no config.json (a transformers CLIPVisionModelWithProjection directory has config.json and "
+                   "model.safetensors)");
+  VINF_INPUT_CHECK(io::path_exists(dir / "model.safetensors"), "--clip-vision: ", files.dir,
+                   " has no model.safetensors",
+                   io::path_exists(dir / "pytorch_model.bin") ? " (it has pytorch_model.bin: convert it to safetensors first)"
+                                                              : "");
+  files.weights = {(dir / "model.safetensors").string()};
+  ClipVisionConfig c = load_clip_vision_config(files.config);
+  const WeightFiles wf(files);
+  // A whole CLIPModel's file also holds the text tower and logit_scale.
+  Weights w(wf, clip_vision_parameters(c), rt, DType::f32, true, nullptr);
+  return ClipVisionModel(std::move(c), std::move(w));
+}
+
+void ClipVisionModel::embed(ExecContext& ctx, const Tensor& pixels, const Tensor& out) const {
+  const ClipVisionConfig& c = config_;
+  const std::int64_t n = pixels.size(0), d = c.encoder.hidden_size, g = c.grid(), tokens = c.tokens();
+  VINF_CHECK(pixels.rank() == 4 && pixels.size(1) == 3 && pixels.size(2) == c.image_size && pixels.size(3) == c.image_size,
+             "ClipVisionModel::embed: pixels ", pixels.shape.str());
+  VINF_CHECK(out.rank() == 2 && out.size(0) == n && out.size(1) == c.projection_dim, "ClipVisionModel::embed: out ",
+             out.shape.str());
+  auto w = [&](const std::string& name) -> const Tensor& { return weights_.get(name); };
+  auto empty = [&](const Shape& s) { return ctx.arena->empty(weights_.dtype(), s); };
+  OwnedTensor patches = empty({n, d, g, g});
+  ops::Conv2dParams stride;
+  stride.stride = c.patch_size;
+  ops::conv2d(ctx, pixels, w("vision_model.embeddings.patch_embedding.weight"), nullptr, patches, stride);
+  // Tokens: the class embedding, then the patches in row-major order; positions added.
+  OwnedTensor h = empty({n, tokens, d}), a = empty({n, tokens, d});
+  ops::copy(ctx, w("vision_model.embeddings.class_embedding").reshape({1, 1, d}).expand({n, 1, d}),
+            h.view().slice(1, 0, 1));
+  ops::copy(ctx, patches.view().reshape({n, d, g * g}).permute({0, 2, 1}), h.view().slice(1, 1, g * g));
+  ops::add(ctx, h, w("vision_model.embeddings.position_embedding.weight").reshape({1, tokens, d}).expand(h.shape), h);
+  ops::layer_norm(ctx, h, w("vision_model.pre_layrnorm.weight"), w("vision_model.pre_layrnorm.bias"), a,
+                  c.encoder.layer_norm_eps);
+  ops::AttentionParams all;
+  all.scale = 1.f / std::sqrt(static_cast<float>(d / c.encoder.heads));
+  run_clip_encoder(ctx, weights_, "vision_model.encoder.layers", c.encoder, a, all);
+  OwnedTensor cls = empty({n, d}), pooled = empty({n, d});
+  ops::copy(ctx, a.view().slice(1, 0, 1), cls.view().reshape({n, 1, d}));
+  ops::layer_norm(ctx, cls, w("vision_model.post_layernorm.weight"), w("vision_model.post_layernorm.bias"), pooled,
+                  c.encoder.layer_norm_eps);
+  ops::linear(ctx, pooled, w("visual_projection.weight"), nullptr, out);
+}
+
+double cosine_similarity(const float* a, const float* b, std::int64_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    ab += static_cast<double>(a[i]) * b[i];
+    aa += static_cast<double>(a[i]) * a[i];
+    bb += static_cast<double>(b[i]) * b[i];
+  }
+  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0.0;
+}
+
+}  // namespace vinf::model
