@@ -1,0 +1,44 @@
+// Video files read through ffmpeg, the counterpart of video.hpp's writer: `ffprobe` tells the
+// frame size, an `ffmpeg -f rawvideo -pix_fmt rgb24 -` process decodes every frame into a pipe,
+// one H x W x 3 frame at a time. Anything ffmpeg reads (mp4, webm, gif, ...) is a video.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+namespace vinf::io {
+
+struct VideoInfo {
+  std::int64_t width = 0, height = 0;
+  std::int64_t frames = 0;  // the container's frame count; 0 when it does not say
+};
+
+// The first video stream's size. Throws vinf::InputError naming the path when it is missing or
+// not a video ffprobe can read (with what ffprobe said), vinf::Error when ffprobe cannot be run.
+VideoInfo probe_video(const std::string& path, const std::string& ffprobe = "ffprobe");
+
+class VideoReader {
+ public:
+  // Starts ffmpeg on path's first video stream, every frame as it is stored (no frame-rate
+  // conversion). Throws vinf::Error when ffmpeg cannot be run.
+  VideoReader(const std::string& path, const VideoInfo& info, const std::string& ffmpeg = "ffmpeg");
+  ~VideoReader();
+  VideoReader(const VideoReader&) = delete;
+  VideoReader& operator=(const VideoReader&) = delete;
+
+  // The next frame into rgb (height x width x 3 bytes); false after the last one. Throws
+  // vinf::InputError with the end of ffmpeg's messages when decoding fails or the stream ends
+  // inside a frame.
+  bool read(std::uint8_t* rgb);
+
+ private:
+  [[noreturn]] void fail(const std::string& what, int exit_status = -1);
+  std::string path_, log_;
+  std::int64_t frame_bytes_;
+  int fd_ = -1;
+  pid_t pid_ = -1;
+};
+
+}  // namespace vinf::io
