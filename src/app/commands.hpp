@@ -41,5 +41,6 @@ int encode_text(const std::vector<std::string>& args);
 int forward(const std::vector<std::string>& args);
 int make_model(const std::vector<std::string>& args);
 int inspect(const std::vector<std::string>& args);
+int evaluate(const std::vector<std::string>& args);
 
 }  // namespace vinf::app

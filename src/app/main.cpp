@@ -37,6 +37,7 @@ const Command kCommands[] = {
     {"encode-text", "prompts through the CLIP tokenizer and text encoder (an embeddings file for generate)", encode_text, true},
     {"forward", "one UNet call per timestep on given inputs (checks a model against reference numbers)", forward, true},
     {"make-model", "write a random-weight UNet or pipeline (tiny, small or vc2 shape) in diffusers layout", make_model},
+    {"evaluate", "temporal consistency of a video or latents.h5: frame differences, motion, seams at clip starts", evaluate},
     {"inspect", "describe and check a model directory (or a pipeline part), a safetensors or HDF5 file", inspect},
     {"selfcheck", "run every op on every available backend against the CPU reference", selfcheck},
 };

@@ -17,8 +17,15 @@
 //   h5-flip FILE DATASET FRAME      flips 8 bytes in the middle of the stored data of DATASET's
 //                                   frame FRAME (its chunk, or its bytes in contiguous storage),
 //                                   in place, the way a damaged disk or a bad copy changes a file
+//   latents-h5 OUT F CLIP_SIZE LIST a latents.h5 (one process) of F frames [4, 8, 8]: frame f is
+//                                   0.1 f everywhere, 5 more from frame F/2 on (a seam there);
+//                                   root clip_size CLIP_SIZE; /run/boundaries LIST ("-": none)
+//   video-frames OUT KIND F W H     raw rgb24 frames for ffmpeg: KIND still (one texture), flicker
+//                                   (brightness alternating 60 / 180), shift (a texture moving 2
+//                                   pixels right per frame) or seam (shift, jumping 20 pixels at F/2)
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +36,7 @@
 
 #include <hdf5.h>
 
+#include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
 #include "core/philox.hpp"
 
@@ -432,6 +440,55 @@ int broken_models(int argc, char** argv) {
   return 0;
 }
 
+int latents_h5(int argc, char** argv) {
+  if (argc != 6) return 2;
+  const std::int64_t frames = std::atoll(argv[3]), c = 4, h = 8, w = 8;
+  std::vector<std::int64_t> boundaries;
+  for (const char* p = argv[5]; *p && std::string(argv[5]) != "-";) {
+    char* end = nullptr;
+    boundaries.push_back(std::strtoll(p, &end, 10));
+    p = *end == ',' ? end + 1 : end;
+  }
+  std::vector<float> latents(static_cast<std::size_t>(frames * c * h * w));
+  for (std::size_t i = 0; i < latents.size(); ++i) {
+    const auto f = static_cast<std::int64_t>(i) / (c * h * w);
+    latents[i] = 0.1f * static_cast<float>(f) + (f >= frames / 2 ? 5.f : 0.f);
+  }
+  MPI_Init(&argc, &argv);
+  io::RunStamp stamp;
+  stamp.config_json = stamp.numerics_json = "{}";
+  stamp.clip_size = std::atoll(argv[4]);
+  io::write_latents(MPI_COMM_WORLD, argv[2], stamp, {{frames, c, h, w}, 0, frames}, latents.data(), boundaries);
+  MPI_Finalize();
+  return 0;
+}
+
+// A gray texture value at (x, y): hashed, constant over 2 x 2 squares (so that chroma subsampling
+// keeps it).
+std::uint8_t texture(std::int64_t x, std::int64_t y) {
+  auto h = static_cast<std::uint32_t>(((x >> 1) + 1000) * 374761393u + ((y >> 1) + 1000) * 668265263u);
+  h = (h ^ (h >> 13)) * 1274126177u;
+  return static_cast<std::uint8_t>(40 + (h >> 24) % 176);
+}
+
+int video_frames(int argc, char** argv) {
+  if (argc != 7) return 2;
+  const std::string kind = argv[3];
+  const std::int64_t frames = std::atoll(argv[4]), w = std::atoll(argv[5]), h = std::atoll(argv[6]);
+  std::ofstream out(argv[2], std::ios::binary);
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(w * h * 3));
+  for (std::int64_t f = 0; f < frames; ++f) {
+    const std::int64_t shift = kind == "shift" ? 2 * f : kind == "seam" ? 2 * f + (f >= frames / 2 ? 20 : 0) : 0;
+    for (std::int64_t y = 0; y < h; ++y)
+      for (std::int64_t x = 0; x < w; ++x) {
+        const std::uint8_t v = kind == "flicker" ? (f % 2 ? 180 : 60) : texture(x - shift, y);
+        for (int k = 0; k < 3; ++k) rgb[static_cast<std::size_t>((y * w + x) * 3 + k)] = v;
+      }
+    out.write(reinterpret_cast<const char*>(rgb.data()), static_cast<std::streamsize>(rgb.size()));
+  }
+  return out.good() ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -447,7 +504,9 @@ int main(int argc, char** argv) {
     if (cmd == "h5-flip") return h5_flip(argc, argv);
     if (cmd == "text-embeddings") return text_embeddings(argc, argv);
     if (cmd == "vae-old-names") return vae_old_names(argc, argv);
-    std::cerr << "usage: vinf_test_tool compare|compare-frames|slice-frames|broken-models|h5-compare|h5-diff|h5-check|h5-flip|text-embeddings|vae-old-names ...\n";
+    if (cmd == "latents-h5") return latents_h5(argc, argv);
+    if (cmd == "video-frames") return video_frames(argc, argv);
+    std::cerr << "usage: vinf_test_tool compare|compare-frames|slice-frames|broken-models|h5-compare|h5-diff|h5-check|h5-flip|text-embeddings|vae-old-names|latents-h5|video-frames ...\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "vinf_test_tool: " << e.what() << "\n";
