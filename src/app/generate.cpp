@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/evaluate.hpp"
 #include "app/generate_options.hpp"
 #include "app/generate_long.hpp"
 #include "app/generate_run.hpp"
@@ -859,7 +860,7 @@ json rank_report(Run& r) {
 }
 
 struct Timings {
-  double text = 0, write = 0;
+  double text = 0, write = 0, evaluate = 0;
 };
 
 // Clip c's frames as run.json lists them: [first, end).
@@ -906,6 +907,7 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
   for (const std::string& c : io::list_checkpoints(r.ckpt_dir)) outputs.push_back(fs::relative(c, r.out_dir).string());
   if (d.dump().enabled()) outputs.push_back("activations.h5");
   for (const std::string& f : video.files) outputs.push_back(f);
+  if (o.evaluate) outputs.insert(outputs.end(), {"evaluate.json", "evaluate.png"});
   // With a pipeline, the earlier stages' steps and times came with the hand-off.
   const int run_steps = r.total_steps() - r.first_step();
   std::vector<double> per_step = r.in ? r.in->step_seconds : std::vector<double>{};
@@ -934,6 +936,7 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
                 {"write", times.write},
                 {"decode", video.decode_seconds},
                 {"video", video.write_seconds},
+                {"evaluate", times.evaluate},
                 {"total", seconds_since(r.start)}}},
               {"frame_steps_per_s", denoise > 0 ? rate : 0.0},
               {"ranks", ranks},
@@ -943,7 +946,30 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
         std::to_string(rate).substr(0, 6) + " frame-steps/s); peak memory " + format_mib(peak) + " per rank");
   std::string listed = "latents.h5";
   for (const std::string& f : video.files) listed += ", " + f;
+  if (o.evaluate) listed += ", evaluate.json, evaluate.png";
   std::cout << "vinf generate: outputs in " << r.out_dir << "/ (" << listed << ", run.json)\n" << std::flush;
+}
+
+// --evaluate: vinf evaluate on rank 0 over the video (latents.h5 without one) with the run's
+// boundaries. Returns what went wrong, on every rank ("" when it went well).
+std::string evaluate_outputs(const Run& r, const VideoResult& video, Timings& times) {
+  if (!r.o.evaluate) return "";
+  const auto t0 = Clock::now();
+  std::string error;
+  if (r.root) {
+    const bool mp4 = std::find(video.files.begin(), video.files.end(), "video.mp4") != video.files.end();
+    r.log("evaluating " + std::string(mp4 ? "video.mp4" : "latents.h5") + " into evaluate.json and evaluate.png");
+    try {
+      evaluate_file(r.out_dir + (mp4 ? "/video.mp4" : "/latents.h5"), r.out_dir, video_boundaries(r),
+                    r.o.evaluate_clip_vision, r.o.quiet);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  mpi::Session& mpi = r.job.session();
+  mpi.broadcast(error);
+  times.evaluate = mpi.max(seconds_since(t0));
+  return error;
 }
 
 // latents.h5 (the clip ranks of branch 0 hold the video; branch 1 holds the same numbers), the
@@ -957,14 +983,19 @@ void write_outputs(Run& r, const Models& m, Denoiser& d, Timings times) {
   for (float v : host) finite = finite && std::isfinite(v);
   VINF_CHECK(mpi.all(finite), "the final latents hold NaN or infinite values (a rank's numbers diverged); ",
              "latents.h5 was not written to ", r.out_dir);
-  io::write_latents(mpi.world(), r.out_dir + "/latents.h5", r.stamp, r.video_part(), host.data());
+  io::write_latents(mpi.world(), r.out_dir + "/latents.h5", r.stamp, r.video_part(), host.data(), video_boundaries(r));
   times.write = mpi.max(seconds_since(t_write));
   VideoResult video;
   // Windows and FIFO: every rank holds the video; each decodes the share a clip rank would.
   const infinity::FrameRange share = infinity::clip_frames(r.frames, r.clips, r.clip);
   const Tensor mine = r.long_method ? d.latents().slice(2, share.first, share.count) : d.latents();
   if (m.vae) video = write_video_outputs(r.o, r.job, *m.vae, mine, r.frames, r.out_dir);
+  const std::string evaluated = evaluate_outputs(r, video, times);
   write_run_json(r, m, d, video, times);
+  // The run is complete (run.json is written); what its evaluation could not do is an error all the
+  // same, with the command that evaluates it again.
+  VINF_INPUT_CHECK(evaluated.empty(), "--evaluate: ", evaluated, " (the run's outputs are complete; vinf evaluate ",
+                   r.out_dir, "/latents.h5 --out ", r.out_dir, " runs it again)");
 }
 
 job::JobPlan job_plan(const RunPlan& o) {

@@ -386,6 +386,12 @@ void check_run(const RunPlan& o, const po::variables_map& vm) {
   VINF_INPUT_CHECK(o.checkpoint_every >= 0, "--checkpoint.every must be >= 0 (0: only at the end), got ",
                    o.checkpoint_every);
   VINF_INPUT_CHECK(o.checkpoint_keep >= 1, "--checkpoint.keep must be >= 1, got ", o.checkpoint_keep);
+  if (!o.evaluate_clip_vision.empty()) {
+    VINF_INPUT_CHECK(o.evaluate, "--evaluate.clip-vision is for --evaluate's similarities: add --evaluate");
+    for (const char* f : {"config.json", "model.safetensors"})
+      VINF_INPUT_CHECK(io::is_regular_file(o.evaluate_clip_vision + "/" + f), "--evaluate.clip-vision ",
+                       o.evaluate_clip_vision, " has no ", f, " (a transformers CLIPVisionModelWithProjection directory)");
+  }
   if (!o.resume.empty() && o.resume != "auto")
     VINF_INPUT_CHECK(io::is_regular_file(o.resume), "--resume ", o.resume, ": no such checkpoint file (or use ",
                      "--resume auto)");

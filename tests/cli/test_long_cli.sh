@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `vinf generate --long.mode windows|fifo` in one process: the help and the INI section, the one
 # line each that says what a method overrides or ignores, run.json's record of the method and its
-# boundaries, and exit status 2 with a message for every setting the methods refuse (no output
+# boundaries, --evaluate over them, and exit status 2 with a message for every setting the methods refuse (no output
 # directory left behind).
 # usage: test_long_cli.sh VINF TEST_TOOL
 set -u
@@ -19,14 +19,24 @@ expect 0 "--long.fifo-lookahead" -- "$vinf" generate --help
 # Windows from an INI section; a [vi] option is ignored with one line.
 printf '[long]\nmode = windows\nwindow = 4\nstride = 2\n[vi]\nlocal-frames = 2\n' > "$work/w.ini"
 expect 0 "the [vi] settings are ignored (--vi.local-frames)" -- \
-  "$vinf" generate "${small[@]}" --config "$work/w.ini" --video.frames 8 --sampler.steps 2 --out "$work/w"
+  "$vinf" generate "${small[@]}" --config "$work/w.ini" --video.frames 8 --sampler.steps 2 --evaluate --out "$work/w"
 expect 0 '"boundaries": [' -- cat "$work/w/run.json"
 expect 0 '"mode": "windows"' -- cat "$work/w/run.json"
 python3 - "$work/w/run.json" <<'PY' && echo "ok: run.json's boundaries are the windows' starts" || { echo "FAIL: boundaries"; fails=$((fails + 1)); }
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["boundaries"] == [2, 4], d["boundaries"]
+assert "evaluate.json" in d["outputs"] and d["times_s"]["evaluate"] > 0
 PY
+# --evaluate measured latents.h5 (no VAE output here) with the windows' boundaries.
+python3 - "$work/w/evaluate.json" <<'PY' && echo "ok: --evaluate: evaluate.json over the windows' seams" || { echo "FAIL: evaluate.json"; fails=$((fails + 1)); }
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["space"] == "latents" and d["frames"] == 8, (d["space"], d["frames"])
+assert d["boundaries"] == [2, 4] and len(d["seam"]) == 2, d["boundaries"]
+assert len(d["series"]["frame_difference"]) == 7 and all(x > 0 for x in d["series"]["frame_difference"])
+PY
+[ -s "$work/w/evaluate.png" ] && echo "ok: evaluate.png" || { echo "FAIL: no evaluate.png"; fails=$((fails + 1)); }
 
 # FIFO: the steps and the scheduler it overrides, one line each; the progress counts frames.
 expect 0 "= 4 steps, one queue level each: --sampler.steps 30 is overridden" -- \
@@ -59,6 +69,8 @@ bad "denoises one queue with one prompt" --long.mode fifo --long.fifo-window 4 -
 bad "--parallel.cfg, --parallel.tensor and --parallel.pipeline must be 1" --long.mode windows --parallel.tensor 2
 bad "--sampler.noise compat is the layout" --long.mode windows --sampler.noise compat
 bad "--dump.modules records Video-Infinity's clips" --long.mode windows --dump.modules conv_in
+bad "--evaluate.clip-vision is for --evaluate's similarities: add --evaluate" --evaluate.clip-vision "$work"
+bad "has no config.json (a transformers CLIPVisionModelWithProjection directory)" --evaluate --evaluate.clip-vision "$work"
 
 echo "$fails failure(s)"
 exit $((fails > 0))
