@@ -51,7 +51,7 @@ struct Input {
   std::string path, space;  // "rgb" or "latents"
   std::int64_t frames = 0, width = 0, height = 0, channels = 3;
   std::int64_t clip_size = 1;
-  std::vector<std::int64_t> recorded_boundaries;
+  std::optional<std::vector<std::int64_t>> recorded_boundaries;
 };
 
 // The CLIP embeddings of the frames, computed a few frames at a time.
@@ -132,8 +132,10 @@ void progress(bool quiet, std::int64_t done, std::int64_t total) {
 Input open_latents(const std::string& path) {
   const io::H5File f = io::H5File::open_serial(path);
   const std::string format = f.has_attribute("/", "format") ? f.text("/", "format") : "";
-  VINF_INPUT_CHECK(format == io::kLatentsFormat || format == io::kCheckpointFormat, path,
-                   " is an HDF5 file but neither a vinf latents.h5 nor a checkpoint (format '", format, "')");
+  VINF_INPUT_CHECK(format != io::kCheckpointFormat, path, " is a checkpoint: its latents are partly denoised (and a ",
+                   "FIFO run's hold the queue after the video); evaluate a finished run's latents.h5 or video.mp4");
+  VINF_INPUT_CHECK(format == io::kLatentsFormat, path, " is an HDF5 file but not a vinf latents.h5 (format '", format,
+                   "')");
   const Shape full = f.shape("/latents");
   VINF_INPUT_CHECK(full.rank() == 4, path, ": /latents must be [F, C, H, W], got ", full.str());
   Input in;
@@ -144,7 +146,7 @@ Input open_latents(const std::string& path) {
   in.height = full[2];
   in.channels = full[1];
   in.clip_size = f.has_attribute("/", "clip_size") ? f.integer("/", "clip_size") : 1;
-  in.recorded_boundaries = f.exists("/run/boundaries") ? f.read_i64("/run/boundaries") : std::vector<std::int64_t>{};
+  in.recorded_boundaries = io::recorded_boundaries(f);
   return in;
 }
 
@@ -178,10 +180,10 @@ Input read_video(const std::string& path, PairMeasures& m, ClipEmbedder* clip, b
 // The default boundaries of a latents.h5: the recorded ones, else the starts of the clips of
 // Video-Infinity's partition over clip_size ranks.
 std::vector<std::int64_t> default_boundaries(const Input& in, std::string& source) {
-  if (!in.recorded_boundaries.empty()) {
+  if (in.recorded_boundaries) {  // recorded, also when there are none (a FIFO run)
     source = "recorded";
-    check_boundaries(in.recorded_boundaries, in.frames, in.path + ": /run/boundaries");
-    return in.recorded_boundaries;
+    check_boundaries(*in.recorded_boundaries, in.frames, in.path + ": /run/boundaries");
+    return *in.recorded_boundaries;
   }
   std::vector<std::int64_t> out;
   if (in.space == "latents" && in.clip_size > 1 && in.clip_size <= in.frames) {

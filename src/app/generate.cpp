@@ -556,11 +556,14 @@ class Denoiser {
   const io::TextCache& text() const { return text_cache_; }
   ActivationDump& dump() { return dump_; }
   double denoise_seconds = 0, checkpoint_seconds = 0;
+  double base_seconds = 0;  // FIFO's base video (within denoise_seconds)
   std::vector<double> step_max;  // every step's slowest rank
   std::vector<std::string> checkpoints_written;
 
  private:
   std::vector<float> to_host(const Tensor& t);
+  // Frames [first, nf) of the latents on the host, frame-major.
+  std::vector<float> host_frames(std::int64_t first);
   void restore_or_draw();
   void step(int i);
   void long_method_step(int i);
@@ -628,6 +631,7 @@ void Denoiser::start_long_method(const sampling::TextEmbeddings& text) {
   std::vector<OwnedTensor> texts;
   for (int p = 0; p < static_cast<int>(text.prompts); ++p) texts.push_back(text_on_device(r_, text, p));
   guided_ = std::make_unique<GuidedModel>(*m_.unet, r_.o.fps, r_.o.guidance, std::move(texts));
+  if (r_.o.debug) guided_->observe(watch_.observer(ctx_));
   mpi::Communicator* group = r_.job.clip_comm();
   const Shape latent_shape{1, r_.ucfg.in_channels, r_.nf, r_.lh, r_.lw};
   if (!r_.fifo) {
@@ -638,17 +642,20 @@ void Denoiser::start_long_method(const sampling::TextEmbeddings& text) {
     return;
   }
   fifo_ = std::make_unique<FifoQueue>(*guided_, group, *r_.fifo, *r_.scheduler, noise_, r_.frames);
+  ops::fill(ctx_, sampler_.previous_x0(), 0.0);  // no solver memory: checkpoints keep zeros there
   if (r_.in || r_.resumed()) {
     restore_or_draw();
     return;
   }
   const int steps = r_.fifo->steps();
+  const auto t0 = Clock::now();
   Progress progress(r_.prefix() + " base video", steps, static_cast<double>(r_.fifo->window()), "frame-steps/s",
                     r_.root && !r_.o.quiet, r_.o.verbose ? 0.0 : 10.0);
   fifo_->start(ctx_, sampler_.latents(), [&](int k) {
     rt_.synchronize();
     progress.update(k, "(the first " + std::to_string(r_.fifo->window()) + " frames, from which the queue starts)");
   });
+  base_seconds = r_.job.session().max(seconds_since(t0));
 }
 
 // Host copies of (1, C, F, H, W) device tensors in the files' frame-major layout.
@@ -656,6 +663,17 @@ std::vector<float> Denoiser::to_host(const Tensor& t) {
   ops::copy(ctx_, t.permute({0, 2, 1, 3, 4}), frame_major_);
   std::vector<float> host(static_cast<std::size_t>(frame_major_.numel()));
   ops::copy(ctx_, frame_major_, Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major_.shape));
+  rt_.synchronize();
+  return host;
+}
+
+std::vector<float> Denoiser::host_frames(std::int64_t first) {
+  if (first == 0) return host_latents();
+  const std::int64_t count = r_.nf - first;
+  const Tensor dst = frame_major_.slice(1, 0, count);
+  ops::copy(ctx_, sampler_.latents().slice(2, first, count).permute({0, 2, 1, 3, 4}), dst);
+  std::vector<float> host(static_cast<std::size_t>(dst.numel()));
+  ops::copy(ctx_, dst, Tensor::wrap(host.data(), DType::f32, Device::cpu(), dst.shape));
   rt_.synchronize();
   return host;
 }
@@ -738,7 +756,10 @@ void Denoiser::step(int i) {
 // before a checkpoint could keep it; every rank learns which rank saw it first.
 void Denoiser::stop_if_not_finite(int i) {
   mpi::Session& mpi = r_.job.session();
-  const std::vector<float> now = host_latents();
+  // FIFO: the queue and the frame that just left it (the video's earlier frames were checked).
+  std::int64_t first = 0;
+  if (r_.fifo) first = std::clamp<std::int64_t>(r_.fifo->output_frame(i), 0, r_.frames);
+  const std::vector<float> now = host_frames(first);
   std::size_t bad = 0;
   while (bad < now.size() && std::isfinite(now[bad])) ++bad;
   const double first_bad_rank = -mpi.max(bad < now.size() ? -static_cast<double>(mpi.rank()) : -1e9);
@@ -746,8 +767,10 @@ void Denoiser::stop_if_not_finite(int i) {
   // The frame and, with --debug, the module, from the rank named (the others saw other data).
   std::string where, module = "; run with --debug to name the first UNet module whose output is not finite";
   if (bad < now.size() && mpi.rank() == static_cast<int>(first_bad_rank)) {
-    const std::size_t per_frame = now.size() / static_cast<std::size_t>(r_.nf);
-    where = " (first in frame " + std::to_string(r_.first_frame + static_cast<std::int64_t>(bad / per_frame)) + ")";
+    const std::size_t per_frame = now.size() / static_cast<std::size_t>(r_.nf - first);
+    const std::int64_t at = first + static_cast<std::int64_t>(bad / per_frame);
+    where = at < r_.frames ? " (first in frame " + std::to_string(r_.first_frame + at) + ")"
+                           : " (first at FIFO queue position " + std::to_string(at - r_.frames) + ")";
     if (r_.o.debug) {
       module = watch_.first_bad().empty()
                    ? "; every UNet module's output was finite on that rank, so the guidance or the scheduler step "
@@ -819,7 +842,7 @@ int Denoiser::run() {
       return stopped_by;
     }
   }
-  denoise_seconds = mpi.max(seconds_since(t_denoise));
+  denoise_seconds = mpi.max(seconds_since(t_denoise)) + base_seconds;
   step_max = mpi.max(step_seconds);
   dump_.finish(mpi, r_.out_dir + "/activations.h5");
   return 0;
@@ -897,7 +920,8 @@ json ranks_json(const Run& r, const json& reports, double& peak) {
   return ranks;
 }
 
-void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& video, const Timings& times) {
+void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& video, const Timings& times,
+                    bool evaluated) {
   const json reports = rank_report(r);
   if (!r.root) return;
   const RunPlan& o = r.o;
@@ -907,7 +931,7 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
   for (const std::string& c : io::list_checkpoints(r.ckpt_dir)) outputs.push_back(fs::relative(c, r.out_dir).string());
   if (d.dump().enabled()) outputs.push_back("activations.h5");
   for (const std::string& f : video.files) outputs.push_back(f);
-  if (o.evaluate) outputs.insert(outputs.end(), {"evaluate.json", "evaluate.png"});
+  if (evaluated) outputs.insert(outputs.end(), {"evaluate.json", "evaluate.png"});
   // With a pipeline, the earlier stages' steps and times came with the hand-off.
   const int run_steps = r.total_steps() - r.first_step();
   std::vector<double> per_step = r.in ? r.in->step_seconds : std::vector<double>{};
@@ -916,7 +940,9 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
   const double checkpoints = d.checkpoint_seconds + (r.in ? r.in->checkpoint_seconds : 0.0);
   // Frame-steps: a step of every frame, or a FIFO iteration's step of every queue level.
   const double work = r.fifo ? static_cast<double>(r.fifo->steps()) : static_cast<double>(r.frames);
-  const double rate = work * run_steps / std::max(denoise, 1e-9);
+  // (FIFO's base video, when this run made it: f frames through the schedule.)
+  const double base = d.base_seconds > 0 ? static_cast<double>(r.fifo->window() * r.fifo->steps()) : 0.0;
+  const double rate = (work * run_steps + base) / std::max(denoise, 1e-9);
   json run = {{"format", "vinf-run"},
               {"format_version", 1},
               {"vinf_version", VINF_VERSION},
@@ -937,6 +963,7 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
                 {"decode", video.decode_seconds},
                 {"video", video.write_seconds},
                 {"evaluate", times.evaluate},
+                {"base_video", d.base_seconds},
                 {"total", seconds_since(r.start)}}},
               {"frame_steps_per_s", denoise > 0 ? rate : 0.0},
               {"ranks", ranks},
@@ -946,30 +973,48 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
         std::to_string(rate).substr(0, 6) + " frame-steps/s); peak memory " + format_mib(peak) + " per rank");
   std::string listed = "latents.h5";
   for (const std::string& f : video.files) listed += ", " + f;
-  if (o.evaluate) listed += ", evaluate.json, evaluate.png";
+  if (evaluated) listed += ", evaluate.json, evaluate.png";
   std::cout << "vinf generate: outputs in " << r.out_dir << "/ (" << listed << ", run.json)\n" << std::flush;
 }
 
 // --evaluate: vinf evaluate on rank 0 over the video (latents.h5 without one) with the run's
-// boundaries. Returns what went wrong, on every rank ("" when it went well).
-std::string evaluate_outputs(const Run& r, const VideoResult& video, Timings& times) {
-  if (!r.o.evaluate) return "";
+// boundaries. What went wrong reaches every rank.
+struct Evaluated {
+  bool wanted = false, bad_input = false;
+  std::string error, command;  // command: the one that evaluates the run again
+  bool done() const { return wanted && error.empty(); }
+};
+
+Evaluated evaluate_outputs(const Run& r, const VideoResult& video, Timings& times) {
+  Evaluated e;
+  e.wanted = r.o.evaluate;
+  if (!e.wanted) return e;
   const auto t0 = Clock::now();
-  std::string error;
+  const bool mp4 = std::find(video.files.begin(), video.files.end(), "video.mp4") != video.files.end();
+  const std::string input = r.out_dir + (mp4 ? "/video.mp4" : "/latents.h5");
+  const std::vector<std::int64_t> boundaries = video_boundaries(r);
+  std::string list;
+  for (std::int64_t b : boundaries) list += (list.empty() ? "" : ",") + std::to_string(b);
+  e.command = "vinf evaluate " + input + (list.empty() ? "" : " --boundaries " + list) + " --out " + r.out_dir +
+              (r.o.evaluate_clip_vision.empty() ? "" : " --clip-vision " + r.o.evaluate_clip_vision);
+  std::string kind;
   if (r.root) {
-    const bool mp4 = std::find(video.files.begin(), video.files.end(), "video.mp4") != video.files.end();
     r.log("evaluating " + std::string(mp4 ? "video.mp4" : "latents.h5") + " into evaluate.json and evaluate.png");
     try {
-      evaluate_file(r.out_dir + (mp4 ? "/video.mp4" : "/latents.h5"), r.out_dir, video_boundaries(r),
-                    r.o.evaluate_clip_vision, r.o.quiet);
-    } catch (const std::exception& e) {
-      error = e.what();
+      evaluate_file(input, r.out_dir, boundaries, r.o.evaluate_clip_vision, r.o.quiet);
+    } catch (const InputError& x) {
+      e.error = x.what();
+      kind = "input";
+    } catch (const std::exception& x) {
+      e.error = x.what();
     }
   }
   mpi::Session& mpi = r.job.session();
-  mpi.broadcast(error);
+  mpi.broadcast(e.error);
+  mpi.broadcast(kind);
+  e.bad_input = kind == "input";
   times.evaluate = mpi.max(seconds_since(t0));
-  return error;
+  return e;
 }
 
 // latents.h5 (the clip ranks of branch 0 hold the video; branch 1 holds the same numbers), the
@@ -990,12 +1035,15 @@ void write_outputs(Run& r, const Models& m, Denoiser& d, Timings times) {
   const infinity::FrameRange share = infinity::clip_frames(r.frames, r.clips, r.clip);
   const Tensor mine = r.long_method ? d.latents().slice(2, share.first, share.count) : d.latents();
   if (m.vae) video = write_video_outputs(r.o, r.job, *m.vae, mine, r.frames, r.out_dir);
-  const std::string evaluated = evaluate_outputs(r, video, times);
-  write_run_json(r, m, d, video, times);
+  const Evaluated evaluated = evaluate_outputs(r, video, times);
+  write_run_json(r, m, d, video, times, evaluated.done());
   // The run is complete (run.json is written); what its evaluation could not do is an error all the
   // same, with the command that evaluates it again.
-  VINF_INPUT_CHECK(evaluated.empty(), "--evaluate: ", evaluated, " (the run's outputs are complete; vinf evaluate ",
-                   r.out_dir, "/latents.h5 --out ", r.out_dir, " runs it again)");
+  if (evaluated.error.empty()) return;
+  const std::string why = "--evaluate: " + evaluated.error + " (the run's outputs are complete; " + evaluated.command +
+                          " evaluates them again)";
+  if (evaluated.bad_input) throw InputError(why);
+  throw Error(why);
 }
 
 job::JobPlan job_plan(const RunPlan& o) {

@@ -22,7 +22,7 @@ void GuidedModel::eps(ExecContext& ctx, const Tensor& x, std::span<const std::in
   OwnedTensor in = ctx.arena->empty(DType::f32, shape), pred = ctx.arena->empty(DType::f32, shape);
   for (std::int64_t b = 0; b < batch; ++b) ops::copy(ctx, x, in.slice(0, b, 1));
   model::PlainTemporalContext plain;
-  unet_.forward(ctx, in, timesteps, fps_, text, pred, plain);
+  unet_.forward(ctx, in, timesteps, fps_, text, pred, plain, observe_);
   if (batch == 1) ops::copy(ctx, pred, out);
   else sampling::guide(ctx, pred.slice(0, 0, 1), pred.slice(0, 1, 1), guidance_, out);
 }

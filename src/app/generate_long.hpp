@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/arena.hpp"
@@ -27,12 +28,15 @@ class GuidedModel {
   void eps(ExecContext& ctx, const Tensor& x, std::span<const std::int64_t> timesteps, int prompt,
            const Tensor& out) const;
   int prompts() const { return static_cast<int>(texts_.size()); }
+  // Sees every UNet module's output (--debug's check of finite values).
+  void observe(model::UNet3D::Observer observer) { observe_ = std::move(observer); }
 
  private:
   const model::UNet3D& unet_;
   double fps_;
   float guidance_;
   std::vector<OwnedTensor> texts_;
+  model::UNet3D::Observer observe_;
 };
 
 // Sliding windows with blended overlaps: the noise prediction of the whole video at one step.

@@ -54,18 +54,26 @@ void write_atomically(MPI_Comm comm, const std::string& path, Body body) {
 }  // namespace
 
 void write_latents(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
-                   const float* latents, const std::vector<std::int64_t>& boundaries) {
+                   const float* latents, const std::optional<std::vector<std::int64_t>>& boundaries) {
   write_atomically(comm, path, [&](H5File& f) {
     stamp_file(f, kLatentsFormat, stamp);
     f.write_frames("/latents", part.full, 0, part.first, part.count, latents);
-    if (!boundaries.empty())
-      f.write_small("/run/boundaries", DType::i64, {static_cast<std::int64_t>(boundaries.size())}, boundaries.data());
+    if (!boundaries) return;
+    const auto count = static_cast<std::int64_t>(boundaries->size());
+    f.set_int("/", "boundary_count", count);  // present also when there are none (FIFO: no seams)
+    if (count > 0) f.write_small("/run/boundaries", DType::i64, {count}, boundaries->data());
   });
 }
 
-std::vector<std::int64_t> read_run_boundaries(const std::string& path) {
+std::optional<std::vector<std::int64_t>> read_run_boundaries(const std::string& path) {
   const H5File f = H5File::open_serial(path);
-  return f.exists("/run/boundaries") ? f.read_i64("/run/boundaries") : std::vector<std::int64_t>{};
+  return recorded_boundaries(f);
+}
+
+std::optional<std::vector<std::int64_t>> recorded_boundaries(const H5File& f) {
+  if (f.exists("/run/boundaries")) return f.read_i64("/run/boundaries");
+  if (f.has_attribute("/", "boundary_count")) return std::vector<std::int64_t>{};
+  return std::nullopt;
 }
 
 void write_checkpoint(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
@@ -116,10 +124,10 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   info.full = f.shape("/latents");
   VINF_INPUT_CHECK(info.full.rank() == 4 && f.shape("/state/previous_x0") == info.full, path,
                    ": /latents and /state/previous_x0 must both be [F, C, H, W]");
-  VINF_INPUT_CHECK(info.state.step >= 1 && info.state.step <= static_cast<std::int64_t>(info.state.timesteps.size()) &&
-                       info.state.sigmas.size() == info.state.timesteps.size() + 1,
-                   path, ": step ", info.state.step, " does not fit its schedule of ", info.state.timesteps.size(),
-                   " steps");
+  // (A FIFO run's step counts its iterations, which outnumber the schedule's steps: the run that
+  // resumes checks the step against its own count.)
+  VINF_INPUT_CHECK(info.state.step >= 1 && info.state.sigmas.size() == info.state.timesteps.size() + 1, path,
+                   ": step ", info.state.step, " does not fit its schedule of ", info.state.timesteps.size(), " steps");
   const Shape emb = f.shape("/text/prompt_embeds");
   VINF_INPUT_CHECK(emb.rank() == 3, path, ": /text/prompt_embeds must be [P, L, D]");
   info.text.prompts = emb[0];

@@ -24,6 +24,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,14 +66,18 @@ struct TextEmbeddings {
 };
 using TextCache = TextEmbeddings;  // as a checkpoint caches them
 
-// Collective over comm. `latents` holds this rank's frames, frame-major. `boundaries`, when not
-// empty, are the frames where a new clip or window of the run starts (0 < b < F_total, increasing),
-// stored as /run/boundaries I64 [B] for `vinf evaluate`.
+// Collective over comm. `latents` holds this rank's frames, frame-major. `boundaries`, when given,
+// are the frames where a new clip or window of the run starts (0 < b < F_total, increasing; none
+// for a video made in one piece), stored as the root attribute boundary_count and, when there are
+// any, /run/boundaries I64 [B], for `vinf evaluate`.
 void write_latents(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
-                   const float* latents, const std::vector<std::int64_t>& boundaries = {});
-// The /run/boundaries a run recorded in its latents.h5 (one process; MPI must be running); empty
-// when the file has none. Throws vinf::InputError naming the file when it cannot be read.
-std::vector<std::int64_t> read_run_boundaries(const std::string& path);
+                   const float* latents, const std::optional<std::vector<std::int64_t>>& boundaries = std::nullopt);
+// The boundaries a run recorded in its latents.h5 (one process; MPI must be running), or none when
+// it recorded none (a file written before they were). Throws vinf::InputError naming the file when
+// it cannot be read.
+std::optional<std::vector<std::int64_t>> read_run_boundaries(const std::string& path);
+class H5File;
+std::optional<std::vector<std::int64_t>> recorded_boundaries(const H5File& f);
 void write_checkpoint(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
                       const float* latents, const float* previous_x0, const SolverState& state, const TextCache& text);
 

@@ -80,6 +80,10 @@ FifoPlan::FifoPlan(int window, int partitions, bool lookahead) : f_(window), n_(
   VINF_INPUT_CHECK(partitions >= 1, "--long.fifo-partitions must be at least 1, got ", partitions);
   VINF_INPUT_CHECK(!lookahead || window % 2 == 0, "--long.fifo-lookahead overlaps the partitions by half a window: ",
                    "--long.fifo-window must be even, got ", window);
+  // One schedule step per queue level: f x n steps, as many as --sampler.steps allows.
+  const std::int64_t levels = std::int64_t{window} * partitions;
+  VINF_INPUT_CHECK(levels <= kMaxFifoLevels, "--long.fifo-window ", window, " x --long.fifo-partitions ", partitions,
+                   " = ", levels, " queue levels, each a step of the schedule: at most ", kMaxFifoLevels);
   const int half = f_ / 2;
   if (lookahead_) {
     for (int p = 0; p < 2 * n_; ++p) {

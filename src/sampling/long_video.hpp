@@ -71,9 +71,11 @@ FrameSpan share(std::int64_t items, int ranks, int rank);
 //   position q holds base frame max(0, k - (S - f)) noised to level k. Of the frames that leave,
 //   the first S - f are the warm-up; the rest are the video, whose first f frames are the base
 //   video's, denoised again.
+inline constexpr std::int64_t kMaxFifoLevels = 1000;  // the schedule's steps, as --sampler.steps allows
+
 class FifoPlan {
  public:
-  // Throws vinf::InputError for f < 2, n < 1, or an odd f with lookahead.
+  // Throws vinf::InputError for f < 2, n < 1, an odd f with lookahead, or f n > kMaxFifoLevels.
   FifoPlan(int window, int partitions, bool lookahead);
 
   int window() const { return f_; }
