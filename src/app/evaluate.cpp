@@ -296,7 +296,7 @@ void evaluate_file(const std::string& input, const std::string& out_dir,
   }
   io::write_file_atomically(out_dir + "/evaluate.json", report(in, s, chosen, source, clip_note).dump(2) + "\n");
   std::int64_t width = 0, height = 0;
-  const std::vector<std::uint8_t> plot = plot_series(s, chosen, width, height);
+  const std::vector<std::uint8_t> plot = plot_series(s, in.space, chosen, width, height);
   io::write_png(out_dir + "/evaluate.png", plot.data(), width, height);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!quiet)

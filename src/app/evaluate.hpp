@@ -63,10 +63,13 @@ struct Series {
   std::vector<double> clip_frame_similarity, clip_first_frame_similarity;  // empty without a CLIP model
 };
 
-// The plot of evaluate.png: each non-empty series in its own panel against the pair index, a light
-// grid, every boundary b as a vertical line at pair b - 1 / b. height x width x 3 bytes.
-std::vector<std::uint8_t> plot_series(const Series& s, const std::vector<std::int64_t>& boundaries,
-                                      std::int64_t& width, std::int64_t& height);
+// The plot of evaluate.png: each non-empty series in its own panel against the pair index, titled
+// with its measure and unit (space: "rgb" or "latents", as in evaluate.json), a light grid, every
+// boundary b as a red vertical line at pair b - 1 / b, named by a legend when there is one.
+// height x width x 3 bytes.
+std::vector<std::uint8_t> plot_series(const Series& s, const std::string& space,
+                                      const std::vector<std::int64_t>& boundaries, std::int64_t& width,
+                                      std::int64_t& height);
 
 // Evaluates a video file or a run's latents.h5 into out_dir/evaluate.json and evaluate.png.
 // boundaries: the given ones (checked against the frame count), or nullopt for the defaults (a

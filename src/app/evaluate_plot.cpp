@@ -1,12 +1,14 @@
 // evaluate.png: each series of vinf evaluate as a line plot in its own panel (top to bottom:
-// frame_difference, motion, then the CLIP similarities), drawn pixel by pixel: a light grid with
-// the value of each horizontal line and the pair index under the vertical ones, the boundaries as
-// red vertical lines. A 3 x 5 bitmap font writes the numbers.
+// frame_difference, motion, then the CLIP similarities), drawn pixel by pixel: a title naming the
+// series and its unit, a light grid with the value of each horizontal line and the pair index under
+// the vertical ones, the boundaries as red vertical lines (with a legend in the first panel). A 3 x 5
+// bitmap font writes the titles and numbers.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "app/evaluate.hpp"
 
@@ -16,21 +18,39 @@ namespace {
 
 using Color = std::array<std::uint8_t, 3>;
 
-constexpr std::int64_t kWidth = 800, kPanelHeight = 170, kLeft = 56, kRight = 12, kTop = 10, kBottom = 22;
+constexpr std::int64_t kWidth = 800, kPanelHeight = 190, kLeft = 56, kRight = 12, kTop = 30, kBottom = 22;
+constexpr std::int64_t kTitleTop = 8;  // the title strip: rows kTitleTop .. kTitleTop + 5 * kGlyphScale of a panel
 constexpr int kGlyphScale = 2;
 constexpr Color kGrid{225, 225, 225}, kAxis{120, 120, 120}, kText{40, 40, 40}, kBoundary{220, 40, 40};
 constexpr Color kLines[] = {{31, 90, 180}, {20, 140, 60}, {150, 70, 170}, {200, 120, 20}};
 
-// Rows of 3 bits, top first, for the characters numbers need.
+// Rows of 3 bits (4 = left column), top first: digits and the rest of what "%.3g" writes, and
+// the letters and punctuation of the titles. Lowercase letters are 4 rows high, ascenders reach the top row.
+struct Glyph {
+  char c;
+  int rows[5];
+};
+constexpr Glyph kFont[] = {
+    {'0', {7, 5, 5, 5, 7}}, {'1', {2, 6, 2, 2, 7}}, {'2', {7, 1, 7, 4, 7}}, {'3', {7, 1, 7, 1, 7}},
+    {'4', {5, 5, 7, 1, 1}}, {'5', {7, 4, 7, 1, 7}}, {'6', {7, 4, 7, 5, 7}}, {'7', {7, 1, 1, 1, 1}},
+    {'8', {7, 5, 7, 5, 7}}, {'9', {7, 5, 7, 1, 7}}, {'.', {0, 0, 0, 0, 2}}, {'-', {0, 0, 7, 0, 0}},
+    {'+', {0, 2, 7, 2, 0}}, {'e', {0, 7, 5, 6, 3}}, {'a', {0, 6, 1, 7, 7}}, {'b', {4, 6, 5, 5, 6}},
+    {'c', {0, 3, 4, 4, 3}}, {'d', {1, 3, 5, 5, 3}}, {'f', {1, 2, 7, 2, 2}}, {'h', {4, 6, 5, 5, 5}},
+    {'i', {2, 0, 2, 2, 2}}, {'l', {2, 2, 2, 2, 1}}, {'m', {0, 7, 7, 5, 5}}, {'n', {0, 6, 5, 5, 5}},
+    {'o', {0, 2, 5, 5, 2}}, {'p', {0, 6, 5, 6, 4}}, {'r', {0, 5, 6, 4, 4}}, {'s', {0, 3, 6, 1, 6}},
+    {'t', {2, 7, 2, 2, 1}}, {'u', {0, 5, 5, 5, 3}}, {'w', {0, 5, 5, 7, 7}}, {'x', {0, 5, 2, 2, 5}},
+    {'y', {0, 5, 5, 2, 4}}, {'C', {7, 4, 4, 4, 7}}, {'I', {7, 2, 2, 2, 7}}, {'L', {4, 4, 4, 4, 7}},
+    {'P', {6, 5, 6, 4, 4}}, {'(', {1, 2, 2, 2, 1}}, {')', {4, 2, 2, 2, 4}}, {',', {0, 0, 0, 2, 4}},
+    {'/', {1, 1, 2, 4, 4}}, {':', {0, 2, 0, 2, 0}}};
+
+// A character the font lacks draws as a space.
 int glyph_row(char c, int row) {
-  static const char* const kChars = "0123456789.-e";
-  static const int kRows[][5] = {{7, 5, 5, 5, 7}, {2, 6, 2, 2, 7}, {7, 1, 7, 4, 7}, {7, 1, 7, 1, 7}, {5, 5, 7, 1, 1},
-                                 {7, 4, 7, 1, 7}, {7, 4, 7, 5, 7}, {7, 1, 1, 1, 1}, {7, 5, 7, 5, 7}, {7, 5, 7, 1, 7},
-                                 {0, 0, 0, 0, 2}, {0, 0, 7, 0, 0}, {0, 7, 5, 6, 3}};
-  for (int i = 0; kChars[i]; ++i)
-    if (kChars[i] == c) return kRows[i][row];
+  for (const Glyph& g : kFont)
+    if (g.c == c) return g.rows[row];
   return 0;
 }
+
+enum class Align { left, centre, right };
 
 class Canvas {
  public:
@@ -52,10 +72,10 @@ class Canvas {
       if (e2 <= dx) err += dx, y0 += sy;
     }
   }
-  // Text whose right edge (align_right) or centre is at x, top at y.
-  void text(const std::string& s, std::int64_t x, std::int64_t y, bool align_right) {
+  // Text whose left edge, centre or right edge (align) is at x, top at y.
+  void text(const std::string& s, std::int64_t x, std::int64_t y, Align align) {
     const std::int64_t w = static_cast<std::int64_t>(s.size()) * 4 * kGlyphScale;
-    std::int64_t left = align_right ? x - w : x - w / 2;
+    std::int64_t left = align == Align::left ? x : align == Align::right ? x - w : x - w / 2;
     for (char ch : s) {
       for (int row = 0; row < 5; ++row)
         for (int col = 0; col < 3; ++col)
@@ -86,6 +106,34 @@ double nice_step(double span, int most) {
   return 10 * p;
 }
 
+struct Panel {
+  const std::vector<double>* values;
+  std::string title;
+};
+
+// The series that are not empty, each with a title that names its measure and unit.
+std::vector<Panel> panels_of(const Series& s, const std::string& space) {
+  const bool latents = space == "latents";
+  std::vector<Panel> all = {
+      {&s.frame_difference, latents ? "frame difference (mean abs, latents)" : "frame difference (mean abs, 0-255)"},
+      {&s.motion, latents ? "motion (latent px)" : "motion (px)"},
+      {&s.clip_frame_similarity, "CLIP similarity, frame to frame"},
+      {&s.clip_first_frame_similarity, "CLIP similarity to frame 0"}};
+  std::vector<Panel> panels;
+  for (Panel& p : all)
+    if (!p.values->empty()) panels.push_back(std::move(p));
+  return panels;
+}
+
+// A red tick and what it means, at the right of the title strip.
+void draw_boundary_legend(Canvas& canvas, std::int64_t top) {
+  const std::string legend = "clip/window boundaries";
+  const std::int64_t x1 = kWidth - kRight, y = top + kTitleTop;
+  canvas.text(legend, x1, y, Align::right);
+  const std::int64_t tick = x1 - static_cast<std::int64_t>(legend.size()) * 4 * kGlyphScale - 8;
+  for (std::int64_t d = 0; d < 2; ++d) canvas.line(tick + d, y - 1, tick + d, y + 5 * kGlyphScale, kBoundary);
+}
+
 void draw_panel(Canvas& canvas, std::int64_t top, const std::vector<double>& v,
                 const std::vector<std::int64_t>& boundaries, const Color& color) {
   const std::int64_t x0 = kLeft, x1 = kWidth - kRight, y0 = top + kTop, y1 = top + kPanelHeight - kBottom;
@@ -100,12 +148,12 @@ void draw_panel(Canvas& canvas, std::int64_t top, const std::vector<double>& v,
   auto py = [&](double y) { return y1 - std::llround((y - lo) / (hi - lo) * static_cast<double>(y1 - y0)); };
   for (double y = lo; y <= hi + ystep * 1e-6; y += ystep) {
     canvas.line(x0, py(y), x1, py(y), kGrid);
-    canvas.text(label(std::fabs(y) < ystep * 1e-6 ? 0.0 : y), x0 - 6, py(y) - 5, true);
+    canvas.text(label(std::fabs(y) < ystep * 1e-6 ? 0.0 : y), x0 - 6, py(y) - 5, Align::right);
   }
   const double xstep = std::max(1.0, nice_step(static_cast<double>(std::max<std::int64_t>(n - 1, 1)), 10));
   for (double i = 0; i <= static_cast<double>(n - 1); i += xstep) {
     canvas.line(px(i), y0, px(i), y1, kGrid);
-    canvas.text(label(i), px(i), y1 + 6, false);
+    canvas.text(label(i), px(i), y1 + 6, Align::centre);
   }
   canvas.line(x0, y0, x0, y1, kAxis);
   canvas.line(x0, y1, x1, y1, kAxis);
@@ -121,16 +169,19 @@ void draw_panel(Canvas& canvas, std::int64_t top, const std::vector<double>& v,
 
 }  // namespace
 
-std::vector<std::uint8_t> plot_series(const Series& s, const std::vector<std::int64_t>& boundaries,
-                                      std::int64_t& width, std::int64_t& height) {
-  std::vector<const std::vector<double>*> panels;
-  for (const auto* v : {&s.frame_difference, &s.motion, &s.clip_frame_similarity, &s.clip_first_frame_similarity})
-    if (!v->empty()) panels.push_back(v);
+std::vector<std::uint8_t> plot_series(const Series& s, const std::string& space,
+                                      const std::vector<std::int64_t>& boundaries, std::int64_t& width,
+                                      std::int64_t& height) {
+  const std::vector<Panel> panels = panels_of(s, space);
   width = kWidth;
   height = std::max<std::int64_t>(1, static_cast<std::int64_t>(panels.size())) * kPanelHeight;
   Canvas canvas(width, height);
-  for (std::size_t p = 0; p < panels.size(); ++p)
-    draw_panel(canvas, static_cast<std::int64_t>(p) * kPanelHeight, *panels[p], boundaries, kLines[p % 4]);
+  for (std::size_t p = 0; p < panels.size(); ++p) {
+    const std::int64_t top = static_cast<std::int64_t>(p) * kPanelHeight;
+    canvas.text(panels[p].title, kLeft, top + kTitleTop, Align::left);
+    draw_panel(canvas, top, *panels[p].values, boundaries, kLines[p % 4]);
+  }
+  if (!panels.empty() && !boundaries.empty()) draw_boundary_legend(canvas, 0);
   return std::move(canvas.pixels());
 }
 

@@ -2,6 +2,7 @@
 // a planted seam, and the boundaries it accepts and refuses.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -133,11 +134,34 @@ TEST_CASE("evaluate: the plot has a panel per series and marks the boundaries") 
   s.frame_difference = {1, 2, 9, 2};
   s.motion = {0, 0, 0, 0};
   std::int64_t w = 0, h = 0;
-  const std::vector<std::uint8_t> rgb = plot_series(s, {3}, w, h);
+  const std::vector<std::uint8_t> rgb = plot_series(s, "rgb", {3}, w, h);
   CHECK(w == 800);
-  CHECK(h == 2 * 170);
+  CHECK(h == 2 * 190);
   REQUIRE(rgb.size() == static_cast<std::size_t>(w * h * 3));
+  // The title strip of a panel: rows 8..17 below its top, from the plot's left edge (x 56).
+  auto strip = [&](const std::vector<std::uint8_t>& img, std::int64_t top, std::int64_t r, std::int64_t g,
+                   std::int64_t b) {
+    std::vector<std::uint8_t> hits;
+    for (std::int64_t y = top + 8; y < top + 18; ++y)
+      for (std::int64_t x = 56; x < w; ++x) {
+        const std::uint8_t* p = img.data() + (y * w + x) * 3;
+        hits.push_back(p[0] == r && p[1] == g && p[2] == b);
+      }
+    return hits;
+  };
+  auto count = [](const std::vector<std::uint8_t>& hits) { return std::count(hits.begin(), hits.end(), 1); };
   std::int64_t red = 0;
   for (std::size_t i = 0; i < rgb.size(); i += 3) red += rgb[i] == 220 && rgb[i + 1] == 40 && rgb[i + 2] == 40;
   CHECK(red > 2 * 100);  // one vertical line through each panel
+  const auto title0 = strip(rgb, 0, 40, 40, 40), title1 = strip(rgb, 190, 40, 40, 40);
+  CHECK(count(title0) > 200);  // "frame difference (mean abs, 0-255)" and the legend
+  CHECK(count(title1) > 50);   // "motion (px)"
+  CHECK(title0 != title1);
+  CHECK(count(strip(rgb, 0, 220, 40, 40)) > 10);  // the legend's red tick
+  CHECK(count(strip(rgb, 190, 220, 40, 40)) == 0);
+
+  const std::vector<std::uint8_t> latents = plot_series(s, "latents", {}, w, h);
+  CHECK(strip(latents, 0, 40, 40, 40) != title0);  // the unit follows the space
+  CHECK(strip(latents, 190, 40, 40, 40) != title1);
+  CHECK(count(strip(latents, 0, 220, 40, 40)) == 0);  // no boundaries, no legend
 }
