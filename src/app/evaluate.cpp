@@ -1,7 +1,9 @@
 // `vinf evaluate` (design.md §5): a video file or a run's latents.h5 to DIR/evaluate.json (the
 // series per pair of frames, their means, the seams at the boundaries) and DIR/evaluate.png.
 // Phases: open the input, read frames while measuring each pair, choose the boundaries, write.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -155,6 +157,8 @@ void read_latents(const Input& in, PairMeasures& m, bool quiet) {
   std::vector<float> frame(static_cast<std::size_t>(in.channels * in.height * in.width));
   for (std::int64_t i = 0; i < in.frames; ++i) {
     f.read_frames("/latents", 0, i, 1, frame.data());
+    VINF_INPUT_CHECK(std::all_of(frame.begin(), frame.end(), [](float x) { return std::isfinite(x); }), in.path,
+                     ": frame ", i, " of /latents holds NaN or infinite values (a damaged file)");
     m.add_latents(frame, in.channels, in.height, in.width);
     progress(quiet, i + 1, in.frames);
   }

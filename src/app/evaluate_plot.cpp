@@ -137,8 +137,10 @@ void draw_boundary_legend(Canvas& canvas, std::int64_t top) {
 void draw_panel(Canvas& canvas, std::int64_t top, const std::vector<double>& v,
                 const std::vector<std::int64_t>& boundaries, const Color& color) {
   const std::int64_t x0 = kLeft, x1 = kWidth - kRight, y0 = top + kTop, y1 = top + kPanelHeight - kBottom;
-  double lo = std::min(0.0, *std::min_element(v.begin(), v.end()));
-  double hi = std::max(lo, *std::max_element(v.begin(), v.end()));
+  // (Values that are not finite are left out of the scale and the line.)
+  double lo = 0, hi = 0;
+  for (double x : v)
+    if (std::isfinite(x)) lo = std::min(lo, x), hi = std::max(hi, x);
   if (hi - lo < 1e-12) hi = lo + 1;
   const double ystep = nice_step(hi - lo, 4);
   lo = std::floor(lo / ystep) * ystep;
@@ -160,8 +162,9 @@ void draw_panel(Canvas& canvas, std::int64_t top, const std::vector<double>& v,
   for (std::int64_t b : boundaries)  // pair b - 1 crosses into the clip that starts at b
     canvas.line(px(static_cast<double>(b - 1)), y0, px(static_cast<double>(b - 1)), y1, kBoundary);
   for (std::int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[static_cast<std::size_t>(i)])) continue;
     const std::int64_t x = px(static_cast<double>(i)), y = py(v[static_cast<std::size_t>(i)]);
-    if (i > 0)
+    if (i > 0 && std::isfinite(v[static_cast<std::size_t>(i - 1)]))
       canvas.line(px(static_cast<double>(i - 1)), py(v[static_cast<std::size_t>(i - 1)]), x, y, color);
     for (int d = -1; d <= 1; ++d) canvas.set(x + d, y, color), canvas.set(x, y + d, color);
   }

@@ -116,7 +116,9 @@ VideoReader::VideoReader(const std::string& path, const VideoInfo& info, const s
   close(log_fd);
   log_ = name;
   try {
-    pid_ = spawn_reader({ffmpeg, "-nostdin", "-v", "error", "-i", path, "-map", "0:v:0", "-vsync", "passthrough",
+    // -noautorotate: the frames as coded, the size ffprobe reported (a rotated video's display
+    // size is the other way round).
+    pid_ = spawn_reader({ffmpeg, "-nostdin", "-v", "error", "-noautorotate", "-i", path, "-map", "0:v:0", "-vsync", "passthrough",
                          "-f", "rawvideo", "-pix_fmt", "rgb24", "-"},
                         log_, fd_);
   } catch (...) {

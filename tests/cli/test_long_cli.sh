@@ -49,6 +49,9 @@ expect 0 "frames 3/3" -- \
   "$vinf" generate "${small[@]}" --long.mode fifo --long.fifo-window 2 --long.fifo-partitions 2 --video.frames 3 \
   --sampler.scheduler ddim --sampler.steps 4 --out "$work/f3"
 expect 0 "ok $work/f3/latents.h5" -- "$tool" h5-check "$work/f3/latents.h5" 3 4 4 4
+# A FIFO checkpoint holds the queue after the video: vinf evaluate takes finished runs only.
+ckpt=$(ls "$work/f3/checkpoints"/step-*.h5 | tail -1)
+expect 2 "is a checkpoint: its latents are partly denoised" -- "$vinf" evaluate "$ckpt" --out "$work/ce"
 
 # Refusals, before anything runs.
 bad() {  # bad TEXT options...: exit 2 with TEXT, no output directory

@@ -69,10 +69,23 @@ resume() {  # resume NAME CHECKPOINT options...
 }
 resume wr step-000002.h5 "${windows[@]}"
 same "windows: stopped after step 2 on $n rank(s), resumed on $other = uninterrupted" "$work/wr/latents.h5" "$work/w1/latents.h5"
-resume fr step-000006.h5 "${fifo[@]}"
-same "fifo: stopped after iteration 6 on $n rank(s), resumed on $other = uninterrupted" "$work/fr/latents.h5" "$work/f1/latents.h5"
+# (22 iterations of a 16-step schedule: a checkpoint after more iterations than steps.)
+resume fr step-000018.h5 "${fifo[@]}"
+same "fifo: stopped after iteration 18 on $n rank(s), resumed on $other = uninterrupted" "$work/fr/latents.h5" "$work/f1/latents.h5"
 
-# 4. Refusals, before anything runs.
+# 4. The seams vinf evaluate finds in latents.h5 are the ones the run recorded: the windows' starts,
+# none for FIFO (not the ranks' shares).
+if [ "$n" -gt 1 ]; then
+  for run in wn:4,8,12,16 fn:; do
+    dir=${run%%:*} want=${run#*:}
+    "$vinf" evaluate "$work/$dir/latents.h5" --out "$work/$dir-eval" --quiet > /dev/null 2>&1 || fail "vinf evaluate $dir"
+    got=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(",".join(map(str, d["boundaries"])), d["boundary_source"])' \
+          "$work/$dir-eval/evaluate.json" 2>&1)
+    [ "$got" = "$want recorded" ] && echo "ok: evaluate $dir: boundaries '$want' as recorded" || fail "evaluate $dir: '$got', not '$want recorded'"
+  done
+fi
+
+# 5. Refusals, before anything runs.
 if [ "$n" -ge 2 ]; then
   expect 2 "use at most 1 rank(s), or more partitions" -- \
     "$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --long.mode fifo --video.frames 10 --long.fifo-window 4 \

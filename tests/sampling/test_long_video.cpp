@@ -96,6 +96,10 @@ TEST_CASE("FIFO: the kept parts of the windows cover the queue's levels once, th
   CHECK_NOTHROW(sampling::FifoPlan(5, 2, false));
   CHECK_THROWS_AS(sampling::FifoPlan(1, 2, false), InputError);
   CHECK_THROWS_AS(sampling::FifoPlan(4, 0, false), InputError);
+  // f x n levels are the schedule's steps: at most 1000, refused before any window is made.
+  CHECK_NOTHROW(sampling::FifoPlan(2, 500, true));
+  CHECK_THROWS_AS(sampling::FifoPlan(2, 600, true), InputError);
+  CHECK_THROWS_AS(sampling::FifoPlan(2, 2000000000, true), InputError);
 }
 
 TEST_CASE("FIFO: frames leave in order, and every frame that enters as noise sees each step of the schedule once, in order") {

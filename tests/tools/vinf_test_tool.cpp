@@ -31,6 +31,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -458,7 +459,10 @@ int latents_h5(int argc, char** argv) {
   io::RunStamp stamp;
   stamp.config_json = stamp.numerics_json = "{}";
   stamp.clip_size = std::atoll(argv[4]);
-  io::write_latents(MPI_COMM_WORLD, argv[2], stamp, {{frames, c, h, w}, 0, frames}, latents.data(), boundaries);
+  // "-": none recorded (a file written before runs recorded them); "" would record that there are none.
+  const bool none = std::string(argv[5]) == "-";
+  io::write_latents(MPI_COMM_WORLD, argv[2], stamp, {{frames, c, h, w}, 0, frames}, latents.data(),
+                    none ? std::nullopt : std::optional<std::vector<std::int64_t>>(boundaries));
   MPI_Finalize();
   return 0;
 }
