@@ -312,6 +312,9 @@ bool choose_outputs(Run& r) {
                    r.out_dir, " holds a finished run (run.json), which resuming would overwrite; choose another --out, ",
                    "or add --overwrite to replace it");
   r.resume_path = r.resumed() ? r.resumed()->path : std::string();
+  VINF_INPUT_CHECK(!r.resumed() || r.resumed()->state.step <= r.total_steps(), "checkpoint ", r.resume_path,
+                   " is after step ", r.resumed() ? r.resumed()->state.step : 0, " of a run of ", r.total_steps(),
+                   r.fifo ? " iterations" : " steps", "; resume it with the settings it was written with");
   if (!r.resumed() && r.replace_previous && !o.resume.empty()) {
     r.log("--resume auto with --overwrite: " + r.out_dir + " holds a finished run, which this run replaces from the start");
   } else if (!r.resumed() && !o.resume.empty()) {
