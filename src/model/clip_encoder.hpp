@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "model/params.hpp"
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
@@ -16,6 +17,13 @@
 namespace vinf::model {
 
 class Weights;
+
+// A config's hidden_act: "gelu" (erf) or "quick_gelu"; anything else is refused naming the file.
+inline ops::Activation clip_activation(const std::string& act, const std::string& path) {
+  VINF_INPUT_CHECK(act == "gelu" || act == "quick_gelu", path, ": hidden_act '", act,
+                   "' is not supported (gelu, quick_gelu)");
+  return act == "gelu" ? ops::Activation::gelu : ops::Activation::quick_gelu;
+}
 
 struct ClipEncoderShape {
   int hidden_size = 0, intermediate_size = 0, layers = 0, heads = 0;

@@ -26,11 +26,7 @@ ClipTextConfig load_clip_text_config(const std::string& path) {
   r.read("max_position_embeddings", c.max_positions);
   r.read("layer_norm_eps", c.layer_norm_eps);
   std::string act;
-  if (r.read("hidden_act", act)) {
-    VINF_INPUT_CHECK(act == "gelu" || act == "quick_gelu", path, ": hidden_act '", act,
-                     "' is not supported (gelu, quick_gelu)");
-    c.act = act == "gelu" ? ops::Activation::gelu : ops::Activation::quick_gelu;
-  }
+  if (r.read("hidden_act", act)) c.act = clip_activation(act, path);
   VINF_INPUT_CHECK(c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.layers > 0 && c.heads > 0 &&
                        c.max_positions > 0 && c.hidden_size % c.heads == 0,
                    path, ": the sizes must be positive and hidden_size a multiple of num_attention_heads");

@@ -41,11 +41,7 @@ ClipVisionConfig load_clip_vision_config(const std::string& path) {
     top.read("projection_dim", c.projection_dim);
   }
   std::string act;
-  if (r.read("hidden_act", act)) {
-    VINF_INPUT_CHECK(act == "gelu" || act == "quick_gelu", path, ": hidden_act '", act,
-                     "' is not supported (gelu, quick_gelu)");
-    e.act = act == "gelu" ? ops::Activation::gelu : ops::Activation::quick_gelu;
-  }
+  if (r.read("hidden_act", act)) e.act = clip_activation(act, path);
   VINF_INPUT_CHECK(c.image_size > 0 && c.patch_size > 0 && c.image_size % c.patch_size == 0 && c.channels == 3 &&
                        c.projection_dim > 0 && e.hidden_size > 0 && e.intermediate_size > 0 && e.layers > 0 &&
                        e.heads > 0 && e.hidden_size % e.heads == 0 && e.layer_norm_eps > 0,
