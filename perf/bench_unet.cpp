@@ -29,7 +29,7 @@ struct Shape5 {
 };
 
 struct Setup {
-  std::string preset;
+  std::string preset;  // a preset name, or "narrow": small's layout at widths 32/64/128/128, head dim 8
   Device device;
   DType dtype;
   Shape5 in;
@@ -37,7 +37,11 @@ struct Setup {
 
 void unet_call(benchmark::State& state, const Setup& s) {
   Runtime rt(s.device);
-  const model::UNetConfig c = model::preset_config(s.preset);
+  model::UNetConfig c = model::preset_config(s.preset == "narrow" ? "small" : s.preset);
+  if (s.preset == "narrow") {
+    c.block_out_channels = {32, 64, 128, 128};
+    c.attention_head_dim = 8;
+  }
   const model::UNet3D unet(c, model::Weights::random(model::unet_parameters(c), rt, s.dtype, 1));
   const Shape sample_shape{s.in.b, c.in_channels, s.in.f, s.in.h, s.in.w};
   OwnedTensor sample = rt.arena().empty(DType::f32, sample_shape);
@@ -80,6 +84,9 @@ int main(int argc, char** argv) {
   if (suite == "smoke") {
     if (cpu) setups.push_back({"tiny", Device::cpu(), DType::f32, {2, 4, 8, 8, 8}});
     if (gpu) setups.push_back({"tiny", Device::cuda(0), DType::bf16, {2, 4, 8, 8, 8}});
+  } else if (suite == "cpu") {
+    setups.push_back({"narrow", Device::cpu(), DType::f32, {2, 8, 32, 32, 16}});
+    setups.push_back({"small", Device::cpu(), DType::f32, {2, 16, 32, 32, 77}});
   } else {
     if (cpu) setups.push_back({"small", Device::cpu(), DType::f32, {2, 8, 32, 32, 77}});
     if (gpu) {

@@ -51,27 +51,29 @@ struct RowBand {
   std::int64_t lo[kRows], hi[kRows];
 };
 
-// The attention's register-blocked micro-kernel, for 4 rows and NV x 16 columns:
+// The attention's register-blocked micro-kernel, for 4 rows and NV vectors V of L lanes:
 //   out[g][col] (+)= sum over i < n of a[g * as + i] * b[i * bs + col]
 // with 4 x NV accumulators in registers (starting from out when Accumulate, else from 0). The
-// scores are q rows . kt columns; the values add p rows . value rows to o.
-template <int NV, bool Accumulate>
+// scores are q rows . kt columns; the values add p rows . value rows to o. Value widths that are
+// not a multiple of 16 (head dim 8 in the small models) take 8-lane steps for what is left.
+template <class V, int NV, bool Accumulate>
 VINF_VEC_INLINE void group_update(const float* a, std::int64_t as, const float* b, std::int64_t bs, std::int64_t n,
                                   float* out, std::int64_t os) {
-  f32x16 acc[kGroup][NV] = {};
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  V acc[kGroup][NV] = {};
   if constexpr (Accumulate) {
 #pragma GCC unroll 4
     for (int g = 0; g < kGroup; ++g)
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[g][v] = vec::load(out + g * os + v * kL);
+      for (int v = 0; v < NV; ++v) acc[g][v] = vec::load_as<V>(out + g * os + v * L);
   }
   for (std::int64_t i = 0; i < n; ++i) {
-    f32x16 row[NV];
+    V row[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) row[v] = vec::load(b + i * bs + v * kL);
+    for (int v = 0; v < NV; ++v) row[v] = vec::load_as<V>(b + i * bs + v * L);
 #pragma GCC unroll 4
     for (int g = 0; g < kGroup; ++g) {
-      const f32x16 ab = vec::splat(a[g * as + i]);
+      const V ab = vec::splat_as<V>(a[g * as + i]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[g][v] += ab * row[v];
     }
@@ -79,20 +81,20 @@ VINF_VEC_INLINE void group_update(const float* a, std::int64_t as, const float* 
 #pragma GCC unroll 4
   for (int g = 0; g < kGroup; ++g)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) vec::store(out + g * os + v * kL, acc[g][v]);
+    for (int v = 0; v < NV; ++v) vec::store_as(out + g * os + v * L, acc[g][v]);
 }
 
 // s[r0 .. r0+4) x [j0, j0 + NV*16) = q rows . kt columns.
-template <int NV>
+template <class V, int NV>
 VINF_VEC_INLINE void scores_group(const Scratch& w, std::int64_t r0, std::int64_t d, std::int64_t j0) {
-  group_update<NV, false>(w.q + r0 * d, d, w.kt + j0, kKeys, d, w.s + r0 * kKeys + j0, kKeys);
+  group_update<V, NV, false>(w.q + r0 * d, d, w.kt + j0, kKeys, d, w.s + r0 * kKeys + j0, kKeys);
 }
 
 // o[r0 .. r0+4) x [c0, c0 + NV*16) += p rows . value rows [0, nb).
-template <int NV>
+template <class V, int NV>
 VINF_VEC_INLINE void values_group(const Scratch& w, std::int64_t r0, std::int64_t dv, std::int64_t c0,
                                   const float* vals, std::int64_t vs, std::int64_t nb) {
-  group_update<NV, true>(w.s + r0 * kKeys, kKeys, vals + c0, vs, nb, w.o + r0 * dv + c0, dv);
+  group_update<V, NV, true>(w.s + r0 * kKeys, kKeys, vals + c0, vs, nb, w.o + r0 * dv + c0, dv);
 }
 
 // kt[c][j] = keys[j][c] for the block's nb keys, zero for j in [nb, width): 16 x 16 tiles moved
@@ -114,23 +116,22 @@ VINF_VEC_INLINE void transpose_keys(float* kt, const float* keys, std::int64_t k
 }
 
 // One block of nb keys (rows of `keys`/`vals`, starting at key index j0) against the tile's rows.
-// Local keys are masked to each row's band; global ones are visible to all.
-VINF_CPU_CLONES
-void key_block(const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t dv, const float* keys, std::int64_t ks,
-               const float* vals, std::int64_t vs, std::int64_t j0, std::int64_t nb, bool global, float bias,
-               const RowBand& band) {
+// Local keys are masked to each row's band; global ones are visible to all. The micro-kernels run
+// on vectors V: 16 lanes where AVX-512 holds them in one register, 8 on AVX2, whose 16 registers
+// cannot hold 4 rows x 4 double-width accumulators without spilling.
+template <class V>
+VINF_VEC_INLINE void key_block_impl(const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t dv,
+                                    const float* keys, std::int64_t ks, const float* vals, std::int64_t vs,
+                                    std::int64_t j0, std::int64_t nb, bool global, float bias, const RowBand& band) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  constexpr int kMaxNV = L == kL ? 4 : 2;  // accumulators: 4 rows x kMaxNV registers
   const int nv = static_cast<int>((nb + kL - 1) / kL);
   const std::int64_t width = nv * kL, groups = (rows + kGroup - 1) / kGroup;
   transpose_keys(w.kt, keys + j0 * ks, ks, nb, d, width);
   for (std::int64_t g = 0; g < groups; ++g) {
-    for (std::int64_t c0 = 0; c0 < width; c0 += kChunk) {
-      switch (std::min<std::int64_t>(kChunk, width - c0) / kL) {
-        case 1: scores_group<1>(w, g * kGroup, d, c0); break;
-        case 2: scores_group<2>(w, g * kGroup, d, c0); break;
-        case 3: scores_group<3>(w, g * kGroup, d, c0); break;
-        default: scores_group<4>(w, g * kGroup, d, c0); break;
-      }
-    }
+    std::int64_t c0 = 0;
+    for (; c0 + kMaxNV * L <= width; c0 += kMaxNV * L) scores_group<V, kMaxNV>(w, g * kGroup, d, c0);
+    for (; c0 < width; c0 += L) scores_group<V, 1>(w, g * kGroup, d, c0);
   }
   // Online softmax per row: probabilities replace the scores (0 where a key is not visible).
   const float inf = std::numeric_limits<float>::infinity();
@@ -145,42 +146,44 @@ void key_block(const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t
       for (std::int64_t j = 0; j < width; ++j) srow[j] = 0.f;
       continue;
     }
-    f32x16 sv[kKeys / kL];
-    f32x16 mv = vec::splat(-inf);
-    // Keys j in [a, e) are those with |j - centre| < half the band's width (exact in floats). One
-    // compare and one select: GCC 12 lowers the & of two masks (or two nested selects, which it
-    // folds into one) lane by lane.
+    // Two passes over the row (it stays in L1): the visible scores, scaled and biased, and their
+    // max; then their exponentials and sum. Keys j in [a, e) are those with |j - centre| < half
+    // the band's width (exact in floats): one compare and one select per vector.
     const float centre = 0.5f * static_cast<float>(a + e - 1), reach = 0.5f * static_cast<float>(e - a);
-    for (int v = 0; v < nv; ++v) {
-      const f32x16 j = vec::lane_index() + static_cast<float>(v * kL) - centre;
-      const f32x16 x = vec::load(srow + v * kL) * w.scale[r] + bias;
-      sv[v] = vec::max(j, -j) < reach ? x : vec::splat(-inf);
-      mv = vec::max(mv, sv[v]);
+    const float scale = w.scale[r];
+    V mv = vec::splat_as<V>(-inf);
+    for (std::int64_t c = 0; c < width; c += L) {
+      const V j = vec::lane_index_as<V>() + (static_cast<float>(c) - centre);
+      const V x = vec::load_as<V>(srow + c) * scale + bias;
+      const V sx = (j > -j ? j : -j) < reach ? x : vec::splat_as<V>(-inf);
+      mv = mv > sx ? mv : sx;
+      vec::store_as(srow + c, sx);
     }
-    const float m_new = std::max(w.m[r], vec::reduce_max(mv));
+    const float m_new = std::max(w.m[r], vec::hmax(mv));
     // While all of the row's scores so far are -inf (a -inf bias masks them), exp(s - m_new)
     // would be exp(-inf + inf) = NaN: measure from 0 then, so they weigh 0 and the row's first
     // finite score starts the sum.
     const float ref = m_new == -inf ? 0.f : m_new;
     const float corr = std::exp(w.m[r] - ref);  // 0 on the row's first visible block
-    f32x16 sum = {};
-    for (int v = 0; v < nv; ++v) {
-      const f32x16 p = vec::exp(sv[v] - ref);
+    V sum{};
+    for (std::int64_t c = 0; c < width; c += L) {
+      const V p = vec::exp(vec::load_as<V>(srow + c) - ref);
       sum += p;
-      vec::store(srow + v * kL, p);
+      vec::store_as(srow + c, p);
     }
     if (corr != 1.f) {
       float* orow = w.o + r * dv;
       for (std::int64_t c = 0; c < dv; ++c) orow[c] *= corr;
     }
-    w.l[r] = w.l[r] * corr + vec::reduce_sum(sum);
+    w.l[r] = w.l[r] * corr + vec::hsum(sum);
     w.m[r] = m_new;
   }
   for (std::int64_t g = 0; g < groups; ++g) {
     const std::int64_t r0 = g * kGroup;
     std::int64_t c0 = 0;
-    for (; c0 + 4 * kL <= dv; c0 += 4 * kL) values_group<4>(w, r0, dv, c0, vals + j0 * vs, vs, nb);
-    for (; c0 + kL <= dv; c0 += kL) values_group<1>(w, r0, dv, c0, vals + j0 * vs, vs, nb);
+    for (; c0 + kMaxNV * L <= dv; c0 += kMaxNV * L) values_group<V, kMaxNV>(w, r0, dv, c0, vals + j0 * vs, vs, nb);
+    for (; c0 + L <= dv; c0 += L) values_group<V, 1>(w, r0, dv, c0, vals + j0 * vs, vs, nb);
+    for (; c0 + 8 <= dv; c0 += 8) values_group<vec::f32x8, 1>(w, r0, dv, c0, vals + j0 * vs, vs, nb);
     for (; c0 < dv; ++c0) {
       for (std::int64_t i = 0; i < kGroup; ++i) {
         float acc = w.o[(r0 + i) * dv + c0];
@@ -190,6 +193,37 @@ void key_block(const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t
     }
   }
 }
+
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define VINF_KEY_BLOCK_ARGS                                                                                          \
+  const Scratch &w, std::int64_t rows, std::int64_t d, std::int64_t dv, const float *keys, std::int64_t ks,            \
+      const float *vals, std::int64_t vs, std::int64_t j0, std::int64_t nb, bool global, float bias,                   \
+      const RowBand &band
+__attribute__((target("arch=x86-64-v4"))) void key_block_v4(VINF_KEY_BLOCK_ARGS) {
+  key_block_impl<f32x16>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias, band);
+}
+__attribute__((target("arch=x86-64-v3"))) void key_block_v3(VINF_KEY_BLOCK_ARGS) {
+  key_block_impl<vec::f32x8>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias, band);
+}
+void key_block_generic(VINF_KEY_BLOCK_ARGS) {
+  key_block_impl<f32x16>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias, band);
+}
+using KeyBlock = void (*)(VINF_KEY_BLOCK_ARGS);
+#undef VINF_KEY_BLOCK_ARGS
+KeyBlock pick_key_block() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq"))
+    return key_block_v4;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return key_block_v3;
+  return key_block_generic;
+}
+#else
+using KeyBlock = void (*)(const Scratch&, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t,
+                          const float*, std::int64_t, std::int64_t, std::int64_t, bool, float, const RowBand&);
+KeyBlock pick_key_block() { return key_block_impl<f32x16>; }
+#endif
+const KeyBlock key_block = pick_key_block();
 
 }  // namespace
 

@@ -18,6 +18,7 @@ namespace vinf::cpu::vec {
 constexpr int kLanes = 16;
 using f32x16 = float __attribute__((vector_size(64)));
 using i32x16 = std::int32_t __attribute__((vector_size(64)));
+using f32x8 = float __attribute__((vector_size(32)));  // for rows of 8 (small head dims)
 
 #define VINF_VEC_INLINE inline __attribute__((always_inline))
 // Compile a hot loop once per x86-64 level and pick one at load time.
@@ -33,6 +34,15 @@ VINF_VEC_INLINE f32x16 load(const float* p) {
   return v;
 }
 VINF_VEC_INLINE void store(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
+// The same for any vector type V (f32x16 or f32x8).
+template <class V>
+VINF_VEC_INLINE V load_as(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+VINF_VEC_INLINE void store_as(float* p, V v) { std::memcpy(p, &v, sizeof v); }
 VINF_VEC_INLINE f32x16 splat(float x) { return f32x16{} + x; }
 VINF_VEC_INLINE f32x16 lane_index() { return f32x16{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; }
 
@@ -88,22 +98,58 @@ VINF_VEC_INLINE void transpose16(f32x16 (&r)[16]) {
 
 // exp(x) to about 2 ulp for x in [-87, 88]; 0 below -87 (and for -inf), +inf above 88.7.
 // x = n ln2 + r with |r| <= ln2/2, exp(r) by its degree-6 Taylor polynomial, 2^n by exponent bits.
-VINF_VEC_INLINE f32x16 exp(f32x16 x) {
-  const f32x16 big = splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
-  const f32x16 xc = x < -87.f ? splat(-87.f) : (x > 88.f ? splat(88.f) : x);
-  const f32x16 nf = (xc * 1.44269504f + big) - big;
-  const f32x16 r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
-  f32x16 p = splat(1.f / 720.f);
+// For any float vector V (f32x16, f32x8); the lanes do not interact.
+template <class V>
+VINF_VEC_INLINE V exp(V x) {
+  using I = decltype(x < x);  // the integer vector of V's width
+  const V zero{};
+  const V big = zero + 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
+  const V xc = x < -87.f ? zero - 87.f : (x > 88.f ? zero + 88.f : x);
+  const V nf = (xc * 1.44269504f + big) - big;
+  const V r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  V p = zero + 1.f / 720.f;
   p = p * r + 1.f / 120.f;
   p = p * r + 1.f / 24.f;
   p = p * r + 1.f / 6.f;
   p = p * r + 0.5f;
   p = p * r + 1.f;
   p = p * r + 1.f;
-  const i32x16 n = __builtin_convertvector(nf, i32x16);
-  const f32x16 scale = reinterpret_cast<f32x16>((n + 127) << 23);
-  const f32x16 y = p * scale;
-  return x < -87.f ? splat(0.f) : (x > 88.7f ? splat(std::numeric_limits<float>::infinity()) : y);
+  const I n = __builtin_convertvector(nf, I);
+  const V scale = reinterpret_cast<V>((n + 127) << 23);
+  const V y = p * scale;
+  return x < -87.f ? zero : (x > 88.7f ? zero + std::numeric_limits<float>::infinity() : y);
+}
+
+// Helpers for any float vector V.
+template <class V>
+constexpr int lanes_of = static_cast<int>(sizeof(V) / sizeof(float));
+template <class V>
+VINF_VEC_INLINE V splat_as(float x) {
+  V v;
+#pragma GCC unroll 16
+  for (int i = 0; i < lanes_of<V>; ++i) v[i] = x;
+  return v;
+}
+template <class V>
+VINF_VEC_INLINE V lane_index_as() {
+  V v;
+#pragma GCC unroll 16
+  for (int i = 0; i < lanes_of<V>; ++i) v[i] = static_cast<float>(i);
+  return v;
+}
+template <class V>
+VINF_VEC_INLINE float hmax(V v) {
+  float m = v[0];
+#pragma GCC unroll 16
+  for (int i = 1; i < lanes_of<V>; ++i) m = m > v[i] ? m : v[i];
+  return m;
+}
+template <class V>
+VINF_VEC_INLINE float hsum(V v) {
+  float m = v[0];
+#pragma GCC unroll 16
+  for (int i = 1; i < lanes_of<V>; ++i) m += v[i];
+  return m;
 }
 
 // erf(x), absolute error below 6e-7 (Abramowitz and Stegun 7.1.26, 1.5e-7, plus f32 rounding).

@@ -422,6 +422,8 @@ std::vector<OpCase> bench_cases() {
                              banded(0.125f, 0, 16, 0.f, 10.f)));
   // Spatial self-attention at level 0: 40x64 = 2560 tokens, 5 heads of 64 (4 of the 48 images).
   v.push_back(attention_case("spatial attention 2560 tokens 4x5h d64", {4, 5, 2560, 2560, 0, 64, 64}, full(0.125f)));
+  // The CPU benchmarks' narrow UNet (widths 32..128, head dim 8) at a 32x32 latent, 16 images.
+  v.push_back(attention_case("spatial attention 1024 tokens 16x4h d8", {16, 4, 1024, 1024, 0, 8, 8}, full(0.35f)));
   return v;
 }
 
