@@ -3,8 +3,12 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "core/error.hpp"
+#include "cpu/context.hpp"
 #include "exec/layout.hpp"
 
 namespace vinf::cpu {
@@ -18,15 +22,113 @@ bool as_blas_matrix(const Tensor& m, BlasMatrix& out) {
   return true;
 }
 
-void sgemm(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BlasMatrix& a, const BlasMatrix& b,
-           float beta, float* c, std::int64_t ldc) {
-  if (M == 0 || N == 0) return;
+GemmLibrary gemm_library() {
+  static const GemmLibrary lib = [] {
+    const char* v = std::getenv("VINF_CPU_GEMM");
+    return v != nullptr && std::strcmp(v, "openblas") == 0 ? GemmLibrary::openblas : GemmLibrary::onednn;
+  }();
+  return lib;
+}
+
+namespace {
+
+using dnnl::memory;
+
+// The (batch, rows, cols) descriptor of a matrix view: row-major with leading dimension ld, or
+// its transpose. A batch of one (or one matrix repeated) gets the stride of a whole matrix: with 0
+// oneDNN sees the batch as the innermost dimension and falls back to its reference kernel.
+memory::desc matrix_desc(std::int64_t batch, std::int64_t rows, std::int64_t cols, bool transposed, std::int64_t ld,
+                         std::int64_t batch_stride) {
+  ld = std::max<std::int64_t>(ld, 1);
+  if (batch == 1 || batch_stride == 0) batch_stride = ld * (transposed ? cols : rows);
+  const memory::dims strides = transposed ? memory::dims{batch_stride, 1, ld} : memory::dims{batch_stride, ld, 1};
+  return memory::desc({batch, rows, cols}, memory::data_type::f32, strides);
+}
+
+MatmulPlan& get_plan(CpuContext& cc, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+                     const BlasMatrix& a, std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta,
+                     std::int64_t ldc, std::int64_t c_batch, bool bias, std::int64_t bias_stride) {
+  std::string key;
+  key.reserve(160);
+  for (const std::int64_t v : {batch, M, N, K, std::int64_t{a.transposed}, a.ld, a_batch, std::int64_t{b.transposed},
+                               b.ld, b_batch, ldc, c_batch, std::int64_t{bias}, bias_stride}) {
+    key += std::to_string(v);
+    key += ',';
+  }
+  key += std::to_string(alpha) + ',' + std::to_string(beta);
+  auto& plans = cc.matmul_plans();
+  if (auto it = plans.find(key); it != plans.end()) return *it->second;
+  auto plan = std::make_unique<MatmulPlan>();
+  // Batches of one matrix repeated (stride 0) are a broadcast dimension of size 1 to oneDNN.
+  plan->a = matrix_desc(a_batch == 0 ? 1 : batch, M, K, a.transposed, a.ld, a_batch);
+  plan->b = matrix_desc(b_batch == 0 ? 1 : batch, K, N, b.transposed, b.ld, b_batch);
+  plan->c = matrix_desc(batch, M, N, false, ldc, c_batch);
+  if (bias)
+    plan->bias = memory::desc({1, 1, N}, memory::data_type::f32, memory::dims{N * bias_stride, N * bias_stride, bias_stride});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.f) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  const dnnl::matmul::desc d = bias ? dnnl::matmul::desc(plan->a, plan->b, plan->bias, plan->c)
+                                    : dnnl::matmul::desc(plan->a, plan->b, plan->c);
+  plan->pd = dnnl::matmul::primitive_desc(d, attr, cc.engine());
+  plan->prim = dnnl::matmul(plan->pd);
+  return *plans.emplace(std::move(key), std::move(plan)).first->second;
+}
+
+void openblas_gemm(std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BlasMatrix& a,
+                   std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta, float* c,
+                   std::int64_t ldc, std::int64_t c_batch, const float* bias, std::int64_t bias_stride) {
   constexpr std::int64_t kMax = 0x7fffffff;
   VINF_CHECK(M <= kMax && N <= kMax && K <= kMax && a.ld <= kMax && b.ld <= kMax && ldc <= kMax,
              "GEMM dimensions exceed the 32-bit BLAS interface (M=", M, ", N=", N, ", K=", K, ")");
-  cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans, b.transposed ? CblasTrans : CblasNoTrans,
-              static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, a.data, static_cast<int>(a.ld),
-              b.data, static_cast<int>(b.ld), beta, c, static_cast<int>(std::max<std::int64_t>(ldc, 1)));
+  for (std::int64_t i = 0; i < batch; ++i) {
+    float* ci = c + i * c_batch;
+    float bi = beta;
+    if (bias) {  // c = bias + beta * c, then the product accumulates onto it
+      for (std::int64_t m = 0; m < M; ++m)
+        for (std::int64_t n = 0; n < N; ++n) ci[m * ldc + n] = bias[n * bias_stride] + beta * (beta == 0.f ? 0.f : ci[m * ldc + n]);
+      bi = 1.f;
+    }
+    cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans, b.transposed ? CblasTrans : CblasNoTrans,
+                static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, a.data + i * a_batch,
+                static_cast<int>(std::max<std::int64_t>(a.ld, 1)), b.data + i * b_batch,
+                static_cast<int>(std::max<std::int64_t>(b.ld, 1)), bi, ci,
+                static_cast<int>(std::max<std::int64_t>(ldc, 1)));
+  }
+}
+
+}  // namespace
+
+void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+          const BlasMatrix& a, std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta, float* c,
+          std::int64_t ldc, std::int64_t c_batch, const float* bias, std::int64_t bias_stride) {
+  if (batch == 0 || M == 0 || N == 0) return;
+  if (gemm_library() == GemmLibrary::openblas) {
+    openblas_gemm(batch, M, N, K, alpha, a, a_batch, b, b_batch, beta, c, ldc, c_batch, bias, bias_stride);
+    return;
+  }
+  VINF_CHECK(ctx.cpu != nullptr, "gemm: the CPU fast path needs a CpuContext");
+  CpuContext& cc = *ctx.cpu;
+  try {
+    MatmulPlan& plan = get_plan(cc, batch, M, N, K, alpha, a, a_batch, b, b_batch, beta, ldc, c_batch, bias != nullptr,
+                                bias_stride);
+    Allocation scratch_hold = ctx.arena->allocate(plan.pd.scratchpad_desc().get_size());
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, memory(plan.a, cc.engine(), const_cast<float*>(a.data))},
+        {DNNL_ARG_WEIGHTS, memory(plan.b, cc.engine(), const_cast<float*>(b.data))},
+        {DNNL_ARG_DST, memory(plan.c, cc.engine(), c)},
+        {DNNL_ARG_SCRATCHPAD, memory(plan.pd.scratchpad_desc(), cc.engine(), scratch_hold.data())}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, memory(plan.bias, cc.engine(), const_cast<float*>(bias)));
+    plan.prim.execute(cc.stream(), args);
+    cc.stream().wait();
+  } catch (const dnnl::error& e) {
+    VINF_FAIL("gemm: oneDNN matmul failed for batch ", batch, ", M ", M, ", N ", N, ", K ", K, ": ", e.what());
+  }
 }
 
 }  // namespace vinf::cpu

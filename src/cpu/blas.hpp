@@ -1,13 +1,17 @@
-// Row-major sgemm on strided matrix views through OpenBLAS.
+// Row-major f32 matrix products on strided matrix views: oneDNN's matmul primitive (the default:
+// it runs on the same OpenMP threads as every other CPU kernel) or OpenBLAS's sgemm (whose own
+// pthreads compete with OpenMP's for the cores; kept to compare them, VINF_CPU_GEMM=openblas).
 #pragma once
 
 #include <cstdint>
 
 #include "core/tensor.hpp"
+#include "exec/context.hpp"
 
 namespace vinf::cpu {
 
-// How BLAS can read a 2-D f32 view: as stored (row-major, leading dimension ld) or transposed.
+// How a matrix product can read a 2-D f32 view: as stored (row-major, leading dimension ld) or
+// transposed.
 struct BlasMatrix {
   const float* data = nullptr;
   bool transposed = false;
@@ -18,8 +22,22 @@ struct BlasMatrix {
 // exec::matrix_layout.
 bool as_blas_matrix(const Tensor& m, BlasMatrix& out);
 
-// c (M x N, row stride ldc, unit column stride) = alpha * op(a) (M x K) * op(b) (K x N) + beta * c.
-void sgemm(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BlasMatrix& a, const BlasMatrix& b,
-           float beta, float* c, std::int64_t ldc);
+// Which library runs the products: oneDNN unless VINF_CPU_GEMM=openblas (read once).
+enum class GemmLibrary { onednn, openblas };
+GemmLibrary gemm_library();
+
+// A batch of `batch` products, matrix i at offsets i * a_batch, i * b_batch, i * c_batch (floats;
+// 0 repeats one matrix):
+//   c (M x N, row stride ldc, unit column stride) = alpha * op(a) (M x K) * op(b) (K x N)
+//                                                  + bias (N, stride bias_stride, when given) + beta * c.
+void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+          const BlasMatrix& a, std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta, float* c,
+          std::int64_t ldc, std::int64_t c_batch, const float* bias = nullptr, std::int64_t bias_stride = 1);
+
+// One product: gemm with batch 1.
+inline void sgemm(ExecContext& ctx, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BlasMatrix& a,
+                  const BlasMatrix& b, float beta, float* c, std::int64_t ldc) {
+  gemm(ctx, 1, M, N, K, alpha, a, 0, b, 0, beta, c, ldc, 0);
+}
 
 }  // namespace vinf::cpu

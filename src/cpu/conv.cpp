@@ -12,15 +12,6 @@
 
 namespace vinf::cpu {
 
-struct ConvPlan {
-  dnnl::convolution_forward::primitive_desc pd;
-  dnnl::convolution_forward conv;
-  dnnl::memory::desc user_src, user_wei, user_dst, bias_md;
-};
-
-CpuContext::CpuContext() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
-CpuContext::~CpuContext() = default;
-
 namespace fast {
 namespace {
 
@@ -144,12 +135,12 @@ void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Ten
       if (fused) {
         const BlasMatrix a{wk.ptr<float>() + k0 * Ci, false, KT * Ci};
         const BlasMatrix b{frame0, false, xs.stride(1)};
-        sgemm(Co, S, (k1 - k0) * Ci, 1.f, a, b, beta, c, ys.stride(1));
+        sgemm(ctx, Co, S, (k1 - k0) * Ci, 1.f, a, b, beta, c, ys.stride(1));
       } else {
         for (std::int64_t k = k0; k < k1; ++k) {
           const BlasMatrix a{wk.ptr<float>() + k * Ci, false, KT * Ci};
           const BlasMatrix b{frame0 + (k - k0) * xs.stride(2), false, xs.stride(1)};
-          sgemm(Co, S, Ci, 1.f, a, b, beta, c, ys.stride(1));
+          sgemm(ctx, Co, S, Ci, 1.f, a, b, beta, c, ys.stride(1));
           beta = 1.f;
         }
       }

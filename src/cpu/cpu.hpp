@@ -1,7 +1,8 @@
 // CPU kernels, internal to the op library (src/ops dispatches here after checking arguments).
 // `ref` holds the naive references: plain loops over any strides, double accumulation, kept simple
 // and frozen; they are the oracle the fast paths and the CUDA kernels are tested against. The fast
-// paths use oneDNN (convolutions), OpenBLAS (GEMMs) and OpenMP loops. Compute ops take f32 tensors;
+// paths use oneDNN (convolutions and matrix products; OpenBLAS on request) and OpenMP loops, all
+// on one OpenMP thread pool. Compute ops take f32 tensors;
 // copy and fill take every dtype.
 #pragma once
 

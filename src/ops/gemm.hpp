@@ -1,4 +1,5 @@
-// Matrix products: CPU through OpenBLAS sgemm, CUDA through cuBLAS with f32 accumulation.
+// Matrix products: CPU through oneDNN matmul (OpenBLAS sgemm with VINF_CPU_GEMM=openblas), CUDA
+// through cuBLAS with f32 accumulation.
 #pragma once
 
 #include "ops/context.hpp"
