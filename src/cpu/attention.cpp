@@ -97,19 +97,21 @@ VINF_VEC_INLINE void values_group(const Scratch& w, std::int64_t r0, std::int64_
   group_update<V, NV, true>(w.s + r0 * kKeys, kKeys, vals + c0, vs, nb, w.o + r0 * dv + c0, dv);
 }
 
-// kt[c][j] = keys[j][c] for the block's nb keys, zero for j in [nb, width): 16 x 16 tiles moved
+// kt[c][j] = keys[j][c] for the block's nb keys, zero for j in [nb, width): L x L tiles moved
 // through registers, and scalar code for the channels past the last whole tile.
+template <class V>
 VINF_VEC_INLINE void transpose_keys(float* kt, const float* keys, std::int64_t ks, std::int64_t nb, std::int64_t d,
                                     std::int64_t width) {
-  const std::int64_t whole = d / kL * kL;  // channels in whole 16-lane tiles
-  for (std::int64_t j0 = 0; j0 < width; j0 += kL)
-    for (std::int64_t c0 = 0; c0 < whole; c0 += kL) {
-      f32x16 t[kL];
+  constexpr int L = vec::lanes_of<V>;
+  const std::int64_t whole = d / L * L;  // channels in whole tiles
+  for (std::int64_t j0 = 0; j0 < width; j0 += L)
+    for (std::int64_t c0 = 0; c0 < whole; c0 += L) {
+      V t[L];
 #pragma GCC unroll 16
-      for (int j = 0; j < kL; ++j) t[j] = j0 + j < nb ? vec::load(keys + (j0 + j) * ks + c0) : f32x16{};
-      vec::transpose16(t);
+      for (int j = 0; j < L; ++j) t[j] = j0 + j < nb ? vec::load_as<V>(keys + (j0 + j) * ks + c0) : V{};
+      vec::transpose<V>(t);
 #pragma GCC unroll 16
-      for (int c = 0; c < kL; ++c) vec::store(kt + (c0 + c) * kKeys + j0, t[c]);
+      for (int c = 0; c < L; ++c) vec::store_as(kt + (c0 + c) * kKeys + j0, t[c]);
     }
   for (std::int64_t c = whole; c < d; ++c)
     for (std::int64_t j = 0; j < width; ++j) kt[c * kKeys + j] = j < nb ? keys[j * ks + c] : 0.f;
@@ -127,7 +129,7 @@ VINF_VEC_INLINE void key_block_impl(const Scratch& w, std::int64_t rows, std::in
   constexpr int kMaxNV = L == kL ? 4 : 2;  // accumulators: 4 rows x kMaxNV registers
   const int nv = static_cast<int>((nb + kL - 1) / kL);
   const std::int64_t width = nv * kL, groups = (rows + kGroup - 1) / kGroup;
-  transpose_keys(w.kt, keys + j0 * ks, ks, nb, d, width);
+  transpose_keys<V>(w.kt, keys + j0 * ks, ks, nb, d, width);
   for (std::int64_t g = 0; g < groups; ++g) {
     std::int64_t c0 = 0;
     for (; c0 + kMaxNV * L <= width; c0 += kMaxNV * L) scores_group<V, kMaxNV>(w, g * kGroup, d, c0);
@@ -194,36 +196,11 @@ VINF_VEC_INLINE void key_block_impl(const Scratch& w, std::int64_t rows, std::in
   }
 }
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define VINF_KEY_BLOCK_ARGS                                                                                          \
-  const Scratch &w, std::int64_t rows, std::int64_t d, std::int64_t dv, const float *keys, std::int64_t ks,            \
-      const float *vals, std::int64_t vs, std::int64_t j0, std::int64_t nb, bool global, float bias,                   \
-      const RowBand &band
-__attribute__((target("arch=x86-64-v4"))) void key_block_v4(VINF_KEY_BLOCK_ARGS) {
-  key_block_impl<f32x16>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias, band);
-}
-__attribute__((target("arch=x86-64-v3"))) void key_block_v3(VINF_KEY_BLOCK_ARGS) {
-  key_block_impl<vec::f32x8>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias, band);
-}
-void key_block_generic(VINF_KEY_BLOCK_ARGS) {
-  key_block_impl<f32x16>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias, band);
-}
-using KeyBlock = void (*)(VINF_KEY_BLOCK_ARGS);
-#undef VINF_KEY_BLOCK_ARGS
-KeyBlock pick_key_block() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512dq"))
-    return key_block_v4;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return key_block_v3;
-  return key_block_generic;
-}
-#else
-using KeyBlock = void (*)(const Scratch&, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t,
-                          const float*, std::int64_t, std::int64_t, std::int64_t, bool, float, const RowBand&);
-KeyBlock pick_key_block() { return key_block_impl<f32x16>; }
-#endif
-const KeyBlock key_block = pick_key_block();
+VINF_VEC_VARIANTS(key_block, key_block_impl,
+                  (const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t dv, const float* keys,
+                   std::int64_t ks, const float* vals, std::int64_t vs, std::int64_t j0, std::int64_t nb, bool global,
+                   float bias, const RowBand& band),
+                  (w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias, band))
 
 }  // namespace
 

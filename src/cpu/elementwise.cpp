@@ -70,16 +70,19 @@ void binary(const Tensor& a, const Tensor& b, const Tensor& out, Fn f) {
   });
 }
 
-// out = a * gelu(g) along one contiguous row, 16 lanes at a time (the vector erf), the tail exact.
-VINF_CPU_CLONES
-void geglu_row(const float* a, const float* g, float* out, std::int64_t n) {
+// out = a * gelu(g) along one contiguous row, a vector at a time (the vector erf), the tail exact.
+template <class V>
+VINF_VEC_INLINE void geglu_row_impl(const float* a, const float* g, float* out, std::int64_t n) {
+  constexpr int L = vec::lanes_of<V>;
   std::int64_t i = 0;
-  for (; i + vec::kLanes <= n; i += vec::kLanes) {
-    const vec::f32x16 x = vec::load(g + i);
-    vec::store(out + i, vec::load(a + i) * (0.5f * x * (1.f + vec::erf(x * 0.70710678f))));
+  for (; i + L <= n; i += L) {
+    const V x = vec::load_as<V>(g + i);
+    vec::store_as(out + i, vec::load_as<V>(a + i) * (0.5f * x * (1.f + vec::erf(x * 0.70710678f))));
   }
   for (; i < n; ++i) out[i] = a[i] * exec::gelu(g[i]);
 }
+VINF_VEC_VARIANTS(geglu_row, geglu_row_impl, (const float* a, const float* g, float* out, std::int64_t n),
+                  (a, g, out, n))
 
 }  // namespace
 

@@ -48,16 +48,19 @@ void group_norm_sums(const Tensor& x, int groups, const Tensor& sums) {
 
 namespace {
 
-// y = silu(x * a + b) along a contiguous row, 16 lanes at a time (the vector exp), the tail exact.
-VINF_CPU_CLONES
-void affine_silu_row(const float* x, float* y, std::int64_t n, float a, float b) {
+// y = silu(x * a + b) along a contiguous row, a vector at a time (the vector exp), the tail exact.
+template <class V>
+VINF_VEC_INLINE void affine_silu_row_impl(const float* x, float* y, std::int64_t n, float a, float b) {
+  constexpr int L = vec::lanes_of<V>;
   std::int64_t i = 0;
-  for (; i + vec::kLanes <= n; i += vec::kLanes) {
-    const vec::f32x16 z = vec::load(x + i) * a + b;
-    vec::store(y + i, z / (1.f + vec::exp(-z)));
+  for (; i + L <= n; i += L) {
+    const V z = vec::load_as<V>(x + i) * a + b;
+    vec::store_as(y + i, z / (1.f + vec::exp(-z)));
   }
   for (; i < n; ++i) y[i] = exec::silu(x[i] * a + b);
 }
+VINF_VEC_VARIANTS(affine_silu_row, affine_silu_row_impl, (const float* x, float* y, std::int64_t n, float a, float b),
+                  (x, y, n, a, b))
 
 }  // namespace
 

@@ -1,7 +1,7 @@
-// Portable 16-lane f32 vectors (GCC vector extensions) for the CPU kernels that the compiler does
-// not vectorise on its own: one AVX-512 register in an x86-64-v4 clone, two AVX2 registers in a v3
-// one, plain code elsewhere. Every helper is always_inline, so it takes the target of the function
-// it is used in (see VINF_CPU_CLONES).
+// Portable f32 vectors (GCC vector extensions) for the CPU kernels that the compiler does not
+// vectorise on its own: 16 lanes (one AVX-512 register) and 8 (one AVX2 register). Every helper is
+// always_inline, so it takes the target of the function it is used in; the kernels are written
+// once over the vector type and built per x86-64 level (VINF_VEC_VARIANTS, at the end).
 #pragma once
 
 #include <cmath>
@@ -21,12 +21,6 @@ using i32x16 = std::int32_t __attribute__((vector_size(64)));
 using f32x8 = float __attribute__((vector_size(32)));  // for rows of 8 (small head dims)
 
 #define VINF_VEC_INLINE inline __attribute__((always_inline))
-// Compile a hot loop once per x86-64 level and pick one at load time.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define VINF_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define VINF_CPU_CLONES
-#endif
 
 VINF_VEC_INLINE f32x16 load(const float* p) {
   f32x16 v;
@@ -43,58 +37,37 @@ VINF_VEC_INLINE V load_as(const float* p) {
 }
 template <class V>
 VINF_VEC_INLINE void store_as(float* p, V v) { std::memcpy(p, &v, sizeof v); }
-VINF_VEC_INLINE f32x16 splat(float x) { return f32x16{} + x; }
-VINF_VEC_INLINE f32x16 lane_index() { return f32x16{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; }
 
-// Lane i + w folded onto lane i for w = 8, 4, 2, 1 (shuffles with constant masks, not lane-by-lane
-// extracts): the same pairwise order in every clone.
-template <int W>
-VINF_VEC_INLINE f32x16 fold(f32x16 v) {  // indices wrap modulo 16; only lanes < W are used
-  return __builtin_shuffle(v, i32x16{W, W + 1, W + 2, W + 3, W + 4, W + 5, W + 6, W + 7, W + 8, W + 9, W + 10,
-                                     W + 11, W + 12, W + 13, W + 14, W + 15});
-}
-VINF_VEC_INLINE f32x16 max(f32x16 a, f32x16 b) { return a > b ? a : b; }
-VINF_VEC_INLINE float reduce_max(f32x16 v) {
-  v = max(v, fold<8>(v));
-  v = max(v, fold<4>(v));
-  v = max(v, fold<2>(v));
-  v = max(v, fold<1>(v));
-  return v[0];
-}
-VINF_VEC_INLINE float reduce_sum(f32x16 v) {
-  v += fold<8>(v);
-  v += fold<4>(v);
-  v += fold<2>(v);
-  v += fold<1>(v);
-  return v[0];
-}
-
-// One step of a 16 x 16 transpose held as 16 row vectors: for every row i with bit S clear, row i's
-// lanes with bit S set trade places with row i + S's lanes with bit S clear. In the shuffle masks,
-// index l picks a[l] for l < 16 and b[l - 16] above.
-template <int S>
-VINF_VEC_INLINE void transpose_step(f32x16 (&r)[16]) {
-  constexpr auto lo = [](int l) { return l & S ? l + 16 - S : l; };
-  constexpr auto hi = [](int l) { return l & S ? l + 16 : l + S; };
-  const i32x16 low{lo(0), lo(1), lo(2),  lo(3),  lo(4),  lo(5),  lo(6),  lo(7),
-                   lo(8), lo(9), lo(10), lo(11), lo(12), lo(13), lo(14), lo(15)};
-  const i32x16 high{hi(0), hi(1), hi(2),  hi(3),  hi(4),  hi(5),  hi(6),  hi(7),
-                    hi(8), hi(9), hi(10), hi(11), hi(12), hi(13), hi(14), hi(15)};
+// One step of an N x N transpose held as N row vectors of N lanes (V = f32x16 or f32x8): for
+// every row i with bit S clear, row i's lanes with bit S set trade places with row i + S's lanes
+// with bit S clear. In the shuffle masks, index l picks a[l] for l < N and b[l - N] above.
+template <int S, class V>
+VINF_VEC_INLINE void transpose_step(V (&r)[sizeof(V) / sizeof(float)]) {
+  constexpr int N = static_cast<int>(sizeof(V) / sizeof(float));
+  using I = decltype(r[0] < r[0]);
+  I low, high;
 #pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) {
+  for (int l = 0; l < N; ++l) {
+    low[l] = l & S ? l + N - S : l;
+    high[l] = l & S ? l + N : l + S;
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < N; ++i) {
     if (i & S) continue;
-    const f32x16 a = r[i], b = r[i + S];
+    const V a = r[i], b = r[i + S];
     r[i] = __builtin_shuffle(a, b, low);
     r[i + S] = __builtin_shuffle(a, b, high);
   }
 }
 // r[i][j] becomes r[j][i]: each step swaps one row bit with the matching column bit.
-VINF_VEC_INLINE void transpose16(f32x16 (&r)[16]) {
-  transpose_step<8>(r);
-  transpose_step<4>(r);
-  transpose_step<2>(r);
-  transpose_step<1>(r);
+template <class V>
+VINF_VEC_INLINE void transpose(V (&r)[sizeof(V) / sizeof(float)]) {
+  if constexpr (sizeof(V) / sizeof(float) == 16) transpose_step<8, V>(r);
+  transpose_step<4, V>(r);
+  transpose_step<2, V>(r);
+  transpose_step<1, V>(r);
 }
+VINF_VEC_INLINE void transpose16(f32x16 (&r)[16]) { transpose<f32x16>(r); }
 
 // exp(x) to about 2 ulp for x in [-87, 88]; 0 below -87 (and for -inf), +inf above 88.7.
 // x = n ln2 + r with |r| <= ln2/2, exp(r) by its degree-6 Taylor polynomial, 2^n by exponent bits.
@@ -153,17 +126,62 @@ VINF_VEC_INLINE float hsum(V v) {
 }
 
 // erf(x), absolute error below 6e-7 (Abramowitz and Stegun 7.1.26, 1.5e-7, plus f32 rounding).
-VINF_VEC_INLINE f32x16 erf(f32x16 x) {
-  const f32x16 a = x < 0.f ? -x : x;
-  const f32x16 t = 1.f / (1.f + 0.3275911f * a);
-  f32x16 p = splat(1.061405429f);
+template <class V>
+VINF_VEC_INLINE V erf(V x) {
+  const V a = x < 0.f ? -x : x;
+  const V t = 1.f / (1.f + 0.3275911f * a);
+  V p = splat_as<V>(1.061405429f);
   p = p * t - 1.453152027f;
   p = p * t + 1.421413741f;
   p = p * t - 0.284496736f;
   p = p * t + 0.254829592f;
-  const f32x16 y = 1.f - p * t * exp(-a * a);
+  const V y = 1.f - p * t * exp(-a * a);
   return x < 0.f ? -y : y;
 }
+
+// The vector width of the running CPU's kernels: a kernel written once as an always-inline
+// template over V is compiled for AVX-512 with 16 lanes (one register), for AVX2 with 8 (16 lanes
+// would take two registers each, and GCC lowers some of their operations lane by lane through the
+// stack), and for the baseline. VINF_VEC_VARIANTS(name, impl, (params), (args)) defines `name`,
+// which calls impl<V>(args) in the variant the CPU supports (picked once).
+enum class Level { v4, v3, baseline };
+inline Level cpu_level() {
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+  static const Level level = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq"))
+      return Level::v4;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Level::v3;
+    return Level::baseline;
+  }();
+  return level;
+#else
+  return Level::baseline;
+#endif
+}
+
+#define VINF_VEC_UNPAREN(...) __VA_ARGS__
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define VINF_VEC_VARIANTS(name, impl, params, args)                                                        \
+  __attribute__((target("arch=x86-64-v4"))) void name##_v4(VINF_VEC_UNPAREN params) {                    \
+    impl<::vinf::cpu::vec::f32x16>(VINF_VEC_UNPAREN args);                                               \
+  }                                                                                                       \
+  __attribute__((target("arch=x86-64-v3"))) void name##_v3(VINF_VEC_UNPAREN params) {                    \
+    impl<::vinf::cpu::vec::f32x8>(VINF_VEC_UNPAREN args);                                                \
+  }                                                                                                       \
+  void name##_base(VINF_VEC_UNPAREN params) { impl<::vinf::cpu::vec::f32x16>(VINF_VEC_UNPAREN args); }   \
+  void name(VINF_VEC_UNPAREN params) {                                                                    \
+    switch (::vinf::cpu::vec::cpu_level()) {                                                              \
+      case ::vinf::cpu::vec::Level::v4: return name##_v4(VINF_VEC_UNPAREN args);                          \
+      case ::vinf::cpu::vec::Level::v3: return name##_v3(VINF_VEC_UNPAREN args);                          \
+      default: return name##_base(VINF_VEC_UNPAREN args);                                                 \
+    }                                                                                                     \
+  }
+#else
+#define VINF_VEC_VARIANTS(name, impl, params, args) \
+  void name(VINF_VEC_UNPAREN params) { impl<::vinf::cpu::vec::f32x16>(VINF_VEC_UNPAREN args); }
+#endif
 
 }  // namespace vinf::cpu::vec
 

@@ -229,11 +229,11 @@ TEST_CASE("vector exp and erf of the CPU kernels agree with libm") {
 
 namespace {
 
-// The shuffle helpers, compiled for each x86-64 level the kernels are cloned for (AVX-512 lowers
-// the 16-lane shuffles to one permute, AVX2 to pairs, the baseline to scalar code).
+// The shuffle and reduction helpers, compiled for each x86-64 level the kernels are built for
+// (AVX-512 lowers the 16-lane shuffles to one permute, AVX2 to pairs, the baseline to scalar code).
 struct ShuffleResults {
   float t[16][16];
-  float max, sum;
+  float max, sum, max8, sum8;  // max and sum of 16 lanes, and of the last 8 as one 8-lane vector
 };
 
 #define VINF_SHUFFLE_PROBE(NAME, TARGET)                                                   \
@@ -242,8 +242,10 @@ struct ShuffleResults {
     for (int i = 0; i < 16; ++i) r[i] = cpu::vec::load(in[i]);                             \
     cpu::vec::transpose16(r);                                                              \
     for (int i = 0; i < 16; ++i) cpu::vec::store(out.t[i], r[i]);                          \
-    out.max = cpu::vec::reduce_max(cpu::vec::load(in[3]));                                 \
-    out.sum = cpu::vec::reduce_sum(cpu::vec::load(in[5]));                                 \
+    out.max = cpu::vec::hmax(cpu::vec::load(in[3]));                                       \
+    out.sum = cpu::vec::hsum(cpu::vec::load(in[5]));                                       \
+    out.max8 = cpu::vec::hmax(cpu::vec::load_as<cpu::vec::f32x8>(in[3] + 8));              \
+    out.sum8 = cpu::vec::hsum(cpu::vec::load_as<cpu::vec::f32x8>(in[5] + 8));              \
   }
 #if defined(__x86_64__)
 VINF_SHUFFLE_PROBE(shuffle_v4, __attribute__((target("arch=x86-64-v4"))))
@@ -259,8 +261,9 @@ TEST_CASE("vector transpose and reductions of the CPU kernels, at every x86-64 l
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 16; ++j) in[i][j] = static_cast<float>(100 * i + j) * (j % 3 == 1 ? -1.f : 1.f) + 0.25f;
   in[3][11] = 1e6f;  // the maximum of row 3, away from lane 0
-  double want_sum = 0;
+  double want_sum = 0, want_sum8 = 0;
   for (int j = 0; j < 16; ++j) want_sum += in[5][j];
+  for (int j = 8; j < 16; ++j) want_sum8 += in[5][j];
   std::vector<std::pair<const char*, void (*)(const float (&)[16][16], ShuffleResults&)>> probes{
       {"baseline", shuffle_baseline}};
 #if defined(__x86_64__)
@@ -280,6 +283,8 @@ TEST_CASE("vector transpose and reductions of the CPU kernels, at every x86-64 l
     CHECK(wrong == 0);
     CHECK(out.max == 1e6f);
     CHECK(out.sum == doctest::Approx(want_sum).epsilon(1e-7));
+    CHECK(out.max8 == 1e6f);
+    CHECK(out.sum8 == doctest::Approx(want_sum8).epsilon(1e-7));
   }
   MESSAGE(probes.size() << " x86-64 level(s) checked");
 }
