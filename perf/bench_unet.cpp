@@ -3,6 +3,10 @@
 //   CPU:  the small preset, 8 frames at a 32 x 32 latent, f32
 //   CUDA: the vc2 preset at 320 x 512 (40 x 64 latent), 24 frames, bf16 and f16 (model-spec §8:
 //         ~37.6 TFLOP per call with the text K/V projected once per batch element)
+//   --vinf_suite=cpu: the CPU targets: "narrow" (small's layout at widths 32/64/128/128, head dim
+//         8: 61 GFLOP per call) at 8 frames, 32 x 32, 16 text tokens, and small at 16 frames, both
+//         CFG batch 2, f32; then each call's rate as a fraction of the best f32 matrix-product
+//         rate this run measured (OpenBLAS sgemm and vinf's oneDNN matmul on 2048^3).
 //   --vinf_suite=smoke: the tiny preset on small inputs, to check that the harness runs.
 //
 //   vinf_bench_unet [--vinf_suite=bench|smoke] [--vinf_devices=cpu,cuda] [Google Benchmark flags]
@@ -19,6 +23,7 @@
 #include "ops/random.hpp"
 #include "ops/runtime.hpp"
 #include "bench_flags.hpp"
+#include "bench_reference.hpp"
 
 using namespace vinf;
 
@@ -70,6 +75,19 @@ void unet_call(benchmark::State& state, const Setup& s) {
   }
 }
 
+// Keeps each run's TFLOP/s for the summary while printing the usual console table.
+class RateReporter : public benchmark::ConsoleReporter {
+ public:
+  std::vector<std::pair<std::string, double>> rates;
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      const auto it = r.counters.find("TFLOP/s");
+      if (it != r.counters.end() && r.run_type == Run::RT_Iteration) rates.emplace_back(r.benchmark_name(), it->second.value);
+    }
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,12 +97,17 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
 
   static std::vector<Setup> setups;
+  bench::GemmRate best;
   const bool cpu = devices.find("cpu") != std::string::npos;
   const bool gpu = devices.find("cuda") != std::string::npos && cuda_device_count() > 0;
   if (suite == "smoke") {
     if (cpu) setups.push_back({"tiny", Device::cpu(), DType::f32, {2, 4, 8, 8, 8}});
     if (gpu) setups.push_back({"tiny", Device::cuda(0), DType::bf16, {2, 4, 8, 8, 8}});
   } else if (suite == "cpu") {
+    for (const bench::GemmRate& r : bench::cpu_gemm_rates()) {
+      std::printf("reference: %-60s %7.1f GFLOP/s\n", r.what.c_str(), r.gflops);
+      if (r.gflops > best.gflops) best = r;
+    }
     setups.push_back({"narrow", Device::cpu(), DType::f32, {2, 8, 32, 32, 16}});
     setups.push_back({"small", Device::cpu(), DType::f32, {2, 16, 32, 32, 77}});
   } else {
@@ -106,7 +129,14 @@ int main(int argc, char** argv) {
         ->UseRealTime()
         ->MinTime(suite == "smoke" ? 0.001 : 2.0);
   }
-  benchmark::RunSpecifiedBenchmarks();
+  RateReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  if (best.gflops > 0) {
+    std::printf("\nsummary: UNet calls against the best f32 matrix product of this run (%s, %.1f GFLOP/s), %d thread(s)\n",
+                best.what.c_str(), best.gflops, cpu_threads());
+    for (const auto& [name, tflops] : reporter.rates)
+      std::printf("  %-60s %7.1f GFLOP/s  %5.1f%% of the best\n", name.c_str(), tflops * 1000, 100 * tflops * 1000 / best.gflops);
+  }
   benchmark::Shutdown();
   return 0;
 }

@@ -11,6 +11,10 @@
 #   VINF_SRUN_MPI      srun's --mpi plugin (default pmix; Open MPI needs pmix)
 #   VINF_CPU_BIND      srun's --cpu-bind for the ranks (default cores: each rank's OpenMP threads
 #                      stay on its own cores; empty: leave it to the site's default)
+#   VINF_CPU_RANKS     CPU mode's ranks per node: socket (one per socket), numa (one per NUMA
+#                      domain) or a number; each rank gets an equal share of the node's cores as
+#                      OpenMP threads (OMP_PLACES=cores, OMP_PROC_BIND=close). Unset: the job's own
+#                      --ntasks-per-node and --cpus-per-task (cpu.sbatch sets socket)
 #   VINF_MAX_REQUEUES  how often a job may requeue itself after a stop signal (default 10)
 #   VINF_COMM_TIMEOUT  seconds a collective may wait before vinf ends the job (vinf's --comm-timeout)
 #   VINF_OUT           the output directory (default outputs/<job name>-<job id>; give an earlier
@@ -38,8 +42,8 @@ vinf_fail() {
 }
 
 # vinf_job_start SCRIPT CONFIG: checks the set-up, picks the device, loads the NCCL profiles and
-# prints the job's facts. Sets VINF, VINF_DEVICE, VINF_NAME (the job name), OMP_NUM_THREADS,
-# OMP_WAIT_POLICY (PASSIVE unless set) and vinf_srun_opts (what every srun of the job gets).
+# prints the job's facts. Sets VINF, VINF_DEVICE, VINF_NAME (the job name), OMP_NUM_THREADS and
+# vinf_srun_opts (what every srun of the job gets; in CPU mode with VINF_CPU_RANKS, the layout).
 vinf_job_start() {
   local script=$1 config=${2:-}
   [ -n "${SLURM_JOB_ID:-}" ] || vinf_fail "$script runs inside a Slurm job: sbatch $script CONFIG.ini [vinf generate options]"
@@ -49,9 +53,8 @@ vinf_job_start() {
   [ -r "$config" ] || vinf_fail "cannot read the config file '$config' (relative paths start at $SLURM_SUBMIT_DIR)"
   VINF_NAME=${SLURM_JOB_NAME:-vinf}
   export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
-  # Idle OpenMP workers sleep instead of spinning: spinning ones slow the BLAS and MPI calls
-  # between parallel regions (a 2-thread CPU rank ran 1.5x faster with PASSIVE).
-  export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+  # OMP_WAIT_POLICY is left as it is: every CPU kernel of vinf (oneDNN's included) runs on one
+  # OpenMP pool, whose spinning workers no longer hold up another library's threads.
   vinf_choose_device
   # Since Slurm 22.05 srun no longer inherits sbatch's --cpus-per-task: without it each rank would
   # be bound to one CPU while running OMP_NUM_THREADS threads. --cpu-bind=cores keeps a rank's
@@ -59,8 +62,18 @@ vinf_job_start() {
   # GPUs are the job's, per node (--gpus-per-node): every rank sees all of its node's GPUs, and
   # vinf gives local rank r GPU r (see slurm/README.md).
   vinf_srun_opts=(--kill-on-bad-exit=1)
+  local tasks=${SLURM_NTASKS:-1}
   [ -z "${SLURM_CPUS_PER_TASK:-}" ] || vinf_srun_opts+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
   [ -z "${VINF_CPU_BIND-cores}" ] || vinf_srun_opts+=(--cpu-bind="${VINF_CPU_BIND-cores}")
+  if [ "$VINF_DEVICE" = cpu ] && [ -n "${VINF_CPU_RANKS:-}" ]; then
+    vinf_cpu_layout "$VINF_CPU_RANKS" || exit 2
+    export OMP_NUM_THREADS=$vinf_cpu_threads OMP_PLACES=${OMP_PLACES:-cores} OMP_PROC_BIND=${OMP_PROC_BIND:-close}
+    tasks=$((vinf_cpu_ranks * ${SLURM_JOB_NUM_NODES:-1}))
+    vinf_srun_opts=(--kill-on-bad-exit=1 --nodes="${SLURM_JOB_NUM_NODES:-1}" --ntasks="$tasks" --ntasks-per-node="$vinf_cpu_ranks"
+      --cpus-per-task="$vinf_cpu_per_task" --distribution=block:block)
+    [ -z "${VINF_CPU_BIND-cores}" ] || vinf_srun_opts+=(--cpu-bind="${VINF_CPU_BIND-cores}")
+    vinf_log "CPU layout ($VINF_CPU_RANKS): $vinf_cpu_ranks rank(s) per node x $vinf_cpu_threads thread(s) on $vinf_cpu_facts; OMP_PLACES=$OMP_PLACES OMP_PROC_BIND=$OMP_PROC_BIND"
+  fi
   local p f
   for p in ${VINF_NCCL_PROFILE:-}; do
     f=$p
@@ -70,8 +83,47 @@ vinf_job_start() {
     . "$f"
     vinf_log "NCCL profile $f"
   done
-  vinf_log "job $SLURM_JOB_ID ($VINF_NAME)${SLURM_ARRAY_TASK_ID:+, array task $SLURM_ARRAY_TASK_ID}, requeued ${SLURM_RESTART_COUNT:-0} time(s) so far; $SLURM_NTASKS task(s) on ${SLURM_JOB_NUM_NODES:-1} node(s) $SLURM_JOB_NODELIST, $OMP_NUM_THREADS CPU(s) per task, GPUs per node: ${SLURM_GPUS_ON_NODE:-none}, device $VINF_DEVICE"
+  vinf_log "job $SLURM_JOB_ID ($VINF_NAME)${SLURM_ARRAY_TASK_ID:+, array task $SLURM_ARRAY_TASK_ID}, requeued ${SLURM_RESTART_COUNT:-0} time(s) so far; $tasks task(s) on ${SLURM_JOB_NUM_NODES:-1} node(s) $SLURM_JOB_NODELIST, $OMP_NUM_THREADS CPU(s) per task, GPUs per node: ${SLURM_GPUS_ON_NODE:-none}, device $VINF_DEVICE"
   vinf_log "$("$VINF" --version | tr '\n' ';' | sed 's/;$//; s/;/; /g')"
+}
+
+# vinf_cpu_layout POLICY: the ranks per node and threads per rank of CPU mode, from the CPUs this
+# job may use on this node (its cpuset) as `lscpu -p=CPU,CORE,SOCKET,NODE` describes them (every
+# node of the job is taken to be alike). POLICY: socket, numa, or a number of ranks per node. Each
+# rank gets cores / ranks cores as OpenMP threads (hyperthreads count as CPUs for srun, not as
+# threads). Sets vinf_cpu_ranks, vinf_cpu_threads, vinf_cpu_per_task (CPUs per task for srun) and
+# vinf_cpu_facts (one line on what was seen); fails with a message on a bad POLICY. VINF_LSCPU_FILE
+# and VINF_CPUS_ALLOWED stand in for lscpu's output and the cpuset (the tests' fake nodes).
+vinf_cpu_layout() {
+  local policy=$1 allowed topo
+  allowed=${VINF_CPUS_ALLOWED:-$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)}
+  if [ -n "${VINF_LSCPU_FILE:-}" ]; then topo=$(cat "$VINF_LSCPU_FILE"); else topo=$(lscpu -p=CPU,CORE,SOCKET,NODE 2>/dev/null); fi
+  [ -n "$topo" ] || { vinf_log "error: VINF_CPU_RANKS=$policy: lscpu cannot describe this node's CPUs; set --ntasks-per-node and --cpus-per-task yourself and unset VINF_CPU_RANKS" >&2; return 2; }
+  # cpus cores sockets numa: counted over the allowed CPUs (cores as socket:core pairs).
+  local counts
+  counts=$(awk -F, -v allowed="$allowed" '
+    BEGIN { n = split(allowed, parts, ","); for (i = 1; i <= n; ++i) { m = split(parts[i], r, "-"); lo = r[1] + 0; hi = (m > 1 ? r[2] : r[1]) + 0; for (c = lo; c <= hi; ++c) ok[c] = 1 } }
+    /^#/ { next }
+    allowed == "" || ($1 in ok) { cpus++; core[$3 ":" $2] = 1; sock[$3] = 1; numa[$4 == "" ? 0 : $4] = 1 }
+    END { nc = 0; for (k in core) nc++; ns = 0; for (k in sock) ns++; nn = 0; for (k in numa) nn++; print cpus + 0, nc, ns, nn }' <<<"$topo")
+  local cpus cores sockets numas
+  read -r cpus cores sockets numas <<<"$counts"
+  [ "${cpus:-0}" -gt 0 ] || { vinf_log "error: VINF_CPU_RANKS=$policy: none of lscpu's CPUs is in this job's set ($allowed)" >&2; return 2; }
+  case $policy in
+    socket) vinf_cpu_ranks=$sockets ;;
+    numa) vinf_cpu_ranks=$numas ;;
+    *[!0-9]* | "" | 0) vinf_log "error: VINF_CPU_RANKS must be socket, numa or a number of ranks per node, got '$policy'" >&2; return 2 ;;
+    *) vinf_cpu_ranks=$policy ;;
+  esac
+  if [ "$vinf_cpu_ranks" -gt "$cores" ]; then
+    vinf_log "error: VINF_CPU_RANKS=$policy asks for $vinf_cpu_ranks ranks per node, but the job has $cores core(s) per node: give at most $cores" >&2
+    return 2
+  fi
+  vinf_cpu_threads=$((cores / vinf_cpu_ranks))
+  vinf_cpu_per_task=$((cpus / vinf_cpu_ranks))
+  vinf_cpu_facts="$cpus CPU(s), $cores core(s), $sockets socket(s), $numas NUMA domain(s) per node"
+  [ $((cores % vinf_cpu_ranks)) -eq 0 ] || vinf_log "note: $cores cores do not split evenly over $vinf_cpu_ranks ranks: $((cores % vinf_cpu_ranks)) stay idle"
+  return 0
 }
 
 vinf_choose_device() {

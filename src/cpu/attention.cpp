@@ -260,3 +260,7 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
 }
 
 }  // namespace vinf::cpu::fast
+
+namespace vinf::cpu {
+int thread_count() { return omp_get_max_threads(); }
+}  // namespace vinf::cpu

@@ -1,6 +1,7 @@
-// Row-major f32 matrix products on strided matrix views: oneDNN's matmul primitive (the default:
-// it runs on the same OpenMP threads as every other CPU kernel) or OpenBLAS's sgemm (whose own
-// pthreads compete with OpenMP's for the cores; kept to compare them, VINF_CPU_GEMM=openblas).
+// Row-major f32 matrix products on strided matrix views, on the OpenMP threads every other CPU
+// kernel runs on: oneDNN's matmul primitive, and OpenBLAS's sgemm where the build links OpenBLAS's
+// OpenMP variant (Debian's libopenblas0-openmp; its pthread variant's threads would compete with
+// OpenMP's for the cores, which halved the speed of 2-thread runs).
 #pragma once
 
 #include <cstdint>
@@ -22,9 +23,12 @@ struct BlasMatrix {
 // exec::matrix_layout.
 bool as_blas_matrix(const Tensor& m, BlasMatrix& out);
 
-// Which library runs the products: oneDNN unless VINF_CPU_GEMM=openblas (read once).
-enum class GemmLibrary { onednn, openblas };
+// Which library runs the products (decided once): VINF_CPU_GEMM=onednn or openblas forces one;
+// otherwise `automatic` (wide products on OpenBLAS, the rest on oneDNN) when the linked OpenBLAS
+// runs on OpenMP and OPENBLAS_CORETYPE is unset, else oneDNN for all.
+enum class GemmLibrary { onednn, openblas, automatic };
 GemmLibrary gemm_library();
+const char* gemm_library_name();
 
 // A batch of `batch` products, matrix i at offsets i * a_batch, i * b_batch, i * c_batch (floats;
 // 0 repeats one matrix):

@@ -15,6 +15,9 @@
 
 namespace vinf::cpu {
 
+// The OpenMP pool's size: the threads of every fast path.
+int thread_count();
+
 namespace ref {
 void copy(const Tensor& src, const Tensor& dst);
 void fill(const Tensor& dst, double value);

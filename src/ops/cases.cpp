@@ -234,6 +234,23 @@ void add_gemms(std::vector<OpCase>& v) {
                  const Tensor y = e.output({5, 17, 9});
                  return [&e, a, b, y] { ops::bmm(e.ctx, a, b, y); };
                }});
+  // Wide enough (N, K >= 256) for the CPU's OpenBLAS path where the build links OpenBLAS's OpenMP
+  // variant (cpu/blas.hpp); the narrow cases above take oneDNN's matmul.
+  v.push_back({"linear", "linear wide 13x260 -> 258 +bias", 2.0 * 13 * 260 * 258, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({13, 260});
+                 const Tensor w = e.input({258, 260}, 0.06f), b = e.input({258});
+                 const Tensor y = e.output({13, 258});
+                 return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
+               }});
+  v.push_back({"bmm", "bmm wide 3x9x300 @ 3x300x270, alpha/beta", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor a = e.input({3, 9, 300}), b = e.input({3, 300, 270}, 0.06f);
+                 const Tensor c0 = e.input({3, 9, 270});
+                 const Tensor y = e.output({3, 9, 270});
+                 return [&e, a, b, c0, y] {
+                   ops::copy(e.ctx, c0, y);
+                   ops::bmm(e.ctx, a, b, y, 0.5f, 2.f);
+                 };
+               }});
   v.push_back({"bmm", "bmm transposed b, broadcast a, alpha/beta", 0, [](CaseEnv& e) -> Runner {
                  const Tensor a = e.input({1, 6, 21}).expand({4, 6, 21});
                  const Tensor b = e.input({4, 11, 21}, 0.2f).transpose(1, 2);

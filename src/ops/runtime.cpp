@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "cpu/context.hpp"
+#include "cpu/cpu.hpp"
 
 #if VINF_WITH_CUDA
 #include "cuda/context.hpp"
@@ -16,6 +17,8 @@ class CudaContext {};
 namespace vinf {
 
 bool built_with_cuda() { return VINF_WITH_CUDA != 0; }
+
+int cpu_threads() { return cpu::thread_count(); }
 
 int cuda_device_count() {
 #if VINF_WITH_CUDA

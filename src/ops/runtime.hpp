@@ -48,6 +48,8 @@ inline bool tf32_in_effect(const Device& device, DType dtype) {
 int cuda_device_count();
 // True when this build contains the CUDA backend.
 bool built_with_cuda();
+// The OpenMP threads every CPU kernel of this process runs on (OMP_NUM_THREADS, else the cores).
+int cpu_threads();
 // What identifies a CUDA device across processes ("GPU-<uuid> (PCI <address>)"); "" for a CPU
 // device. Throws vinf::Error when the device cannot be queried.
 std::string device_identity(const Device& device);

@@ -13,7 +13,8 @@
 #                 names each rank's choice; the script's probe names each task's SLURM_LOCALID)
 #   sweep         sbatch --array=0-2 slurm/sweep.sbatch jobs/test-sweep.csv: three output
 #                 directories with the rows' settings, jobs/summarize's table; refused tables
-#   srun          srun -n 2 vinf generate (interactive use); srun --gres=gpu:2 across both nodes
+#   srun          srun -n 2 vinf generate (interactive use); srun --gres=gpu:2 across both nodes;
+#                 sbatch slurm/cpu.sbatch on both nodes: CPU mode's layout, one rank per socket
 #   requeue       a job stopped mid-run, first as at its time limit (SIGUSR1 to the batch shell),
 #                 then as at preemption (SIGTERM to the ranks): it checkpoints, requeues itself
 #                 twice and ends with latents bit-identical to an uninterrupted run
@@ -201,6 +202,19 @@ srun)
   check "srun -N 2 --ntasks-per-node=2 --gres=gpu:2 vinf generate" outputs_complete outputs/two-nodes 4
   placement two-nodes.log 2
   [ $fails -eq 0 ] || show_log two-nodes.log
+  # CPU mode: cpu.sbatch on both (whole) nodes lays out one rank per socket with the socket's
+  # cores as threads, from what lscpu says of the nodes (this machine's CPUs).
+  cores=$(lscpu -p=CORE,SOCKET | grep -v '^#' | sort -u | wc -l)
+  sockets=$(lscpu -p=SOCKET | grep -v '^#' | sort -u | wc -l)
+  j=$(sbatch --parsable --job-name=cpu --nodes=2 slurm/cpu.sbatch inputs/demo.ini "${small[@]}")
+  finished "$j" COMPLETED || show_log "outputs/cpu-$j.log"
+  log=outputs/cpu-$j.log
+  check "cpu.sbatch: outputs complete, $sockets rank(s) per node on 2 nodes" outputs_complete "outputs/cpu-$j" $((2 * sockets))
+  check "cpu.sbatch logs its layout" grep -q "CPU layout (socket): $sockets rank(s) per node x $((cores / sockets)) thread(s) on .*OMP_PLACES=cores OMP_PROC_BIND=close" "$log"
+  check "cpu.sbatch's srun lays the ranks out per node, bound to their cores" \
+    grep -q -- "srun --mpi=pmix --kill-on-bad-exit=1 --nodes=2 --ntasks=$((2 * sockets)) --ntasks-per-node=$sockets --cpus-per-task=[0-9]* --distribution=block:block --cpu-bind=cores " "$log"
+  check "vinf ran with the socket's cores as threads" test "$(jq '.config.parallel.threads' "outputs/cpu-$j/run.json")" = $((cores / sockets))
+  [ $fails -eq 0 ] || show_log "$log"
   ;;
 
 requeue)
