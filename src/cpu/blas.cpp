@@ -25,12 +25,7 @@ bool as_blas_matrix(const Tensor& m, BlasMatrix& out) {
 GemmLibrary gemm_library() {
   static const GemmLibrary lib = [] {
     const char* v = std::getenv("VINF_CPU_GEMM");
-    if (v != nullptr && std::strcmp(v, "openblas") == 0) return GemmLibrary::openblas;
-    if (v != nullptr && std::strcmp(v, "onednn") == 0) return GemmLibrary::onednn;
-    // OpenBLAS only where it shares the OpenMP pool, and not when OPENBLAS_CORETYPE may have
-    // pinned it to kernels older than the CPU (oneDNN picks its own from the CPU).
-    const bool openmp = openblas_get_parallel() == 2;
-    return openmp && std::getenv("OPENBLAS_CORETYPE") == nullptr ? GemmLibrary::automatic : GemmLibrary::onednn;
+    return v != nullptr && std::strcmp(v, "openblas") == 0 ? GemmLibrary::openblas : GemmLibrary::onednn;
   }();
   return lib;
 }
@@ -39,7 +34,6 @@ const char* gemm_library_name() {
   switch (gemm_library()) {
     case GemmLibrary::onednn: return "oneDNN matmul";
     case GemmLibrary::openblas: return openblas_get_parallel() == 2 ? "OpenBLAS (OpenMP)" : "OpenBLAS (its own threads)";
-    case GemmLibrary::automatic: return "OpenBLAS (OpenMP) for products of N, K >= 256, oneDNN matmul below";
   }
   return "?";
 }
@@ -47,10 +41,6 @@ const char* gemm_library_name() {
 namespace {
 
 using dnnl::memory;
-
-// Products at least this wide (N) and deep (K) run faster through OpenBLAS's OpenMP build than
-// through oneDNN's matmul on the machines measured (perf/RESULTS.md); narrower ones the reverse.
-constexpr std::int64_t kOpenBlasMin = 256;
 
 // The (batch, rows, cols) descriptor of a matrix view: row-major with leading dimension ld, or
 // its transpose. A batch of one (or one matrix repeated) gets the stride of a whole matrix: with 0
@@ -126,10 +116,7 @@ void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, 
           const BlasMatrix& a, std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta, float* c,
           std::int64_t ldc, std::int64_t c_batch, const float* bias, std::int64_t bias_stride) {
   if (batch == 0 || M == 0 || N == 0) return;
-  // The choice depends on the model's dimensions (N, K) only, never on M (frames, tokens, ranks):
-  // a row of the result comes out of the same library whatever the clip's length.
-  const GemmLibrary lib = gemm_library();
-  if (lib == GemmLibrary::openblas || (lib == GemmLibrary::automatic && N >= kOpenBlasMin && K >= kOpenBlasMin)) {
+  if (gemm_library() == GemmLibrary::openblas) {
     openblas_gemm(batch, M, N, K, alpha, a, a_batch, b, b_batch, beta, c, ldc, c_batch, bias, bias_stride);
     return;
   }

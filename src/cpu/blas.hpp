@@ -1,7 +1,7 @@
 // Row-major f32 matrix products on strided matrix views, on the OpenMP threads every other CPU
-// kernel runs on: oneDNN's matmul primitive, and OpenBLAS's sgemm where the build links OpenBLAS's
-// OpenMP variant (Debian's libopenblas0-openmp; its pthread variant's threads would compete with
-// OpenMP's for the cores, which halved the speed of 2-thread runs).
+// kernel runs on: oneDNN's matmul primitive, or on request OpenBLAS's sgemm (the build links
+// OpenBLAS's OpenMP variant where it finds it, Debian's libopenblas0-openmp: the pthread variant's
+// own threads compete with OpenMP's for the cores, which halved the speed of 2-thread runs).
 #pragma once
 
 #include <cstdint>
@@ -23,10 +23,10 @@ struct BlasMatrix {
 // exec::matrix_layout.
 bool as_blas_matrix(const Tensor& m, BlasMatrix& out);
 
-// Which library runs the products (decided once): VINF_CPU_GEMM=onednn or openblas forces one;
-// otherwise `automatic` (wide products on OpenBLAS, the rest on oneDNN) when the linked OpenBLAS
-// runs on OpenMP and OPENBLAS_CORETYPE is unset, else oneDNN for all.
-enum class GemmLibrary { onednn, openblas, automatic };
+// Which library runs the products (decided once): oneDNN unless VINF_CPU_GEMM=openblas. On the
+// machines measured the two were within noise of each other once both ran on OpenMP
+// (perf/RESULTS.md); oneDNN also ignores OPENBLAS_CORETYPE and picks its kernels from the CPU.
+enum class GemmLibrary { onednn, openblas };
 GemmLibrary gemm_library();
 const char* gemm_library_name();
 

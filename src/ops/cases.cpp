@@ -234,8 +234,8 @@ void add_gemms(std::vector<OpCase>& v) {
                  const Tensor y = e.output({5, 17, 9});
                  return [&e, a, b, y] { ops::bmm(e.ctx, a, b, y); };
                }});
-  // Wide enough (N, K >= 256) for the CPU's OpenBLAS path where the build links OpenBLAS's OpenMP
-  // variant (cpu/blas.hpp); the narrow cases above take oneDNN's matmul.
+  // Wide products (N, K >= 256), as the model's: past the blocking of small kernels in both CPU
+  // libraries (cpu/blas.hpp; ops.gemm_openblas runs these on OpenBLAS).
   v.push_back({"linear", "linear wide 13x260 -> 258 +bias", 2.0 * 13 * 260 * 258, [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({13, 260});
                  const Tensor w = e.input({258, 260}, 0.06f), b = e.input({258});
