@@ -35,8 +35,8 @@ double best_rate(double flops, int reps, Fn&& fn) {
   return best;
 }
 
-// OpenBLAS sgemm and vinf's CPU matrix product (cpu/blas.hpp: oneDNN matmul, or OpenBLAS's OpenMP
-// build for wide products) on n^3, on this process's threads.
+// OpenBLAS sgemm and vinf's CPU matrix product (cpu/blas.hpp: oneDNN's matmul unless
+// VINF_CPU_GEMM=openblas) on n^3, on this process's threads.
 inline std::vector<GemmRate> cpu_gemm_rates(int n = 2048, int reps = 3) {
   const double flops = 2.0 * n * n * n;
   std::vector<GemmRate> out;

@@ -9,7 +9,8 @@
 //         rate this run measured (OpenBLAS sgemm and vinf's oneDNN matmul on 2048^3).
 //   --vinf_suite=smoke: the tiny preset on small inputs, to check that the harness runs.
 //
-//   vinf_bench_unet [--vinf_suite=bench|smoke] [--vinf_devices=cpu,cuda] [Google Benchmark flags]
+//   vinf_bench_unet [--vinf_suite=bench|cpu|smoke] [--vinf_devices=cpu,cuda] [Google Benchmark flags]
+//   (--vinf_devices does not apply to the cpu suite)
 #include <benchmark/benchmark.h>
 
 #include <cstdio>

@@ -42,8 +42,9 @@ vinf_fail() {
 }
 
 # vinf_job_start SCRIPT CONFIG: checks the set-up, picks the device, loads the NCCL profiles and
-# prints the job's facts. Sets VINF, VINF_DEVICE, VINF_NAME (the job name), OMP_NUM_THREADS and
-# vinf_srun_opts (what every srun of the job gets; in CPU mode with VINF_CPU_RANKS, the layout).
+# prints the job's facts. Sets VINF, VINF_DEVICE, VINF_NAME (the job name), OMP_NUM_THREADS,
+# vinf_tasks (the ranks vinf runs on) and vinf_srun_opts (what every srun of the job gets; in CPU
+# mode with VINF_CPU_RANKS, the layout).
 vinf_job_start() {
   local script=$1 config=${2:-}
   [ -n "${SLURM_JOB_ID:-}" ] || vinf_fail "$script runs inside a Slurm job: sbatch $script CONFIG.ini [vinf generate options]"
@@ -62,14 +63,14 @@ vinf_job_start() {
   # GPUs are the job's, per node (--gpus-per-node): every rank sees all of its node's GPUs, and
   # vinf gives local rank r GPU r (see slurm/README.md).
   vinf_srun_opts=(--kill-on-bad-exit=1)
-  local tasks=${SLURM_NTASKS:-1}
+  vinf_tasks=${SLURM_NTASKS:-1}
   [ -z "${SLURM_CPUS_PER_TASK:-}" ] || vinf_srun_opts+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
   [ -z "${VINF_CPU_BIND-cores}" ] || vinf_srun_opts+=(--cpu-bind="${VINF_CPU_BIND-cores}")
   if [ "$VINF_DEVICE" = cpu ] && [ -n "${VINF_CPU_RANKS:-}" ]; then
     vinf_cpu_layout "$VINF_CPU_RANKS" || exit 2
     export OMP_NUM_THREADS=$vinf_cpu_threads OMP_PLACES=${OMP_PLACES:-cores} OMP_PROC_BIND=${OMP_PROC_BIND:-close}
-    tasks=$((vinf_cpu_ranks * ${SLURM_JOB_NUM_NODES:-1}))
-    vinf_srun_opts=(--kill-on-bad-exit=1 --nodes="${SLURM_JOB_NUM_NODES:-1}" --ntasks="$tasks" --ntasks-per-node="$vinf_cpu_ranks"
+    vinf_tasks=$((vinf_cpu_ranks * ${SLURM_JOB_NUM_NODES:-1}))
+    vinf_srun_opts=(--kill-on-bad-exit=1 --nodes="${SLURM_JOB_NUM_NODES:-1}" --ntasks="$vinf_tasks" --ntasks-per-node="$vinf_cpu_ranks"
       --cpus-per-task="$vinf_cpu_per_task" --distribution=block:block)
     [ -z "${VINF_CPU_BIND-cores}" ] || vinf_srun_opts+=(--cpu-bind="${VINF_CPU_BIND-cores}")
     vinf_log "CPU layout ($VINF_CPU_RANKS): $vinf_cpu_ranks rank(s) per node x $vinf_cpu_threads thread(s) on $vinf_cpu_facts; OMP_PLACES=$OMP_PLACES OMP_PROC_BIND=$OMP_PROC_BIND"
@@ -83,7 +84,7 @@ vinf_job_start() {
     . "$f"
     vinf_log "NCCL profile $f"
   done
-  vinf_log "job $SLURM_JOB_ID ($VINF_NAME)${SLURM_ARRAY_TASK_ID:+, array task $SLURM_ARRAY_TASK_ID}, requeued ${SLURM_RESTART_COUNT:-0} time(s) so far; $tasks task(s) on ${SLURM_JOB_NUM_NODES:-1} node(s) $SLURM_JOB_NODELIST, $OMP_NUM_THREADS CPU(s) per task, GPUs per node: ${SLURM_GPUS_ON_NODE:-none}, device $VINF_DEVICE"
+  vinf_log "job $SLURM_JOB_ID ($VINF_NAME)${SLURM_ARRAY_TASK_ID:+, array task $SLURM_ARRAY_TASK_ID}, requeued ${SLURM_RESTART_COUNT:-0} time(s) so far; $vinf_tasks task(s) on ${SLURM_JOB_NUM_NODES:-1} node(s) $SLURM_JOB_NODELIST, $OMP_NUM_THREADS CPU(s) per task, GPUs per node: ${SLURM_GPUS_ON_NODE:-none}, device $VINF_DEVICE"
   vinf_log "$("$VINF" --version | tr '\n' ';' | sed 's/;$//; s/;/; /g')"
 }
 
@@ -109,12 +110,16 @@ vinf_cpu_layout() {
   local cpus cores sockets numas
   read -r cpus cores sockets numas <<<"$counts"
   [ "${cpus:-0}" -gt 0 ] || { vinf_log "error: VINF_CPU_RANKS=$policy: none of lscpu's CPUs is in this job's set ($allowed)" >&2; return 2; }
-  case $policy in
-    socket) vinf_cpu_ranks=$sockets ;;
-    numa) vinf_cpu_ranks=$numas ;;
-    *[!0-9]* | "" | 0) vinf_log "error: VINF_CPU_RANKS must be socket, numa or a number of ranks per node, got '$policy'" >&2; return 2 ;;
-    *) vinf_cpu_ranks=$policy ;;
-  esac
+  if [ "$policy" = socket ]; then
+    vinf_cpu_ranks=$sockets
+  elif [ "$policy" = numa ]; then
+    vinf_cpu_ranks=$numas
+  elif [[ $policy =~ ^[1-9][0-9]{0,5}$ ]]; then
+    vinf_cpu_ranks=$policy
+  else
+    vinf_log "error: VINF_CPU_RANKS must be socket, numa or a number of ranks per node, got '$policy'" >&2
+    return 2
+  fi
   if [ "$vinf_cpu_ranks" -gt "$cores" ]; then
     vinf_log "error: VINF_CPU_RANKS=$policy asks for $vinf_cpu_ranks ranks per node, but the job has $cores core(s) per node: give at most $cores" >&2
     return 2
@@ -134,7 +139,7 @@ vinf_choose_device() {
     VINF_DEVICE=cuda
   else
     VINF_DEVICE=cpu
-    vinf_log "no GPU on $(hostname) (nvidia-smi lists none): running on the CPU, $OMP_NUM_THREADS thread(s) per rank"
+    vinf_log "no GPU on $(hostname) (nvidia-smi lists none): running on the CPU${VINF_CPU_RANKS:+ (layout below)}${VINF_CPU_RANKS:-, $OMP_NUM_THREADS thread(s) per rank}"
   fi
 }
 

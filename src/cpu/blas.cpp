@@ -3,7 +3,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <cstring>
 #include <string>
 
@@ -63,7 +66,7 @@ MatmulPlan& get_plan(CpuContext& cc, std::int64_t batch, std::int64_t M, std::in
     key += std::to_string(v);
     key += ',';
   }
-  key += std::to_string(alpha) + ',' + std::to_string(beta);
+  key += std::to_string(std::bit_cast<std::uint32_t>(alpha)) + ',' + std::to_string(std::bit_cast<std::uint32_t>(beta));
   auto& plans = cc.matmul_plans();
   if (auto it = plans.find(key); it != plans.end()) return *it->second;
   auto plan = std::make_unique<MatmulPlan>();
@@ -71,8 +74,7 @@ MatmulPlan& get_plan(CpuContext& cc, std::int64_t batch, std::int64_t M, std::in
   plan->a = matrix_desc(a_batch == 0 ? 1 : batch, M, K, a.transposed, a.ld, a_batch);
   plan->b = matrix_desc(b_batch == 0 ? 1 : batch, K, N, b.transposed, b.ld, b_batch);
   plan->c = matrix_desc(batch, M, N, false, ldc, c_batch);
-  if (bias)
-    plan->bias = memory::desc({1, 1, N}, memory::data_type::f32, memory::dims{N * bias_stride, N * bias_stride, bias_stride});
+  if (bias) plan->bias = memory::desc({1, 1, N}, memory::data_type::f32, memory::dims{N, N, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.f) attr.set_output_scales(0, {alpha});
@@ -91,6 +93,10 @@ MatmulPlan& get_plan(CpuContext& cc, std::int64_t batch, std::int64_t M, std::in
 void openblas_gemm(std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BlasMatrix& a,
                    std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta, float* c,
                    std::int64_t ldc, std::int64_t c_batch, const float* bias, std::int64_t bias_stride) {
+  // OpenBLAS's OpenMP build is not safe to call from several threads at once (vinf forward
+  // --emulate runs one Runtime per thread); its pthread build queues such calls itself.
+  static std::mutex one_at_a_time;
+  const std::lock_guard<std::mutex> lock(one_at_a_time);
   constexpr std::int64_t kMax = 0x7fffffff;
   VINF_CHECK(M <= kMax && N <= kMax && K <= kMax && a.ld <= kMax && b.ld <= kMax && ldc <= kMax,
              "GEMM dimensions exceed the 32-bit BLAS interface (M=", M, ", N=", N, ", K=", K, ")");
@@ -116,12 +122,31 @@ void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, 
           const BlasMatrix& a, std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta, float* c,
           std::int64_t ldc, std::int64_t c_batch, const float* bias, std::int64_t bias_stride) {
   if (batch == 0 || M == 0 || N == 0) return;
+  VINF_CHECK(bias == nullptr || alpha == 1.f, "gemm: a bias with alpha != 1 (oneDNN would scale the bias too)");
+  if (K == 0) {  // no product: c = bias + beta * c (the libraries may leave c untouched)
+    for (std::int64_t i = 0; i < batch; ++i)
+      for (std::int64_t m = 0; m < M; ++m) {
+        float* row = c + i * c_batch + m * ldc;
+        for (std::int64_t n = 0; n < N; ++n)
+          row[n] = (bias ? bias[n * bias_stride] : 0.f) + (beta == 0.f ? 0.f : beta * row[n]);
+      }
+    return;
+  }
   if (gemm_library() == GemmLibrary::openblas) {
     openblas_gemm(batch, M, N, K, alpha, a, a_batch, b, b_batch, beta, c, ldc, c_batch, bias, bias_stride);
     return;
   }
   VINF_CHECK(ctx.cpu != nullptr, "gemm: the CPU fast path needs a CpuContext");
   CpuContext& cc = *ctx.cpu;
+  // oneDNN's fast kernels read the bias as contiguous whatever its descriptor says.
+  Allocation bias_hold;
+  if (bias && bias_stride != 1) {
+    bias_hold = ctx.arena->allocate(static_cast<std::size_t>(N) * sizeof(float));
+    float* dense = static_cast<float*>(bias_hold.data());
+    for (std::int64_t n = 0; n < N; ++n) dense[n] = bias[n * bias_stride];
+    bias = dense;
+    bias_stride = 1;
+  }
   try {
     MatmulPlan& plan = get_plan(cc, batch, M, N, K, alpha, a, a_batch, b, b_batch, beta, ldc, c_batch, bias != nullptr,
                                 bias_stride);

@@ -24,7 +24,7 @@ struct BlasMatrix {
 bool as_blas_matrix(const Tensor& m, BlasMatrix& out);
 
 // Which library runs the products (decided once): oneDNN unless VINF_CPU_GEMM=openblas. On the
-// machines measured the two were within noise of each other once both ran on OpenMP
+// machine measured the two were within noise of each other once both ran on OpenMP
 // (perf/RESULTS.md); oneDNN also ignores OPENBLAS_CORETYPE and picks its kernels from the CPU.
 enum class GemmLibrary { onednn, openblas };
 GemmLibrary gemm_library();
@@ -34,6 +34,7 @@ const char* gemm_library_name();
 // 0 repeats one matrix):
 //   c (M x N, row stride ldc, unit column stride) = alpha * op(a) (M x K) * op(b) (K x N)
 //                                                  + bias (N, stride bias_stride, when given) + beta * c.
+// A bias goes with alpha 1 only.
 void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
           const BlasMatrix& a, std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta, float* c,
           std::int64_t ldc, std::int64_t c_batch, const float* bias = nullptr, std::int64_t bias_stride = 1);

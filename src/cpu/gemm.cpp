@@ -40,6 +40,7 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
 
 void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta) {
   const std::int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
+  if (B == 0 || M == 0 || N == 0) return;
   const bool direct = out.stride(2) == 1 && (M == 1 || out.stride(1) >= N);
   OwnedTensor hold, ha, hb;
   Tensor dst = out;

@@ -149,10 +149,19 @@ inline Level cpu_level() {
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
   static const Level level = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512dq"))
-      return Level::v4;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Level::v3;
+    // The whole level the variants are compiled for (v3 also has BMI1/2, LZCNT, MOVBE, F16C; v4
+    // adds AVX512CD): GCC 12 names the levels, other compilers check the features they know.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+    const bool v3 = __builtin_cpu_supports("x86-64-v3"), v4 = __builtin_cpu_supports("x86-64-v4");
+#else
+    const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+                    __builtin_cpu_supports("bmi2");
+    const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                    __builtin_cpu_supports("avx512cd");
+#endif
+    if (v4) return Level::v4;
+    if (v3) return Level::v3;
     return Level::baseline;
   }();
   return level;

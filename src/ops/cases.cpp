@@ -242,6 +242,12 @@ void add_gemms(std::vector<OpCase>& v) {
                  const Tensor y = e.output({13, 258});
                  return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
                }});
+  v.push_back({"linear", "linear with a strided bias 6x20 -> 7", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({6, 20});
+                 const Tensor w = e.input({7, 20}, 0.2f), b = e.input({7, 3}).select(1, 1);
+                 const Tensor y = e.output({6, 7});
+                 return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
+               }});
   v.push_back({"bmm", "bmm wide 3x9x300 @ 3x300x270, alpha/beta", 0, [](CaseEnv& e) -> Runner {
                  const Tensor a = e.input({3, 9, 300}), b = e.input({3, 300, 270}, 0.06f);
                  const Tensor c0 = e.input({3, 9, 270});

@@ -61,6 +61,7 @@ expect "2-socket node, the job given socket 1 only (cores 32-63 and their siblin
 refuse "more ranks than cores" 65 0-127 "at most 64"
 refuse "a word that is no policy" sockets 0-127 "must be socket, numa or a number"
 refuse "zero ranks" 0 0-127 "must be socket, numa or a number"
+refuse "a number with a leading zero" 08 0-127 "must be socket, numa or a number"
 refuse "a cpuset outside the node" socket 500-501 "none of lscpu's CPUs"
 
 node "$tmp/nps4" 1 4 16 2  # 1 socket, 4 NUMA domains x 16 cores, 2 threads
