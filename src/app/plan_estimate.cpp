@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <set>
-#include <thread>
 
 #include "core/error.hpp"
 #include "infinity/config.hpp"
@@ -13,6 +12,7 @@
 #include "model/flops.hpp"
 #include "model/footprint.hpp"
 #include "model/params.hpp"
+#include "ops/runtime.hpp"
 #include "sampling/long_video.hpp"
 
 namespace vinf::app {
@@ -32,11 +32,6 @@ double weight_bytes(const std::vector<model::ParamSpec>& params, int rank, int s
   return model::arena_bytes(bytes);
 }
 
-// The CPU attention kernel's threads (OpenMP's, as OMP_NUM_THREADS sets them).
-int cpu_threads() {
-  if (const char* v = std::getenv("OMP_NUM_THREADS"); v && std::atoi(v) > 0) return std::atoi(v);
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
 
 // The Denoiser's and Sampler's f32 buffers of one clip (app/generate.cpp): the latents and the
 // solver's two memories, the frame-major copy, the UNet's prediction, the guided prediction, the
@@ -74,7 +69,7 @@ void estimate_long_method(const PlanEstimate& e, const Shapes& sh, RankEstimate&
   }
   const std::int64_t mine = sampling::share(windows, e.layout.clips, r.place.clip).count;
   const model::ForwardShape fs{r.batch, window, sh.lh, sh.lw, kTextTokens, dtype_size(e.dtype), 1,
-                               e.device.is_cuda(), cpu_threads()};
+                               e.device.is_cuda(), vinf::cpu_threads()};
   const model::ForwardFootprint f = model::unet_footprint(u, fs, model::TemporalCost{});
   r.activations = f.activations;
   r.workspace = f.workspace;
@@ -103,7 +98,7 @@ RankEstimate estimate_rank(const PlanEstimate& e, const Shapes& sh, int rank) {
   const std::size_t elt = dtype_size(e.dtype);
   r.weights = weight_bytes(model::unet_parameters(u), r.place.tensor_rank, l.tensor, e.dtype);
   if (e.inputs.vae) r.vae_weights = weight_bytes(model::vae_decoder_parameters(*e.inputs.vae), 0, 1, e.dtype);
-  const model::ForwardShape fs{r.batch, r.place.frames, sh.lh, sh.lw, kTextTokens, elt, l.tensor, cuda, cpu_threads()};
+  const model::ForwardShape fs{r.batch, r.place.frames, sh.lh, sh.lw, kTextTokens, elt, l.tensor, cuda, vinf::cpu_threads()};
   const std::vector<std::int64_t> clips = infinity::clip_frame_counts(sh.frames, l.clips);
   const model::ForwardFootprint f =
       o.vi.mode == infinity::Mode::off

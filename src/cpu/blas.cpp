@@ -90,6 +90,18 @@ MatmulPlan& get_plan(CpuContext& cc, std::int64_t batch, std::int64_t M, std::in
   return *plans.emplace(std::move(key), std::move(plan)).first->second;
 }
 
+// c = bias + beta * c on a batch of M x N results (c is not read when beta is 0): what the product
+// adds onto in the OpenBLAS path, and the whole result when K is 0.
+void bias_plus_beta_c(std::int64_t batch, std::int64_t M, std::int64_t N, float beta, float* c, std::int64_t ldc,
+                      std::int64_t c_batch, const float* bias, std::int64_t bias_stride) {
+  for (std::int64_t i = 0; i < batch; ++i)
+    for (std::int64_t m = 0; m < M; ++m) {
+      float* row = c + i * c_batch + m * ldc;
+      for (std::int64_t n = 0; n < N; ++n)
+        row[n] = (bias ? bias[n * bias_stride] : 0.f) + (beta == 0.f ? 0.f : beta * row[n]);
+    }
+}
+
 void openblas_gemm(std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BlasMatrix& a,
                    std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta, float* c,
                    std::int64_t ldc, std::int64_t c_batch, const float* bias, std::int64_t bias_stride) {
@@ -103,9 +115,8 @@ void openblas_gemm(std::int64_t batch, std::int64_t M, std::int64_t N, std::int6
   for (std::int64_t i = 0; i < batch; ++i) {
     float* ci = c + i * c_batch;
     float bi = beta;
-    if (bias) {  // c = bias + beta * c, then the product accumulates onto it
-      for (std::int64_t m = 0; m < M; ++m)
-        for (std::int64_t n = 0; n < N; ++n) ci[m * ldc + n] = bias[n * bias_stride] + beta * (beta == 0.f ? 0.f : ci[m * ldc + n]);
+    if (bias) {  // the product then accumulates onto bias + beta * c
+      bias_plus_beta_c(1, M, N, beta, ci, ldc, 0, bias, bias_stride);
       bi = 1.f;
     }
     cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans, b.transposed ? CblasTrans : CblasNoTrans,
@@ -123,13 +134,8 @@ void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, 
           std::int64_t ldc, std::int64_t c_batch, const float* bias, std::int64_t bias_stride) {
   if (batch == 0 || M == 0 || N == 0) return;
   VINF_CHECK(bias == nullptr || alpha == 1.f, "gemm: a bias with alpha != 1 (oneDNN would scale the bias too)");
-  if (K == 0) {  // no product: c = bias + beta * c (the libraries may leave c untouched)
-    for (std::int64_t i = 0; i < batch; ++i)
-      for (std::int64_t m = 0; m < M; ++m) {
-        float* row = c + i * c_batch + m * ldc;
-        for (std::int64_t n = 0; n < N; ++n)
-          row[n] = (bias ? bias[n * bias_stride] : 0.f) + (beta == 0.f ? 0.f : beta * row[n]);
-      }
+  if (K == 0) {  // no product (the libraries may leave c untouched)
+    bias_plus_beta_c(batch, M, N, beta, c, ldc, c_batch, bias, bias_stride);
     return;
   }
   if (gemm_library() == GemmLibrary::openblas) {
