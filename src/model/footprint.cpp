@@ -58,6 +58,11 @@ constexpr double kFeedForwardElements = 1 << 24;
 // The CPU attention kernel's scratch per thread: query tile, key block, scores, outputs
 // (cpu/attention.cpp: 128 rows, 128 keys).
 double cpu_attention_scratch(double head_dim) { return (3 * 128 * head_dim + 128 * 128 + 3 * 128) * 4; }
+// oneDNN's matmul scratchpad (cpu/blas.cpp hands it an arena block): its brgemm kernels on
+// AVX-512 copy a block of 64 columns of B per thread, K x 64 floats, plus about 1 KiB (measured
+// on a Zen 4 for K 32 to 256 at 2 threads: exactly 256 K + 1280 bytes per thread pair); the AVX2
+// kernels take none. Counted as 64 K floats + 4 KiB per thread.
+double cpu_gemm_scratch(double k, double threads) { return threads * (64 * k * 4 + 4096); }
 
 // The memory of one moment of the call beyond what the walk holds.
 struct Extra {
@@ -84,6 +89,7 @@ class Walker {
   double conv_staging(double in, double out, double weight_elements) const;
   double conv(double in, double out, double weight_elements);
   double kernel_workspace(double head_dim) const;
+  double gemm_workspace(double k) const;
   double attend_workspace(double heads, double lq, double lk, double head_dim) const;
   void feed_forward(double width, double m);
   double resnet(double cin, double cout, double pixels);
@@ -126,6 +132,11 @@ double Walker::kernel_workspace(double head_dim) const {
   return s_.cuda ? 0 : arena_bytes(s_.cpu_threads * cpu_attention_scratch(head_dim));
 }
 
+// A matrix product's scratch with inner dimension k: oneDNN's on the CPU; cuBLAS keeps its own.
+double Walker::gemm_workspace(double k) const {
+  return s_.cuda ? 0 : arena_bytes(cpu_gemm_scratch(k, s_.cpu_threads));
+}
+
 // model::attend: on CUDA, plain attention over long sequences runs as GEMMs with f32 scores and
 // probabilities in the compute dtype for one sequence at a time; else the streaming kernel.
 double Walker::attend_workspace(double heads, double lq, double lk, double head_dim) const {
@@ -139,7 +150,8 @@ void Walker::feed_forward(double width, double m) {
   const double ff = std::ceil(4 * width / s_.tensor_size);
   const double rows = std::max(1.0, std::min(m, std::floor(kFeedForwardElements / (2 * ff))));
   peak({2 * bytes(m * width, elt_) + bytes(rows * 2 * ff, elt_) + bytes(rows * ff, elt_) + bytes(rows * width, elt_) +
-        widened(rows * width)});
+             widened(rows * width),
+         gemm_workspace(std::max(ff, width))});
 }
 
 double Walker::resnet(double cin, double cout, double pixels) {
@@ -169,15 +181,17 @@ void Walker::spatial_transformer(double ch, double pixels) {
   const double heads = local(transformer_heads(c_, static_cast<int>(ch))), hd = c_.attention_head_dim;
   const double a = act(ch, pixels), ai = act(heads * hd, pixels), rows = n_ * pixels;
   const double l = static_cast<double>(s_.text_tokens);
-  peak({2 * a});  // tokens, then proj_in's output beside them
-  peak({2 * a + 4 * ai, attend_workspace(heads, pixels, pixels, hd)});  // attn1: LayerNorm, Q, K, V, out
-  peak({3 * a + ai + widened(rows * ch)});
+  const double in_ws = gemm_workspace(ch), out_ws = gemm_workspace(heads * hd);
+  peak({2 * a, in_ws});  // tokens, then proj_in's output beside them
+  // attn1: LayerNorm, Q, K, V, out
+  peak({2 * a + 4 * ai, std::max(in_ws, attend_workspace(heads, pixels, pixels, hd))});
+  peak({3 * a + ai + widened(rows * ch), out_ws});
   const double text_kv = 2 * bytes(static_cast<double>(s_.batch) * l * heads * hd, elt_);
-  peak({2 * a + 2 * ai});  // attn2: LayerNorm, Q, out
+  peak({2 * a + 2 * ai, std::max(in_ws, gemm_workspace(c_.cross_attention_dim))});  // attn2: LayerNorm, Q, out
   peak({a + 2 * ai + text_kv, attend_workspace(heads, pixels, l, hd)});
-  peak({2 * a + 2 * ai + widened(rows * ch)});
+  peak({2 * a + 2 * ai + widened(rows * ch), out_ws});
   feed_forward(ch, rows);
-  peak({2 * a});  // proj_out's output, then the residual's
+  peak({2 * a, in_ws});  // proj_out's output, then the residual's
   if (s_.tensor_size > 1) f_.tensor_received += 3 * rows * ch * 4;
 }
 
@@ -185,20 +199,21 @@ void Walker::temporal_transformer(double ch, double pixels, double inner, double
   const double shard = local(heads) * (inner / heads), rows = static_cast<double>(s_.batch) * pixels;
   const double a = act(ch, pixels), ai = act(inner, pixels), as = act(shard, pixels);
   f_.clip_received += t_.norm_received(s_.batch, c_.norm_num_groups);
-  peak({2 * a});      // the GroupNorm's output and the sequences
-  peak({a + ai});     // proj_in's output beside the sequences
+  const double in_ws = gemm_workspace(ch), inner_ws = gemm_workspace(inner);
+  peak({2 * a});             // the GroupNorm's output and the sequences
+  peak({a + ai, in_ws});     // proj_in's output beside the sequences
   for (int k = 0; k < 2; ++k) {
     const TemporalBytes tb = t_.attention(static_cast<std::int64_t>(rows), s_.frames, static_cast<std::int64_t>(inner),
                                           static_cast<std::int64_t>(shard), s_.elt);
     const double lk = tb.full_frames > 0 ? static_cast<double>(tb.full_frames) : static_cast<double>(s_.frames);
     const double ws = tb.full_frames > 0 ? attend_workspace(local(heads), lk, lk, inner / heads)
                                          : kernel_workspace(inner / heads);
-    peak({2 * ai + as + tb.buffers, ws, tb.comm_buffers});
-    peak({2 * ai + as + widened(n_ * pixels * inner)});
+    peak({2 * ai + as + tb.buffers, std::max(ws, inner_ws), tb.comm_buffers});
+    peak({2 * ai + as + widened(n_ * pixels * inner), inner_ws});
     f_.clip_received += tb.received;
   }
   feed_forward(inner, n_ * pixels);
-  peak({ai + a});
+  peak({ai + a, inner_ws});
   peak({2 * a});
   if (s_.tensor_size > 1) f_.tensor_received += 3 * n_ * pixels * inner * 4;
 }
