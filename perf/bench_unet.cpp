@@ -6,7 +6,8 @@
 //   --vinf_suite=cpu: the CPU targets: "narrow" (small's layout at widths 32/64/128/128, head dim
 //         8: 61 GFLOP per call) at 8 frames, 32 x 32, 16 text tokens, and small at 16 frames, both
 //         CFG batch 2, f32; then each call's rate as a fraction of the best f32 matrix-product
-//         rate this run measured (OpenBLAS sgemm and vinf's oneDNN matmul on 2048^3).
+//         rate this run measured (OpenBLAS sgemm and vinf's oneDNN matmul on 2048^3); on CPUs
+//         with AVX-512 BF16 both again with --dtype bf16 (bf16 weights) and the bf16 / f32 ratio.
 //   --vinf_suite=smoke: the tiny preset on small inputs, to check that the harness runs.
 //
 //   vinf_bench_unet [--vinf_suite=bench|cpu|smoke] [--vinf_devices=cpu,cuda] [Google Benchmark flags]
@@ -111,6 +112,12 @@ int main(int argc, char** argv) {
     }
     setups.push_back({"narrow", Device::cpu(), DType::f32, {2, 8, 32, 32, 16}});
     setups.push_back({"small", Device::cpu(), DType::f32, {2, 16, 32, 32, 77}});
+    if (cpu_bf16()) {  // --dtype bf16 on the CPU: bf16 weights, f32 activations
+      setups.push_back({"narrow", Device::cpu(), DType::bf16, {2, 8, 32, 32, 16}});
+      setups.push_back({"small", Device::cpu(), DType::bf16, {2, 16, 32, 32, 77}});
+    } else {
+      std::printf("bf16: skipped (this CPU lacks AVX-512 BF16)\n");
+    }
   } else {
     if (cpu) setups.push_back({"small", Device::cpu(), DType::f32, {2, 8, 32, 32, 77}});
     if (gpu) {
@@ -137,6 +144,14 @@ int main(int argc, char** argv) {
                 best.what.c_str(), best.gflops, cpu_threads());
     for (const auto& [name, tflops] : reporter.rates)
       std::printf("  %-60s %7.1f GFLOP/s  %5.1f%% of the best\n", name.c_str(), tflops * 1000, 100 * tflops * 1000 / best.gflops);
+    // bf16 against f32 for each shape that ran in both ("[cpu f32]" and "[cpu bf16]" in the names).
+    for (const auto& [name, tflops] : reporter.rates) {
+      const std::size_t at = name.find("[cpu bf16]");
+      if (at == std::string::npos) continue;
+      const std::string twin = name.substr(0, at) + "[cpu f32]" + name.substr(at + 10);
+      for (const auto& [other, f32] : reporter.rates)
+        if (other == twin) std::printf("  bf16 / f32 %-49s %5.2fx\n", name.substr(0, at).c_str(), tflops / f32);
+    }
   }
   benchmark::Shutdown();
   return 0;

@@ -301,7 +301,7 @@ void load_model(const ForwardOptions& o, ForwardJob& f) {
   for (const std::string& wn : f.warnings) f.log("warning: " + wn);
   f.log("model " + f.files.dir + ": " + std::to_string(unet.weights().count()) + " parameters" +
         (grid.tensor_size() > 1 ? " on each of " + std::to_string(grid.tensor_size()) + " tensor ranks" : "") + ", " +
-        format_mib(static_cast<double>(unet.weights().bytes())) + " as " + dtype_name(dtype) +
+        format_mib(static_cast<double>(unet.weights().bytes())) + " as " + model::precision_name(dtype, device) +
         (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + " (loaded in " +
         std::to_string(seconds_since(t_load)).substr(0, 5) + " s)");
   f.log(std::string("--vi.mode ") + infinity::mode_name(o.vi.mode) + ", " + std::to_string(f.split.clips) +

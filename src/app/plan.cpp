@@ -21,6 +21,7 @@
 #include "model/params.hpp"
 #include "model/presets.hpp"
 #include "model/vae.hpp"
+#include "model/weights.hpp"
 #include "mpi/launcher.hpp"
 #include "ops/runtime.hpp"
 #include "sampling/long_video.hpp"
@@ -207,7 +208,7 @@ void print_table(const RunPlan& o, const PlanEstimate& e, const ModelShape& m, i
   std::printf("model %s: %.1f M parameters, %s on %s; %lld frames of %lldx%lld (latent %lldx%lld), %s, "
               "%d step(s)\n",
               m.source.c_str(), static_cast<double>(model::parameter_count(model::unet_parameters(m.unet))) / 1e6,
-              dtype_name(e.dtype), e.device.name().c_str(), static_cast<long long>(e.frames),
+              model::precision_name(e.dtype, e.device).c_str(), e.device.name().c_str(), static_cast<long long>(e.frames),
               static_cast<long long>(o.width), static_cast<long long>(o.height),
               static_cast<long long>(e.latent_width), static_cast<long long>(e.latent_height),
               method.c_str(), e.steps);

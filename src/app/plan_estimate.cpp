@@ -12,6 +12,7 @@
 #include "model/flops.hpp"
 #include "model/footprint.hpp"
 #include "model/params.hpp"
+#include "model/weights.hpp"
 #include "ops/runtime.hpp"
 #include "sampling/long_video.hpp"
 
@@ -23,10 +24,12 @@ namespace {
 constexpr std::int64_t kTextTokens = 77;
 
 // Weights::allocate: every parameter (the shard's part) at a 256-byte boundary, one allocation.
-double weight_bytes(const std::vector<model::ParamSpec>& params, int rank, int size, DType dtype) {
+double weight_bytes(const std::vector<model::ParamSpec>& params, int rank, int size, DType dtype,
+                    const Device& device) {
   double bytes = 0;
   for (const model::ParamSpec& p : params) {
-    const double b = static_cast<double>(model::param_shard(p, rank, size).shape.numel()) * dtype_size(dtype);
+    const double b = static_cast<double>(model::param_shard(p, rank, size).shape.numel()) *
+                     static_cast<double>(dtype_size(model::parameter_dtype(p.shape, dtype, device)));
     bytes += std::ceil(b / 256) * 256;
   }
   return model::arena_bytes(bytes);
@@ -68,8 +71,10 @@ void estimate_long_method(const PlanEstimate& e, const Shapes& sh, RankEstimate&
     windows = static_cast<std::int64_t>(w.size());
   }
   const std::int64_t mine = sampling::share(windows, e.layout.clips, r.place.clip).count;
-  const model::ForwardShape fs{r.batch, window, sh.lh, sh.lw, kTextTokens, dtype_size(e.dtype), 1,
-                               e.device.is_cuda(), vinf::cpu_threads()};
+  const model::ForwardShape fs{r.batch, window, sh.lh, sh.lw, kTextTokens,
+                               dtype_size(model::activation_dtype(e.dtype, e.device)), 1,
+                               e.device.is_cuda(), vinf::cpu_threads(),
+                               model::activation_dtype(e.dtype, e.device) != e.dtype};
   const model::ForwardFootprint f = model::unet_footprint(u, fs, model::TemporalCost{});
   r.activations = f.activations;
   r.workspace = f.workspace;
@@ -95,10 +100,12 @@ RankEstimate estimate_rank(const PlanEstimate& e, const Shapes& sh, int rank) {
   r.place = rank_place(l, sh.frames, o.steps, rank);
   r.batch = o.guidance > 1 && o.cfg() == 1 ? 2 : 1;
   const bool cuda = e.device.is_cuda();
-  const std::size_t elt = dtype_size(e.dtype);
-  r.weights = weight_bytes(model::unet_parameters(u), r.place.tensor_rank, l.tensor, e.dtype);
-  if (e.inputs.vae) r.vae_weights = weight_bytes(model::vae_decoder_parameters(*e.inputs.vae), 0, 1, e.dtype);
-  const model::ForwardShape fs{r.batch, r.place.frames, sh.lh, sh.lw, kTextTokens, elt, l.tensor, cuda, vinf::cpu_threads()};
+  const std::size_t elt = dtype_size(model::activation_dtype(e.dtype, e.device));
+  r.weights = weight_bytes(model::unet_parameters(u), r.place.tensor_rank, l.tensor, e.dtype, e.device);
+  if (e.inputs.vae)
+    r.vae_weights = weight_bytes(model::vae_decoder_parameters(*e.inputs.vae), 0, 1, e.dtype, e.device);
+  const model::ForwardShape fs{r.batch,         r.place.frames,      sh.lh, sh.lw, kTextTokens, elt, l.tensor, cuda,
+                               vinf::cpu_threads(), model::activation_dtype(e.dtype, e.device) != e.dtype};
   const std::vector<std::int64_t> clips = infinity::clip_frame_counts(sh.frames, l.clips);
   const model::ForwardFootprint f =
       o.vi.mode == infinity::Mode::off

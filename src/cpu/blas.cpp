@@ -12,17 +12,32 @@
 
 #include "core/error.hpp"
 #include "cpu/context.hpp"
+#include "cpu/cpu.hpp"
+#include "cpu/vec.hpp"
 #include "exec/layout.hpp"
 
 namespace vinf::cpu {
 
 bool as_blas_matrix(const Tensor& m, BlasMatrix& out) {
-  out.data = m.ptr<float>();
+  out.data = m.data;
+  out.bf16 = m.dtype == DType::bf16;
   exec::MatrixLayout l;
   if (!exec::matrix_layout(m, l)) return false;
   out.transposed = l.transposed;
   out.ld = l.ld;
   return true;
+}
+
+bool bf16_supported() {
+#if defined(__x86_64__)
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return vec::cpu_level() == vec::Level::v4 && __builtin_cpu_supports("avx512bf16");
+  }();
+  return yes;
+#else
+  return false;
+#endif
 }
 
 GemmLibrary gemm_library() {
@@ -49,11 +64,11 @@ using dnnl::memory;
 // its transpose. A batch of one (or one matrix repeated) gets the stride of a whole matrix: with 0
 // oneDNN sees the batch as the innermost dimension and falls back to its reference kernel.
 memory::desc matrix_desc(std::int64_t batch, std::int64_t rows, std::int64_t cols, bool transposed, std::int64_t ld,
-                         std::int64_t batch_stride) {
+                         std::int64_t batch_stride, bool bf16 = false) {
   ld = std::max<std::int64_t>(ld, 1);
   if (batch == 1 || batch_stride == 0) batch_stride = ld * (transposed ? cols : rows);
   const memory::dims strides = transposed ? memory::dims{batch_stride, 1, ld} : memory::dims{batch_stride, ld, 1};
-  return memory::desc({batch, rows, cols}, memory::data_type::f32, strides);
+  return memory::desc({batch, rows, cols}, bf16 ? memory::data_type::bf16 : memory::data_type::f32, strides);
 }
 
 MatmulPlan& get_plan(CpuContext& cc, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
@@ -62,7 +77,7 @@ MatmulPlan& get_plan(CpuContext& cc, std::int64_t batch, std::int64_t M, std::in
   std::string key;
   key.reserve(160);
   for (const std::int64_t v : {batch, M, N, K, std::int64_t{a.transposed}, a.ld, a_batch, std::int64_t{b.transposed},
-                               b.ld, b_batch, ldc, c_batch, std::int64_t{bias}, bias_stride}) {
+                               b.ld, b_batch, ldc, c_batch, std::int64_t{bias}, bias_stride, std::int64_t{a.bf16}}) {
     key += std::to_string(v);
     key += ',';
   }
@@ -71,8 +86,8 @@ MatmulPlan& get_plan(CpuContext& cc, std::int64_t batch, std::int64_t M, std::in
   if (auto it = plans.find(key); it != plans.end()) return *it->second;
   auto plan = std::make_unique<MatmulPlan>();
   // Batches of one matrix repeated (stride 0) are a broadcast dimension of size 1 to oneDNN.
-  plan->a = matrix_desc(a_batch == 0 ? 1 : batch, M, K, a.transposed, a.ld, a_batch);
-  plan->b = matrix_desc(b_batch == 0 ? 1 : batch, K, N, b.transposed, b.ld, b_batch);
+  plan->a = matrix_desc(a_batch == 0 ? 1 : batch, M, K, a.transposed, a.ld, a_batch, a.bf16);
+  plan->b = matrix_desc(b_batch == 0 ? 1 : batch, K, N, b.transposed, b.ld, b_batch, b.bf16);
   plan->c = matrix_desc(batch, M, N, false, ldc, c_batch);
   if (bias) plan->bias = memory::desc({1, 1, N}, memory::data_type::f32, memory::dims{N, N, 1});
   dnnl::primitive_attr attr;
@@ -120,8 +135,9 @@ void openblas_gemm(std::int64_t batch, std::int64_t M, std::int64_t N, std::int6
       bi = 1.f;
     }
     cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans, b.transposed ? CblasTrans : CblasNoTrans,
-                static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, a.data + i * a_batch,
-                static_cast<int>(std::max<std::int64_t>(a.ld, 1)), b.data + i * b_batch,
+                static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha,
+                static_cast<const float*>(a.data) + i * a_batch, static_cast<int>(std::max<std::int64_t>(a.ld, 1)),
+                static_cast<const float*>(b.data) + i * b_batch,
                 static_cast<int>(std::max<std::int64_t>(b.ld, 1)), bi, ci,
                 static_cast<int>(std::max<std::int64_t>(ldc, 1)));
   }
@@ -134,11 +150,12 @@ void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, 
           std::int64_t ldc, std::int64_t c_batch, const float* bias, std::int64_t bias_stride) {
   if (batch == 0 || M == 0 || N == 0) return;
   VINF_CHECK(bias == nullptr || alpha == 1.f, "gemm: a bias with alpha != 1 (oneDNN would scale the bias too)");
+  VINF_CHECK(a.bf16 == b.bf16, "gemm: one operand is bf16 and the other f32 (convert the activations first)");
   if (K == 0) {  // no product (the libraries may leave c untouched)
     bias_plus_beta_c(batch, M, N, beta, c, ldc, c_batch, bias, bias_stride);
     return;
   }
-  if (gemm_library() == GemmLibrary::openblas) {
+  if (gemm_library() == GemmLibrary::openblas && !a.bf16) {
     openblas_gemm(batch, M, N, K, alpha, a, a_batch, b, b_batch, beta, c, ldc, c_batch, bias, bias_stride);
     return;
   }
@@ -158,15 +175,16 @@ void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, 
                                 bias_stride);
     Allocation scratch_hold = ctx.arena->allocate(plan.pd.scratchpad_desc().get_size());
     std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, memory(plan.a, cc.engine(), const_cast<float*>(a.data))},
-        {DNNL_ARG_WEIGHTS, memory(plan.b, cc.engine(), const_cast<float*>(b.data))},
+        {DNNL_ARG_SRC, memory(plan.a, cc.engine(), const_cast<void*>(a.data))},
+        {DNNL_ARG_WEIGHTS, memory(plan.b, cc.engine(), const_cast<void*>(b.data))},
         {DNNL_ARG_DST, memory(plan.c, cc.engine(), c)},
         {DNNL_ARG_SCRATCHPAD, memory(plan.pd.scratchpad_desc(), cc.engine(), scratch_hold.data())}};
     if (bias) args.emplace(DNNL_ARG_BIAS, memory(plan.bias, cc.engine(), const_cast<float*>(bias)));
     plan.prim.execute(cc.stream(), args);
     cc.stream().wait();
   } catch (const dnnl::error& e) {
-    VINF_FAIL("gemm: oneDNN matmul failed for batch ", batch, ", M ", M, ", N ", N, ", K ", K, ": ", e.what());
+    VINF_FAIL("gemm: oneDNN matmul failed for batch ", batch, ", M ", M, ", N ", N, ", K ", K, a.bf16 ? " in bf16" : "",
+              ": ", e.what());
   }
 }
 

@@ -11,12 +11,13 @@
 
 namespace vinf::cpu {
 
-// How a matrix product can read a 2-D f32 view: as stored (row-major, leading dimension ld) or
-// transposed.
+// How a matrix product can read a 2-D view: as stored (row-major, leading dimension ld) or
+// transposed; f32, or bf16 (raw bits) for --dtype bf16 on CPUs with AVX-512 BF16.
 struct BlasMatrix {
-  const float* data = nullptr;
+  const void* data = nullptr;
   bool transposed = false;
   std::int64_t ld = 0;
+  bool bf16 = false;
 };
 
 // False when neither of the view's two strides is 1 (the caller copies it first); see
@@ -30,11 +31,12 @@ enum class GemmLibrary { onednn, openblas };
 GemmLibrary gemm_library();
 const char* gemm_library_name();
 
-// A batch of `batch` products, matrix i at offsets i * a_batch, i * b_batch, i * c_batch (floats;
+// A batch of `batch` products, matrix i at offsets i * a_batch, i * b_batch, i * c_batch (elements;
 // 0 repeats one matrix):
 //   c (M x N, row stride ldc, unit column stride) = alpha * op(a) (M x K) * op(b) (K x N)
 //                                                  + bias (N, stride bias_stride, when given) + beta * c.
-// A bias goes with alpha 1 only.
+// A bias goes with alpha 1 only. a and b are both f32 or both bf16 (then oneDNN multiplies them with
+// f32 accumulation whatever VINF_CPU_GEMM says); c and the bias are f32.
 void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
           const BlasMatrix& a, std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta, float* c,
           std::int64_t ldc, std::int64_t c_batch, const float* bias = nullptr, std::int64_t bias_stride = 1);

@@ -17,14 +17,16 @@ namespace {
 
 using dnnl::memory;
 
+memory::data_type dnnl_type(DType t) { return t == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32; }
+
 memory::desc strided_desc(const Tensor& t) {
   memory::dims dims(t.shape.begin(), t.shape.end());
   memory::dims strides(t.strides.begin(), t.strides.begin() + t.rank());
-  return memory::desc(dims, memory::data_type::f32, strides);
+  return memory::desc(dims, dnnl_type(t.dtype), strides);
 }
 
 std::string plan_key(const Tensor& x, const Tensor& w, bool bias, const Tensor& y, const exec::Conv2dParams& p) {
-  std::string k = x.describe() + "|" + w.describe() + "|" + y.describe();
+  std::string k = x.describe() + "|" + w.describe() + dtype_name(w.dtype) + "|" + y.describe();
   k += "|s" + std::to_string(p.stride) + "p" + std::to_string(p.padding) + (bias ? "b" : "");
   return k;
 }
@@ -40,8 +42,11 @@ ConvPlan& get_plan(CpuContext& cc, const Tensor& x, const Tensor& w, const Tenso
   plan->user_dst = strided_desc(y);
   const memory::dims src_dims(x.shape.begin(), x.shape.end()), wei_dims(w.shape.begin(), w.shape.end()),
       dst_dims(y.shape.begin(), y.shape.end());
+  // bf16 weights (--dtype bf16): the input is rounded to bf16 by the reorder into the primitive's
+  // layout, the products accumulate in f32 and the output stays f32.
   const auto any = memory::format_tag::any;
-  const memory::desc src_any(src_dims, memory::data_type::f32, any), wei_any(wei_dims, memory::data_type::f32, any),
+  const memory::data_type in_type = dnnl_type(w.dtype);
+  const memory::desc src_any(src_dims, in_type, any), wei_any(wei_dims, in_type, any),
       dst_any(dst_dims, memory::data_type::f32, any);
   const memory::dims strides{p.stride, p.stride}, pad{p.padding, p.padding};
   dnnl::primitive_attr attr;
@@ -104,15 +109,23 @@ void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Ten
   const std::int64_t N = x.size(0), Ci = x.size(1), T = x.size(2), S = x.size(3);
   const std::int64_t Co = w.size(0), KT = w.size(2), To = y.size(2);
   // Weights as a (Cout, kt * Cin) matrix with column k * Cin + i = w[o, i, k].
-  OwnedTensor wk = ctx.arena->empty(DType::f32, {Co, KT, Ci});
+  const DType wt = w.dtype;  // bf16 with --dtype bf16: the input is rounded to bf16 too
+  const std::size_t elt = dtype_size(wt);
+  OwnedTensor wk = ctx.arena->empty(wt, {Co, KT, Ci});
   copy(w.permute({0, 2, 1}), wk);
-  // BLAS wants unit-stride pixel rows; copy the rare views that are not.
+  // BLAS wants unit-stride pixel rows; copy the rare views that are not, and bf16's inputs (in
+  // the same frame-major or channel-major order).
   OwnedTensor hx, hy;
   Tensor xs = x, ys = y;
-  if (x.stride(3) != 1) {
-    hx = ctx.arena->empty(DType::f32, x.shape);
-    copy(x, hx);
-    xs = hx;
+  if (x.stride(3) != 1 || x.dtype != wt) {
+    if (x.stride(2) == Ci * x.stride(1)) {
+      hx = ctx.arena->empty(wt, {N, T, Ci, S});
+      xs = Tensor(hx).permute({0, 2, 1, 3});
+    } else {
+      hx = ctx.arena->empty(wt, x.shape);
+      xs = hx;
+    }
+    copy(x, xs);
   }
   if (y.stride(3) != 1) {
     hy = ctx.arena->empty(DType::f32, y.shape);
@@ -131,15 +144,19 @@ void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Ten
         if (!bias) fill(ys.select(0, n).select(1, t), 0.0);
         continue;
       }
-      const float* frame0 = xs.ptr<float>() + n * xs.stride(0) + (t + k0 - pad) * xs.stride(2);
+      const bool bf16 = wt == DType::bf16;
+      auto at = [](const void* base, std::int64_t elements, std::size_t size) {
+        return static_cast<const void*>(static_cast<const char*>(base) + elements * static_cast<std::int64_t>(size));
+      };
+      const void* frame0 = at(xs.data, n * xs.stride(0) + (t + k0 - pad) * xs.stride(2), elt);
       if (fused) {
-        const BlasMatrix a{wk.ptr<float>() + k0 * Ci, false, KT * Ci};
-        const BlasMatrix b{frame0, false, xs.stride(1)};
+        const BlasMatrix a{at(wk.data, k0 * Ci, elt), false, KT * Ci, bf16};
+        const BlasMatrix b{frame0, false, xs.stride(1), bf16};
         sgemm(ctx, Co, S, (k1 - k0) * Ci, 1.f, a, b, beta, c, ys.stride(1));
       } else {
         for (std::int64_t k = k0; k < k1; ++k) {
-          const BlasMatrix a{wk.ptr<float>() + k * Ci, false, KT * Ci};
-          const BlasMatrix b{frame0 + (k - k0) * xs.stride(2), false, xs.stride(1)};
+          const BlasMatrix a{at(wk.data, k * Ci, elt), false, KT * Ci, bf16};
+          const BlasMatrix b{at(frame0, (k - k0) * xs.stride(2), elt), false, xs.stride(1), bf16};
           sgemm(ctx, Co, S, Ci, 1.f, a, b, beta, c, ys.stride(1));
           beta = 1.f;
         }

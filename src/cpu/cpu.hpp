@@ -2,7 +2,9 @@
 // `ref` holds the naive references: plain loops over any strides, double accumulation, kept simple
 // and frozen; they are the oracle the fast paths and the CUDA kernels are tested against. The fast
 // paths use oneDNN (convolutions and matrix products; OpenBLAS on request) and OpenMP loops, all
-// on one OpenMP thread pool. Compute ops take f32 tensors;
+// on one OpenMP thread pool. Compute ops take f32 tensors; the weights of linear, conv2d and
+// temporal_conv may also be bf16 (--dtype bf16, on CPUs with AVX-512 BF16: the fast paths round
+// the input to bf16 and accumulate in f32; the references compute in f32 from widened weights);
 // copy and fill take every dtype.
 #pragma once
 
@@ -17,6 +19,10 @@ namespace vinf::cpu {
 
 // The OpenMP pool's size: the threads of every fast path.
 int thread_count();
+
+// Whether this CPU multiplies bf16 natively (AVX-512 BF16, which the AMX-BF16 CPUs also have):
+// what --dtype bf16 on the CPU needs. VINF_CPU_LEVEL=v3 or baseline hides it, as it hides AVX-512.
+bool bf16_supported();
 
 namespace ref {
 void copy(const Tensor& src, const Tensor& dst);

@@ -12,7 +12,7 @@ namespace {
 Tensor readable_or_copy(ExecContext& ctx, const Tensor& m, OwnedTensor& hold, BlasMatrix& out) {
   const Tensor first = m.rank() == 3 ? m.select(0, 0) : m;
   if (as_blas_matrix(first, out)) return m;
-  hold = ctx.arena->empty(DType::f32, m.shape);
+  hold = ctx.arena->empty(m.dtype, m.shape);
   copy(m, hold);
   as_blas_matrix(m.rank() == 3 ? Tensor(hold).select(0, 0) : Tensor(hold), out);
   return hold;
@@ -24,7 +24,13 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
   const std::int64_t M = x.size(0), N = w.size(0), K = x.size(1);
   OwnedTensor hx, hw, hy;
   BlasMatrix a, b;
-  readable_or_copy(ctx, x, hx, a);
+  if (w.dtype == DType::bf16 && x.dtype != DType::bf16) {  // --dtype bf16: the rows rounded to bf16 once
+    hx = ctx.arena->empty(DType::bf16, x.shape);
+    copy(x, hx);
+    as_blas_matrix(hx, a);
+  } else {
+    readable_or_copy(ctx, x, hx, a);
+  }
   readable_or_copy(ctx, w, hw, b);
   b.transposed = !b.transposed;  // y = x * w^T
   Tensor out = y;

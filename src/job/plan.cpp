@@ -4,6 +4,7 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "ops/runtime.hpp"
 
 namespace vinf::job {
 
@@ -40,9 +41,13 @@ std::optional<DType> parse_dtype_choice(const std::string& value) {
 
 DType resolve_dtype(std::optional<DType> choice, const Device& device) {
   if (!choice) return device.is_cuda() ? DType::bf16 : DType::f32;
-  VINF_INPUT_CHECK(device.is_cuda() || *choice == DType::f32, "--dtype ", dtype_name(*choice), " runs on CUDA only; ",
-                   "the CPU path computes in f32 (this run uses ", device.name(),
-                   "): use --dtype f32 or auto, or --device cuda");
+  if (device.is_cuda() || *choice == DType::f32) return *choice;
+  VINF_INPUT_CHECK(*choice == DType::bf16, "--dtype f16 runs on CUDA only (this run uses ", device.name(),
+                   "); the CPU computes in f32, or with bf16 weights on CPUs with AVX-512 BF16: use --dtype f32, ",
+                   "bf16 or auto, or --device cuda");
+  VINF_INPUT_CHECK(cpu_bf16(), "--dtype bf16 on the CPU needs AVX-512 BF16 (avx512_bf16: Intel Cooper Lake, ",
+                   "Sapphire Rapids and later, AMD Zen 4 and later), and this CPU (", cpu_model_name(),
+                   ") lacks it: use --dtype f32 or auto (f32 on the CPU), or run on a node that has it");
   return *choice;
 }
 

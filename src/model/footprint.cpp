@@ -89,7 +89,7 @@ class Walker {
   double conv_staging(double in, double out, double weight_elements) const;
   double conv(double in, double out, double weight_elements);
   double kernel_workspace(double head_dim) const;
-  double gemm_workspace(double k) const;
+  double gemm_workspace(double k, double rows) const;
   double attend_workspace(double heads, double lq, double lk, double head_dim) const;
   void feed_forward(double width, double m);
   double resnet(double cin, double cout, double pixels);
@@ -132,9 +132,11 @@ double Walker::kernel_workspace(double head_dim) const {
   return s_.cuda ? 0 : arena_bytes(s_.cpu_threads * cpu_attention_scratch(head_dim));
 }
 
-// A matrix product's scratch with inner dimension k: oneDNN's on the CPU; cuBLAS keeps its own.
-double Walker::gemm_workspace(double k) const {
-  return s_.cuda ? 0 : arena_bytes(cpu_gemm_scratch(k, s_.cpu_threads));
+// A matrix product's scratch with inner dimension k over `rows` rows: oneDNN's on the CPU, and
+// with bf16 weights the input rounded to bf16 (cpu/gemm.cpp); cuBLAS keeps its own.
+double Walker::gemm_workspace(double k, double rows) const {
+  if (s_.cuda) return 0;
+  return arena_bytes(cpu_gemm_scratch(k, s_.cpu_threads)) + (s_.cpu_bf16 ? bytes(rows * k, 2) : 0);
 }
 
 // model::attend: on CUDA, plain attention over long sequences runs as GEMMs with f32 scores and
@@ -151,7 +153,7 @@ void Walker::feed_forward(double width, double m) {
   const double rows = std::max(1.0, std::min(m, std::floor(kFeedForwardElements / (2 * ff))));
   peak({2 * bytes(m * width, elt_) + bytes(rows * 2 * ff, elt_) + bytes(rows * ff, elt_) + bytes(rows * width, elt_) +
              widened(rows * width),
-         gemm_workspace(std::max(ff, width))});
+         std::max(gemm_workspace(width, rows), gemm_workspace(ff, rows))});
 }
 
 double Walker::resnet(double cin, double cout, double pixels) {
@@ -173,7 +175,9 @@ void Walker::temporal_conv(double ch, double pixels) {
     f_.clip_received += h.received;
   }
   f_.clip_received += 4 * t_.norm_received(s_.batch, c_.norm_num_groups);
-  peak({3 * padded, bytes(ch * ch * 3, s_.cuda ? elt_ : 4)});  // the stage's input, norm, output; packed weights
+  // The stage's input, norm, output; packed weights (and with bf16 weights the input in bf16).
+  peak({3 * padded, s_.cuda ? bytes(ch * ch * 3, elt_)
+                            : bytes(ch * ch * 3, 4) + (s_.cpu_bf16 ? arena_bytes(padded / 2) : 0)});
   peak({padded + act(ch, pixels)});
 }
 
@@ -181,13 +185,14 @@ void Walker::spatial_transformer(double ch, double pixels) {
   const double heads = local(transformer_heads(c_, static_cast<int>(ch))), hd = c_.attention_head_dim;
   const double a = act(ch, pixels), ai = act(heads * hd, pixels), rows = n_ * pixels;
   const double l = static_cast<double>(s_.text_tokens);
-  const double in_ws = gemm_workspace(ch), out_ws = gemm_workspace(heads * hd);
+  const double in_ws = gemm_workspace(ch, rows), out_ws = gemm_workspace(heads * hd, rows);
   peak({2 * a, in_ws});  // tokens, then proj_in's output beside them
   // attn1: LayerNorm, Q, K, V, out
   peak({2 * a + 4 * ai, std::max(in_ws, attend_workspace(heads, pixels, pixels, hd))});
   peak({3 * a + ai + widened(rows * ch), out_ws});
   const double text_kv = 2 * bytes(static_cast<double>(s_.batch) * l * heads * hd, elt_);
-  peak({2 * a + 2 * ai, std::max(in_ws, gemm_workspace(c_.cross_attention_dim))});  // attn2: LayerNorm, Q, out
+  const double text_ws = gemm_workspace(c_.cross_attention_dim, static_cast<double>(s_.batch) * l);
+  peak({2 * a + 2 * ai, std::max(in_ws, text_ws)});  // attn2: LayerNorm, Q, out
   peak({a + 2 * ai + text_kv, attend_workspace(heads, pixels, l, hd)});
   peak({2 * a + 2 * ai + widened(rows * ch), out_ws});
   feed_forward(ch, rows);
@@ -199,7 +204,7 @@ void Walker::temporal_transformer(double ch, double pixels, double inner, double
   const double shard = local(heads) * (inner / heads), rows = static_cast<double>(s_.batch) * pixels;
   const double a = act(ch, pixels), ai = act(inner, pixels), as = act(shard, pixels);
   f_.clip_received += t_.norm_received(s_.batch, c_.norm_num_groups);
-  const double in_ws = gemm_workspace(ch), inner_ws = gemm_workspace(inner);
+  const double in_ws = gemm_workspace(ch, n_ * pixels), inner_ws = gemm_workspace(inner, n_ * pixels);
   peak({2 * a});             // the GroupNorm's output and the sequences
   peak({a + ai, in_ws});     // proj_in's output beside the sequences
   for (int k = 0; k < 2; ++k) {

@@ -49,6 +49,7 @@ struct ForwardShape {
   int tensor_size = 1;      // --parallel.tensor: this rank holds 1/T of the heads
   bool cuda = false;        // the backend's staging: cuDNN workspace and GEMM attention, else oneDNN's copies
   int cpu_threads = 1;      // the CPU attention kernel's scratch is per thread
+  bool cpu_bf16 = false;    // --dtype bf16 on the CPU: products and convolutions copy their input in bf16
 };
 
 struct ForwardFootprint {

@@ -187,9 +187,22 @@ std::int64_t first_non_finite(const Tensor& t) {
 
 }  // namespace
 
+DType activation_dtype(DType dtype, const Device& device) {
+  return device.is_cpu() && dtype == DType::bf16 ? DType::f32 : dtype;
+}
+
+DType parameter_dtype(const Shape& shape, DType dtype, const Device& device) {
+  return device.is_cpu() && dtype == DType::bf16 && shape.rank() < 2 ? DType::f32 : dtype;
+}
+
+std::string precision_name(DType dtype, const Device& device) {
+  if (activation_dtype(dtype, device) == dtype) return dtype_name(dtype);
+  return std::string(dtype_name(dtype)) + " weights, " + dtype_name(activation_dtype(dtype, device)) + " activations";
+}
+
 Weights::Weights(const WeightFiles& files, const std::vector<ParamSpec>& params, Runtime& rt, DType dtype,
                  bool allow_unexpected, std::vector<std::string>* warnings, TensorShard shard)
-    : dtype_(dtype), shard_(shard) {
+    : dtype_(activation_dtype(dtype, rt.device())), shard_(shard) {
   check_weights(files, params, allow_unexpected, warnings);
   allocate(params, rt, dtype);
   for (const ParamSpec& p : params) {
@@ -226,15 +239,17 @@ void Weights::allocate(const std::vector<ParamSpec>& params, Runtime& rt, DType 
   for (const ParamSpec& p : params) {
     shapes.push_back(param_shard(p, shard_.rank, shard_.size).shape);
     offsets.push_back(bytes_);
-    const std::size_t size = static_cast<std::size_t>(shapes.back().numel()) * dtype_size(dtype);
+    const std::size_t size =
+        static_cast<std::size_t>(shapes.back().numel()) * dtype_size(parameter_dtype(p.shape, dtype, rt.device()));
     bytes_ += (size + kAlign - 1) / kAlign * kAlign;
     if (p.split.kind != ParamSplit::none) split_bytes_ += size;
     count_ += shapes.back().numel();
   }
   memory_ = rt.arena().allocate(bytes_);
   for (std::size_t i = 0; i < params.size(); ++i)
-    tensors_.emplace(params[i].name,
-                     Tensor::wrap(static_cast<char*>(memory_.data()) + offsets[i], dtype, rt.device(), shapes[i]));
+    tensors_.emplace(params[i].name, Tensor::wrap(static_cast<char*>(memory_.data()) + offsets[i],
+                                                  parameter_dtype(params[i].shape, dtype, rt.device()), rt.device(),
+                                                  shapes[i]));
 }
 
 std::string model_fingerprint(const ModelFiles& files) {
@@ -270,7 +285,7 @@ std::string model_fingerprint(const ModelFiles& files) {
 Weights Weights::random(const std::vector<ParamSpec>& params, Runtime& rt, DType dtype, std::uint64_t seed,
                         TensorShard shard) {
   Weights w;
-  w.dtype_ = dtype;
+  w.dtype_ = activation_dtype(dtype, rt.device());
   w.shard_ = shard;
   w.allocate(params, rt, dtype);
   OwnedTensor shift = rt.arena().empty(DType::f32, {1});

@@ -57,6 +57,14 @@ class WeightFiles {
 void check_weights(const WeightFiles& files, const std::vector<ParamSpec>& params, bool allow_unexpected,
                    std::vector<std::string>* warnings);
 
+// --dtype bf16 on the CPU is mixed: the weights of the matrix products and convolutions (every
+// parameter of rank 2 or more: the UNet's and the VAE's have no other kind) are stored in bf16,
+// everything else (norms, biases) and the activations in f32. Elsewhere one dtype holds it all.
+DType activation_dtype(DType dtype, const Device& device);
+DType parameter_dtype(const Shape& shape, DType dtype, const Device& device);
+// "bf16", or on the CPU "bf16 weights, f32 activations", for the logs.
+std::string precision_name(DType dtype, const Device& device);
+
 class Weights {
  public:
   Weights() = default;
@@ -77,6 +85,7 @@ class Weights {
   // The bytes of the parameters tensor parallelism splits (ParamSplit), as this shard holds them.
   std::size_t split_bytes() const { return split_bytes_; }
   std::int64_t count() const { return count_; }
+  // The activations' dtype (activation_dtype of the dtype asked for).
   DType dtype() const { return dtype_; }
   const TensorShard& shard() const { return shard_; }
 

@@ -22,14 +22,26 @@ bool matches_filter(const OpCase& c, const std::string& filter) {
 }
 
 CaseEnv::CaseEnv(ExecContext& c, DType dt, DType round_to, std::uint64_t seed)
-    : ctx(c), dtype(dt), round_to_(round_to), seed_(seed) {}
+    : ctx(c),
+      dtype(c.device.is_cpu() && dt == DType::bf16 ? DType::f32 : dt),
+      weight_dtype(dt),
+      round_to_(round_to),
+      seed_(seed) {}
+
+bool takes_weights(const OpCase& c) {
+  return c.family == "linear" || c.family == "conv2d" || c.family == "temporal_conv";
+}
 
 Tensor CaseEnv::hold(DType dt, const Shape& shape) {
   owned_.push_back(ctx.arena->empty(dt, shape));
   return owned_.back();
 }
 
-Tensor CaseEnv::input(const Shape& shape, float scale, float shift) {
+Tensor CaseEnv::input(const Shape& shape, float scale, float shift) { return random(dtype, shape, scale, shift); }
+
+Tensor CaseEnv::weight(const Shape& shape, float scale) { return random(weight_dtype, shape, scale, 0.f); }
+
+Tensor CaseEnv::random(DType dt, const Shape& shape, float scale, float shift) {
   // Generated and rounded on the host, then copied to the device: identical on every backend.
   const std::int64_t n = shape.numel();
   std::vector<float> host(static_cast<std::size_t>(n));
@@ -44,7 +56,7 @@ Tensor CaseEnv::input(const Shape& shape, float scale, float shift) {
     ops::copy(hc, h, r);
     ops::copy(hc, r, h);
   }
-  Tensor t = hold(dtype, shape);
+  Tensor t = hold(dt, shape);
   ops::copy(ctx, h, t);
   return t;
 }
@@ -213,19 +225,19 @@ void add_norms(std::vector<OpCase>& v) {
 void add_gemms(std::vector<OpCase>& v) {
   v.push_back({"linear", "linear 3x7x33 -> 19 +bias", 2.0 * 21 * 33 * 19, [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({3, 7, 33});
-                 const Tensor w = e.input({19, 33}, 0.2f), b = e.input({19});
+                 const Tensor w = e.weight({19, 33}, 0.2f), b = e.input({19});
                  const Tensor y = e.output({3, 7, 19});
                  return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
                }});
   v.push_back({"linear", "linear one row 1x65 -> 31", 0, [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({1, 65});
-                 const Tensor w = e.input({31, 65}, 0.15f);
+                 const Tensor w = e.weight({31, 65}, 0.15f);
                  const Tensor y = e.output({1, 31});
                  return [&e, x, w, y] { ops::linear(e.ctx, x, w, nullptr, y); };
                }});
   v.push_back({"linear", "linear on a transposed input 9x40 -> 12", 0, [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({40, 9}).transpose(0, 1);
-                 const Tensor w = e.input({12, 40}, 0.15f), b = e.input({12});
+                 const Tensor w = e.weight({12, 40}, 0.15f), b = e.input({12});
                  const Tensor y = e.output({9, 12});
                  return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
                }});
@@ -238,13 +250,13 @@ void add_gemms(std::vector<OpCase>& v) {
   // libraries (cpu/blas.hpp; ops.gemm_openblas runs these on OpenBLAS).
   v.push_back({"linear", "linear wide 13x260 -> 258 +bias", 2.0 * 13 * 260 * 258, [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({13, 260});
-                 const Tensor w = e.input({258, 260}, 0.06f), b = e.input({258});
+                 const Tensor w = e.weight({258, 260}, 0.06f), b = e.input({258});
                  const Tensor y = e.output({13, 258});
                  return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
                }});
   v.push_back({"linear", "linear with a strided bias 6x20 -> 7", 0, [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({6, 20});
-                 const Tensor w = e.input({7, 20}, 0.2f), b = e.input({7, 3}).select(1, 1);
+                 const Tensor w = e.weight({7, 20}, 0.2f), b = e.input({7, 3}).select(1, 1);
                  const Tensor y = e.output({6, 7});
                  return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
                }});
@@ -276,7 +288,7 @@ OpCase conv_case(std::string name, Shape xs, std::int64_t cout, int k, int strid
   const Shape ys{xs[0], cout, ho, wo};
   return {"conv2d", std::move(name), conv_flops(ys, xs[1], k, k), [=](CaseEnv& e) -> Runner {
             const Tensor x = e.input(xs);
-            const Tensor w = e.input({cout, xs[1], k, k}, 1.f / std::sqrt(static_cast<float>(xs[1] * k * k)));
+            const Tensor w = e.weight({cout, xs[1], k, k}, 1.f / std::sqrt(static_cast<float>(xs[1] * k * k)));
             const Tensor b = e.input({cout});
             const Tensor y = e.output(ys);
             return [&e, x, w, b, y, stride, pad, bias] { ops::conv2d(e.ctx, x, w, bias ? &b : nullptr, y, {stride, pad}); };
@@ -292,7 +304,7 @@ OpCase temporal_case(std::string name, std::int64_t B, std::int64_t F, std::int6
               return frame_major ? t.reshape({B, frames, C, S}).permute({0, 2, 1, 3}) : t.reshape({B, C, frames, S});
             };
             const Tensor x = view(e.input({B * F, C, S}), F);
-            const Tensor w = e.input({C, C, 3, 1, 1}, 1.f / std::sqrt(3.f * static_cast<float>(C))).reshape({C, C, 3});
+            const Tensor w = e.weight({C, C, 3, 1, 1}, 1.f / std::sqrt(3.f * static_cast<float>(C))).reshape({C, C, 3});
             const Tensor b = e.input({C});
             const Tensor y = view(e.output({B * to, C, S}), to);
             return [&e, x, w, b, y, pad, bias] { ops::temporal_conv(e.ctx, x, w, bias ? &b : nullptr, y, pad); };
@@ -435,7 +447,7 @@ std::vector<OpCase> bench_cases() {
   v.push_back(conv_case("conv3x3 C640 20x32 N48", {48, 640, 20, 32}, 640, 3, 1, 1, true));
   v.push_back({"linear", "linear 320->320 M122880", 2.0 * 122880 * 320 * 320, [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({122880, 320});
-                 const Tensor w = e.input({320, 320}, 0.05f), b = e.input({320});
+                 const Tensor w = e.weight({320, 320}, 0.05f), b = e.input({320});
                  const Tensor y = e.output({122880, 320});
                  return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
                }});

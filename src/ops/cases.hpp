@@ -18,14 +18,18 @@ namespace vinf::opcheck {
 class CaseEnv {
  public:
   // Tensors are created on ctx.device in `dtype`; random inputs are first rounded through
-  // `round_to`, so a reference run in f32 sees exactly the values a f16/bf16 run sees.
+  // `round_to`, so a reference run in f32 sees exactly the values a f16/bf16 run sees. bf16 on the
+  // CPU is --dtype bf16 there: bf16 weights (weight()), everything else f32.
   CaseEnv(ExecContext& ctx, DType dtype, DType round_to, std::uint64_t seed);
 
   ExecContext& ctx;
-  const DType dtype;
+  const DType dtype;         // of inputs and outputs
+  const DType weight_dtype;  // of the weights of matrix products and convolutions
 
   // N(0, 1) * scale + shift, deterministic per (seed, input number).
   Tensor input(const Shape& shape, float scale = 1.f, float shift = 0.f);
+  // An input that is the weights of linear, conv2d or temporal_conv (drawn as input() draws).
+  Tensor weight(const Shape& shape, float scale);
   // Fixed values (e.g. timesteps) in a given dtype.
   Tensor values(DType dt, const Shape& shape, const std::vector<double>& v);
   // An output to compare, prefilled with NaN so unwritten elements fail; `dt` defaults to dtype.
@@ -38,6 +42,7 @@ class CaseEnv {
 
  private:
   Tensor hold(DType dt, const Shape& shape);
+  Tensor random(DType dt, const Shape& shape, float scale, float shift);
   DType round_to_;
   std::uint64_t seed_, next_stream_ = 0;
   std::vector<OwnedTensor> owned_;
@@ -65,6 +70,10 @@ struct OpCase {
 // op-table test read it: every case when empty, otherwise the cases whose name or family contains
 // the text ("conv2d", "attention banded", "upsample_nearest").
 bool matches_filter(const OpCase& c, const std::string& filter);
+
+// Whether the case's op takes weights (linear, conv2d, temporal_conv): the cases that bf16 on the
+// CPU changes.
+bool takes_weights(const OpCase& c);
 
 // Small shapes with odd sizes: every op, every code path.
 std::vector<OpCase> unit_cases();

@@ -35,13 +35,19 @@ void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
   conv2d_output_size(x, w, p, ho, wo);
   VINF_CHECK(y.size(0) == x.size(0) && y.size(1) == w.size(0) && y.size(2) == ho && y.size(3) == wo, op, ": y must be [",
              x.size(0), ",", w.size(0), ",", ho, ",", wo, "], got ", y.describe());
-  detail::check_operands(ctx, op, {&x, &w, &y});
+  detail::check_operands(ctx, op, {&x, &y});
+  detail::check_weights(ctx, op, w);
   check_bias(ctx, op, bias, w.size(0));
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::conv2d(ctx, x, w, bias, y, p));
     return;
   }
-  detail::reference(ctx) ? cpu::ref::conv2d(x, w, bias, y, p) : cpu::fast::conv2d(ctx, x, w, bias, y, p);
+  if (detail::reference(ctx)) {
+    OwnedTensor hold;
+    cpu::ref::conv2d(x, detail::widened_weights(ctx, w, hold), bias, y, p);
+    return;
+  }
+  cpu::fast::conv2d(ctx, x, w, bias, y, p);
 }
 
 void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, int pad) {
@@ -56,13 +62,19 @@ void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Ten
   VINF_CHECK(to >= 1, op, ": ", x.size(2), " frames with padding ", pad, " are fewer than the kernel's ", w.size(2));
   VINF_CHECK(y.size(0) == x.size(0) && y.size(1) == w.size(0) && y.size(2) == to && y.size(3) == x.size(3), op,
              ": y must be [", x.size(0), ",", w.size(0), ",", to, ",", x.size(3), "], got ", y.describe());
-  detail::check_operands(ctx, op, {&x, &w, &y});
+  detail::check_operands(ctx, op, {&x, &y});
+  detail::check_weights(ctx, op, w);
   check_bias(ctx, op, bias, w.size(0));
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::temporal_conv(ctx, x, w, bias, y, pad));
     return;
   }
-  detail::reference(ctx) ? cpu::ref::temporal_conv(x, w, bias, y, pad) : cpu::fast::temporal_conv(ctx, x, w, bias, y, pad);
+  if (detail::reference(ctx)) {
+    OwnedTensor hold;
+    cpu::ref::temporal_conv(x, detail::widened_weights(ctx, w, hold), bias, y, pad);
+    return;
+  }
+  cpu::fast::temporal_conv(ctx, x, w, bias, y, pad);
 }
 
 }  // namespace vinf::ops

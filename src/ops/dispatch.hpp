@@ -3,6 +3,7 @@
 
 #include <initializer_list>
 
+#include "core/arena.hpp"
 #include "core/error.hpp"
 #include "cpu/cpu.hpp"
 #include "ops/context.hpp"
@@ -23,6 +24,25 @@ inline bool reference(const ExecContext& ctx) { return ctx.cpu_impl == CpuImpl::
 inline void check_compute_dtype(const ExecContext& ctx, const char* op, const char* arg, const Tensor& t) {
   if (ctx.device.is_cpu()) check_dtype(op, arg, t, DType::f32);
   else check_float(op, arg, t);
+}
+
+// The weights of a matrix product or convolution: the compute dtype, or on the CPU also bf16
+// beside f32 activations (--dtype bf16 there), where the CPU multiplies bf16.
+inline void check_weights(const ExecContext& ctx, const char* op, const Tensor& w) {
+  check_on_device(ctx, op, "w", w);
+  if (ctx.device.is_cpu() && w.dtype == DType::bf16) {
+    VINF_CHECK(cpu::bf16_supported(), op, ": bf16 weights on the CPU need AVX-512 BF16, which this CPU lacks");
+    return;
+  }
+  check_compute_dtype(ctx, op, "w", w);
+}
+
+// What the CPU references compute with: bf16 weights widened to f32 (held in `hold`), else w.
+inline Tensor widened_weights(ExecContext& ctx, const Tensor& w, OwnedTensor& hold) {
+  if (w.dtype != DType::bf16 || !ctx.device.is_cpu()) return w;
+  hold = ctx.arena->empty(DType::f32, w.shape);
+  cpu::ref::copy(w, hold);
+  return hold;
 }
 
 // Every tensor is on the context's device and of a dtype the backend computes in.

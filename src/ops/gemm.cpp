@@ -13,7 +13,8 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
   VINF_CHECK(y.rank() == x.rank() && y.size(-1) == N, op, ": y ", y.describe(), " must be x's shape with last dim ", N);
   for (int d = 0; d + 1 < x.rank(); ++d)
     VINF_CHECK(x.size(d) == y.size(d), op, ": x ", x.describe(), " and y ", y.describe(), " differ in dim ", d);
-  detail::check_operands(ctx, op, {&x, &w, &y});
+  detail::check_operands(ctx, op, {&x, &y});
+  detail::check_weights(ctx, op, w);
   if (bias) {
     VINF_CHECK(bias->rank() == 1 && bias->size(0) == N, op, ": bias must be [", N, "], got ", bias->describe());
     check_on_device(ctx, op, "bias", *bias);
@@ -24,7 +25,12 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
     VINF_ON_CUDA(cuda::linear(ctx, rx, w, bias, ry));
     return;
   }
-  detail::reference(ctx) ? cpu::ref::linear(rx, w, bias, ry) : cpu::fast::linear(ctx, rx, w, bias, ry);
+  if (detail::reference(ctx)) {
+    OwnedTensor hold;
+    cpu::ref::linear(rx, detail::widened_weights(ctx, w, hold), bias, ry);
+    return;
+  }
+  cpu::fast::linear(ctx, rx, w, bias, ry);
 }
 
 void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta) {

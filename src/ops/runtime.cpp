@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <fstream>
+
 #include "core/error.hpp"
 #include "cpu/context.hpp"
 #include "cpu/cpu.hpp"
@@ -19,6 +21,20 @@ namespace vinf {
 bool built_with_cuda() { return VINF_WITH_CUDA != 0; }
 
 int cpu_threads() { return cpu::thread_count(); }
+
+bool cpu_bf16() { return cpu::bf16_supported(); }
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const std::size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const std::size_t start = line.find_first_not_of(" \t", colon + 1);
+    return start == std::string::npos ? "an unknown CPU" : line.substr(start);
+  }
+  return "an unknown CPU";
+}
 
 int cuda_device_count() {
 #if VINF_WITH_CUDA

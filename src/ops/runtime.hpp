@@ -50,6 +50,10 @@ int cuda_device_count();
 bool built_with_cuda();
 // The OpenMP threads every CPU kernel of this process runs on (OMP_NUM_THREADS, else the cores).
 int cpu_threads();
+// Whether the CPU multiplies bf16 (AVX-512 BF16): what --dtype bf16 on the CPU needs.
+bool cpu_bf16();
+// /proc/cpuinfo's "model name" of the first CPU ("an unknown CPU" where there is none).
+std::string cpu_model_name();
 // What identifies a CUDA device across processes ("GPU-<uuid> (PCI <address>)"); "" for a CPU
 // device. Throws vinf::Error when the device cannot be queried.
 std::string device_identity(const Device& device);
@@ -62,8 +66,10 @@ double memory_capacity_bytes(const Device& device);
 void synchronize(ExecContext& ctx);
 
 // --dtype of the commands that run the model: auto (the default) is bf16 on CUDA, where tensor
-// cores make it several times faster than f32, and f32 on the CPU, whose kernels are f32 only.
+// cores make it several times faster than f32, and f32 on the CPU; bf16 on the CPU keeps the
+// weights of the products and convolutions in bf16 (AVX-512 BF16 CPUs only).
 inline constexpr const char* kDtypeOptionHelp =
-    "compute dtype: auto (bf16 on CUDA, f32 on the CPU) | f32 | bf16 | f16 (16-bit on CUDA only)";
+    "compute dtype: auto (bf16 on CUDA, f32 on the CPU) | f32 | bf16 (on the CPU: bf16 weights and f32 activations, "
+    "on CPUs with AVX-512 BF16) | f16 (CUDA only)";
 
 }  // namespace vinf
