@@ -98,19 +98,23 @@ VINF_VEC_INLINE V exp(V x) {
 // Helpers for any float vector V.
 template <class V>
 constexpr int lanes_of = static_cast<int>(sizeof(V) / sizeof(float));
+// Built in memory and loaded: GCC 12 lowers lane-by-lane assignments (and vector constructors) of
+// 64-byte vectors in these baseline-target helpers early, and the AVX-512 variants then rebuilt
+// every splat from 16 masked broadcasts (the attention's inner loops ran at a quarter of their
+// speed). A store-and-load of a uniform array becomes one vbroadcastss.
 template <class V>
 VINF_VEC_INLINE V splat_as(float x) {
-  V v;
+  float lanes[lanes_of<V>];
 #pragma GCC unroll 16
-  for (int i = 0; i < lanes_of<V>; ++i) v[i] = x;
-  return v;
+  for (int i = 0; i < lanes_of<V>; ++i) lanes[i] = x;
+  return load_as<V>(lanes);
 }
 template <class V>
 VINF_VEC_INLINE V lane_index_as() {
-  V v;
+  float lanes[lanes_of<V>];
 #pragma GCC unroll 16
-  for (int i = 0; i < lanes_of<V>; ++i) v[i] = static_cast<float>(i);
-  return v;
+  for (int i = 0; i < lanes_of<V>; ++i) lanes[i] = static_cast<float>(i);
+  return load_as<V>(lanes);
 }
 template <class V>
 VINF_VEC_INLINE float hmax(V v) {
