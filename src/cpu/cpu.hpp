@@ -59,7 +59,8 @@ void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const T
                       const Tensor& y, const exec::GroupNormParams& p);
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, float eps);
 void softmax(const Tensor& x, const Tensor& out);
-void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);
+// y = x w^T (+ bias) + beta * y
+void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, float beta = 0.f);
 void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta);
 void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
             const exec::Conv2dParams& p);

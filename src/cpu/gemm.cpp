@@ -20,7 +20,7 @@ Tensor readable_or_copy(ExecContext& ctx, const Tensor& m, OwnedTensor& hold, Bl
 
 }  // namespace
 
-void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
+void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, float beta) {
   const std::int64_t M = x.size(0), N = w.size(0), K = x.size(1);
   OwnedTensor hx, hw, hy;
   BlasMatrix a, b;
@@ -37,9 +37,10 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
   const bool direct = y.stride(1) == 1 && (M == 1 || y.stride(0) >= N);
   if (!direct) {
     hy = ctx.arena->empty(DType::f32, y.shape);
+    if (beta != 0.f) copy(y, hy);
     out = hy;
   }
-  gemm(ctx, 1, M, N, K, 1.f, a, 0, b, 0, 0.f, out.ptr<float>(), M == 1 ? N : out.stride(0), 0,
+  gemm(ctx, 1, M, N, K, 1.f, a, 0, b, 0, beta, out.ptr<float>(), M == 1 ? N : out.stride(0), 0,
        bias ? bias->ptr<float>() : nullptr, bias ? bias->stride(0) : 1);
   if (!direct) copy(out, y);
 }

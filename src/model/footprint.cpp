@@ -151,7 +151,9 @@ double Walker::attend_workspace(double heads, double lq, double lk, double head_
 void Walker::feed_forward(double width, double m) {
   const double ff = std::ceil(4 * width / s_.tensor_size);
   const double rows = std::max(1.0, std::min(m, std::floor(kFeedForwardElements / (2 * ff))));
-  peak({2 * bytes(m * width, elt_) + bytes(rows * 2 * ff, elt_) + bytes(rows * ff, elt_) + bytes(rows * width, elt_) +
+  // The chunk's output only under tensor parallelism: otherwise the product adds itself onto the rows.
+  const double partials = s_.tensor_size > 1 ? bytes(rows * width, elt_) : 0;
+  peak({2 * bytes(m * width, elt_) + bytes(rows * 2 * ff, elt_) + bytes(rows * ff, elt_) + partials +
              widened(rows * width),
          std::max(gemm_workspace(width, rows), gemm_workspace(ff, rows))});
 }

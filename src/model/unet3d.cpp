@@ -177,6 +177,10 @@ class Forward {
   // projected attention output is observed as `<module>.out` when a module name is given.
   void add_projected(const Tensor& x, const Tensor& attn, const AttentionWeights& a, const std::string& module = {},
                      const Shape& observed_shape = {}) const {
+    if (w_.shard().size == 1 && !observe_) {  // one pass: the product adds itself onto x
+      ops::linear_add(ctx_, attn, a.to_out_weight, &a.to_out_bias, x);
+      return;
+    }
     Act y = empty(x.shape);
     ops::linear(ctx_, attn, a.to_out_weight, w_.shard().rank == 0 ? &a.to_out_bias : nullptr, *y);
     sum_partials(*y);
@@ -196,12 +200,18 @@ class Forward {
     const std::int64_t m = x.size(0), inner = x.size(1), ff = w(p + ".ff.net.2.weight").size(1);
     const std::int64_t rows = std::max<std::int64_t>(1, std::min(m, kFeedForwardElements / (2 * ff)));
     Act n = layer_norm(x, p + ".norm3");
-    Act proj = empty({rows, 2 * ff}), gated = empty({rows, ff}), y = empty({rows, inner});
+    Act proj = empty({rows, 2 * ff}), gated = empty({rows, ff});
+    const Act y = w_.shard().size == 1 ? nullptr : empty({rows, inner});  // the row-parallel partial sums
     for (std::int64_t r0 = 0; r0 < m; r0 += rows) {
       const std::int64_t r = std::min(rows, m - r0);
       ops::linear(ctx_, n->slice(0, r0, r), w(p + ".ff.net.0.proj.weight"), &w(p + ".ff.net.0.proj.bias"),
                   proj->slice(0, 0, r));
       ops::geglu(ctx_, proj->slice(0, 0, r), gated->slice(0, 0, r));
+      if (w_.shard().size == 1) {  // the product adds itself onto x
+        ops::linear_add(ctx_, gated->slice(0, 0, r), w(p + ".ff.net.2.weight"), &w(p + ".ff.net.2.bias"),
+                        x.slice(0, r0, r));
+        continue;
+      }
       ops::linear(ctx_, gated->slice(0, 0, r), w(p + ".ff.net.2.weight"), split_bias(p + ".ff.net.2.bias"),
                   y->slice(0, 0, r));
       sum_partials(y->slice(0, 0, r));

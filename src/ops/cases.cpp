@@ -241,6 +241,24 @@ void add_gemms(std::vector<OpCase>& v) {
                  const Tensor y = e.output({9, 12});
                  return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
                }});
+  v.push_back({"linear", "linear_add 3x7x33 -> 19 +bias onto y", 2.0 * 21 * 33 * 19, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({3, 7, 33});
+                 const Tensor w = e.weight({19, 33}, 0.2f), b = e.input({19}), y0 = e.input({3, 7, 19});
+                 const Tensor y = e.output({3, 7, 19});
+                 return [&e, x, w, b, y0, y] {
+                   ops::copy(e.ctx, y0, y);
+                   ops::linear_add(e.ctx, x, w, &b, y);
+                 };
+               }});
+  v.push_back({"linear", "linear_add into a strided y 9x40 -> 12", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({9, 40});
+                 const Tensor w = e.weight({12, 40}, 0.15f), y0 = e.input({12, 9});
+                 const Tensor y = e.output({12, 9}).transpose(0, 1);
+                 return [&e, x, w, y0, y] {
+                   ops::copy(e.ctx, y0.transpose(0, 1), y);
+                   ops::linear_add(e.ctx, x, w, nullptr, y);
+                 };
+               }});
   v.push_back({"bmm", "bmm 5x17x33 @ 5x33x9", 2.0 * 5 * 17 * 33 * 9, [](CaseEnv& e) -> Runner {
                  const Tensor a = e.input({5, 17, 33}), b = e.input({5, 33, 9}, 0.2f);
                  const Tensor y = e.output({5, 17, 9});

@@ -1,12 +1,17 @@
 #include "ops/gemm.hpp"
 
 #include "ops/dispatch.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/views.hpp"
 
 namespace vinf::ops {
 
-void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
-  const char* op = "linear";
+namespace {
+
+// y (+)= x w^T (+ bias), accumulating onto y when `accumulate`.
+void linear_into(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
+                 bool accumulate) {
+  const char* op = accumulate ? "linear_add" : "linear";
   check_rank(op, "w", w, 2);
   const std::int64_t N = w.size(0), K = w.size(1);
   VINF_CHECK(x.rank() >= 1 && x.size(-1) == K, op, ": x ", x.describe(), " must end in ", K, " to match w ", w.describe());
@@ -21,6 +26,12 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
     detail::check_compute_dtype(ctx, op, "bias", *bias);
   }
   const Tensor rx = detail::as_rows(op, "x", x), ry = detail::as_rows(op, "y", y);
+  if (accumulate && (ctx.device.is_cuda() || detail::reference(ctx))) {  // the product, then the sum
+    OwnedTensor product = ctx.arena->empty(y.dtype, ry.shape);
+    linear_into(ctx, rx, w, bias, product, false);
+    add(ctx, ry, product, ry);
+    return;
+  }
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::linear(ctx, rx, w, bias, ry));
     return;
@@ -30,7 +41,17 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
     cpu::ref::linear(rx, detail::widened_weights(ctx, w, hold), bias, ry);
     return;
   }
-  cpu::fast::linear(ctx, rx, w, bias, ry);
+  cpu::fast::linear(ctx, rx, w, bias, ry, accumulate ? 1.f : 0.f);
+}
+
+}  // namespace
+
+void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
+  linear_into(ctx, x, w, bias, y, false);
+}
+
+void linear_add(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
+  linear_into(ctx, x, w, bias, y, true);
 }
 
 void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta) {
