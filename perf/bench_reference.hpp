@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu/blas.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/gemm.hpp"
 #include "ops/runtime.hpp"
 
@@ -59,6 +60,20 @@ inline std::vector<GemmRate> cpu_gemm_rates(int n = 2048, int reps = 3) {
                    best_rate(flops, reps, [&] { ops::bmm(rt.ctx(), a, b, c); })});
   }
   return out;
+}
+
+// --dtype bf16's product on the CPU, 2048^3: ops::linear with bf16 weights (the input rounded to a
+// bf16 copy first, as the model's products do); 0 where the CPU lacks AVX-512 BF16. Not an f32
+// rate: the summaries keep it apart from the best f32 one.
+inline double cpu_bf16_linear_rate(int n = 2048, int reps = 3) {
+  if (!cpu_bf16()) return 0;
+  Runtime rt(Device::cpu());
+  OwnedTensor x = rt.arena().empty(DType::f32, {n, n}), w32 = rt.arena().empty(DType::f32, {n, n}),
+              w = rt.arena().empty(DType::bf16, {n, n}), y = rt.arena().empty(DType::f32, {n, n});
+  std::fill_n(x.ptr<float>(), x.numel(), 0.5f);
+  std::fill_n(w32.ptr<float>(), w32.numel(), 0.25f);
+  ops::copy(rt.ctx(), w32, w);
+  return best_rate(2.0 * n * n * n, reps, [&] { ops::linear(rt.ctx(), x, w, nullptr, y); });
 }
 
 }  // namespace vinf::bench

@@ -110,6 +110,9 @@ int main(int argc, char** argv) {
       std::printf("reference: %-60s %7.1f GFLOP/s\n", r.what.c_str(), r.gflops);
       if (r.gflops > best.gflops) best = r;
     }
+    if (const double bf16 = bench::cpu_bf16_linear_rate(); bf16 > 0)
+      std::printf("reference: %-60s %7.1f GFLOP/s (bf16: not the f32 best)\n", "vinf CPU linear 2048^3, bf16 weights",
+                  bf16);
     setups.push_back({"narrow", Device::cpu(), DType::f32, {2, 8, 32, 32, 16}});
     setups.push_back({"small", Device::cpu(), DType::f32, {2, 16, 32, 32, 77}});
     if (cpu_bf16()) {  // --dtype bf16 on the CPU: bf16 weights, f32 activations
