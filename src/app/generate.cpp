@@ -267,7 +267,7 @@ void identify(Run& r) {
       {"dtype", dtype_name(dtype)},
       {"tf32", tf32_in_effect(device, dtype)}};
   r.stamp.config_json = r.config.dump();
-  r.stamp.numerics_json = numerics_json(o, r.clips, dtype).dump();
+  r.stamp.numerics_json = numerics_json(o, r.clips, dtype, device).dump();
   r.stamp.model_fingerprint =
       o.builtin() ? o.model + " seed " + std::to_string(o.model_seed) : model::model_fingerprint(r.files);
   r.stamp.noise_mode = sampling::noise_mode_name(o.noise);

@@ -23,6 +23,7 @@
 #include "model/presets.hpp"
 #include "model/tokenizer.hpp"
 #include "model/unet3d.hpp"
+#include "model/weights.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
 
@@ -252,7 +253,7 @@ ResumePoint choose_checkpoint(const RunPlan& o, const std::string& out_dir, cons
   return point;
 }
 
-json numerics_json(const RunPlan& o, int clips, DType dtype) {
+json numerics_json(const RunPlan& o, int clips, DType dtype, const Device& device) {
   json vi = vi_json(o.vi);
   vi.erase("halo");      // x and kv give the same numbers
   vi.erase("exchange");  // so do the exchange patterns
@@ -263,7 +264,8 @@ json numerics_json(const RunPlan& o, int clips, DType dtype) {
               {"seed", o.seed}, {"eta", o.eta}, {"noise", sampling::noise_mode_name(o.noise)}}},
             {"prompt", {{"text", o.prompts}, {"negative", o.negative}}},
             {"vi", vi},
-            {"dtype", dtype_name(dtype)}};
+            // "bf16" on CUDA, "bf16 weights, f32 activations" on the CPU: other numbers.
+            {"dtype", model::precision_name(dtype, device)}};
   // Invariant and exact modes give the same video on any number of clips (and tensor ranks); the
   // others do not.
   // Windows and FIFO give the same video on any number of ranks too; their settings change it.

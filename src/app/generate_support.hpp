@@ -59,7 +59,7 @@ ResumePoint choose_checkpoint(const RunPlan& o, const std::string& out_dir, cons
 
 // The settings that change the numbers, which a resumed run must share with the checkpoint (the
 // number of clips only outside invariant mode).
-json numerics_json(const RunPlan& o, int clips, DType dtype);
+json numerics_json(const RunPlan& o, int clips, DType dtype, const Device& device);
 // Throws vinf::InputError naming the checkpoint and the first differences.
 void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, const std::vector<std::int64_t>& timesteps);
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -166,9 +167,14 @@ inline Level cpu_level() {
                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                     __builtin_cpu_supports("avx512cd");
 #endif
-    // VINF_CPU_LEVEL=v3|baseline caps it (tests run every variant on one machine).
+    // VINF_CPU_LEVEL=v3|baseline caps it (tests run every variant on one machine); v4 or empty
+    // leaves it, anything else is reported once and ignored.
     const char* cap = std::getenv("VINF_CPU_LEVEL");
-    const std::string_view c = cap ? cap : "";
+    std::string_view c = cap ? cap : "";
+    if (!c.empty() && c != "v4" && c != "v3" && c != "baseline") {
+      std::fprintf(stderr, "vinf: warning: VINF_CPU_LEVEL must be v4, v3 or baseline, got '%s': ignored\n", cap);
+      c = "";
+    }
     if (v4 && (c.empty() || c == "v4")) return Level::v4;
     if (v3 && c != "baseline") return Level::v3;
     return Level::baseline;

@@ -33,6 +33,8 @@ ClipTextModel ClipTextModel::load(const std::string& dir_arg, Runtime& rt, DType
                                                          : "");
   files.weights = {(dir / "model.safetensors").string()};
   ClipTextConfig c = load_clip_text_config(files.config);
+  VINF_CHECK(activation_dtype(dtype, rt.device()) == dtype, "the CLIP text encoder computes in one dtype: ",
+             dtype_name(dtype), " on ", rt.device().name(), " would store only its matrices in it");
   const WeightFiles wf(files);
   // Older files also hold the position_ids buffer and, for a whole CLIPModel, the vision tower.
   Weights w(wf, clip_text_parameters(c), rt, dtype, true, nullptr);

@@ -52,6 +52,8 @@ bool built_with_cuda();
 int cpu_threads();
 // Whether the CPU multiplies bf16 (AVX-512 BF16): what --dtype bf16 on the CPU needs.
 bool cpu_bf16();
+// Whether the CPU has AVX-512 BF16 whatever VINF_CPU_LEVEL says (cpu_bf16 honours the cap).
+bool cpu_has_bf16_hardware();
 // /proc/cpuinfo's "model name" of the first CPU ("an unknown CPU" where there is none).
 std::string cpu_model_name();
 // What identifies a CUDA device across processes ("GPU-<uuid> (PCI <address>)"); "" for a CPU

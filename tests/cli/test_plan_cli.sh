@@ -18,6 +18,10 @@ tiny=(--model builtin:tiny --device cpu --video.height 64 --video.width 64)
 expect 0 "--ranks-per-node arg" -- plan --help
 expect 0 "--parallel.pipeline arg (=1)" -- plan --help
 expect 0 "plan " -- "$vinf" --help
+# --dtype bf16 on the CPU plans for nodes that may have AVX-512 BF16 whatever this one has
+# (VINF_CPU_LEVEL=v3 hides it here): half the weights' bytes.
+expect 0 "bf16 weights, f32 activations on cpu" -- env VINF_CPU_LEVEL=v3 "$vinf" plan "${tiny[@]}" --ranks 1 --dtype bf16
+expect 2 "--dtype f16 runs on CUDA only" -- plan "${tiny[@]}" --ranks 1 --dtype f16
 
 # 8 ranks, 4 a node: 2 pipeline stages of (2 frame ranks x 2 tensor ranks). Rank 5: node 1, local
 # rank 1, replica 0, stage 1, branch 0, clip 0 (frames [0,16)), tensor rank 1, steps [15,30).
