@@ -21,7 +21,8 @@ namespace vinf::cpu {
 int thread_count();
 
 // Whether this CPU multiplies bf16 natively (AVX-512 BF16, which the AMX-BF16 CPUs also have):
-// what --dtype bf16 on the CPU needs. VINF_CPU_LEVEL=v3 or baseline hides it, as it hides AVX-512.
+// what --dtype bf16 on the CPU needs. VINF_CPU_LEVEL=v3 or baseline hides it, as it hides AVX-512,
+// and so does an ONEDNN_MAX_CPU_ISA below avx512_core_bf16.
 bool bf16_supported();
 
 namespace ref {

@@ -1,7 +1,6 @@
 #include "job/plan.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -47,10 +46,9 @@ DType resolve_dtype(std::optional<DType> choice, const Device& device, bool for_
                    "); the CPU computes in f32, or with bf16 weights on CPUs with AVX-512 BF16: use --dtype f32",
                    !for_this_host || cpu_bf16() ? ", bf16" : "", " or auto, or --device cuda");
   if (!for_this_host || cpu_bf16()) return *choice;
-  const char* cap = std::getenv("VINF_CPU_LEVEL");
-  VINF_INPUT_CHECK(cap == nullptr || !cpu_has_bf16_hardware(), "--dtype bf16 on the CPU needs AVX-512 BF16, which ",
-                   "this CPU (", cpu_model_name(), ") has but VINF_CPU_LEVEL=", cap,
-                   " hides: unset VINF_CPU_LEVEL, or use --dtype f32 or auto");
+  VINF_INPUT_CHECK(!cpu_has_bf16_hardware(), "--dtype bf16 on the CPU needs AVX-512 BF16, which this CPU (",
+                   cpu_model_name(), ") has but the environment hides (VINF_CPU_LEVEL below v4 or ONEDNN_MAX_CPU_ISA ",
+                   "below avx512_core_bf16): unset them, or use --dtype f32 or auto");
   VINF_INPUT_CHECK(false, "--dtype bf16 on the CPU needs AVX-512 BF16 (avx512_bf16: Intel Cooper Lake, ",
                    "Sapphire Rapids and later, AMD Zen 4 and later), and this CPU (", cpu_model_name(),
                    ") lacks it: use --dtype f32 or auto (f32 on the CPU), or run on a node that has it");
