@@ -285,7 +285,7 @@ int plan(const std::vector<std::string>& args) {
   const ModelShape m = read_shape(o);
   check_frames(o, layout);
   const Device device = plan_device(o.job.device);
-  const DType dtype = job::resolve_dtype(o.job.dtype, device, false);  // the nodes planned for may differ
+  const DType dtype = job::resolve_dtype(o.job.dtype, device);  // not this CPU's bf16: it plans for other nodes
   const PlanEstimate e = estimate_plan(o, m.unet, m.vae, layout, dtype, device);
   const Capacity cap = capacity_of(p, device, std::min(per_node, world));
   const NodeSpans spans = node_spans(layout, per_node);

@@ -24,6 +24,21 @@ Job::~Job() {
   world_session_.reset();
 }
 
+namespace {
+
+// --dtype bf16 on the CPU needs AVX-512 BF16 on this rank's CPU, and oneDNN's kernels for it.
+void check_cpu_bf16(DType dtype, const Device& device) {
+  if (!device.is_cpu() || dtype != DType::bf16 || cpu_bf16()) return;
+  VINF_INPUT_CHECK(!cpu_has_bf16_hardware(), "--dtype bf16 on the CPU needs AVX-512 BF16, which this CPU (",
+                   cpu_model_name(), ") has but the environment hides (VINF_CPU_LEVEL below v4 or ONEDNN_MAX_CPU_ISA ",
+                   "below avx512_core_bf16): unset them, or use --dtype f32 or auto");
+  VINF_INPUT_FAIL("--dtype bf16 on the CPU needs AVX-512 BF16 (avx512_bf16: Intel Cooper Lake, Sapphire Rapids and ",
+                  "later, AMD Zen 4 and later), and this CPU (", cpu_model_name(),
+                  ") lacks it: use --dtype f32 or auto (f32 on the CPU), or run on a node that has it");
+}
+
+}  // namespace
+
 Device choose_device(mpi::Session& session, DeviceChoice choice) {
   if (choice == DeviceChoice::cpu) return Device::cpu();
   const int count = cuda_device_count();
@@ -93,6 +108,7 @@ std::unique_ptr<Job> start_job(const JobPlan& plan, const std::function<void(int
   job->grid_ = std::make_unique<mpi::ProcessGrid>(session, plan.cfg, plan.tensor);
   job->device_ = choose_device(everyone, plan.device);
   job->dtype_ = resolve_dtype(plan.dtype, job->device_);
+  check_cpu_bf16(job->dtype_, job->device_);
   set_allow_tf32(plan.tf32);
   job->runtime_ = std::make_unique<Runtime>(job->device_);
   // The application's own traffic gets a copy of the world, so that it never meets another

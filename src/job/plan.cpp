@@ -4,7 +4,6 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "ops/runtime.hpp"
 
 namespace vinf::job {
 
@@ -39,19 +38,12 @@ std::optional<DType> parse_dtype_choice(const std::string& value) {
   return t;
 }
 
-DType resolve_dtype(std::optional<DType> choice, const Device& device, bool for_this_host) {
+DType resolve_dtype(std::optional<DType> choice, const Device& device) {
   if (!choice) return device.is_cuda() ? DType::bf16 : DType::f32;
   if (device.is_cuda() || *choice == DType::f32) return *choice;
   VINF_INPUT_CHECK(*choice == DType::bf16, "--dtype f16 runs on CUDA only (this run uses ", device.name(),
-                   "); the CPU computes in f32, or with bf16 weights on CPUs with AVX-512 BF16: use --dtype f32",
-                   !for_this_host || cpu_bf16() ? ", bf16" : "", " or auto, or --device cuda");
-  if (!for_this_host || cpu_bf16()) return *choice;
-  VINF_INPUT_CHECK(!cpu_has_bf16_hardware(), "--dtype bf16 on the CPU needs AVX-512 BF16, which this CPU (",
-                   cpu_model_name(), ") has but the environment hides (VINF_CPU_LEVEL below v4 or ONEDNN_MAX_CPU_ISA ",
-                   "below avx512_core_bf16): unset them, or use --dtype f32 or auto");
-  VINF_INPUT_CHECK(false, "--dtype bf16 on the CPU needs AVX-512 BF16 (avx512_bf16: Intel Cooper Lake, ",
-                   "Sapphire Rapids and later, AMD Zen 4 and later), and this CPU (", cpu_model_name(),
-                   ") lacks it: use --dtype f32 or auto (f32 on the CPU), or run on a node that has it");
+                   "); the CPU computes in f32, or with bf16 weights on CPUs with AVX-512 BF16: use --dtype f32, ",
+                   "bf16 or auto, or --device cuda");
   return *choice;
 }
 

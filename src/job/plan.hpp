@@ -22,10 +22,10 @@ const char* transport_name(Transport t);
 // vinf::InputError naming the option otherwise.
 std::optional<DType> parse_dtype_choice(const std::string& value);
 // The dtype a job computes in on `device`: auto is bf16 on CUDA, where tensor cores make it
-// several times faster than f32, and f32 on the CPU. On the CPU f16 is refused
-// (vinf::InputError), and so is bf16 where this process's CPU lacks AVX-512 BF16 unless
-// `for_this_host` is false (vinf plan, which plans for other nodes).
-DType resolve_dtype(std::optional<DType> choice, const Device& device, bool for_this_host = true);
+// several times faster than f32, and f32 on the CPU; f16 on the CPU is refused
+// (vinf::InputError). Whether this CPU has what bf16 needs is start_job's check (vinf plan plans
+// for other nodes).
+DType resolve_dtype(std::optional<DType> choice, const Device& device);
 
 struct JobPlan {
   DeviceChoice device = DeviceChoice::automatic;
