@@ -22,6 +22,7 @@
 #include "ops/gemm.hpp"
 #include "ops/random.hpp"
 #include "ops/runtime.hpp"
+#include "ops/verify.hpp"
 #include "bench_flags.hpp"
 
 using namespace vinf;
@@ -129,7 +130,11 @@ int main(int argc, char** argv) {
     DType dtype;
   };
   std::vector<Backend> backends;
-  if (devices.find("cpu") != std::string::npos) backends.push_back({Device::cpu(), DType::f32});
+  if (devices.find("cpu") != std::string::npos) {
+    backends.push_back({Device::cpu(), DType::f32});
+    // --dtype bf16 on the CPU, for the cases it changes (weights and attention).
+    if (cpu_bf16()) backends.push_back({Device::cpu(), DType::bf16});
+  }
   const bool gpu = devices.find("cuda") != std::string::npos && cuda_device_count() > 0;
   if (gpu) {
     for (DType dt : {DType::f32, DType::bf16, DType::f16}) backends.push_back({Device::cuda(0), dt});
@@ -141,7 +146,7 @@ int main(int argc, char** argv) {
     for (const Backend& b : backends) {
       const bool cublas_only = c.name.rfind("cublas", 0) == 0;
       if (cublas_only && (b.device.is_cpu() || b.dtype != DType::bf16)) continue;
-      if (b.device.is_cpu() && b.dtype != DType::f32) continue;
+      if (b.device.is_cpu() && b.dtype != DType::f32 && !opcheck::cpu_bf16_tolerance(c)) continue;
       const std::string name = c.name + " [" + (b.device.is_cpu() ? "cpu" : "cuda") + " " + dtype_name(b.dtype) + "]";
       benchmark::RegisterBenchmark(name.c_str(),
                                    [&c, b, name](benchmark::State& st) { run_case(st, c, b.device, b.dtype, name); })

@@ -50,8 +50,10 @@ int selfcheck(const std::vector<std::string>& args) {
     std::cout << "\nunless a case overrides them, giving its reason. The op-table unit test selects cases the same\n"
                  "way, from the environment: VINF_OPS_FILTER (as --filter), VINF_OPS_BACKEND (cpu or cuda) and\n"
                  "VINF_OPS_DTYPE (f32, f16 or bf16).\n"
-                 "On CPUs with AVX-512 BF16 the cases with weights also run as --dtype bf16 computes on the CPU\n"
-                 "(\"cpu-fast bf16\": bf16 weights, f32 activations), on bf16-rounded inputs and in the f32 tolerance.\n"
+                 "On CPUs with AVX-512 BF16 the cases with weights and the attention also run as --dtype bf16\n"
+                 "computes on the CPU (\"cpu-fast bf16\": bf16 weights, f32 activations, bf16 products in the\n"
+                 "attention), on bf16-rounded inputs: the cases with weights in the f32 tolerance, the attention\n"
+                 "in (0.01, 0.01) for its probabilities' rounding.\n"
                  "\nExit status: 0 when every result is within tolerance, 1 otherwise, 2 for a bad option.\n";
     return 0;
   }
@@ -70,7 +72,7 @@ int selfcheck(const std::vector<std::string>& args) {
   std::vector<Backend> backends;
   if (device != "cuda") {
     backends.push_back({"cpu-fast", Device::cpu(), CpuImpl::fast, DType::f32});
-    // bf16 weights (--dtype bf16 on the CPU), for the cases that take weights.
+    // --dtype bf16 on the CPU, for the cases it changes (opcheck::cpu_bf16_tolerance).
     if (cpu_bf16()) backends.push_back({"cpu-fast bf16", Device::cpu(), CpuImpl::fast, DType::bf16});
     else std::cout << "cpu bf16: skipped (this CPU lacks AVX-512 BF16)\n";
   }
@@ -92,15 +94,15 @@ int selfcheck(const std::vector<std::string>& args) {
   for (const auto& c : cases) {
     for (const Backend& b : backends) {
       const bool cpu_bf16_run = b.device.is_cpu() && b.dtype == DType::bf16;
-      if (cpu_bf16_run && !opcheck::takes_weights(c)) continue;
+      const auto cpu_bf16_tol = opcheck::cpu_bf16_tolerance(c);
+      if (cpu_bf16_run && !cpu_bf16_tol) continue;
       std::unique_ptr<Runtime>& slot = b.device.is_cpu() ? cpu_rt : gpu_rt;
       if (!slot) slot = std::make_unique<Runtime>(b.device, b.impl);
       ++run;
       try {
         const auto ref = opcheck::run_case(c, ref_rt, DType::f32, b.dtype);
         const auto got = opcheck::run_case(c, *slot, b.dtype, b.dtype);
-        // bf16 on the CPU sums in f32 what are bf16 values already (the inputs are rounded).
-        const auto cmp = opcheck::compare(ref, got, opcheck::tolerance_for(c, cpu_bf16_run ? DType::f32 : b.dtype));
+        const auto cmp = opcheck::compare(ref, got, cpu_bf16_run ? *cpu_bf16_tol : opcheck::tolerance_for(c, b.dtype));
         std::printf("%-58s %-14s %12.3g %8.3f  %s\n", c.name.c_str(), b.name.c_str(), cmp.max_abs_error, cmp.worst_ratio,
                     cmp.ok ? "ok" : "FAIL");
         if (!cmp.ok) {

@@ -2,10 +2,20 @@
 // head), streams the keys it can see (the union of the tile's bands, then the global keys) in
 // blocks through an online softmax, and never holds more than tile x block scores. The workspace
 // is fixed per thread, so memory does not grow with the clip length.
+//
+// With AttentionParams::bf16_products on a CPU with AVX-512 BF16 (--dtype bf16), both products
+// take bf16 operands two at a time (VDPBF16PS: pairs of bf16 products summed into f32 lanes): the
+// queries and keys for the scores, the probabilities and values for the outputs. The scores, the
+// softmax and the running sums stay f32.
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "cpu/cpu.hpp"
 #include "cpu/strided.hpp"
@@ -25,23 +35,53 @@ struct Scratch {
   float* q;      // kRows x D, queries of the tile (rows past the tile's end are zero)
   float* kt;     // D x kKeys, key block transposed (columns past the block's end are zero)
   float* s;      // kRows x kKeys, scores, then probabilities
-  float* o;      // kRows x Dv, unnormalised outputs
+  float* o;      // kRows x os, unnormalised outputs
   float* m;      // kRows, running max
   float* l;      // kRows, running sum
   float* scale;  // kRows, per-row score factor
+  std::int64_t os;  // the row stride of o: Dv, or Dv rounded up to 16 lanes in bf16
+  // bf16 products only: pairs of bf16 in 32-bit words (element 2i in the low half, 2i + 1 in the
+  // high half; an odd count ends with a zero).
+  std::uint32_t* q2;  // kRows x D2 (D2 = ceil(D / 2)), the queries' channel pairs
+  std::uint32_t* kt2;  // D2 x kKeys, each key's channel pair i in row i
+  std::uint32_t* p2;  // kRows x kKeys / 2, pairs of consecutive keys' probabilities
+  std::uint32_t* v2;  // kKeys / 2 x os, pairs of consecutive keys' values, per channel
 };
 
-std::size_t scratch_floats(std::int64_t d, std::int64_t dv) {
+std::int64_t pairs(std::int64_t n) { return (n + 1) / 2; }
+std::int64_t padded_value_dim(std::int64_t dv) { return (dv + kL - 1) / kL * kL; }
+
+std::size_t f32_floats(std::int64_t d, std::int64_t dv) {
   return static_cast<std::size_t>(kRows * d + d * kKeys + kRows * kKeys + kRows * dv + 3 * kRows);
 }
+std::size_t bf16_words(std::int64_t d, std::int64_t dv) {
+  const std::int64_t d2 = pairs(d), dvp = padded_value_dim(dv);
+  return static_cast<std::size_t>(kRows * d2 + d2 * kKeys + kRows * kKeys + kRows * kKeys / 2 + kKeys / 2 * dvp +
+                                  kRows * dvp + 3 * kRows);
+}
+// Per thread: room for either layout.
+std::size_t scratch_floats(std::int64_t d, std::int64_t dv) { return std::max(f32_floats(d, dv), bf16_words(d, dv)); }
 
-Scratch carve(float* base, std::int64_t d, std::int64_t dv) {
-  Scratch s;
-  s.q = base;
-  s.kt = s.q + kRows * d;
-  s.s = s.kt + d * kKeys;
-  s.o = s.s + kRows * kKeys;
-  s.m = s.o + kRows * dv;
+Scratch carve(float* base, std::int64_t d, std::int64_t dv, bool bf16) {
+  Scratch s{};
+  if (!bf16) {
+    s.q = base;
+    s.kt = s.q + kRows * d;
+    s.s = s.kt + d * kKeys;
+    s.o = s.s + kRows * kKeys;
+    s.os = dv;
+    s.m = s.o + kRows * dv;
+  } else {
+    const std::int64_t d2 = pairs(d);
+    s.os = padded_value_dim(dv);
+    s.q2 = reinterpret_cast<std::uint32_t*>(base);
+    s.kt2 = s.q2 + kRows * d2;
+    s.s = reinterpret_cast<float*>(s.kt2 + d2 * kKeys);
+    s.p2 = reinterpret_cast<std::uint32_t*>(s.s + kRows * kKeys);
+    s.v2 = s.p2 + kRows * kKeys / 2;
+    s.o = reinterpret_cast<float*>(s.v2 + kKeys / 2 * s.os);
+    s.m = s.o + kRows * s.os;
+  }
   s.l = s.m + kRows;
   s.scale = s.l + kRows;
   return s;
@@ -117,25 +157,15 @@ VINF_VEC_INLINE void transpose_keys(float* kt, const float* keys, std::int64_t k
     for (std::int64_t j = 0; j < width; ++j) kt[c * kKeys + j] = j < nb ? keys[j * ks + c] : 0.f;
 }
 
-// One block of nb keys (rows of `keys`/`vals`, starting at key index j0) against the tile's rows.
-// Local keys are masked to each row's band; global ones are visible to all. The micro-kernels run
-// on vectors V: 16 lanes where AVX-512 holds them in one register, 8 on AVX2, whose 16 registers
-// cannot hold 4 rows x 4 double-width accumulators without spilling.
+// The online softmax of one block of nb keys (key index j0 on) for the tile's rows: the scores in
+// s become probabilities (0 where a key is not visible: local keys are masked to each row's
+// band, global ones are visible to all), and each row's running max and sum, and its outputs so
+// far, move to the new max.
 template <class V>
-VINF_VEC_INLINE void key_block_impl(const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t dv,
-                                    const float* keys, std::int64_t ks, const float* vals, std::int64_t vs,
-                                    std::int64_t j0, std::int64_t nb, bool global, float bias, const RowBand& band) {
+VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int64_t groups, std::int64_t dv,
+                                   std::int64_t j0, std::int64_t nb, std::int64_t width, bool global, float bias,
+                                   const RowBand& band) {
   constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
-  constexpr int kMaxNV = L == kL ? 4 : 2;  // accumulators: 4 rows x kMaxNV registers
-  const int nv = static_cast<int>((nb + kL - 1) / kL);
-  const std::int64_t width = nv * kL, groups = (rows + kGroup - 1) / kGroup;
-  transpose_keys<V>(w.kt, keys + j0 * ks, ks, nb, d, width);
-  for (std::int64_t g = 0; g < groups; ++g) {
-    std::int64_t c0 = 0;
-    for (; c0 + kMaxNV * L <= width; c0 += kMaxNV * L) scores_group<V, kMaxNV>(w, g * kGroup, d, c0);
-    for (; c0 < width; c0 += L) scores_group<V, 1>(w, g * kGroup, d, c0);
-  }
-  // Online softmax per row: probabilities replace the scores (0 where a key is not visible).
   const float inf = std::numeric_limits<float>::infinity();
   for (std::int64_t r = 0; r < groups * kGroup; ++r) {
     float* srow = w.s + r * kKeys;
@@ -174,16 +204,37 @@ VINF_VEC_INLINE void key_block_impl(const Scratch& w, std::int64_t rows, std::in
       vec::store_as(srow + c, p);
     }
     if (corr != 1.f) {
-      float* orow = w.o + r * dv;
+      float* orow = w.o + r * w.os;
       for (std::int64_t c = 0; c < dv; ++c) orow[c] *= corr;
     }
     w.l[r] = w.l[r] * corr + vec::hsum(sum);
     w.m[r] = m_new;
   }
+}
+
+// One block of nb keys (rows of `keys`/`vals`, starting at key index j0) against the tile's rows.
+// The micro-kernels run on vectors V: 16 lanes where AVX-512 holds them in one register, 8 on
+// AVX2, whose 16 registers cannot hold 4 rows x 4 double-width accumulators without spilling.
+template <class V>
+VINF_VEC_INLINE void key_block_impl(const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t dv,
+                                    const float* keys, std::int64_t ks, const float* vals, std::int64_t vs,
+                                    std::int64_t j0, std::int64_t nb, bool global, float bias, const RowBand& band) {
+  constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
+  constexpr int kMaxNV = L == kL ? 4 : 2;  // accumulators: 4 rows x kMaxNV registers
+  const int nv = static_cast<int>((nb + kL - 1) / kL);
+  const std::int64_t width = nv * kL, groups = (rows + kGroup - 1) / kGroup;
+  transpose_keys<V>(w.kt, keys + j0 * ks, ks, nb, d, width);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    std::int64_t c0 = 0;
+    for (; c0 + kMaxNV * L <= width; c0 += kMaxNV * L) scores_group<V, kMaxNV>(w, g * kGroup, d, c0);
+    for (; c0 < width; c0 += L) scores_group<V, 1>(w, g * kGroup, d, c0);
+  }
+  softmax_block<V>(w, rows, groups, dv, j0, nb, width, global, bias, band);
   for (std::int64_t g = 0; g < groups; ++g) {
     const std::int64_t r0 = g * kGroup;
     std::int64_t c0 = 0;
     for (; c0 + kMaxNV * L <= dv; c0 += kMaxNV * L) values_group<V, kMaxNV>(w, r0, dv, c0, vals + j0 * vs, vs, nb);
+    for (; c0 + 2 * L <= dv; c0 += 2 * L) values_group<V, 2>(w, r0, dv, c0, vals + j0 * vs, vs, nb);
     for (; c0 + L <= dv; c0 += L) values_group<V, 1>(w, r0, dv, c0, vals + j0 * vs, vs, nb);
     for (; c0 + 8 <= dv; c0 += 8) values_group<vec::f32x8, 1>(w, r0, dv, c0, vals + j0 * vs, vs, nb);
     for (; c0 < dv; ++c0) {
@@ -202,6 +253,118 @@ VINF_VEC_VARIANTS(key_block, key_block_impl,
                    float bias, const RowBand& band),
                   (w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias, band))
 
+#if defined(__x86_64__)
+#define VINF_BF16_TARGET __attribute__((target("arch=x86-64-v4,avx512bf16")))
+
+// n (<= 16) consecutive floats from p, the rest zero.
+VINF_BF16_TARGET VINF_VEC_INLINE __m512 load_first(const float* p, std::int64_t n) {
+  return n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
+}
+// 32 floats (n of them from p, the rest zero) as 16 bf16 pairs, in order.
+VINF_BF16_TARGET VINF_VEC_INLINE __m512i pairs_of(const float* p, std::int64_t n) {
+  const __m512 lo = load_first(p, std::min<std::int64_t>(n, 16));
+  const __m512 hi = n > 16 ? load_first(p + 16, std::min<std::int64_t>(n - 16, 16)) : _mm512_setzero_ps();
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// Rows [0, rows) of a (row stride as, n floats each) as rows of ceil(n / 2) pairs (stride ds).
+VINF_BF16_TARGET void pack_rows(std::uint32_t* dst, std::int64_t ds, const float* a, std::int64_t as,
+                                std::int64_t rows, std::int64_t n) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < n; c += 32) {
+      const __m512i v = pairs_of(a + r * as + c, std::min<std::int64_t>(n - c, 32));
+      const std::int64_t words = std::min<std::int64_t>(pairs(n) - c / 2, 16);
+      _mm512_mask_storeu_epi32(dst + r * ds + c / 2, static_cast<__mmask16>((1u << words) - 1), v);
+    }
+}
+
+// kt2[i][j] = key j's channel pair i, for the block's nb keys; zero for j in [nb, width). Tiles of
+// 16 keys x 16 pairs are converted row by row and transposed through registers.
+VINF_BF16_TARGET void pack_keys(std::uint32_t* kt2, const float* keys, std::int64_t ks, std::int64_t nb,
+                                std::int64_t d, std::int64_t width) {
+  const std::int64_t d2 = pairs(d);
+  for (std::int64_t j0 = 0; j0 < width; j0 += kL)
+    for (std::int64_t i0 = 0; i0 < d2; i0 += kL) {
+      vec::f32x16 t[kL];
+      for (int j = 0; j < kL; ++j)
+        t[j] = j0 + j < nb ? reinterpret_cast<vec::f32x16>(pairs_of(keys + (j0 + j) * ks + 2 * i0, std::min<std::int64_t>(d - 2 * i0, 32)))
+                           : vec::f32x16{};
+      vec::transpose<vec::f32x16>(t);
+      for (std::int64_t i = 0; i < kL && i0 + i < d2; ++i) vec::store_as(reinterpret_cast<float*>(kt2 + (i0 + i) * kKeys + j0), t[i]);
+    }
+}
+
+// v2[jp][c] = (value 2jp, value 2jp + 1) of channel c, for jp < ceil(nb / 2); channels past dv,
+// and the value past nb when nb is odd, are zero.
+VINF_BF16_TARGET void pack_values(std::uint32_t* v2, std::int64_t os, const float* vals, std::int64_t vs,
+                                  std::int64_t nb, std::int64_t dv) {
+  for (std::int64_t jp = 0; jp < pairs(nb); ++jp) {
+    const float* a = vals + 2 * jp * vs;
+    const bool has_b = 2 * jp + 1 < nb;
+    for (std::int64_t c = 0; c < os; c += kL) {
+      const std::int64_t n = std::max<std::int64_t>(0, std::min<std::int64_t>(dv - c, kL));
+      using u16x16 = std::uint16_t __attribute__((vector_size(32)));
+      using u32x16 = std::uint32_t __attribute__((vector_size(64)));
+      const u16x16 lo = reinterpret_cast<u16x16>(_mm512_cvtneps_pbh(load_first(a + c, n)));
+      const u16x16 hi = has_b ? reinterpret_cast<u16x16>(_mm512_cvtneps_pbh(load_first(a + vs + c, n))) : u16x16{};
+      const u32x16 w = __builtin_convertvector(lo, u32x16) | (__builtin_convertvector(hi, u32x16) << 16);
+      std::memcpy(v2 + jp * os + c, &w, sizeof w);
+    }
+  }
+}
+
+// out[g][c0 + 16v ...] (+)= sum over i < n of the pair a[g * as + i] . the pairs b[i * bs + c0 + 16v ...],
+// for 4 rows g and NV vectors of 16 f32 lanes.
+template <int NV, bool Accumulate>
+VINF_BF16_TARGET VINF_VEC_INLINE void pair_update(const std::uint32_t* a, std::int64_t as, const std::uint32_t* b,
+                                                  std::int64_t bs, std::int64_t n, float* out, std::int64_t os) {
+  __m512 acc[kGroup][NV];
+  for (int g = 0; g < kGroup; ++g)
+    for (int v = 0; v < NV; ++v) acc[g][v] = Accumulate ? _mm512_loadu_ps(out + g * os + v * kL) : _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < n; ++i) {
+    __m512bh row[NV];
+    for (int v = 0; v < NV; ++v) row[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + i * bs + v * kL));
+    for (int g = 0; g < kGroup; ++g) {
+      const __m512bh ab = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[g * as + i])));
+      for (int v = 0; v < NV; ++v) acc[g][v] = _mm512_dpbf16_ps(acc[g][v], ab, row[v]);
+    }
+  }
+  for (int g = 0; g < kGroup; ++g)
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + g * os + v * kL, acc[g][v]);
+}
+
+// key_block_impl with bf16 products (the tile's queries are in w.q2 already).
+VINF_BF16_TARGET void key_block_bf16(const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t dv,
+                                     const float* keys, std::int64_t ks, const float* vals, std::int64_t vs,
+                                     std::int64_t j0, std::int64_t nb, bool global, float bias, const RowBand& band) {
+  const std::int64_t d2 = pairs(d), width = (nb + kL - 1) / kL * kL, groups = (rows + kGroup - 1) / kGroup;
+  pack_keys(w.kt2, keys + j0 * ks, ks, nb, d, width);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::uint32_t* q = w.q2 + g * kGroup * d2;
+    float* s = w.s + g * kGroup * kKeys;
+    std::int64_t c0 = 0;
+    for (; c0 + 4 * kL <= width; c0 += 4 * kL) pair_update<4, false>(q, d2, w.kt2 + c0, kKeys, d2, s + c0, kKeys);
+    for (; c0 < width; c0 += kL) pair_update<1, false>(q, d2, w.kt2 + c0, kKeys, d2, s + c0, kKeys);
+  }
+  softmax_block<vec::f32x16>(w, rows, groups, dv, j0, nb, width, global, bias, band);
+  pack_rows(w.p2, kKeys / 2, w.s, kKeys, groups * kGroup, width);
+  pack_values(w.v2, w.os, vals + j0 * vs, vs, nb, dv);
+  const std::int64_t np = pairs(nb);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::uint32_t* pr = w.p2 + g * kGroup * (kKeys / 2);
+    float* o = w.o + g * kGroup * w.os;
+    std::int64_t c0 = 0;
+    for (; c0 + 4 * kL <= w.os; c0 += 4 * kL) pair_update<4, true>(pr, kKeys / 2, w.v2 + c0, w.os, np, o + c0, w.os);
+    for (; c0 + 2 * kL <= w.os; c0 += 2 * kL) pair_update<2, true>(pr, kKeys / 2, w.v2 + c0, w.os, np, o + c0, w.os);
+    for (; c0 < w.os; c0 += kL) pair_update<1, true>(pr, kKeys / 2, w.v2 + c0, w.os, np, o + c0, w.os);
+  }
+}
+#else
+void pack_rows(std::uint32_t*, std::int64_t, const float*, std::int64_t, std::int64_t, std::int64_t) {}
+void key_block_bf16(const Scratch&, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t,
+                    const float*, std::int64_t, std::int64_t, std::int64_t, bool, float, const RowBand&) {}
+#endif
+
 }  // namespace
 
 std::size_t attention_workspace_bytes(std::int64_t head_dim, std::int64_t value_dim) {
@@ -217,15 +380,27 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
   const std::int64_t tiles = (Lq + kRows - 1) / kRows, jobs = B * H * tiles;
   const float log_base = p.token_count_log_base > 0.f ? std::log(p.token_count_log_base) : 0.f;
 
+  // bf16 products where asked for and the CPU has them; the same f32 kernel elsewhere.
+  const bool bf16 = p.bf16_products && bf16_supported();
+  auto block = bf16 ? key_block_bf16 : key_block;
+
 #pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (std::int64_t job = 0; job < jobs; ++job) {
     const std::int64_t tile = job % tiles, h = (job / tiles) % H, b = job / (tiles * H);
-    const Scratch w = carve(static_cast<float*>(ws.data()) + omp_get_thread_num() * scratch_floats(D, Dv), D, Dv);
-    const std::int64_t i0 = tile * kRows, rows = std::min(kRows, Lq - i0);
+    const Scratch w = carve(static_cast<float*>(ws.data()) + omp_get_thread_num() * scratch_floats(D, Dv), D, Dv, bf16);
+    const std::int64_t i0 = tile * kRows, rows = std::min(kRows, Lq - i0), padded = (rows + kGroup - 1) / kGroup * kGroup;
     RowBand band;
-    for (std::int64_t r = rows; r < (rows + kGroup - 1) / kGroup * kGroup; ++r) {  // the micro-kernels' padding
-      for (std::int64_t c = 0; c < D; ++c) w.q[r * D + c] = 0.f;
-      for (std::int64_t c = 0; c < Dv; ++c) w.o[r * Dv + c] = 0.f;
+    for (std::int64_t r = 0; r < padded; ++r)  // the rows past the tile's end are the micro-kernels' padding
+      for (std::int64_t c = 0; c < w.os; ++c) w.o[r * w.os + c] = 0.f;
+    if (bf16) {
+      const std::int64_t d2 = pairs(D);
+      pack_rows(w.q2, d2, &at_f32(q, b, h, i0), q.stride(2), rows, D);
+      for (std::int64_t i = rows * d2; i < padded * d2; ++i) w.q2[i] = 0;
+    } else {
+      for (std::int64_t r = 0; r < padded; ++r) {
+        const float* qrow = r < rows ? &at_f32(q, b, h, i0 + r) : nullptr;
+        for (std::int64_t c = 0; c < D; ++c) w.q[r * D + c] = qrow ? qrow[c] : 0.f;
+      }
     }
     for (std::int64_t r = 0; r < rows; ++r) {
       exec::attention_band(p, i0 + r, Lk, band.lo[r], band.hi[r]);
@@ -233,28 +408,25 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
       w.scale[r] = p.scale * (log_base != 0.f && visible > 0 ? std::log(static_cast<float>(visible)) / log_base : 1.f);
       w.m[r] = -std::numeric_limits<float>::infinity();
       w.l[r] = 0.f;
-      for (std::int64_t c = 0; c < Dv; ++c) w.o[r * Dv + c] = 0.f;
-      const float* qrow = &at_f32(q, b, h, i0 + r);
-      for (std::int64_t c = 0; c < D; ++c) w.q[r * D + c] = qrow[c];
     }
     // Local keys: the union of the rows' bands (bands move monotonically with the row).
     const std::int64_t wlo = band.lo[0], whi = band.hi[rows - 1];
     const float* kb = &at_f32(k, b, h, 0);
     const float* vb = &at_f32(v, b, h, 0);
     for (std::int64_t j0 = wlo; j0 <= whi; j0 += kKeys)
-      key_block(w, rows, D, Dv, kb, k.stride(2), vb, v.stride(2), j0, std::min(kKeys, whi - j0 + 1), false,
-                p.local_bias, band);
+      block(w, rows, D, Dv, kb, k.stride(2), vb, v.stride(2), j0, std::min(kKeys, whi - j0 + 1), false, p.local_bias,
+            band);
     if (G > 0) {
       const float* gkb = &at_f32(*kg, b, h, 0);
       const float* gvb = &at_f32(*vg, b, h, 0);
       for (std::int64_t j0 = 0; j0 < G; j0 += kKeys)
-        key_block(w, rows, D, Dv, gkb, kg->stride(2), gvb, vg->stride(2), j0, std::min(kKeys, G - j0), true,
-                  p.global_bias, band);
+        block(w, rows, D, Dv, gkb, kg->stride(2), gvb, vg->stride(2), j0, std::min(kKeys, G - j0), true,
+              p.global_bias, band);
     }
     for (std::int64_t r = 0; r < rows; ++r) {
       float* orow = &at_f32(out, b, h, i0 + r);
       const float inv = w.l[r] > 0.f ? 1.f / w.l[r] : 0.f;
-      for (std::int64_t c = 0; c < Dv; ++c) orow[c] = w.o[r * Dv + c] * inv;
+      for (std::int64_t c = 0; c < Dv; ++c) orow[c] = w.o[r * w.os + c] * inv;
     }
   }
 }

@@ -17,6 +17,11 @@ struct AttentionParams {
   float local_bias = 0.f;
   float global_bias = 0.f;
   float token_count_log_base = 0.f;        // > 0 enables the per-row factor log(n_i) / log(base)
+  // --dtype bf16 on the CPU, whose activations stay f32: the fast kernel rounds q, k, the
+  // probabilities and v to bf16 for its two products (f32 sums, f32 softmax) where the CPU has
+  // AVX-512 BF16, and computes in f32 elsewhere. The reference ignores it; CUDA computes in the
+  // tensors' own dtype.
+  bool bf16_products = false;
 };
 
 // The visible local range of row i (empty when lo > hi), shared by every implementation.

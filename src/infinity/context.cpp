@@ -426,8 +426,7 @@ void Context::place_halos(ExecContext& ctx, AttentionCall& a) {
 // Query i (own frame) sees padded keys [i + left - p, i + left + p] and every global key.
 void Context::attend(ExecContext& ctx, AttentionCall& a, const Tensor& out) {
   const model::AttentionWeights& w = a.w;
-  ops::AttentionParams ap;
-  ap.scale = c_.attn_scale / std::sqrt(static_cast<float>(w.head_dim));
+  ops::AttentionParams ap = model::attention_params(w, c_.attn_scale);
   ap.band_lo = attn_halo_.left - a.p;
   ap.band_hi = attn_halo_.left + a.p;
   c_.biases(t_, ap.local_bias, ap.global_bias);

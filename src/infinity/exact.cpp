@@ -108,8 +108,7 @@ void Context::exact_scatter(ExecContext& ctx, ExactCall& a) {
 // The plain model's attention over the whole video (TemporalContext::attention's parameters).
 void Context::exact_attend(ExecContext& ctx, ExactCall& a) {
   if (a.mine == 0) return;
-  ops::AttentionParams p;
-  p.scale = 1.f / std::sqrt(static_cast<float>(a.w.head_dim));
+  const ops::AttentionParams p = model::attention_params(a.w);
   model::attend(ctx, model::split_heads(a.q, a.w.heads), model::split_heads(a.k, a.w.heads),
                 model::split_heads(a.v, a.w.heads), model::split_heads(a.o, a.w.heads), p);
 }

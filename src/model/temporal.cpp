@@ -25,9 +25,14 @@ void TemporalContext::fill_conv_halo(ExecContext& ctx, const Tensor& padded, Hal
 void TemporalContext::attention(ExecContext& ctx, const AttentionWeights& w, const Tensor& x, const Tensor& out,
                                 const std::string& module) {
   (void)module;
+  self_attention(ctx, w, x, out, attention_params(w));
+}
+
+ops::AttentionParams attention_params(const AttentionWeights& w, float factor) {
   ops::AttentionParams p;
-  p.scale = 1.f / std::sqrt(static_cast<float>(w.head_dim));
-  self_attention(ctx, w, x, out, p);
+  p.scale = factor / std::sqrt(static_cast<float>(w.head_dim));
+  p.bf16_products = w.to_q.dtype == DType::bf16;
+  return p;
 }
 
 Tensor split_heads(const Tensor& x, int heads) {

@@ -58,6 +58,10 @@ class TemporalContext {
 // The plain model: every clip is a whole video (`--vi.mode off`).
 using PlainTemporalContext = TemporalContext;
 
+// The attention parameters of w's module: scale factor / sqrt(head_dim), and bf16 products where
+// w's projections are bf16 (--dtype bf16; on the CPU the activations stay f32).
+ops::AttentionParams attention_params(const AttentionWeights& w, float factor = 1.f);
+
 // Self-attention of x (R, L, inner) with w's projections, heads merged into out (R, L, inner);
 // the attention pattern (band, global keys, biases) comes from p. Shared by every context.
 void self_attention(ExecContext& ctx, const AttentionWeights& w, const Tensor& x, const Tensor& out,

@@ -238,9 +238,7 @@ class Forward {
       const AttentionWeights a = attention_weights(blk + ".attn1", heads);
       Act nrm = layer_norm(*hs, blk + ".norm1");
       Act out = empty({n, s, inner});
-      ops::AttentionParams ap;
-      ap.scale = 1.f / std::sqrt(static_cast<float>(a.head_dim));
-      self_attention(ctx_, a, nrm->reshape({n, s, ch}), *out, ap);
+      self_attention(ctx_, a, nrm->reshape({n, s, ch}), *out, attention_params(a));
       add_projected(*hs, out->reshape({n * s, inner}), a);
     }
     {
@@ -255,8 +253,7 @@ class Forward {
       Act k = empty({b_, l, inner}), v = empty({b_, l, inner});
       ops::linear(ctx_, text, a.to_k, nullptr, *k);
       ops::linear(ctx_, text, a.to_v, nullptr, *v);
-      ops::AttentionParams ap;
-      ap.scale = 1.f / std::sqrt(static_cast<float>(a.head_dim));
+      const ops::AttentionParams ap = attention_params(a);
       for (std::int64_t b = 0; b < b_; ++b) {
         const Shape kv_shape{f_, heads, l, a.head_dim};
         const Tensor kb = split_heads(k->slice(0, b, 1), heads).expand(kv_shape);

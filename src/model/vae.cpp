@@ -98,6 +98,7 @@ class Decode {
     const Shape heads{n, 1, hw, ch};
     ops::AttentionParams ap;
     ap.scale = 1.f / std::sqrt(static_cast<float>(ch));
+    ap.bf16_products = w(p + ".to_q.weight").dtype == DType::bf16;  // --dtype bf16, as the UNet's
     ops::attention(ctx_, q->reshape(heads), k->reshape(heads), v->reshape(heads), nullptr, nullptr,
                    tokens->reshape(heads), ap);
     ops::linear(ctx_, *tokens, w(p + ".to_out.0.weight"), &w(p + ".to_out.0.bias"), *q);

@@ -402,8 +402,10 @@ OpCase attention_case(std::string name, AttnShape s, ops::AttentionParams p, boo
             }
             const Tensor y = e.output({s.B, s.H, s.Lq, s.Dv});
             const bool global = s.G > 0;
-            return [&e, q, k, v, kg, vg, y, p, global] {
-              ops::attention(e.ctx, q, k, v, global ? &kg : nullptr, global ? &vg : nullptr, y, p);
+            ops::AttentionParams pe = p;
+            pe.bf16_products = e.weight_dtype == DType::bf16;  // as the model asks for it in bf16
+            return [&e, q, k, v, kg, vg, y, pe, global] {
+              ops::attention(e.ctx, q, k, v, global ? &kg : nullptr, global ? &vg : nullptr, y, pe);
             };
           }};
 }
@@ -477,6 +479,9 @@ std::vector<OpCase> bench_cases() {
   v.push_back(attention_case("spatial attention 2560 tokens 4x5h d64", {4, 5, 2560, 2560, 0, 64, 64}, full(0.125f)));
   // The CPU benchmarks' narrow UNet (widths 32..128, head dim 8) at a 32x32 latent, 16 images.
   v.push_back(attention_case("spatial attention 1024 tokens 16x4h d8", {16, 4, 1024, 1024, 0, 8, 8}, full(0.35f)));
+  // The small preset at the same latent, level 0 (64 channels: 2 heads of 32), 16 of its 32 images.
+  v.push_back(attention_case("spatial attention 1024 tokens 16x2h d32", {16, 2, 1024, 1024, 0, 32, 32},
+                             full(1.f / std::sqrt(32.f))));
   return v;
 }
 

@@ -71,8 +71,7 @@ struct OpCase {
 // the text ("conv2d", "attention banded", "upsample_nearest").
 bool matches_filter(const OpCase& c, const std::string& filter);
 
-// Whether the case's op takes weights (linear, conv2d, temporal_conv): the cases that bf16 on the
-// CPU changes.
+// Whether the case's op takes weights (linear, conv2d, temporal_conv).
 bool takes_weights(const OpCase& c);
 
 // Small shapes with odd sizes: every op, every code path.

@@ -2,6 +2,7 @@
 // with its reason), a report of the first mismatches.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,11 @@ Tolerance tolerance_for(const OpCase& c, DType dtype);
 // What is wrong with the case's tolerance override ("" when nothing, or when it has none): an
 // override without a reason, a dtype listed twice, a negative or non-finite bound.
 std::string tolerance_problem(const OpCase& c);
+// What --dtype bf16 on the CPU may change of the case, against the f32 reference on the same
+// bf16-rounded inputs: nothing (nullopt) for the ops it leaves in f32; for those with weights
+// (bf16 weights, f32 activations) only the order of f32 sums of exact products, so the f32
+// tolerance; for the attention (bf16 products) the probabilities' rounding as well.
+std::optional<Tolerance> cpu_bf16_tolerance(const OpCase& c);
 
 struct HostOutputs {
   std::vector<Shape> shapes;

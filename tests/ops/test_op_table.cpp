@@ -96,10 +96,11 @@ TEST_CASE("op table: CPU fast paths match the naive references") {
 }
 
 // --dtype bf16 on the CPU: the cases with weights (linear, conv2d, temporal_conv), bf16 weights
-// and f32 activations, against the reference in f32 on the same bf16-rounded inputs and weights.
-// The inputs are bf16 values already, so the fast path's rounding of them is exact and only the
-// order of the f32 sums differs: the f32 tolerance holds.
-TEST_CASE("op table: CPU bf16 weights match the reference on bf16-rounded inputs") {
+// and f32 activations, and the attention with bf16 products, against the reference in f32 on the
+// same bf16-rounded inputs and weights (opcheck::cpu_bf16_tolerance says what each may differ by).
+// The attention must also differ from the f32 kernel's result: it rounds the probabilities, so a
+// result equal to f32's would mean the bf16 kernel never ran.
+TEST_CASE("op table: CPU bf16 matches the reference on bf16-rounded inputs") {
   const Selection sel = selection_from_env();
   if (!selected(sel, "cpu", DType::bf16)) return;
   if (!cpu_bf16()) {
@@ -107,17 +108,25 @@ TEST_CASE("op table: CPU bf16 weights match the reference on bf16-rounded inputs
     return;
   }
   Runtime fast(Device::cpu(), CpuImpl::fast), ref(Device::cpu(), CpuImpl::reference);
-  int checked = 0;
+  int checked = 0, attention = 0;
   for (const auto& c : opcheck::unit_cases()) {
-    if (!opcheck::matches_filter(c, sel.filter) || !opcheck::takes_weights(c)) continue;
+    const auto tol = opcheck::cpu_bf16_tolerance(c);
+    if (!opcheck::matches_filter(c, sel.filter) || !tol) continue;
     INFO("case: " << c.name << " on the CPU in bf16");
     const auto expected = opcheck::run_case(c, ref, DType::f32, DType::bf16);
     const auto got = opcheck::run_case(c, fast, DType::bf16, DType::bf16);
-    const auto cmp = opcheck::compare(expected, got, opcheck::tolerance_for(c, DType::f32));
+    const auto cmp = opcheck::compare(expected, got, *tol);
     CHECK_MESSAGE(cmp.ok, cmp.mismatches << " mismatches, max |err| " << cmp.max_abs_error << "\n" << cmp.report);
+    if (c.family == "attention") {
+      const auto f32 = opcheck::run_case(c, fast, DType::f32, DType::bf16);
+      const auto same = opcheck::compare(f32, got, opcheck::Tolerance{0, 0});
+      CHECK_MESSAGE(same.max_abs_error > 0, "the bf16 attention equals the f32 kernel's bit for bit");
+      ++attention;
+    }
     ++checked;
   }
-  if (sel.filter.empty()) CHECK(checked >= 12);
+  if (sel.filter.empty()) CHECK(checked >= 20);
+  if (sel.filter.empty()) CHECK(attention >= 8);
 }
 
 TEST_CASE("op table: the reference is deterministic (same case twice, same bits)") {
