@@ -8,6 +8,10 @@
 #include "cpu/vec.hpp"
 #include "exec/activation_math.hpp"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace vinf::cpu::fast {
 namespace {
 
@@ -84,7 +88,37 @@ VINF_VEC_INLINE void geglu_row_impl(const float* a, const float* g, float* out, 
 VINF_VEC_VARIANTS(geglu_row, geglu_row_impl, (const float* a, const float* g, float* out, std::int64_t n),
                   (a, g, out, n))
 
+#if defined(__x86_64__)
+// n floats to bf16 by VCVTNEPS2BF16 (round to nearest even; it reads denormal inputs as zero).
+__attribute__((target("arch=x86-64-v4,avx512bf16"))) void narrow_bf16_native(const float* s, std::uint16_t* d,
+                                                                            std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + i + 16), _mm512_loadu_ps(s + i));
+    _mm512_storeu_si512(d + i, reinterpret_cast<__m512i>(v));
+  }
+  for (; i < n; i += 16) {
+    const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s + i));
+    _mm256_mask_storeu_epi16(d + i, m, reinterpret_cast<__m256i>(v));
+  }
+}
+#endif
+
 }  // namespace
+
+void round_to_bf16(const Tensor& src, const Tensor& dst) {
+#if defined(__x86_64__)
+  if (bf16_supported() && src.dtype == DType::f32 && dst.dtype == DType::bf16 && src.is_contiguous() &&
+      dst.is_contiguous()) {
+    const float* s = src.ptr<float>();
+    auto* d = static_cast<std::uint16_t*>(dst.data);
+    parallel_chunks(src.numel(), [&](std::int64_t b, std::int64_t e) { narrow_bf16_native(s + b, d + b, e - b); });
+    return;
+  }
+#endif
+  copy(src, dst);
+}
 
 void copy(const Tensor& src, const Tensor& dst) {
   dispatch_dtype(src.dtype, [&](auto s) {

@@ -26,7 +26,7 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
   BlasMatrix a, b;
   if (w.dtype == DType::bf16 && x.dtype != DType::bf16) {  // --dtype bf16: the rows rounded to bf16 once
     hx = ctx.arena->empty(DType::bf16, x.shape);
-    copy(x, hx);
+    round_to_bf16(x, hx);
     as_blas_matrix(hx, a);
   } else {
     readable_or_copy(ctx, x, hx, a);

@@ -482,6 +482,9 @@ std::vector<OpCase> bench_cases() {
   // The small preset at the same latent, level 0 (64 channels: 2 heads of 32), 16 of its 32 images.
   v.push_back(attention_case("spatial attention 1024 tokens 16x2h d32", {16, 2, 1024, 1024, 0, 32, 32},
                              full(1.f / std::sqrt(32.f))));
+  // ... and its temporal attention there: B*H*W = 2*32*32 sequences of F = 16 frames.
+  v.push_back(attention_case("temporal attention F16 2048x2h d32", {2048, 2, 16, 16, 0, 32, 32},
+                             full(1.f / std::sqrt(32.f))));
   return v;
 }
 
