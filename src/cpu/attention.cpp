@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/error.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/strided.hpp"
 #include "cpu/vec.hpp"
@@ -196,14 +197,15 @@ VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int
     // would be exp(-inf + inf) = NaN: measure from 0 then, so they weigh 0 and the row's first
     // finite score starts the sum.
     const float ref = m_new == -inf ? 0.f : m_new;
-    const float corr = std::exp(w.m[r] - ref);  // 0 on the row's first visible block
+    // Nothing to rescale while the row's max is -inf (its outputs and sum are still 0).
+    const float corr = w.m[r] == -inf ? 0.f : std::exp(w.m[r] - ref);
     V sum{};
     for (std::int64_t c = 0; c < width; c += L) {
       const V p = vec::exp(vec::load_as<V>(srow + c) - ref);
       sum += p;
       vec::store_as(srow + c, p);
     }
-    if (corr != 1.f) {
+    if (corr != 1.f && w.m[r] != -inf) {
       float* orow = w.o + r * w.os;
       for (std::int64_t c = 0; c < dv; ++c) orow[c] *= corr;
     }
@@ -239,9 +241,9 @@ VINF_VEC_INLINE void key_block_impl(const Scratch& w, std::int64_t rows, std::in
     for (; c0 + 8 <= dv; c0 += 8) values_group<vec::f32x8, 1>(w, r0, dv, c0, vals + j0 * vs, vs, nb);
     for (; c0 < dv; ++c0) {
       for (std::int64_t i = 0; i < kGroup; ++i) {
-        float acc = w.o[(r0 + i) * dv + c0];
+        float acc = w.o[(r0 + i) * w.os + c0];
         for (std::int64_t j = 0; j < nb; ++j) acc += w.s[(r0 + i) * kKeys + j] * vals[(j0 + j) * vs + c0];
-        w.o[(r0 + i) * dv + c0] = acc;
+        w.o[(r0 + i) * w.os + c0] = acc;
       }
     }
   }
@@ -359,10 +361,14 @@ VINF_BF16_TARGET void key_block_bf16(const Scratch& w, std::int64_t rows, std::i
     for (; c0 < w.os; c0 += kL) pair_update<1, true>(pr, kKeys / 2, w.v2 + c0, w.os, np, o + c0, w.os);
   }
 }
-#else
-void pack_rows(std::uint32_t*, std::int64_t, const float*, std::int64_t, std::int64_t, std::int64_t) {}
+#else  // never called: bf16_supported() is false off x86-64
+void pack_rows(std::uint32_t*, std::int64_t, const float*, std::int64_t, std::int64_t, std::int64_t) {
+  VINF_FAIL("attention: bf16 products need x86-64");
+}
 void key_block_bf16(const Scratch&, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t,
-                    const float*, std::int64_t, std::int64_t, std::int64_t, bool, float, const RowBand&) {}
+                    const float*, std::int64_t, std::int64_t, std::int64_t, bool, float, const RowBand&) {
+  VINF_FAIL("attention: bf16 products need x86-64");
+}
 #endif
 
 }  // namespace

@@ -5,6 +5,7 @@
 // on one OpenMP thread pool. Compute ops take f32 tensors; the weights of linear, conv2d and
 // temporal_conv may also be bf16 (--dtype bf16, on CPUs with AVX-512 BF16: the fast paths round
 // the input to bf16 and accumulate in f32; the references compute in f32 from widened weights);
+// the fast attention takes bf16 products when AttentionParams::bf16_products asks for them;
 // copy and fill take every dtype.
 #pragma once
 
@@ -51,8 +52,8 @@ void normal(const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::ui
 namespace fast {
 void copy(const Tensor& src, const Tensor& dst);
 // f32 src into bf16 dst for the products of --dtype bf16: copy(), but with the CPU's own
-// conversion where it has one (contiguous tensors on AVX-512 BF16: the same rounding, denormal
-// inputs read as zero).
+// conversion where it has one (AVX-512 BF16, views with contiguous rows: the same rounding,
+// denormal inputs read as zero).
 void round_to_bf16(const Tensor& src, const Tensor& dst);
 void fill(const Tensor& dst, double value);
 void axpby(float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out);

@@ -109,12 +109,20 @@ __attribute__((target("arch=x86-64-v4,avx512bf16"))) void narrow_bf16_native(con
 
 void round_to_bf16(const Tensor& src, const Tensor& dst) {
 #if defined(__x86_64__)
-  if (bf16_supported() && src.dtype == DType::f32 && dst.dtype == DType::bf16 && src.is_contiguous() &&
-      dst.is_contiguous()) {
+  if (bf16_supported() && src.dtype == DType::f32 && dst.dtype == DType::bf16) {
+    const auto l = joint_layout<2>({&src, &dst});
     const float* s = src.ptr<float>();
     auto* d = static_cast<std::uint16_t*>(dst.data);
-    parallel_chunks(src.numel(), [&](std::int64_t b, std::int64_t e) { narrow_bf16_native(s + b, d + b, e - b); });
-    return;
+    if (l.rank == 1 && l.stride[0][0] == 1 && l.stride[1][0] == 1) {
+      parallel_chunks(l.size[0], [&](std::int64_t b, std::int64_t e) { narrow_bf16_native(s + b, d + b, e - b); });
+      return;
+    }
+    if (l.stride[0][l.rank - 1] == 1 && l.stride[1][l.rank - 1] == 1) {  // contiguous rows (layout copies)
+      for_each_row<2>(l, [&](const std::array<std::int64_t, 2>& base, std::int64_t n, const std::array<std::int64_t, 2>&) {
+        narrow_bf16_native(s + base[0], d + base[1], n);
+      });
+      return;
+    }
   }
 #endif
   copy(src, dst);

@@ -444,6 +444,10 @@ void add_attention(std::vector<OpCase>& v) {
   v.push_back(attention_case("attention one head d512 37x37 (VAE mid-block)", {1, 1, 37, 37, 0, 512, 512},
                              full(1.f / std::sqrt(512.f))));
   v.push_back(attention_case("attention split-head views 2x(4x8) 11x11", {2, 4, 11, 11, 0, 8, 8}, full(0.35f), true));
+  // Odd head dims and value widths between the kernels' vector counts (48: two vectors of 16).
+  v.push_back(attention_case("attention odd dims d33 dv48 20x37 G3", {1, 2, 20, 37, 3, 33, 48},
+                             banded(0.2f, -9, 9, 0.5f, 0.f)));
+  v.push_back(attention_case("attention odd dims d7 dv33 9x140", {2, 1, 9, 140, 0, 7, 33}, full(0.4f)));
 }
 
 }  // namespace

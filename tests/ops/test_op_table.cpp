@@ -99,7 +99,8 @@ TEST_CASE("op table: CPU fast paths match the naive references") {
 // and f32 activations, and the attention with bf16 products, against the reference in f32 on the
 // same bf16-rounded inputs and weights (opcheck::cpu_bf16_tolerance says what each may differ by).
 // The attention must also differ from the f32 kernel's result: it rounds the probabilities, so a
-// result equal to f32's would mean the bf16 kernel never ran.
+// result equal to f32's would mean the bf16 kernel never ran (every case has rows that see
+// several keys, whose probabilities are not all exact in bf16).
 TEST_CASE("op table: CPU bf16 matches the reference on bf16-rounded inputs") {
   const Selection sel = selection_from_env();
   if (!selected(sel, "cpu", DType::bf16)) return;
@@ -126,7 +127,7 @@ TEST_CASE("op table: CPU bf16 matches the reference on bf16-rounded inputs") {
     ++checked;
   }
   if (sel.filter.empty()) CHECK(checked >= 20);
-  if (sel.filter.empty()) CHECK(attention >= 8);
+  if (sel.filter.empty()) CHECK(attention >= 10);
 }
 
 TEST_CASE("op table: the reference is deterministic (same case twice, same bits)") {
