@@ -201,7 +201,7 @@ VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int
     const float corr = w.m[r] == -inf ? 0.f : std::exp(w.m[r] - ref);
     V sum{};
     for (std::int64_t c = 0; c < width; c += L) {
-      const V p = vec::exp(vec::load_as<V>(srow + c) - ref);
+      const V p = vec::exp_nonpositive(vec::load_as<V>(srow + c) - ref);
       sum += p;
       vec::store_as(srow + c, p);
     }

@@ -96,6 +96,28 @@ VINF_VEC_INLINE V exp(V x) {
   return x < -87.f ? zero : (x > 88.7f ? zero + std::numeric_limits<float>::infinity() : y);
 }
 
+// exp(x) for x <= 0 (and -inf, NaN), as exp() computes it, without the clamps above 0: the
+// softmax's exponentials of scores minus their maximum.
+template <class V>
+VINF_VEC_INLINE V exp_nonpositive(V x) {
+  using I = decltype(x < x);
+  const V zero{};
+  const V big = zero + 12582912.f;
+  const V xc = x < -87.f ? zero - 87.f : x;
+  const V nf = (xc * 1.44269504f + big) - big;
+  const V r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  V p = zero + 1.f / 720.f;
+  p = p * r + 1.f / 120.f;
+  p = p * r + 1.f / 24.f;
+  p = p * r + 1.f / 6.f;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const I n = __builtin_convertvector(nf, I);
+  const V y = p * reinterpret_cast<V>((n + 127) << 23);
+  return x < -87.f ? zero : y;
+}
+
 // Helpers for any float vector V.
 template <class V>
 constexpr int lanes_of = static_cast<int>(sizeof(V) / sizeof(float));

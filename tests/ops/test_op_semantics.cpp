@@ -205,9 +205,10 @@ TEST_CASE("vector exp and erf of the CPU kernels agree with libm") {
   for (float x0 = -100.f; x0 < 88.f; x0 += 0.37f) {
     float xs[cpu::vec::kLanes];
     for (int i = 0; i < cpu::vec::kLanes; ++i) xs[i] = x0 + 0.0231f * static_cast<float>(i);
-    float e[cpu::vec::kLanes], f[cpu::vec::kLanes];
+    float e[cpu::vec::kLanes], f[cpu::vec::kLanes], n[cpu::vec::kLanes];
     cpu::vec::store(e, cpu::vec::exp(cpu::vec::load(xs)));
     cpu::vec::store(f, cpu::vec::erf(cpu::vec::load(xs) * 0.05f));
+    cpu::vec::store(n, cpu::vec::exp_nonpositive(cpu::vec::load(xs)));
     for (int i = 0; i < cpu::vec::kLanes; ++i) {
       const double want = std::exp(static_cast<double>(xs[i]));
       if (xs[i] < -87.f) {
@@ -215,6 +216,7 @@ TEST_CASE("vector exp and erf of the CPU kernels agree with libm") {
       } else if (xs[i] <= 88.f) {
         worst_exp = std::max(worst_exp, std::fabs(e[i] - want) / want);
       }
+      if (xs[i] <= 0.f) CHECK(n[i] == e[i]);  // the softmax's exp: the same values where it is used
       worst_erf = std::max(worst_erf, std::fabs(f[i] - std::erf(0.05 * xs[i])));
     }
   }
@@ -225,6 +227,11 @@ TEST_CASE("vector exp and erf of the CPU kernels agree with libm") {
   for (float& v : inf_in) v = -std::numeric_limits<float>::infinity();
   cpu::vec::store(out, cpu::vec::exp(cpu::vec::load(inf_in)));
   CHECK(out[0] == 0.f);
+  cpu::vec::store(out, cpu::vec::exp_nonpositive(cpu::vec::load(inf_in)));
+  CHECK(out[0] == 0.f);
+  for (float& v : inf_in) v = std::numeric_limits<float>::quiet_NaN();
+  cpu::vec::store(out, cpu::vec::exp_nonpositive(cpu::vec::load(inf_in)));
+  CHECK(std::isnan(out[0]));  // a NaN score stays visible
 }
 
 namespace {
