@@ -76,11 +76,10 @@ VINF_VEC_INLINE void transpose16(f32x16 (&r)[16]) { transpose<f32x16>(r); }
 // x = n ln2 + r with |r| <= ln2/2, exp(r) by its degree-6 Taylor polynomial, 2^n by exponent bits.
 // For any float vector V (f32x16, f32x8); the lanes do not interact.
 template <class V>
-VINF_VEC_INLINE V exp(V x) {
-  using I = decltype(x < x);  // the integer vector of V's width
+VINF_VEC_INLINE V exp_in_range(V xc) {  // xc already clamped to [-87, 88]
+  using I = decltype(xc < xc);  // the integer vector of V's width
   const V zero{};
   const V big = zero + 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
-  const V xc = x < -87.f ? zero - 87.f : (x > 88.f ? zero + 88.f : x);
   const V nf = (xc * 1.44269504f + big) - big;
   const V r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
   V p = zero + 1.f / 720.f;
@@ -91,8 +90,12 @@ VINF_VEC_INLINE V exp(V x) {
   p = p * r + 1.f;
   p = p * r + 1.f;
   const I n = __builtin_convertvector(nf, I);
-  const V scale = reinterpret_cast<V>((n + 127) << 23);
-  const V y = p * scale;
+  return p * reinterpret_cast<V>((n + 127) << 23);
+}
+template <class V>
+VINF_VEC_INLINE V exp(V x) {
+  const V zero{};
+  const V y = exp_in_range(x < -87.f ? zero - 87.f : (x > 88.f ? zero + 88.f : x));
   return x < -87.f ? zero : (x > 88.7f ? zero + std::numeric_limits<float>::infinity() : y);
 }
 
@@ -100,21 +103,8 @@ VINF_VEC_INLINE V exp(V x) {
 // softmax's exponentials of scores minus their maximum.
 template <class V>
 VINF_VEC_INLINE V exp_nonpositive(V x) {
-  using I = decltype(x < x);
   const V zero{};
-  const V big = zero + 12582912.f;
-  const V xc = x < -87.f ? zero - 87.f : x;
-  const V nf = (xc * 1.44269504f + big) - big;
-  const V r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
-  V p = zero + 1.f / 720.f;
-  p = p * r + 1.f / 120.f;
-  p = p * r + 1.f / 24.f;
-  p = p * r + 1.f / 6.f;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
-  const I n = __builtin_convertvector(nf, I);
-  const V y = p * reinterpret_cast<V>((n + 127) << 23);
+  const V y = exp_in_range(x < -87.f ? zero - 87.f : x);
   return x < -87.f ? zero : y;
 }
 
