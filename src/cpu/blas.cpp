@@ -28,14 +28,23 @@ bool as_blas_matrix(const Tensor& m, BlasMatrix& out) {
   return true;
 }
 
+bool bf16_hardware() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 bool bf16_supported() {
 #if defined(__x86_64__)
   static const bool yes = [] {
-    __builtin_cpu_init();
+    if (!bf16_hardware()) return false;
     // oneDNN's own choice too: ONEDNN_MAX_CPU_ISA below avx512_core_bf16 leaves it no bf16 kernels.
     const auto bf16_isa = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
     const bool onednn = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & bf16_isa) == bf16_isa;
-    return vec::cpu_level() == vec::Level::v4 && __builtin_cpu_supports("avx512bf16") && onednn;
+    return vec::cpu_level() == vec::Level::v4 && onednn;
   }();
   return yes;
 #else

@@ -25,6 +25,8 @@ int thread_count();
 // what --dtype bf16 on the CPU needs. VINF_CPU_LEVEL=v3 or baseline hides it, as it hides AVX-512,
 // and so does an ONEDNN_MAX_CPU_ISA below avx512_core_bf16.
 bool bf16_supported();
+// Whether the CPU itself has AVX-512 BF16, whatever the environment hides (for error messages).
+bool bf16_hardware();
 
 namespace ref {
 void copy(const Tensor& src, const Tensor& dst);

@@ -24,14 +24,7 @@ int cpu_threads() { return cpu::thread_count(); }
 
 bool cpu_bf16() { return cpu::bf16_supported(); }
 
-bool cpu_has_bf16_hardware() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16");
-#else
-  return false;
-#endif
-}
+bool cpu_has_bf16_hardware() { return cpu::bf16_hardware(); }
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
