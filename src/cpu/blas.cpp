@@ -14,6 +14,7 @@
 #include "cpu/context.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/vec.hpp"
+#include "exec/activation_math.hpp"
 #include "exec/layout.hpp"
 
 namespace vinf::cpu {
@@ -85,11 +86,14 @@ memory::desc matrix_desc(std::int64_t batch, std::int64_t rows, std::int64_t col
 
 MatmulPlan& get_plan(CpuContext& cc, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
                      const BlasMatrix& a, std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta,
-                     std::int64_t ldc, std::int64_t c_batch, bool bias, std::int64_t bias_stride) {
+                     std::int64_t ldc, std::int64_t c_batch, bool bias, std::int64_t bias_stride,
+                     const GemmEpilogue& ep) {
   std::string key;
-  key.reserve(160);
+  key.reserve(200);
   for (const std::int64_t v : {batch, M, N, K, std::int64_t{a.transposed}, a.ld, a_batch, std::int64_t{b.transposed},
-                               b.ld, b_batch, ldc, c_batch, std::int64_t{bias}, bias_stride, std::int64_t{a.bf16}}) {
+                               b.ld, b_batch, ldc, c_batch, std::int64_t{bias}, bias_stride, std::int64_t{a.bf16},
+                               std::int64_t{ep.gelu}, std::int64_t{ep.mul != nullptr}, ep.ld_mul, ep.mul_batch,
+                               std::int64_t{ep.bf16_out}}) {
     key += std::to_string(v);
     key += ',';
   }
@@ -100,16 +104,19 @@ MatmulPlan& get_plan(CpuContext& cc, std::int64_t batch, std::int64_t M, std::in
   // Batches of one matrix repeated (stride 0) are a broadcast dimension of size 1 to oneDNN.
   plan->a = matrix_desc(a_batch == 0 ? 1 : batch, M, K, a.transposed, a.ld, a_batch, a.bf16);
   plan->b = matrix_desc(b_batch == 0 ? 1 : batch, K, N, b.transposed, b.ld, b_batch, b.bf16);
-  plan->c = matrix_desc(batch, M, N, false, ldc, c_batch);
+  plan->c = matrix_desc(batch, M, N, false, ldc, c_batch, ep.bf16_out);
   if (bias) plan->bias = memory::desc({1, 1, N}, memory::data_type::f32, memory::dims{N, N, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.f) {
-    dnnl::post_ops po;
-    po.append_sum(beta);
-    attr.set_post_ops(po);
+  dnnl::post_ops po;
+  if (beta != 0.f) po.append_sum(beta);
+  if (ep.gelu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f);
+  if (ep.mul) {
+    plan->mul = matrix_desc(batch, M, N, false, ep.ld_mul, ep.mul_batch);
+    po.append_binary(dnnl::algorithm::binary_mul, plan->mul);
   }
+  if (po.len() > 0) attr.set_post_ops(po);
   const dnnl::matmul::desc d = bias ? dnnl::matmul::desc(plan->a, plan->b, plan->bias, plan->c)
                                     : dnnl::matmul::desc(plan->a, plan->b, plan->c);
   plan->pd = dnnl::matmul::primitive_desc(d, attr, cc.engine());
@@ -155,20 +162,39 @@ void openblas_gemm(std::int64_t batch, std::int64_t M, std::int64_t N, std::int6
   }
 }
 
+// The epilogue on f32 results already stored (the OpenBLAS path and K = 0).
+void apply_epilogue(std::int64_t batch, std::int64_t M, std::int64_t N, float* c, std::int64_t ldc,
+                    std::int64_t c_batch, const GemmEpilogue& ep) {
+  if (!ep.gelu && !ep.mul) return;
+  for (std::int64_t i = 0; i < batch; ++i)
+    for (std::int64_t m = 0; m < M; ++m) {
+      float* row = c + i * c_batch + m * ldc;
+      const float* mul = ep.mul ? ep.mul + i * ep.mul_batch + m * ep.ld_mul : nullptr;
+      for (std::int64_t n = 0; n < N; ++n) {
+        if (ep.gelu) row[n] = exec::gelu(row[n]);
+        if (mul) row[n] *= mul[n];
+      }
+    }
+}
+
 }  // namespace
 
 void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
-          const BlasMatrix& a, std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta, float* c,
-          std::int64_t ldc, std::int64_t c_batch, const float* bias, std::int64_t bias_stride) {
+          const BlasMatrix& a, std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta, void* c_out,
+          std::int64_t ldc, std::int64_t c_batch, const float* bias, std::int64_t bias_stride, const GemmEpilogue& ep) {
   if (batch == 0 || M == 0 || N == 0) return;
   VINF_CHECK(bias == nullptr || alpha == 1.f, "gemm: a bias with alpha != 1 (oneDNN would scale the bias too)");
   VINF_CHECK(a.bf16 == b.bf16, "gemm: one operand is bf16 and the other f32 (convert the activations first)");
-  if (K == 0) {  // no product (the libraries may leave c untouched)
+  VINF_CHECK(!ep.bf16_out || (a.bf16 && beta == 0.f), "gemm: a bf16 result needs bf16 operands and beta 0");
+  float* c = static_cast<float*>(c_out);
+  if (K == 0 && !ep.bf16_out) {  // no product (the libraries may leave c untouched)
     bias_plus_beta_c(batch, M, N, beta, c, ldc, c_batch, bias, bias_stride);
+    apply_epilogue(batch, M, N, c, ldc, c_batch, ep);
     return;
   }
   if (gemm_library() == GemmLibrary::openblas && !a.bf16) {
     openblas_gemm(batch, M, N, K, alpha, a, a_batch, b, b_batch, beta, c, ldc, c_batch, bias, bias_stride);
+    apply_epilogue(batch, M, N, c, ldc, c_batch, ep);
     return;
   }
   VINF_CHECK(ctx.cpu != nullptr, "gemm: the CPU fast path needs a CpuContext");
@@ -184,7 +210,7 @@ void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, 
   }
   try {
     MatmulPlan& plan = get_plan(cc, batch, M, N, K, alpha, a, a_batch, b, b_batch, beta, ldc, c_batch, bias != nullptr,
-                                bias_stride);
+                                bias_stride, ep);
     Allocation scratch_hold = ctx.arena->allocate(plan.pd.scratchpad_desc().get_size());
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, memory(plan.a, cc.engine(), const_cast<void*>(a.data))},
@@ -192,6 +218,11 @@ void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, 
         {DNNL_ARG_DST, memory(plan.c, cc.engine(), c)},
         {DNNL_ARG_SCRATCHPAD, memory(plan.pd.scratchpad_desc(), cc.engine(), scratch_hold.data())}};
     if (bias) args.emplace(DNNL_ARG_BIAS, memory(plan.bias, cc.engine(), const_cast<float*>(bias)));
+    if (ep.mul) {
+      const int index = (beta != 0.f ? 1 : 0) + (ep.gelu ? 1 : 0);  // the multiplication's place among the post-ops
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
+                   memory(plan.mul, cc.engine(), const_cast<float*>(ep.mul)));
+    }
     plan.prim.execute(cc.stream(), args);
     cc.stream().wait();
   } catch (const dnnl::error& e) {

@@ -31,15 +31,26 @@ enum class GemmLibrary { onednn, openblas };
 GemmLibrary gemm_library();
 const char* gemm_library_name();
 
+// What a product does to its result before storing it (oneDNN post-ops, in this order): GELU
+// (erf form), then a multiplication by a matrix of the result's shape (f32, row stride ld_mul,
+// batch stride mul_batch), stored as bf16 when bf16_out (bf16 operands only).
+struct GemmEpilogue {
+  bool gelu = false;
+  const float* mul = nullptr;
+  std::int64_t ld_mul = 0, mul_batch = 0;
+  bool bf16_out = false;
+};
+
 // A batch of `batch` products, matrix i at offsets i * a_batch, i * b_batch, i * c_batch (elements;
 // 0 repeats one matrix):
 //   c (M x N, row stride ldc, unit column stride) = alpha * op(a) (M x K) * op(b) (K x N)
 //                                                  + bias (N, stride bias_stride, when given) + beta * c.
 // A bias goes with alpha 1 only. a and b are both f32 or both bf16 (then oneDNN multiplies them with
-// f32 accumulation whatever VINF_CPU_GEMM says); c and the bias are f32.
+// f32 accumulation whatever VINF_CPU_GEMM says); the bias is f32, c f32 unless the epilogue says bf16.
 void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
-          const BlasMatrix& a, std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta, float* c,
-          std::int64_t ldc, std::int64_t c_batch, const float* bias = nullptr, std::int64_t bias_stride = 1);
+          const BlasMatrix& a, std::int64_t a_batch, const BlasMatrix& b, std::int64_t b_batch, float beta, void* c,
+          std::int64_t ldc, std::int64_t c_batch, const float* bias = nullptr, std::int64_t bias_stride = 1,
+          const GemmEpilogue& epilogue = {});
 
 // One product: gemm with batch 1.
 inline void sgemm(ExecContext& ctx, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BlasMatrix& a,

@@ -19,7 +19,7 @@ struct ConvPlan {
 struct MatmulPlan {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
-  dnnl::memory::desc a, b, c, bias;
+  dnnl::memory::desc a, b, c, bias, mul;
 };
 
 class CpuContext {

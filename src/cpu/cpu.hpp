@@ -67,8 +67,13 @@ void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const T
                       const Tensor& y, const exec::GroupNormParams& p);
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, float eps);
 void softmax(const Tensor& x, const Tensor& out);
-// y = x w^T (+ bias) + beta * y
+// y = x w^T (+ bias) + beta * y; x [..., K] and y [..., N] share their leading dims, in any strides
+// (a permuted x is read transposed, a column-major y written as y^T = w x^T).
 void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, float beta = 0.f);
+// out = geglu(x w^T + bias) on rows (x [M, K], w [2F, K], out [M, F]): two products, the gate's with
+// its GELU and the hidden half's with the multiplication as oneDNN post-ops; out f32, or bf16 with
+// bf16 weights.
+void linear_geglu(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
 void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta);
 void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
             const exec::Conv2dParams& p);

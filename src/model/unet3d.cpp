@@ -52,7 +52,8 @@ class Forward {
     if (w_.shard().size > 1) tg_->sum(ctx_, y);
   }
 
-  Act empty(const Shape& s) const { return std::make_shared<OwnedTensor>(ctx_.arena->empty(dtype_, s)); }
+  Act empty(const Shape& s) const { return empty(s, dtype_); }
+  Act empty(const Shape& s, DType dt) const { return std::make_shared<OwnedTensor>(ctx_.arena->empty(dt, s)); }
   const Tensor& w(const std::string& name) const { return w_.get(name); }
   void observe(const std::string& name, const Tensor& t) const {
     if (observe_) observe_(name, t);
@@ -200,13 +201,14 @@ class Forward {
     const std::int64_t m = x.size(0), inner = x.size(1), ff = w(p + ".ff.net.2.weight").size(1);
     const std::int64_t rows = std::max<std::int64_t>(1, std::min(m, kFeedForwardElements / (2 * ff)));
     Act n = layer_norm(x, p + ".norm3");
-    Act proj = empty({rows, 2 * ff}), gated = empty({rows, ff});
+    // The gated activations only feed the second product: stored in the weights' dtype (bf16 on
+    // the CPU under --dtype bf16, where that product would round them anyway).
+    const Tensor& proj_w = w(p + ".ff.net.0.proj.weight");
+    Act gated = empty({rows, ff}, proj_w.dtype);
     const Act y = w_.shard().size == 1 ? nullptr : empty({rows, inner});  // the row-parallel partial sums
     for (std::int64_t r0 = 0; r0 < m; r0 += rows) {
       const std::int64_t r = std::min(rows, m - r0);
-      ops::linear(ctx_, n->slice(0, r0, r), w(p + ".ff.net.0.proj.weight"), &w(p + ".ff.net.0.proj.bias"),
-                  proj->slice(0, 0, r));
-      ops::geglu(ctx_, proj->slice(0, 0, r), gated->slice(0, 0, r));
+      ops::linear_geglu(ctx_, n->slice(0, r0, r), proj_w, &w(p + ".ff.net.0.proj.bias"), gated->slice(0, 0, r));
       if (w_.shard().size == 1) {  // the product adds itself onto x
         ops::linear_add(ctx_, gated->slice(0, 0, r), w(p + ".ff.net.2.weight"), &w(p + ".ff.net.2.bias"),
                         x.slice(0, r0, r));
@@ -226,14 +228,12 @@ class Forward {
     const int heads = local_heads(transformer_heads(c_, static_cast<int>(ch)));
     const std::string blk = p + ".transformer_blocks.0";
     const std::int64_t inner = w(blk + ".attn1.to_q.weight").size(0);  // the shard's heads
-    Act tokens = empty({n, s, ch});
-    {
-      Act normed = group_norm_frames(x, p + ".norm", 1e-6f, ops::Activation::none);
-      ops::copy(ctx_, normed->reshape({n, ch, s}).permute({0, 2, 1}), *tokens);
-    }
     Act hs = empty({n * s, ch});
-    ops::linear(ctx_, *tokens, w(p + ".proj_in.weight"), &w(p + ".proj_in.bias"), hs->reshape({n, s, ch}));
-    tokens.reset();
+    {  // the product reads the normalised frames' pixels as its rows, transposed in place
+      Act normed = group_norm_frames(x, p + ".norm", 1e-6f, ops::Activation::none);
+      ops::linear(ctx_, normed->reshape({n, ch, s}).permute({0, 2, 1}), w(p + ".proj_in.weight"),
+                  &w(p + ".proj_in.bias"), hs->reshape({n, s, ch}));
+    }
     {
       const AttentionWeights a = attention_weights(blk + ".attn1", heads);
       Act nrm = layer_norm(*hs, blk + ".norm1");
@@ -264,11 +264,11 @@ class Forward {
       add_projected(*hs, out->reshape({n * s, inner}), a);
     }
     feed_forward(*hs, blk);
-    Act y = empty({n, s, ch});
-    ops::linear(ctx_, *hs, w(p + ".proj_out.weight"), &w(p + ".proj_out.bias"), y->reshape({n * s, ch}));
-    hs.reset();
+    // out = x + proj_out(hs), the product written transposed (channels by pixels) onto x + bias.
     Act out = empty(x.shape);
-    ops::add(ctx_, x.reshape({n, ch, s}), y->permute({0, 2, 1}), out->reshape({n, ch, s}));
+    const Tensor o = out->reshape({n, ch, s});
+    ops::add(ctx_, x.reshape({n, ch, s}), w(p + ".proj_out.bias").reshape({1, ch, 1}).expand(o.shape), o);
+    ops::linear_add(ctx_, hs->reshape({n, s, ch}), w(p + ".proj_out.weight"), nullptr, o.permute({0, 2, 1}));
     return out;
   }
 
@@ -280,16 +280,14 @@ class Forward {
     observe(p + ".in", *x);
     const std::int64_t ch = x->size(1), s = x->size(2) * x->size(3), rows = b_ * s;
     const std::int64_t inner = w(p + ".proj_in.weight").size(0);
-    Act seq = empty({b_, s, f_, ch});
-    {
+    Act hs = empty({rows * f_, inner});
+    {  // one sequence of frames per pixel: the product reads the frames' pixels transposed in place
       Act normed = empty(x->shape);
       tc_.group_norm(ctx_, clip(*x), w(p + ".norm.weight"), w(p + ".norm.bias"), clip(*normed),
                      {c_.norm_num_groups, 1e-6f, ops::Activation::none}, Halo{}, p + ".norm");
-      ops::copy(ctx_, normed->reshape({b_, f_, ch, s}).permute({0, 3, 1, 2}), *seq);
+      ops::linear(ctx_, normed->reshape({b_, f_, ch, s}).permute({0, 3, 1, 2}), w(p + ".proj_in.weight"),
+                  &w(p + ".proj_in.bias"), hs->reshape({b_, s, f_, inner}));
     }
-    Act hs = empty({rows * f_, inner});
-    ops::linear(ctx_, *seq, w(p + ".proj_in.weight"), &w(p + ".proj_in.bias"), hs->reshape({b_, s, f_, inner}));
-    seq.reset();
     const std::string blk = p + ".transformer_blocks.0";
     for (const char* attn : {".attn1", ".attn2"}) {
       const AttentionWeights a = attention_weights(blk + attn, heads);
@@ -302,11 +300,12 @@ class Forward {
       add_projected(*hs, out->reshape({rows * f_, shard_inner}), a, blk + attn, {rows, f_, inner});
     }
     feed_forward(*hs, blk);
-    Act y = empty({b_, s, f_, ch});
-    ops::linear(ctx_, *hs, w(p + ".proj_out.weight"), &w(p + ".proj_out.bias"), y->reshape({rows * f_, ch}));
-    hs.reset();
+    // out = x + proj_out(hs), the product written back in the frames' layout onto x + bias.
     Act out = empty(x->shape);
-    ops::add(ctx_, x->reshape({b_, f_, ch, s}), y->permute({0, 2, 3, 1}), out->reshape({b_, f_, ch, s}));
+    const Tensor o = out->reshape({b_, f_, ch, s});
+    ops::add(ctx_, x->reshape({b_, f_, ch, s}), w(p + ".proj_out.bias").reshape({1, 1, ch, 1}).expand(o.shape), o);
+    ops::linear_add(ctx_, hs->reshape({b_, s, f_, inner}), w(p + ".proj_out.weight"), nullptr,
+                    o.permute({0, 3, 1, 2}));
     observe(p + ".out", *out);
     return out;
   }

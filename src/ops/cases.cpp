@@ -259,6 +259,62 @@ void add_gemms(std::vector<OpCase>& v) {
                    ops::linear_add(e.ctx, x, w, nullptr, y);
                  };
                }});
+  // The temporal layers' layouts: a permuted activation read in place (one sequence of frames per
+  // pixel), a product written back transposed onto a residual, and a view no product can read.
+  v.push_back({"linear", "linear on frames' pixels as rows 2x5x3x6 -> 7 +bias", 2.0 * 30 * 6 * 7,
+               [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({2, 3, 6, 5}).permute({0, 3, 1, 2});
+                 const Tensor w = e.weight({7, 6}, 0.3f), b = e.input({7});
+                 const Tensor y = e.output({2, 5, 3, 7});
+                 return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
+               }});
+  v.push_back({"linear", "linear_add written transposed into frames 2x5x3x6 -> 7 +bias", 2.0 * 30 * 6 * 7,
+               [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({2, 5, 3, 6});
+                 const Tensor w = e.weight({7, 6}, 0.3f), b = e.input({7}), y0 = e.input({2, 3, 7, 5});
+                 const Tensor y = e.output({2, 3, 7, 5});
+                 return [&e, x, w, b, y0, y] {
+                   ops::copy(e.ctx, y0, y);
+                   ops::linear_add(e.ctx, x, w, &b, y.permute({0, 3, 1, 2}));
+                 };
+               }});
+  v.push_back({"linear", "linear written transposed 4x9x20 -> 11 +bias", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({4, 9, 20});
+                 const Tensor w = e.weight({11, 20}, 0.2f), b = e.input({11});
+                 const Tensor y = e.output({4, 11, 9});
+                 return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y.permute({0, 2, 1})); };
+               }});
+  v.push_back({"linear", "linear on a view no product reads 3x4x7 -> 5", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({3, 7, 4, 2}).select(3, 0).permute({0, 2, 1});
+                 const Tensor w = e.weight({5, 7}, 0.3f);
+                 const Tensor y = e.output({3, 4, 5});
+                 return [&e, x, w, y] { ops::linear(e.ctx, x, w, nullptr, y); };
+               }});
+  // The feed-forward's first product with its gate; its result in the weights' dtype (bf16 on the
+  // CPU under --dtype bf16), read as such by the next product.
+  v.push_back({"linear", "linear_geglu 3x7x40 -> 2x37 +bias", 2.0 * 21 * 40 * 74, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({3, 7, 40});
+                 const Tensor w = e.weight({74, 40}, 0.2f), b = e.input({74});
+                 const Tensor y = e.output({3, 7, 37});
+                 return [&e, x, w, b, y] { ops::linear_geglu(e.ctx, x, w, &b, y); };
+               }});
+  v.push_back({"linear", "linear_geglu into the weights' dtype, then linear_add 9x24 -> 2x33 -> 24",
+               2.0 * 9 * 24 * 66 + 2.0 * 9 * 33 * 24, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({9, 24}), y0 = e.input({9, 24});
+                 const Tensor w1 = e.weight({66, 24}, 0.25f), b1 = e.input({66});
+                 const Tensor w2 = e.weight({24, 33}, 0.2f), b2 = e.input({24});
+                 const Tensor g = e.scratch(e.weight_dtype, {9, 33});
+                 const Tensor y = e.output({9, 24});
+                 return [&e, x, y0, w1, b1, w2, b2, g, y] {
+                   ops::linear_geglu(e.ctx, x, w1, &b1, g);
+                   ops::copy(e.ctx, y0, y);
+                   ops::linear_add(e.ctx, g, w2, &b2, y);
+                 };
+               },
+               {{DType::bf16, {4e-2, 2e-2}}},
+               "with bf16 weights on the CPU the gated activations are stored in bf16 between the two products "
+               "(2^-9 relative, about 0.007 after the second product here), which the f32 reference does not do; "
+               "on CUDA the dtype's own bound"});
   v.push_back({"bmm", "bmm 5x17x33 @ 5x33x9", 2.0 * 5 * 17 * 33 * 9, [](CaseEnv& e) -> Runner {
                  const Tensor a = e.input({5, 17, 33}), b = e.input({5, 33, 9}, 0.2f);
                  const Tensor y = e.output({5, 17, 9});

@@ -37,7 +37,17 @@ inline void check_weights(const ExecContext& ctx, const char* op, const Tensor& 
   check_compute_dtype(ctx, op, "w", w);
 }
 
-// What the CPU references compute with: bf16 weights widened to f32 (held in `hold`), else w.
+// A product's input x (or, with `out`, its result): the compute dtype, or on the CPU also bf16
+// where the weights w are bf16 (an activation stored rounded for the product).
+inline void check_product_operand(const ExecContext& ctx, const char* op, const char* arg, const Tensor& x,
+                                  const Tensor& w) {
+  check_on_device(ctx, op, arg, x);
+  if (ctx.device.is_cpu() && w.dtype == DType::bf16 && x.dtype == DType::bf16) return;
+  check_compute_dtype(ctx, op, arg, x);
+}
+
+// What the CPU references compute with: bf16 weights (or activations) widened to f32 (held in
+// `hold`), else w.
 inline Tensor widened_weights(ExecContext& ctx, const Tensor& w, OwnedTensor& hold) {
   if (w.dtype != DType::bf16 || !ctx.device.is_cpu()) return w;
   hold = ctx.arena->empty(DType::f32, w.shape);

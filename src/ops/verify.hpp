@@ -22,7 +22,8 @@ std::string tolerance_problem(const OpCase& c);
 // What --dtype bf16 on the CPU may change of the case, against the f32 reference on the same
 // bf16-rounded inputs: nothing (nullopt) for the ops it leaves in f32; for those with weights
 // (bf16 weights, f32 activations) only the order of f32 sums of exact products, so the f32
-// tolerance; for the attention (bf16 products) the probabilities' rounding as well.
+// tolerance, unless the case stores an intermediate in bf16 (then its own bf16 bound); for the
+// attention (bf16 products) the probabilities' rounding as well.
 std::optional<Tolerance> cpu_bf16_tolerance(const OpCase& c);
 
 struct HostOutputs {

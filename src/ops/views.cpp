@@ -4,15 +4,16 @@
 
 namespace vinf::ops::detail {
 
-Tensor as_rows(const char* op, const char* arg, const Tensor& t) {
-  VINF_CHECK(t.rank() >= 1, op, ": ", arg, " must have at least one dimension");
+bool rows_view(const Tensor& t, Tensor& out) {
+  if (t.rank() < 1) return false;
   Tensor r = t;
   r.shape = Shape();
   if (t.rank() == 1) {
     r.shape = Shape{1, t.size(0)};
     r.strides[0] = t.size(0) * t.stride(0);
     r.strides[1] = t.stride(0);
-    return r;
+    out = r;
+    return true;
   }
   // Leading dims (all but the last) must merge into one.
   Tensor lead = t;
@@ -22,11 +23,19 @@ Tensor as_rows(const char* op, const char* arg, const Tensor& t) {
     lead.strides[d] = t.strides[d];
   }
   const Tensor merged = lead.coalesced();
-  VINF_CHECK(merged.rank() == 1, op, ": the leading dims of ", arg, " ", t.describe(),
-             " cannot be viewed as one (copy it to a contiguous tensor first)");
+  if (merged.rank() != 1) return false;
   r.shape = Shape{merged.size(0), t.size(-1)};
   r.strides[0] = merged.strides[0];
   r.strides[1] = t.stride(-1);
+  out = r;
+  return true;
+}
+
+Tensor as_rows(const char* op, const char* arg, const Tensor& t) {
+  VINF_CHECK(t.rank() >= 1, op, ": ", arg, " must have at least one dimension");
+  Tensor r;
+  VINF_CHECK(rows_view(t, r), op, ": the leading dims of ", arg, " ", t.describe(),
+             " cannot be viewed as one (copy it to a contiguous tensor first)");
   return r;
 }
 

@@ -5,7 +5,9 @@
 
 namespace vinf::ops::detail {
 
-// (rows, last) view of t whose leading dims merge into one; throws (naming op/arg) if they don't.
+// (rows, last) view of t whose leading dims merge into one: false (rows_view) or a throw naming
+// op/arg (as_rows) if they don't.
+bool rows_view(const Tensor& t, Tensor& out);
 Tensor as_rows(const char* op, const char* arg, const Tensor& t);
 
 // (N, C, T, S) view of a (N, C, ...) tensor: the trailing dims merged into at most two. With a
