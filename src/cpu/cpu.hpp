@@ -57,6 +57,8 @@ void copy(const Tensor& src, const Tensor& dst);
 // conversion where it has one (AVX-512 BF16, views with contiguous rows: the same rounding,
 // denormal inputs read as zero).
 void round_to_bf16(const Tensor& src, const Tensor& dst);
+// n floats to bf16 bits (round to nearest even), natively where the CPU has AVX-512 BF16.
+void narrow_to_bf16(const float* src, std::uint16_t* dst, std::int64_t n);
 void fill(const Tensor& dst, double value);
 void axpby(float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out);
 void mul(const Tensor& a, const Tensor& b, const Tensor& out);

@@ -107,6 +107,16 @@ __attribute__((target("arch=x86-64-v4,avx512bf16"))) void narrow_bf16_native(con
 
 }  // namespace
 
+void narrow_to_bf16(const float* src, std::uint16_t* dst, std::int64_t n) {
+#if defined(__x86_64__)
+  if (bf16_supported()) {
+    narrow_bf16_native(src, dst, n);
+    return;
+  }
+#endif
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16_bits(src[i]);
+}
+
 void round_to_bf16(const Tensor& src, const Tensor& dst) {
 #if defined(__x86_64__)
   if (bf16_supported() && src.dtype == DType::f32 && dst.dtype == DType::bf16) {

@@ -1,5 +1,7 @@
 // Fast GroupNorm / LayerNorm / softmax: OpenMP over (sample, group) or rows, contiguous inner loops.
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "cpu/cpu.hpp"
 #include "cpu/loops.hpp"
@@ -99,24 +101,65 @@ void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const T
   }
 }
 
+namespace {
+
+// One LayerNorm row (gamma and beta contiguous): the mean, the variance about it, then the affine.
+template <class V>
+VINF_VEC_INLINE void layer_norm_row_impl(const float* x, const float* g, const float* b, float* y, std::int64_t n,
+                                         float eps) {
+  constexpr int L = vec::lanes_of<V>;
+  V acc = vec::splat_as<V>(0.f);
+  std::int64_t i = 0;
+  for (; i + L <= n; i += L) acc += vec::load_as<V>(x + i);
+  float sum = vec::hsum(acc);
+  for (; i < n; ++i) sum += x[i];
+  const float mean = sum / static_cast<float>(n);
+  acc = vec::splat_as<V>(0.f);
+  for (i = 0; i + L <= n; i += L) {
+    const V d = vec::load_as<V>(x + i) - mean;
+    acc += d * d;
+  }
+  float var = vec::hsum(acc);
+  for (; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+  const float rstd = 1.f / std::sqrt(var / static_cast<float>(n) + eps);
+  for (i = 0; i + L <= n; i += L)
+    vec::store_as(y + i, (vec::load_as<V>(x + i) - mean) * rstd * vec::load_as<V>(g + i) + vec::load_as<V>(b + i));
+  for (; i < n; ++i) y[i] = (x[i] - mean) * rstd * g[i] + b[i];
+}
+VINF_VEC_VARIANTS(layer_norm_row, layer_norm_row_impl,
+                  (const float* x, const float* g, const float* b, float* y, std::int64_t n, float eps),
+                  (x, g, b, y, n, eps))
+
+// The view's D values as a contiguous array: t's own memory, or a copy in `hold`.
+const float* contiguous_vector(const Tensor& t, std::vector<float>& hold) {
+  if (t.strides[0] == 1) return t.ptr<float>();
+  hold.resize(static_cast<std::size_t>(t.size(0)));
+  for (std::int64_t d = 0; d < t.size(0); ++d) hold[static_cast<std::size_t>(d)] = t.ptr<float>()[d * t.strides[0]];
+  return hold.data();
+}
+
+}  // namespace
+
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, float eps) {
   const std::int64_t M = x.size(0), D = x.size(1);
-  const float* gp = gamma.ptr<float>();
-  const float* bp = beta.ptr<float>();
-  const std::int64_t gs = gamma.strides[0], bs = beta.strides[0];
-#pragma omp parallel for schedule(static) if (x.numel() >= kParallelGrain)
-  for (std::int64_t m = 0; m < M; ++m) {
-    const float* xr = x.ptr<float>() + m * x.strides[0];
-    float* yr = y.ptr<float>() + m * y.strides[0];
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (std::int64_t d = 0; d < D; ++d) sum += xr[d];
-    const float mean = sum / static_cast<float>(D);
-    float var = 0;
-#pragma omp simd reduction(+ : var)
-    for (std::int64_t d = 0; d < D; ++d) var += (xr[d] - mean) * (xr[d] - mean);
-    const float rstd = 1.f / std::sqrt(var / static_cast<float>(D) + eps);
-    for (std::int64_t d = 0; d < D; ++d) yr[d] = (xr[d] - mean) * rstd * gp[d * gs] + bp[d * bs];
+  std::vector<float> gh, bh;
+  const float* gp = contiguous_vector(gamma, gh);
+  const float* bp = contiguous_vector(beta, bh);
+  // A bf16 y (the input of a bf16 product): each row normalised in f32, then rounded once.
+  const bool bf16 = y.dtype == DType::bf16;
+#pragma omp parallel if (x.numel() >= kParallelGrain)
+  {
+    std::vector<float> row(bf16 ? static_cast<std::size_t>(D) : 0);
+#pragma omp for schedule(static)
+    for (std::int64_t m = 0; m < M; ++m) {
+      const float* xr = x.ptr<float>() + m * x.strides[0];
+      if (!bf16) {
+        layer_norm_row(xr, gp, bp, y.ptr<float>() + m * y.strides[0], D, eps);
+        continue;
+      }
+      layer_norm_row(xr, gp, bp, row.data(), D, eps);
+      narrow_to_bf16(row.data(), static_cast<std::uint16_t*>(y.data) + m * y.strides[0], D);
+    }
   }
 }
 

@@ -43,9 +43,10 @@ Tensor split_heads(const Tensor& x, int heads) {
 void self_attention(ExecContext& ctx, const AttentionWeights& w, const Tensor& x, const Tensor& out,
                     const ops::AttentionParams& p) {
   const std::int64_t r = x.size(0), l = x.size(1), inner = w.to_q.size(0);
-  OwnedTensor q = ctx.arena->empty(x.dtype, {r, l, inner});
-  OwnedTensor k = ctx.arena->empty(x.dtype, {r, l, inner});
-  OwnedTensor v = ctx.arena->empty(x.dtype, {r, l, inner});
+  // In the output's dtype: x may be stored in bf16 for the products (the CPU under --dtype bf16).
+  OwnedTensor q = ctx.arena->empty(out.dtype, {r, l, inner});
+  OwnedTensor k = ctx.arena->empty(out.dtype, {r, l, inner});
+  OwnedTensor v = ctx.arena->empty(out.dtype, {r, l, inner});
   ops::linear(ctx, x, w.to_q, nullptr, q);
   ops::linear(ctx, x, w.to_k, nullptr, k);
   ops::linear(ctx, x, w.to_v, nullptr, v);

@@ -63,7 +63,8 @@ using PlainTemporalContext = TemporalContext;
 ops::AttentionParams attention_params(const AttentionWeights& w, float factor = 1.f);
 
 // Self-attention of x (R, L, inner) with w's projections, heads merged into out (R, L, inner);
-// the attention pattern (band, global keys, biases) comes from p. Shared by every context.
+// the attention pattern (band, global keys, biases) comes from p. Shared by every context. x may
+// be stored in the projections' dtype (bf16 on the CPU under --dtype bf16); Q, K and V take out's.
 void self_attention(ExecContext& ctx, const AttentionWeights& w, const Tensor& x, const Tensor& out,
                     const ops::AttentionParams& p);
 

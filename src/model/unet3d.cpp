@@ -189,8 +189,10 @@ class Forward {
     ops::add(ctx_, x, *y, x);
   }
 
-  Act layer_norm(const Tensor& x, const std::string& p) const {
-    Act y = empty(x.shape);
+  // `product` names the weights of the products that read the result alone: it is stored in their
+  // dtype (bf16 on the CPU under --dtype bf16, which those products would otherwise round it to).
+  Act layer_norm(const Tensor& x, const std::string& p, const Tensor* product = nullptr) const {
+    Act y = empty(x.shape, product ? product->dtype : dtype_);
     ops::layer_norm(ctx_, x, w(p + ".weight"), w(p + ".bias"), *y, 1e-5f);
     return y;
   }
@@ -200,10 +202,10 @@ class Forward {
   void feed_forward(const Tensor& x, const std::string& p) const {
     const std::int64_t m = x.size(0), inner = x.size(1), ff = w(p + ".ff.net.2.weight").size(1);
     const std::int64_t rows = std::max<std::int64_t>(1, std::min(m, kFeedForwardElements / (2 * ff)));
-    Act n = layer_norm(x, p + ".norm3");
-    // The gated activations only feed the second product: stored in the weights' dtype (bf16 on
-    // the CPU under --dtype bf16, where that product would round them anyway).
+    // The normalised rows and the gated activations only feed products: stored in the weights'
+    // dtype (bf16 on the CPU under --dtype bf16, where the products would round them anyway).
     const Tensor& proj_w = w(p + ".ff.net.0.proj.weight");
+    Act n = layer_norm(x, p + ".norm3", &proj_w);
     Act gated = empty({rows, ff}, proj_w.dtype);
     const Act y = w_.shard().size == 1 ? nullptr : empty({rows, inner});  // the row-parallel partial sums
     for (std::int64_t r0 = 0; r0 < m; r0 += rows) {
@@ -236,14 +238,14 @@ class Forward {
     }
     {
       const AttentionWeights a = attention_weights(blk + ".attn1", heads);
-      Act nrm = layer_norm(*hs, blk + ".norm1");
+      Act nrm = layer_norm(*hs, blk + ".norm1", &a.to_q);
       Act out = empty({n, s, inner});
       self_attention(ctx_, a, nrm->reshape({n, s, ch}), *out, attention_params(a));
       add_projected(*hs, out->reshape({n * s, inner}), a);
     }
     {
       const AttentionWeights a = attention_weights(blk + ".attn2", heads);
-      Act nrm = layer_norm(*hs, blk + ".norm2");
+      Act nrm = layer_norm(*hs, blk + ".norm2", &a.to_q);
       Act q = empty({n, s, inner}), out = empty({n, s, inner});
       ops::linear(ctx_, nrm->reshape({n, s, ch}), a.to_q, nullptr, *q);
       nrm.reset();

@@ -315,6 +315,20 @@ void add_gemms(std::vector<OpCase>& v) {
                "with bf16 weights on the CPU the gated activations are stored in bf16 between the two products "
                "(2^-9 relative, about 0.007 after the second product here), which the f32 reference does not do; "
                "on CUDA the dtype's own bound"});
+  v.push_back({"linear", "layer_norm into the weights' dtype, then linear 11x40 -> 19", 2.0 * 11 * 40 * 19,
+               [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({11, 40}, 1.5f, 0.3f), g = e.input({40}), b = e.input({40});
+                 const Tensor w = e.weight({19, 40}, 0.2f), bias = e.input({19});
+                 const Tensor n = e.scratch(e.weight_dtype, {11, 40});
+                 const Tensor y = e.output({11, 19});
+                 return [&e, x, g, b, w, bias, n, y] {
+                   ops::layer_norm(e.ctx, x, g, b, n, 1e-5f);
+                   ops::linear(e.ctx, n, w, &bias, y);
+                 };
+               },
+               {{DType::bf16, {4e-2, 2e-2}}},
+               "with bf16 weights on the CPU the normalised rows are stored in bf16 for the product (2^-9 "
+               "relative), which the f32 reference does not do; on CUDA the dtype's own bound"});
   v.push_back({"bmm", "bmm 5x17x33 @ 5x33x9", 2.0 * 5 * 17 * 33 * 9, [](CaseEnv& e) -> Runner {
                  const Tensor a = e.input({5, 17, 33}), b = e.input({5, 33, 9}, 0.2f);
                  const Tensor y = e.output({5, 17, 9});

@@ -78,7 +78,9 @@ void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Te
   check_on_device(ctx, op, "x", x);
   check_on_device(ctx, op, "y", y);
   detail::check_compute_dtype(ctx, op, "x", x);
-  detail::check_compute_dtype(ctx, op, "y", y);
+  // On the CPU y may also be bf16: the input of bf16 products (--dtype bf16), rounded once here.
+  const bool cpu_bf16_y = ctx.device.is_cpu() && y.dtype == DType::bf16;
+  if (!cpu_bf16_y) detail::check_compute_dtype(ctx, op, "y", y);
   const Tensor rx = detail::as_rows(op, "x", x), ry = detail::as_rows(op, "y", y);
   VINF_CHECK(rx.stride(1) == 1 && ry.stride(1) == 1, op, ": the last dim of x and y must be contiguous");
   check_affine(ctx, op, gamma, rx.size(1), "gamma");
@@ -87,7 +89,17 @@ void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Te
     VINF_ON_CUDA(cuda::layer_norm(ctx, rx, gamma, beta, ry, eps));
     return;
   }
-  detail::reference(ctx) ? cpu::ref::layer_norm(rx, gamma, beta, ry, eps) : cpu::fast::layer_norm(rx, gamma, beta, ry, eps);
+  if (!detail::reference(ctx)) {
+    cpu::fast::layer_norm(rx, gamma, beta, ry, eps);
+    return;
+  }
+  if (!cpu_bf16_y) {
+    cpu::ref::layer_norm(rx, gamma, beta, ry, eps);
+    return;
+  }
+  OwnedTensor normed = ctx.arena->empty(DType::f32, rx.shape);
+  cpu::ref::layer_norm(rx, gamma, beta, normed, eps);
+  cpu::ref::copy(normed, ry);
 }
 
 }  // namespace vinf::ops

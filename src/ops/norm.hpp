@@ -29,7 +29,8 @@ void group_norm_sums(ExecContext& ctx, const Tensor& x, int groups, const Tensor
 void group_norm_apply(ExecContext& ctx, const Tensor& x, const Tensor& sums, double count, const Tensor& gamma,
                       const Tensor& beta, const Tensor& y, const GroupNormParams& p);
 
-// Over the last dimension (contiguous); gamma, beta [D].
+// Over the last dimension (contiguous); gamma, beta [D]. On the CPU y may be bf16 (the input of
+// bf16 products under --dtype bf16: normalised in f32, rounded once).
 void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                 float eps);
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../support.hpp"
+#include "core/half.hpp"
 #include "cpu/vec.hpp"
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
@@ -116,6 +117,27 @@ TEST_CASE("layer norm, softmax and activations at known points") {
     ops::geglu(ctx, gg, go);  // value half first, gate second
     CHECK(go.data[0] == doctest::Approx(3 * 1.95449974));
     CHECK(go.data[1] == doctest::Approx(0.0));
+  });
+}
+
+// --dtype bf16 on the CPU stores a LayerNorm's output in bf16 when only bf16 products read it: the
+// f32 result rounded to nearest even, on both CPU implementations (a row of 37 takes the vector
+// body and the scalar tail).
+TEST_CASE("layer norm into a bf16 y is the f32 result rounded to bf16") {
+  for_each_cpu_impl([](ExecContext& ctx) {
+    const HostTensor x = random(ctx, {5, 37}, 11, 2.f), g = random(ctx, {37}, 12), b = random(ctx, {37}, 13);
+    HostTensor y({5, 37});
+    ops::layer_norm(ctx, x, g, b, y, 1e-5f);
+    std::vector<std::uint16_t> bits(5 * 37);
+    const Tensor yb = Tensor::wrap(bits.data(), DType::bf16, Device::cpu(), {5, 37});
+    ops::layer_norm(ctx, x, g, b, yb, 1e-5f);
+    int exact = 0;
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      const float want = y.data[i], got = bf16_bits_to_f32(bits[i]);
+      CHECK(std::abs(got - want) <= std::abs(want) * 0x1p-8f);  // one rounding: half a bf16 ulp, 2^-9
+      exact += got == round_to_bf16(want);
+    }
+    CHECK(exact == static_cast<int>(bits.size()));  // the same f32 row, so the same rounding
   });
 }
 
