@@ -125,8 +125,7 @@ void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Ten
       hx = ctx.arena->empty(wt, x.shape);
       xs = hx;
     }
-    if (xs.dtype == DType::bf16) round_to_bf16(x, xs);
-    else copy(x, xs);
+    copy(x, xs);
   }
   if (y.stride(3) != 1) {
     hy = ctx.arena->empty(DType::f32, y.shape);

@@ -52,11 +52,9 @@ void normal(const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::ui
 }  // namespace ref
 
 namespace fast {
+// Any dtypes; f32 to bf16 (round to nearest even) runs on the CPU's own conversion where it has
+// AVX-512 BF16 and the views have contiguous rows, with the same bits as the generic one.
 void copy(const Tensor& src, const Tensor& dst);
-// f32 src into bf16 dst for the products of --dtype bf16: copy(), but with the CPU's own
-// conversion where it has one (AVX-512 BF16, views with contiguous rows: the same rounding,
-// denormal inputs read as zero).
-void round_to_bf16(const Tensor& src, const Tensor& dst);
 // n floats to bf16 bits (round to nearest even), natively where the CPU has AVX-512 BF16.
 void narrow_to_bf16(const float* src, std::uint16_t* dst, std::int64_t n);
 void fill(const Tensor& dst, double value);

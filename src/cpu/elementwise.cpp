@@ -89,19 +89,57 @@ VINF_VEC_VARIANTS(geglu_row, geglu_row_impl, (const float* a, const float* g, fl
                   (a, g, out, n))
 
 #if defined(__x86_64__)
-// n floats to bf16 by VCVTNEPS2BF16 (round to nearest even; it reads denormal inputs as zero).
-__attribute__((target("arch=x86-64-v4,avx512bf16"))) void narrow_bf16_native(const float* s, std::uint16_t* d,
-                                                                            std::int64_t n) {
+// n floats to bf16 by VCVTNE2PS2BF16 (round to nearest even). The instruction reads denormal
+// inputs as zero; a block that holds one is converted in software instead, so that the result
+// is exactly f32_to_bf16_bits' (copy()'s contract).
+#define VINF_BF16_TARGET __attribute__((target("arch=x86-64-v4,avx512bf16")))
+// The lanes of v (among `lanes`) that hold a denormal: exponent bits 0, mantissa bits not.
+VINF_BF16_TARGET inline __mmask16 denormal_lanes(__m512 v, __mmask16 lanes) {
+  const __m512i bits = _mm512_castps_si512(v);
+  return static_cast<__mmask16>(_mm512_mask_testn_epi32_mask(lanes, bits, _mm512_set1_epi32(0x7f800000)) &
+                                _mm512_mask_test_epi32_mask(lanes, bits, _mm512_set1_epi32(0x007fffff)));
+}
+
+VINF_BF16_TARGET void narrow_bf16_native(const float* s, std::uint16_t* d, std::int64_t n) {
   std::int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + i + 16), _mm512_loadu_ps(s + i));
-    _mm512_storeu_si512(d + i, reinterpret_cast<__m512i>(v));
+    const __m512 lo = _mm512_loadu_ps(s + i), hi = _mm512_loadu_ps(s + i + 16);
+    if ((denormal_lanes(lo, 0xffff) | denormal_lanes(hi, 0xffff)) != 0) {
+      for (std::int64_t j = i; j < i + 32; ++j) d[j] = f32_to_bf16_bits(s[j]);
+      continue;
+    }
+    _mm512_storeu_si512(d + i, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
   }
   for (; i < n; i += 16) {
-    const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
-    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s + i));
-    _mm256_mask_storeu_epi16(d + i, m, reinterpret_cast<__m256i>(v));
+    const std::int64_t k = std::min<std::int64_t>(16, n - i);
+    const auto m = static_cast<__mmask16>(k == 16 ? 0xffff : (1u << k) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(m, s + i);
+    if (denormal_lanes(v, m) != 0) {
+      for (std::int64_t j = i; j < i + k; ++j) d[j] = f32_to_bf16_bits(s[j]);
+      continue;
+    }
+    _mm256_mask_storeu_epi16(d + i, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
   }
+}
+#undef VINF_BF16_TARGET
+
+// f32 src into bf16 dst natively where the layout allows (one run, or rows contiguous in both).
+bool narrow_tensor_native(const Tensor& src, const Tensor& dst) {
+  if (!bf16_supported()) return false;
+  const auto l = joint_layout<2>({&src, &dst});
+  const float* s = src.ptr<float>();
+  auto* d = static_cast<std::uint16_t*>(dst.data);
+  if (l.rank == 1 && l.stride[0][0] == 1 && l.stride[1][0] == 1) {
+    parallel_chunks(l.size[0], [&](std::int64_t b, std::int64_t e) { narrow_bf16_native(s + b, d + b, e - b); });
+    return true;
+  }
+  if (l.stride[0][l.rank - 1] == 1 && l.stride[1][l.rank - 1] == 1) {  // contiguous rows (layout copies)
+    for_each_row<2>(l, [&](const std::array<std::int64_t, 2>& base, std::int64_t n, const std::array<std::int64_t, 2>&) {
+      narrow_bf16_native(s + base[0], d + base[1], n);
+    });
+    return true;
+  }
+  return false;
 }
 #endif
 
@@ -117,28 +155,12 @@ void narrow_to_bf16(const float* src, std::uint16_t* dst, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16_bits(src[i]);
 }
 
-void round_to_bf16(const Tensor& src, const Tensor& dst) {
-#if defined(__x86_64__)
-  if (bf16_supported() && src.dtype == DType::f32 && dst.dtype == DType::bf16) {
-    const auto l = joint_layout<2>({&src, &dst});
-    const float* s = src.ptr<float>();
-    auto* d = static_cast<std::uint16_t*>(dst.data);
-    if (l.rank == 1 && l.stride[0][0] == 1 && l.stride[1][0] == 1) {
-      parallel_chunks(l.size[0], [&](std::int64_t b, std::int64_t e) { narrow_bf16_native(s + b, d + b, e - b); });
-      return;
-    }
-    if (l.stride[0][l.rank - 1] == 1 && l.stride[1][l.rank - 1] == 1) {  // contiguous rows (layout copies)
-      for_each_row<2>(l, [&](const std::array<std::int64_t, 2>& base, std::int64_t n, const std::array<std::int64_t, 2>&) {
-        narrow_bf16_native(s + base[0], d + base[1], n);
-      });
-      return;
-    }
-  }
-#endif
-  copy(src, dst);
-}
-
 void copy(const Tensor& src, const Tensor& dst) {
+#if defined(__x86_64__)
+  // f32 to bf16 (the products' inputs under --dtype bf16, weights converted at load): the CPU's own
+  // conversion where it has one, the same bits.
+  if (src.dtype == DType::f32 && dst.dtype == DType::bf16 && narrow_tensor_native(src, dst)) return;
+#endif
   dispatch_dtype(src.dtype, [&](auto s) {
     dispatch_dtype(dst.dtype, [&](auto d) { copy_typed<decltype(s), decltype(d)>(src, dst); });
   });

@@ -36,11 +36,11 @@ OwnedTensor rounded_to_bf16(ExecContext& ctx, const Tensor& x) {
   }
   if (!mem.is_contiguous()) {
     OwnedTensor hx = ctx.arena->empty(DType::bf16, x.shape);
-    round_to_bf16(x, hx);
+    copy(x, hx);
     return hx;
   }
   OwnedTensor hx = ctx.arena->empty(DType::bf16, mem.shape);
-  round_to_bf16(mem, hx);
+  copy(mem, hx);
   Tensor view = hx;  // back in x's order
   view.shape = x.shape;
   for (int i = 0; i < x.rank(); ++i) view.strides[order[i]] = hx.stride(i);
@@ -85,6 +85,7 @@ bool split_product(const Tensor& x, const Tensor& y, ProductSplit& s) {
 
 void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, float beta) {
   const std::int64_t N = w.size(0), K = w.size(1);
+  if (y.numel() == 0) return;
   OwnedTensor hx, hw, hy;
   Tensor xs = x;
   if (w.dtype == DType::bf16 && x.dtype != DType::bf16) {  // --dtype bf16: the rows rounded to bf16 once

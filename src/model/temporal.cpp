@@ -5,6 +5,7 @@
 #include "core/arena.hpp"
 #include "core/error.hpp"
 #include "ops/gemm.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/softmax.hpp"
 
 namespace vinf::model {
@@ -47,9 +48,19 @@ void self_attention(ExecContext& ctx, const AttentionWeights& w, const Tensor& x
   OwnedTensor q = ctx.arena->empty(out.dtype, {r, l, inner});
   OwnedTensor k = ctx.arena->empty(out.dtype, {r, l, inner});
   OwnedTensor v = ctx.arena->empty(out.dtype, {r, l, inner});
-  ops::linear(ctx, x, w.to_q, nullptr, q);
-  ops::linear(ctx, x, w.to_k, nullptr, k);
-  ops::linear(ctx, x, w.to_v, nullptr, v);
+  {
+    // bf16 projections on the CPU read x rounded to bf16: rounded once here, not by each of the three.
+    OwnedTensor rounded;
+    Tensor xp = x;
+    if (ctx.device.is_cpu() && w.to_q.dtype == DType::bf16 && x.dtype != DType::bf16) {
+      rounded = ctx.arena->empty(DType::bf16, x.shape);
+      ops::copy(ctx, x, rounded);
+      xp = rounded;
+    }
+    ops::linear(ctx, xp, w.to_q, nullptr, q);
+    ops::linear(ctx, xp, w.to_k, nullptr, k);
+    ops::linear(ctx, xp, w.to_v, nullptr, v);
+  }
   attend(ctx, split_heads(q, w.heads), split_heads(k, w.heads), split_heads(v, w.heads), split_heads(out, w.heads), p);
 }
 

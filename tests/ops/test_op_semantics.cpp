@@ -120,6 +120,41 @@ TEST_CASE("layer norm, softmax and activations at known points") {
   });
 }
 
+// f32 to bf16 on the CPU runs on VCVTNE2PS2BF16 where the CPU has it; the instruction reads
+// denormals as zero, so blocks holding one are converted in software: every value, special ones
+// included, must come out as the generic rounding's bits, in one run and in rows of a strided view.
+TEST_CASE("f32 to bf16 copies round to nearest even bit for bit, denormals and NaN included") {
+  std::vector<float> v;
+  for (int i = 0; i < 150; ++i) v.push_back(std::ldexp(static_cast<float>((i * 7919) % 1000) - 500.f, (i % 40) - 20));
+  // Denormals that bf16 keeps (2^-130, -1.5 * 2^-127) and ones it rounds to zero, in a block of 32
+  // and in the tail; overflow, infinities, NaN and ties.
+  const float specials[] = {0.f, -0.f, std::ldexp(1.f, -130), -std::ldexp(1.5f, -127),
+                            std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), 1.f + std::ldexp(1.f, -8),
+                            1.f + 3 * std::ldexp(1.f, -8), std::ldexp(1.f, -127), std::numeric_limits<float>::min()};
+  const std::size_t at[] = {3, 40, 41, 77, 100, 140, 145, 148, 149, 60, 61, 146, 5};  // blocks and the tail
+  for (std::size_t i = 0; i < std::size(specials); ++i) v[at[i]] = specials[i];
+  Runtime rt(Device::cpu(), CpuImpl::fast);
+  auto check = [&](const Tensor& src, const Tensor& dst, const std::vector<std::uint16_t>& bits) {
+    ops::copy(rt.ctx(), src, dst);
+    int same = 0, checked = 0;
+    for (std::int64_t r = 0; r < src.size(0); ++r)
+      for (std::int64_t c = 0; c < src.size(1); ++c) {
+        const float x = v[static_cast<std::size_t>(r * src.stride(0) + c)];
+        same += bits[static_cast<std::size_t>(r * dst.stride(0) + c)] == f32_to_bf16_bits(x);
+        ++checked;
+      }
+    CHECK(same == checked);
+  };
+  std::vector<std::uint16_t> one(150), rows(150);
+  check(Tensor::wrap(v.data(), DType::f32, Device::cpu(), {1, 150}),
+        Tensor::wrap(one.data(), DType::bf16, Device::cpu(), {1, 150}), one);
+  // Rows of 37 of a 3 x 50 view (strides 50 and 1) into rows of 37 with stride 50.
+  check(Tensor::wrap(v.data(), DType::f32, Device::cpu(), {3, 50}).slice(1, 0, 37),
+        Tensor::wrap(rows.data(), DType::bf16, Device::cpu(), {3, 50}).slice(1, 0, 37), rows);
+}
+
 // --dtype bf16 on the CPU stores a LayerNorm's output in bf16 when only bf16 products read it: the
 // f32 result rounded to nearest even, on both CPU implementations (a row of 37 takes the vector
 // body and the scalar tail).
