@@ -197,7 +197,9 @@ void Walker::spatial_transformer(double ch, double pixels) {
   const double a = act(ch, pixels), ai = act(heads * hd, pixels), rows = n_ * pixels;
   const double l = static_cast<double>(s_.text_tokens);
   const double in_ws = gemm_workspace(ch, rows), out_ws = gemm_workspace(heads * hd, rows);
-  peak({2 * a, gemm_workspace(ch, rows, true)});  // the GroupNorm's output, proj_in's beside it
+  // The GroupNorm's output and proj_in's beside it (on CUDA also the transposed rows' copy).
+  const double transposed_copy = s_.cuda ? a : 0;
+  peak({2 * a + transposed_copy, gemm_workspace(ch, rows, true)});
   // attn1: LayerNorm, Q, K, V, out
   peak({2 * a + 4 * ai, std::max(in_ws, attend_workspace(heads, pixels, pixels, hd))});
   peak({3 * a + ai + widened(rows * ch), out_ws});
@@ -207,7 +209,7 @@ void Walker::spatial_transformer(double ch, double pixels) {
   peak({a + 2 * ai + text_kv, attend_workspace(heads, pixels, l, hd)});
   peak({2 * a + 2 * ai + widened(rows * ch), out_ws});
   feed_forward(ch, rows);
-  peak({2 * a, in_ws});  // the rows and the output proj_out adds itself onto
+  peak({2 * a + transposed_copy, in_ws});  // the rows and the output proj_out adds itself onto (CUDA: via a copy)
   if (s_.tensor_size > 1) f_.tensor_received += 3 * rows * ch * 4;
 }
 
@@ -216,7 +218,9 @@ void Walker::temporal_transformer(double ch, double pixels, double inner, double
   const double a = act(ch, pixels), ai = act(inner, pixels), as = act(shard, pixels);
   f_.clip_received += t_.norm_received(s_.batch, c_.norm_num_groups);
   const double inner_ws = gemm_workspace(inner, n_ * pixels);
-  peak({a + ai, gemm_workspace(ch, n_ * pixels, true)});  // proj_in reads the GroupNorm's output as sequences
+  // proj_in reads the GroupNorm's output as sequences (on CUDA through a contiguous copy).
+  const double transposed_copy = s_.cuda ? a : 0;
+  peak({a + ai + transposed_copy, gemm_workspace(ch, n_ * pixels, true)});
   for (int k = 0; k < 2; ++k) {
     const TemporalBytes tb = t_.attention(static_cast<std::int64_t>(rows), s_.frames, static_cast<std::int64_t>(inner),
                                           static_cast<std::int64_t>(shard), s_.elt);
@@ -228,7 +232,7 @@ void Walker::temporal_transformer(double ch, double pixels, double inner, double
     f_.clip_received += tb.received;
   }
   feed_forward(inner, n_ * pixels);
-  peak({ai + a, inner_ws});  // proj_out writes onto the residual in the frames' layout
+  peak({ai + a + transposed_copy, inner_ws});  // proj_out writes onto the residual in the frames' layout
   if (s_.tensor_size > 1) f_.tensor_received += 3 * n_ * pixels * inner * 4;
 }
 
