@@ -185,7 +185,8 @@ void gemm(ExecContext& ctx, std::int64_t batch, std::int64_t M, std::int64_t N, 
   if (batch == 0 || M == 0 || N == 0) return;
   VINF_CHECK(bias == nullptr || alpha == 1.f, "gemm: a bias with alpha != 1 (oneDNN would scale the bias too)");
   VINF_CHECK(a.bf16 == b.bf16, "gemm: one operand is bf16 and the other f32 (convert the activations first)");
-  VINF_CHECK(!ep.bf16_out || (a.bf16 && beta == 0.f), "gemm: a bf16 result needs bf16 operands and beta 0");
+  VINF_CHECK(!ep.bf16_out || (a.bf16 && beta == 0.f && K > 0),
+             "gemm: a bf16 result needs bf16 operands, beta 0 and K > 0");
   float* c = static_cast<float*>(c_out);
   if (K == 0 && !ep.bf16_out) {  // no product (the libraries may leave c untouched)
     bias_plus_beta_c(batch, M, N, beta, c, ldc, c_batch, bias, bias_stride);
