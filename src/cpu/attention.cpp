@@ -101,14 +101,31 @@ template <class V, int NV, bool Accumulate>
 VINF_VEC_INLINE void group_update(const float* a, std::int64_t as, const float* b, std::int64_t bs, std::int64_t n,
                                   float* out, std::int64_t os) {
   constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
-  V acc[kGroup][NV] = {};
+  // With one vector per row, 4 accumulators would wait on each other's multiply-adds (their
+  // latency is about twice what two ports retire a cycle): even and odd i go to separate sets.
+  constexpr int kSets = NV == 1 ? 2 : 1;
+  V acc[kSets][kGroup][NV] = {};
   if constexpr (Accumulate) {
 #pragma GCC unroll 4
     for (int g = 0; g < kGroup; ++g)
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[g][v] = vec::load_as<V>(out + g * os + v * L);
+      for (int v = 0; v < NV; ++v) acc[0][g][v] = vec::load_as<V>(out + g * os + v * L);
   }
-  for (std::int64_t i = 0; i < n; ++i) {
+  std::int64_t i = 0;
+  for (; i + kSets <= n; i += kSets)
+#pragma GCC unroll 2
+    for (int k = 0; k < kSets; ++k) {
+      V row[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) row[v] = vec::load_as<V>(b + (i + k) * bs + v * L);
+#pragma GCC unroll 4
+      for (int g = 0; g < kGroup; ++g) {
+        const V ab = vec::splat_as<V>(a[g * as + i + k]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[k][g][v] += ab * row[v];
+      }
+    }
+  for (; i < n; ++i) {
     V row[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) row[v] = vec::load_as<V>(b + i * bs + v * L);
@@ -116,13 +133,17 @@ VINF_VEC_INLINE void group_update(const float* a, std::int64_t as, const float* 
     for (int g = 0; g < kGroup; ++g) {
       const V ab = vec::splat_as<V>(a[g * as + i]);
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[g][v] += ab * row[v];
+      for (int v = 0; v < NV; ++v) acc[0][g][v] += ab * row[v];
     }
   }
 #pragma GCC unroll 4
   for (int g = 0; g < kGroup; ++g)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) vec::store_as(out + g * os + v * L, acc[g][v]);
+    for (int v = 0; v < NV; ++v) {
+      V sum = acc[0][g][v];
+      if constexpr (kSets == 2) sum += acc[1][g][v];
+      vec::store_as(out + g * os + v * L, sum);
+    }
 }
 
 // s[r0 .. r0+4) x [j0, j0 + NV*16) = q rows . kt columns.
@@ -159,15 +180,18 @@ VINF_VEC_INLINE void transpose_keys(float* kt, const float* keys, std::int64_t k
 }
 
 // The online softmax of one block of nb keys (key index j0 on) for the tile's rows: the scores in
-// s become probabilities (0 where a key is not visible: local keys are masked to each row's
-// band, global ones are visible to all), and each row's running max and sum, and its outputs so
-// far, move to the new max.
+// s (already scaled: the queries were) become probabilities (0 where a key is not visible: local
+// keys are masked to each row's band, global ones are visible to all), and each row's running max
+// and sum, and its outputs so far, move to the new max. Three passes over the rows: the maxima,
+// the exponentials (a loop without calls, so that its constants stay in registers), the rescaling.
 template <class V>
 VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int64_t groups, std::int64_t dv,
                                    std::int64_t j0, std::int64_t nb, std::int64_t width, bool global, float bias,
                                    const RowBand& band) {
   constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
   const float inf = std::numeric_limits<float>::infinity();
+  float sub[kRows], old_max[kRows];  // per row: what the exponentials subtract; the max before
+  bool live[kRows];
   for (std::int64_t r = 0; r < groups * kGroup; ++r) {
     float* srow = w.s + r * kKeys;
     std::int64_t a = 0, e = nb;
@@ -175,42 +199,66 @@ VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int
       a = std::max<std::int64_t>(0, band.lo[r] - j0);
       e = std::min<std::int64_t>(nb, band.hi[r] - j0 + 1);
     }
-    if (r >= rows || e <= a) {
+    live[r] = r < rows && a < e;
+    if (!live[r]) {
       for (std::int64_t j = 0; j < width; ++j) srow[j] = 0.f;
       continue;
     }
-    // Two passes over the row (it stays in L1): the visible scores, scaled and biased, and their
-    // max; then their exponentials and sum. Keys j in [a, e) are those with |j - centre| < half
-    // the band's width (exact in floats): one compare and one select per vector.
-    const float centre = 0.5f * static_cast<float>(a + e - 1), reach = 0.5f * static_cast<float>(e - a);
-    const float scale = w.scale[r];
     V mv = vec::splat_as<V>(-inf);
-    for (std::int64_t c = 0; c < width; c += L) {
-      const V j = vec::lane_index_as<V>() + (static_cast<float>(c) - centre);
-      const V x = vec::load_as<V>(srow + c) * scale + bias;
-      const V sx = (j > -j ? j : -j) < reach ? x : vec::splat_as<V>(-inf);
-      mv = mv > sx ? mv : sx;
-      vec::store_as(srow + c, sx);
+    float row_max, shift = 0.f;
+    if (a == 0 && e == width && std::isfinite(bias)) {
+      // Every score visible: the max of the scores as they are, the bias added to it and
+      // subtracted from the exponentials' argument instead of from every score.
+      for (std::int64_t c = 0; c < width; c += L) {
+        const V x = vec::load_as<V>(srow + c);
+        mv = mv > x ? mv : x;
+      }
+      row_max = vec::hmax(mv) + bias;
+      shift = bias;
+    } else {
+      // Keys j in [a, e) are those with |j - centre| < half the band's width (exact in floats):
+      // one compare and one select per vector.
+      const float centre = 0.5f * static_cast<float>(a + e - 1), reach = 0.5f * static_cast<float>(e - a);
+      for (std::int64_t c = 0; c < width; c += L) {
+        const V j = vec::lane_index_as<V>() + (static_cast<float>(c) - centre);
+        const V x = vec::load_as<V>(srow + c) + bias;
+        const V sx = (j > -j ? j : -j) < reach ? x : vec::splat_as<V>(-inf);
+        mv = mv > sx ? mv : sx;
+        vec::store_as(srow + c, sx);
+      }
+      row_max = vec::hmax(mv);
     }
-    const float m_new = std::max(w.m[r], vec::hmax(mv));
+    const float m_new = std::max(w.m[r], row_max);
     // While all of the row's scores so far are -inf (a -inf bias masks them), exp(s - m_new)
     // would be exp(-inf + inf) = NaN: measure from 0 then, so they weigh 0 and the row's first
     // finite score starts the sum.
     const float ref = m_new == -inf ? 0.f : m_new;
-    // Nothing to rescale while the row's max is -inf (its outputs and sum are still 0).
-    const float corr = w.m[r] == -inf ? 0.f : std::exp(w.m[r] - ref);
+    sub[r] = ref - shift;
+    old_max[r] = w.m[r] - ref;
+    w.m[r] = m_new;
+  }
+  for (std::int64_t r = 0; r < groups * kGroup; ++r) {
+    if (!live[r]) continue;
+    float* srow = w.s + r * kKeys;
     V sum{};
     for (std::int64_t c = 0; c < width; c += L) {
-      const V p = vec::exp_nonpositive(vec::load_as<V>(srow + c) - ref);
+      const V p = vec::exp_nonpositive(vec::load_as<V>(srow + c) - sub[r]);
       sum += p;
       vec::store_as(srow + c, p);
     }
-    if (corr != 1.f && w.m[r] != -inf) {
+    const float s = vec::hsum(sum);
+    sub[r] = s;  // reused: the block's sum
+  }
+  for (std::int64_t r = 0; r < groups * kGroup; ++r) {
+    if (!live[r]) continue;
+    // Nothing to rescale while the row's max was -inf (its outputs and sum are still 0).
+    const bool had_max = old_max[r] != -inf;
+    const float corr = had_max ? std::exp(old_max[r]) : 0.f;
+    if (had_max && corr != 1.f) {
       float* orow = w.o + r * w.os;
       for (std::int64_t c = 0; c < dv; ++c) orow[c] *= corr;
     }
-    w.l[r] = w.l[r] * corr + vec::hsum(sum);
-    w.m[r] = m_new;
+    w.l[r] = w.l[r] * corr + sub[r];
   }
 }
 
@@ -262,19 +310,24 @@ VINF_VEC_VARIANTS(key_block, key_block_impl,
 VINF_BF16_TARGET VINF_VEC_INLINE __m512 load_first(const float* p, std::int64_t n) {
   return n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
 }
-// 32 floats (n of them from p, the rest zero) as 16 bf16 pairs, in order.
-VINF_BF16_TARGET VINF_VEC_INLINE __m512i pairs_of(const float* p, std::int64_t n) {
-  const __m512 lo = load_first(p, std::min<std::int64_t>(n, 16));
-  const __m512 hi = n > 16 ? load_first(p + 16, std::min<std::int64_t>(n - 16, 16)) : _mm512_setzero_ps();
+// 32 floats (n of them from p, the rest zero), times scale, as 16 bf16 pairs, in order.
+VINF_BF16_TARGET VINF_VEC_INLINE __m512i pairs_of(const float* p, std::int64_t n, float scale = 1.f) {
+  __m512 lo = load_first(p, std::min<std::int64_t>(n, 16));
+  __m512 hi = n > 16 ? load_first(p + 16, std::min<std::int64_t>(n - 16, 16)) : _mm512_setzero_ps();
+  if (scale != 1.f) {
+    lo = _mm512_mul_ps(lo, _mm512_set1_ps(scale));
+    hi = _mm512_mul_ps(hi, _mm512_set1_ps(scale));
+  }
   return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
 }
 
-// Rows [0, rows) of a (row stride as, n floats each) as rows of ceil(n / 2) pairs (stride ds).
+// Rows [0, rows) of a (row stride as, n floats each) as rows of ceil(n / 2) pairs (stride ds),
+// row r multiplied by row_scale[r] first where row_scale is given.
 VINF_BF16_TARGET void pack_rows(std::uint32_t* dst, std::int64_t ds, const float* a, std::int64_t as,
-                                std::int64_t rows, std::int64_t n) {
+                                std::int64_t rows, std::int64_t n, const float* row_scale = nullptr) {
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < n; c += 32) {
-      const __m512i v = pairs_of(a + r * as + c, std::min<std::int64_t>(n - c, 32));
+      const __m512i v = pairs_of(a + r * as + c, std::min<std::int64_t>(n - c, 32), row_scale ? row_scale[r] : 1.f);
       const std::int64_t words = std::min<std::int64_t>(pairs(n) - c / 2, 16);
       _mm512_mask_storeu_epi32(dst + r * ds + c / 2, static_cast<__mmask16>((1u << words) - 1), v);
     }
@@ -362,7 +415,8 @@ VINF_BF16_TARGET void key_block_bf16(const Scratch& w, std::int64_t rows, std::i
   }
 }
 #else  // never called: bf16_supported() is false off x86-64
-void pack_rows(std::uint32_t*, std::int64_t, const float*, std::int64_t, std::int64_t, std::int64_t) {
+void pack_rows(std::uint32_t*, std::int64_t, const float*, std::int64_t, std::int64_t, std::int64_t,
+               const float* = nullptr) {
   VINF_FAIL("attention: bf16 products need x86-64");
 }
 void key_block_bf16(const Scratch&, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t,
@@ -398,22 +452,23 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
     RowBand band;
     for (std::int64_t r = 0; r < padded; ++r)  // the rows past the tile's end are the micro-kernels' padding
       for (std::int64_t c = 0; c < w.os; ++c) w.o[r * w.os + c] = 0.f;
-    if (bf16) {
-      const std::int64_t d2 = pairs(D);
-      pack_rows(w.q2, d2, &at_f32(q, b, h, i0), q.stride(2), rows, D);
-      for (std::int64_t i = rows * d2; i < padded * d2; ++i) w.q2[i] = 0;
-    } else {
-      for (std::int64_t r = 0; r < padded; ++r) {
-        const float* qrow = r < rows ? &at_f32(q, b, h, i0 + r) : nullptr;
-        for (std::int64_t c = 0; c < D; ++c) w.q[r * D + c] = qrow ? qrow[c] : 0.f;
-      }
-    }
     for (std::int64_t r = 0; r < rows; ++r) {
       exec::attention_band(p, i0 + r, Lk, band.lo[r], band.hi[r]);
       const std::int64_t visible = std::max<std::int64_t>(0, band.hi[r] - band.lo[r] + 1) + G;
       w.scale[r] = p.scale * (log_base != 0.f && visible > 0 ? std::log(static_cast<float>(visible)) / log_base : 1.f);
       w.m[r] = -std::numeric_limits<float>::infinity();
       w.l[r] = 0.f;
+    }
+    // The queries are scaled as they are copied in: the scores come out scaled.
+    if (bf16) {
+      const std::int64_t d2 = pairs(D);
+      pack_rows(w.q2, d2, &at_f32(q, b, h, i0), q.stride(2), rows, D, w.scale);
+      for (std::int64_t i = rows * d2; i < padded * d2; ++i) w.q2[i] = 0;
+    } else {
+      for (std::int64_t r = 0; r < padded; ++r) {
+        const float* qrow = r < rows ? &at_f32(q, b, h, i0 + r) : nullptr;
+        for (std::int64_t c = 0; c < D; ++c) w.q[r * D + c] = qrow ? qrow[c] * w.scale[r] : 0.f;
+      }
     }
     // Local keys: the union of the rows' bands (bands move monotonically with the row).
     const std::int64_t wlo = band.lo[0], whi = band.hi[rows - 1];

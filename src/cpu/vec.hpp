@@ -129,19 +129,35 @@ VINF_VEC_INLINE V lane_index_as() {
   for (int i = 0; i < lanes_of<V>; ++i) lanes[i] = static_cast<float>(i);
   return load_as<V>(lanes);
 }
+// Horizontal max and sum by halving: each step folds the upper half of the lanes onto the lower
+// (log2 of the lanes steps, against a chain of lanes - 1 dependent scalar operations).
+template <bool Max, class V>
+VINF_VEC_INLINE float fold_lanes(V v) {
+  constexpr int N = lanes_of<V>;
+  using I = decltype(v < v);
+  // The masks as constant arrays loaded whole (see splat_as): lane l takes lane l + half (the
+  // shuffle takes indices modulo N).
+  static constexpr std::int32_t kRotate[32] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                                  0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+#pragma GCC unroll 4
+  for (int half = N / 2; half >= 1; half /= 2) {
+    I upper;
+    std::memcpy(&upper, kRotate + half, sizeof upper);
+    const V u = __builtin_shuffle(v, upper);
+    if constexpr (Max)
+      v = v > u ? v : u;
+    else
+      v = v + u;
+  }
+  return v[0];
+}
 template <class V>
 VINF_VEC_INLINE float hmax(V v) {
-  float m = v[0];
-#pragma GCC unroll 16
-  for (int i = 1; i < lanes_of<V>; ++i) m = m > v[i] ? m : v[i];
-  return m;
+  return fold_lanes<true>(v);
 }
 template <class V>
 VINF_VEC_INLINE float hsum(V v) {
-  float m = v[0];
-#pragma GCC unroll 16
-  for (int i = 1; i < lanes_of<V>; ++i) m += v[i];
-  return m;
+  return fold_lanes<false>(v);
 }
 
 // erf(x), absolute error below 6e-7 (Abramowitz and Stegun 7.1.26, 1.5e-7, plus f32 rounding).
