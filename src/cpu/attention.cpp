@@ -184,7 +184,7 @@ VINF_VEC_INLINE void transpose_keys(float* kt, const float* keys, std::int64_t k
 // keys are masked to each row's band, global ones are visible to all), and each row's running max
 // and sum, and its outputs so far, move to the new max. Three passes over the rows: the maxima,
 // the exponentials (a loop without calls, so that its constants stay in registers), the rescaling.
-template <class V>
+template <class V, vec::Level level>
 VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int64_t groups, std::int64_t dv,
                                    std::int64_t j0, std::int64_t nb, std::int64_t width, bool global, float bias,
                                    const RowBand& band) {
@@ -242,7 +242,7 @@ VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int
     float* srow = w.s + r * kKeys;
     V sum{};
     for (std::int64_t c = 0; c < width; c += L) {
-      const V p = vec::exp_nonpositive(vec::load_as<V>(srow + c) - sub[r]);
+      const V p = vec::exp_nonpositive_at<level>(vec::load_as<V>(srow + c) - sub[r]);
       sum += p;
       vec::store_as(srow + c, p);
     }
@@ -265,7 +265,7 @@ VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int
 // One block of nb keys (rows of `keys`/`vals`, starting at key index j0) against the tile's rows.
 // The micro-kernels run on vectors V: 16 lanes where AVX-512 holds them in one register, 8 on
 // AVX2, whose 16 registers cannot hold 4 rows x 4 double-width accumulators without spilling.
-template <class V>
+template <class V, vec::Level level>
 VINF_VEC_INLINE void key_block_impl(const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t dv,
                                     const float* keys, std::int64_t ks, const float* vals, std::int64_t vs,
                                     std::int64_t j0, std::int64_t nb, bool global, float bias, const RowBand& band) {
@@ -279,7 +279,7 @@ VINF_VEC_INLINE void key_block_impl(const Scratch& w, std::int64_t rows, std::in
     for (; c0 + kMaxNV * L <= width; c0 += kMaxNV * L) scores_group<V, kMaxNV>(w, g * kGroup, d, c0);
     for (; c0 < width; c0 += L) scores_group<V, 1>(w, g * kGroup, d, c0);
   }
-  softmax_block<V>(w, rows, groups, dv, j0, nb, width, global, bias, band);
+  softmax_block<V, level>(w, rows, groups, dv, j0, nb, width, global, bias, band);
   for (std::int64_t g = 0; g < groups; ++g) {
     const std::int64_t r0 = g * kGroup;
     std::int64_t c0 = 0;
@@ -297,7 +297,7 @@ VINF_VEC_INLINE void key_block_impl(const Scratch& w, std::int64_t rows, std::in
   }
 }
 
-VINF_VEC_VARIANTS(key_block, key_block_impl,
+VINF_VEC_LEVEL_VARIANTS(key_block, key_block_impl,
                   (const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t dv, const float* keys,
                    std::int64_t ks, const float* vals, std::int64_t vs, std::int64_t j0, std::int64_t nb, bool global,
                    float bias, const RowBand& band),
@@ -401,7 +401,7 @@ VINF_BF16_TARGET void key_block_bf16(const Scratch& w, std::int64_t rows, std::i
     for (; c0 + 4 * kL <= width; c0 += 4 * kL) pair_update<4, false>(q, d2, w.kt2 + c0, kKeys, d2, s + c0, kKeys);
     for (; c0 < width; c0 += kL) pair_update<1, false>(q, d2, w.kt2 + c0, kKeys, d2, s + c0, kKeys);
   }
-  softmax_block<vec::f32x16>(w, rows, groups, dv, j0, nb, width, global, bias, band);
+  softmax_block<vec::f32x16, vec::Level::v4>(w, rows, groups, dv, j0, nb, width, global, bias, band);
   pack_rows(w.p2, kKeys / 2, w.s, kKeys, groups * kGroup, width);
   pack_values(w.v2, w.os, vals + j0 * vs, vs, nb, dv);
   const std::int64_t np = pairs(nb);

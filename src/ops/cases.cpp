@@ -553,6 +553,10 @@ std::vector<OpCase> bench_cases() {
   v.push_back(attention_case("spatial attention 2560 tokens 4x5h d64", {4, 5, 2560, 2560, 0, 64, 64}, full(0.125f)));
   // The CPU benchmarks' narrow UNet (widths 32..128, head dim 8) at a 32x32 latent, 16 images.
   v.push_back(attention_case("spatial attention 1024 tokens 16x4h d8", {16, 4, 1024, 1024, 0, 8, 8}, full(0.35f)));
+  // ... its cross-attention there (16 text tokens), and its temporal attention: B*H*W = 2*32*32
+  // sequences of F = 8 frames. Few keys per row: the per-row work, not the products, sets the time.
+  v.push_back(attention_case("cross attention 1024x16 tokens 16x4h d8", {16, 4, 1024, 16, 0, 8, 8}, full(0.35f)));
+  v.push_back(attention_case("temporal attention F8 2048x4h d8", {2048, 4, 8, 8, 0, 8, 8}, full(0.35f)));
   // The small preset at the same latent, level 0 (64 channels: 2 heads of 32), 16 of its 32 images.
   v.push_back(attention_case("spatial attention 1024 tokens 16x2h d32", {16, 2, 1024, 1024, 0, 32, 32},
                              full(1.f / std::sqrt(32.f))));
