@@ -186,9 +186,9 @@ void Walker::temporal_conv(double ch, double pixels) {
     f_.clip_received += h.received;
   }
   f_.clip_received += 4 * t_.norm_received(s_.batch, c_.norm_num_groups);
-  // The stage's input, norm, output; packed weights (and with bf16 weights the input in bf16).
-  peak({3 * padded, s_.cuda ? bytes(ch * ch * 3, elt_)
-                            : bytes(ch * ch * 3, 4) + (s_.cpu_bf16 ? arena_bytes(padded / 2) : 0)});
+  // The stage's input, norm, output; packed weights (on the CPU oneDNN's convolution, staged as
+  // the 2-D ones are).
+  peak({3 * padded, s_.cuda ? bytes(ch * ch * 3, elt_) : conv_staging(padded, padded, ch * ch * 3)});
   peak({padded + act(ch, pixels)});
 }
 
