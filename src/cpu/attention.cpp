@@ -184,7 +184,19 @@ VINF_VEC_INLINE void transpose_keys(float* kt, const float* keys, std::int64_t k
 // keys are masked to each row's band, global ones are visible to all), and each row's running max
 // and sum, and its outputs so far, move to the new max. Three passes over the rows: the maxima,
 // the exponentials (a loop without calls, so that its constants stay in registers), the rescaling.
-template <class V, vec::Level level>
+#if defined(__x86_64__)
+// 32 floats (lo, then hi) as 32 bf16 in order, rounded to nearest even (VCVTNE2PS2BF16; inline
+// assembly for the reason exp_nonpositive_at gives). Only reached from the AVX-512 BF16 kernel.
+VINF_VEC_INLINE vec::f32x16 bf16_pairs_asm(vec::f32x16 lo, vec::f32x16 hi) {
+  vec::f32x16 out;
+  asm("vcvtne2ps2bf16 %2, %1, %0" : "=v"(out) : "v"(hi), "v"(lo));
+  return out;
+}
+#endif
+
+// With PackPairs (the bf16 kernel), the probabilities go straight to w.p2 as bf16 pairs of
+// consecutive keys (rows of kKeys / 2 words, zero past the block), not back to w.s.
+template <class V, vec::Level level, bool PackPairs = false>
 VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int64_t groups, std::int64_t dv,
                                    std::int64_t j0, std::int64_t nb, std::int64_t width, bool global, float bias,
                                    const RowBand& band) {
@@ -201,7 +213,10 @@ VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int
     }
     live[r] = r < rows && a < e;
     if (!live[r]) {
-      for (std::int64_t j = 0; j < width; ++j) srow[j] = 0.f;
+      if constexpr (PackPairs)
+        for (std::int64_t j = 0; j < width / 2; ++j) w.p2[r * (kKeys / 2) + j] = 0;
+      else
+        for (std::int64_t j = 0; j < width; ++j) srow[j] = 0.f;
       continue;
     }
     V mv = vec::splat_as<V>(-inf);
@@ -241,11 +256,26 @@ VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int
     if (!live[r]) continue;
     float* srow = w.s + r * kKeys;
     V sum{};
-    for (std::int64_t c = 0; c < width; c += L) {
-      const V p = vec::exp_nonpositive_at<level>(vec::load_as<V>(srow + c) - sub[r]);
-      sum += p;
-      vec::store_as(srow + c, p);
-    }
+#if defined(__x86_64__)
+    if constexpr (PackPairs) {
+      static_assert(sizeof(V) == 64, "bf16 pairs from 16-lane vectors");
+      // Two vectors a step; a block whose width is an odd number of vectors ends with zeros
+      // (still inside the row: width <= kKeys).
+      std::uint32_t* prow = w.p2 + r * (kKeys / 2);
+      for (std::int64_t c = 0; c < width; c += 2 * L) {
+        const V p0 = vec::exp_nonpositive_at<level>(vec::load_as<V>(srow + c) - sub[r]);
+        const V p1 = c + L < width ? vec::exp_nonpositive_at<level>(vec::load_as<V>(srow + c + L) - sub[r]) : V{};
+        sum += p0 + p1;
+        const V packed = bf16_pairs_asm(p0, p1);
+        std::memcpy(prow + c / 2, &packed, sizeof packed);
+      }
+    } else
+#endif
+      for (std::int64_t c = 0; c < width; c += L) {
+        const V p = vec::exp_nonpositive_at<level>(vec::load_as<V>(srow + c) - sub[r]);
+        sum += p;
+        vec::store_as(srow + c, p);
+      }
     const float s = vec::hsum(sum);
     sub[r] = s;  // reused: the block's sum
   }
@@ -401,8 +431,7 @@ VINF_BF16_TARGET void key_block_bf16(const Scratch& w, std::int64_t rows, std::i
     for (; c0 + 4 * kL <= width; c0 += 4 * kL) pair_update<4, false>(q, d2, w.kt2 + c0, kKeys, d2, s + c0, kKeys);
     for (; c0 < width; c0 += kL) pair_update<1, false>(q, d2, w.kt2 + c0, kKeys, d2, s + c0, kKeys);
   }
-  softmax_block<vec::f32x16, vec::Level::v4>(w, rows, groups, dv, j0, nb, width, global, bias, band);
-  pack_rows(w.p2, kKeys / 2, w.s, kKeys, groups * kGroup, width);
+  softmax_block<vec::f32x16, vec::Level::v4, true>(w, rows, groups, dv, j0, nb, width, global, bias, band);
   pack_values(w.v2, w.os, vals + j0 * vs, vs, nb, dv);
   const std::int64_t np = pairs(nb);
   for (std::int64_t g = 0; g < groups; ++g) {
