@@ -159,23 +159,33 @@ VINF_VEC_INLINE void values_group(const Scratch& w, std::int64_t r0, std::int64_
   group_update<V, NV, true>(w.s + r0 * kKeys, kKeys, vals + c0, vs, nb, w.o + r0 * dv + c0, dv);
 }
 
-// kt[c][j] = keys[j][c] for the block's nb keys, zero for j in [nb, width): L x L tiles moved
-// through registers, and scalar code for the channels past the last whole tile.
+// kt[c0 + c][j] = keys[j][c0 + c] for the channels [c0, c0 + T) and keys [0, width) (zero for j
+// past nb): T x T tiles moved through registers.
+template <class T>
+VINF_VEC_INLINE void transpose_tiles(float* kt, const float* keys, std::int64_t ks, std::int64_t nb, std::int64_t c0,
+                                     std::int64_t width) {
+  constexpr int L = vec::lanes_of<T>;
+  for (std::int64_t j0 = 0; j0 < width; j0 += L) {
+    T t[L];
+#pragma GCC unroll 16
+    for (int j = 0; j < L; ++j) t[j] = j0 + j < nb ? vec::load_as<T>(keys + (j0 + j) * ks + c0) : T{};
+    vec::transpose<T>(t);
+#pragma GCC unroll 16
+    for (int c = 0; c < L; ++c) vec::store_as(kt + (c0 + c) * kKeys + j0, t[c]);
+  }
+}
+
+// kt[c][j] = keys[j][c] for the block's nb keys, zero for j in [nb, width): L x L tiles, then
+// 8 x 8 ones (head dim 8 in the small models), then scalar code for the channels left.
 template <class V>
 VINF_VEC_INLINE void transpose_keys(float* kt, const float* keys, std::int64_t ks, std::int64_t nb, std::int64_t d,
                                     std::int64_t width) {
   constexpr int L = vec::lanes_of<V>;
-  const std::int64_t whole = d / L * L;  // channels in whole tiles
-  for (std::int64_t j0 = 0; j0 < width; j0 += L)
-    for (std::int64_t c0 = 0; c0 < whole; c0 += L) {
-      V t[L];
-#pragma GCC unroll 16
-      for (int j = 0; j < L; ++j) t[j] = j0 + j < nb ? vec::load_as<V>(keys + (j0 + j) * ks + c0) : V{};
-      vec::transpose<V>(t);
-#pragma GCC unroll 16
-      for (int c = 0; c < L; ++c) vec::store_as(kt + (c0 + c) * kKeys + j0, t[c]);
-    }
-  for (std::int64_t c = whole; c < d; ++c)
+  std::int64_t c0 = 0;
+  for (; c0 + L <= d; c0 += L) transpose_tiles<V>(kt, keys, ks, nb, c0, width);
+  if constexpr (L > 8)
+    for (; c0 + 8 <= d; c0 += 8) transpose_tiles<vec::f32x8>(kt, keys, ks, nb, c0, width);
+  for (std::int64_t c = c0; c < d; ++c)
     for (std::int64_t j = 0; j < width; ++j) kt[c * kKeys + j] = j < nb ? keys[j * ks + c] : 0.f;
 }
 
