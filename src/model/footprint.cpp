@@ -57,14 +57,16 @@ constexpr double kVaeBlockReuse = 1.3;
 constexpr double kCudaF32Calls = 1.6, kCuda16BitCalls = 1.1, kCudaVae = 1.25;
 // unet3d.cpp's bound on the elements of one feed-forward chunk's GEGLU projection.
 constexpr double kFeedForwardElements = 1 << 24;
-// The CPU attention kernel's scratch per thread (cpu/attention.cpp: 128 rows, 128 keys), room for
-// either of its layouts: f32 query tile, key block, scores and outputs; or the bf16 products'
-// pairs of query channels, key channels, probabilities and values (value rows padded to 16
-// lanes) beside the f32 scores and outputs.
+// The CPU attention kernel's scratch per thread (cpu/attention.cpp: tiles of 128 query rows,
+// blocks of 256 keys), room for either of its layouts: f32 query tile, key block, scores and
+// outputs; or the bf16 products' pairs of query channels, key channels, probabilities and values
+// (value rows padded to 16 lanes) beside the f32 scores and outputs.
 double cpu_attention_scratch(double head_dim) {
+  constexpr double rows = 128, keys = 256;
   const double pairs = std::ceil(head_dim / 2), padded = std::ceil(head_dim / 16) * 16;
-  const double f32 = 3 * 128 * head_dim + 128 * 128 + 3 * 128;
-  const double bf16 = 2 * 128 * pairs + 128 * 128 + 64 * 128 + 64 * padded + 128 * padded + 3 * 128;
+  const double f32 = 2 * rows * head_dim + head_dim * keys + rows * keys + 3 * rows;
+  const double bf16 = rows * pairs + pairs * keys + rows * keys + rows * keys / 2 + keys / 2 * padded +
+                      rows * padded + 3 * rows;
   return std::max(f32, bf16) * 4;
 }
 // oneDNN's matmul scratchpad (cpu/blas.cpp hands it an arena block): its brgemm kernels on
