@@ -74,21 +74,27 @@ VINF_VEC_INLINE void transpose16(f32x16 (&r)[16]) { transpose<f32x16>(r); }
 
 // exp(x) to about 2 ulp for x in [-87, 88]; 0 below -87 (and for -inf), +inf above 88.7.
 // x = n ln2 + r with |r| <= ln2/2, exp(r) by its degree-6 Taylor polynomial, 2^n by exponent bits.
-// For any float vector V (f32x16, f32x8); the lanes do not interact.
+// For any float vector V (f32x16, f32x8); the lanes do not interact. exp_reduced gives the two
+// factors: n (as floats) and exp(r).
 template <class V>
-VINF_VEC_INLINE V exp_in_range(V xc) {  // xc already clamped to [-87, 88]
-  using I = decltype(xc < xc);  // the integer vector of V's width
+VINF_VEC_INLINE V exp_reduced(V x, V& nf) {
   const V zero{};
   const V big = zero + 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
-  const V nf = (xc * 1.44269504f + big) - big;
-  const V r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  nf = (x * 1.44269504f + big) - big;
+  const V r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
   V p = zero + 1.f / 720.f;
   p = p * r + 1.f / 120.f;
   p = p * r + 1.f / 24.f;
   p = p * r + 1.f / 6.f;
   p = p * r + 0.5f;
   p = p * r + 1.f;
-  p = p * r + 1.f;
+  return p * r + 1.f;
+}
+template <class V>
+VINF_VEC_INLINE V exp_in_range(V xc) {  // xc already clamped to [-87, 88]
+  using I = decltype(xc < xc);  // the integer vector of V's width
+  V nf;
+  const V p = exp_reduced(xc, nf);
   const I n = __builtin_convertvector(nf, I);
   return p * reinterpret_cast<V>((n + 127) << 23);
 }
@@ -216,28 +222,19 @@ inline Level cpu_level() {
 // exp_nonpositive in a variant built for `level`: on AVX-512, 2^n comes from VSCALEFPS (one
 // instruction for the conversion, the exponent arithmetic and the multiplication) and the lanes
 // below -87 are zeroed without clamping them first (whatever they compute, -inf's NaN included, is
-// dropped): the softmax's exponentials, 15 vector instructions a vector instead of 21. The same
-// values but for the last bit of the scaling's rounding. Written as inline assembly because the
-// intrinsic cannot be inlined into these templates, which are compiled for the baseline target
-// before they reach the AVX-512 variant.
+// dropped): the softmax's exponentials, 15 vector instructions a vector instead of 21, the same
+// values (for x >= -87, n >= -126: both scalings multiply by an exact power of 2). Inline assembly
+// because the intrinsic cannot be inlined into these templates, which are compiled for the
+// baseline target before they reach the AVX-512 variant.
 template <Level level, class V>
 VINF_VEC_INLINE V exp_nonpositive_at(V x) {
 #if defined(__x86_64__)
   if constexpr (level == Level::v4 && sizeof(V) == 64) {
-    const V zero{};
-    const V big = zero + 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
-    const V nf = (x * 1.44269504f + big) - big;
-    const V r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
-    V p = zero + 1.f / 720.f;
-    p = p * r + 1.f / 120.f;
-    p = p * r + 1.f / 24.f;
-    p = p * r + 1.f / 6.f;
-    p = p * r + 0.5f;
-    p = p * r + 1.f;
-    p = p * r + 1.f;
+    V nf;
+    const V p = exp_reduced(x, nf);
     V y;
     asm("vscalefps %2, %1, %0" : "=v"(y) : "v"(p), "v"(nf));
-    return x < -87.f ? zero : y;
+    return x < -87.f ? V{} : y;
   }
 #endif
   return exp_nonpositive(x);
@@ -245,14 +242,16 @@ VINF_VEC_INLINE V exp_nonpositive_at(V x) {
 
 #define VINF_VEC_UNPAREN(...) __VA_ARGS__
 #if defined(__x86_64__)
-#define VINF_VEC_VARIANTS(name, impl, params, args)                                                        \
+// The dispatcher behind both: f4, f3 and fb are the (parenthesised) callees of the v4, v3 and
+// baseline variants.
+#define VINF_VEC_DISPATCH(name, f4, f3, fb, params, args)                                                  \
   __attribute__((target("arch=x86-64-v4"))) void name##_v4(VINF_VEC_UNPAREN params) {                    \
-    impl<::vinf::cpu::vec::f32x16>(VINF_VEC_UNPAREN args);                                               \
+    VINF_VEC_UNPAREN f4(VINF_VEC_UNPAREN args);                                                          \
   }                                                                                                       \
   __attribute__((target("arch=x86-64-v3"))) void name##_v3(VINF_VEC_UNPAREN params) {                    \
-    impl<::vinf::cpu::vec::f32x8>(VINF_VEC_UNPAREN args);                                                \
+    VINF_VEC_UNPAREN f3(VINF_VEC_UNPAREN args);                                                          \
   }                                                                                                       \
-  void name##_base(VINF_VEC_UNPAREN params) { impl<::vinf::cpu::vec::f32x16>(VINF_VEC_UNPAREN args); }   \
+  void name##_base(VINF_VEC_UNPAREN params) { VINF_VEC_UNPAREN fb(VINF_VEC_UNPAREN args); }                \
   void name(VINF_VEC_UNPAREN params) {                                                                    \
     switch (::vinf::cpu::vec::cpu_level()) {                                                              \
       case ::vinf::cpu::vec::Level::v4: return name##_v4(VINF_VEC_UNPAREN args);                          \
@@ -260,24 +259,14 @@ VINF_VEC_INLINE V exp_nonpositive_at(V x) {
       default: return name##_base(VINF_VEC_UNPAREN args);                                                 \
     }                                                                                                     \
   }
+#define VINF_VEC_VARIANTS(name, impl, params, args)                                                       \
+  VINF_VEC_DISPATCH(name, (impl<::vinf::cpu::vec::f32x16>), (impl<::vinf::cpu::vec::f32x8>),           \
+                    (impl<::vinf::cpu::vec::f32x16>), params, args)
 // The same for impl<V, Level> templates that take the level too.
-#define VINF_VEC_LEVEL_VARIANTS(name, impl, params, args)                                                  \
-  __attribute__((target("arch=x86-64-v4"))) void name##_v4(VINF_VEC_UNPAREN params) {                    \
-    impl<::vinf::cpu::vec::f32x16, ::vinf::cpu::vec::Level::v4>(VINF_VEC_UNPAREN args);                  \
-  }                                                                                                       \
-  __attribute__((target("arch=x86-64-v3"))) void name##_v3(VINF_VEC_UNPAREN params) {                    \
-    impl<::vinf::cpu::vec::f32x8, ::vinf::cpu::vec::Level::v3>(VINF_VEC_UNPAREN args);                   \
-  }                                                                                                       \
-  void name##_base(VINF_VEC_UNPAREN params) {                                                             \
-    impl<::vinf::cpu::vec::f32x16, ::vinf::cpu::vec::Level::baseline>(VINF_VEC_UNPAREN args);            \
-  }                                                                                                       \
-  void name(VINF_VEC_UNPAREN params) {                                                                    \
-    switch (::vinf::cpu::vec::cpu_level()) {                                                              \
-      case ::vinf::cpu::vec::Level::v4: return name##_v4(VINF_VEC_UNPAREN args);                          \
-      case ::vinf::cpu::vec::Level::v3: return name##_v3(VINF_VEC_UNPAREN args);                          \
-      default: return name##_base(VINF_VEC_UNPAREN args);                                                 \
-    }                                                                                                     \
-  }
+#define VINF_VEC_LEVEL_VARIANTS(name, impl, params, args)                                                 \
+  VINF_VEC_DISPATCH(name, (impl<::vinf::cpu::vec::f32x16, ::vinf::cpu::vec::Level::v4>),                \
+                    (impl<::vinf::cpu::vec::f32x8, ::vinf::cpu::vec::Level::v3>),                         \
+                    (impl<::vinf::cpu::vec::f32x16, ::vinf::cpu::vec::Level::baseline>), params, args)
 #else
 #define VINF_VEC_VARIANTS(name, impl, params, args) \
   void name(VINF_VEC_UNPAREN params) { impl<::vinf::cpu::vec::f32x16>(VINF_VEC_UNPAREN args); }
