@@ -191,11 +191,6 @@ VINF_VEC_INLINE void transpose_keys(float* kt, const float* keys, std::int64_t k
     for (std::int64_t j = 0; j < width; ++j) kt[c * kKeys + j] = j < nb ? keys[j * ks + c] : 0.f;
 }
 
-// The online softmax of one block of nb keys (key index j0 on) for the tile's rows: the scores in
-// s (already scaled: the queries were) become probabilities (0 where a key is not visible: local
-// keys are masked to each row's band, global ones are visible to all), and each row's running max
-// and sum, and its outputs so far, move to the new max. Three passes over the rows: the maxima,
-// the exponentials (a loop without calls, so that its constants stay in registers), the rescaling.
 #if defined(__x86_64__)
 // 32 floats (lo, then hi) as 32 bf16 in order, rounded to nearest even (VCVTNE2PS2BF16; inline
 // assembly for the reason exp_nonpositive_at gives). Only reached from the AVX-512 BF16 kernel.
@@ -206,7 +201,12 @@ VINF_VEC_INLINE vec::f32x16 bf16_pairs_asm(vec::f32x16 lo, vec::f32x16 hi) {
 }
 #endif
 
-// With PackPairs (the bf16 kernel), the probabilities go straight to w.p2 as bf16 pairs of
+// The online softmax of one block of nb keys (key index j0 on) for the tile's rows: the scores in
+// s (already scaled: the queries were) become probabilities (0 where a key is not visible: local
+// keys are masked to each row's band, global ones are visible to all), and each row's running max
+// and sum, and its outputs so far, move to the new max. Three passes over the rows: the maxima,
+// the exponentials (a loop without calls, so that its constants stay in registers), the rescaling.
+// With PackPairs (the bf16 kernel) the probabilities go straight to w.p2 as bf16 pairs of
 // consecutive keys (rows of kKeys / 2 words, zero past the block), not back to w.s.
 template <class V, vec::Level level, bool PackPairs = false>
 VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int64_t groups, std::int64_t dv,
@@ -214,7 +214,9 @@ VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int
                                    const RowBand& band) {
   constexpr int L = static_cast<int>(sizeof(V) / sizeof(float));
   const float inf = std::numeric_limits<float>::infinity();
-  float sub[kRows], old_max[kRows];  // per row: what the exponentials subtract; the max before
+  // Per row: what the exponentials subtract, the max before the block minus the new one, the
+  // block's sum of probabilities, and whether any of its keys is visible.
+  float sub[kRows], old_max[kRows], block_sum[kRows];
   bool live[kRows];
   for (std::int64_t r = 0; r < groups * kGroup; ++r) {
     float* srow = w.s + r * kKeys;
@@ -288,8 +290,7 @@ VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int
         sum += p;
         vec::store_as(srow + c, p);
       }
-    const float s = vec::hsum(sum);
-    sub[r] = s;  // reused: the block's sum
+    block_sum[r] = vec::hsum(sum);
   }
   for (std::int64_t r = 0; r < groups * kGroup; ++r) {
     if (!live[r]) continue;
@@ -300,7 +301,7 @@ VINF_VEC_INLINE void softmax_block(const Scratch& w, std::int64_t rows, std::int
       float* orow = w.o + r * w.os;
       for (std::int64_t c = 0; c < dv; ++c) orow[c] *= corr;
     }
-    w.l[r] = w.l[r] * corr + sub[r];
+    w.l[r] = w.l[r] * corr + block_sum[r];
   }
 }
 
@@ -340,10 +341,10 @@ VINF_VEC_INLINE void key_block_impl(const Scratch& w, std::int64_t rows, std::in
 }
 
 VINF_VEC_LEVEL_VARIANTS(key_block, key_block_impl,
-                  (const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t dv, const float* keys,
-                   std::int64_t ks, const float* vals, std::int64_t vs, std::int64_t j0, std::int64_t nb, bool global,
-                   float bias, const RowBand& band),
-                  (w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias, band))
+                        (const Scratch& w, std::int64_t rows, std::int64_t d, std::int64_t dv, const float* keys,
+                         std::int64_t ks, const float* vals, std::int64_t vs, std::int64_t j0, std::int64_t nb,
+                         bool global, float bias, const RowBand& band),
+                        (w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias, band))
 
 #if defined(__x86_64__)
 #define VINF_BF16_TARGET __attribute__((target("arch=x86-64-v4,avx512bf16")))
