@@ -26,10 +26,10 @@ namespace vinf::cpu::fast {
 namespace {
 
 constexpr std::int64_t kRows = 128;  // query rows per tile (a multiple of kGroup)
-// keys per block (a multiple of kChunk): 256 rather than 128 halves the per-row work of the
-// online softmax per key (3-8% faster spatial attention on a Zen 4; the scores stay in L2)
+// keys per block (a multiple of the score micro-kernel's 64): 256 rather than 128 halves the
+// per-row work of the online softmax per key (3-8% faster spatial attention on a Zen 4; the
+// scores stay in L2)
 constexpr std::int64_t kKeys = 256;
-constexpr std::int64_t kChunk = 64;  // keys per score micro-kernel step (4 vectors)
 constexpr std::int64_t kGroup = 4;  // rows per micro-kernel step
 constexpr int kL = vec::kLanes;
 using vec::f32x16;
@@ -469,8 +469,12 @@ void key_block_bf16(const Scratch&, std::int64_t, std::int64_t, std::int64_t, co
 
 }  // namespace
 
+std::size_t attention_scratch_bytes_per_thread(std::int64_t head_dim, std::int64_t value_dim) {
+  return scratch_floats(head_dim, value_dim) * sizeof(float);
+}
+
 std::size_t attention_workspace_bytes(std::int64_t head_dim, std::int64_t value_dim) {
-  return static_cast<std::size_t>(omp_get_max_threads()) * scratch_floats(head_dim, value_dim) * sizeof(float);
+  return static_cast<std::size_t>(omp_get_max_threads()) * attention_scratch_bytes_per_thread(head_dim, value_dim);
 }
 
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,

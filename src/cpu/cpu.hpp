@@ -83,6 +83,8 @@ void timestep_embedding(const Tensor& t, const Tensor& out, const exec::Timestep
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg,
                const Tensor* vg, const Tensor& out, const exec::AttentionParams& p);
 std::size_t attention_workspace_bytes(std::int64_t head_dim, std::int64_t value_dim);
+// One thread's share of it.
+std::size_t attention_scratch_bytes_per_thread(std::int64_t head_dim, std::int64_t value_dim);
 void normal(const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset);
 }  // namespace fast
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/arena.hpp"
+#include "ops/attention.hpp"
 
 namespace vinf::model {
 
@@ -57,18 +58,6 @@ constexpr double kVaeBlockReuse = 1.3;
 constexpr double kCudaF32Calls = 1.6, kCuda16BitCalls = 1.1, kCudaVae = 1.25;
 // unet3d.cpp's bound on the elements of one feed-forward chunk's GEGLU projection.
 constexpr double kFeedForwardElements = 1 << 24;
-// The CPU attention kernel's scratch per thread (cpu/attention.cpp: tiles of 128 query rows,
-// blocks of 256 keys), room for either of its layouts: f32 query tile, key block, scores and
-// outputs; or the bf16 products' pairs of query channels, key channels, probabilities and values
-// (value rows padded to 16 lanes) beside the f32 scores and outputs.
-double cpu_attention_scratch(double head_dim) {
-  constexpr double rows = 128, keys = 256;
-  const double pairs = std::ceil(head_dim / 2), padded = std::ceil(head_dim / 16) * 16;
-  const double f32 = 2 * rows * head_dim + head_dim * keys + rows * keys + 3 * rows;
-  const double bf16 = rows * pairs + pairs * keys + rows * keys + rows * keys / 2 + keys / 2 * padded +
-                      rows * padded + 3 * rows;
-  return std::max(f32, bf16) * 4;
-}
 // oneDNN's matmul scratchpad (cpu/blas.cpp hands it an arena block): its brgemm kernels on
 // AVX-512 copy a block of 64 columns of B per thread, K x 64 floats, plus about 1 KiB (measured
 // on a Zen 4 for K 32 to 256 at 2 threads: exactly 256 K + 1280 bytes per thread pair); the AVX2
@@ -143,7 +132,9 @@ double Walker::conv(double in, double out, double weight_elements) {
 
 // The streaming attention kernel: scratch per thread on the CPU, none on CUDA.
 double Walker::kernel_workspace(double head_dim) const {
-  return s_.cuda ? 0 : arena_bytes(s_.cpu_threads * cpu_attention_scratch(head_dim));
+  if (s_.cuda) return 0;
+  const auto d = static_cast<std::int64_t>(head_dim);
+  return arena_bytes(s_.cpu_threads * static_cast<double>(ops::cpu_attention_scratch_bytes(d, d)));
 }
 
 // A matrix product's scratch with inner dimension k over `rows` rows: oneDNN's on the CPU, and

@@ -50,4 +50,8 @@ std::size_t attention_workspace_bytes(const ExecContext& ctx, const Tensor& q, c
   return cpu::fast::attention_workspace_bytes(q.size(3), v.size(3));
 }
 
+std::size_t cpu_attention_scratch_bytes(std::int64_t head_dim, std::int64_t value_dim) {
+  return cpu::fast::attention_scratch_bytes_per_thread(head_dim, value_dim);
+}
+
 }  // namespace vinf::ops

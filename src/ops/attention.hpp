@@ -36,5 +36,7 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
 // The workspace attention() takes from ctx.arena for these arguments. It depends on head sizes and
 // thread count only, not on the numbers of rows or keys.
 std::size_t attention_workspace_bytes(const ExecContext& ctx, const Tensor& q, const Tensor& v);
+// The CPU kernel's share of that per thread, for estimates made without a context (vinf plan).
+std::size_t cpu_attention_scratch_bytes(std::int64_t head_dim, std::int64_t value_dim);
 
 }  // namespace vinf::ops
