@@ -73,28 +73,38 @@ VINF_VEC_INLINE void transpose(V (&r)[sizeof(V) / sizeof(float)]) {
 VINF_VEC_INLINE void transpose16(f32x16 (&r)[16]) { transpose<f32x16>(r); }
 
 // exp(x) to about 2 ulp for x in [-87, 88]; 0 below -87 (and for -inf), +inf above 88.7.
-// x = n ln2 + r with |r| <= ln2/2, exp(r) by its degree-6 Taylor polynomial, 2^n by exponent bits.
+// x / ln2 = n + f with n an integer and |f| <= 1/2; 2^f from a degree-5 polynomial fitted to its
+// relative error on [-1/2, 1/2] (7.5e-8 in exact arithmetic, about 2.3e-7 evaluated in floats,
+// as accurate as the degree-6 Taylor polynomial of exp it replaced, with one multiply-add fewer);
+// 2^n by exponent bits. f = (x - n ln2) / ln2, with n ln2 subtracted exactly in two parts, or,
+// with Near = true, x log2(e) - n in one multiply-add: two operations fewer, and f then carries
+// the rounding of x log2(e), a relative error up to 1.3e-6 near -87 (3.9e-6 where there is no
+// fused multiply-add) and 2.3e-7 on [-1, 0]. That is the softmax's choice: its exponentials of
+// scores minus their maximum far below 0 are weights far below the row's weight of 1.
 // For any float vector V (f32x16, f32x8); the lanes do not interact. exp_reduced gives the two
-// factors: n (as floats) and exp(r).
-template <class V>
+// factors: n (as floats) and 2^f.
+template <class V, bool Near = false>
 VINF_VEC_INLINE V exp_reduced(V x, V& nf) {
   const V zero{};
   const V big = zero + 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
-  nf = (x * 1.44269504f + big) - big;
-  const V r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
-  V p = zero + 1.f / 720.f;
-  p = p * r + 1.f / 120.f;
-  p = p * r + 1.f / 24.f;
-  p = p * r + 1.f / 6.f;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  return p * r + 1.f;
+  nf = (x * 1.44269502f + big) - big;
+  V f;
+  if constexpr (Near)
+    f = x * 1.44269502f - nf;
+  else  // x - n ln2 exactly (n times the 10 leading bits of ln2, then the rest), over ln2
+    f = ((x - nf * 0.693359375f) - nf * -2.12194440e-4f) * 1.44269502f;
+  V p = zero + 1.32764720e-3f;
+  p = p * f + 9.67554133e-3f;
+  p = p * f + 5.55071327e-2f;
+  p = p * f + 2.40221197e-1f;
+  p = p * f + 6.93146967e-1f;
+  return p * f + 1.00000007f;
 }
-template <class V>
+template <class V, bool Near = false>
 VINF_VEC_INLINE V exp_in_range(V xc) {  // xc already clamped to [-87, 88]
   using I = decltype(xc < xc);  // the integer vector of V's width
   V nf;
-  const V p = exp_reduced(xc, nf);
+  const V p = exp_reduced<V, Near>(xc, nf);
   const I n = __builtin_convertvector(nf, I);
   return p * reinterpret_cast<V>((n + 127) << 23);
 }
@@ -105,12 +115,12 @@ VINF_VEC_INLINE V exp(V x) {
   return x < -87.f ? zero : (x > 88.7f ? zero + std::numeric_limits<float>::infinity() : y);
 }
 
-// exp(x) for x <= 0 (and -inf, NaN), as exp() computes it, without the clamps above 0: the
-// softmax's exponentials of scores minus their maximum.
+// The softmax's exponentials: exp(x) for x <= 0 (and -inf, NaN), of scores minus their maximum,
+// with the one-part log2(e) (exp_reduced's Near) and without the clamps above 0.
 template <class V>
 VINF_VEC_INLINE V exp_nonpositive(V x) {
   const V zero{};
-  const V y = exp_in_range(x < -87.f ? zero - 87.f : x);
+  const V y = exp_in_range<V, true>(x < -87.f ? zero - 87.f : x);
   return x < -87.f ? zero : y;
 }
 
@@ -222,8 +232,9 @@ inline Level cpu_level() {
 // exp_nonpositive in a variant built for `level`: on AVX-512, 2^n comes from VSCALEFPS (one
 // instruction for the conversion, the exponent arithmetic and the multiplication) and the lanes
 // below -87 are zeroed without clamping them first (whatever they compute, -inf's NaN included, is
-// dropped): the softmax's exponentials, 15 vector instructions a vector instead of 21, the same
-// values (for x >= -87, n >= -126: both scalings multiply by an exact power of 2). Inline assembly
+// dropped, and the compare's mask zeroes them in the scaling): the softmax's exponentials, 10
+// vector instructions a vector instead of 15, the same values (for x >= -87, n >= -126: both
+// scalings multiply by an exact power of 2). Inline assembly
 // because the intrinsic cannot be inlined into these templates, which are compiled for the
 // baseline target before they reach the AVX-512 variant.
 template <Level level, class V>
@@ -231,10 +242,13 @@ VINF_VEC_INLINE V exp_nonpositive_at(V x) {
 #if defined(__x86_64__)
   if constexpr (level == Level::v4 && sizeof(V) == 64) {
     V nf;
-    const V p = exp_reduced(x, nf);
+    const V p = exp_reduced<V, true>(x, nf);
     V y;
-    asm("vscalefps %2, %1, %0" : "=v"(y) : "v"(p), "v"(nf));
-    return x < -87.f ? V{} : y;
+    unsigned short keep;  // the lanes not below -87, NaN included (a mask register)
+    asm("vcmpps $5, %[lim], %[x], %[k]\n\tvscalefps %[n], %[p], %[y]%{%[k]%}%{z%}"
+        : [y] "=v"(y), [k] "=&Yk"(keep)
+        : [x] "v"(x), [lim] "v"(splat_as<V>(-87.f)), [n] "v"(nf), [p] "v"(p));
+    return y;
   }
 #endif
   return exp_nonpositive(x);

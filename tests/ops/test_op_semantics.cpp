@@ -257,8 +257,9 @@ TEST_CASE("GroupNorm from externally reduced sums of two parts equals GroupNorm 
 }
 
 TEST_CASE("vector exp and erf of the CPU kernels agree with libm") {
-  // exp to a few ulp over the range softmax and SiLU use, 0 below -87; erf to 6e-7 absolute.
-  double worst_exp = 0, worst_erf = 0;
+  // exp to a few ulp over the range softmax and SiLU use, 0 below -87; erf to 6e-7 absolute. The
+  // softmax's exp_nonpositive (one-part log2(e)): a few ulp on [-1, 0], to 4e-6 down to -87.
+  double worst_exp = 0, worst_erf = 0, worst_near = 0, worst_far = 0;
   for (float x0 = -100.f; x0 < 88.f; x0 += 0.37f) {
     float xs[cpu::vec::kLanes];
     for (int i = 0; i < cpu::vec::kLanes; ++i) xs[i] = x0 + 0.0231f * static_cast<float>(i);
@@ -273,12 +274,20 @@ TEST_CASE("vector exp and erf of the CPU kernels agree with libm") {
       } else if (xs[i] <= 88.f) {
         worst_exp = std::max(worst_exp, std::fabs(e[i] - want) / want);
       }
-      if (xs[i] <= 0.f) CHECK(n[i] == e[i]);  // the softmax's exp: the same values where it is used
+      if (xs[i] < -87.f) {
+        CHECK(n[i] == 0.f);
+      } else if (xs[i] <= 0.f) {
+        double& worst = xs[i] >= -1.f ? worst_near : worst_far;
+        worst = std::max(worst, std::fabs(n[i] - want) / want);
+      }
       worst_erf = std::max(worst_erf, std::fabs(f[i] - std::erf(0.05 * xs[i])));
     }
   }
-  MESSAGE("worst relative exp error " << worst_exp << ", worst erf error " << worst_erf);
+  MESSAGE("worst relative exp error " << worst_exp << ", worst erf error " << worst_erf
+                                       << ", softmax exp on [-1, 0] " << worst_near << ", below " << worst_far);
   CHECK(worst_exp < 4e-7);
+  CHECK(worst_near < 4e-7);
+  CHECK(worst_far < 5e-6);
   CHECK(worst_erf < 6e-7);
   float inf_in[cpu::vec::kLanes], out[cpu::vec::kLanes];
   for (float& v : inf_in) v = -std::numeric_limits<float>::infinity();
@@ -312,6 +321,13 @@ struct ShuffleResults {
     out.sum8 = cpu::vec::hsum(cpu::vec::load_as<cpu::vec::f32x8>(in[5] + 8));              \
   }
 #if defined(__x86_64__)
+// The softmax's exponentials as the AVX-512 variant computes them (VSCALEFPS, masked) and as the
+// generic code does, both built for that level.
+__attribute__((target("arch=x86-64-v4"))) void softmax_exp_v4(const float* x, float* scaled, float* generic) {
+  const cpu::vec::f32x16 v = cpu::vec::load(x);
+  cpu::vec::store(scaled, cpu::vec::exp_nonpositive_at<cpu::vec::Level::v4>(v));
+  cpu::vec::store(generic, cpu::vec::exp_nonpositive(v));
+}
 VINF_SHUFFLE_PROBE(shuffle_v4, __attribute__((target("arch=x86-64-v4"))))
 VINF_SHUFFLE_PROBE(shuffle_v3, __attribute__((target("arch=x86-64-v3"))))
 #endif
@@ -350,4 +366,28 @@ TEST_CASE("vector transpose and reductions of the CPU kernels, at every x86-64 l
     CHECK(out.sum8 == doctest::Approx(want_sum8).epsilon(1e-7));
   }
   MESSAGE(probes.size() << " x86-64 level(s) checked");
+}
+
+TEST_CASE("the AVX-512 softmax exponentials give the generic code's values") {
+#if defined(__x86_64__)
+  if (cpu::vec::cpu_level() != cpu::vec::Level::v4) {
+    MESSAGE("skipped: this CPU has no AVX-512 (x86-64-v4)");
+    return;
+  }
+  int checked = 0, differ = 0;
+  for (float x0 = -90.f; x0 <= 0.f; x0 += 0.173f) {
+    float x[16], scaled[16], generic[16];
+    for (int i = 0; i < 16; ++i) x[i] = std::min(0.f, x0 + 0.0107f * static_cast<float>(i));
+    x[15] = x0 < -45.f ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+    softmax_exp_v4(x, scaled, generic);
+    for (int i = 0; i < 16; ++i, ++checked) {
+      const bool same = std::isnan(generic[i]) ? std::isnan(scaled[i]) : scaled[i] == generic[i];
+      differ += !same;
+    }
+  }
+  MESSAGE(checked << " exponentials compared");
+  CHECK(differ == 0);
+#else
+  MESSAGE("skipped: not an x86-64 build");
+#endif
 }
