@@ -135,8 +135,28 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
     s[infer] = numel() / known;
   }
   VINF_CHECK(s.numel() == numel(), "cannot reshape ", describe(), " to ", new_shape.str(), ": element counts differ");
-  VINF_CHECK(is_contiguous(), "reshape of a non-contiguous view ", describe(), " (copy it first)");
-  return wrap(data, dtype, device, s);
+  if (is_contiguous() || numel() == 0) return wrap(data, dtype, device, s);
+  // A view: dims that continue each other (each stride the next dim's extent times its stride)
+  // form a block that splits and merges freely into new dims of the same element count, which
+  // take strides within the block. From the innermost dims out, block by block.
+  Tensor t = wrap(data, dtype, device, s);
+  int nd = s.rank() - 1;  // the next new dim to give a stride, from the end
+  std::int64_t unit = strides[rank() - 1], old_count = 1, new_count = 1;
+  for (int d = rank() - 1; d >= 0; --d) {
+    old_count *= shape[d];
+    if (d > 0 && (shape[d - 1] == 1 || strides[d - 1] == old_count * unit)) continue;  // the block goes on
+    while (nd >= 0 && (new_count < old_count || s[nd] == 1)) {
+      t.strides[nd] = new_count * unit;
+      new_count *= s[nd--];
+    }
+    VINF_CHECK(new_count == old_count, "cannot reshape the view ", describe(), " to ", s.str(),
+               " without a copy (copy it first)");
+    if (d > 0) {
+      unit = strides[d - 1];
+      old_count = new_count = 1;
+    }
+  }
+  return t;
 }
 
 Tensor Tensor::expand(const Shape& target) const {

@@ -78,7 +78,8 @@ void ExchangeCost::plan_halos() {
 }
 
 model::TemporalBytes ExchangeCost::attention(std::int64_t rows, std::int64_t frames, std::int64_t x_width,
-                                             std::int64_t inner, std::size_t elt) const {
+                                             std::int64_t inner, std::size_t elt, bool stacked) const {
+  (void)stacked;  // the contexts project Q, K and V one at a time
   if (c_.mode == Mode::exact) return exact_attention(rows, x_width, inner, elt);
   const auto r = static_cast<double>(rows);
   // What travels: x (one array of the input's width), or K and V (two of the shard's width).

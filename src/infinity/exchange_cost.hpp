@@ -19,7 +19,7 @@ class ExchangeCost final : public model::TemporalCost {
   ExchangeCost(const Config& c, std::vector<std::int64_t> frames_per_clip, int clip);
 
   model::TemporalBytes attention(std::int64_t rows, std::int64_t frames, std::int64_t x_width, std::int64_t inner,
-                                 std::size_t elt) const override;
+                                 std::size_t elt, bool stacked = false) const override;
   std::int64_t conv_halo_frames() const override { return conv_left_ + conv_right_; }
   model::TemporalBytes conv_halo(double frame_bytes) const override;
   double norm_received(std::int64_t batch, int groups) const override;

@@ -32,9 +32,10 @@ class TemporalCost {
  public:
   virtual ~TemporalCost() = default;
   // One temporal self-attention over `rows` sequences of the clip's `frames`: x (rows, frames,
-  // x_width) in, the shard's `inner` projection width, elements of `elt` bytes.
+  // x_width) in, the shard's `inner` projection width, elements of `elt` bytes. `stacked`: Q, K
+  // and V come from one product into one block where the context projects them (the CPU's).
   virtual TemporalBytes attention(std::int64_t rows, std::int64_t frames, std::int64_t x_width, std::int64_t inner,
-                                  std::size_t elt) const;
+                                  std::size_t elt, bool stacked = false) const;
   // Frames a TemporalConvLayer pads its clip with (both sides together).
   virtual std::int64_t conv_halo_frames() const { return 0; }
   // Filling that halo: `frame_bytes` = batch x channels x pixels x elt of one frame.

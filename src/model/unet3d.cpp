@@ -54,6 +54,15 @@ class Forward {
 
   Act empty(const Shape& s) const { return empty(s, dtype_); }
   Act empty(const Shape& s, DType dt) const { return std::make_shared<OwnedTensor>(ctx_.arena->empty(dt, s)); }
+  // The input of a convolution, images (N, C, H, W): on the CPU's fast path stored channels-last
+  // (N, H, W, C), the layout oneDNN's convolutions read, which then need no reorder (the norms
+  // before them write it); elsewhere as empty().
+  Act empty_for_conv(const Shape& s) const {
+    if (!ctx_.device.is_cpu() || ctx_.cpu_impl != CpuImpl::fast) return empty(s);
+    Allocation mem = ctx_.arena->allocate(s.numel() * dtype_size(dtype_));
+    const Tensor nhwc = Tensor::wrap(mem.data(), dtype_, ctx_.device, {s[0], s[2], s[3], s[1]});
+    return std::make_shared<OwnedTensor>(std::move(mem), nhwc.permute({0, 3, 1, 2}));
+  }
   const Tensor& w(const std::string& name) const { return w_.get(name); }
   void observe(const std::string& name, const Tensor& t) const {
     if (observe_) observe_(name, t);
@@ -93,9 +102,11 @@ class Forward {
     return y;
   }
 
-  // Per-frame GroupNorm (statistics over the group's channels x H x W of each frame-image).
-  Act group_norm_frames(const Tensor& x, const std::string& p, float eps, ops::Activation act) const {
-    Act y = empty(x.shape);
+  // Per-frame GroupNorm (statistics over the group's channels x H x W of each frame-image);
+  // `for_conv`: its output feeds a convolution (empty_for_conv).
+  Act group_norm_frames(const Tensor& x, const std::string& p, float eps, ops::Activation act,
+                        bool for_conv = false) const {
+    Act y = for_conv ? empty_for_conv(x.shape) : empty(x.shape);
     const Shape s4{x.size(0), x.size(1), 1, x.size(2) * x.size(3)};
     ops::group_norm(ctx_, x.reshape(s4), w(p + ".weight"), w(p + ".bias"), y->reshape(s4),
                     {c_.norm_num_groups, eps, act});
@@ -105,7 +116,7 @@ class Forward {
   Act resnet(const Tensor& x, const std::string& p, float output_scale) const {
     Act h;
     {
-      Act a = group_norm_frames(x, p + ".norm1", c_.norm_eps, ops::Activation::silu);
+      Act a = group_norm_frames(x, p + ".norm1", c_.norm_eps, ops::Activation::silu, true);
       h = conv2d(*a, p + ".conv1", 1, 1);
     }
     const std::int64_t cout = h->size(1), hw = h->size(2) * h->size(3);
@@ -117,7 +128,7 @@ class Forward {
     }
     Act out;
     {
-      Act a = group_norm_frames(*h, p + ".norm2", c_.norm_eps, ops::Activation::silu);
+      Act a = group_norm_frames(*h, p + ".norm2", c_.norm_eps, ops::Activation::silu, true);
       h.reset();
       out = conv2d(*a, p + ".conv2", 1, 1);
     }
@@ -148,7 +159,7 @@ class Forward {
     for (int s = 1; s <= 4; ++s) {
       const std::string stage = p + ".conv" + std::to_string(s);
       const std::string conv = stage + (s == 1 ? ".2" : ".3");
-      Act a = empty(cur->shape);
+      Act a = empty_for_conv(cur->shape);
       tc_.group_norm(ctx_, clip(*cur), w(stage + ".0.weight"), w(stage + ".0.bias"), clip(*a),
                      {c_.norm_num_groups, 1e-5f, ops::Activation::silu}, halo, stage);
       Act y = empty(cur->shape);

@@ -180,6 +180,29 @@ void add_norms(std::vector<OpCase>& v) {
                  auto clip = [](const Tensor& t) { return t.reshape({2, 5, 16, 21}).permute({0, 2, 1, 3}); };
                  return [&e, x, g, b, y, clip] { ops::group_norm(e.ctx, clip(x), g, b, clip(y), {4, 1e-6f}); };
                }});
+  // Channels-last storage (N, H, W, C), the CPU's convolution inputs and outputs: written from
+  // the usual layout, read and written in it, and a channel count that is no whole vector.
+  v.push_back({"group_norm", "group_norm per frame 6x32x5x7 g8 +silu, into channels-last", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({6, 32, 5, 7}, 2.f, 0.5f);
+                 const Tensor g = e.input({32}, 0.5f, 1.f), b = e.input({32}, 0.5f);
+                 const Tensor y = e.output({6, 5, 7, 32}).permute({0, 3, 1, 2});
+                 return [&e, x, g, b, y] { ops::group_norm(e.ctx, x, g, b, y, {8, 1e-5f, Activation::silu}); };
+               }});
+  v.push_back({"group_norm", "group_norm temporal channels-last B2 F5 C32 3x7 g8 +silu", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({10, 3, 7, 32}, 1.5f, -0.3f).permute({0, 3, 1, 2});
+                 const Tensor g = e.input({32}, 0.5f, 1.f), b = e.input({32}, 0.5f);
+                 const Tensor y = e.output({10, 3, 7, 32}).permute({0, 3, 1, 2});
+                 auto clip = [](const Tensor& t) { return t.reshape({2, 5, 32, 21}).permute({0, 2, 1, 3}); };
+                 return [&e, x, g, b, y, clip] {
+                   ops::group_norm(e.ctx, clip(x), g, b, clip(y), {8, 1e-6f, Activation::silu});
+                 };
+               }});
+  v.push_back({"group_norm", "group_norm channels-last C24 4x6 g6 (no whole vectors)", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({3, 4, 6, 24}, 1.f, 0.2f).permute({0, 3, 1, 2});
+                 const Tensor g = e.input({24}, 0.5f, 1.f), b = e.input({24}, 0.5f);
+                 const Tensor y = e.output({3, 4, 6, 24}).permute({0, 3, 1, 2});
+                 return [&e, x, g, b, y] { ops::group_norm(e.ctx, x, g, b, y, {6, 1e-5f, Activation::silu}); };
+               }});
   v.push_back({"group_norm", "group_norm_sums + apply, two halves summed", 0, [](CaseEnv& e) -> Runner {
                  // What the distributed GroupNorm does: partial sums per part, added, then applied.
                  const Tensor x = e.input({3, 12, 8, 5}, 1.f, 2.f);
@@ -199,6 +222,25 @@ void add_norms(std::vector<OpCase>& v) {
                    for (std::size_t i = 0; i < a.size(); ++i) a[i] += c[i];
                    ops::copy(e.ctx, ha, total);
                    ops::group_norm_apply(e.ctx, x, total, 4.0 * 8 * 5, g, b, y, {3, 1e-5f});
+                 };
+               }});
+  v.push_back({"group_norm", "group_norm_sums + apply channels-last, two halves summed", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({3, 8, 5, 16}, 1.f, 2.f).permute({0, 3, 1, 2});  // (3, 16, 8, 5)
+                 const Tensor g = e.input({16}, 0.5f, 1.f), b = e.input({16}, 0.5f);
+                 const Tensor s0 = e.scratch(DType::f64, {3, 4, 2}), s1 = e.scratch(DType::f64, {3, 4, 2});
+                 const Tensor total = e.output(DType::f64, {3, 4, 2});
+                 const Tensor y = e.output({3, 8, 5, 16}).permute({0, 3, 1, 2});
+                 return [&e, x, g, b, s0, s1, total, y] {
+                   ops::group_norm_sums(e.ctx, x.slice(2, 0, 3), 4, s0);
+                   ops::group_norm_sums(e.ctx, x.slice(2, 3, 5), 4, s1);
+                   std::vector<double> a(24), c(24);
+                   const Tensor ha = Tensor::wrap(a.data(), DType::f64, Device::cpu(), {3, 4, 2});
+                   const Tensor hc = Tensor::wrap(c.data(), DType::f64, Device::cpu(), {3, 4, 2});
+                   ops::copy(e.ctx, s0, ha);
+                   ops::copy(e.ctx, s1, hc);
+                   for (std::size_t i = 0; i < a.size(); ++i) a[i] += c[i];
+                   ops::copy(e.ctx, ha, total);
+                   ops::group_norm_apply(e.ctx, x, total, 4.0 * 8 * 5, g, b, y, {4, 1e-5f, Activation::silu});
                  };
                }});
   v.push_back({"layer_norm", "layer_norm 37x129", 0, [](CaseEnv& e) -> Runner {

@@ -36,7 +36,31 @@ TEST_CASE("tensor views: slice, select, permute, reshape, expand never copy") {
 
   const Tensor r = t.reshape({6, -1});
   CHECK(r.shape == Shape{6, 4});
-  CHECK_THROWS_AS(p.reshape({24}), Error);  // non-contiguous
+  CHECK_THROWS_AS(p.reshape({24}), Error);  // the view's order cannot be one block
+
+  // Views reshape where their dims split and merge within blocks: channels-last images
+  // (N, C, H, W) with C innermost in memory, as frames (B, F, C, H*W).
+  std::vector<float> cl(2 * 3 * 4 * 5);
+  for (std::size_t i = 0; i < cl.size(); ++i) cl[i] = static_cast<float>(i);
+  const Tensor nhwc = Tensor::wrap(cl.data(), DType::f32, Device::cpu(), {2, 4, 5, 3});
+  const Tensor nchw = nhwc.permute({0, 3, 1, 2});  // [2,3,4,5], not contiguous
+  REQUIRE_FALSE(nchw.is_contiguous());
+  const Tensor frames = nchw.reshape({1, 2, 3, 20});
+  CHECK(frames.shape == Shape{1, 2, 3, 20});
+  int wrong = 0;
+  for (std::int64_t n = 0; n < 2; ++n)
+    for (std::int64_t c = 0; c < 3; ++c)
+      for (std::int64_t y = 0; y < 4; ++y)
+        for (std::int64_t x = 0; x < 5; ++x)
+          wrong += *static_cast<float*>(frames.at({0, n, c, y * 5 + x})) != *static_cast<float*>(nchw.at({n, c, y, x}));
+  CHECK(wrong == 0);
+  CHECK(frames.data == nchw.data);
+  CHECK(nchw.reshape({2, 3, 4, 5, 1}).stride(3) == 3);
+  CHECK_THROWS_AS(nchw.reshape({6, 20}), Error);     // C and N are not one block
+  CHECK_THROWS_AS(nchw.reshape({2, 60}), Error);     // nor are C and H x W
+  CHECK(nchw.reshape({2, 3, 2, 10}).stride(2) == 30);  // H x W is: it splits anew
+  CHECK_THROWS_AS(t.slice(2, 1, 2).reshape({12}), Error);
+  CHECK(t.slice(2, 1, 2).reshape({6, 2}).stride(0) == 4);  // rows of a column slice merge
 
   const Tensor row = Tensor::wrap(v.data(), DType::f32, Device::cpu(), {4}).unsqueeze(0);
   const Tensor e = row.expand({3, 4});
