@@ -6,9 +6,11 @@
 // With AttentionParams::bf16_products on a CPU with AVX-512 BF16 (--dtype bf16), both products
 // take bf16 operands two at a time (VDPBF16PS: pairs of bf16 products summed into f32 lanes): the
 // queries and keys for the scores, the probabilities and values for the outputs. The scores, the
-// softmax and the running sums stay f32.
+// softmax and the running sums stay f32. Head dims of 8 and less take another kernel on AVX-512
+// (rows in lanes, below), in f32 whatever the dtype.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -62,8 +64,11 @@ std::size_t bf16_words(std::int64_t d, std::int64_t dv) {
   return static_cast<std::size_t>(kRows * d2 + d2 * kKeys + kRows * kKeys + kRows * kKeys / 2 + kKeys / 2 * dvp +
                                   kRows * dvp + 3 * kRows);
 }
-// Per thread: room for either layout.
-std::size_t scratch_floats(std::int64_t d, std::int64_t dv) { return std::max(f32_floats(d, dv), bf16_words(d, dv)); }
+std::size_t column_floats(std::int64_t d, std::int64_t dv);
+// Per thread: room for any of the layouts.
+std::size_t scratch_floats(std::int64_t d, std::int64_t dv) {
+  return std::max({f32_floats(d, dv), bf16_words(d, dv), column_floats(d, dv)});
+}
 
 Scratch carve(float* base, std::int64_t d, std::int64_t dv, bool bf16) {
   Scratch s{};
@@ -346,6 +351,118 @@ VINF_VEC_LEVEL_VARIANTS(key_block, key_block_impl,
                          bool global, float bias, const RowBand& band),
                         (w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias, band))
 
+// --- Head dims of 8 and less: rows in lanes -------------------------------------------------------
+// With 8 channels or fewer per head, rows of 4 queries by 16 keys spend their time on per-row
+// work (maxima, sums, broadcasts of 8 values). Here the lanes are 16 query rows instead: a key's
+// score for all 16 rows is 8 multiply-adds with the key's channels broadcast from memory, the
+// maxima and sums are lane-wise, and each key adds its values times 16 probabilities to 8
+// accumulators that stay in registers with the queries. AVX-512 only (32 registers).
+constexpr int kColumnsMaxDim = 8;
+
+struct ColumnScratch {
+  float* qt;  // D x kRows: the tile's queries, scaled, channel by channel (rows past the end zero)
+  float* ot;  // Dv x kRows: unnormalised outputs, channel by channel
+  float* s;   // kKeys x 16: one row group's scores of the block, key by key
+  float* m;   // kRows: running max
+  float* l;   // kRows: running sum
+  float* lo;  // kRows: first visible local key (as a float: exact below 2^24)
+  float* hi;  // kRows: last visible local key
+};
+
+std::size_t column_floats(std::int64_t d, std::int64_t dv) {
+  return static_cast<std::size_t>(kRows * (d + dv) + kKeys * kL + 4 * kRows);
+}
+
+ColumnScratch carve_columns(float* base, std::int64_t d, std::int64_t dv) {
+  ColumnScratch s{};
+  s.qt = base;
+  s.ot = s.qt + kRows * d;
+  s.s = s.ot + kRows * dv;
+  s.m = s.s + kKeys * kL;
+  s.l = s.m + kRows;
+  s.lo = s.l + kRows;
+  s.hi = s.lo + kRows;
+  return s;
+}
+
+// One block of nb keys (key index j0 on) against the tile's rows, 16 at a time: the online
+// softmax as key_block does it, lane by lane.
+template <class V, vec::Level level>
+VINF_VEC_INLINE void column_block_impl(const ColumnScratch& w, std::int64_t rows, std::int64_t d, std::int64_t dv,
+                                       const float* keys, std::int64_t ks, const float* vals, std::int64_t vs,
+                                       std::int64_t j0, std::int64_t nb, bool global, float bias) {
+  constexpr int L = vec::lanes_of<V>;
+  const V neg_inf = vec::splat_as<V>(-std::numeric_limits<float>::infinity());
+  const float* kb = keys + j0 * ks;
+  const float* vb = vals + j0 * vs;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += L) {
+    // Whether every key of the block is visible to every row of the group: no masking then.
+    bool all = true;
+    for (std::int64_t r = r0; r < std::min(rows, r0 + L) && !global; ++r)
+      all = all && w.lo[r] <= static_cast<float>(j0) && w.hi[r] >= static_cast<float>(j0 + nb - 1);
+    V q[kColumnsMaxDim];
+#pragma GCC unroll 8
+    for (int c = 0; c < kColumnsMaxDim; ++c) q[c] = c < d ? vec::load_as<V>(w.qt + c * kRows + r0) : V{};
+    const V lo = vec::load_as<V>(w.lo + r0), hi = vec::load_as<V>(w.hi + r0);
+    V mx = neg_inf;
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const float* kr = kb + j * ks;
+      V s0{}, s1{};  // two chains of multiply-adds
+#pragma GCC unroll 8
+      for (int c = 0; c < kColumnsMaxDim; c += 2) {
+        if (c < d) s0 += vec::splat_as<V>(kr[c]) * q[c];
+        if (c + 1 < d) s1 += vec::splat_as<V>(kr[c + 1]) * q[c + 1];
+      }
+      V sc = s0 + s1 + bias;
+      if (!all) {
+        const V key = vec::splat_as<V>(static_cast<float>(j0 + j));
+        sc = key >= lo && key <= hi ? sc : neg_inf;
+      }
+      mx = mx > sc ? mx : sc;
+      vec::store_as(w.s + j * L, sc);
+    }
+    // The new max, and what the exponentials subtract: 0 while a row's scores are all -inf (so
+    // that they weigh 0, not NaN). The sums and outputs so far move to the new reference.
+    const V m_old = vec::load_as<V>(w.m + r0);
+    const V m_new = m_old > mx ? m_old : mx;
+    const V ref = m_new == neg_inf ? V{} : m_new;
+    const V corr = vec::exp_nonpositive_at<level>(m_old - ref);
+    vec::store_as(w.m + r0, m_new);
+    V l = vec::load_as<V>(w.l + r0) * corr;
+    V o[kColumnsMaxDim];
+#pragma GCC unroll 8
+    for (int c = 0; c < kColumnsMaxDim; ++c) o[c] = c < dv ? vec::load_as<V>(w.ot + c * kRows + r0) * corr : V{};
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const V p = vec::exp_nonpositive_at<level>(vec::load_as<V>(w.s + j * L) - ref);
+      l += p;
+      const float* vr = vb + j * vs;
+#pragma GCC unroll 8
+      for (int c = 0; c < kColumnsMaxDim; ++c)
+        if (c < dv) o[c] += vec::splat_as<V>(vr[c]) * p;
+    }
+    vec::store_as(w.l + r0, l);
+#pragma GCC unroll 8
+    for (int c = 0; c < kColumnsMaxDim; ++c)
+      if (c < dv) vec::store_as(w.ot + c * kRows + r0, o[c]);
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v4"))) void column_block(const ColumnScratch& w, std::int64_t rows, std::int64_t d,
+                                                            std::int64_t dv, const float* keys, std::int64_t ks,
+                                                            const float* vals, std::int64_t vs, std::int64_t j0,
+                                                            std::int64_t nb, bool global, float bias) {
+  column_block_impl<vec::f32x16, vec::Level::v4>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias);
+}
+bool columns_supported() { return vec::cpu_level() == vec::Level::v4; }
+#else  // never called: columns_supported() is false off x86-64
+void column_block(const ColumnScratch&, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t,
+                  const float*, std::int64_t, std::int64_t, std::int64_t, bool, float) {
+  VINF_FAIL("attention: the rows-in-lanes kernel needs x86-64");
+}
+bool columns_supported() { return false; }
+#endif
+
 #if defined(__x86_64__)
 #define VINF_BF16_TARGET __attribute__((target("arch=x86-64-v4,avx512bf16")))
 
@@ -473,9 +590,62 @@ std::size_t attention_scratch_bytes_per_thread(std::int64_t head_dim, std::int64
   return scratch_floats(head_dim, value_dim) * sizeof(float);
 }
 
+bool attention_bf16_products(std::int64_t head_dim, std::int64_t value_dim) {
+  return bf16_supported() && !(head_dim <= kColumnsMaxDim && value_dim <= kColumnsMaxDim && columns_supported());
+}
+
 std::size_t attention_workspace_bytes(std::int64_t head_dim, std::int64_t value_dim) {
   return static_cast<std::size_t>(omp_get_max_threads()) * attention_scratch_bytes_per_thread(head_dim, value_dim);
 }
+
+namespace {
+
+// One tile of query rows (from i0) of (b, h) with the rows-in-lanes kernel.
+void column_tile(float* scratch, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
+                 const Tensor& out, const exec::AttentionParams& p, float log_base, std::int64_t b, std::int64_t h,
+                 std::int64_t i0) {
+  const std::int64_t Lq = q.size(2), D = q.size(3), Lk = k.size(2), Dv = v.size(3), G = kg ? kg->size(2) : 0;
+  const ColumnScratch w = carve_columns(scratch, D, Dv);
+  const std::int64_t rows = std::min(kRows, Lq - i0), padded = (rows + kL - 1) / kL * kL;
+  std::int64_t wlo = 0, whi = -1;  // the union of the rows' bands (they move monotonically with the row)
+  for (std::int64_t r = 0; r < padded; ++r) {
+    std::int64_t lo = 1, hi = 0;  // the padding rows see nothing
+    float scale = 0.f;
+    if (r < rows) {
+      exec::attention_band(p, i0 + r, Lk, lo, hi);
+      const std::int64_t visible = std::max<std::int64_t>(0, hi - lo + 1) + G;
+      scale = p.scale * (log_base != 0.f && visible > 0 ? std::log(static_cast<float>(visible)) / log_base : 1.f);
+      if (r == 0) wlo = lo;
+      if (r == rows - 1) whi = hi;
+    }
+    w.lo[r] = static_cast<float>(lo);
+    w.hi[r] = static_cast<float>(hi);
+    w.m[r] = -std::numeric_limits<float>::infinity();
+    w.l[r] = 0.f;
+    const float* qrow = r < rows ? &at_f32(q, b, h, i0 + r) : nullptr;
+    for (std::int64_t c = 0; c < D; ++c) w.qt[c * kRows + r] = qrow ? qrow[c] * scale : 0.f;
+    for (std::int64_t c = 0; c < Dv; ++c) w.ot[c * kRows + r] = 0.f;
+  }
+  const float* kb = &at_f32(k, b, h, 0);
+  const float* vb = &at_f32(v, b, h, 0);
+  for (std::int64_t j0 = wlo; j0 <= whi; j0 += kKeys)
+    column_block(w, rows, D, Dv, kb, k.stride(2), vb, v.stride(2), j0, std::min(kKeys, whi - j0 + 1), false,
+                 p.local_bias);
+  if (G > 0) {
+    const float* gkb = &at_f32(*kg, b, h, 0);
+    const float* gvb = &at_f32(*vg, b, h, 0);
+    for (std::int64_t j0 = 0; j0 < G; j0 += kKeys)
+      column_block(w, rows, D, Dv, gkb, kg->stride(2), gvb, vg->stride(2), j0, std::min(kKeys, G - j0), true,
+                   p.global_bias);
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* orow = &at_f32(out, b, h, i0 + r);
+    const float inv = w.l[r] > 0.f ? 1.f / w.l[r] : 0.f;
+    for (std::int64_t c = 0; c < Dv; ++c) orow[c] = w.ot[c * kRows + r] * inv;
+  }
+}
+
+}  // namespace
 
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
                const Tensor& out, const exec::AttentionParams& p) {
@@ -486,13 +656,20 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
   const std::int64_t tiles = (Lq + kRows - 1) / kRows, jobs = B * H * tiles;
   const float log_base = p.token_count_log_base > 0.f ? std::log(p.token_count_log_base) : 0.f;
 
-  // bf16 products where asked for and the CPU has them; the same f32 kernel elsewhere.
-  const bool bf16 = p.bf16_products && bf16_supported();
+  // Rows in lanes for head dims of 8 and less on AVX-512 (f32 products: faster there than bf16
+  // ones); else bf16 products where asked for and the CPU has them, the same f32 kernel elsewhere.
+  const bool columns = D <= kColumnsMaxDim && Dv <= kColumnsMaxDim && columns_supported();
+  const bool bf16 = p.bf16_products && attention_bf16_products(D, Dv);
   auto block = bf16 ? key_block_bf16 : key_block;
 
 #pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (std::int64_t job = 0; job < jobs; ++job) {
     const std::int64_t tile = job % tiles, h = (job / tiles) % H, b = job / (tiles * H);
+    if (columns) {
+      column_tile(static_cast<float*>(ws.data()) + omp_get_thread_num() * scratch_floats(D, Dv), q, k, v, kg, vg,
+                  out, p, log_base, b, h, tile * kRows);
+      continue;
+    }
     const Scratch w = carve(static_cast<float*>(ws.data()) + omp_get_thread_num() * scratch_floats(D, Dv), D, Dv, bf16);
     const std::int64_t i0 = tile * kRows, rows = std::min(kRows, Lq - i0), padded = (rows + kGroup - 1) / kGroup * kGroup;
     RowBand band;

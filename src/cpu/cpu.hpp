@@ -85,6 +85,9 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
 std::size_t attention_workspace_bytes(std::int64_t head_dim, std::int64_t value_dim);
 // One thread's share of it.
 std::size_t attention_scratch_bytes_per_thread(std::int64_t head_dim, std::int64_t value_dim);
+// Whether attention's products run in bf16 when AttentionParams::bf16_products asks for it: on a
+// CPU with AVX-512 BF16, except for head dims of 8 and less on AVX-512 (an f32 kernel there).
+bool attention_bf16_products(std::int64_t head_dim, std::int64_t value_dim);
 void normal(const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset);
 }  // namespace fast
 

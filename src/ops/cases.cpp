@@ -496,7 +496,7 @@ OpCase attention_case(std::string name, AttnShape s, ops::AttentionParams p, boo
     visible += static_cast<double>(std::max<std::int64_t>(0, hi - lo + 1) + s.G);
   }
   const double flops = 2.0 * static_cast<double>(s.B * s.H) * visible * static_cast<double>(s.D + s.Dv);
-  return {"attention", std::move(name), flops, [=](CaseEnv& e) -> Runner {
+  OpCase c{"attention", std::move(name), flops, [=](CaseEnv& e) -> Runner {
             Tensor q, k, v;
             if (split_heads) {  // heads split out of (B, L, H*d) projections: strided views
               q = e.input({s.B, s.Lq, s.H * s.D}).reshape({s.B, s.Lq, s.H, s.D}).permute({0, 2, 1, 3});
@@ -520,6 +520,9 @@ OpCase attention_case(std::string name, AttnShape s, ops::AttentionParams p, boo
               ops::attention(e.ctx, q, k, v, global ? &kg : nullptr, global ? &vg : nullptr, y, pe);
             };
           }};
+  c.head_dim = s.D;
+  c.value_dim = s.Dv;
+  return c;
 }
 
 ops::AttentionParams full(float scale) {
@@ -560,6 +563,14 @@ void add_attention(std::vector<OpCase>& v) {
   v.push_back(attention_case("attention odd dims d33 dv48 20x37 G3", {1, 2, 20, 37, 3, 33, 48},
                              banded(0.2f, -9, 9, 0.5f, 0.f)));
   v.push_back(attention_case("attention odd dims d7 dv33 9x140", {2, 1, 9, 140, 0, 7, 33}, full(0.4f)));
+  // Head dims of 8 and less (the CPU's rows-in-lanes kernel): groups of 16 rows with a partial one,
+  // several blocks of keys, bands, global keys and biases, the token-count scale.
+  v.push_back(attention_case("attention small heads d5 dv3 Lq150 Lk700 band [-200,300] G7", {1, 2, 150, 700, 7, 5, 3},
+                             banded(0.3f, -200, 300, 0.5f, -1.f)));
+  v.push_back(attention_case("attention small heads d8 full 2x2 70x600", {2, 2, 70, 600, 0, 8, 8}, full(0.35f)));
+  ops::AttentionParams tn8 = banded(0.25f, -40, 40, 0.f, 0.f);
+  tn8.token_count_log_base = 16.f;
+  v.push_back(attention_case("attention small heads d4 dv8 token-count scale 33x90 G2", {2, 1, 33, 90, 2, 4, 8}, tn8));
 }
 
 }  // namespace

@@ -64,6 +64,7 @@ struct OpCase {
   // one is refused wherever its tolerance is asked for (tests, `vinf selfcheck`).
   std::vector<std::pair<DType, Tolerance>> tolerance = {};
   std::string tolerance_reason = {};
+  std::int64_t head_dim = 0, value_dim = 0;  // attention's D and Dv (which CPU kernel runs)
 };
 
 // Whether `filter` selects the case, as `vinf selfcheck --filter` and VINF_OPS_FILTER in the
