@@ -178,11 +178,76 @@ void fill(const Tensor& dst, double value) {
   });
 }
 
+namespace {
+
+// out = alpha t + beta u over an (n2, n1) plane, where out and u run along n1 (stride 1) and t
+// along n2 (its n1 stride ts1): t read in L x L tiles turned through registers, so that every
+// load and store is a vector (a channels-last convolution output added to a tensor in the usual
+// layout). Rows and columns past the whole tiles one element at a time.
+template <class V>
+VINF_VEC_INLINE void axpby_plane_impl(float alpha, const float* t, std::int64_t ts1, float beta, const float* u,
+                                      std::int64_t us2, float* out, std::int64_t os2, std::int64_t n2,
+                                      std::int64_t n1) {
+  constexpr int L = vec::lanes_of<V>;
+  const std::int64_t w2 = n2 / L * L, w1 = n1 / L * L;
+  for (std::int64_t i0 = 0; i0 < w2; i0 += L)
+    for (std::int64_t j0 = 0; j0 < w1; j0 += L) {
+      V r[L];
+#pragma GCC unroll 16
+      for (int j = 0; j < L; ++j) r[j] = vec::load_as<V>(t + (j0 + j) * ts1 + i0);
+      vec::transpose<V>(r);
+#pragma GCC unroll 16
+      for (int i = 0; i < L; ++i)
+        vec::store_as(out + (i0 + i) * os2 + j0, r[i] * alpha + vec::load_as<V>(u + (i0 + i) * us2 + j0) * beta);
+    }
+  for (std::int64_t i = 0; i < n2; ++i)
+    for (std::int64_t j = i < w2 ? w1 : 0; j < n1; ++j)
+      out[i * os2 + j] = alpha * t[j * ts1 + i] + beta * u[i * us2 + j];
+}
+VINF_VEC_VARIANTS(axpby_plane, axpby_plane_impl,
+                  (float alpha, const float* t, std::int64_t ts1, float beta, const float* u, std::int64_t us2,
+                   float* out, std::int64_t os2, std::int64_t n2, std::int64_t n1),
+                  (alpha, t, ts1, beta, u, us2, out, os2, n2, n1))
+
+// axpby where one operand is the other's layout transposed in the two innermost dims of the
+// output's order: those planes through axpby_plane, over threads. False where it is not.
+bool axpby_transposed(float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out) {
+  const auto l = joint_layout<3>({&a, &b, &out});
+  const int r = l.rank;
+  if (r < 2 || l.stride[2][r - 1] != 1 || l.size[r - 1] < 16 || l.size[r - 2] < 16) return false;
+  int k = -1;  // the transposed operand
+  for (int i = 0; i < 2; ++i)
+    if (l.stride[i][r - 1] > 1 && l.stride[i][r - 2] == 1 && l.stride[1 - i][r - 1] == 1) k = i;
+  if (k < 0) return false;
+  const float* t = (k == 0 ? a : b).ptr<float>();
+  const float* u = (k == 0 ? b : a).ptr<float>();
+  const float ta = k == 0 ? alpha : beta, ub = k == 0 ? beta : alpha;
+  std::int64_t planes = 1;
+  for (int d = 0; d < r - 2; ++d) planes *= l.size[d];
+  float* o = out.ptr<float>();
+#pragma omp parallel for schedule(static) if (out.numel() >= kParallelGrain && planes > 1)
+  for (std::int64_t pl = 0; pl < planes; ++pl) {
+    std::array<std::int64_t, 3> base{};
+    std::int64_t rem = pl;
+    for (int d = r - 3; d >= 0; --d) {
+      const std::int64_t idx = rem % l.size[d];
+      rem /= l.size[d];
+      for (int q = 0; q < 3; ++q) base[q] += idx * l.stride[q][d];
+    }
+    axpby_plane(ta, t + base[k], l.stride[k][r - 1], ub, u + base[1 - k], l.stride[1 - k][r - 2], o + base[2],
+                l.stride[2][r - 2], l.size[r - 2], l.size[r - 1]);
+  }
+  return true;
+}
+
+}  // namespace
+
 void axpby(float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out) {
   if (beta == 0.f) {
     unary(a, out, [alpha](float x) { return alpha * x; });
     return;
   }
+  if (axpby_transposed(alpha, a, beta, b, out)) return;
   binary(a, b, out, [alpha, beta](float x, float y) { return alpha * x + beta * y; });
 }
 

@@ -18,11 +18,19 @@ struct JointLayout {
 };
 
 // Drops size-1 dims and merges neighbours that are contiguous with each other in every tensor.
+// The dims go in the memory order of the last tensor (the output: outermost first, by its strides,
+// ties in their own order), so that a channels-last output, say, is written along its channels.
 template <int N>
 JointLayout<N> joint_layout(const std::array<const Tensor*, N>& ts) {
   JointLayout<N> l;
   const Tensor& t0 = *ts[0];
-  for (int d = 0; d < t0.rank(); ++d) {
+  const Tensor& last = *ts[N - 1];
+  std::array<int, kMaxDims> order{};
+  for (int d = 0; d < t0.rank(); ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.begin() + t0.rank(),
+                   [&](int a, int b) { return last.strides[a] > last.strides[b]; });
+  for (int i = 0; i < t0.rank(); ++i) {
+    const int d = order[i];
     const std::int64_t n = t0.shape[d];
     if (n == 1) continue;
     bool merge = l.rank > 0;

@@ -54,9 +54,9 @@ class Forward {
 
   Act empty(const Shape& s) const { return empty(s, dtype_); }
   Act empty(const Shape& s, DType dt) const { return std::make_shared<OwnedTensor>(ctx_.arena->empty(dt, s)); }
-  // The input of a convolution, images (N, C, H, W): on the CPU's fast path stored channels-last
-  // (N, H, W, C), the layout oneDNN's convolutions read, which then need no reorder (the norms
-  // before them write it); elsewhere as empty().
+  // Images (N, C, H, W) that a convolution reads or writes: on the CPU's fast path stored
+  // channels-last (N, H, W, C), the layout of oneDNN's convolutions, which then reorder nothing
+  // (the norms and sums around them read and write it); elsewhere as empty().
   Act empty_for_conv(const Shape& s) const {
     if (!ctx_.device.is_cpu() || ctx_.cpu_impl != CpuImpl::fast) return empty(s);
     Allocation mem = ctx_.arena->allocate(s.numel() * dtype_size(dtype_));
@@ -92,12 +92,15 @@ class Forward {
     ops::activation(ctx_, ops::Activation::silu, *temb_, *temb_act_);
   }
 
-  Act conv2d(const Tensor& x, const std::string& p, int stride, int pad) const {
+  // `for_conv`: the output feeds (through a norm) another convolution, or a sum that turns it
+  // (empty_for_conv).
+  Act conv2d(const Tensor& x, const std::string& p, int stride, int pad, bool for_conv = false) const {
     const Tensor& wt = w(p + ".weight");
     ops::Conv2dParams cp{stride, pad};
     std::int64_t ho = 0, wo = 0;
     ops::conv2d_output_size(x, wt, cp, ho, wo);
-    Act y = empty({x.size(0), wt.size(0), ho, wo});
+    const Shape ys{x.size(0), wt.size(0), ho, wo};
+    Act y = for_conv ? empty_for_conv(ys) : empty(ys);
     ops::conv2d(ctx_, x, wt, &w(p + ".bias"), *y, cp);
     return y;
   }
@@ -117,7 +120,7 @@ class Forward {
     Act h;
     {
       Act a = group_norm_frames(x, p + ".norm1", c_.norm_eps, ops::Activation::silu, true);
-      h = conv2d(*a, p + ".conv1", 1, 1);
+      h = conv2d(*a, p + ".conv1", 1, 1, true);  // -> time embedding, norm2, conv2
     }
     const std::int64_t cout = h->size(1), hw = h->size(2) * h->size(3);
     {
@@ -130,16 +133,15 @@ class Forward {
     {
       Act a = group_norm_frames(*h, p + ".norm2", c_.norm_eps, ops::Activation::silu, true);
       h.reset();
-      out = conv2d(*a, p + ".conv2", 1, 1);
+      out = conv2d(*a, p + ".conv2", 1, 1, true);  // channels-last on the CPU: the sum below turns it
     }
-    if (w_.find(p + ".conv_shortcut.weight")) {
-      Act sc = conv2d(x, p + ".conv_shortcut", 1, 0);
-      ops::add(ctx_, *out, *sc, *out);
-    } else {
-      ops::add(ctx_, *out, x, *out);
-    }
-    if (output_scale != 1.f) ops::scale(ctx_, *out, 1.f / output_scale, *out);
-    return out;
+    // The sum in the usual layout: into the shortcut's output, or a new tensor beside x.
+    const bool shortcut = w_.find(p + ".conv_shortcut.weight") != nullptr;
+    Act res = shortcut ? conv2d(x, p + ".conv_shortcut", 1, 0) : empty(out->shape);
+    ops::add(ctx_, *out, shortcut ? *res : x, *res);
+    out.reset();
+    if (output_scale != 1.f) ops::scale(ctx_, *res, 1.f / output_scale, *res);
+    return res;
   }
 
   // TemporalConvLayer: 4 x [temporal GroupNorm -> SiLU -> Conv3d (3,1,1)] + residual, with the
@@ -162,7 +164,8 @@ class Forward {
       Act a = empty_for_conv(cur->shape);
       tc_.group_norm(ctx_, clip(*cur), w(stage + ".0.weight"), w(stage + ".0.bias"), clip(*a),
                      {c_.norm_num_groups, 1e-5f, ops::Activation::silu}, halo, stage);
-      Act y = empty(cur->shape);
+      // Channels-last on the CPU: the next norm reads it so, and the last is added to x below.
+      Act y = empty_for_conv(cur->shape);
       ops::temporal_conv(ctx_, clip(*a), w(conv + ".weight").reshape({ch, ch, 3}), &w(conv + ".bias"), clip(*y), 1);
       cur = y;
     }

@@ -116,6 +116,26 @@ void add_elementwise(std::vector<OpCase>& v) {
                  const Tensor y = e.output({4, 33, 17});
                  return [&e, a, b, y] { ops::axpby(e.ctx, 2.5f, a, -0.5f, b, y); };
                }});
+  // A channels-last output (the CPU's convolution outputs) plus a per-channel bias, as the time
+  // embedding is added, and the usual layout read against it.
+  v.push_back({"axpby", "axpby channels-last 3x24x5x7 with a per-channel b, in place", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor y = e.output({3, 5, 7, 24}).permute({0, 3, 1, 2});
+                 const Tensor a = e.input({3, 5, 7, 24}).permute({0, 3, 1, 2});
+                 const Tensor b = e.input({3, 24, 1, 1}).expand({3, 24, 5, 7});
+                 return [&e, a, b, y] {
+                   ops::copy(e.ctx, a, y);
+                   ops::axpby(e.ctx, 1.f, y, 1.f, b, y);
+                 };
+               }});
+  v.push_back({"axpby", "axpby channels-last + usual layout 2x20x3x9 -> usual", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor a = e.input({2, 3, 9, 20}).permute({0, 3, 1, 2});
+                 const Tensor b = e.input({2, 20, 3, 9});
+                 const Tensor y = e.output({2, 20, 3, 9});
+                 return [&e, a, b, y] {
+                   ops::axpby(e.ctx, 0.5f, a, 2.f, b, y);
+                   ops::axpby(e.ctx, 1.f, y, -1.5f, a, y);  // the transposed operand second, in place
+                 };
+               }});
   v.push_back({"mul", "mul 5x7x9 by a per-channel scale", 0, [](CaseEnv& e) -> Runner {
                  const Tensor a = e.input({5, 7, 9});
                  const Tensor b = e.input({7}).unsqueeze(1).expand({5, 7, 9});
