@@ -185,6 +185,33 @@ void add_activations(std::vector<OpCase>& v) {
 
 // --- norms ---------------------------------------------------------------------------------------
 
+// What the distributed GroupNorm does: partial sums per part (frames [0, 3) and [3, 5) of 8 x 5
+// pixels), added on the host as the all-reduce would, then applied; the usual layout or
+// channels-last.
+OpCase halves_summed_case(std::string name, std::int64_t C, int groups, bool channels_last, Activation act) {
+  return {"group_norm", std::move(name), 0, [=](CaseEnv& e) -> Runner {
+            const Tensor x = channels_last ? e.input({3, 8, 5, C}, 1.f, 2.f).permute({0, 3, 1, 2})
+                                           : e.input({3, C, 8, 5}, 1.f, 2.f);
+            const Tensor g = e.input({C}, 0.5f, 1.f), b = e.input({C}, 0.5f);
+            const Tensor s0 = e.scratch(DType::f64, {3, groups, 2}), s1 = e.scratch(DType::f64, {3, groups, 2});
+            const Tensor total = e.output(DType::f64, {3, groups, 2});
+            const Tensor y = channels_last ? e.output({3, 8, 5, C}).permute({0, 3, 1, 2}) : e.output({3, C, 8, 5});
+            return [&e, x, g, b, s0, s1, total, y, groups, act, C] {
+              ops::group_norm_sums(e.ctx, x.slice(2, 0, 3), groups, s0);
+              ops::group_norm_sums(e.ctx, x.slice(2, 3, 5), groups, s1);
+              std::vector<double> a(static_cast<std::size_t>(total.numel())), c(a.size());
+              const Tensor ha = Tensor::wrap(a.data(), DType::f64, Device::cpu(), total.shape);
+              const Tensor hc = Tensor::wrap(c.data(), DType::f64, Device::cpu(), total.shape);
+              ops::copy(e.ctx, s0, ha);
+              ops::copy(e.ctx, s1, hc);
+              for (std::size_t i = 0; i < a.size(); ++i) a[i] += c[i];
+              ops::copy(e.ctx, ha, total);
+              ops::group_norm_apply(e.ctx, x, total, static_cast<double>(C / groups * 8 * 5), g, b, y,
+                                    {groups, 1e-5f, act});
+            };
+          }};
+}
+
 void add_norms(std::vector<OpCase>& v) {
   v.push_back({"group_norm", "group_norm per frame 6x32x5x7 g8 +silu", 0, [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({6, 32, 5, 7}, 2.f, 0.5f);
@@ -223,46 +250,9 @@ void add_norms(std::vector<OpCase>& v) {
                  const Tensor y = e.output({3, 4, 6, 24}).permute({0, 3, 1, 2});
                  return [&e, x, g, b, y] { ops::group_norm(e.ctx, x, g, b, y, {6, 1e-5f, Activation::silu}); };
                }});
-  v.push_back({"group_norm", "group_norm_sums + apply, two halves summed", 0, [](CaseEnv& e) -> Runner {
-                 // What the distributed GroupNorm does: partial sums per part, added, then applied.
-                 const Tensor x = e.input({3, 12, 8, 5}, 1.f, 2.f);
-                 const Tensor g = e.input({12}, 0.5f, 1.f), b = e.input({12}, 0.5f);
-                 const Tensor s0 = e.scratch(DType::f64, {3, 3, 2}), s1 = e.scratch(DType::f64, {3, 3, 2});
-                 const Tensor total = e.output(DType::f64, {3, 3, 2});
-                 const Tensor y = e.output({3, 12, 8, 5});
-                 return [&e, x, g, b, s0, s1, total, y] {
-                   ops::group_norm_sums(e.ctx, x.slice(2, 0, 3), 3, s0);
-                   ops::group_norm_sums(e.ctx, x.slice(2, 3, 5), 3, s1);
-                   // The all-reduce, done on the host here.
-                   std::vector<double> a(18), c(18);
-                   const Tensor ha = Tensor::wrap(a.data(), DType::f64, Device::cpu(), {3, 3, 2});
-                   const Tensor hc = Tensor::wrap(c.data(), DType::f64, Device::cpu(), {3, 3, 2});
-                   ops::copy(e.ctx, s0, ha);
-                   ops::copy(e.ctx, s1, hc);
-                   for (std::size_t i = 0; i < a.size(); ++i) a[i] += c[i];
-                   ops::copy(e.ctx, ha, total);
-                   ops::group_norm_apply(e.ctx, x, total, 4.0 * 8 * 5, g, b, y, {3, 1e-5f});
-                 };
-               }});
-  v.push_back({"group_norm", "group_norm_sums + apply channels-last, two halves summed", 0, [](CaseEnv& e) -> Runner {
-                 const Tensor x = e.input({3, 8, 5, 16}, 1.f, 2.f).permute({0, 3, 1, 2});  // (3, 16, 8, 5)
-                 const Tensor g = e.input({16}, 0.5f, 1.f), b = e.input({16}, 0.5f);
-                 const Tensor s0 = e.scratch(DType::f64, {3, 4, 2}), s1 = e.scratch(DType::f64, {3, 4, 2});
-                 const Tensor total = e.output(DType::f64, {3, 4, 2});
-                 const Tensor y = e.output({3, 8, 5, 16}).permute({0, 3, 1, 2});
-                 return [&e, x, g, b, s0, s1, total, y] {
-                   ops::group_norm_sums(e.ctx, x.slice(2, 0, 3), 4, s0);
-                   ops::group_norm_sums(e.ctx, x.slice(2, 3, 5), 4, s1);
-                   std::vector<double> a(24), c(24);
-                   const Tensor ha = Tensor::wrap(a.data(), DType::f64, Device::cpu(), {3, 4, 2});
-                   const Tensor hc = Tensor::wrap(c.data(), DType::f64, Device::cpu(), {3, 4, 2});
-                   ops::copy(e.ctx, s0, ha);
-                   ops::copy(e.ctx, s1, hc);
-                   for (std::size_t i = 0; i < a.size(); ++i) a[i] += c[i];
-                   ops::copy(e.ctx, ha, total);
-                   ops::group_norm_apply(e.ctx, x, total, 4.0 * 8 * 5, g, b, y, {4, 1e-5f, Activation::silu});
-                 };
-               }});
+  v.push_back(halves_summed_case("group_norm_sums + apply, two halves summed", 12, 3, false, Activation::none));
+  v.push_back(halves_summed_case("group_norm_sums + apply channels-last, two halves summed", 16, 4, true,
+                                 Activation::silu));
   v.push_back({"layer_norm", "layer_norm 37x129", 0, [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({37, 129}, 2.f, 1.f);
                  const Tensor g = e.input({129}, 0.5f, 1.f), b = e.input({129}, 0.5f);
