@@ -600,6 +600,30 @@ std::size_t attention_workspace_bytes(std::int64_t head_dim, std::int64_t value_
 
 namespace {
 
+// The scale of a row that sees the keys [lo, hi] and G global ones (AttentionParams'
+// token-count scale where log_base, the log of its base, is not 0).
+float row_scale(const exec::AttentionParams& p, std::int64_t lo, std::int64_t hi, std::int64_t G, float log_base) {
+  const std::int64_t visible = std::max<std::int64_t>(0, hi - lo + 1) + G;
+  return p.scale * (log_base != 0.f && visible > 0 ? std::log(static_cast<float>(visible)) / log_base : 1.f);
+}
+
+// The blocks of at most kKeys keys a tile of (b, h) streams: its rows' local keys [wlo, whi],
+// then the global ones: fn(keys, key stride, values, value stride, j0, nb, global, bias).
+template <class Fn>
+void for_key_blocks(const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg, std::int64_t b,
+                    std::int64_t h, std::int64_t wlo, std::int64_t whi, const exec::AttentionParams& p, Fn&& fn) {
+  const float* kb = &at_f32(k, b, h, 0);
+  const float* vb = &at_f32(v, b, h, 0);
+  for (std::int64_t j0 = wlo; j0 <= whi; j0 += kKeys)
+    fn(kb, k.stride(2), vb, v.stride(2), j0, std::min(kKeys, whi - j0 + 1), false, p.local_bias);
+  const std::int64_t G = kg ? kg->size(2) : 0;
+  if (G == 0) return;
+  const float* gkb = &at_f32(*kg, b, h, 0);
+  const float* gvb = &at_f32(*vg, b, h, 0);
+  for (std::int64_t j0 = 0; j0 < G; j0 += kKeys)
+    fn(gkb, kg->stride(2), gvb, vg->stride(2), j0, std::min(kKeys, G - j0), true, p.global_bias);
+}
+
 // One tile of query rows (from i0) of (b, h) with the rows-in-lanes kernel.
 void column_tile(float* scratch, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
                  const Tensor& out, const exec::AttentionParams& p, float log_base, std::int64_t b, std::int64_t h,
@@ -613,8 +637,7 @@ void column_tile(float* scratch, const Tensor& q, const Tensor& k, const Tensor&
     float scale = 0.f;
     if (r < rows) {
       exec::attention_band(p, i0 + r, Lk, lo, hi);
-      const std::int64_t visible = std::max<std::int64_t>(0, hi - lo + 1) + G;
-      scale = p.scale * (log_base != 0.f && visible > 0 ? std::log(static_cast<float>(visible)) / log_base : 1.f);
+      scale = row_scale(p, lo, hi, G, log_base);
       if (r == 0) wlo = lo;
       if (r == rows - 1) whi = hi;
     }
@@ -626,18 +649,11 @@ void column_tile(float* scratch, const Tensor& q, const Tensor& k, const Tensor&
     for (std::int64_t c = 0; c < D; ++c) w.qt[c * kRows + r] = qrow ? qrow[c] * scale : 0.f;
     for (std::int64_t c = 0; c < Dv; ++c) w.ot[c * kRows + r] = 0.f;
   }
-  const float* kb = &at_f32(k, b, h, 0);
-  const float* vb = &at_f32(v, b, h, 0);
-  for (std::int64_t j0 = wlo; j0 <= whi; j0 += kKeys)
-    column_block(w, rows, D, Dv, kb, k.stride(2), vb, v.stride(2), j0, std::min(kKeys, whi - j0 + 1), false,
-                 p.local_bias);
-  if (G > 0) {
-    const float* gkb = &at_f32(*kg, b, h, 0);
-    const float* gvb = &at_f32(*vg, b, h, 0);
-    for (std::int64_t j0 = 0; j0 < G; j0 += kKeys)
-      column_block(w, rows, D, Dv, gkb, kg->stride(2), gvb, vg->stride(2), j0, std::min(kKeys, G - j0), true,
-                   p.global_bias);
-  }
+  for_key_blocks(k, v, kg, vg, b, h, wlo, whi, p,
+                 [&](const float* keys, std::int64_t ks, const float* vals, std::int64_t vs, std::int64_t j0,
+                     std::int64_t nb, bool global, float bias) {
+                   column_block(w, rows, D, Dv, keys, ks, vals, vs, j0, nb, global, bias);
+                 });
   for (std::int64_t r = 0; r < rows; ++r) {
     float* orow = &at_f32(out, b, h, i0 + r);
     const float inv = w.l[r] > 0.f ? 1.f / w.l[r] : 0.f;
@@ -677,8 +693,7 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
       for (std::int64_t c = 0; c < w.os; ++c) w.o[r * w.os + c] = 0.f;
     for (std::int64_t r = 0; r < rows; ++r) {
       exec::attention_band(p, i0 + r, Lk, band.lo[r], band.hi[r]);
-      const std::int64_t visible = std::max<std::int64_t>(0, band.hi[r] - band.lo[r] + 1) + G;
-      w.scale[r] = p.scale * (log_base != 0.f && visible > 0 ? std::log(static_cast<float>(visible)) / log_base : 1.f);
+      w.scale[r] = row_scale(p, band.lo[r], band.hi[r], G, log_base);
       w.m[r] = -std::numeric_limits<float>::infinity();
       w.l[r] = 0.f;
     }
@@ -694,19 +709,11 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
       }
     }
     // Local keys: the union of the rows' bands (bands move monotonically with the row).
-    const std::int64_t wlo = band.lo[0], whi = band.hi[rows - 1];
-    const float* kb = &at_f32(k, b, h, 0);
-    const float* vb = &at_f32(v, b, h, 0);
-    for (std::int64_t j0 = wlo; j0 <= whi; j0 += kKeys)
-      block(w, rows, D, Dv, kb, k.stride(2), vb, v.stride(2), j0, std::min(kKeys, whi - j0 + 1), false, p.local_bias,
-            band);
-    if (G > 0) {
-      const float* gkb = &at_f32(*kg, b, h, 0);
-      const float* gvb = &at_f32(*vg, b, h, 0);
-      for (std::int64_t j0 = 0; j0 < G; j0 += kKeys)
-        block(w, rows, D, Dv, gkb, kg->stride(2), gvb, vg->stride(2), j0, std::min(kKeys, G - j0), true,
-              p.global_bias, band);
-    }
+    for_key_blocks(k, v, kg, vg, b, h, band.lo[0], band.hi[rows - 1], p,
+                   [&](const float* keys, std::int64_t ks, const float* vals, std::int64_t vs, std::int64_t j0,
+                       std::int64_t nb, bool global, float bias) {
+                     block(w, rows, D, Dv, keys, ks, vals, vs, j0, nb, global, bias, band);
+                   });
     for (std::int64_t r = 0; r < rows; ++r) {
       float* orow = &at_f32(out, b, h, i0 + r);
       const float inv = w.l[r] > 0.f ? 1.f / w.l[r] : 0.f;

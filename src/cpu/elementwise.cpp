@@ -56,9 +56,9 @@ void unary(const Tensor& x, const Tensor& out, Fn f) {
   });
 }
 
+// out = f(a, b) over their joint layout l (joint_layout of a, b, out).
 template <class Fn>
-void binary(const Tensor& a, const Tensor& b, const Tensor& out, Fn f) {
-  const auto l = joint_layout<3>({&a, &b, &out});
+void binary(const JointLayout<3>& l, const Tensor& a, const Tensor& b, const Tensor& out, Fn f) {
   const float* ap = a.ptr<float>();
   const float* bp = b.ptr<float>();
   float* op = out.ptr<float>();
@@ -211,8 +211,8 @@ VINF_VEC_VARIANTS(axpby_plane, axpby_plane_impl,
 
 // axpby where one operand is the other's layout transposed in the two innermost dims of the
 // output's order: those planes through axpby_plane, over threads. False where it is not.
-bool axpby_transposed(float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out) {
-  const auto l = joint_layout<3>({&a, &b, &out});
+bool axpby_transposed(const JointLayout<3>& l, float alpha, const Tensor& a, float beta, const Tensor& b,
+                      const Tensor& out) {
   const int r = l.rank;
   if (r < 2 || l.stride[2][r - 1] != 1 || l.size[r - 1] < 16 || l.size[r - 2] < 16) return false;
   int k = -1;  // the transposed operand
@@ -247,12 +247,13 @@ void axpby(float alpha, const Tensor& a, float beta, const Tensor& b, const Tens
     unary(a, out, [alpha](float x) { return alpha * x; });
     return;
   }
-  if (axpby_transposed(alpha, a, beta, b, out)) return;
-  binary(a, b, out, [alpha, beta](float x, float y) { return alpha * x + beta * y; });
+  const auto l = joint_layout<3>({&a, &b, &out});
+  if (axpby_transposed(l, alpha, a, beta, b, out)) return;
+  binary(l, a, b, out, [alpha, beta](float x, float y) { return alpha * x + beta * y; });
 }
 
 void mul(const Tensor& a, const Tensor& b, const Tensor& out) {
-  binary(a, b, out, [](float x, float y) { return x * y; });
+  binary(joint_layout<3>({&a, &b, &out}), a, b, out, [](float x, float y) { return x * y; });
 }
 
 void activation(exec::Activation act, const Tensor& x, const Tensor& out) {
@@ -270,7 +271,7 @@ void geglu(const Tensor& x, const Tensor& out) {
   const Tensor a = x.slice(last, 0, d), g = x.slice(last, d, d);
   const auto l = joint_layout<3>({&a, &g, &out});
   if (l.stride[0][l.rank - 1] != 1 || l.stride[1][l.rank - 1] != 1 || l.stride[2][l.rank - 1] != 1) {
-    binary(a, g, out, [](float av, float gv) { return av * exec::gelu(gv); });
+    binary(l, a, g, out, [](float av, float gv) { return av * exec::gelu(gv); });
     return;
   }
   const float* ap = a.ptr<float>();

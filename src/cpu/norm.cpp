@@ -11,9 +11,6 @@
 namespace vinf::cpu::fast {
 namespace {
 
-// The vector width of the running CPU's kernels (VINF_VEC_VARIANTS: 8 lanes on AVX2, else 16).
-std::int64_t kernel_lanes() { return vec::cpu_level() == vec::Level::v3 ? 8 : 16; }
-
 // Channels-last input (a convolution's output, cpu/conv.cpp): per channel of L, the sum and the
 // sum of squares of x[s * xs + c] over S pixels, float over blocks of 1024 pixels, double across.
 template <class V>
@@ -41,7 +38,7 @@ VINF_VEC_VARIANTS(channel_sums, channel_sums_impl,
 
 void channels_last_sums(const Tensor& x, int groups, const Tensor& sums) {
   const std::int64_t N = x.size(0), C = x.size(1), T = x.size(2), S = x.size(3), cg = C / groups;
-  const std::int64_t L = kernel_lanes(), blocks = C / L;
+  const std::int64_t L = vec::variant_lanes(), blocks = C / L;
   // Per (sample, frame, channel): the two sums, then added up per (sample, group).
   std::vector<double> part(static_cast<std::size_t>(N * T * C * 2), 0.0);
   const std::int64_t jobs = N * T * blocks;
@@ -72,7 +69,7 @@ void channels_last_sums(const Tensor& x, int groups, const Tensor& sums) {
 
 // Whether x (N, C, T, S) is stored channels-last with whole vectors of channels.
 bool channels_last(const Tensor& x) {
-  return x.strides[1] == 1 && x.size(1) % kernel_lanes() == 0 && x.strides[3] >= x.size(1);
+  return x.strides[1] == 1 && x.size(1) % vec::variant_lanes() == 0 && x.strides[3] >= x.size(1);
 }
 
 }  // namespace
@@ -222,7 +219,7 @@ void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const T
   }
   if (fast_activation(p.act) && x.strides[3] == 1 && channels_last(y)) {
     // A convolution's input in the layout its primitive reads (cpu/conv.cpp): no reorder there.
-    const std::int64_t L = kernel_lanes(), blocks = C / L;
+    const std::int64_t L = vec::variant_lanes(), blocks = C / L;
     const std::int64_t jobs = N * T * blocks;
 #pragma omp parallel for schedule(static) if (x.numel() >= kParallelGrain)
     for (std::int64_t job = 0; job < jobs; ++job) {

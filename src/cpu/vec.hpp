@@ -254,6 +254,10 @@ VINF_VEC_INLINE V exp_nonpositive_at(V x) {
   return exp_nonpositive(x);
 }
 
+// The lanes of the vectors V that VINF_VEC_VARIANTS' variant for the running CPU computes on: 8
+// on AVX2, else 16.
+inline int variant_lanes() { return cpu_level() == Level::v3 ? 8 : 16; }
+
 #define VINF_VEC_UNPAREN(...) __VA_ARGS__
 #if defined(__x86_64__)
 // The dispatcher behind both: f4, f3 and fb are the (parenthesised) callees of the v4, v3 and
