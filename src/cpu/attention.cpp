@@ -358,6 +358,9 @@ VINF_VEC_LEVEL_VARIANTS(key_block, key_block_impl,
 // maxima and sums are lane-wise, and each key adds its values times 16 probabilities to 8
 // accumulators that stay in registers with the queries. AVX-512 only (32 registers).
 constexpr int kColumnsMaxDim = 8;
+// Tiles of this many rows or fewer (a temporal layer's sequences of 8 frames) take 8 lanes: 16
+// would spend half of every operation and of the tile's setup on padding.
+constexpr std::int64_t kColumnsHalf = 8;
 
 struct ColumnScratch {
   float* qt;  // D x kRows: the tile's queries, scaled, channel by channel (rows past the end zero)
@@ -386,12 +389,14 @@ ColumnScratch carve_columns(float* base, std::int64_t d, std::int64_t dv) {
 }
 
 // One block of nb keys (key index j0 on) against the tile's rows, 16 at a time: the online
-// softmax as key_block does it, lane by lane.
-template <class V, vec::Level level>
-VINF_VEC_INLINE void column_block_impl(const ColumnScratch& w, std::int64_t rows, std::int64_t d, std::int64_t dv,
-                                       const float* keys, std::int64_t ks, const float* vals, std::int64_t vs,
-                                       std::int64_t j0, std::int64_t nb, bool global, float bias) {
+// softmax as key_block does it, lane by lane. Fixed > 0 fixes d and dv at compile time, so that
+// the channel loops carry no tests.
+template <class V, vec::Level level, int Fixed>
+VINF_VEC_INLINE void column_block_impl(const ColumnScratch& w, std::int64_t rows, std::int64_t d_arg,
+                                       std::int64_t dv_arg, const float* keys, std::int64_t ks, const float* vals,
+                                       std::int64_t vs, std::int64_t j0, std::int64_t nb, bool global, float bias) {
   constexpr int L = vec::lanes_of<V>;
+  const std::int64_t d = Fixed > 0 ? Fixed : d_arg, dv = Fixed > 0 ? Fixed : dv_arg;
   const V neg_inf = vec::splat_as<V>(-std::numeric_limits<float>::infinity());
   const float* kb = keys + j0 * ks;
   const float* vb = vals + j0 * vs;
@@ -452,15 +457,67 @@ __attribute__((target("arch=x86-64-v4"))) void column_block(const ColumnScratch&
                                                             std::int64_t dv, const float* keys, std::int64_t ks,
                                                             const float* vals, std::int64_t vs, std::int64_t j0,
                                                             std::int64_t nb, bool global, float bias) {
-  column_block_impl<vec::f32x16, vec::Level::v4>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias);
+  const bool fixed = d == kColumnsMaxDim && dv == kColumnsMaxDim;
+  if (rows <= kColumnsHalf) {
+    if (fixed)
+      column_block_impl<vec::f32x8, vec::Level::v4, kColumnsMaxDim>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global,
+                                                                    bias);
+    else
+      column_block_impl<vec::f32x8, vec::Level::v4, 0>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias);
+  } else if (fixed) {
+    column_block_impl<vec::f32x16, vec::Level::v4, kColumnsMaxDim>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global,
+                                                                   bias);
+  } else {
+    column_block_impl<vec::f32x16, vec::Level::v4, 0>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias);
+  }
 }
 bool columns_supported() { return vec::cpu_level() == vec::Level::v4; }
+
+// A tile's rows of 8 channels in and out through 8 x 8 register transposes, 8 rows at a time:
+// the rows (from q0, qs apart) times their scales become the channels of qt (zero past `rows`, up
+// to `padded`), and the channels of ot over the row sums l become the rows of the output (from
+// o0, os apart).
+__attribute__((target("arch=x86-64-v4"))) void columns_in8(const ColumnScratch& w, const float* q0, std::int64_t qs,
+                                                           std::int64_t rows, std::int64_t padded,
+                                                           const float* scale) {
+  for (std::int64_t r0 = 0; r0 < padded; r0 += 8) {
+    vec::f32x8 r[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i)
+      r[i] = r0 + i < rows ? vec::load_as<vec::f32x8>(q0 + (r0 + i) * qs) * scale[r0 + i] : vec::f32x8{};
+    vec::transpose<vec::f32x8>(r);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      vec::store_as(w.qt + c * kRows + r0, r[c]);
+      vec::store_as(w.ot + c * kRows + r0, vec::f32x8{});
+    }
+  }
+}
+__attribute__((target("arch=x86-64-v4"))) void columns_out8(const ColumnScratch& w, float* o0, std::int64_t os,
+                                                            std::int64_t rows) {
+  for (std::int64_t r0 = 0; r0 < rows; r0 += 8) {
+    vec::f32x8 r[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) r[c] = vec::load_as<vec::f32x8>(w.ot + c * kRows + r0);
+    vec::transpose<vec::f32x8>(r);
+    for (std::int64_t i = 0; i < std::min<std::int64_t>(8, rows - r0); ++i) {
+      const float l = w.l[r0 + i];
+      vec::store_as(o0 + (r0 + i) * os, r[i] * (l > 0.f ? 1.f / l : 0.f));
+    }
+  }
+}
 #else  // never called: columns_supported() is false off x86-64
 void column_block(const ColumnScratch&, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t,
                   const float*, std::int64_t, std::int64_t, std::int64_t, bool, float) {
   VINF_FAIL("attention: the rows-in-lanes kernel needs x86-64");
 }
 bool columns_supported() { return false; }
+void columns_in8(const ColumnScratch&, const float*, std::int64_t, std::int64_t, std::int64_t, const float*) {
+  VINF_FAIL("attention: the rows-in-lanes kernel needs x86-64");
+}
+void columns_out8(const ColumnScratch&, float*, std::int64_t, std::int64_t) {
+  VINF_FAIL("attention: the rows-in-lanes kernel needs x86-64");
+}
 #endif
 
 #if defined(__x86_64__)
@@ -615,29 +672,33 @@ void for_key_blocks(const Tensor& k, const Tensor& v, const Tensor* kg, const Te
   const float* kb = &at_f32(k, b, h, 0);
   const float* vb = &at_f32(v, b, h, 0);
   for (std::int64_t j0 = wlo; j0 <= whi; j0 += kKeys)
-    fn(kb, k.stride(2), vb, v.stride(2), j0, std::min(kKeys, whi - j0 + 1), false, p.local_bias);
-  const std::int64_t G = kg ? kg->size(2) : 0;
+    fn(kb, k.strides[2], vb, v.strides[2], j0, std::min(kKeys, whi - j0 + 1), false, p.local_bias);
+  const std::int64_t G = kg ? kg->shape[2] : 0;
   if (G == 0) return;
   const float* gkb = &at_f32(*kg, b, h, 0);
   const float* gvb = &at_f32(*vg, b, h, 0);
   for (std::int64_t j0 = 0; j0 < G; j0 += kKeys)
-    fn(gkb, kg->stride(2), gvb, vg->stride(2), j0, std::min(kKeys, G - j0), true, p.global_bias);
+    fn(gkb, kg->strides[2], gvb, vg->strides[2], j0, std::min(kKeys, G - j0), true, p.global_bias);
 }
 
 // One tile of query rows (from i0) of (b, h) with the rows-in-lanes kernel.
 void column_tile(float* scratch, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
                  const Tensor& out, const exec::AttentionParams& p, float log_base, std::int64_t b, std::int64_t h,
                  std::int64_t i0) {
-  const std::int64_t Lq = q.size(2), D = q.size(3), Lk = k.size(2), Dv = v.size(3), G = kg ? kg->size(2) : 0;
+  const std::int64_t Lq = q.shape[2], D = q.shape[3], Lk = k.shape[2], Dv = v.shape[3], G = kg ? kg->shape[2] : 0;
   const ColumnScratch w = carve_columns(scratch, D, Dv);
-  const std::int64_t rows = std::min(kRows, Lq - i0), padded = (rows + kL - 1) / kL * kL;
+  const std::int64_t rows = std::min(kRows, Lq - i0);
+  const std::int64_t lanes = rows <= kColumnsHalf ? kColumnsHalf : kL, padded = (rows + lanes - 1) / lanes * lanes;
+  // Rows of 8 channels go in and out through transposes.
+  const bool eights = D == kColumnsMaxDim && Dv == kColumnsMaxDim && q.strides[3] == 1 && out.strides[3] == 1;
+  float scale[kRows];
   std::int64_t wlo = 0, whi = -1;  // the union of the rows' bands (they move monotonically with the row)
   for (std::int64_t r = 0; r < padded; ++r) {
     std::int64_t lo = 1, hi = 0;  // the padding rows see nothing
-    float scale = 0.f;
+    float sc = 0.f;
     if (r < rows) {
       exec::attention_band(p, i0 + r, Lk, lo, hi);
-      scale = row_scale(p, lo, hi, G, log_base);
+      sc = row_scale(p, lo, hi, G, log_base);
       if (r == 0) wlo = lo;
       if (r == rows - 1) whi = hi;
     }
@@ -645,15 +706,21 @@ void column_tile(float* scratch, const Tensor& q, const Tensor& k, const Tensor&
     w.hi[r] = static_cast<float>(hi);
     w.m[r] = -std::numeric_limits<float>::infinity();
     w.l[r] = 0.f;
+    if (eights) {
+      scale[r] = sc;
+      continue;
+    }
     const float* qrow = r < rows ? &at_f32(q, b, h, i0 + r) : nullptr;
-    for (std::int64_t c = 0; c < D; ++c) w.qt[c * kRows + r] = qrow ? qrow[c] * scale : 0.f;
+    for (std::int64_t c = 0; c < D; ++c) w.qt[c * kRows + r] = qrow ? qrow[c] * sc : 0.f;
     for (std::int64_t c = 0; c < Dv; ++c) w.ot[c * kRows + r] = 0.f;
   }
+  if (eights) columns_in8(w, &at_f32(q, b, h, i0), q.strides[2], rows, padded, scale);
   for_key_blocks(k, v, kg, vg, b, h, wlo, whi, p,
                  [&](const float* keys, std::int64_t ks, const float* vals, std::int64_t vs, std::int64_t j0,
                      std::int64_t nb, bool global, float bias) {
                    column_block(w, rows, D, Dv, keys, ks, vals, vs, j0, nb, global, bias);
                  });
+  if (eights) return columns_out8(w, &at_f32(out, b, h, i0), out.strides[2], rows);
   for (std::int64_t r = 0; r < rows; ++r) {
     float* orow = &at_f32(out, b, h, i0 + r);
     const float inv = w.l[r] > 0.f ? 1.f / w.l[r] : 0.f;

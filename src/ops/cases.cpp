@@ -581,6 +581,13 @@ void add_attention(std::vector<OpCase>& v) {
   ops::AttentionParams tn8 = banded(0.25f, -40, 40, 0.f, 0.f);
   tn8.token_count_log_base = 16.f;
   v.push_back(attention_case("attention small heads d4 dv8 token-count scale 33x90 G2", {2, 1, 33, 90, 2, 4, 8}, tn8));
+  // Tiles of 8 rows or fewer (a temporal layer's frames): 8 lanes, with bands, global keys, the
+  // model's split-head views, and head dims below 8.
+  v.push_back(attention_case("attention small heads d8 frames 8 band [0,6] G4 biases", {3, 2, 8, 14, 4, 8, 8},
+                             banded(0.3f, 0, 6, 0.5f, 1.f)));
+  v.push_back(attention_case("attention small heads split-head views 3x(4x8) 8x8", {3, 4, 8, 8, 0, 8, 8}, full(0.35f),
+                             true));
+  v.push_back(attention_case("attention small heads d5 dv3 frames 5", {4, 3, 5, 5, 0, 5, 3}, full(0.4f)));
 }
 
 }  // namespace
