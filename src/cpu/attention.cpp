@@ -358,15 +358,16 @@ VINF_VEC_LEVEL_VARIANTS(key_block, key_block_impl,
 // maxima and sums are lane-wise, and each key adds its values times 16 probabilities to 8
 // accumulators that stay in registers with the queries. AVX-512 only (32 registers).
 constexpr int kColumnsMaxDim = 8;
+constexpr float kLog2e = 1.44269504f;
 // Tiles of this many rows or fewer (a temporal layer's sequences of 8 frames) take 8 lanes: 16
 // would spend half of every operation and of the tile's setup on padding.
 constexpr std::int64_t kColumnsHalf = 8;
 
 struct ColumnScratch {
-  float* qt;  // D x kRows: the tile's queries, scaled, channel by channel (rows past the end zero)
+  float* qt;  // D x kRows: the tile's queries times scale and log2(e), channel by channel (rows past the end zero)
   float* ot;  // Dv x kRows: unnormalised outputs, channel by channel
   float* s;   // kKeys x 16: one row group's scores of the block, key by key
-  float* m;   // kRows: running max
+  float* m;   // kRows: running max (log2 units)
   float* l;   // kRows: running sum
   float* lo;  // kRows: first visible local key (as a float: exact below 2^24)
   float* hi;  // kRows: last visible local key
@@ -388,10 +389,12 @@ ColumnScratch carve_columns(float* base, std::int64_t d, std::int64_t dv) {
   return s;
 }
 
-// One block of nb keys (key index j0 on) against the tile's rows, 16 at a time: the online
-// softmax as key_block does it, lane by lane. Fixed > 0 fixes d and dv at compile time, so that
+#if defined(__x86_64__)
+// One block of nb keys (key index j0 on) against the tile's rows, 16 (or 8) at a time: the online
+// softmax as key_block does it, lane by lane, with the scores, maxima and exponentials in log2
+// units (the queries come scaled by log2(e)). Fixed > 0 fixes d and dv at compile time, so that
 // the channel loops carry no tests.
-template <class V, vec::Level level, int Fixed>
+template <class V, int Fixed>
 VINF_VEC_INLINE void column_block_impl(const ColumnScratch& w, std::int64_t rows, std::int64_t d_arg,
                                        std::int64_t dv_arg, const float* keys, std::int64_t ks, const float* vals,
                                        std::int64_t vs, std::int64_t j0, std::int64_t nb, bool global, float bias) {
@@ -400,6 +403,7 @@ VINF_VEC_INLINE void column_block_impl(const ColumnScratch& w, std::int64_t rows
   const V neg_inf = vec::splat_as<V>(-std::numeric_limits<float>::infinity());
   const float* kb = keys + j0 * ks;
   const float* vb = vals + j0 * vs;
+  const V bias2 = vec::splat_as<V>(bias * kLog2e);  // the scores are in log2 units
   for (std::int64_t r0 = 0; r0 < rows; r0 += L) {
     // Whether every key of the block is visible to every row of the group: no masking then.
     bool all = true;
@@ -412,13 +416,13 @@ VINF_VEC_INLINE void column_block_impl(const ColumnScratch& w, std::int64_t rows
     V mx = neg_inf;
     for (std::int64_t j = 0; j < nb; ++j) {
       const float* kr = kb + j * ks;
-      V s0{}, s1{};  // two chains of multiply-adds
+      V s0 = bias2, s1{};  // two chains of multiply-adds
 #pragma GCC unroll 8
       for (int c = 0; c < kColumnsMaxDim; c += 2) {
         if (c < d) s0 += vec::splat_as<V>(kr[c]) * q[c];
         if (c + 1 < d) s1 += vec::splat_as<V>(kr[c + 1]) * q[c + 1];
       }
-      V sc = s0 + s1 + bias;
+      V sc = s0 + s1;
       if (!all) {
         const V key = vec::splat_as<V>(static_cast<float>(j0 + j));
         sc = key >= lo && key <= hi ? sc : neg_inf;
@@ -431,20 +435,25 @@ VINF_VEC_INLINE void column_block_impl(const ColumnScratch& w, std::int64_t rows
     const V m_old = vec::load_as<V>(w.m + r0);
     const V m_new = m_old > mx ? m_old : mx;
     const V ref = m_new == neg_inf ? V{} : m_new;
-    const V corr = vec::exp_nonpositive_at<level>(m_old - ref);
+    const V corr = vec::exp2_nonpositive_v4<true>(m_old - ref);
     vec::store_as(w.m + r0, m_new);
     V l = vec::load_as<V>(w.l + r0) * corr;
     V o[kColumnsMaxDim];
 #pragma GCC unroll 8
     for (int c = 0; c < kColumnsMaxDim; ++c) o[c] = c < dv ? vec::load_as<V>(w.ot + c * kRows + r0) * corr : V{};
-    for (std::int64_t j = 0; j < nb; ++j) {
-      const V p = vec::exp_nonpositive_at<level>(vec::load_as<V>(w.s + j * L) - ref);
-      l += p;
-      const float* vr = vb + j * vs;
+    // Without masking every score is finite (or NaN): the exponentials need no mask.
+    auto accumulate = [&](auto masked) {
+      for (std::int64_t j = 0; j < nb; ++j) {
+        const V p = vec::exp2_nonpositive_v4<decltype(masked)::value>(vec::load_as<V>(w.s + j * L) - ref);
+        l += p;
+        const float* vr = vb + j * vs;
 #pragma GCC unroll 8
-      for (int c = 0; c < kColumnsMaxDim; ++c)
-        if (c < dv) o[c] += vec::splat_as<V>(vr[c]) * p;
-    }
+        for (int c = 0; c < kColumnsMaxDim; ++c)
+          if (c < dv) o[c] += vec::splat_as<V>(vr[c]) * p;
+      }
+    };
+    if (all) accumulate(std::false_type{});
+    else accumulate(std::true_type{});
     vec::store_as(w.l + r0, l);
 #pragma GCC unroll 8
     for (int c = 0; c < kColumnsMaxDim; ++c)
@@ -452,7 +461,6 @@ VINF_VEC_INLINE void column_block_impl(const ColumnScratch& w, std::int64_t rows
   }
 }
 
-#if defined(__x86_64__)
 __attribute__((target("arch=x86-64-v4"))) void column_block(const ColumnScratch& w, std::int64_t rows, std::int64_t d,
                                                             std::int64_t dv, const float* keys, std::int64_t ks,
                                                             const float* vals, std::int64_t vs, std::int64_t j0,
@@ -460,15 +468,15 @@ __attribute__((target("arch=x86-64-v4"))) void column_block(const ColumnScratch&
   const bool fixed = d == kColumnsMaxDim && dv == kColumnsMaxDim;
   if (rows <= kColumnsHalf) {
     if (fixed)
-      column_block_impl<vec::f32x8, vec::Level::v4, kColumnsMaxDim>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global,
+      column_block_impl<vec::f32x8, kColumnsMaxDim>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global,
                                                                     bias);
     else
-      column_block_impl<vec::f32x8, vec::Level::v4, 0>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias);
+      column_block_impl<vec::f32x8, 0>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias);
   } else if (fixed) {
-    column_block_impl<vec::f32x16, vec::Level::v4, kColumnsMaxDim>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global,
+    column_block_impl<vec::f32x16, kColumnsMaxDim>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global,
                                                                    bias);
   } else {
-    column_block_impl<vec::f32x16, vec::Level::v4, 0>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias);
+    column_block_impl<vec::f32x16, 0>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias);
   }
 }
 bool columns_supported() { return vec::cpu_level() == vec::Level::v4; }
@@ -698,7 +706,7 @@ void column_tile(float* scratch, const Tensor& q, const Tensor& k, const Tensor&
     float sc = 0.f;
     if (r < rows) {
       exec::attention_band(p, i0 + r, Lk, lo, hi);
-      sc = row_scale(p, lo, hi, G, log_base);
+      sc = row_scale(p, lo, hi, G, log_base) * kLog2e;  // scores in log2 units
       if (r == 0) wlo = lo;
       if (r == rows - 1) whi = hi;
     }

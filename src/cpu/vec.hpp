@@ -83,6 +83,17 @@ VINF_VEC_INLINE void transpose16(f32x16 (&r)[16]) { transpose<f32x16>(r); }
 // scores minus their maximum far below 0 are weights far below the row's weight of 1.
 // For any float vector V (f32x16, f32x8); the lanes do not interact. exp_reduced gives the two
 // factors: n (as floats) and 2^f.
+// 2^f for f in [-1/2, 1/2]: a degree-5 polynomial fitted to its relative error (2e-7).
+template <class V>
+VINF_VEC_INLINE V exp2_fraction(V f) {
+  const V zero{};
+  V p = zero + 1.32764720e-3f;
+  p = p * f + 9.67554133e-3f;
+  p = p * f + 5.55071327e-2f;
+  p = p * f + 2.40221197e-1f;
+  p = p * f + 6.93146967e-1f;
+  return p * f + 1.00000007f;
+}
 template <class V, bool Near = false>
 VINF_VEC_INLINE V exp_reduced(V x, V& nf) {
   const V zero{};
@@ -93,12 +104,7 @@ VINF_VEC_INLINE V exp_reduced(V x, V& nf) {
     f = x * 1.44269502f - nf;
   else  // x - n ln2 exactly (n times the 10 leading bits of ln2, then the rest), over ln2
     f = ((x - nf * 0.693359375f) - nf * -2.12194440e-4f) * 1.44269502f;
-  V p = zero + 1.32764720e-3f;
-  p = p * f + 9.67554133e-3f;
-  p = p * f + 5.55071327e-2f;
-  p = p * f + 2.40221197e-1f;
-  p = p * f + 6.93146967e-1f;
-  return p * f + 1.00000007f;
+  return exp2_fraction(f);
 }
 template <class V, bool Near = false>
 VINF_VEC_INLINE V exp_in_range(V xc) {  // xc already clamped to [-87, 88]
@@ -253,6 +259,31 @@ VINF_VEC_INLINE V exp_nonpositive_at(V x) {
 #endif
   return exp_nonpositive(x);
 }
+
+#if defined(__x86_64__)
+// 2^t for t <= 0 on AVX-512 (16 or 8 lanes): the softmax's exponentials where the scores come in
+// log2 units (the queries scaled by log2(e)). t splits into n, rounded by VRNDSCALEPS, and f = t - n
+// in [-1/2, 1/2]; VSCALEFPS multiplies 2^f by 2^n, and underflows to 0 far below. Where t may be
+// -inf (a masked score, a first maximum), Masked zeroes the lanes below -126 through the scaling's
+// mask (-inf's NaN included); without it, every lane must be finite or NaN. 8 vector
+// instructions a vector, 9 masked.
+template <bool Masked, class V>
+VINF_VEC_INLINE V exp2_nonpositive_v4(V t) {
+  V nf;
+  asm("vrndscaleps $0, %[t], %[n]" : [n] "=v"(nf) : [t] "v"(t));
+  const V p = exp2_fraction(t - nf);
+  V y;
+  if constexpr (Masked) {
+    unsigned short keep;  // the lanes not below -126, NaN included
+    asm("vcmpps $5, %[lim], %[t], %[k]\n\tvscalefps %[n], %[p], %[y]%{%[k]%}%{z%}"
+        : [y] "=v"(y), [k] "=&Yk"(keep)
+        : [t] "v"(t), [lim] "v"(splat_as<V>(-126.f)), [n] "v"(nf), [p] "v"(p));
+  } else {
+    asm("vscalefps %[n], %[p], %[y]" : [y] "=v"(y) : [n] "v"(nf), [p] "v"(p));
+  }
+  return y;
+}
+#endif
 
 // The lanes of the vectors V that VINF_VEC_VARIANTS' variant for the running CPU computes on: 8
 // on AVX2, else 16.

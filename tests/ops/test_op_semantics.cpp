@@ -328,6 +328,16 @@ __attribute__((target("arch=x86-64-v4"))) void softmax_exp_v4(const float* x, fl
   cpu::vec::store(scaled, cpu::vec::exp_nonpositive_at<cpu::vec::Level::v4>(v));
   cpu::vec::store(generic, cpu::vec::exp_nonpositive(v));
 }
+// The rows-in-lanes attention's exponentials in log2 units, masked and not, on 16 and 8 lanes.
+__attribute__((target("arch=x86-64-v4"))) void softmax_exp2_v4(const float* t, float* masked, float* plain,
+                                                                float* masked8, float* plain8) {
+  const cpu::vec::f32x16 v = cpu::vec::load(t);
+  cpu::vec::store(masked, cpu::vec::exp2_nonpositive_v4<true>(v));
+  cpu::vec::store(plain, cpu::vec::exp2_nonpositive_v4<false>(v));
+  const cpu::vec::f32x8 h = cpu::vec::load_as<cpu::vec::f32x8>(t + 8);
+  cpu::vec::store_as(masked8, cpu::vec::exp2_nonpositive_v4<true>(h));
+  cpu::vec::store_as(plain8, cpu::vec::exp2_nonpositive_v4<false>(h));
+}
 VINF_SHUFFLE_PROBE(shuffle_v4, __attribute__((target("arch=x86-64-v4"))))
 VINF_SHUFFLE_PROBE(shuffle_v3, __attribute__((target("arch=x86-64-v3"))))
 #endif
@@ -387,6 +397,46 @@ TEST_CASE("the AVX-512 softmax exponentials give the generic code's values") {
   }
   MESSAGE(checked << " exponentials compared");
   CHECK(differ == 0);
+#else
+  MESSAGE("skipped: not an x86-64 build");
+#endif
+}
+
+TEST_CASE("the AVX-512 exponentials in log2 units against libm's exp2") {
+#if defined(__x86_64__)
+  if (cpu::vec::cpu_level() != cpu::vec::Level::v4) {
+    MESSAGE("skipped: this CPU has no AVX-512 (x86-64-v4)");
+    return;
+  }
+  double worst = 0;
+  int checked = 0, wrong = 0;
+  for (float t0 = -130.f; t0 <= 0.f; t0 += 0.0931f) {
+    float t[16], masked[16], plain[16], masked8[8], plain8[8];
+    for (int i = 0; i < 16; ++i) t[i] = std::min(0.f, t0 + 0.0113f * static_cast<float>(i));
+    softmax_exp2_v4(t, masked, plain, masked8, plain8);
+    for (int i = 0; i < 16; ++i, ++checked) {
+      const float m = i < 8 ? masked[i] : masked8[i - 8], p = i < 8 ? plain[i] : plain8[i - 8];
+      const double want = std::exp2(static_cast<double>(t[i]));
+      wrong += masked[i] != plain[i] && t[i] >= -126.f;  // the mask only zeroes lanes below -126
+      wrong += m != masked[i] || p != plain[i];          // 8 lanes give the 16 lanes' values
+      if (t[i] < -126.f) {
+        wrong += masked[i] != 0.f || !(plain[i] >= 0.f && plain[i] < 1.2e-38f);
+      } else {
+        worst = std::max(worst, std::fabs(plain[i] - want) / want);
+      }
+    }
+  }
+  MESSAGE(checked << " exponentials, worst relative error " << worst);
+  CHECK(wrong == 0);
+  CHECK(worst < 4e-7);
+  float t[16], masked[16], plain[16], masked8[8], plain8[8];
+  for (int i = 0; i < 16; ++i)
+    t[i] = i % 2 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+  softmax_exp2_v4(t, masked, plain, masked8, plain8);
+  CHECK(masked[1] == 0.f);  // a masked score weighs 0
+  CHECK(masked8[1] == 0.f);
+  CHECK(std::isnan(masked[0]));  // a NaN score stays visible
+  CHECK(std::isnan(plain[0]));
 #else
   MESSAGE("skipped: not an x86-64 build");
 #endif
