@@ -441,7 +441,7 @@ VINF_VEC_INLINE void column_block_impl(const ColumnScratch& w, std::int64_t rows
     V o[kColumnsMaxDim];
 #pragma GCC unroll 8
     for (int c = 0; c < kColumnsMaxDim; ++c) o[c] = c < dv ? vec::load_as<V>(w.ot + c * kRows + r0) * corr : V{};
-    // Without masking every score is finite (or NaN): the exponentials need no mask.
+    // Without masking, the scores of finite inputs are finite: the exponentials need no mask.
     auto accumulate = [&](auto masked) {
       for (std::int64_t j = 0; j < nb; ++j) {
         const V p = vec::exp2_nonpositive_v4<decltype(masked)::value>(vec::load_as<V>(w.s + j * L) - ref);
@@ -466,18 +466,14 @@ __attribute__((target("arch=x86-64-v4"))) void column_block(const ColumnScratch&
                                                             const float* vals, std::int64_t vs, std::int64_t j0,
                                                             std::int64_t nb, bool global, float bias) {
   const bool fixed = d == kColumnsMaxDim && dv == kColumnsMaxDim;
-  if (rows <= kColumnsHalf) {
-    if (fixed)
-      column_block_impl<vec::f32x8, kColumnsMaxDim>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global,
-                                                                    bias);
-    else
-      column_block_impl<vec::f32x8, 0>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias);
-  } else if (fixed) {
-    column_block_impl<vec::f32x16, kColumnsMaxDim>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global,
-                                                                   bias);
-  } else {
+  if (rows <= kColumnsHalf && fixed)
+    column_block_impl<vec::f32x8, kColumnsMaxDim>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias);
+  else if (rows <= kColumnsHalf)
+    column_block_impl<vec::f32x8, 0>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias);
+  else if (fixed)
+    column_block_impl<vec::f32x16, kColumnsMaxDim>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias);
+  else
     column_block_impl<vec::f32x16, 0>(w, rows, d, dv, keys, ks, vals, vs, j0, nb, global, bias);
-  }
 }
 bool columns_supported() { return vec::cpu_level() == vec::Level::v4; }
 

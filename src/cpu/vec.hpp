@@ -81,9 +81,8 @@ VINF_VEC_INLINE void transpose16(f32x16 (&r)[16]) { transpose<f32x16>(r); }
 // the rounding of x log2(e), a relative error up to 1.3e-6 near -87 (3.9e-6 where there is no
 // fused multiply-add) and 2.3e-7 on [-1, 0]. That is the softmax's choice: its exponentials of
 // scores minus their maximum far below 0 are weights far below the row's weight of 1.
-// For any float vector V (f32x16, f32x8); the lanes do not interact. exp_reduced gives the two
-// factors: n (as floats) and 2^f.
-// 2^f for f in [-1/2, 1/2]: a degree-5 polynomial fitted to its relative error (2e-7).
+// For any float vector V (f32x16, f32x8); the lanes do not interact. exp2_fraction is the
+// polynomial (2^f for |f| <= 1/2); exp_reduced gives the two factors: n (as floats) and 2^f.
 template <class V>
 VINF_VEC_INLINE V exp2_fraction(V f) {
   const V zero{};
