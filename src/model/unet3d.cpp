@@ -54,9 +54,10 @@ class Forward {
 
   Act empty(const Shape& s) const { return empty(s, dtype_); }
   Act empty(const Shape& s, DType dt) const { return std::make_shared<OwnedTensor>(ctx_.arena->empty(dt, s)); }
-  // Images (N, C, H, W) that a convolution reads or writes: on the CPU's fast path stored
-  // channels-last (N, H, W, C), the layout of oneDNN's convolutions, which then reorder nothing
-  // (the norms and sums around them read and write it); elsewhere as empty().
+  // Images (N, C, H, W) that a convolution reads or writes, or a product reads as rows of pixels:
+  // on the CPU's fast path stored channels-last (N, H, W, C), the layout of oneDNN's convolutions,
+  // which then reorder nothing, and rows with unit stride for the products (the norms and sums
+  // around them read and write it); elsewhere as empty().
   Act empty_for_conv(const Shape& s) const {
     if (!ctx_.device.is_cpu() || ctx_.cpu_impl != CpuImpl::fast) return empty(s);
     Allocation mem = ctx_.arena->allocate(s.numel() * dtype_size(dtype_));
@@ -120,7 +121,7 @@ class Forward {
   }
 
   // Per-frame GroupNorm (statistics over the group's channels x H x W of each frame-image);
-  // `for_conv`: its output feeds a convolution (empty_for_conv).
+  // `for_conv`: its output feeds a convolution or a product over the pixels (empty_for_conv).
   Act group_norm_frames(const Tensor& x, const std::string& p, float eps, ops::Activation act,
                         bool for_conv = false) const {
     Act y = for_conv ? empty_for_conv(x.shape) : empty(x.shape);
@@ -259,8 +260,8 @@ class Forward {
     const std::string blk = p + ".transformer_blocks.0";
     const std::int64_t inner = w(blk + ".attn1.to_q.weight").size(0);  // the shard's heads
     Act hs = empty({n * s, ch});
-    {  // the product reads the normalised frames' pixels as its rows, transposed in place
-      Act normed = group_norm_frames(x, p + ".norm", 1e-6f, ops::Activation::none);
+    {  // the product reads the normalised frames' pixels as its rows (channels-last on the CPU)
+      Act normed = group_norm_frames(x, p + ".norm", 1e-6f, ops::Activation::none, true);
       ops::linear(ctx_, normed->reshape({n, ch, s}).permute({0, 2, 1}), w(p + ".proj_in.weight"),
                   &w(p + ".proj_in.bias"), hs->reshape({n, s, ch}));
     }
@@ -311,8 +312,8 @@ class Forward {
     const std::int64_t ch = x->size(1), s = x->size(2) * x->size(3), rows = b_ * s;
     const std::int64_t inner = w(p + ".proj_in.weight").size(0);
     Act hs = empty({rows * f_, inner});
-    {  // one sequence of frames per pixel: the product reads the frames' pixels transposed in place
-      Act normed = empty(x->shape);
+    {  // one sequence of frames per pixel: the product reads the frames' pixels as its rows
+      Act normed = empty_for_conv(x->shape);  // channels-last on the CPU: rows with unit stride
       tc_.group_norm(ctx_, clip(*x), w(p + ".norm.weight"), w(p + ".norm.bias"), clip(*normed),
                      {c_.norm_num_groups, 1e-6f, ops::Activation::none}, Halo{}, p + ".norm");
       ops::linear(ctx_, normed->reshape({b_, f_, ch, s}).permute({0, 3, 1, 2}), w(p + ".proj_in.weight"),
