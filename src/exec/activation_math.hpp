@@ -37,4 +37,23 @@ VINF_HD T activate(Activation act, T x) {
   }
 }
 
+// d act(x) / dx, for the backward passes.
+template <class T>
+VINF_HD T activate_grad(Activation act, T x) {
+  switch (act) {
+    case Activation::silu: {
+      const T s = T(1) / (T(1) + math_exp(-x));
+      return s * (T(1) + x * (T(1) - s));
+    }
+    case Activation::gelu:  // Phi(x) + x phi(x)
+      return T(0.5) * (T(1) + math_erf(x * T(0.70710678118654752440))) +
+             x * T(0.39894228040143267794) * math_exp(T(-0.5) * x * x);
+    case Activation::quick_gelu: {
+      const T s = T(1) / (T(1) + math_exp(T(-1.702) * x));
+      return s * (T(1) + T(1.702) * x * (T(1) - s));
+    }
+    default: return T(1);
+  }
+}
+
 }  // namespace vinf::exec

@@ -1,0 +1,311 @@
+// The CPU's backward passes: the reductions in double, the products of the convolutions through
+// the same matrix-product library as the forward ops (cpu::gemm).
+#include "cpu/backward.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "cpu/blas.hpp"
+#include "cpu/strided.hpp"
+#include "exec/activation_math.hpp"
+
+namespace vinf::cpu::grad {
+namespace {
+
+constexpr std::int64_t kParallelGrain = 1 << 14;
+
+// f(i, offset in a, offset in b, offset in c) for every element of three same-shaped views.
+template <class F>
+void each_element(const Tensor& a, const Tensor& b, const Tensor& c, F&& f) {
+  const std::int64_t n = a.numel();
+  if (a.is_contiguous() && b.is_contiguous() && c.is_contiguous()) {
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+    for (std::int64_t i = 0; i < n; ++i) f(i, i, i);
+    return;
+  }
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (std::int64_t i = 0; i < n; ++i) f(offset_of(a, i), offset_of(b, i), offset_of(c, i));
+}
+
+float* f32(const Tensor& t) { return static_cast<float*>(t.data); }
+
+}  // namespace
+
+void activation(exec::Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  const float *px = f32(x), *pdy = f32(dy);
+  float* pdx = f32(dx);
+  each_element(x, dy, dx, [&](std::int64_t ox, std::int64_t ody, std::int64_t odx) {
+    pdx[odx] += pdy[ody] * exec::activate_grad<float>(act, px[ox]);
+  });
+}
+
+void geglu(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  const std::int64_t m = dy.size(0), d = dy.size(1);
+#pragma omp parallel for schedule(static) if (m * d >= kParallelGrain)
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t j = 0; j < d; ++j) {
+      const float a = at_f32(x, r, j), g = at_f32(x, r, d + j), up = at_f32(dy, r, j);
+      at_f32(dx, r, j) += up * exec::gelu(g);
+      at_f32(dx, r, d + j) += up * a * exec::activate_grad<float>(exec::Activation::gelu, g);
+    }
+}
+
+void conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, int stride, int pad_h, int pad_w,
+          const Tensor* dx, const Tensor* dw, const Tensor* db) {
+  const std::int64_t n_img = x.size(0), cin = x.size(1), h = x.size(2), wd = x.size(3);
+  const std::int64_t cout = w.size(0), kh = w.size(2), kw = w.size(3), ho = dy.size(2), wo = dy.size(3);
+  const std::int64_t k = cin * kh * kw, pix = ho * wo;
+  std::vector<float> cols(dw ? static_cast<std::size_t>(k * pix) : 0), dyn(static_cast<std::size_t>(cout * pix));
+  std::vector<float> dcols(dx ? static_cast<std::size_t>(k * pix) : 0);
+  // dw as one (Cout, K) matrix the products add into: dw itself when contiguous.
+  std::vector<float> dw_tmp;
+  float* dw_acc = nullptr;
+  if (dw) {
+    if (dw->is_contiguous()) {
+      dw_acc = f32(*dw);
+    } else {
+      dw_tmp.assign(static_cast<std::size_t>(cout * k), 0.f);
+      dw_acc = dw_tmp.data();
+    }
+  }
+  const BlasMatrix wt{w.data, true, k, false};  // W^T (K x Cout) read from W (Cout x K)
+  for (std::int64_t n = 0; n < n_img; ++n) {
+#pragma omp parallel for schedule(static) if (cout * pix >= kParallelGrain)
+    for (std::int64_t o = 0; o < cout; ++o)
+      for (std::int64_t y = 0; y < ho; ++y)
+        for (std::int64_t xo = 0; xo < wo; ++xo) dyn[static_cast<std::size_t>((o * ho + y) * wo + xo)] = at_f32(dy, n, o, y, xo);
+    if (db) {
+      for (std::int64_t o = 0; o < cout; ++o) {
+        double s = 0;
+        for (std::int64_t p = 0; p < pix; ++p) s += dyn[static_cast<std::size_t>(o * pix + p)];
+        f32(*db)[o * db->strides[0]] += static_cast<float>(s);
+      }
+    }
+    if (dw) {
+#pragma omp parallel for schedule(static) if (k * pix >= kParallelGrain)
+      for (std::int64_t r = 0; r < k; ++r) {
+        const std::int64_t i = r / (kh * kw), a = r / kw % kh, b = r % kw;
+        float* row = cols.data() + r * pix;
+        for (std::int64_t y = 0; y < ho; ++y) {
+          const std::int64_t yi = y * stride + a - pad_h;
+          for (std::int64_t xo = 0; xo < wo; ++xo) {
+            const std::int64_t xi = xo * stride + b - pad_w;
+            row[y * wo + xo] = yi >= 0 && yi < h && xi >= 0 && xi < wd ? at_f32(x, n, i, yi, xi) : 0.f;
+          }
+        }
+      }
+      // dW (Cout x K) += dy_n (Cout x P) * cols^T (P x K)
+      sgemm(ctx, cout, k, pix, 1.f, BlasMatrix{dyn.data(), false, pix, false},
+            BlasMatrix{cols.data(), true, pix, false}, 1.f, dw_acc, k);
+    }
+    if (dx) {
+      // dcols (K x P) = W^T (K x Cout) * dy_n (Cout x P), then each column back onto its pixel.
+      sgemm(ctx, k, pix, cout, 1.f, wt, BlasMatrix{dyn.data(), false, pix, false}, 0.f, dcols.data(), pix);
+#pragma omp parallel for schedule(static) if (k * pix >= kParallelGrain)
+      for (std::int64_t i = 0; i < cin; ++i)
+        for (std::int64_t a = 0; a < kh; ++a)
+          for (std::int64_t b = 0; b < kw; ++b) {
+            const float* row = dcols.data() + ((i * kh + a) * kw + b) * pix;
+            for (std::int64_t y = 0; y < ho; ++y) {
+              const std::int64_t yi = y * stride + a - pad_h;
+              if (yi < 0 || yi >= h) continue;
+              for (std::int64_t xo = 0; xo < wo; ++xo) {
+                const std::int64_t xi = xo * stride + b - pad_w;
+                if (xi >= 0 && xi < wd) at_f32(*dx, n, i, yi, xi) += row[y * wo + xo];
+              }
+            }
+          }
+    }
+  }
+  if (dw && !dw_tmp.empty()) {
+    const Tensor acc = Tensor::wrap(dw_tmp.data(), DType::f32, Device::cpu(), dw->shape);
+    accumulate(acc, *dw);
+  }
+}
+
+void group_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& dy,
+                const exec::GroupNormParams& p, const Tensor* dx, const Tensor* dgamma, const Tensor* dbeta) {
+  const std::int64_t n_s = x.size(0), c = x.size(1), t_n = x.size(2), s_n = x.size(3), cg = c / p.groups;
+  const double count = static_cast<double>(cg * t_n * s_n);
+  auto gam = [&](std::int64_t ch) { return static_cast<double>(f32(gamma)[ch * gamma.strides[0]]); };
+  auto bet = [&](std::int64_t ch) { return static_cast<double>(f32(beta)[ch * beta.strides[0]]); };
+  // Groups in parallel: each owns its channels' dgamma and dbeta.
+#pragma omp parallel for schedule(dynamic) if (x.numel() >= kParallelGrain)
+  for (int g = 0; g < p.groups; ++g) {
+    for (std::int64_t n = 0; n < n_s; ++n) {
+      double s1 = 0, s2 = 0;
+      for (std::int64_t ch = g * cg; ch < (g + 1) * cg; ++ch)
+        for (std::int64_t t = 0; t < t_n; ++t)
+          for (std::int64_t s = 0; s < s_n; ++s) {
+            const double v = at_f32(x, n, ch, t, s);
+            s1 += v;
+            s2 += v * v;
+          }
+      const double mean = s1 / count, var = std::max(s2 / count - mean * mean, 0.0);
+      const double rstd = 1.0 / std::sqrt(var + p.eps);
+      // dz = dy * act'(z); sums of dz * gamma and dz * gamma * xhat over the group.
+      double a1 = 0, a2 = 0;
+      for (std::int64_t ch = g * cg; ch < (g + 1) * cg; ++ch) {
+        double dg = 0, dbt = 0;
+        for (std::int64_t t = 0; t < t_n; ++t)
+          for (std::int64_t s = 0; s < s_n; ++s) {
+            const double xh = (at_f32(x, n, ch, t, s) - mean) * rstd;
+            const double dz = at_f32(dy, n, ch, t, s) * exec::activate_grad<double>(p.act, xh * gam(ch) + bet(ch));
+            dg += dz * xh;
+            dbt += dz;
+            a1 += dz * gam(ch);
+            a2 += dz * gam(ch) * xh;
+          }
+        if (dgamma) f32(*dgamma)[ch * dgamma->strides[0]] += static_cast<float>(dg);
+        if (dbeta) f32(*dbeta)[ch * dbeta->strides[0]] += static_cast<float>(dbt);
+      }
+      if (!dx) continue;
+      a1 /= count;
+      a2 /= count;
+      for (std::int64_t ch = g * cg; ch < (g + 1) * cg; ++ch)
+        for (std::int64_t t = 0; t < t_n; ++t)
+          for (std::int64_t s = 0; s < s_n; ++s) {
+            const double xh = (at_f32(x, n, ch, t, s) - mean) * rstd;
+            const double dz = at_f32(dy, n, ch, t, s) * exec::activate_grad<double>(p.act, xh * gam(ch) + bet(ch));
+            at_f32(*dx, n, ch, t, s) += static_cast<float>(rstd * (dz * gam(ch) - a1 - xh * a2));
+          }
+    }
+  }
+}
+
+void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& dy, float eps, const Tensor* dx,
+                const Tensor* dgamma, const Tensor* dbeta) {
+  const std::int64_t m = x.size(0), d = x.size(1);
+  std::vector<double> mean(static_cast<std::size_t>(m)), rstd(static_cast<std::size_t>(m));
+  auto gam = [&](std::int64_t j) { return static_cast<double>(f32(gamma)[j * gamma.strides[0]]); };
+#pragma omp parallel for schedule(static) if (x.numel() >= kParallelGrain)
+  for (std::int64_t r = 0; r < m; ++r) {
+    double s = 0, v = 0;
+    for (std::int64_t j = 0; j < d; ++j) s += at_f32(x, r, j);
+    const double mu = s / static_cast<double>(d);
+    for (std::int64_t j = 0; j < d; ++j) v += (at_f32(x, r, j) - mu) * (at_f32(x, r, j) - mu);
+    const double rs = 1.0 / std::sqrt(v / static_cast<double>(d) + eps);
+    mean[static_cast<std::size_t>(r)] = mu;
+    rstd[static_cast<std::size_t>(r)] = rs;
+    if (!dx) continue;
+    double a1 = 0, a2 = 0;
+    for (std::int64_t j = 0; j < d; ++j) {
+      const double g = at_f32(dy, r, j) * gam(j);
+      a1 += g;
+      a2 += g * (at_f32(x, r, j) - mu) * rs;
+    }
+    a1 /= static_cast<double>(d);
+    a2 /= static_cast<double>(d);
+    for (std::int64_t j = 0; j < d; ++j) {
+      const double xh = (at_f32(x, r, j) - mu) * rs;
+      at_f32(*dx, r, j) += static_cast<float>(rs * (at_f32(dy, r, j) * gam(j) - a1 - xh * a2));
+    }
+  }
+  if (!dgamma && !dbeta) return;
+#pragma omp parallel for schedule(static) if (x.numel() >= kParallelGrain)
+  for (std::int64_t j = 0; j < d; ++j) {
+    double dg = 0, db = 0;
+    for (std::int64_t r = 0; r < m; ++r) {
+      const double up = at_f32(dy, r, j);
+      dg += up * (at_f32(x, r, j) - mean[static_cast<std::size_t>(r)]) * rstd[static_cast<std::size_t>(r)];
+      db += up;
+    }
+    if (dgamma) f32(*dgamma)[j * dgamma->strides[0]] += static_cast<float>(dg);
+    if (dbeta) f32(*dbeta)[j * dbeta->strides[0]] += static_cast<float>(db);
+  }
+}
+
+void softmax(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  const std::int64_t m = y.size(0), d = y.size(1);
+#pragma omp parallel for schedule(static) if (y.numel() >= kParallelGrain)
+  for (std::int64_t r = 0; r < m; ++r) {
+    double dot = 0;
+    for (std::int64_t j = 0; j < d; ++j) dot += static_cast<double>(at_f32(y, r, j)) * at_f32(dy, r, j);
+    for (std::int64_t j = 0; j < d; ++j)
+      at_f32(dx, r, j) += static_cast<float>(at_f32(y, r, j) * (at_f32(dy, r, j) - dot));
+  }
+}
+
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const exec::AttentionParams& p,
+               const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const std::int64_t nb = q.size(0), nh = q.size(1), lq = q.size(2), lk = k.size(2), d = q.size(3), dvn = v.size(3);
+  const double log_base = p.token_count_log_base > 0 ? std::log(static_cast<double>(p.token_count_log_base)) : 0;
+  auto row = [](const Tensor& t, std::int64_t b, std::int64_t h, std::int64_t i) {
+    return f32(t) + b * t.strides[0] + h * t.strides[1] + i * t.strides[2];
+  };
+  // (b, h) pairs in parallel: each owns its rows of dq, dk and dv. The probabilities of a row are
+  // recomputed from q and k (nothing of size rows x keys is kept from the forward pass).
+#pragma omp parallel
+  {
+    std::vector<double> prob(static_cast<std::size_t>(lk)), dprob(static_cast<std::size_t>(lk));
+#pragma omp for schedule(dynamic) collapse(2)
+    for (std::int64_t b = 0; b < nb; ++b)
+      for (std::int64_t h = 0; h < nh; ++h)
+        for (std::int64_t i = 0; i < lq; ++i) {
+          std::int64_t lo = 0, hi = 0;
+          exec::attention_band(p, i, lk, lo, hi);
+          if (lo > hi) continue;  // a row that sees no key: its output is zeros, constant
+          const double f = log_base > 0 ? std::log(static_cast<double>(hi - lo + 1)) / log_base : 1.0;
+          const double c = p.scale * f;
+          const float* qi = row(q, b, h, i);
+          const float* go = row(dout, b, h, i);
+          double mx = -INFINITY;
+          for (std::int64_t j = lo; j <= hi; ++j) {
+            const float* kj = row(k, b, h, j);
+            double s = 0;
+            for (std::int64_t e = 0; e < d; ++e) s += static_cast<double>(qi[e]) * kj[e];
+            prob[static_cast<std::size_t>(j)] = s * c;
+            mx = std::max(mx, s * c);
+          }
+          double sum = 0;
+          for (std::int64_t j = lo; j <= hi; ++j) sum += prob[static_cast<std::size_t>(j)] = std::exp(prob[static_cast<std::size_t>(j)] - mx);
+          double dot = 0;  // sum_j p_j dp_j = dout_i . out_i
+          for (std::int64_t j = lo; j <= hi; ++j) {
+            double& pj = prob[static_cast<std::size_t>(j)];
+            pj /= sum;
+            const float* vj = row(v, b, h, j);
+            double dp = 0;
+            for (std::int64_t e = 0; e < dvn; ++e) dp += static_cast<double>(go[e]) * vj[e];
+            dprob[static_cast<std::size_t>(j)] = dp;
+            dot += pj * dp;
+          }
+          float* dqi = row(dq, b, h, i);
+          for (std::int64_t j = lo; j <= hi; ++j) {
+            const double pj = prob[static_cast<std::size_t>(j)];
+            const double ds = pj * (dprob[static_cast<std::size_t>(j)] - dot) * c;
+            float* dvj = row(dv, b, h, j);
+            for (std::int64_t e = 0; e < dvn; ++e) dvj[e] += static_cast<float>(pj * go[e]);
+            const float* kj = row(k, b, h, j);
+            float* dkj = row(dk, b, h, j);
+            for (std::int64_t e = 0; e < d; ++e) {
+              dqi[e] += static_cast<float>(ds * kj[e]);
+              dkj[e] += static_cast<float>(ds * qi[e]);
+            }
+          }
+        }
+  }
+}
+
+void upsample_nearest(const Tensor& dy, const Tensor& dx) {
+  const std::int64_t n_s = dy.size(0), c = dy.size(1), ho = dy.size(2), wo = dy.size(3), h = dx.size(2), w = dx.size(3);
+#pragma omp parallel for schedule(static) collapse(2) if (dy.numel() >= kParallelGrain)
+  for (std::int64_t n = 0; n < n_s; ++n)
+    for (std::int64_t ch = 0; ch < c; ++ch)
+      for (std::int64_t y = 0; y < ho; ++y)
+        for (std::int64_t xo = 0; xo < wo; ++xo) at_f32(dx, n, ch, y * h / ho, xo * w / wo) += at_f32(dy, n, ch, y, xo);
+}
+
+void accumulate(const Tensor& src, const Tensor& dst) {
+  bool broadcast = false;
+  for (int i = 0; i < dst.rank(); ++i) broadcast = broadcast || (dst.strides[i] == 0 && dst.shape[i] > 1);
+  const float* ps = f32(src);
+  float* pd = f32(dst);
+  const std::int64_t n = src.numel();
+  if (broadcast) {  // several elements of src land on one of dst: in order, on one thread
+    for (std::int64_t i = 0; i < n; ++i) pd[offset_of(dst, i)] += ps[offset_of(src, i)];
+    return;
+  }
+  each_element(src, dst, dst, [&](std::int64_t os, std::int64_t od, std::int64_t) { pd[od] += ps[os]; });
+}
+
+}  // namespace vinf::cpu::grad

@@ -1,0 +1,268 @@
+#include "ops/grad_cases.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "ops/backward.hpp"
+#include "ops/activation.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/gemm.hpp"
+#include "ops/resample.hpp"
+#include "ops/softmax.hpp"
+
+namespace vinf::opcheck {
+using namespace vinf::ops;
+
+namespace {
+
+using Ins = std::vector<Tensor>;
+using Grads = std::vector<const Tensor*>;
+
+// The frame-major clip view (B, C, F, S) of (B*F, C, S) storage, as the UNet's temporal ops see it.
+Tensor clip_view(const Tensor& t, std::int64_t b) {
+  return t.reshape({b, t.size(0) / b, t.size(1), t.size(2)}).permute({0, 2, 1, 3});
+}
+
+// (R, L, H*d) -> (R, H, L, d), the model's split heads.
+Tensor heads(const Tensor& t, std::int64_t h) {
+  return t.reshape({t.size(0), t.size(1), h, t.size(2) / h}).permute({0, 2, 1, 3});
+}
+
+void add_activation(std::vector<GradCase>& cs, Activation act, const Shape& s) {
+  cs.push_back({"activation", std::string("activation ") + activation_name(act) + " " + s.str(), {{"x", s, 2.f}}, {s},
+                [act](ExecContext& ctx, const Ins& in, const Ins& out) { activation(ctx, act, in[0], out[0]); },
+                [act](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
+                  activation_backward(ctx, act, in[0], dout[0], *d[0]);
+                }});
+}
+
+void add_linear(std::vector<GradCase>& cs, const Shape& x, std::int64_t n, bool bias) {
+  const std::int64_t k = x[x.rank() - 1];
+  Shape y = x;
+  y[y.rank() - 1] = n;
+  std::vector<GradInput> ins{{"x", x}, {"w", {n, k}, 0.5f}};
+  if (bias) ins.push_back({"bias", {n}, 0.5f});
+  cs.push_back({"linear", "linear " + x.str() + " -> " + std::to_string(n) + (bias ? " bias" : ""), ins, {y},
+                [bias](ExecContext& ctx, const Ins& in, const Ins& out) {
+                  linear(ctx, in[0], in[1], bias ? &in[2] : nullptr, out[0]);
+                },
+                [bias](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
+                  linear_backward(ctx, in[0], in[1], dout[0], d[0], d[1], bias ? d[2] : nullptr);
+                }});
+}
+
+void add_conv2d(std::vector<GradCase>& cs, const Shape& x, std::int64_t cout, std::int64_t k, int stride, int pad) {
+  const Conv2dParams p{stride, pad};
+  const std::int64_t ho = (x[2] + 2 * pad - k) / stride + 1, wo = (x[3] + 2 * pad - k) / stride + 1;
+  std::ostringstream name;
+  name << "conv2d " << k << "x" << k << " s" << stride << " p" << pad << " " << x[1] << "->" << cout << " " << x[2]
+       << "x" << x[3];
+  cs.push_back({"conv2d", name.str(), {{"x", x}, {"w", {cout, x[1], k, k}, 0.4f}, {"bias", {cout}, 0.5f}},
+                {{x[0], cout, ho, wo}},
+                [p](ExecContext& ctx, const Ins& in, const Ins& out) { conv2d(ctx, in[0], in[1], &in[2], out[0], p); },
+                [p](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
+                  conv2d_backward(ctx, in[0], in[1], dout[0], p, d[0], d[1], d[2]);
+                }});
+}
+
+}  // namespace
+
+std::vector<GradCase> grad_cases() {
+  std::vector<GradCase> cs;
+  add_activation(cs, Activation::silu, {3, 37});
+  add_activation(cs, Activation::gelu, {5, 11});
+  cs.push_back({"activation", "activation silu transposed view [6,5]", {{"x", {5, 6}, 2.f}}, {{6, 5}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) {
+                  activation(ctx, Activation::silu, in[0].transpose(0, 1), out[0]);
+                },
+                [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
+                  activation_backward(ctx, Activation::silu, in[0].transpose(0, 1), dout[0], d[0]->transpose(0, 1));
+                }});
+  cs.push_back({"geglu", "geglu [7,18] -> [7,9]", {{"x", {7, 18}, 1.5f}}, {{7, 9}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) { geglu(ctx, in[0], out[0]); },
+                [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
+                  geglu_backward(ctx, in[0], dout[0], *d[0]);
+                }});
+
+  add_linear(cs, {2, 5, 6}, 4, true);
+  add_linear(cs, {13, 7}, 9, false);
+
+  add_conv2d(cs, {2, 3, 5, 6}, 4, 3, 1, 1);
+  add_conv2d(cs, {1, 3, 7, 6}, 4, 3, 2, 1);
+  add_conv2d(cs, {2, 5, 3, 4}, 3, 1, 1, 0);
+  // The temporal convolution on a frame-major clip (B*F, C, S) seen as (B, C, F, S).
+  cs.push_back({"temporal_conv", "temporal_conv k3 p1 3->4 frames 5 frame-major", {{"x", {10, 3, 6}},
+                {"w", {4, 3, 3}, 0.4f}, {"bias", {4}, 0.5f}}, {{10, 4, 6}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) {
+                  temporal_conv(ctx, clip_view(in[0], 2), in[1], &in[2], clip_view(out[0], 2), 1);
+                },
+                [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
+                  const Tensor dx = clip_view(*d[0], 2);
+                  temporal_conv_backward(ctx, clip_view(in[0], 2), in[1], clip_view(dout[0], 2), 1, &dx, d[1], d[2]);
+                }});
+
+  cs.push_back({"group_norm", "group_norm silu 2 groups [2,4,3,5]",
+                {{"x", {2, 4, 3, 5}, 1.5f, 0.3f}, {"gamma", {4}, 0.3f, 1.f}, {"beta", {4}, 0.3f}}, {{2, 4, 3, 5}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) {
+                  group_norm(ctx, in[0], in[1], in[2], out[0], {2, 1e-5f, Activation::silu});
+                },
+                [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
+                  group_norm_backward(ctx, in[0], in[1], in[2], dout[0], {2, 1e-5f, Activation::silu}, d[0], d[1], d[2]);
+                }});
+  cs.push_back({"group_norm", "group_norm clip view 3 groups frames 4",
+                {{"x", {8, 6, 5}, 1.f, -0.2f}, {"gamma", {6}, 0.3f, 1.f}, {"beta", {6}, 0.3f}}, {{8, 6, 5}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) {
+                  group_norm(ctx, clip_view(in[0], 2), in[1], in[2], clip_view(out[0], 2), {3, 1e-6f, Activation::none});
+                },
+                [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
+                  const Tensor dx = clip_view(*d[0], 2);
+                  group_norm_backward(ctx, clip_view(in[0], 2), in[1], in[2], clip_view(dout[0], 2),
+                                      {3, 1e-6f, Activation::none}, &dx, d[1], d[2]);
+                }});
+  cs.push_back({"layer_norm", "layer_norm [9,12]", {{"x", {9, 12}, 1.2f, 0.4f}, {"gamma", {12}, 0.3f, 1.f},
+                {"beta", {12}, 0.3f}}, {{9, 12}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) { layer_norm(ctx, in[0], in[1], in[2], out[0], 1e-5f); },
+                [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
+                  layer_norm_backward(ctx, in[0], in[1], dout[0], 1e-5f, d[0], d[1], d[2]);
+                }});
+  cs.push_back({"softmax", "softmax [4,7]", {{"x", {4, 7}, 2.f}}, {{4, 7}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) { softmax(ctx, in[0], out[0]); },
+                [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
+                  // softmax_backward takes the forward output: recomputed here.
+                  OwnedTensor y = ctx.arena->empty(DType::f32, in[0].shape);
+                  softmax(ctx, in[0], y);
+                  softmax_backward(ctx, y, dout[0], *d[0]);
+                }});
+
+  auto attention_case = [&](const std::string& name, std::int64_t r, std::int64_t h, std::int64_t lq, std::int64_t lk,
+                            std::int64_t d, std::int64_t dv, AttentionParams p) {
+    cs.push_back({"attention", name, {{"q", {r, lq, h * d}}, {"k", {r, lk, h * d}}, {"v", {r, lk, h * dv}}},
+                  {{r, lq, h * dv}},
+                  [h, p](ExecContext& ctx, const Ins& in, const Ins& out) {
+                    attention(ctx, heads(in[0], h), heads(in[1], h), heads(in[2], h), nullptr, nullptr, heads(out[0], h), p);
+                  },
+                  [h, p](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& g) {
+                    attention_backward(ctx, heads(in[0], h), heads(in[1], h), heads(in[2], h), heads(dout[0], h), p,
+                                       heads(*g[0], h), heads(*g[1], h), heads(*g[2], h));
+                  }});
+  };
+  AttentionParams plain;
+  plain.scale = 0.5f;
+  attention_case("attention plain 2 heads 5x7 d4 dv3", 2, 2, 5, 7, 4, 3, plain);
+  AttentionParams band = plain;
+  band.band_lo = -2;
+  band.band_hi = 1;
+  band.local_bias = 0.7f;
+  band.token_count_log_base = 5.f;
+  attention_case("attention banded biased token-count 6x6 d5", 3, 1, 6, 6, 5, 5, band);
+  AttentionParams empty_rows = plain;
+  empty_rows.band_lo = 3;
+  empty_rows.band_hi = 4;
+  attention_case("attention rows without keys 5x4 d3", 1, 2, 5, 4, 3, 2, empty_rows);
+
+  cs.push_back({"upsample_nearest", "upsample_nearest 2x [1,2,3,4]", {{"x", {1, 2, 3, 4}}}, {{1, 2, 6, 8}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) { upsample_nearest(ctx, in[0], out[0]); },
+                [](ExecContext& ctx, const Ins&, const Ins& dout, const Grads& d) {
+                  upsample_nearest_backward(ctx, dout[0], *d[0]);
+                }});
+  cs.push_back({"upsample_nearest", "upsample_nearest odd [2,1,3,5] -> 5x9", {{"x", {2, 1, 3, 5}}}, {{2, 1, 5, 9}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) { upsample_nearest(ctx, in[0], out[0]); },
+                [](ExecContext& ctx, const Ins&, const Ins& dout, const Grads& d) {
+                  upsample_nearest_backward(ctx, dout[0], *d[0]);
+                }});
+  // A broadcast (a bias over rows, text keys over frames): its backward sums.
+  cs.push_back({"accumulate", "accumulate broadcast [2,1,4] over [2,3,4]", {{"x", {2, 1, 4}}}, {{2, 3, 4}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) { copy(ctx, in[0].expand(out[0].shape), out[0]); },
+                [](ExecContext& ctx, const Ins&, const Ins& dout, const Grads& d) {
+                  accumulate(ctx, dout[0], d[0]->expand(dout[0].shape));
+                }});
+  cs.push_back({"accumulate", "accumulate transposed [4,3]", {{"x", {3, 4}}}, {{4, 3}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) { copy(ctx, in[0].transpose(0, 1), out[0]); },
+                [](ExecContext& ctx, const Ins&, const Ins& dout, const Grads& d) {
+                  accumulate(ctx, dout[0], d[0]->transpose(0, 1));
+                }});
+  return cs;
+}
+
+GradCheck check_gradients(const GradCase& c, Runtime& rt, std::uint64_t seed, std::int64_t max_elements) {
+  VINF_CHECK(rt.device().is_cpu(), "check_gradients runs on a CPU runtime");
+  ExecContext& ctx = rt.ctx();
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto draw = [&](std::vector<float>& v, float scale, float shift) {
+    for (float& e : v) e = normal(gen) * scale + shift;
+  };
+  const std::size_t ni = c.inputs.size(), no = c.outputs.size();
+  std::vector<std::vector<float>> in_data(ni), out_data(no), dout_data(no), grad_data(ni);
+  Ins in, out, dout;
+  std::vector<Tensor> grads(ni);
+  Grads gp(ni, nullptr);
+  for (std::size_t i = 0; i < ni; ++i) {
+    const GradInput& g = c.inputs[i];
+    in_data[i].resize(static_cast<std::size_t>(g.shape.numel()));
+    draw(in_data[i], g.scale, g.shift);
+    in.push_back(Tensor::wrap(in_data[i].data(), DType::f32, Device::cpu(), g.shape));
+    if (!g.differentiable) continue;
+    grad_data[i].assign(in_data[i].size(), 0.f);
+    grads[i] = Tensor::wrap(grad_data[i].data(), DType::f32, Device::cpu(), g.shape);
+    gp[i] = &grads[i];
+  }
+  for (std::size_t o = 0; o < no; ++o) {
+    out_data[o].resize(static_cast<std::size_t>(c.outputs[o].numel()));
+    dout_data[o].resize(out_data[o].size());
+    draw(dout_data[o], 1.f, 0.f);
+    out.push_back(Tensor::wrap(out_data[o].data(), DType::f32, Device::cpu(), c.outputs[o]));
+    dout.push_back(Tensor::wrap(dout_data[o].data(), DType::f32, Device::cpu(), c.outputs[o]));
+  }
+  c.backward(ctx, in, dout, gp);
+  auto loss = [&] {
+    c.forward(ctx, in, out);
+    double l = 0;
+    for (std::size_t o = 0; o < no; ++o)
+      for (std::size_t e = 0; e < out_data[o].size(); ++e) l += static_cast<double>(out_data[o][e]) * dout_data[o][e];
+    return l;
+  };
+  GradCheck res;
+  int reported = 0;
+  for (std::size_t i = 0; i < ni; ++i) {
+    if (!gp[i]) continue;
+    const std::vector<float>& g = grad_data[i];
+    double largest = 0;
+    for (float e : g) largest = std::max(largest, static_cast<double>(std::fabs(e)));
+    const auto n = static_cast<std::int64_t>(g.size());
+    const std::int64_t step = std::max<std::int64_t>(1, n / max_elements);
+    for (std::int64_t e = 0; e < n; e += step) {
+      float& x = in_data[i][static_cast<std::size_t>(e)];
+      const float x0 = x;
+      const float h = 1e-3f * (1.f + std::fabs(x0));
+      x = x0 + h;
+      const float hp = x - x0;  // the step as stored
+      const double lp = loss();
+      x = x0 - h;
+      const float hm = x0 - x;
+      const double lm = loss();
+      x = x0;
+      const double fd = (lp - lm) / (static_cast<double>(hp) + hm);
+      const double got = g[static_cast<std::size_t>(e)];
+      const double allowed = 1e-3 * largest + 2e-3 * std::fabs(fd) + 1e-6;
+      const double ratio = std::fabs(got - fd) / allowed;
+      res.worst_ratio = std::max(res.worst_ratio, ratio);
+      ++res.checked;
+      if (ratio > 1 || !std::isfinite(got)) {
+        res.ok = false;
+        if (reported++ < 6) {
+          std::ostringstream m;
+          m << "  d/d " << c.inputs[i].name << "[" << e << "]: backward " << got << ", finite difference " << fd
+            << " (largest |gradient| " << largest << ")\n";
+          res.report += m.str();
+        }
+      }
+    }
+  }
+  return res;
+}
+
+}  // namespace vinf::opcheck
