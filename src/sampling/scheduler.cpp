@@ -33,24 +33,6 @@ std::vector<float> linspace_f32(float start, float end, int n) {
   return v;
 }
 
-std::vector<float> make_alphas_cumprod(const NoiseScheduleConfig& c) {
-  std::vector<float> betas;
-  if (c.beta_schedule == BetaSchedule::linear) {
-    betas = linspace_f32(static_cast<float>(c.beta_start), static_cast<float>(c.beta_end), c.num_train_timesteps);
-  } else {
-    betas = linspace_f32(static_cast<float>(std::sqrt(c.beta_start)), static_cast<float>(std::sqrt(c.beta_end)),
-                         c.num_train_timesteps);
-    for (float& b : betas) b = b * b;
-  }
-  std::vector<float> out(betas.size());
-  double running = 1.0;  // the cumulative product is accumulated in double, stored in f32
-  for (std::size_t i = 0; i < betas.size(); ++i) {
-    running *= static_cast<double>(1.f - betas[i]);
-    out[i] = static_cast<float>(running);
-  }
-  return out;
-}
-
 // sqrt((1 - abar) / abar) in f32, as diffusers derives its sigma table.
 float ve_sigma(float abar) { return std::sqrt((1.f - abar) / abar); }
 
@@ -97,6 +79,24 @@ Spacing parse_spacing(const std::string& s, const std::string& where) {
 }
 
 }  // namespace
+
+std::vector<float> make_alphas_cumprod(const NoiseScheduleConfig& c) {
+  std::vector<float> betas;
+  if (c.beta_schedule == BetaSchedule::linear) {
+    betas = linspace_f32(static_cast<float>(c.beta_start), static_cast<float>(c.beta_end), c.num_train_timesteps);
+  } else {
+    betas = linspace_f32(static_cast<float>(std::sqrt(c.beta_start)), static_cast<float>(std::sqrt(c.beta_end)),
+                         c.num_train_timesteps);
+    for (float& b : betas) b = b * b;
+  }
+  std::vector<float> out(betas.size());
+  double running = 1.0;  // the cumulative product is accumulated in double, stored in f32
+  for (std::size_t i = 0; i < betas.size(); ++i) {
+    running *= static_cast<double>(1.f - betas[i]);
+    out[i] = static_cast<float>(running);
+  }
+  return out;
+}
 
 const char* scheduler_name(SchedulerKind k) {
   switch (k) {

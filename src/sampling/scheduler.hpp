@@ -42,6 +42,10 @@ struct NoiseScheduleConfig {
 // beta schedule or spacing).
 NoiseScheduleConfig read_scheduler_config(const std::string& path);
 
+// alphas_cumprod[t] for t = 0 .. num_train_timesteps - 1: the betas in f32 as diffusers makes
+// them, the cumulative product in double, stored in f32.
+std::vector<float> make_alphas_cumprod(const NoiseScheduleConfig& c);
+
 struct StepCoefficients {
   double x0_x = 0, x0_eps = 0;
   double c_x = 0, c_m0 = 0, c_m1 = 0, c_eps = 0, c_noise = 0;

@@ -1,0 +1,112 @@
+// Reverse-mode differentiation over the op library, for training. A Graph runs each op forward as
+// it is called and records how to send its output's gradient back to its inputs and parameters
+// (ops/backward.hpp); backward() replays the records in reverse. A value stays alive while a
+// record still needs it (shared ownership), so what the forward keeps is exactly what the backward
+// reads, and each record is dropped as soon as it has run.
+//
+// Values are contiguous f32 tensors in the runtime's arena. Parameters are named tensors whose
+// gradients, for the trainable ones, are added into a ParamGrads buffer; a frozen parameter gets no
+// gradient and costs no product for one.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/arena.hpp"
+#include "ops/activation.hpp"
+#include "ops/attention.hpp"
+#include "ops/norm.hpp"
+
+namespace vinf::train {
+
+// A value of the graph and the gradient of the loss with respect to it (allocated, as zeros, when
+// the first contribution arrives; empty while none has).
+struct Node {
+  OwnedTensor value;
+  OwnedTensor grad;
+  bool requires_grad = true;
+};
+using Var = std::shared_ptr<Node>;
+
+// The gradients of a model's parameters, in one f32 buffer (in the order of the names given),
+// for the trainable ones only.
+class ParamGrads {
+ public:
+  ParamGrads(Arena& arena, const std::vector<std::pair<std::string, Shape>>& trainable);
+  // The gradient of `name`, or null for a parameter that is not trained.
+  const Tensor* find(const std::string& name) const;
+  const Tensor& all() const { return buffer_; }  // every gradient, back to back
+  const std::vector<std::pair<std::string, Tensor>>& list() const { return list_; }
+  void zero(ExecContext& ctx);
+
+ private:
+  OwnedTensor buffer_;
+  std::vector<std::pair<std::string, Tensor>> list_;
+  std::map<std::string, Tensor> by_name_;
+};
+
+using ParamLookup = std::function<const Tensor*(const std::string&)>;
+
+class Graph {
+ public:
+  // `params(name)` gives a parameter's value (null when the model has none of that name); grads,
+  // when given, receives the trainable ones' gradients.
+  Graph(ExecContext& ctx, ParamLookup params, ParamGrads* grads);
+
+  ExecContext& ctx() { return ctx_; }
+  const Tensor& param(const std::string& name) const;
+  bool has_param(const std::string& name) const { return params_(name) != nullptr; }
+
+  // A leaf: a copy of t (any strides, any float dtype on the context's device), with or without a
+  // gradient; stored in `shape` when given (the same number of elements, in t's index order).
+  Var input(const Tensor& t, bool requires_grad, const Shape& shape = {});
+  // The gradient of v (zeros when none arrived). v's own gradient buffer, allocated if needed.
+  const Tensor& grad(const Var& v);
+
+  // Runs the recorded backward steps in reverse from `out`, whose gradient is `seed`.
+  void backward(const Var& out, const Tensor& seed);
+
+  // The ops. Parameter names are full keys ("conv_in.weight"); a layer's `prefix` names its
+  // ".weight" and ".bias".
+  Var linear(const Var& x, const std::string& prefix, bool bias = true);  // x [..., K]
+  Var conv2d(const Var& x, const std::string& prefix, int stride, int pad);
+  // GroupNorm of frame-images (N, C, H, W); with `clip_batch` B > 0 the temporal one, over the
+  // clip view (B, C, F, H*W) of frame-major (B*F, C, H, W).
+  Var group_norm(const Var& x, const std::string& prefix, int groups, float eps, ops::Activation act,
+                 std::int64_t clip_batch = 0);
+  Var layer_norm(const Var& x, const std::string& prefix, float eps);
+  Var activation(const Var& x, ops::Activation act);
+  Var geglu(const Var& x);
+  // TemporalConvLayer's Conv3d (kt, 1, 1) over frame-major (B*F, C, H, W).
+  Var temporal_conv(const Var& x, const std::string& prefix, std::int64_t clip_batch, int pad);
+  Var add(const Var& a, const Var& b);
+  Var scale(const Var& x, float s);
+  // x (B*F, C, H, W) + e (B, C) broadcast over frames and pixels (the resnets' time embedding).
+  Var add_per_sample(const Var& x, const Var& e, std::int64_t batch);
+  // Attention of q (R, Lq, H*d), k (R, Lk, H*d), v (R, Lk, H*dv), heads split as the model splits them.
+  Var attention(const Var& q, const Var& k, const Var& v, int heads, const ops::AttentionParams& p);
+  // x (B, ...) repeated `times` along a new dim after the batch, flattened: (B*times, ...).
+  Var repeat(const Var& x, std::int64_t times);
+  // A contiguous copy of `view(x)` in `shape` (the same number of elements, in the view's index
+  // order): view maps a contiguous tensor of x's shape to a view of it (reshape, then permute).
+  Var copy_of_view(const Var& x, const std::function<Tensor(const Tensor&)>& view, const Shape& shape);
+  Var concat_channels(const Var& a, const Var& b);                    // (N, Ca + Cb, H, W)
+  Var upsample_nearest(const Var& x, std::int64_t h, std::int64_t w);  // to (N, C, h, w)
+
+ private:
+  Var make(const Shape& shape, bool requires_grad = true);
+  // The gradient of a parameter, or null when it is frozen.
+  const Tensor* param_grad(const std::string& name) const { return grads_ ? grads_->find(name) : nullptr; }
+  const Tensor* grad_if(const Var& v) { return v->requires_grad ? &grad(v) : nullptr; }
+  void record(std::function<void()> step) { steps_.push_back(std::move(step)); }
+
+  ExecContext& ctx_;
+  ParamLookup params_;
+  ParamGrads* grads_;
+  std::vector<std::function<void()>> steps_;
+};
+
+}  // namespace vinf::train
