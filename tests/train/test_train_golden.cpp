@@ -12,6 +12,7 @@
 #include "model/unet3d.hpp"
 #include "ops/elementwise.hpp"
 #include "sampling/scheduler.hpp"
+#include "train/adamw.hpp"
 #include "train/unet_loss.hpp"
 
 using namespace vinf;
@@ -85,4 +86,40 @@ TEST_CASE("training: the tiny UNet's loss and every gradient match PyTorch's") {
   CHECK(grads.list().size() == tt.specs.size());
   CHECK(relative_to_largest(gx0, tt.ref.tensor("grad.x0")) <= 1e-4);
   MESSAGE("worst gradient " << worst_name << ": " << worst << " of its largest magnitude");
+
+  // The global norm, then clip_grad_norm_(1.0) and one AdamW step with the fixture's settings.
+  const double norm = train::global_norm(tt.rt.ctx(), grads);
+  const double ref_norm = tt.ref.tensor("grad_norm").ptr<float>()[0];
+  CHECK(std::fabs(norm - ref_norm) <= 1e-5 * ref_norm);
+  const auto meta = tt.ref.metadata();
+  REQUIRE(meta.count("adamw"));
+  const train::AdamWSettings s = train::parse_adamw_json(meta.at("adamw"), "the fixture's adamw", {});
+  CHECK(s.lr == doctest::Approx(1e-3));
+  CHECK(s.weight_decay == doctest::Approx(1e-2));
+  train::AdamW opt(tt.rt.arena(), tt.rt.ctx(), grads);
+  opt.step(tt.rt.ctx(), grads, tt.lookup(), s, s.lr, train::clip_scale(norm, s.clip_grad_norm));
+  // The first step moves each element by u(g) = lr g / (|g| + e) (plus the decay), e = eps / the
+  // clipping scale. Gradients within dg of PyTorch's give steps within lr e dg / (|g| + e)^2 of
+  // its; with dg = 1e-5 of the tensor's largest gradient (3x the worst difference above), plus
+  // 1e-4 lr and the f32 rounding of the two updates (4e-7 |p|), that bounds every element.
+  const double e = s.eps / train::clip_scale(norm, s.clip_grad_norm);
+  std::int64_t compared = 0, worse = 0, sensitive = 0;
+  for (const auto& spec : tt.specs) {
+    const Tensor& p = *tt.weights.find(spec.name);
+    const Tensor ref = tt.ref.tensor("adamw." + spec.name);
+    const Tensor gref = tt.ref.tensor("grad." + spec.name);
+    double largest = 0;
+    for (std::int64_t i = 0; i < gref.numel(); ++i)
+      largest = std::max(largest, std::fabs(static_cast<double>(gref.ptr<float>()[i])));
+    for (std::int64_t i = 0; i < p.numel(); ++i) {
+      const double r = ref.ptr<float>()[i], g = std::fabs(static_cast<double>(gref.ptr<float>()[i]));
+      const double sensitivity = s.lr * e * 1e-5 * largest / ((g + e) * (g + e));
+      if (sensitivity > 1e-4 * s.lr) ++sensitive;
+      ++compared;
+      if (std::fabs(static_cast<double>(p.ptr<float>()[i]) - r) > 1e-4 * s.lr + 4e-7 * std::fabs(r) + sensitivity) ++worse;
+    }
+  }
+  CHECK(worse == 0);
+  CHECK(sensitive < compared / 100);  // the bound is tight for nearly every element
+  MESSAGE("AdamW step: " << compared << " elements, " << sensitive << " of them with small gradients");
 }

@@ -1,0 +1,58 @@
+// AdamW (Loshchilov and Hutter, decoupled weight decay) as torch.optim.AdamW computes it, with
+// global-norm gradient clipping as torch.nn.utils.clip_grad_norm_ does.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/arena.hpp"
+#include "train/graph.hpp"
+
+namespace vinf::train {
+
+struct AdamWSettings {
+  double lr = 1e-5;  // fine-tuning's order of magnitude
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  double clip_grad_norm = 1.0;  // 0: no clipping
+};
+
+// What a bad setting is, or "" when the settings are usable (lr >= 0, betas in [0, 1), eps > 0,
+// weight decay >= 0, clipping >= 0).
+std::string adamw_problem(const AdamWSettings& s);
+
+// The JSON object {"lr", "betas": [b1, b2], "eps", "weight_decay", "clip_grad_norm"} (every key
+// optional; missing ones keep `defaults`). Throws vinf::InputError naming `source` and the key.
+AdamWSettings parse_adamw_json(const std::string& json, const std::string& source, const AdamWSettings& defaults);
+
+// sqrt(sum of every gradient element squared), in double.
+double global_norm(ExecContext& ctx, const ParamGrads& grads);
+
+// The scale clip_grad_norm_ multiplies the gradients by: min(1, max_norm / (norm + 1e-6)); 1 when
+// max_norm is 0 (no clipping).
+double clip_scale(double norm, double max_norm);
+
+// The optimizer's state (first and second moments) for the trainable parameters of `grads`, in
+// one f32 buffer in the same order, zero at the start.
+class AdamW {
+ public:
+  AdamW(Arena& arena, ExecContext& ctx, const ParamGrads& grads);
+
+  // One step on every trainable parameter: the gradients are multiplied by `grad_scale` (the
+  // clipping) as they are read, then
+  //   p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+  //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+  // with t the step's number (from 1). `params(name)` gives each parameter to update in place.
+  void step(ExecContext& ctx, const ParamGrads& grads, const ParamLookup& params, const AdamWSettings& s, double lr,
+            double grad_scale);
+  std::int64_t steps() const { return steps_; }
+  const Tensor& moments() const { return state_; }  // [2, n]: m then v
+
+ private:
+  OwnedTensor state_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace vinf::train
