@@ -42,5 +42,6 @@ int forward(const std::vector<std::string>& args);
 int make_model(const std::vector<std::string>& args);
 int inspect(const std::vector<std::string>& args);
 int evaluate(const std::vector<std::string>& args);
+int train_step(const std::vector<std::string>& args);
 
 }  // namespace vinf::app

@@ -2,6 +2,15 @@
 //   compare A B TOL [KEY...]        max |a - b| of F32 tensors present in both (or the keys given);
 //                                   exit 1 when a key is missing, shapes differ or the error > TOL
 //   compare-frames A B F0 F1 TOL    as compare, for frames [F0, F1) of A's 5-D tensors against all of B
+//   compare-relative A B RTOL [PREFIX...]
+//                                   every F32 tensor of B whose name starts with a PREFIX (every
+//                                   one in both without) agrees with A's to RTOL times B's largest
+//                                   |element|; one summary line, and a line per failing tensor
+//   train-batch IN OUT B [--no-adamw]
+//                                   a vinf train-step input of B samples from IN's two: sample i is
+//                                   IN's sample i % 2, x0 scaled by 1 + 0.1 (i / 2), eps by
+//                                   1 - 0.05 (i / 2), at timestep 700, 150, 400, 900, 50, 999, ...;
+//                                   IN's metadata (the `adamw` settings) unless --no-adamw
 //   slice-frames IN OUT F0 F1       IN's inputs with `sample` cut to frames [F0, F1)
 //   broken-models MODEL DIR         variants of a good model directory, each with one defect
 //   h5-compare A B RTOL             max |a - b| of the /latents of two latents.h5 files, against
@@ -96,6 +105,86 @@ int compare(int argc, char** argv, bool frames) {
     bad += ok ? 0 : 1;
   }
   return bad ? 1 : 0;
+}
+
+int compare_relative(int argc, char** argv) {
+  if (argc < 5) return 2;
+  const io::SafetensorsFile a(argv[2]), b(argv[3]);
+  const double rtol = std::atof(argv[4]);
+  const std::vector<std::string> prefixes(argv + 5, argv + argc);
+  int bad = 0, compared = 0;
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& e : b.entries()) {
+    bool wanted = prefixes.empty() ? a.contains(e.name) : false;
+    for (const std::string& p : prefixes) wanted = wanted || e.name.rfind(p, 0) == 0;
+    if (!wanted || e.dtype != DType::f32) continue;
+    if (!a.contains(e.name)) {
+      std::cerr << "compare-relative: '" << e.name << "' is missing from " << argv[2] << "\n";
+      ++bad;
+      continue;
+    }
+    const Tensor x = a.tensor(e.name), y = b.tensor(e.name);
+    if (!(x.shape == y.shape) || x.dtype != DType::f32) {
+      std::cerr << "compare-relative: '" << e.name << "' differs in shape or dtype: " << x.describe() << " vs "
+                << y.describe() << "\n";
+      ++bad;
+      continue;
+    }
+    double diff = 0, largest = 0;
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      diff = std::max(diff, std::fabs(static_cast<double>(x.ptr<float>()[i]) - y.ptr<float>()[i]));
+      largest = std::max(largest, std::fabs(static_cast<double>(y.ptr<float>()[i])));
+    }
+    const double rel = largest > 0 ? diff / largest : diff;
+    ++compared;
+    if (rel > worst) worst = rel, worst_name = e.name;
+    if (!(rel <= rtol)) {
+      std::printf("FAIL %s max |diff| %.3g of its largest |element| %.3g (tolerance %.3g)\n", e.name.c_str(), rel,
+                  largest, rtol);
+      ++bad;
+    }
+  }
+  if (compared == 0) {
+    std::cerr << "compare-relative: no tensor to compare\n";
+    return 1;
+  }
+  std::printf("%s %d tensors, worst %s %.3g of its largest |element| (tolerance %.3g)\n", bad ? "FAIL" : "ok", compared,
+              worst_name.c_str(), worst, rtol);
+  return bad ? 1 : 0;
+}
+
+int train_batch(int argc, char** argv) {
+  if (argc != 5 && !(argc == 6 && std::string(argv[5]) == "--no-adamw")) return 2;
+  const io::SafetensorsFile in(argv[2]);
+  const std::int64_t nb = std::atoll(argv[4]);
+  const Tensor x0 = in.tensor("x0"), eps = in.tensor("eps"), text = in.tensor("encoder_hidden_states");
+  if (x0.size(0) != 2 || nb < 1) return 2;
+  const std::int64_t per = x0.numel() / 2, per_text = text.numel() / 2;
+  std::vector<float> nx0(static_cast<std::size_t>(per * nb)), neps(nx0.size()), ntext(static_cast<std::size_t>(per_text * nb));
+  std::vector<std::int64_t> ts(static_cast<std::size_t>(nb));
+  const std::int64_t steps[] = {700, 150, 400, 900, 50, 999, 300, 600};
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const std::int64_t src = i % 2;
+    const float sx = 1.f + 0.1f * static_cast<float>(i / 2), se = 1.f - 0.05f * static_cast<float>(i / 2);
+    for (std::int64_t k = 0; k < per; ++k) {
+      nx0[static_cast<std::size_t>(i * per + k)] = x0.ptr<float>()[src * per + k] * sx;
+      neps[static_cast<std::size_t>(i * per + k)] = eps.ptr<float>()[src * per + k] * se;
+    }
+    for (std::int64_t k = 0; k < per_text; ++k)
+      ntext[static_cast<std::size_t>(i * per_text + k)] = text.ptr<float>()[src * per_text + k];
+    ts[static_cast<std::size_t>(i)] = steps[i % 8];
+  }
+  Shape xs = x0.shape, tshape = text.shape;
+  xs[0] = nb;
+  tshape[0] = nb;
+  std::vector<io::TensorToWrite> out{{"x0", DType::f32, xs, nx0.data(), {}},
+                                     {"eps", DType::f32, xs, neps.data(), {}},
+                                     {"encoder_hidden_states", DType::f32, tshape, ntext.data(), {}},
+                                     {"timesteps", DType::i64, {nb}, ts.data(), {}},
+                                     {"fps", DType::i64, {1}, in.tensor("fps").data, {}}};
+  io::write_safetensors(argv[3], out, argc == 6 ? std::map<std::string, std::string>{} : in.metadata());
+  return 0;
 }
 
 // /latents of an HDF5 file (serial access), with its shape.
@@ -500,6 +589,8 @@ int main(int argc, char** argv) {
     const std::string cmd = argc > 1 ? argv[1] : "";
     if (cmd == "compare") return compare(argc, argv, false);
     if (cmd == "compare-frames") return compare(argc, argv, true);
+    if (cmd == "compare-relative") return compare_relative(argc, argv);
+    if (cmd == "train-batch") return train_batch(argc, argv);
     if (cmd == "slice-frames") return slice_frames(argc, argv);
     if (cmd == "broken-models") return broken_models(argc, argv);
     if (cmd == "h5-compare") return h5_compare(argc, argv);
@@ -510,7 +601,7 @@ int main(int argc, char** argv) {
     if (cmd == "vae-old-names") return vae_old_names(argc, argv);
     if (cmd == "latents-h5") return latents_h5(argc, argv);
     if (cmd == "video-frames") return video_frames(argc, argv);
-    std::cerr << "usage: vinf_test_tool compare|compare-frames|slice-frames|broken-models|h5-compare|h5-diff|h5-check|h5-flip|text-embeddings|vae-old-names|latents-h5|video-frames ...\n";
+    std::cerr << "usage: vinf_test_tool compare|compare-frames|compare-relative|train-batch|slice-frames|broken-models|h5-compare|h5-diff|h5-check|h5-flip|text-embeddings|vae-old-names|latents-h5|video-frames ...\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "vinf_test_tool: " << e.what() << "\n";

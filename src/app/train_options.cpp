@@ -1,0 +1,41 @@
+#include "app/train_options.hpp"
+
+#include "core/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace vinf::app {
+
+void TrainOptimizerOptions::add_to(po::options_description& opts) {
+  opts.add_options()("train.lr", po::value(&values.lr)->default_value(values.lr),
+                     "AdamW learning rate (the peak, after warm-up, for vinf train)")(
+      "train.adam-beta1", po::value(&values.beta1)->default_value(values.beta1), "AdamW beta1 (first moment decay)")(
+      "train.adam-beta2", po::value(&values.beta2)->default_value(values.beta2), "AdamW beta2 (second moment decay)")(
+      "train.adam-eps", po::value(&values.eps)->default_value(values.eps), "AdamW epsilon")(
+      "train.weight-decay", po::value(&values.weight_decay)->default_value(values.weight_decay),
+      "decoupled weight decay (AdamW)")(
+      "train.clip-grad-norm", po::value(&values.clip_grad_norm)->default_value(values.clip_grad_norm),
+      "clip the gradients' global L2 norm to this (0: no clipping)");
+}
+
+train::AdamWSettings TrainOptimizerOptions::resolve() const {
+  const std::string problem = train::adamw_problem(values);
+  VINF_INPUT_CHECK(problem.empty(), "the [train] optimizer options: ", problem,
+                   " (--train.lr, --train.adam-beta1/2, --train.adam-eps, --train.weight-decay, --train.clip-grad-norm)");
+  return values;
+}
+
+job::DeviceChoice check_training_device(const std::string& device) {
+  const job::DeviceChoice d = job::parse_device_choice(device);
+  VINF_INPUT_CHECK(d != job::DeviceChoice::cuda, "--device cuda: training runs on the CPU for now (the backward ",
+                   "passes have no CUDA kernels yet); use --device cpu or auto");
+  return job::DeviceChoice::cpu;
+}
+
+std::optional<DType> check_training_dtype(const std::string& dtype) {
+  const std::optional<DType> d = job::parse_dtype_choice(dtype);
+  VINF_INPUT_CHECK(!d || *d == DType::f32, "--dtype ", dtype, ": training computes in f32; use --dtype f32 or auto");
+  return DType::f32;
+}
+
+}  // namespace vinf::app
