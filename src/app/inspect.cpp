@@ -83,18 +83,19 @@ int inspect_model(const std::string& dir) {
   return 0;
 }
 
-// A pipeline part other than the UNet: the VAE decoder or the text encoder, checked against its
-// config (every parameter present with its shape; other keys, such as the VAE's encoder, are not
-// read), or the tokenizer, loaded as generate loads it.
-void report_check(const model::WeightFiles& wf, const std::vector<model::ParamSpec>& params) {
+// A pipeline part other than the UNet: the VAE (its decoder, and its encoder when the file has
+// one) or the text encoder, checked against its config (every parameter present with its shape;
+// other keys are not read), or the tokenizer, loaded as generate loads it.
+void report_check(const model::WeightFiles& wf, const std::vector<model::ParamSpec>& params,
+                  const char* indent = "  ") {
   std::vector<std::string> unused;
   try {
     model::check_weights(wf, params, true, &unused);
   } catch (const InputError&) {
-    std::cout << "  check: FAILED\n";
+    std::cout << indent << "check: FAILED\n";
     throw;
   }
-  std::cout << "  " << params.size() << " tensors, " << grouped(model::parameter_count(params))
+  std::cout << indent << params.size() << " tensors, " << grouped(model::parameter_count(params))
             << " parameters; check: every parameter the config implies is present with its shape\n";
 }
 
@@ -114,10 +115,20 @@ int inspect_part(const std::string& dir) {
   if (string_key(j, "_class_name") == "AutoencoderKL") {
     const model::VaeConfig c = model::load_vae_config(files.config);
     files = model::find_model_files(dir);
-    std::cout << "VAE " << dir << " (AutoencoderKL decoder): channels";
+    std::cout << "VAE " << dir << " (AutoencoderKL): channels";
     for (int ch : c.block_out_channels) std::cout << " " << ch;
     std::cout << ", " << c.upscale() << "x, scaling factor " << c.scaling_factor << "\n";
-    report_check(model::WeightFiles(files), model::vae_decoder_parameters(c));
+    const model::WeightFiles wf(files);
+    std::cout << "  decoder (generate, decode):\n";
+    report_check(wf, model::vae_decoder_parameters(c), "    ");
+    // The encoder is needed only to prepare training data; a decoder-only file is reported, not refused.
+    const auto encoder = model::vae_encoder_parameters(c);
+    if (wf.find(encoder.front().name) == nullptr) {
+      std::cout << "  encoder (prepare-data): absent (" << encoder.front().name << " is not in the weights)\n";
+    } else {
+      std::cout << "  encoder (prepare-data):\n";
+      report_check(wf, encoder, "    ");
+    }
     return 0;
   }
   const model::ClipTextConfig c = model::load_clip_text_config(files.config);

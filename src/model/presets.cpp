@@ -108,7 +108,11 @@ void write_random_pipeline(const std::string& preset, std::uint64_t seed, DType 
   make_directory(dir);
   write_random_model(unet, seed, dtype, dir + "/unet", progress);
   make_directory(dir + "/vae");
-  write_random_weights(vae_decoder_parameters(vae), vae_seed(seed), dtype, dir + "/vae/diffusion_pytorch_model.safetensors");
+  // The decoder first, then the encoder (prepare-data's): each parameter's numbers depend on its
+  // place in the list, so the decoder's are those of a file without the encoder.
+  std::vector<ParamSpec> vae_params = vae_decoder_parameters(vae);
+  for (ParamSpec& p : vae_encoder_parameters(vae)) vae_params.push_back(std::move(p));
+  write_random_weights(vae_params, vae_seed(seed), dtype, dir + "/vae/diffusion_pytorch_model.safetensors");
   io::write_file_atomically(dir + "/vae/config.json", vae_config_json(vae));
   make_directory(dir + "/text_encoder");
   write_random_weights(clip_text_parameters(text), text_encoder_seed(seed), dtype, dir + "/text_encoder/model.safetensors");

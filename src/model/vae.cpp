@@ -22,6 +22,7 @@ namespace fs = std::filesystem;
 namespace vinf::model {
 
 VaeDecoder::VaeDecoder(VaeConfig config, Weights weights) : config_(std::move(config)), weights_(std::move(weights)) {}
+VaeEncoder::VaeEncoder(VaeConfig config, Weights weights) : config_(std::move(config)), weights_(std::move(weights)) {}
 
 namespace {
 
@@ -45,21 +46,30 @@ VaeDecoder VaeDecoder::load(const std::string& dir_arg, Runtime& rt, DType dtype
   return VaeDecoder(std::move(c), std::move(w));
 }
 
+VaeEncoder VaeEncoder::load(const std::string& dir_arg, Runtime& rt, DType dtype) {
+  const ModelFiles files = vae_files(dir_arg);
+  VaeConfig c = load_vae_config(files.config);
+  const WeightFiles wf(files);
+  // The file holds the decoder as well; encoding reads only the encoder's tensors.
+  Weights w(wf, vae_encoder_parameters(c), rt, dtype, true, nullptr);
+  return VaeEncoder(std::move(c), std::move(w));
+}
+
 namespace {
 
 using Act = std::shared_ptr<OwnedTensor>;
 
-// One decode call's helpers over a batch of images (N, C, H, W).
-class Decode {
+// The layers of both halves over a batch of images (N, C, H, W), and the decoder's tiled path.
+class Blocks {
  public:
-  Decode(const VaeConfig& c, const Weights& w, ExecContext& ctx) : c_(c), w_(w), ctx_(ctx), dtype_(w.dtype()) {}
+  Blocks(const VaeConfig& c, const Weights& w, ExecContext& ctx) : c_(c), w_(w), ctx_(ctx), dtype_(w.dtype()) {}
 
   Act empty(const Shape& s) const { return std::make_shared<OwnedTensor>(ctx_.arena->empty(dtype_, s)); }
   const Tensor& w(const std::string& name) const { return w_.get(name); }
 
-  Act conv(const Tensor& x, const std::string& p, int pad) const {
+  Act conv(const Tensor& x, const std::string& p, int pad, int stride = 1) const {
     const Tensor& wt = w(p + ".weight");
-    const ops::Conv2dParams cp{1, pad};
+    const ops::Conv2dParams cp{stride, pad};
     std::int64_t ho = 0, wo = 0;
     ops::conv2d_output_size(x, wt, cp, ho, wo);
     Act y = empty({x.size(0), wt.size(0), ho, wo});
@@ -106,6 +116,15 @@ class Decode {
     ops::copy(ctx_, q->permute({0, 2, 1}), y->reshape({n, ch, hw}));
     ops::add(ctx_, *y, x, *y);
     return y;
+  }
+
+  // The encoder's downsampler: zero padding of one row below and one column right, then the 3x3
+  // convolution at stride 2 (diffusers' Downsample2D with padding 0).
+  Act downsample(const Tensor& x, const std::string& p) const {
+    Act padded = empty({x.size(0), x.size(1), x.size(2) + 1, x.size(3) + 1});
+    ops::fill(ctx_, *padded, 0.0);
+    ops::copy(ctx_, x, padded->view().slice(2, 0, x.size(2)).slice(3, 0, x.size(3)));
+    return conv(*padded, p, 0, 2);
   }
 
   Act upsample(const Tensor& x, const std::string& p) const {
@@ -248,12 +267,12 @@ void VaeDecoder::decode(ExecContext& ctx, const Tensor& latents, const Tensor& o
 }
 
 // tile 0: every op on whole images. tile > 0: every 3x3 convolution after conv_in (whose input has
-// only the latent channels) tiled, Decode's tiled path; the tile is `tile` latent pixels at the
+// only the latent channels) tiled, Blocks' tiled path; the tile is `tile` latent pixels at the
 // latent resolution and doubles with every upsampling, so it always covers the same part of the
 // picture. The mid-block attention runs whole either way (at the latent resolution, flash-style).
 void VaeDecoder::decode_images(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t tile) const {
   const VaeConfig& c = config_;
-  const Decode d(c, weights_, ctx);
+  const Blocks d(c, weights_, ctx);
   const int blocks = static_cast<int>(c.block_out_channels.size());
   std::int64_t t = tile;
   auto resnet = [&](Act a, const std::string& p) { return t > 0 ? d.resnet_tiled(std::move(a), p, t) : d.resnet(*a, p); };
@@ -277,6 +296,47 @@ void VaeDecoder::decode_images(ExecContext& ctx, const Tensor& latents, const Te
   } else {
     x = d.norm(*x, "decoder.conv_norm_out", ops::Activation::silu);
     ops::copy(ctx, *d.conv(*x, "decoder.conv_out", 1), out);
+  }
+}
+
+void VaeEncoder::encode(ExecContext& ctx, const Tensor& images, const Tensor& mean, const Tensor* logvar,
+                        std::int64_t images_per_call) const {
+  const VaeConfig& c = config_;
+  const std::int64_t up = c.upscale();
+  VINF_INPUT_CHECK(images.rank() == 4 && images.size(1) == c.in_channels && images.size(2) % up == 0 &&
+                       images.size(3) % up == 0 && images.numel() > 0,
+                   "the VAE encodes images (N, ", c.in_channels, ", H, W) with H and W multiples of ", up, "; got ",
+                   images.shape.str());
+  const Shape ls{images.size(0), c.latent_channels, images.size(2) / up, images.size(3) / up};
+  VINF_INPUT_CHECK(mean.shape == ls && (logvar == nullptr || logvar->shape == ls), "the VAE encoder's outputs must be ",
+                   ls.str(), "; got ", mean.shape.str());
+  VINF_CHECK(images_per_call >= 1, "images_per_call must be >= 1");
+  const Blocks d(c, weights_, ctx);
+  const int blocks = static_cast<int>(c.block_out_channels.size());
+  for (std::int64_t n0 = 0; n0 < images.size(0); n0 += images_per_call) {
+    const std::int64_t nb = std::min(images_per_call, images.size(0) - n0);
+    Act x = d.empty({nb, images.size(1), images.size(2), images.size(3)});
+    ops::copy(ctx, images.slice(0, n0, nb), *x);
+    x = d.conv(*x, "encoder.conv_in", 1);
+    for (int i = 0; i < blocks; ++i) {
+      const std::string b = "encoder.down_blocks" + dot_index(static_cast<std::size_t>(i));
+      for (int j = 0; j < c.layers_per_block; ++j) x = d.resnet(*x, b + ".resnets" + dot_index(static_cast<std::size_t>(j)));
+      if (i + 1 < blocks) x = d.downsample(*x, b + ".downsamplers.0.conv");
+    }
+    x = d.resnet(*x, "encoder.mid_block.resnets.0");
+    if (c.mid_block_attention) x = d.attention(*x, "encoder.mid_block.attentions.0");
+    x = d.resnet(*x, "encoder.mid_block.resnets.1");
+    x = d.conv(*d.norm(*x, "encoder.conv_norm_out", ops::Activation::silu), "encoder.conv_out", 1);
+    if (c.use_quant_conv) x = d.conv(*x, "quant_conv", 0);
+    ops::copy(ctx, x->view().slice(1, 0, c.latent_channels), mean.slice(0, n0, nb));
+    if (logvar == nullptr) continue;
+    // logvar clamped to [-30, 20] as diffusers' DiagonalGaussianDistribution does, on the host.
+    const Tensor lv = x->view().slice(1, c.latent_channels, c.latent_channels);
+    std::vector<float> host(static_cast<std::size_t>(lv.numel()));
+    const Tensor h = Tensor::wrap(host.data(), DType::f32, Device::cpu(), lv.shape);
+    ops::copy(ctx, lv, h);
+    for (float& v : host) v = std::clamp(v, -30.f, 20.f);
+    ops::copy(ctx, h, logvar->slice(0, n0, nb));
   }
 }
 

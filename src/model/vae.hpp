@@ -1,5 +1,5 @@
-// The decoder half of diffusers' AutoencoderKL (model-spec §4: the Stable Diffusion kl-f8 VAE that
-// zeroscope ships): post_quant_conv, conv_in, a mid block (resnet, single-head attention, resnet),
+// The two halves of diffusers' AutoencoderKL (model-spec §4: the Stable Diffusion kl-f8 VAE that
+// zeroscope ships). The decoder: post_quant_conv, conv_in, a mid block (resnet, single-head attention, resnet),
 // UpDecoderBlock2D x N (layers_per_block + 1 resnets, nearest x2 + conv upsampling but the last),
 // GroupNorm + SiLU + conv_out. Every op works per image, so frames decode independently: any
 // batch of frames, in any chunking, gives the same numbers.
@@ -41,6 +41,31 @@ class VaeDecoder {
  private:
   void decode_images(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t tile) const;
 
+  VaeConfig config_;
+  Weights weights_;
+};
+
+// The encoder half (diffusers' Encoder + quant_conv): conv_in, DownEncoderBlock2D x N
+// (layers_per_block resnets, a stride-2 convolution after zero padding right and below but the
+// last), the mid block, GroupNorm + SiLU + conv_out to 2 x latent channels, quant_conv: the mean and
+// log-variance of the latent distribution. Per image, like the decoder.
+class VaeEncoder {
+ public:
+  VaeEncoder(VaeConfig config, Weights weights);
+  // dir as VaeDecoder::load's. Throws vinf::InputError naming the file and key for missing or
+  // mismatched encoder weights.
+  static VaeEncoder load(const std::string& dir, Runtime& rt, DType dtype);
+
+  const VaeConfig& config() const { return config_; }
+
+  // images (N, in_channels, H, W) in [-1, 1], H and W multiples of upscale(); mean and, when
+  // given, logvar (N, latent_channels, H / upscale, W / upscale): the distribution's parameters
+  // (logvar clamped to [-30, 20] as diffusers does; no scaling_factor applied). Encodes
+  // `images_per_call` images at a time.
+  void encode(ExecContext& ctx, const Tensor& images, const Tensor& mean, const Tensor* logvar,
+              std::int64_t images_per_call = 4) const;
+
+ private:
   VaeConfig config_;
   Weights weights_;
 };

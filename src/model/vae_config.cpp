@@ -40,6 +40,7 @@ std::string vae_config_json(const VaeConfig& c) {
                                     {"layers_per_block", c.layers_per_block},
                                     {"norm_num_groups", c.norm_num_groups},
                                     {"scaling_factor", c.scaling_factor},
+                                    {"use_quant_conv", c.use_quant_conv},
                                     {"use_post_quant_conv", c.use_post_quant_conv},
                                     {"mid_block_add_attention", c.mid_block_attention}};
   return j.dump(2) + "\n";
@@ -59,6 +60,7 @@ VaeConfig load_vae_config(const std::string& path) {
   r.read("layers_per_block", c.layers_per_block);
   r.read("norm_num_groups", c.norm_num_groups);
   r.read("scaling_factor", c.scaling_factor);
+  r.read("use_quant_conv", c.use_quant_conv);
   r.read("use_post_quant_conv", c.use_post_quant_conv);
   r.read("mid_block_add_attention", c.mid_block_attention);
   if (r.read("act_fn", text))
@@ -88,50 +90,85 @@ VaeConfig load_vae_config(const std::string& path) {
   return c;
 }
 
-std::vector<ParamSpec> vae_decoder_parameters(const VaeConfig& c) {
+namespace {
+
+// The parameter-list grammar both halves share.
+struct VaeParams {
   std::vector<ParamSpec> p;
-  auto conv = [&](const std::string& name, std::int64_t out, std::int64_t in, std::int64_t k) {
+  void conv(const std::string& name, std::int64_t out, std::int64_t in, std::int64_t k) {
     p.push_back({name + ".weight", {out, in, k, k}});
     p.push_back({name + ".bias", {out}});
-  };
-  auto norm = [&](const std::string& name, std::int64_t ch) {
+  }
+  void norm(const std::string& name, std::int64_t ch) {
     p.push_back({name + ".weight", {ch}});
     p.push_back({name + ".bias", {ch}});
-  };
-  auto resnet = [&](const std::string& name, std::int64_t in, std::int64_t out) {
+  }
+  void resnet(const std::string& name, std::int64_t in, std::int64_t out) {
     norm(name + ".norm1", in);
     conv(name + ".conv1", out, in, 3);
     norm(name + ".norm2", out);
     conv(name + ".conv2", out, out, 3);
     if (in != out) conv(name + ".conv_shortcut", out, in, 1);
-  };
-  const std::int64_t lat = c.latent_channels, top = c.block_out_channels.back();
-  if (c.use_post_quant_conv) conv("post_quant_conv", lat, lat, 1);
-  conv("decoder.conv_in", top, lat, 3);
-  resnet("decoder.mid_block.resnets.0", top, top);
-  if (c.mid_block_attention) {
-    const std::string a = "decoder.mid_block.attentions.0.";
-    norm(a + "group_norm", top);
-    const std::pair<const char*, const char*> names[] = {
-        {"to_q", "query"}, {"to_k", "key"}, {"to_v", "value"}, {"to_out.0", "proj_attn"}};
-    for (const auto& [now, old] : names) {
-      p.push_back({a + now + ".weight", {top, top}, {a + old + ".weight"}});
-      p.push_back({a + now + ".bias", {top}, {a + old + ".bias"}});
-    }
   }
-  resnet("decoder.mid_block.resnets.1", top, top);
+  // resnet, single-head attention (when the config has it), resnet.
+  void mid_block(const std::string& prefix, const VaeConfig& c, std::int64_t top) {
+    resnet(prefix + ".resnets.0", top, top);
+    if (c.mid_block_attention) {
+      const std::string a = prefix + ".attentions.0.";
+      norm(a + "group_norm", top);
+      const std::pair<const char*, const char*> names[] = {
+          {"to_q", "query"}, {"to_k", "key"}, {"to_v", "value"}, {"to_out.0", "proj_attn"}};
+      for (const auto& [now, old] : names) {
+        p.push_back({a + now + ".weight", {top, top}, {a + old + ".weight"}});
+        p.push_back({a + now + ".bias", {top}, {a + old + ".bias"}});
+      }
+    }
+    resnet(prefix + ".resnets.1", top, top);
+  }
+};
+
+}  // namespace
+
+std::vector<ParamSpec> vae_decoder_parameters(const VaeConfig& c) {
+  VaeParams v;
+  const std::int64_t lat = c.latent_channels, top = c.block_out_channels.back();
+  if (c.use_post_quant_conv) v.conv("post_quant_conv", lat, lat, 1);
+  v.conv("decoder.conv_in", top, lat, 3);
+  v.mid_block("decoder.mid_block", c, top);
   std::int64_t in = top;
   const int blocks = static_cast<int>(c.block_out_channels.size());
   for (int i = 0; i < blocks; ++i) {
     const std::int64_t out = c.block_out_channels[static_cast<std::size_t>(blocks - 1 - i)];
     const std::string b = "decoder.up_blocks" + dot_index(static_cast<std::size_t>(i));
-    for (int j = 0; j <= c.layers_per_block; ++j) resnet(b + ".resnets" + dot_index(static_cast<std::size_t>(j)), j == 0 ? in : out, out);
-    if (i + 1 < blocks) conv(b + ".upsamplers.0.conv", out, out, 3);
+    for (int j = 0; j <= c.layers_per_block; ++j)
+      v.resnet(b + ".resnets" + dot_index(static_cast<std::size_t>(j)), j == 0 ? in : out, out);
+    if (i + 1 < blocks) v.conv(b + ".upsamplers.0.conv", out, out, 3);
     in = out;
   }
-  norm("decoder.conv_norm_out", in);
-  conv("decoder.conv_out", c.out_channels, in, 3);
-  return p;
+  v.norm("decoder.conv_norm_out", in);
+  v.conv("decoder.conv_out", c.out_channels, in, 3);
+  return v.p;
+}
+
+std::vector<ParamSpec> vae_encoder_parameters(const VaeConfig& c) {
+  VaeParams v;
+  const std::int64_t lat = c.latent_channels, top = c.block_out_channels.back();
+  std::int64_t in = c.block_out_channels.front();
+  v.conv("encoder.conv_in", in, c.in_channels, 3);
+  const int blocks = static_cast<int>(c.block_out_channels.size());
+  for (int i = 0; i < blocks; ++i) {
+    const std::int64_t out = c.block_out_channels[static_cast<std::size_t>(i)];
+    const std::string b = "encoder.down_blocks" + dot_index(static_cast<std::size_t>(i));
+    for (int j = 0; j < c.layers_per_block; ++j)
+      v.resnet(b + ".resnets" + dot_index(static_cast<std::size_t>(j)), j == 0 ? in : out, out);
+    if (i + 1 < blocks) v.conv(b + ".downsamplers.0.conv", out, out, 3);
+    in = out;
+  }
+  v.mid_block("encoder.mid_block", c, top);
+  v.norm("encoder.conv_norm_out", top);
+  v.conv("encoder.conv_out", 2 * lat, top, 3);
+  if (c.use_quant_conv) v.conv("quant_conv", 2 * lat, 2 * lat, 1);
+  return v.p;
 }
 
 }  // namespace vinf::model

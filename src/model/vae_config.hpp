@@ -1,5 +1,5 @@
 // The VAE's configuration: diffusers' AutoencoderKL config.json, the built-in shapes, and the
-// decoder's parameter list that follows from them. No tensors: make-model, inspect and the config
+// parameter lists of the encoder and decoder that follow from them. No tensors: make-model, inspect and the config
 // reader's fuzz target (fuzz/) use it without the decoder.
 #pragma once
 
@@ -16,6 +16,7 @@ struct VaeConfig {
   int layers_per_block = 2;
   int norm_num_groups = 32;
   float scaling_factor = 0.18215f;
+  bool use_quant_conv = true;  // the encoder's 1x1 conv after conv_out
   bool use_post_quant_conv = true;
   bool mid_block_attention = true;
   static constexpr float kNormEps = 1e-6f;
@@ -37,5 +38,7 @@ VaeConfig load_vae_config(const std::string& path);
 // The decoder's parameters (what decoding reads; the file also holds encoder.* and quant_conv.*).
 // The mid-block attention accepts the older names query/key/value/proj_attn.
 std::vector<ParamSpec> vae_decoder_parameters(const VaeConfig& c);
+// The encoder's (encoder.*, quant_conv), likewise.
+std::vector<ParamSpec> vae_encoder_parameters(const VaeConfig& c);
 
 }  // namespace vinf::model

@@ -33,7 +33,7 @@ expect 2 "--vae.tile must be 0 (off) or a positive number" -- "$vinf" decode --d
 expect 0 "" -- "$tool" vae-old-names "$vae" "$work/old-vae"
 expect 0 "wrote" -- "$vinf" decode --device cpu --vae "$work/old-vae" --latents "$ref" --out "$work/c.safetensors"
 expect 0 "check: every parameter the config implies is present" -- "$vinf" inspect "$work/old-vae"
-expect 0 "VAE $vae (AutoencoderKL decoder): channels" -- "$vinf" inspect "$vae"
+expect 0 "VAE $vae (AutoencoderKL): channels" -- "$vinf" inspect "$vae"
 expect 0 "max |diff| 0 " -- "$tool" compare "$work/c.safetensors" "$work/a.safetensors" 0 decoded
 # A pipeline root with vae/ works too.
 mkdir -p "$work/pipeline" && ln -s "$(cd "$vae" && pwd)" "$work/pipeline/vae"

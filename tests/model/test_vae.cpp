@@ -13,6 +13,7 @@
 #include "../support.hpp"
 #include "core/error.hpp"
 #include "core/philox.hpp"
+#include "io/safetensors.hpp"
 #include "model/vae.hpp"
 #include "ops/elementwise.hpp"
 
@@ -139,4 +140,41 @@ TEST_CASE("CUDA VAE: whole and tiled decoding match the CPU f32 result") {
     INFO("tile " << tile << ": max |diff| " << worst << " of max |x| " << scale);
     CHECK(worst <= 1e-4 * scale);
   }
+}
+
+TEST_CASE("VAE encoder: the mean and log-variance of diffusers' encode on the tiny VAE") {
+  Runtime rt(Device::cpu());
+  const model::VaeEncoder enc = model::VaeEncoder::load(test::fixture("tiny-unet3d/vae"), rt, DType::f32);
+  const io::SafetensorsFile ref(test::fixture("tiny-unet3d/vae/ref_encode.safetensors"));
+  const Tensor images = ref.tensor("images"), ref_mean = ref.tensor("mean"), ref_logvar = ref.tensor("logvar");
+  auto check = [&](std::int64_t per_call) {
+    OwnedTensor mean = rt.arena().empty(DType::f32, ref_mean.shape), logvar = rt.arena().empty(DType::f32, ref_mean.shape);
+    enc.encode(rt.ctx(), images, mean, &logvar, per_call);
+    double dm = 0, dl = 0;
+    for (std::int64_t i = 0; i < mean.numel(); ++i) {
+      dm = std::max(dm, std::fabs(static_cast<double>(mean.ptr<float>()[i]) - ref_mean.ptr<float>()[i]));
+      dl = std::max(dl, std::fabs(static_cast<double>(logvar.ptr<float>()[i]) - ref_logvar.ptr<float>()[i]));
+    }
+    CAPTURE(per_call);
+    CHECK(dm <= 1e-4);
+    CHECK(dl <= 1e-4);
+  };
+  check(4);  // all three images in one call
+  check(2);  // in two calls: the same numbers, image by image
+  // Images whose size is not a multiple of the VAE's 2x downscale are refused by name.
+  OwnedTensor odd = rt.arena().empty(DType::f32, {1, 3, 15, 16}), m = rt.arena().empty(DType::f32, {1, 4, 8, 8});
+  CHECK_THROWS_WITH_AS(enc.encode(rt.ctx(), odd, m, nullptr), doctest::Contains("multiples of 2"), InputError);
+}
+
+TEST_CASE("VAE encoder: the parameter list is the file's encoder and quant_conv, every one") {
+  const model::ModelFiles files = model::find_model_files(test::fixture("tiny-unet3d/vae"));
+  const model::VaeConfig c = model::load_vae_config(files.config);
+  const model::WeightFiles wf(files);
+  std::size_t in_file = 0;
+  for (const auto& [name, found] : wf.all())
+    if (name.rfind("encoder.", 0) == 0 || name.rfind("quant_conv.", 0) == 0) ++in_file;
+  const auto params = model::vae_encoder_parameters(c);
+  CHECK(params.size() == in_file);
+  std::vector<std::string> warnings;
+  CHECK_NOTHROW(model::check_weights(wf, params, true, &warnings));
 }
