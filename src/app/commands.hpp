@@ -43,5 +43,6 @@ int make_model(const std::vector<std::string>& args);
 int inspect(const std::vector<std::string>& args);
 int evaluate(const std::vector<std::string>& args);
 int train_step(const std::vector<std::string>& args);
+int prepare_data(const std::vector<std::string>& args);
 
 }  // namespace vinf::app

@@ -109,6 +109,18 @@ VideoInfo probe_video(const std::string& path, const std::string& ffprobe) {
 
 VideoReader::VideoReader(const std::string& path, const VideoInfo& info, const std::string& ffmpeg)
     : path_(path), frame_bytes_(info.width * info.height * 3) {
+  start(ffmpeg, "");
+}
+
+VideoReader::VideoReader(const std::string& path, std::int64_t width, std::int64_t height, const std::string& ffmpeg)
+    : path_(path), frame_bytes_(width * height * 3) {
+  VINF_CHECK(width > 0 && height > 0, "VideoReader: a frame size of ", width, "x", height);
+  const std::string w = std::to_string(width), h = std::to_string(height);
+  // The display orientation here (autorotation on): what the picture shows is what gets cropped.
+  start(ffmpeg, "scale=" + w + ":" + h + ":force_original_aspect_ratio=increase:flags=area,crop=" + w + ":" + h);
+}
+
+void VideoReader::start(const std::string& ffmpeg, const std::string& filter) {
   std::signal(SIGPIPE, SIG_IGN);
   char name[] = "/tmp/vinf-ffmpeg-XXXXXX";
   const int log_fd = mkstemp(name);
@@ -116,11 +128,19 @@ VideoReader::VideoReader(const std::string& path, const VideoInfo& info, const s
   close(log_fd);
   log_ = name;
   try {
-    // -noautorotate: the frames as coded, the size ffprobe reported (a rotated video's display
-    // size is the other way round).
-    pid_ = spawn_reader({ffmpeg, "-nostdin", "-v", "error", "-noautorotate", "-i", path, "-map", "0:v:0", "-vsync", "passthrough",
-                         "-f", "rawvideo", "-pix_fmt", "rgb24", "-"},
-                        log_, fd_);
+    std::vector<std::string> args{ffmpeg, "-nostdin", "-v", "error"};
+    // Without a filter, -noautorotate: the frames as coded, the size ffprobe reported (a rotated
+    // video's display size is the other way round).
+    if (filter.empty()) args.push_back("-noautorotate");
+    args.push_back("-i");
+    args.push_back(path_);
+    for (const char* a : {"-map", "0:v:0", "-vsync", "passthrough"}) args.push_back(a);
+    if (!filter.empty()) {
+      args.push_back("-vf");
+      args.push_back(filter);
+    }
+    for (const char* a : {"-f", "rawvideo", "-pix_fmt", "rgb24", "-"}) args.push_back(a);
+    pid_ = spawn_reader(args, log_, fd_);
   } catch (...) {
     std::remove(log_.c_str());
     throw;

@@ -24,6 +24,9 @@ class VideoReader {
   // Starts ffmpeg on path's first video stream, every frame as it is stored (no frame-rate
   // conversion). Throws vinf::Error when ffmpeg cannot be run.
   VideoReader(const std::string& path, const VideoInfo& info, const std::string& ffmpeg = "ffmpeg");
+  // The same with every frame scaled (area filter) to cover width x height, keeping its aspect
+  // ratio, and cropped to it around the centre: frames of width x height x 3 bytes.
+  VideoReader(const std::string& path, std::int64_t width, std::int64_t height, const std::string& ffmpeg = "ffmpeg");
   ~VideoReader();
   VideoReader(const VideoReader&) = delete;
   VideoReader& operator=(const VideoReader&) = delete;
@@ -34,6 +37,7 @@ class VideoReader {
   bool read(std::uint8_t* rgb);
 
  private:
+  void start(const std::string& ffmpeg, const std::string& filter);
   [[noreturn]] void fail(const std::string& what, int exit_status = -1);
   std::string path_, log_;
   std::int64_t frame_bytes_;

@@ -1,0 +1,277 @@
+// `vinf prepare-data`: videos and their captions to a training data file (train/data.hpp): every
+// video decoded by ffmpeg, scaled to cover the training size and cropped around the centre, cut
+// into clips of F frames, each clip through the VAE's encoder and each caption through the text
+// encoder.
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "app/commands.hpp"
+#include "core/error.hpp"
+#include "core/progress.hpp"
+#include "core/utf8.hpp"
+#include "io/h5file.hpp"
+#include "io/path_query.hpp"
+#include "io/video_reader.hpp"
+#include "job/job.hpp"
+#include "model/clip_text.hpp"
+#include "model/tokenizer.hpp"
+#include "model/vae.hpp"
+#include "ops/elementwise.hpp"
+#include "train/data.hpp"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace vinf::app {
+
+namespace {
+
+struct PrepareOptions {
+  std::string videos_dir, captions, out_path, model_dir, device = "auto";
+  std::int64_t width = 512, height = 320, frames = 16, frame_step = 1, clip_step = 0, max_clips = 0;
+  bool strict = false, quiet = false;
+};
+
+struct Caption {
+  std::string video, text;
+  int line = 0;
+};
+
+// CAPTIONS: one `VIDEO<TAB>caption` per line (VIDEO relative to the videos folder); empty lines and
+// lines starting with # are skipped. A line without a tab, invalid UTF-8 or a video listed twice
+// is a problem of that line.
+std::vector<Caption> read_captions(const std::string& path, std::vector<std::string>& problems) {
+  std::ifstream in(path);
+  VINF_INPUT_CHECK(in.good(), "the captions file ", path, " cannot be read");
+  std::vector<Caption> out;
+  std::set<std::string> seen;
+  int number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    const std::string where = path + " line " + std::to_string(number);
+    const std::size_t bad = first_invalid_utf8(line);
+    if (bad != std::string::npos) {
+      problems.push_back(where + " is not valid UTF-8 (byte " + std::to_string(bad) + ")");
+      continue;
+    }
+    const std::size_t tab = line.find('\t');
+    if (tab == std::string::npos || tab == 0) {
+      problems.push_back(where + " is not `VIDEO<TAB>caption`");
+      continue;
+    }
+    Caption c{line.substr(0, tab), line.substr(tab + 1), number};
+    if (!seen.insert(c.video).second) {
+      problems.push_back(where + ": " + c.video + " is listed a second time");
+      continue;
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// The clips of one video: frames [first + k * frame_step] for k < frames, first = 0, clip_step, ...
+struct VideoClips {
+  std::vector<std::int64_t> first_frames;
+  std::vector<float> latents;  // per clip (C, F, h, w)
+};
+
+}  // namespace
+
+int prepare_data(const std::vector<std::string>& args) {
+  PrepareOptions o;
+  po::options_description opts(
+      "vinf prepare-data: videos and captions to a training data file (VAE latents and text embeddings)\n\n"
+      "usage: vinf prepare-data VIDEOS_DIR CAPTIONS --model PIPELINE --out data.h5 [options]\n\n"
+      "CAPTIONS lists one `VIDEO<TAB>caption` per line, VIDEO relative to VIDEOS_DIR (# starts a comment).\n"
+      "Each video is decoded by ffmpeg, scaled to cover --data.width x --data.height and cropped around\n"
+      "the centre, and cut into clips of --data.frames frames (every --data.frame-step-th frame, a new\n"
+      "clip every --data.clip-step frames). Each clip goes through the pipeline's VAE encoder (the\n"
+      "latent distribution's mean times the scaling factor), each caption through its text encoder.\n"
+      "A video that cannot be read, is too short or has no caption, and a caption that names no video\n"
+      "or is malformed, is reported by name and skipped (--strict: refused, exit 2). The file is\n"
+      "written under a temporary name and renamed at the end; the clips stay in memory until then.\n\nOptions");
+  opts.add_options()("help,h", "show this help")("config", po::value<std::string>(), kConfigOptionHelp)(
+      "videos", po::value(&o.videos_dir), "the folder of the videos (also the first positional argument)")(
+      "captions", po::value(&o.captions), "the captions file (also the second positional argument)")(
+      "model", po::value(&o.model_dir), "a pipeline directory with vae/ (with its encoder), text_encoder/ and tokenizer/")(
+      "out", po::value(&o.out_path), "the training data file to write (HDF5)")(
+      "data.width", po::value(&o.width)->default_value(o.width), "frame width in pixels (a multiple of the VAE's scale)")(
+      "data.height", po::value(&o.height)->default_value(o.height), "frame height in pixels (likewise)")(
+      "data.frames", po::value(&o.frames)->default_value(o.frames), "frames per clip")(
+      "data.frame-step", po::value(&o.frame_step)->default_value(o.frame_step),
+      "take every N-th decoded frame (2 halves the frame rate)")(
+      "data.clip-step", po::value(&o.clip_step)->default_value(o.clip_step),
+      "decoded frames between the starts of two clips of a video (0: frames x frame-step, clips side by side)")(
+      "data.max-clips", po::value(&o.max_clips)->default_value(o.max_clips), "at most this many clips per video (0: all)")(
+      "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (the encoders compute in f32)")(
+      "strict", po::bool_switch(&o.strict), "refuse (exit 2) on any bad video or caption instead of skipping it")(
+      "quiet,q", po::bool_switch(&o.quiet), "print only warnings and errors");
+  po::positional_options_description positional;
+  positional.add("videos", 1).add("captions", 1);
+  po::variables_map vm;
+  parse_options(args, opts, vm, "prepare-data", &positional);
+  if (vm.count("help")) {
+    std::cout << opts << "\nExit status: 0 on success, 2 for bad input (the message names the file, video or line),\n"
+                         "1 for other failures. Runs in one process.\n";
+    return 0;
+  }
+  for (const char* required : {"videos", "captions", "model", "out"})
+    VINF_INPUT_CHECK(vm.count(required), "vinf prepare-data: ", required == std::string("videos") ? "VIDEOS_DIR" :
+                     required == std::string("captions") ? "CAPTIONS" : std::string("--") + required,
+                     " is required (see vinf prepare-data --help)");
+  VINF_INPUT_CHECK(fs::is_directory(o.videos_dir), "vinf prepare-data: ", o.videos_dir, " is not a folder of videos");
+  VINF_INPUT_CHECK(o.frames >= 1 && o.frame_step >= 1 && o.clip_step >= 0 && o.max_clips >= 0,
+                   "--data.frames and --data.frame-step must be >= 1, --data.clip-step and --data.max-clips >= 0");
+  if (o.clip_step == 0) o.clip_step = o.frames * o.frame_step;
+  VINF_INPUT_CHECK(!o.out_path.empty(), "vinf prepare-data: --out is empty: give the data file");
+
+  job::JobPlan plan;
+  plan.device = job::parse_device_choice(o.device);
+  plan.dtype = DType::f32;
+  plan.clip_group = false;
+  const std::unique_ptr<job::Job> job = job::start_job(plan);
+  VINF_INPUT_CHECK(job->size() == 1, "vinf prepare-data runs in one process; launch it without mpirun (got ",
+                   job->size(), " ranks)");
+  Runtime& rt = job->runtime();
+  ExecContext& ctx = rt.ctx();
+  auto say = [&](const std::string& line) {
+    if (!o.quiet) std::cerr << "vinf prepare-data: " << line << "\n" << std::flush;
+  };
+  std::vector<std::string> problems;
+  auto problem = [&](const std::string& what) {
+    VINF_INPUT_CHECK(!o.strict, what, " (--strict refuses every bad video and caption)");
+    std::cerr << "vinf prepare-data: warning: " << what << "; skipped\n";
+    problems.push_back(what);
+  };
+
+  const model::VaeEncoder vae = model::VaeEncoder::load(o.model_dir, rt, DType::f32);
+  const std::int64_t up = vae.config().upscale();
+  VINF_INPUT_CHECK(o.width % up == 0 && o.height % up == 0 && o.width > 0 && o.height > 0, "--data.width ", o.width,
+                   " and --data.height ", o.height, " must be positive multiples of the VAE's scale ", up);
+  const model::ClipTokenizer tokenizer = model::ClipTokenizer::load(o.model_dir + "/tokenizer");
+  const model::ClipTextModel text_encoder = model::ClipTextModel::load(o.model_dir, rt, DType::f32);
+
+  std::vector<std::string> caption_problems;
+  std::vector<Caption> captions = read_captions(o.captions, caption_problems);
+  for (const std::string& p : caption_problems) problem(p);
+  // Videos in the folder without a caption are reported (one line each), not silently ignored.
+  std::set<std::string> listed;
+  for (const Caption& c : captions) listed.insert(c.video);
+  for (const auto& e : fs::recursive_directory_iterator(o.videos_dir)) {
+    if (!e.is_regular_file()) continue;
+    const std::string rel = fs::relative(e.path(), o.videos_dir).generic_string();
+    if (!listed.count(rel)) problem("video " + rel + " has no caption in " + o.captions);
+  }
+
+  const std::int64_t lat_c = vae.config().latent_channels, lh = o.height / up, lw = o.width / up;
+  const std::int64_t per_clip = lat_c * o.frames * lh * lw;
+  std::vector<float> all_latents, all_text;
+  std::vector<std::int64_t> clip_video, clip_first;
+  std::vector<std::string> video_names, caption_texts;
+  std::vector<std::uint8_t> frame(static_cast<std::size_t>(o.width * o.height * 3));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t vi = 0; vi < captions.size(); ++vi) {
+    const Caption& c = captions[vi];
+    const std::string path = (fs::path(o.videos_dir) / c.video).string();
+    if (!io::is_regular_file(path)) {
+      problem(o.captions + " line " + std::to_string(c.line) + " names " + c.video + ", which is not a file in " +
+              o.videos_dir);
+      continue;
+    }
+    // Every decoded frame kept (w x h x 3 bytes each); the clips are cut from them.
+    std::vector<std::vector<std::uint8_t>> decoded;
+    try {
+      io::probe_video(path);
+      io::VideoReader reader(path, o.width, o.height);
+      while (reader.read(frame.data())) decoded.push_back(frame);
+    } catch (const InputError& e) {
+      problem("video " + c.video + ": " + e.what());
+      continue;
+    }
+    const auto n = static_cast<std::int64_t>(decoded.size());
+    const std::int64_t span = (o.frames - 1) * o.frame_step + 1;
+    if (n < span) {
+      problem("video " + c.video + " has " + std::to_string(n) + " frames, fewer than a clip's " + std::to_string(span));
+      continue;
+    }
+    std::vector<std::int64_t> firsts;
+    for (std::int64_t f0 = 0; f0 + span <= n && (o.max_clips == 0 || static_cast<std::int64_t>(firsts.size()) < o.max_clips);
+         f0 += o.clip_step)
+      firsts.push_back(f0);
+    for (std::int64_t f0 : firsts) {
+      std::vector<const std::uint8_t*> clip;
+      for (std::int64_t k = 0; k < o.frames; ++k) clip.push_back(decoded[static_cast<std::size_t>(f0 + k * o.frame_step)].data());
+      const std::size_t at = all_latents.size();
+      all_latents.resize(at + static_cast<std::size_t>(per_clip));
+      train::encode_clip(ctx, vae, clip, o.width, o.height, all_latents.data() + at);
+      clip_video.push_back(static_cast<std::int64_t>(video_names.size()));
+      clip_first.push_back(f0);
+    }
+    video_names.push_back(c.video);
+    caption_texts.push_back(c.text);
+    say("video " + std::to_string(vi + 1) + "/" + std::to_string(captions.size()) + " " + c.video + ": " +
+        std::to_string(n) + " frames, " + std::to_string(firsts.size()) + " clip(s) (" +
+        std::to_string(seconds_since(t0)).substr(0, 6) + " s)");
+  }
+  VINF_INPUT_CHECK(!clip_video.empty(), "vinf prepare-data: no clip was made (", problems.size(),
+                   " video(s) or caption(s) skipped, listed above); nothing written");
+
+  // Each caption once through the text encoder, then one row per clip.
+  std::vector<model::TokenizedText> tokens;
+  const std::vector<float> hidden = model::encode_prompts(rt, tokenizer, text_encoder, caption_texts, &tokens);
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i].truncated())
+      std::cerr << "vinf prepare-data: warning: the caption of " << video_names[i] << " has " << tokens[i].length
+                << " tokens; the text encoder takes " << tokenizer.max_length() << ", so these are dropped: '"
+                << tokens[i].dropped << "'\n";
+  const std::int64_t length = tokenizer.max_length(), width = text_encoder.config().hidden_size;
+  const auto row = static_cast<std::size_t>(length * width);
+  for (std::int64_t v : clip_video) {
+    const float* src = hidden.data() + static_cast<std::size_t>(v) * row;
+    all_text.insert(all_text.end(), src, src + row);
+  }
+
+  const auto clips = static_cast<std::int64_t>(clip_video.size());
+  const std::string partial = o.out_path + ".partial";
+  {
+    io::H5File f = io::H5File::create(MPI_COMM_SELF, partial);
+    f.write_frames("/latents", {clips, lat_c, o.frames, lh, lw}, 0, 0, clips, all_latents.data());
+    f.write_frames("/text", {clips, length, width}, 0, 0, clips, all_text.data());
+    f.write_small("/clip_video", DType::i64, {clips}, clip_video.data());
+    f.write_small("/clip_first_frame", DType::i64, {clips}, clip_first.data());
+    f.write_text("/videos", nlohmann::json(video_names).dump());
+    f.write_text("/captions", nlohmann::json(caption_texts).dump());
+    f.set_text("/", "format", train::kDataFormat);
+    f.set_int("/", "frames", o.frames);
+    f.set_int("/", "frame_step", o.frame_step);
+    f.set_int("/", "clip_step", o.clip_step);
+    f.set_int("/", "width", o.width);
+    f.set_int("/", "height", o.height);
+    f.set_text("/", "scaling_factor", std::to_string(vae.config().scaling_factor));
+    f.set_text("/", "vae", o.model_dir + "/vae");
+    f.set_text("/", "text_encoder", o.model_dir + "/text_encoder");
+    f.set_text("/", "generator", std::string("vinf ") + VINF_VERSION + " prepare-data");
+    f.close();
+  }
+  std::error_code ec;
+  fs::rename(partial, o.out_path, ec);
+  VINF_CHECK(!ec, "cannot rename ", partial, " to ", o.out_path, ": ", ec.message());
+  std::cerr << "vinf prepare-data: wrote " << o.out_path << ": " << clips << " clip(s) of " << o.frames << " frames ("
+            << lat_c << "x" << lh << "x" << lw << " latents) from " << video_names.size() << " video(s)"
+            << (problems.empty() ? std::string() : ", " + std::to_string(problems.size()) + " problem(s) skipped")
+            << " in " << std::to_string(seconds_since(t0)).substr(0, 6) << " s\n";
+  return 0;
+}
+
+}  // namespace vinf::app
