@@ -44,5 +44,6 @@ int inspect(const std::vector<std::string>& args);
 int evaluate(const std::vector<std::string>& args);
 int train_step(const std::vector<std::string>& args);
 int prepare_data(const std::vector<std::string>& args);
+int train(const std::vector<std::string>& args);
 
 }  // namespace vinf::app

@@ -71,6 +71,12 @@ std::vector<std::uint8_t> plot_series(const Series& s, const std::string& space,
                                       const std::vector<std::int64_t>& boundaries, std::int64_t& width,
                                       std::int64_t& height);
 
+// One curve in one panel of the same look (a training run's loss.png): values against their
+// index, the first labelled x_first, titled `title` (a letter the plot's small font lacks, such
+// as g, k or v, draws as a space). height x width x 3 bytes.
+std::vector<std::uint8_t> plot_curve(const std::string& title, const std::vector<double>& values, double x_first,
+                                     std::int64_t& width, std::int64_t& height);
+
 // Evaluates a video file or a run's latents.h5 into out_dir/evaluate.json and evaluate.png.
 // boundaries: the given ones (checked against the frame count), or nullopt for the defaults (a
 // latents.h5's recorded ones or its clips' starts; none for a video). clip_vision_dir: a

@@ -134,8 +134,9 @@ void draw_boundary_legend(Canvas& canvas, std::int64_t top) {
   for (std::int64_t d = 0; d < 2; ++d) canvas.line(tick + d, y - 1, tick + d, y + 5 * kGlyphScale, kBoundary);
 }
 
+// x_first: the number the first value's column is labelled with.
 void draw_panel(Canvas& canvas, std::int64_t top, const std::vector<double>& v,
-                const std::vector<std::int64_t>& boundaries, const Color& color) {
+                const std::vector<std::int64_t>& boundaries, const Color& color, double x_first = 0) {
   const std::int64_t x0 = kLeft, x1 = kWidth - kRight, y0 = top + kTop, y1 = top + kPanelHeight - kBottom;
   // (Values that are not finite are left out of the scale and the line.)
   double lo = 0, hi = 0;
@@ -155,7 +156,7 @@ void draw_panel(Canvas& canvas, std::int64_t top, const std::vector<double>& v,
   const double xstep = std::max(1.0, nice_step(static_cast<double>(std::max<std::int64_t>(n - 1, 1)), 10));
   for (double i = 0; i <= static_cast<double>(n - 1); i += xstep) {
     canvas.line(px(i), y0, px(i), y1, kGrid);
-    canvas.text(label(i), px(i), y1 + 6, Align::centre);
+    canvas.text(label(i + x_first), px(i), y1 + 6, Align::centre);
   }
   canvas.line(x0, y0, x0, y1, kAxis);
   canvas.line(x0, y1, x1, y1, kAxis);
@@ -185,6 +186,16 @@ std::vector<std::uint8_t> plot_series(const Series& s, const std::string& space,
     draw_panel(canvas, top, *panels[p].values, boundaries, kLines[p % 4]);
   }
   if (!panels.empty() && !boundaries.empty()) draw_boundary_legend(canvas, 0);
+  return std::move(canvas.pixels());
+}
+
+std::vector<std::uint8_t> plot_curve(const std::string& title, const std::vector<double>& values, double x_first,
+                                     std::int64_t& width, std::int64_t& height) {
+  width = kWidth;
+  height = kPanelHeight;
+  Canvas canvas(width, height);
+  canvas.text(title, kLeft, kTitleTop, Align::left);
+  draw_panel(canvas, 0, values, {}, kLines[0], x_first);
   return std::move(canvas.pixels());
 }
 

@@ -37,6 +37,7 @@ const Command kCommands[] = {
     {"encode-text", "prompts through the CLIP tokenizer and text encoder (an embeddings file for generate)", encode_text, true},
     {"forward", "one UNet call per timestep on given inputs (checks a model against reference numbers)", forward, true},
     {"prepare-data", "videos and captions to training data: VAE latents and text embeddings in one HDF5 file", prepare_data, true},
+    {"train", "fine-tune the UNet on prepared data (AdamW, warm-up and cosine, clipping, accumulation)", train, true},
     {"train-step", "one training step on given inputs: loss, gradients, one AdamW step (checks training)", train_step, true},
     {"make-model", "write a random-weight UNet or pipeline (tiny, small or vc2 shape) in diffusers layout", make_model},
     {"evaluate", "temporal consistency of a video or latents.h5: frame differences, motion, seams at clip starts", evaluate},

@@ -4,7 +4,8 @@
 //   compare-frames A B F0 F1 TOL    as compare, for frames [F0, F1) of A's 5-D tensors against all of B
 //   compare-relative A B RTOL [PREFIX...]
 //                                   every F32 tensor of B whose name starts with a PREFIX (every
-//                                   one in both without) agrees with A's to RTOL times B's largest
+//                                   one in both without; a PREFIX !TEXT leaves out the names that
+//                                   contain TEXT) agrees with A's to RTOL times B's largest
 //                                   |element|; one summary line, and a line per failing tensor
 //   train-batch IN OUT B [--no-adamw]
 //                                   a vinf train-step input of B samples from IN's two: sample i is
@@ -111,13 +112,15 @@ int compare_relative(int argc, char** argv) {
   if (argc < 5) return 2;
   const io::SafetensorsFile a(argv[2]), b(argv[3]);
   const double rtol = std::atof(argv[4]);
-  const std::vector<std::string> prefixes(argv + 5, argv + argc);
+  std::vector<std::string> prefixes, excluded;
+  for (int i = 5; i < argc; ++i) (argv[i][0] == '!' ? excluded.emplace_back(argv[i] + 1) : prefixes.emplace_back(argv[i]));
   int bad = 0, compared = 0;
   double worst = 0;
   std::string worst_name;
   for (const auto& e : b.entries()) {
     bool wanted = prefixes.empty() ? a.contains(e.name) : false;
     for (const std::string& p : prefixes) wanted = wanted || e.name.rfind(p, 0) == 0;
+    for (const std::string& x : excluded) wanted = wanted && e.name.find(x) == std::string::npos;
     if (!wanted || e.dtype != DType::f32) continue;
     if (!a.contains(e.name)) {
       std::cerr << "compare-relative: '" << e.name << "' is missing from " << argv[2] << "\n";
