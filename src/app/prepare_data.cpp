@@ -245,7 +245,7 @@ int prepare_data(const std::vector<std::string>& args) {
   const auto clips = static_cast<std::int64_t>(clip_video.size());
   const std::string partial = o.out_path + ".partial";
   {
-    io::H5File f = io::H5File::create(MPI_COMM_SELF, partial);
+    io::H5File f = io::H5File::create(job->session().world(), partial);  // the one process: size 1
     f.write_frames("/latents", {clips, lat_c, o.frames, lh, lw}, 0, 0, clips, all_latents.data());
     f.write_frames("/text", {clips, length, width}, 0, 0, clips, all_text.data());
     f.write_small("/clip_video", DType::i64, {clips}, clip_video.data());
