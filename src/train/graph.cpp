@@ -52,7 +52,8 @@ const Tensor& Graph::param(const std::string& name) const {
 
 Var Graph::make(const Shape& shape, bool requires_grad) {
   auto n = std::make_shared<Node>();
-  n->value = ctx_.arena->empty(DType::f32, shape);
+  n->own = ctx_.arena->empty(DType::f32, shape);
+  n->value = n->own;
   n->requires_grad = requires_grad;
   return n;
 }
@@ -79,6 +80,37 @@ void Graph::backward(const Var& out, const Tensor& seed) {
     *it = nullptr;  // what only this step held (its inputs, its output's gradient) is freed now
   }
   steps_.clear();
+}
+
+Var Graph::checkpoint(const std::vector<Var>& inputs, const Block& block) {
+  if (!recording_) return block(*this, inputs);  // inside another checkpointed block
+  recording_ = false;
+  Var out;
+  try {
+    out = block(*this, inputs);
+  } catch (...) {
+    recording_ = true;
+    throw;
+  }
+  recording_ = true;
+  record([this, inputs, out, block] {
+    if (!has_grad(out)) return;
+    // The block again on leaves that share the inputs' values, recording, then its backward.
+    Graph again(ctx_, params_, grads_);
+    std::vector<Var> leaves;
+    for (const Var& in : inputs) {
+      auto leaf = std::make_shared<Node>();
+      leaf->value = in->value;
+      leaf->base = in;
+      leaf->requires_grad = in->requires_grad;
+      leaves.push_back(std::move(leaf));
+    }
+    const Var y = block(again, leaves);
+    again.backward(y, out->grad);
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i]->requires_grad && has_grad(leaves[i])) ops::accumulate(ctx_, leaves[i]->grad, grad(inputs[i]));
+  });
+  return out;
 }
 
 Var Graph::linear(const Var& x, const std::string& prefix, bool bias) {

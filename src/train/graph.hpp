@@ -23,9 +23,12 @@
 namespace vinf::train {
 
 // A value of the graph and the gradient of the loss with respect to it (allocated, as zeros, when
-// the first contribution arrives; empty while none has).
+// the first contribution arrives; empty while none has). The value is the node's own memory, or
+// another node's (`base`, kept alive): a checkpointed block's inputs when it is run again.
 struct Node {
-  OwnedTensor value;
+  Tensor value;
+  OwnedTensor own;
+  std::shared_ptr<Node> base;
   OwnedTensor grad;
   bool requires_grad = true;
 };
@@ -69,6 +72,13 @@ class Graph {
   // Runs the recorded backward steps in reverse from `out`, whose gradient is `seed`.
   void backward(const Var& out, const Tensor& seed);
 
+  // Activation checkpointing: runs block(graph, inputs) keeping none of its intermediate values,
+  // only its inputs and output; the backward pass runs the block again, recording, on the same
+  // inputs (the same numbers: the same ops on the same shapes) and sends the gradient through it.
+  // The block must read nothing of the graph but `inputs` and the parameters.
+  using Block = std::function<Var(Graph&, const std::vector<Var>&)>;
+  Var checkpoint(const std::vector<Var>& inputs, const Block& block);
+
   // The ops. Parameter names are full keys ("conv_in.weight"); a layer's `prefix` names its
   // ".weight" and ".bias".
   Var linear(const Var& x, const std::string& prefix, bool bias = true);  // x [..., K]
@@ -101,12 +111,15 @@ class Graph {
   // The gradient of a parameter, or null when it is frozen.
   const Tensor* param_grad(const std::string& name) const { return grads_ ? grads_->find(name) : nullptr; }
   const Tensor* grad_if(const Var& v) { return v->requires_grad ? &grad(v) : nullptr; }
-  void record(std::function<void()> step) { steps_.push_back(std::move(step)); }
+  void record(std::function<void()> step) {
+    if (recording_) steps_.push_back(std::move(step));
+  }
 
   ExecContext& ctx_;
   ParamLookup params_;
   ParamGrads* grads_;
   std::vector<std::function<void()>> steps_;
+  bool recording_ = true;  // false inside a checkpointed block's first run
 };
 
 }  // namespace vinf::train

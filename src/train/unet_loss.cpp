@@ -18,6 +18,10 @@ class UNetGraph {
   UNetGraph(Graph& g, const model::UNetConfig& c, std::int64_t batch, std::int64_t frames)
       : g_(g), c_(c), b_(batch), f_(frames) {}
 
+  // The resnets' time embedding, SiLU applied (a checkpointed block's leaf).
+  void set_time_embedding(const Var& temb_act) { temb_act_ = temb_act; }
+  const Var& time_embedding() const { return temb_act_; }
+
   // time_embedding(sinusoid(t)) + fps_embedding(sinusoid(fps)), SiLU: one row per sample.
   void embeddings(const std::vector<std::int64_t>& timesteps, double fps) {
     std::vector<float> t(timesteps.begin(), timesteps.end());
@@ -148,7 +152,7 @@ class UNetGraph {
 LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& c,
                               const ParamLookup& params, ParamGrads& grads,
                               const std::vector<float>& alphas_cumprod, const LossBatch& batch,
-                              std::int64_t loss_elements, const Tensor* grad_x0) {
+                              std::int64_t loss_elements, const Tensor* grad_x0, bool checkpoint_activations) {
   const Tensor& x0 = batch.x0;
   VINF_INPUT_CHECK(x0.rank() == 5 && x0.size(1) == c.in_channels, "training takes latents (B, ", c.in_channels,
                    ", F, H, W); got ", x0.shape.str());
@@ -185,13 +189,28 @@ LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& c,
   Var sample = g.input(noisy.permute({0, 2, 1, 3, 4}), grad_x0 != nullptr, {b * f, ch, h, w});
   noisy = OwnedTensor();
 
+  // One block layer, or the mid block (j < 0), on x: as it is, or checkpointed (its inputs are x,
+  // the time embedding and the text; the block builds its own UNetGraph on the graph it runs in).
+  auto block = [&](const Var& in, const std::string& prefix, int j, bool cross) {
+    const Graph::Block run = [&c, b, f, prefix, j, cross](Graph& sg, const std::vector<Var>& v) {
+      UNetGraph n(sg, c, b, f);
+      n.set_time_embedding(v[1]);
+      if (j >= 0) return n.layer(v[0], prefix, j, cross, v[2]);
+      Var y = n.layer(v[0], "mid_block", 0, true, v[2], c.mid_block_scale_factor);
+      y = n.resnet(y, "mid_block.resnets.1", c.mid_block_scale_factor);
+      return n.temporal_conv(y, "mid_block.temp_convs.1");
+    };
+    const std::vector<Var> inputs{in, net.time_embedding(), text};
+    return checkpoint_activations ? g.checkpoint(inputs, run) : run(g, inputs);
+  };
+
   Var x = g.conv2d(sample, "conv_in", 1, 1);
   x = net.temporal_transformer(x, "transformer_in", model::UNetConfig::kTransformerInHeads);
   const model::UNetLayout layout = model::unet_layout(c);
   std::vector<Var> skips{x};
   for (const model::BlockLayout& blk : layout.down) {
     for (std::size_t j = 0; j < blk.resnet_in.size(); ++j) {
-      x = net.layer(x, blk.prefix, static_cast<int>(j), blk.cross, text);
+      x = block(x, blk.prefix, static_cast<int>(j), blk.cross);
       skips.push_back(x);
     }
     if (blk.resample) {
@@ -199,14 +218,12 @@ LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& c,
       skips.push_back(x);
     }
   }
-  x = net.layer(x, "mid_block", 0, true, text, c.mid_block_scale_factor);
-  x = net.resnet(x, "mid_block.resnets.1", c.mid_block_scale_factor);
-  x = net.temporal_conv(x, "mid_block.temp_convs.1");
+  x = block(x, "mid_block", -1, true);
   for (const model::BlockLayout& blk : layout.up) {
     for (std::size_t j = 0; j < blk.resnet_in.size(); ++j) {
       x = g.concat_channels(x, skips.back());
       skips.pop_back();
-      x = net.layer(x, blk.prefix, static_cast<int>(j), blk.cross, text);
+      x = block(x, blk.prefix, static_cast<int>(j), blk.cross);
     }
     if (blk.resample) {
       const Var& next = skips.back();

@@ -27,6 +27,11 @@ struct LossResult {
   std::int64_t elements = 0;
 };
 
+// checkpoint_activations: every block layer (resnet, temporal convolution and transformers) and
+// the mid block keep only their inputs in the forward pass and run again in the backward pass
+// (Graph::checkpoint): less memory for a second forward's time, the same gradients to the order of
+// their sums.
+//
 // Runs the UNet forward on the batch and back, adding into `grads` the gradient of
 //   sum_squares / loss_elements
 // (the loss of a whole batch of loss_elements elements, of which this is a part: the gradients of
@@ -35,6 +40,6 @@ struct LossResult {
 LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& config,
                               const ParamLookup& params, ParamGrads& grads,
                               const std::vector<float>& alphas_cumprod, const LossBatch& batch,
-                              std::int64_t loss_elements, const Tensor* grad_x0);
+                              std::int64_t loss_elements, const Tensor* grad_x0, bool checkpoint_activations = false);
 
 }  // namespace vinf::train

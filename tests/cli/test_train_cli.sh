@@ -100,6 +100,12 @@ paste -d, "$work/acc1/log.csv" "$work/acc2/log.csv" | awk -F, 'NR > 1 { d = $2 -
 "$tool" compare-relative "$work/acc1/model/unet/diffusion_pytorch_model.safetensors" \
   "$work/acc2/model/unet/diffusion_pytorch_model.safetensors" 1e-4 || fails=$((fails + 1))
 
+# Activation checkpointing: the same training to the order of the sums.
+"$vinf" train --model "$work/pipe" --data "$work/data.h5" --out "$work/ckpt" --train.steps 2 --train.batch 2 \
+  --train.lr 1e-3 --train.checkpoint-activations -q 2>/dev/null || { echo "FAIL: checkpointing exited $?"; fails=$((fails + 1)); }
+"$tool" compare-relative "$work/ckpt/model/unet/diffusion_pytorch_model.safetensors" \
+  "$work/acc2/model/unet/diffusion_pytorch_model.safetensors" 1e-4 || fails=$((fails + 1))
+
 # Refusals: exit 2 before any step.
 expect 2 "the glob 'nothing.*' matches no parameter" -- "$vinf" train --model "$work/pipe" --data "$work/data.h5" \
   --out "$work/x1" --train.params 'nothing.*'
