@@ -1,5 +1,6 @@
 #include "train/unet_loss.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "ops/backward.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/embedding.hpp"
+#include "ops/runtime.hpp"
 
 namespace vinf::train {
 namespace {
@@ -182,6 +184,9 @@ LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& c,
                batch.eps.select(0, i), noisy.select(0, i));
   }
 
+  using Clock = std::chrono::steady_clock;
+  synchronize(ctx);
+  const auto t_forward = Clock::now();
   Graph g(ctx, params, &grads);
   UNetGraph net(g, c, b, f);
   net.embeddings(batch.timesteps, batch.fps);
@@ -236,6 +241,8 @@ LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& c,
   const Var pred = g.conv2d(x, "conv_out", 1, 1);
   x = nullptr;
 
+  synchronize(ctx);
+  const auto t_backward = Clock::now();
   // d loss / d pred = 2 (pred - eps) / loss_elements, in the frame-major layout.
   const Shape fm{b, f, ch, h, w};
   OwnedTensor diff = ctx.arena->empty(DType::f32, pred->value.shape);
@@ -249,6 +256,9 @@ LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& c,
   }
   ops::scale(ctx, diff, static_cast<float>(2.0 / static_cast<double>(loss_elements)), diff);
   g.backward(pred, diff);
+  synchronize(ctx);
+  res.forward_seconds = std::chrono::duration<double>(t_backward - t_forward).count();
+  res.backward_seconds = std::chrono::duration<double>(Clock::now() - t_backward).count();
 
   // d loss / d x0 = sqrt(abar_t) d loss / d noisy, back in the (B, C, F, H, W) layout.
   if (grad_x0 != nullptr) {

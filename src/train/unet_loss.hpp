@@ -25,6 +25,9 @@ struct LossBatch {
 struct LossResult {
   double sum_squares = 0;  // sum over the batch's elements of (pred - eps)^2
   std::int64_t elements = 0;
+  // Wall time of the UNet's forward pass (to the prediction) and of the backward pass (from the
+  // loss's gradient to every parameter's), with the device synchronised at each end.
+  double forward_seconds = 0, backward_seconds = 0;
 };
 
 // checkpoint_activations: every block layer (resnet, temporal convolution and transformers) and
