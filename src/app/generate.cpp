@@ -45,6 +45,7 @@
 #include "sampling/long_video.hpp"
 #include "sampling/noise.hpp"
 #include "sampling/sampler.hpp"
+#include "train/lora.hpp"
 
 namespace fs = std::filesystem;
 
@@ -266,6 +267,8 @@ void identify(Run& r) {
       {"device", device.name()},
       {"dtype", dtype_name(dtype)},
       {"tf32", tf32_in_effect(device, dtype)}};
+  // Only when one is given, so that the stamps of runs without a LoRA stay what they were.
+  if (!o.lora.empty()) r.config["model.lora"] = {{"file", o.lora}, {"scale", o.lora_scale}};
   r.stamp.config_json = r.config.dump();
   r.stamp.numerics_json = numerics_json(o, r.clips, dtype, device).dump();
   r.stamp.model_fingerprint =
@@ -401,7 +404,7 @@ using Models = LoadedModels;
 // What the UNet is: a video whose UNet is the same reuses it (its VAE may differ).
 std::string unet_key(const Run& r) {
   const RunPlan& o = r.o;
-  return json{o.model, o.unet, o.model_seed, dtype_name(r.job.dtype()), o.job.tensor}.dump();
+  return json{o.model, o.unet, o.model_seed, dtype_name(r.job.dtype()), o.job.tensor, o.lora, o.lora_scale}.dump();
 }
 
 void read_unet(Run& r, Models& m) {
@@ -416,6 +419,13 @@ void read_unet(Run& r, Models& m) {
   } else {
     m.files = std::make_unique<model::WeightFiles>(r.files);
     weights = model::Weights(*m.files, params, rt, r.job.dtype(), false, &r.warnings, shard);
+  }
+  if (!o.lora.empty()) {
+    VINF_INPUT_CHECK(shard.size == 1, "--model.lora with --parallel.tensor ", shard.size,
+                     ": a LoRA merges into whole weights; run it without tensor parallelism");
+    VINF_INPUT_CHECK(std::isfinite(o.lora_scale), "--model.lora-scale must be a number, got ", o.lora_scale);
+    const train::LoraAdapters lora = train::LoraAdapters::load(rt.arena(), rt.ctx(), o.lora, params);
+    lora.merge_into(rt.ctx(), weights, lora.scale() * static_cast<float>(o.lora_scale));
   }
   m.unet = std::make_unique<model::UNet3D>(r.ucfg, std::move(weights));
   if (r.job.tensor_comm()) {
@@ -489,6 +499,7 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
   r.log("model " + (o.builtin() ? o.model + " (seed " + std::to_string(o.model_seed) + ")" : r.files.dir) + ": " +
         std::to_string(m.unet->weights().count()) + " parameters as " + model::precision_name(dtype, device) +
         (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() +
+        (o.lora.empty() ? std::string() : ", LoRA " + o.lora + " merged at scale " + std::to_string(o.lora_scale)) +
         (m.kept ? ", kept from an earlier video" : ", loaded in " + format_duration(m.load_seconds)));
   const std::string size = std::to_string(r.frames) + " frames of " + std::to_string(o.width) + "x" +
                            std::to_string(o.height);

@@ -95,7 +95,12 @@ po::options_description model_options(RunPlan& o) {
       "model.scheduler-config", po::value(&o.scheduler_config),
       "diffusers scheduler_config.json (file or directory; default MODEL/scheduler/ when present, else "
       "zeroscope's values)")(
-      "model.seed", po::value(&o.model_seed)->default_value(o.model_seed), "weights seed of a builtin: model");
+      "model.seed", po::value(&o.model_seed)->default_value(o.model_seed), "weights seed of a builtin: model")(
+      "model.lora", po::value(&o.lora),
+      "a LoRA file in diffusers' layout (vinf train --train.lora writes one): its adapters of the attention "
+      "projections are merged into the UNet's weights when they load")(
+      "model.lora-scale", po::value(&o.lora_scale)->default_value(o.lora_scale),
+      "the LoRA's strength: W + scale * alpha / rank * B A (0 leaves the model as it is)");
   return model;
 }
 

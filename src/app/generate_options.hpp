@@ -22,6 +22,8 @@ struct RunPlan {
   // [model] (the top-level `model` is a directory or builtin:<preset>)
   std::string model, unet, vae, text_encoder, tokenizer, scheduler_config;  // resolved from MODEL when not given
   std::int64_t model_seed = 0;
+  std::string lora;        // --model.lora: a LoRA file merged into the UNet's weights at load
+  double lora_scale = 1;   // times the file's alpha / rank
   // [video]
   std::int64_t frames = 0;  // 0: frames_per_clip per clip
   std::int64_t frames_per_clip = 24;  // --import-vi-config's pipe_configs.num_frames

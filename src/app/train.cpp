@@ -33,6 +33,7 @@
 #include "sampling/scheduler.hpp"
 #include "train/adamw.hpp"
 #include "train/data.hpp"
+#include "train/lora.hpp"
 #include "train/unet_loss.hpp"
 
 namespace po = boost::program_options;
@@ -47,7 +48,8 @@ using Clock = std::chrono::steady_clock;
 struct TrainRunOptions {
   std::string config_file, model_dir, data_path, out_dir, export_dir, device = "auto", dtype = "auto";
   std::string params = "all", schedule = "cosine";
-  std::int64_t steps = 1000, batch = 1, micro_batch = 0, warmup = 0, log_every = 10;
+  std::int64_t steps = 1000, batch = 1, micro_batch = 0, warmup = 0, log_every = 10, lora = 0;
+  double lora_alpha = 0;
   std::uint64_t seed = 0;
   double fps = 24, min_lr_ratio = 0;
   bool overwrite = false, quiet = false, checkpoint_activations = false;
@@ -68,7 +70,9 @@ po::options_description train_option_table(TrainRunOptions& o) {
       "Frozen parameters (--train.params) get no gradient and no optimizer state.\n\n"
       "RUN_DIR gets log.csv (step, loss, learning rate, gradient norm, seconds), loss.png, train.json and\n"
       "the trained model (--export, default RUN_DIR/model): a pipeline directory when --model is one (its\n"
-      "other parts copied), else a UNet directory, in diffusers layout for vinf generate --model.\n"
+      "other parts copied), else a UNet directory, in diffusers layout for vinf generate --model. With\n"
+      "--train.lora it gets lora.safetensors for vinf generate --model.lora instead (and the model with\n"
+      "the adapters merged when --export is given).\n"
       "Training runs in f32 on the CPU, in one process.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", po::value(&o.config_file), kConfigOptionHelp)(
       "model", po::value(&o.model_dir), "the model to fine-tune: a pipeline directory (unet/, ...) or a UNet directory")(
@@ -95,6 +99,12 @@ po::options_description train_option_table(TrainRunOptions& o) {
       "train.fps", po::value(&o.fps)->default_value(o.fps), "the fps conditioning of the training clips")(
       "train.log-every", po::value(&o.log_every)->default_value(o.log_every),
       "print the loss every N steps (every step goes to log.csv)")(
+      "train.lora", po::value(&o.lora)->default_value(o.lora),
+      "train LoRA adapters of this rank on every attention projection (to_q, to_k, to_v, to_out.0) instead of "
+      "the model's parameters; written to RUN_DIR/lora.safetensors (diffusers' layout) for generate --model.lora "
+      "(0: off)")(
+      "train.lora-alpha", po::value(&o.lora_alpha)->default_value(o.lora_alpha),
+      "the adapters' alpha: they add alpha / rank * B A (0: alpha = rank)")(
       "train.checkpoint-activations", po::bool_switch(&o.checkpoint_activations),
       "keep only each block's input in the forward pass and run the block again in the backward pass: "
       "less memory (about 40% of it on the tiny model) for one more forward pass of time");
@@ -193,9 +203,14 @@ int train(const std::vector<std::string>& args) {
   VINF_INPUT_CHECK(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, "--train.min-lr must be in [0, 1], got ", o.min_lr_ratio);
   VINF_INPUT_CHECK(std::isfinite(o.fps) && o.fps > 0, "--train.fps must be positive, got ", o.fps);
   const train::AdamWSettings adamw = o.optimizer.resolve();
+  VINF_INPUT_CHECK(o.lora >= 0 && o.lora_alpha >= 0, "--train.lora and --train.lora-alpha must be >= 0");
+  VINF_INPUT_CHECK(o.lora == 0 || vm["train.params"].defaulted(), "--train.lora trains the adapters alone; ",
+                   "--train.params ", o.params, " does not apply with it");
+  // With LoRA the run's result is the adapters; the merged model only when --export asks for it.
+  const bool export_model = o.lora == 0 || !o.export_dir.empty();
   if (o.export_dir.empty()) o.export_dir = o.out_dir + "/model";
   check_writable_dir(o.out_dir, "--out", o.overwrite);
-  check_writable_dir(o.export_dir, "--export", o.overwrite);
+  if (export_model) check_writable_dir(o.export_dir, "--export", o.overwrite);
 
   job::JobPlan plan;
   plan.device = check_training_device(o.device);
@@ -230,17 +245,28 @@ int train(const std::vector<std::string>& args) {
   Runtime& rt = job->runtime();
   ExecContext& ctx = rt.ctx();
   const std::vector<model::ParamSpec> specs = model::unet_parameters(config);
-  const auto trainable = trainable_parameters(specs, o.params);
   const model::WeightFiles weight_files(files);
   model::Weights weights(weight_files, specs, rt, DType::f32, false, &warnings);
   for (const std::string& w : warnings) std::cerr << "vinf train: warning: " << w << "\n";
+  std::unique_ptr<train::LoraAdapters> lora;
+  if (o.lora > 0)
+    lora = std::make_unique<train::LoraAdapters>(rt.arena(), ctx, specs, static_cast<int>(o.lora),
+                                                 static_cast<float>(o.lora_alpha > 0 ? o.lora_alpha : o.lora), o.seed);
+  const auto trainable = lora ? lora->parameters() : trainable_parameters(specs, o.params);
   std::int64_t trained_count = 0;
   for (const auto& [name, shape] : trainable) trained_count += shape.numel();
   train::ParamGrads grads(rt.arena(), trainable);
   train::AdamW opt(rt.arena(), ctx, grads);
-  const auto lookup = [&weights](const std::string& n) { return weights.find(n); };
+  const auto lookup = [&weights, &lora](const std::string& n) {
+    const Tensor* t = lora ? lora->find(n) : nullptr;
+    return t ? t : weights.find(n);
+  };
+  const float lora_scale = lora ? lora->scale() : 1.f;
+  const std::string what = lora ? "LoRA adapters of rank " + std::to_string(o.lora) + " on " +
+                                      std::to_string(trainable.size() / 2) + " attention projections"
+                                : "--train.params " + o.params;
   say("model " + files.dir + ": " + std::to_string(weights.count()) + " parameters, " + std::to_string(trained_count) +
-      " trained (--train.params " + o.params + "); data " + o.data_path + ": " + std::to_string(di.clips) +
+      " trained (" + what + "); data " + o.data_path + ": " + std::to_string(di.clips) +
       " clips of " + std::to_string(di.frames) + " frames " + std::to_string(di.height) + "x" +
       std::to_string(di.width) + " latents");
   say(std::to_string(o.steps) + " steps of " + std::to_string(o.batch) + " clip(s)" +
@@ -292,7 +318,7 @@ int train(const std::vector<std::string>& args) {
       ops::copy(ctx, Tensor::wrap(host_text.data(), DType::f32, Device::cpu(), text.shape), text);
       const train::LossBatch batch{x0, eps, text, ts, o.fps};
       sum_squares += train::unet_loss_backward(ctx, config, lookup, grads, abar, batch, o.batch * per_clip, nullptr,
-                                               o.checkpoint_activations)
+                                               o.checkpoint_activations, lora_scale)
                          .sum_squares;
     }
     const double loss = sum_squares / static_cast<double>(o.batch * per_clip);
@@ -317,10 +343,15 @@ int train(const std::vector<std::string>& args) {
   const std::vector<std::uint8_t> png = plot_curve("loss per step", losses, 1, w, h);
   io::write_png(o.out_dir + "/loss.png", png.data(), w, h);
 
-  // The trained model: a pipeline (the other parts copied) or a UNet directory.
+  // The adapters, and (unless they are the result alone) the trained model: a pipeline (the other
+  // parts copied) or a UNet directory.
+  if (lora) {
+    lora->save(ctx, o.out_dir + "/lora.safetensors");
+    if (export_model) lora->merge_into(ctx, weights, lora->scale());
+  }
   const std::string unet_out = pipeline ? o.export_dir + "/unet" : o.export_dir;
-  write_unet(unet_out, config, specs, weights);
-  if (pipeline)
+  if (export_model) write_unet(unet_out, config, specs, weights);
+  if (export_model && pipeline)
     for (const auto& e : fs::directory_iterator(o.model_dir)) {
       const std::string name = e.path().filename().string();
       if (name == "unet") continue;
@@ -344,11 +375,14 @@ int train(const std::vector<std::string>& args) {
                                     {"first_loss", losses.empty() ? 0.0 : losses.front()},
                                     {"last_loss", losses.empty() ? 0.0 : losses.back()},
                                     {"seconds", seconds_since(t_start)},
-                                    {"export", o.export_dir}};
+                                    {"lora_rank", o.lora},
+                                    {"lora_alpha", lora ? lora->alpha() : 0.f},
+                                    {"export", export_model ? o.export_dir : std::string()}};
   io::write_file_atomically(o.out_dir + "/train.json", summary.dump(2) + "\n");
   std::cerr << "vinf train: " << done << " step(s) in " << format_duration(seconds_since(t_start)) << ", loss "
             << (losses.empty() ? 0.0 : losses.front()) << " -> " << (losses.empty() ? 0.0 : losses.back())
-            << "; wrote " << o.out_dir << " (log.csv, loss.png, train.json) and the model " << o.export_dir << "\n";
+            << "; wrote " << o.out_dir << " (log.csv, loss.png, train.json" << (lora ? ", lora.safetensors" : "") << ")"
+            << (export_model ? " and the model " + o.export_dir : std::string()) << "\n";
   return g_stop ? kExitStopped : 0;
 }
 

@@ -41,8 +41,8 @@ void ParamGrads::zero(ExecContext& ctx) {
   if (buffer_.numel() > 0) ops::fill(ctx, buffer_, 0.0);
 }
 
-Graph::Graph(ExecContext& ctx, ParamLookup params, ParamGrads* grads)
-    : ctx_(ctx), params_(std::move(params)), grads_(grads) {}
+Graph::Graph(ExecContext& ctx, ParamLookup params, ParamGrads* grads, float lora_scale)
+    : ctx_(ctx), params_(std::move(params)), grads_(grads), lora_scale_(lora_scale) {}
 
 const Tensor& Graph::param(const std::string& name) const {
   const Tensor* t = params_(name);
@@ -96,7 +96,7 @@ Var Graph::checkpoint(const std::vector<Var>& inputs, const Block& block) {
   record([this, inputs, out, block] {
     if (!has_grad(out)) return;
     // The block again on leaves that share the inputs' values, recording, then its backward.
-    Graph again(ctx_, params_, grads_);
+    Graph again(ctx_, params_, grads_, lora_scale_);
     std::vector<Var> leaves;
     for (const Var& in : inputs) {
       auto leaf = std::make_shared<Node>();
@@ -126,6 +126,8 @@ Var Graph::linear(const Var& x, const std::string& prefix, bool bias) {
     record([this, x, y, w, dw, db] {
       if (has_grad(y)) ops::linear_backward(ctx_, x->value, w, y->grad, grad_if(x), dw, db);
     });
+  if (has_param(prefix + ".lora_A.weight"))  // + scale * B (A x), through the graph's own ops
+    return add(y, scale(linear(linear(x, prefix + ".lora_A", false), prefix + ".lora_B", false), lora_scale_));
   return y;
 }
 

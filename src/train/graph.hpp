@@ -56,8 +56,10 @@ using ParamLookup = std::function<const Tensor*(const std::string&)>;
 class Graph {
  public:
   // `params(name)` gives a parameter's value (null when the model has none of that name); grads,
-  // when given, receives the trainable ones' gradients.
-  Graph(ExecContext& ctx, ParamLookup params, ParamGrads* grads);
+  // when given, receives the trainable ones' gradients. A linear layer whose parameters include
+  // LoRA adapters (`<prefix>.lora_A.weight`, `.lora_B.weight`, train/lora.hpp) adds
+  // lora_scale * B A x to its output.
+  Graph(ExecContext& ctx, ParamLookup params, ParamGrads* grads, float lora_scale = 1.f);
 
   ExecContext& ctx() { return ctx_; }
   const Tensor& param(const std::string& name) const;
@@ -118,6 +120,7 @@ class Graph {
   ExecContext& ctx_;
   ParamLookup params_;
   ParamGrads* grads_;
+  float lora_scale_;
   std::vector<std::function<void()>> steps_;
   bool recording_ = true;  // false inside a checkpointed block's first run
 };

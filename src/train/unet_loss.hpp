@@ -35,6 +35,8 @@ struct LossResult {
 // (Graph::checkpoint): less memory for a second forward's time, the same gradients to the order of
 // their sums.
 //
+// lora_scale: the factor of LoRA adapters among the parameters (Graph).
+//
 // Runs the UNet forward on the batch and back, adding into `grads` the gradient of
 //   sum_squares / loss_elements
 // (the loss of a whole batch of loss_elements elements, of which this is a part: the gradients of
@@ -43,6 +45,7 @@ struct LossResult {
 LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& config,
                               const ParamLookup& params, ParamGrads& grads,
                               const std::vector<float>& alphas_cumprod, const LossBatch& batch,
-                              std::int64_t loss_elements, const Tensor* grad_x0, bool checkpoint_activations = false);
+                              std::int64_t loss_elements, const Tensor* grad_x0, bool checkpoint_activations = false,
+                              float lora_scale = 1.f);
 
 }  // namespace vinf::train

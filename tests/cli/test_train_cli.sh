@@ -106,6 +106,28 @@ paste -d, "$work/acc1/log.csv" "$work/acc2/log.csv" | awk -F, 'NR > 1 { d = $2 -
 "$tool" compare-relative "$work/ckpt/model/unet/diffusion_pytorch_model.safetensors" \
   "$work/acc2/model/unet/diffusion_pytorch_model.safetensors" 1e-4 || fails=$((fails + 1))
 
+# LoRA: the run writes the adapters (diffusers' layout) and no model; generate merges them. At
+# scale 0 that is the base model bit for bit; at scale 1 the model --export writes with them merged.
+expect 0 "lora.safetensors)" -- "$vinf" train --model "$work/pipe" --data "$work/data.h5" --out "$work/lora" \
+  --train.steps 4 --train.batch 2 --train.lr 1e-2 --train.lora 4
+[ -e "$work/lora/model" ] && { echo "FAIL: a LoRA run exported a model without --export"; fails=$((fails + 1)); }
+"$vinf" train --model "$work/pipe" --data "$work/data.h5" --out "$work/lora2" --train.steps 4 --train.batch 2 \
+  --train.lr 1e-2 --train.lora 4 --export "$work/lora2/merged" -q 2>/dev/null || { echo "FAIL: LoRA with --export exited $?"; fails=$((fails + 1)); }
+"$tool" compare-relative "$work/lora2/lora.safetensors" "$work/lora/lora.safetensors" 0 || fails=$((fails + 1))
+# (-v for -q: the log line that names the LoRA.)
+expect 0 "LoRA $work/lora/lora.safetensors merged at scale 0" -- "$vinf" generate --model "$work/pipe" "${gen[@]/-q/-v}" \
+  --model.lora "$work/lora/lora.safetensors" --model.lora-scale 0 --out "$work/gl0"
+"$tool" h5-compare "$work/gl0/latents.h5" "$work/g0/latents.h5" 0 || fails=$((fails + 1))
+expect 0 "outputs in $work/gl1/" -- "$vinf" generate --model "$work/pipe" "${gen[@]}" --model.lora "$work/lora/lora.safetensors" --out "$work/gl1"
+expect 0 "outputs in $work/gm/" -- "$vinf" generate --model "$work/lora2/merged" "${gen[@]}" --out "$work/gm"
+"$tool" h5-compare "$work/gl1/latents.h5" "$work/gm/latents.h5" 0 || fails=$((fails + 1))
+if "$tool" h5-compare "$work/gl1/latents.h5" "$work/g0/latents.h5" 1e-4 > /dev/null; then
+  echo "FAIL: the LoRA changes nothing"; fails=$((fails + 1))
+fi
+expect 2 "is not a LoRA tensor" -- "$vinf" generate --model "$work/pipe" "${gen[@]}" --model.lora "$m0" --out "$work/x5"
+expect 2 "--train.lora trains the adapters alone" -- "$vinf" train --model "$work/pipe" --data "$work/data.h5" \
+  --out "$work/x6" --train.lora 4 --train.params temporal
+
 # Refusals: exit 2 before any step.
 expect 2 "the glob 'nothing.*' matches no parameter" -- "$vinf" train --model "$work/pipe" --data "$work/data.h5" \
   --out "$work/x1" --train.params 'nothing.*'
@@ -114,7 +136,7 @@ expect 2 "--train.batch 3 must be a multiple of --train.micro-batch 2" -- "$vinf
 expect 2 "already holds files" -- "$vinf" train --model "$work/pipe" --data "$work/data.h5" --out "$work/run"
 expect 2 "is not an HDF5 file" -- "$vinf" train --model "$work/pipe" --data "$work/captions.tsv" --out "$work/x3"
 expect 2 "training runs on the CPU" -- "$vinf" train --model "$work/pipe" --data "$work/data.h5" --out "$work/x4" --device cuda
-for d in x1 x2 x3 x4; do [ -e "$work/$d" ] && { echo "FAIL: a refused run made $d"; fails=$((fails + 1)); }; done
+for d in x1 x2 x3 x4 x6; do [ -e "$work/$d" ] && { echo "FAIL: a refused run made $d"; fails=$((fails + 1)); }; done
 
 [ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "training from videos: ok"

@@ -13,8 +13,10 @@
 #include "model/params.hpp"
 #include "model/unet3d.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/random.hpp"
 #include "sampling/scheduler.hpp"
 #include "train/adamw.hpp"
+#include "train/lora.hpp"
 #include "train/unet_loss.hpp"
 
 using namespace vinf;
@@ -165,4 +167,65 @@ TEST_CASE("training: activation checkpointing gives the same gradients in less m
   CHECK(dx <= 1e-5 * largest);
   MESSAGE("peak activation memory " << plain_mib << " MiB without checkpointing, " << checkpointed_mib << " MiB with");
   CHECK(checkpointed_mib < 0.8 * plain_mib);
+}
+
+TEST_CASE("training: LoRA adapters train through the graph as the merged weights would") {
+  TinyTraining tt;
+  const train::LossBatch batch = tt.batch();
+  const auto abar = sampling::make_alphas_cumprod(sampling::NoiseScheduleConfig{});
+  train::LoraAdapters lora(tt.rt.arena(), tt.rt.ctx(), tt.specs, 4, 8.f, 5);  // scale alpha / rank = 2
+  CHECK(lora.parameters().size() == 2 * train::lora_targets(tt.specs).size());
+  CHECK(train::lora_targets(tt.specs).size() == 72);  // 18 attention modules x to_q, to_k, to_v, to_out.0
+  const auto lookup = [&](const std::string& n) {
+    const Tensor* t = lora.find(n);
+    return t ? t : tt.weights.find(n);
+  };
+  // B = 0 at the start: the base model's loss, dL/dA = 0 and dL/dB = scale dL/dW A^T.
+  train::ParamGrads full(tt.rt.arena(), tt.all_params());
+  full.zero(tt.rt.ctx());
+  const double base = train::unet_loss_backward(tt.rt.ctx(), tt.config, tt.lookup(), full, abar, batch,
+                                                batch.x0.numel(), nullptr).sum_squares;
+  train::ParamGrads g(tt.rt.arena(), lora.parameters());
+  g.zero(tt.rt.ctx());
+  const double with = train::unet_loss_backward(tt.rt.ctx(), tt.config, lookup, g, abar, batch, batch.x0.numel(),
+                                                nullptr, false, lora.scale()).sum_squares;
+  CHECK(with == doctest::Approx(base).epsilon(1e-6));
+  double worst = 0;
+  for (const auto& t : train::lora_targets(tt.specs)) {
+    const std::string m = t.name.substr(0, t.name.size() - 7);
+    const Tensor& a = *lora.find(m + ".lora_A.weight");
+    const Tensor& ga = *g.find(m + ".lora_A.weight");
+    const Tensor& gb = *g.find(m + ".lora_B.weight");
+    const Tensor& gw = *full.find(t.name);
+    const std::int64_t out = gw.size(0), in = gw.size(1), r = a.size(0);
+    double largest = 0, diff = 0;
+    for (std::int64_t i = 0; i < out; ++i)
+      for (std::int64_t k = 0; k < r; ++k) {
+        double want = 0;
+        for (std::int64_t j = 0; j < in; ++j) want += static_cast<double>(gw.ptr<float>()[i * in + j]) * a.ptr<float>()[k * in + j];
+        want *= lora.scale();
+        largest = std::max(largest, std::fabs(want));
+        diff = std::max(diff, std::fabs(want - gb.ptr<float>()[i * r + k]));
+      }
+    worst = std::max(worst, diff / largest);
+    for (std::int64_t i = 0; i < ga.numel(); ++i) REQUIRE(ga.ptr<float>()[i] == 0.f);
+  }
+  CHECK(worst <= 1e-5);
+  // With B != 0 (small, as after some training: adapters large enough to saturate the attention
+  // would make the comparison one of rounding amplified) the adapters' loss is the loss of the
+  // weights with B A merged in.
+  for (const auto& [name, shape] : lora.parameters())
+    if (name.find("lora_B") != std::string::npos) {
+      ops::normal(tt.rt.ctx(), *lora.find(name), 9, shape[0], 0);
+      ops::scale(tt.rt.ctx(), *lora.find(name), 0.05f, *lora.find(name));
+    }
+  g.zero(tt.rt.ctx());
+  const double adapted = train::unet_loss_backward(tt.rt.ctx(), tt.config, lookup, g, abar, batch, batch.x0.numel(),
+                                                   nullptr, false, lora.scale()).sum_squares;
+  lora.merge_into(tt.rt.ctx(), tt.weights, lora.scale());
+  full.zero(tt.rt.ctx());
+  const double merged = train::unet_loss_backward(tt.rt.ctx(), tt.config, tt.lookup(), full, abar, batch,
+                                                  batch.x0.numel(), nullptr).sum_squares;
+  CHECK(std::fabs(adapted - base) > 1e-3 * base);  // the adapters do change the model
+  CHECK(adapted == doctest::Approx(merged).epsilon(1e-5));
 }
