@@ -27,8 +27,9 @@ train::AdamWSettings TrainOptimizerOptions::resolve() const {
 
 job::DeviceChoice check_training_device(const std::string& device) {
   const job::DeviceChoice d = job::parse_device_choice(device);
-  VINF_INPUT_CHECK(d != job::DeviceChoice::cuda, "--device cuda: training runs on the CPU for now (the backward ",
-                   "passes have no CUDA kernels yet); use --device cpu or auto");
+  VINF_INPUT_CHECK(d != job::DeviceChoice::cuda, "--device cuda: training runs on the CPU for now (its optimizer ",
+                   "step runs in host memory, and the CUDA backward kernels have not been validated on a GPU); use ",
+                   "--device cpu or auto");
   return job::DeviceChoice::cpu;
 }
 

@@ -20,8 +20,8 @@ struct TrainOptimizerOptions {
   train::AdamWSettings resolve() const;
 };
 
-// --device for training: auto or cpu (the backward passes run on the CPU); cuda is refused with
-// the reason. --dtype: auto or f32.
+// --device for training: auto or cpu (the optimizer runs in host memory); cuda is refused with the
+// reason. --dtype: auto or f32.
 job::DeviceChoice check_training_device(const std::string& device);
 std::optional<DType> check_training_dtype(const std::string& dtype);
 

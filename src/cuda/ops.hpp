@@ -32,4 +32,22 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
                const Tensor& out, const exec::AttentionParams& p);
 void normal(ExecContext& ctx, const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset);
 
+// The backward passes (ops/backward.hpp; views as the CPU's in cpu/backward.hpp), f32, adding into
+// their outputs.
+namespace grad {
+void activation(ExecContext& ctx, exec::Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx);
+void geglu(ExecContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
+void conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, int stride, int pad_h, int pad_w,
+          const Tensor* dx, const Tensor* dw, const Tensor* db);
+void group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& dy,
+                const exec::GroupNormParams& p, const Tensor* dx, const Tensor* dgamma, const Tensor* dbeta);
+void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& dy, float eps, const Tensor* dx,
+                const Tensor* dgamma, const Tensor* dbeta);
+void softmax(ExecContext& ctx, const Tensor& y, const Tensor& dy, const Tensor& dx);
+void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+               const exec::AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+void upsample_nearest(ExecContext& ctx, const Tensor& dy, const Tensor& dx);
+void accumulate(ExecContext& ctx, const Tensor& src, const Tensor& dst);
+}  // namespace grad
+
 }  // namespace vinf::cuda

@@ -29,11 +29,6 @@ void no_broadcast(const char* op, const char* name, const Tensor& t) {
                " is a broadcast view; give a tensor of its own and sum it with accumulate()");
 }
 
-// The CPU computes the op's backward; CUDA has no kernel for it yet.
-void cpu_only(const ExecContext& ctx, const char* op) {
-  VINF_CHECK(ctx.device.is_cpu(), op, " has no CUDA kernel yet: train on the CPU (--device cpu)");
-}
-
 }  // namespace
 
 void activation_backward(ExecContext& ctx, Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx) {
@@ -42,7 +37,10 @@ void activation_backward(ExecContext& ctx, Activation act, const Tensor& x, cons
   check_same_shape(op, "x", x, "dy", dy);
   check_same_shape(op, "x", x, "dx", dx);
   no_broadcast(op, "dx", dx);
-  cpu_only(ctx, op);
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::grad::activation(ctx, act, x, dy, dx));
+    return;
+  }
   cpu::grad::activation(act, x, dy, dx);
 }
 
@@ -54,7 +52,10 @@ void geglu_backward(ExecContext& ctx, const Tensor& x, const Tensor& dy, const T
   VINF_CHECK(xr.size(0) == dyr.size(0) && xr.size(1) == 2 * dyr.size(1), op, ": x ", x.describe(),
              " must be twice as wide as dy ", dy.describe());
   no_broadcast(op, "dx", dx);
-  cpu_only(ctx, op);
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::grad::geglu(ctx, xr, dyr, dxr));
+    return;
+  }
   cpu::grad::geglu(xr, dyr, dxr);
 }
 
@@ -95,7 +96,10 @@ void conv2d_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const T
   check_shape(op, "dw", dw, w.shape);
   check_shape(op, "db", db, Shape{w.size(0)});
   if (dx) no_broadcast(op, "dx", *dx);
-  cpu_only(ctx, op);
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::grad::conv(ctx, x, w, dy, p.stride, p.padding, p.padding, dx, dw, db));
+    return;
+  }
   cpu::grad::conv(ctx, x, w, dy, p.stride, p.padding, p.padding, dx, dw, db);
 }
 
@@ -112,11 +116,14 @@ void temporal_conv_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, 
   check_shape(op, "dw", dw, w.shape);
   check_shape(op, "db", db, Shape{w.size(0)});
   if (dx) no_broadcast(op, "dx", *dx);
-  cpu_only(ctx, op);
   // A convolution with a (kt, 1) kernel over the (T, S) plane.
   const Tensor w4 = w.reshape({w.size(0), w.size(1), w.size(2), 1});
   Tensor dw4;
   if (dw) dw4 = dw->is_contiguous() ? dw->reshape(w4.shape) : dw->unsqueeze(3);
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::grad::conv(ctx, x, w4, dy, 1, pad, 0, dx, dw ? &dw4 : nullptr, db));
+    return;
+  }
   cpu::grad::conv(ctx, x, w4, dy, 1, pad, 0, dx, dw ? &dw4 : nullptr, db);
 }
 
@@ -136,9 +143,12 @@ void group_norm_backward(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
   check_shape(op, "dgamma", dgamma, Shape{c});
   check_shape(op, "dbeta", dbeta, Shape{c});
   if (dx) no_broadcast(op, "dx", *dx);
-  cpu_only(ctx, op);
   Tensor dxv;
   if (dx) dxv = detail::as_nc_ts(op, "dx", *dx, &x);
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::grad::group_norm(ctx, xv, gamma, beta, dyv, p, dx ? &dxv : nullptr, dgamma, dbeta));
+    return;
+  }
   cpu::grad::group_norm(xv, gamma, beta, dyv, p, dx ? &dxv : nullptr, dgamma, dbeta);
 }
 
@@ -153,9 +163,12 @@ void layer_norm_backward(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
   check_shape(op, "dgamma", dgamma, Shape{xr.size(1)});
   check_shape(op, "dbeta", dbeta, Shape{xr.size(1)});
   if (dx) no_broadcast(op, "dx", *dx);
-  cpu_only(ctx, op);
   Tensor dxr;
   if (dx) dxr = detail::as_rows(op, "dx", *dx);
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::grad::layer_norm(ctx, xr, gamma, dyr, eps, dx ? &dxr : nullptr, dgamma, dbeta));
+    return;
+  }
   cpu::grad::layer_norm(xr, gamma, dyr, eps, dx ? &dxr : nullptr, dgamma, dbeta);
 }
 
@@ -165,8 +178,12 @@ void softmax_backward(ExecContext& ctx, const Tensor& y, const Tensor& dy, const
   check_same_shape(op, "y", y, "dy", dy);
   check_same_shape(op, "y", y, "dx", dx);
   no_broadcast(op, "dx", dx);
-  cpu_only(ctx, op);
-  cpu::grad::softmax(detail::as_rows(op, "y", y), detail::as_rows(op, "dy", dy), detail::as_rows(op, "dx", dx));
+  const Tensor yr = detail::as_rows(op, "y", y), dyr = detail::as_rows(op, "dy", dy), dxr = detail::as_rows(op, "dx", dx);
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::grad::softmax(ctx, yr, dyr, dxr));
+    return;
+  }
+  cpu::grad::softmax(yr, dyr, dxr);
 }
 
 void attention_backward(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
@@ -187,7 +204,10 @@ void attention_backward(ExecContext& ctx, const Tensor& q, const Tensor& k, cons
   check_shape(op, "dk", &dk, k.shape);
   check_shape(op, "dv", &dv, v.shape);
   for (const auto& [name, t] : {std::pair{"dq", &dq}, std::pair{"dk", &dk}, std::pair{"dv", &dv}}) no_broadcast(op, name, *t);
-  cpu_only(ctx, op);
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::grad::attention(ctx, q, k, v, dout, p, dq, dk, dv));
+    return;
+  }
   cpu::grad::attention(q, k, v, dout, p, dq, dk, dv);
 }
 
@@ -199,7 +219,10 @@ void upsample_nearest_backward(ExecContext& ctx, const Tensor& dy, const Tensor&
   VINF_CHECK(dy.size(0) == dx.size(0) && dy.size(1) == dx.size(1), op, ": dy ", dy.describe(), " and dx ",
              dx.describe(), " differ in images or channels");
   no_broadcast(op, "dx", dx);
-  cpu_only(ctx, op);
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::grad::upsample_nearest(ctx, dy, dx));
+    return;
+  }
   cpu::grad::upsample_nearest(dy, dx);
 }
 
@@ -208,8 +231,7 @@ void accumulate(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
   check_f32(ctx, op, {{"src", &src}, {"dst", &dst}});
   check_same_shape(op, "src", src, "dst", dst);
   if (ctx.device.is_cuda()) {
-    no_broadcast(op, "dst", dst);
-    add(ctx, dst, src, dst);
+    VINF_ON_CUDA(cuda::grad::accumulate(ctx, src, dst));
     return;
   }
   cpu::grad::accumulate(src, dst);

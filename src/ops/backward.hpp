@@ -5,9 +5,10 @@
 // parameter, an input that needs no gradient). Intermediates are recomputed from the forward
 // inputs (the normalisation statistics, the attention probabilities), never stored by the forward.
 //
-// The CPU computes them all in f32 with double reductions. On CUDA linear_backward runs (its
-// products through cuBLAS) and accumulate into views without a broadcast dimension; the others
-// have no CUDA kernels yet and say so.
+// Both backends compute in f32 with double reductions: the CPU in a fixed order; CUDA
+// (src/cuda/backward.cu, simple kernels written for correctness before speed) with atomic adds
+// where threads share an output element, so those sums' order varies from run to run.
+// linear_backward's products go through the matrix-product op (oneDNN, cuBLAS).
 #pragma once
 
 #include "ops/activation.hpp"

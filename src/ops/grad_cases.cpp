@@ -265,4 +265,74 @@ GradCheck check_gradients(const GradCase& c, Runtime& rt, std::uint64_t seed, st
   return res;
 }
 
+GradCheck compare_backward(const GradCase& c, Runtime& device_rt, std::uint64_t seed) {
+  Runtime cpu(Device::cpu());
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const std::size_t ni = c.inputs.size(), no = c.outputs.size();
+  // Host data, then the same on each runtime: inputs, output gradients, zeroed input gradients.
+  std::vector<std::vector<float>> in_data(ni), dout_data(no);
+  for (std::size_t i = 0; i < ni; ++i) {
+    in_data[i].resize(static_cast<std::size_t>(c.inputs[i].shape.numel()));
+    for (float& e : in_data[i]) e = normal(gen) * c.inputs[i].scale + c.inputs[i].shift;
+  }
+  for (std::size_t o = 0; o < no; ++o) {
+    dout_data[o].resize(static_cast<std::size_t>(c.outputs[o].numel()));
+    for (float& e : dout_data[o]) e = normal(gen);
+  }
+  auto run = [&](Runtime& rt) {
+    ExecContext& ctx = rt.ctx();
+    std::vector<OwnedTensor> hold;
+    Ins in, dout;
+    std::vector<Tensor> grads(ni);
+    Grads gp(ni, nullptr);
+    auto put = [&](std::vector<float>& host, const Shape& shape) {
+      hold.push_back(rt.arena().empty(DType::f32, shape));
+      copy(ctx, Tensor::wrap(host.data(), DType::f32, Device::cpu(), shape), hold.back());
+      return Tensor(hold.back());
+    };
+    hold.reserve(2 * ni + no);
+    for (std::size_t i = 0; i < ni; ++i) in.push_back(put(in_data[i], c.inputs[i].shape));
+    for (std::size_t o = 0; o < no; ++o) dout.push_back(put(dout_data[o], c.outputs[o]));
+    for (std::size_t i = 0; i < ni; ++i) {
+      if (!c.inputs[i].differentiable) continue;
+      hold.push_back(rt.arena().empty(DType::f32, c.inputs[i].shape));
+      fill(ctx, hold.back(), 0.0);
+      grads[i] = hold.back();
+      gp[i] = &grads[i];
+    }
+    c.backward(ctx, in, dout, gp);
+    std::vector<std::vector<float>> out(ni);
+    for (std::size_t i = 0; i < ni; ++i) {
+      if (!gp[i]) continue;
+      out[i].resize(in_data[i].size());
+      copy(ctx, grads[i], Tensor::wrap(out[i].data(), DType::f32, Device::cpu(), grads[i].shape));
+    }
+    synchronize(ctx);
+    return out;
+  };
+  const auto want = run(cpu), got = run(device_rt);
+  GradCheck res;
+  int reported = 0;
+  for (std::size_t i = 0; i < ni; ++i) {
+    double largest = 0;
+    for (float e : want[i]) largest = std::max(largest, static_cast<double>(std::fabs(e)));
+    for (std::size_t e = 0; e < want[i].size(); ++e) {
+      const double allowed = 1e-4 * largest + 1e-4 * std::fabs(want[i][e]) + 1e-7;
+      const double ratio = std::fabs(static_cast<double>(got[i][e]) - want[i][e]) / allowed;
+      res.worst_ratio = std::max(res.worst_ratio, ratio);
+      ++res.checked;
+      if (ratio > 1 || !std::isfinite(got[i][e])) {
+        res.ok = false;
+        if (reported++ < 6) {
+          std::ostringstream m;
+          m << "  d/d " << c.inputs[i].name << "[" << e << "]: device " << got[i][e] << ", CPU " << want[i][e] << "\n";
+          res.report += m.str();
+        }
+      }
+    }
+  }
+  return res;
+}
+
 }  // namespace vinf::opcheck

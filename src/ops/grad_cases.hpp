@@ -52,4 +52,9 @@ struct GradCheck {
 // gradient off by 1% fails.
 GradCheck check_gradients(const GradCase& c, Runtime& rt, std::uint64_t seed, std::int64_t max_elements = 96);
 
+// Runs the case's backward on `device_rt` (CUDA) and on the CPU on the same inputs and output
+// gradients, and compares every input's gradient within 1e-4 of its largest magnitude plus 1e-4
+// of the element (the backends sum in different orders, CUDA partly with atomics).
+GradCheck compare_backward(const GradCase& c, Runtime& device_rt, std::uint64_t seed);
+
 }  // namespace vinf::opcheck

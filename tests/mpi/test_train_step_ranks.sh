@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../cli/expect.sh"
 require_test_device "$vinf"
 if [ "$test_device" = cuda ]; then
-  echo "skipped: training runs on the CPU (the backward passes have no CUDA kernels yet)"; exit 77
+  echo "skipped: training runs on the CPU (its optimizer works in host memory)"; exit 77
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

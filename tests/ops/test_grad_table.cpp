@@ -2,9 +2,13 @@
 // on the CPU's fast path and on the naive references.
 #include <doctest/doctest.h>
 
+#include <memory>
+
 #include "ops/backward.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/grad_cases.hpp"
+
+#include "../support.hpp"
 
 using namespace vinf;
 
@@ -48,4 +52,20 @@ TEST_CASE("grad table: the check fails a backward pass that is wrong") {
     return;
   }
   FAIL("the table has no case 'linear [2,5,6] -> 4 bias'");
+}
+
+TEST_CASE("grad table: the CUDA backward passes match the CPU's") {
+  // Without a GPU the comparison runs against a second CPU runtime (the naive references for the
+  // forward ops some cases call), so that its plumbing runs in every build.
+  const bool gpu = test::gpu_or_skip("the CUDA backward passes (compared with a second CPU runtime instead)");
+  auto other = gpu ? std::make_unique<Runtime>(Device::cuda(0))
+                   : std::make_unique<Runtime>(Device::cpu(), CpuImpl::reference);
+  std::uint64_t seed = 31;
+  for (const auto& c : opcheck::grad_cases()) {
+    CAPTURE(c.name);
+    const opcheck::GradCheck r = opcheck::compare_backward(c, *other, seed++);
+    INFO(r.report);
+    CHECK(r.ok);
+    CHECK(r.checked > 0);
+  }
 }
