@@ -37,22 +37,24 @@ ModelFiles vae_files(const std::string& dir_arg) {
 
 VaeConfig VaeDecoder::read_config(const std::string& dir) { return load_vae_config(vae_files(dir).config); }
 
-VaeDecoder VaeDecoder::load(const std::string& dir_arg, Runtime& rt, DType dtype) {
+// One half of a VAE directory: its config and the half's weights (the file holds both halves;
+// each reads only its own tensors).
+template <class Half>
+Half load_half(const std::string& dir_arg, Runtime& rt, DType dtype,
+               std::vector<ParamSpec> (*parameters)(const VaeConfig&)) {
   const ModelFiles files = vae_files(dir_arg);
   VaeConfig c = load_vae_config(files.config);
   const WeightFiles wf(files);
-  // The file holds the encoder as well; decoding reads only the decoder's tensors.
-  Weights w(wf, vae_decoder_parameters(c), rt, dtype, true, nullptr);
-  return VaeDecoder(std::move(c), std::move(w));
+  Weights w(wf, parameters(c), rt, dtype, true, nullptr);
+  return Half(std::move(c), std::move(w));
 }
 
-VaeEncoder VaeEncoder::load(const std::string& dir_arg, Runtime& rt, DType dtype) {
-  const ModelFiles files = vae_files(dir_arg);
-  VaeConfig c = load_vae_config(files.config);
-  const WeightFiles wf(files);
-  // The file holds the decoder as well; encoding reads only the encoder's tensors.
-  Weights w(wf, vae_encoder_parameters(c), rt, dtype, true, nullptr);
-  return VaeEncoder(std::move(c), std::move(w));
+VaeDecoder VaeDecoder::load(const std::string& dir, Runtime& rt, DType dtype) {
+  return load_half<VaeDecoder>(dir, rt, dtype, vae_decoder_parameters);
+}
+
+VaeEncoder VaeEncoder::load(const std::string& dir, Runtime& rt, DType dtype) {
+  return load_half<VaeEncoder>(dir, rt, dtype, vae_encoder_parameters);
 }
 
 namespace {
