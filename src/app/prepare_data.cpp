@@ -244,7 +244,7 @@ int prepare_data(const std::vector<std::string>& args) {
 
   const auto clips = static_cast<std::int64_t>(clip_video.size());
   const std::string partial = o.out_path + ".partial";
-  {
+  try {
     io::H5File f = io::H5File::create(job->session().world(), partial);  // the one process: size 1
     f.write_frames("/latents", {clips, lat_c, o.frames, lh, lw}, 0, 0, clips, all_latents.data());
     f.write_frames("/text", {clips, length, width}, 0, 0, clips, all_text.data());
@@ -263,6 +263,10 @@ int prepare_data(const std::vector<std::string>& args) {
     f.set_text("/", "text_encoder", o.model_dir + "/text_encoder");
     f.set_text("/", "generator", std::string("vinf ") + VINF_VERSION + " prepare-data");
     f.close();
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(partial, ignored);  // nothing half-written is left behind
+    throw;
   }
   std::error_code ec;
   fs::rename(partial, o.out_path, ec);
