@@ -7,6 +7,11 @@
 //                                   one in both without; a PREFIX !TEXT leaves out the names that
 //                                   contain TEXT) agrees with A's to RTOL times B's largest
 //                                   |element|; one summary line, and a line per failing tensor
+//   compare-adamw A B LR            the parameters after one AdamW step of two train-step files
+//                                   (adamw.X), element by element: within 1e-4 LR + 4e-7 |p|, except
+//                                   where B's gradient (grad.X) is within 100 times 1e-5 of its
+//                                   tensor's largest of zero, where the step's sign g / (|g| + eps)
+//                                   is rounding's to decide: there within 2 LR
 //   train-batch IN OUT B [--no-adamw]
 //                                   a vinf train-step input of B samples from IN's two: sample i is
 //                                   IN's sample i % 2, x0 scaled by 1 + 0.1 (i / 2), eps by
@@ -154,6 +159,50 @@ int compare_relative(int argc, char** argv) {
   }
   std::printf("%s %d tensors, worst %s %.3g of its largest |element| (tolerance %.3g)\n", bad ? "FAIL" : "ok", compared,
               worst_name.c_str(), worst, rtol);
+  return bad ? 1 : 0;
+}
+
+int compare_adamw(int argc, char** argv) {
+  if (argc != 5) return 2;
+  const io::SafetensorsFile a(argv[2]), b(argv[3]);
+  const double lr = std::atof(argv[4]);
+  std::int64_t compared = 0, undecided = 0, bad = 0, tensors = 0;
+  for (const auto& e : b.entries()) {
+    if (e.name.rfind("adamw.", 0) != 0) continue;
+    const std::string grad = "grad." + e.name.substr(6);
+    if (!a.contains(e.name) || !b.contains(grad)) {
+      std::cerr << "compare-adamw: '" << e.name << "' or '" << grad << "' is missing\n";
+      ++bad;
+      continue;
+    }
+    const Tensor x = a.tensor(e.name), y = b.tensor(e.name), g = b.tensor(grad);
+    if (!(x.shape == y.shape) || !(g.shape == y.shape)) {
+      std::cerr << "compare-adamw: '" << e.name << "' differs in shape\n";
+      ++bad;
+      continue;
+    }
+    ++tensors;
+    double largest = 0;
+    for (std::int64_t i = 0; i < g.numel(); ++i) largest = std::max(largest, std::fabs(static_cast<double>(g.ptr<float>()[i])));
+    for (std::int64_t i = 0; i < y.numel(); ++i) {
+      const double p = y.ptr<float>()[i], diff = std::fabs(static_cast<double>(x.ptr<float>()[i]) - p);
+      const bool near_zero = std::fabs(g.ptr<float>()[i]) < 100 * 1e-5 * largest;
+      undecided += near_zero;
+      ++compared;
+      if (diff > (near_zero ? 2 * lr : 1e-4 * lr + 4e-7 * std::fabs(p))) {
+        if (bad < 5) std::printf("FAIL %s[%lld]: %.9g against %.9g (gradient %.3g)\n", e.name.c_str(),
+                                 static_cast<long long>(i), x.ptr<float>()[i], p, g.ptr<float>()[i]);
+        ++bad;
+      }
+    }
+  }
+  if (tensors == 0) {
+    std::cerr << "compare-adamw: no adamw.* tensor in " << argv[3] << "\n";
+    return 1;
+  }
+  std::printf("%s %lld parameters of %lld tensors after the AdamW step, %lld with a gradient near zero%s\n",
+              bad ? "FAIL" : "ok", static_cast<long long>(compared), static_cast<long long>(tensors),
+              static_cast<long long>(undecided), bad ? "" : ", all within their bounds");
   return bad ? 1 : 0;
 }
 
@@ -594,6 +643,7 @@ int main(int argc, char** argv) {
     if (cmd == "compare-frames") return compare(argc, argv, true);
     if (cmd == "compare-relative") return compare_relative(argc, argv);
     if (cmd == "train-batch") return train_batch(argc, argv);
+    if (cmd == "compare-adamw") return compare_adamw(argc, argv);
     if (cmd == "slice-frames") return slice_frames(argc, argv);
     if (cmd == "broken-models") return broken_models(argc, argv);
     if (cmd == "h5-compare") return h5_compare(argc, argv);
@@ -604,7 +654,7 @@ int main(int argc, char** argv) {
     if (cmd == "vae-old-names") return vae_old_names(argc, argv);
     if (cmd == "latents-h5") return latents_h5(argc, argv);
     if (cmd == "video-frames") return video_frames(argc, argv);
-    std::cerr << "usage: vinf_test_tool compare|compare-frames|compare-relative|train-batch|slice-frames|broken-models|h5-compare|h5-diff|h5-check|h5-flip|text-embeddings|vae-old-names|latents-h5|video-frames ...\n";
+    std::cerr << "usage: vinf_test_tool compare|compare-frames|compare-relative|compare-adamw|train-batch|slice-frames|broken-models|h5-compare|h5-diff|h5-check|h5-flip|text-embeddings|vae-old-names|latents-h5|video-frames ...\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "vinf_test_tool: " << e.what() << "\n";
