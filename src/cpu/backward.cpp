@@ -2,11 +2,14 @@
 // the same matrix-product library as the forward ops (cpu::gemm).
 #include "cpu/backward.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "cpu/blas.hpp"
+#include "cpu/cpu.hpp"
 #include "cpu/strided.hpp"
+#include "cpu/vec.hpp"
 #include "exec/activation_math.hpp"
 
 namespace vinf::cpu::grad {
@@ -55,8 +58,16 @@ void conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, 
   const std::int64_t n_img = x.size(0), cin = x.size(1), h = x.size(2), wd = x.size(3);
   const std::int64_t cout = w.size(0), kh = w.size(2), kw = w.size(3), ho = dy.size(2), wo = dy.size(3);
   const std::int64_t k = cin * kh * kw, pix = ho * wo;
-  std::vector<float> cols(dw ? static_cast<std::size_t>(k * pix) : 0), dyn(static_cast<std::size_t>(cout * pix));
-  std::vector<float> dcols(dx ? static_cast<std::size_t>(k * pix) : 0);
+  // Scratch kept per thread between calls: fresh megabytes on every call cost more in page faults
+  // than the products themselves at small sizes.
+  // (The calling thread's; the OpenMP workers below use them through these pointers.)
+  thread_local std::vector<float> cols_buf, dyn_buf, dcols_buf;
+  if (dw) cols_buf.resize(static_cast<std::size_t>(k * pix));
+  dyn_buf.resize(static_cast<std::size_t>(cout * pix));
+  if (dx) dcols_buf.resize(static_cast<std::size_t>(k * pix));
+  float* const cols = cols_buf.data();
+  float* const dyn = dyn_buf.data();
+  float* const dcols = dcols_buf.data();
   // dw as one (Cout, K) matrix the products add into: dw itself when contiguous.
   std::vector<float> dw_tmp;
   float* dw_acc = nullptr;
@@ -73,11 +84,11 @@ void conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, 
 #pragma omp parallel for schedule(static) if (cout * pix >= kParallelGrain)
     for (std::int64_t o = 0; o < cout; ++o)
       for (std::int64_t y = 0; y < ho; ++y)
-        for (std::int64_t xo = 0; xo < wo; ++xo) dyn[static_cast<std::size_t>((o * ho + y) * wo + xo)] = at_f32(dy, n, o, y, xo);
+        for (std::int64_t xo = 0; xo < wo; ++xo) dyn[(o * ho + y) * wo + xo] = at_f32(dy, n, o, y, xo);
     if (db) {
       for (std::int64_t o = 0; o < cout; ++o) {
         double s = 0;
-        for (std::int64_t p = 0; p < pix; ++p) s += dyn[static_cast<std::size_t>(o * pix + p)];
+        for (std::int64_t p = 0; p < pix; ++p) s += dyn[o * pix + p];
         f32(*db)[o * db->strides[0]] += static_cast<float>(s);
       }
     }
@@ -85,7 +96,7 @@ void conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, 
 #pragma omp parallel for schedule(static) if (k * pix >= kParallelGrain)
       for (std::int64_t r = 0; r < k; ++r) {
         const std::int64_t i = r / (kh * kw), a = r / kw % kh, b = r % kw;
-        float* row = cols.data() + r * pix;
+        float* row = cols + r * pix;
         for (std::int64_t y = 0; y < ho; ++y) {
           const std::int64_t yi = y * stride + a - pad_h;
           for (std::int64_t xo = 0; xo < wo; ++xo) {
@@ -95,17 +106,17 @@ void conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, 
         }
       }
       // dW (Cout x K) += dy_n (Cout x P) * cols^T (P x K)
-      sgemm(ctx, cout, k, pix, 1.f, BlasMatrix{dyn.data(), false, pix, false},
-            BlasMatrix{cols.data(), true, pix, false}, 1.f, dw_acc, k);
+      sgemm(ctx, cout, k, pix, 1.f, BlasMatrix{dyn, false, pix, false}, BlasMatrix{cols, true, pix, false}, 1.f,
+            dw_acc, k);
     }
     if (dx) {
       // dcols (K x P) = W^T (K x Cout) * dy_n (Cout x P), then each column back onto its pixel.
-      sgemm(ctx, k, pix, cout, 1.f, wt, BlasMatrix{dyn.data(), false, pix, false}, 0.f, dcols.data(), pix);
+      sgemm(ctx, k, pix, cout, 1.f, wt, BlasMatrix{dyn, false, pix, false}, 0.f, dcols, pix);
 #pragma omp parallel for schedule(static) if (k * pix >= kParallelGrain)
       for (std::int64_t i = 0; i < cin; ++i)
         for (std::int64_t a = 0; a < kh; ++a)
           for (std::int64_t b = 0; b < kw; ++b) {
-            const float* row = dcols.data() + ((i * kh + a) * kw + b) * pix;
+            const float* row = dcols + ((i * kh + a) * kw + b) * pix;
             for (std::int64_t y = 0; y < ho; ++y) {
               const std::int64_t yi = y * stride + a - pad_h;
               if (yi < 0 || yi >= h) continue;
@@ -226,6 +237,102 @@ void softmax(const Tensor& y, const Tensor& dy, const Tensor& dx) {
   }
 }
 
+namespace {
+
+// One query row of the attention's backward pass, over its n visible keys, with K and V held
+// transposed (kt[e * ld + j]: channel e of key j, likewise vt) so that every loop runs along the
+// keys, a vector at a time:
+//   s = c q K^T, p = softmax(s), dp = dout V^T, D = p . dp, ds = p (dp - D) c;
+//   dV^T += dout p^T, dq = ds K, dK^T += q ds^T.
+// s and dp are scratch rows of n floats; dkt and dvt are laid out as kt and vt.
+struct AttentionRow {
+  const float *q, *dout, *kt, *vt;
+  std::int64_t ld, n, d, dv;
+  float c;
+  float *s, *dp, *dq, *dkt, *dvt;
+};
+
+template <class V>
+VINF_VEC_INLINE void fill_row(float* y, float value, std::int64_t n) {
+  constexpr int L = vec::lanes_of<V>;
+  const V v = vec::splat_as<V>(value);
+  std::int64_t j = 0;
+  for (; j + L <= n; j += L) vec::store_as(y + j, v);
+  for (; j < n; ++j) y[j] = value;
+}
+
+// y += a x
+template <class V>
+VINF_VEC_INLINE void axpy_row(float* y, float a, const float* x, std::int64_t n) {
+  constexpr int L = vec::lanes_of<V>;
+  const V va = vec::splat_as<V>(a);
+  std::int64_t j = 0;
+  for (; j + L <= n; j += L) vec::store_as(y + j, vec::load_as<V>(y + j) + va * vec::load_as<V>(x + j));
+  for (; j < n; ++j) y[j] += a * x[j];
+}
+
+template <class V>
+VINF_VEC_INLINE float dot_row(const float* a, const float* b, std::int64_t n) {
+  constexpr int L = vec::lanes_of<V>;
+  V acc{};
+  std::int64_t j = 0;
+  for (; j + L <= n; j += L) acc += vec::load_as<V>(a + j) * vec::load_as<V>(b + j);
+  float sum = vec::hsum(acc);
+  for (; j < n; ++j) sum += a[j] * b[j];
+  return sum;
+}
+
+template <class V>
+VINF_VEC_INLINE void attention_row_impl(const AttentionRow& r) {
+  constexpr int L = vec::lanes_of<V>;
+  const std::int64_t n = r.n;
+  // s = c q K^T and its maximum.
+  fill_row<V>(r.s, 0.f, n);
+  for (std::int64_t e = 0; e < r.d; ++e) axpy_row<V>(r.s, r.q[e] * r.c, r.kt + e * r.ld, n);
+  V vmax = vec::splat_as<V>(-INFINITY);
+  std::int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    const V x = vec::load_as<V>(r.s + j);
+    vmax = x > vmax ? x : vmax;
+  }
+  float mx = vec::hmax(vmax);
+  for (; j < n; ++j) mx = std::max(mx, r.s[j]);
+  // p = exp(s - max) / sum.
+  const V vm = vec::splat_as<V>(mx);
+  V vsum{};
+  for (j = 0; j + L <= n; j += L) {
+    const V e = vec::exp_nonpositive(vec::load_as<V>(r.s + j) - vm);
+    vec::store_as(r.s + j, e);
+    vsum += e;
+  }
+  float sum = vec::hsum(vsum);
+  for (; j < n; ++j) sum += r.s[j] = std::exp(r.s[j] - mx);
+  const float inv = 1.f / sum;
+  const V vinv = vec::splat_as<V>(inv);
+  for (j = 0; j + L <= n; j += L) vec::store_as(r.s + j, vec::load_as<V>(r.s + j) * vinv);
+  for (; j < n; ++j) r.s[j] *= inv;
+  // dp = dout V^T, D = p . dp; dV^T += dout p^T.
+  fill_row<V>(r.dp, 0.f, n);
+  for (std::int64_t e = 0; e < r.dv; ++e) {
+    axpy_row<V>(r.dp, r.dout[e], r.vt + e * r.ld, n);
+    axpy_row<V>(r.dvt + e * r.ld, r.dout[e], r.s, n);
+  }
+  const float big_d = dot_row<V>(r.s, r.dp, n);
+  // ds = p (dp - D) c, in dp's place.
+  const V vd = vec::splat_as<V>(big_d), vc = vec::splat_as<V>(r.c);
+  for (j = 0; j + L <= n; j += L)
+    vec::store_as(r.dp + j, vec::load_as<V>(r.s + j) * (vec::load_as<V>(r.dp + j) - vd) * vc);
+  for (; j < n; ++j) r.dp[j] = r.s[j] * (r.dp[j] - big_d) * r.c;
+  // dq = ds K; dK^T += q ds^T.
+  for (std::int64_t e = 0; e < r.d; ++e) {
+    r.dq[e] += dot_row<V>(r.dp, r.kt + e * r.ld, n);
+    axpy_row<V>(r.dkt + e * r.ld, r.q[e], r.dp, n);
+  }
+}
+VINF_VEC_VARIANTS(attention_row, attention_row_impl, (const AttentionRow& r), (r))
+
+}  // namespace
+
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const exec::AttentionParams& p,
                const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const std::int64_t nb = q.size(0), nh = q.size(1), lq = q.size(2), lk = k.size(2), d = q.size(3), dvn = v.size(3);
@@ -233,56 +340,47 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   auto row = [](const Tensor& t, std::int64_t b, std::int64_t h, std::int64_t i) {
     return f32(t) + b * t.strides[0] + h * t.strides[1] + i * t.strides[2];
   };
-  // (b, h) pairs in parallel: each owns its rows of dq, dk and dv. The probabilities of a row are
-  // recomputed from q and k (nothing of size rows x keys is kept from the forward pass).
+  // (b, h) pairs in parallel: each owns its rows of dq, dk and dv. A pair's keys and values are
+  // transposed into the thread's scratch, its dK and dV gathered there and added at the end. The
+  // probabilities of a row are recomputed from q and k (nothing of size rows x keys is kept from
+  // the forward pass).
 #pragma omp parallel
   {
-    std::vector<double> prob(static_cast<std::size_t>(lk)), dprob(static_cast<std::size_t>(lk));
+    std::vector<float> kt(static_cast<std::size_t>(d * lk)), vt(static_cast<std::size_t>(dvn * lk));
+    std::vector<float> dkt(kt.size()), dvt(vt.size()), s(static_cast<std::size_t>(lk)), dp(s.size());
+    std::vector<float> qi(static_cast<std::size_t>(d)), gi(static_cast<std::size_t>(dvn)), dqi(qi.size());
 #pragma omp for schedule(dynamic) collapse(2)
     for (std::int64_t b = 0; b < nb; ++b)
-      for (std::int64_t h = 0; h < nh; ++h)
+      for (std::int64_t h = 0; h < nh; ++h) {
+        for (std::int64_t j = 0; j < lk; ++j) {
+          const float* kj = row(k, b, h, j);
+          const float* vj = row(v, b, h, j);
+          for (std::int64_t e = 0; e < d; ++e) kt[static_cast<std::size_t>(e * lk + j)] = kj[e];
+          for (std::int64_t e = 0; e < dvn; ++e) vt[static_cast<std::size_t>(e * lk + j)] = vj[e];
+        }
+        std::fill(dkt.begin(), dkt.end(), 0.f);
+        std::fill(dvt.begin(), dvt.end(), 0.f);
         for (std::int64_t i = 0; i < lq; ++i) {
           std::int64_t lo = 0, hi = 0;
           exec::attention_band(p, i, lk, lo, hi);
           if (lo > hi) continue;  // a row that sees no key: its output is zeros, constant
           const double f = log_base > 0 ? std::log(static_cast<double>(hi - lo + 1)) / log_base : 1.0;
-          const double c = p.scale * f;
-          const float* qi = row(q, b, h, i);
-          const float* go = row(dout, b, h, i);
-          double mx = -INFINITY;
-          for (std::int64_t j = lo; j <= hi; ++j) {
-            const float* kj = row(k, b, h, j);
-            double s = 0;
-            for (std::int64_t e = 0; e < d; ++e) s += static_cast<double>(qi[e]) * kj[e];
-            prob[static_cast<std::size_t>(j)] = s * c;
-            mx = std::max(mx, s * c);
-          }
-          double sum = 0;
-          for (std::int64_t j = lo; j <= hi; ++j) sum += prob[static_cast<std::size_t>(j)] = std::exp(prob[static_cast<std::size_t>(j)] - mx);
-          double dot = 0;  // sum_j p_j dp_j = dout_i . out_i
-          for (std::int64_t j = lo; j <= hi; ++j) {
-            double& pj = prob[static_cast<std::size_t>(j)];
-            pj /= sum;
-            const float* vj = row(v, b, h, j);
-            double dp = 0;
-            for (std::int64_t e = 0; e < dvn; ++e) dp += static_cast<double>(go[e]) * vj[e];
-            dprob[static_cast<std::size_t>(j)] = dp;
-            dot += pj * dp;
-          }
-          float* dqi = row(dq, b, h, i);
-          for (std::int64_t j = lo; j <= hi; ++j) {
-            const double pj = prob[static_cast<std::size_t>(j)];
-            const double ds = pj * (dprob[static_cast<std::size_t>(j)] - dot) * c;
-            float* dvj = row(dv, b, h, j);
-            for (std::int64_t e = 0; e < dvn; ++e) dvj[e] += static_cast<float>(pj * go[e]);
-            const float* kj = row(k, b, h, j);
-            float* dkj = row(dk, b, h, j);
-            for (std::int64_t e = 0; e < d; ++e) {
-              dqi[e] += static_cast<float>(ds * kj[e]);
-              dkj[e] += static_cast<float>(ds * qi[e]);
-            }
-          }
+          std::copy(row(q, b, h, i), row(q, b, h, i) + d, qi.begin());
+          std::copy(row(dout, b, h, i), row(dout, b, h, i) + dvn, gi.begin());
+          std::fill(dqi.begin(), dqi.end(), 0.f);
+          attention_row(AttentionRow{qi.data(), gi.data(), kt.data() + lo, vt.data() + lo, lk, hi - lo + 1, d, dvn,
+                                     static_cast<float>(p.scale * f), s.data(), dp.data(), dqi.data(), dkt.data() + lo,
+                                     dvt.data() + lo});
+          float* dq_row = row(dq, b, h, i);
+          for (std::int64_t e = 0; e < d; ++e) dq_row[e] += dqi[static_cast<std::size_t>(e)];
         }
+        for (std::int64_t j = 0; j < lk; ++j) {
+          float* dkj = row(dk, b, h, j);
+          float* dvj = row(dv, b, h, j);
+          for (std::int64_t e = 0; e < d; ++e) dkj[e] += dkt[static_cast<std::size_t>(e * lk + j)];
+          for (std::int64_t e = 0; e < dvn; ++e) dvj[e] += dvt[static_cast<std::size_t>(e * lk + j)];
+        }
+      }
   }
 }
 
@@ -298,14 +396,14 @@ void upsample_nearest(const Tensor& dy, const Tensor& dx) {
 void accumulate(const Tensor& src, const Tensor& dst) {
   bool broadcast = false;
   for (int i = 0; i < dst.rank(); ++i) broadcast = broadcast || (dst.strides[i] == 0 && dst.shape[i] > 1);
-  const float* ps = f32(src);
-  float* pd = f32(dst);
-  const std::int64_t n = src.numel();
-  if (broadcast) {  // several elements of src land on one of dst: in order, on one thread
-    for (std::int64_t i = 0; i < n; ++i) pd[offset_of(dst, i)] += ps[offset_of(src, i)];
+  if (!broadcast) {  // same-shaped views: the fast strided sum, in place
+    fast::axpby(1.f, dst, 1.f, src, dst);
     return;
   }
-  each_element(src, dst, dst, [&](std::int64_t os, std::int64_t od, std::int64_t) { pd[od] += ps[os]; });
+  // Several elements of src land on one of dst: in order, on one thread.
+  const float* ps = f32(src);
+  float* pd = f32(dst);
+  for (std::int64_t i = 0; i < src.numel(); ++i) pd[offset_of(dst, i)] += ps[offset_of(src, i)];
 }
 
 }  // namespace vinf::cpu::grad
