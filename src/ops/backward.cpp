@@ -97,6 +97,7 @@ void conv2d_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const T
   check_shape(op, "db", db, Shape{w.size(0)});
   if (dx) no_broadcast(op, "dx", *dx);
   if (ctx.device.is_cuda()) {
+    VINF_CHECK(!dw || dw->is_contiguous(), op, ": on CUDA dw must be contiguous, got ", dw->describe());
     VINF_ON_CUDA(cuda::grad::conv(ctx, x, w, dy, p.stride, p.padding, p.padding, dx, dw, db));
     return;
   }
@@ -121,6 +122,7 @@ void temporal_conv_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, 
   Tensor dw4;
   if (dw) dw4 = dw->is_contiguous() ? dw->reshape(w4.shape) : dw->unsqueeze(3);
   if (ctx.device.is_cuda()) {
+    VINF_CHECK(!dw || dw->is_contiguous(), op, ": on CUDA dw must be contiguous, got ", dw->describe());
     VINF_ON_CUDA(cuda::grad::conv(ctx, x, w4, dy, 1, pad, 0, dx, dw ? &dw4 : nullptr, db));
     return;
   }

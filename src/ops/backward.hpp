@@ -5,10 +5,11 @@
 // parameter, an input that needs no gradient). Intermediates are recomputed from the forward
 // inputs (the normalisation statistics, the attention probabilities), never stored by the forward.
 //
-// Both backends compute in f32 with double reductions: the CPU in a fixed order; CUDA
-// (src/cuda/backward.cu, simple kernels written for correctness before speed) with atomic adds
-// where threads share an output element, so those sums' order varies from run to run.
-// linear_backward's products go through the matrix-product op (oneDNN, cuBLAS).
+// Both backends compute in f32 (the norms' statistics and sums in double): the CPU in a fixed
+// order; CUDA (src/cuda/backward.cu, simple kernels written for correctness before speed) with
+// atomic adds where threads share an output element, so those sums' order varies from run to run.
+// linear_backward's products go through the matrix-product op (oneDNN, cuBLAS); on CUDA the
+// convolutions' dw must be contiguous (a parameter's gradient is).
 #pragma once
 
 #include "ops/activation.hpp"
