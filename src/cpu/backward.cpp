@@ -42,15 +42,50 @@ void activation(exec::Activation act, const Tensor& x, const Tensor& dy, const T
   });
 }
 
+namespace {
+
+// One row of GEGLU's backward, n values: a = x[0, n), g = x[n, 2n) (contiguous), dy and dx the
+// same way: da += dy gelu(g), dg += dy a (Phi(g) + g phi(g)).
+template <class V>
+VINF_VEC_INLINE void geglu_row_impl(const float* a, const float* g, const float* up, float* da, float* dg,
+                                    std::int64_t n) {
+  constexpr int L = vec::lanes_of<V>;
+  std::int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    const V x = vec::load_as<V>(g + j), u = vec::load_as<V>(up + j);
+    const V cdf = 0.5f * (1.f + vec::erf(x * 0.70710678f));
+    const V pdf = 0.39894228f * vec::exp(-0.5f * x * x);
+    vec::store_as(da + j, vec::load_as<V>(da + j) + u * x * cdf);
+    vec::store_as(dg + j, vec::load_as<V>(dg + j) + u * vec::load_as<V>(a + j) * (cdf + x * pdf));
+  }
+  for (; j < n; ++j) {
+    da[j] += up[j] * exec::gelu(g[j]);
+    dg[j] += up[j] * a[j] * exec::activate_grad<float>(exec::Activation::gelu, g[j]);
+  }
+}
+VINF_VEC_VARIANTS(geglu_row, geglu_row_impl,
+                  (const float* a, const float* g, const float* up, float* da, float* dg, std::int64_t n),
+                  (a, g, up, da, dg, n))
+
+}  // namespace
+
 void geglu(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   const std::int64_t m = dy.size(0), d = dy.size(1);
+  const bool rows = x.strides[1] == 1 && dy.strides[1] == 1 && dx.strides[1] == 1;
 #pragma omp parallel for schedule(static) if (m * d >= kParallelGrain)
-  for (std::int64_t r = 0; r < m; ++r)
+  for (std::int64_t r = 0; r < m; ++r) {
+    if (rows) {
+      const float* xr = f32(x) + r * x.strides[0];
+      float* dxr = f32(dx) + r * dx.strides[0];
+      geglu_row(xr, xr + d, f32(dy) + r * dy.strides[0], dxr, dxr + d, d);
+      continue;
+    }
     for (std::int64_t j = 0; j < d; ++j) {
       const float a = at_f32(x, r, j), g = at_f32(x, r, d + j), up = at_f32(dy, r, j);
       at_f32(dx, r, j) += up * exec::gelu(g);
       at_f32(dx, r, d + j) += up * a * exec::activate_grad<float>(exec::Activation::gelu, g);
     }
+  }
 }
 
 void conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, int stride, int pad_h, int pad_w,
@@ -134,8 +169,145 @@ void conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, 
   }
 }
 
+namespace {
+
+// GroupNorm's backward along one contiguous row of n values of a channel (gamma g, beta b), the
+// group's mean and rstd given: z = xh g + b with xh = (x - mean) rstd, dz = dy act'(z).
+struct NormRow {
+  const float *x, *dy;
+  float* dx;
+  std::int64_t n;
+  float mean, rstd, g, b;
+  exec::Activation act;
+};
+
+template <class V>
+VINF_VEC_INLINE V dz_of(V z, V up, exec::Activation act) {
+  if (act == exec::Activation::none) return up;
+  const V s = 1.f / (1.f + vec::exp(-z));  // silu'(z) = s (1 + z (1 - s))
+  return up * s * (1.f + z * (1.f - s));
+}
+
+// {sum x, sum x^2} of the row.
+template <class V>
+VINF_VEC_INLINE void norm_row_sums_impl(const float* x, std::int64_t n, double* out) {
+  constexpr int L = vec::lanes_of<V>;
+  V s1{}, s2{};
+  std::int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    const V v = vec::load_as<V>(x + j);
+    s1 += v;
+    s2 += v * v;
+  }
+  double a = vec::hsum(s1), b = vec::hsum(s2);
+  for (; j < n; ++j) a += x[j], b += static_cast<double>(x[j]) * x[j];
+  out[0] += a;
+  out[1] += b;
+}
+VINF_VEC_VARIANTS(norm_row_sums, norm_row_sums_impl, (const float* x, std::int64_t n, double* out), (x, n, out))
+
+// {sum dz xh, sum dz} of the row.
+template <class V>
+VINF_VEC_INLINE void norm_row_grads_impl(const NormRow& r, double* out) {
+  constexpr int L = vec::lanes_of<V>;
+  const V mean = vec::splat_as<V>(r.mean), rstd = vec::splat_as<V>(r.rstd), g = vec::splat_as<V>(r.g),
+          b = vec::splat_as<V>(r.b);
+  V sx{}, sd{};
+  std::int64_t j = 0;
+  for (; j + L <= r.n; j += L) {
+    const V xh = (vec::load_as<V>(r.x + j) - mean) * rstd;
+    const V dz = dz_of<V>(xh * g + b, vec::load_as<V>(r.dy + j), r.act);
+    sx += dz * xh;
+    sd += dz;
+  }
+  double a = vec::hsum(sx), c = vec::hsum(sd);
+  for (; j < r.n; ++j) {
+    const float xh = (r.x[j] - r.mean) * r.rstd;
+    const float dz = r.dy[j] * exec::activate_grad<float>(r.act, xh * r.g + r.b);
+    a += dz * xh;
+    c += dz;
+  }
+  out[0] += a;
+  out[1] += c;
+}
+VINF_VEC_VARIANTS(norm_row_grads, norm_row_grads_impl, (const NormRow& r, double* out), (r, out))
+
+// dx += rstd (dz g - a1 - xh a2).
+template <class V>
+VINF_VEC_INLINE void norm_row_dx_impl(const NormRow& r, float a1, float a2) {
+  constexpr int L = vec::lanes_of<V>;
+  const V mean = vec::splat_as<V>(r.mean), rstd = vec::splat_as<V>(r.rstd), g = vec::splat_as<V>(r.g),
+          b = vec::splat_as<V>(r.b), va1 = vec::splat_as<V>(a1), va2 = vec::splat_as<V>(a2);
+  std::int64_t j = 0;
+  for (; j + L <= r.n; j += L) {
+    const V xh = (vec::load_as<V>(r.x + j) - mean) * rstd;
+    const V dz = dz_of<V>(xh * g + b, vec::load_as<V>(r.dy + j), r.act);
+    vec::store_as(r.dx + j, vec::load_as<V>(r.dx + j) + rstd * (dz * g - va1 - xh * va2));
+  }
+  for (; j < r.n; ++j) {
+    const float xh = (r.x[j] - r.mean) * r.rstd;
+    const float dz = r.dy[j] * exec::activate_grad<float>(r.act, xh * r.g + r.b);
+    r.dx[j] += r.rstd * (dz * r.g - a1 - xh * a2);
+  }
+}
+VINF_VEC_VARIANTS(norm_row_dx, norm_row_dx_impl, (const NormRow& r, float a1, float a2), (r, a1, a2))
+
+// The rows path of group_norm: every (N, C, T, S) view with unit stride along S.
+void group_norm_rows(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& dy,
+                     const exec::GroupNormParams& p, const Tensor* dx, const Tensor* dgamma, const Tensor* dbeta) {
+  const std::int64_t n_s = x.size(0), c = x.size(1), t_n = x.size(2), s_n = x.size(3), cg = c / p.groups;
+  const double count = static_cast<double>(cg * t_n * s_n);
+  auto row = [](const Tensor& v, std::int64_t n, std::int64_t ch, std::int64_t t) {
+    return f32(v) + n * v.strides[0] + ch * v.strides[1] + t * v.strides[2];
+  };
+  // Groups in parallel: each owns its channels' dgamma and dbeta.
+#pragma omp parallel for schedule(dynamic) if (x.numel() >= kParallelGrain)
+  for (int g = 0; g < p.groups; ++g) {
+    std::vector<double> per_channel(static_cast<std::size_t>(2 * cg));
+    for (std::int64_t n = 0; n < n_s; ++n) {
+      double sums[2] = {0, 0};
+      for (std::int64_t ch = g * cg; ch < (g + 1) * cg; ++ch)
+        for (std::int64_t t = 0; t < t_n; ++t) norm_row_sums(row(x, n, ch, t), s_n, sums);
+      const double mean = sums[0] / count, var = std::max(sums[1] / count - mean * mean, 0.0);
+      const float rstd = static_cast<float>(1.0 / std::sqrt(var + p.eps));
+      double a1 = 0, a2 = 0;
+      for (std::int64_t k = 0; k < cg; ++k) {
+        const std::int64_t ch = g * cg + k;
+        const float gam = f32(gamma)[ch * gamma.strides[0]], bet = f32(beta)[ch * beta.strides[0]];
+        double acc[2] = {0, 0};  // sum dz xh, sum dz
+        for (std::int64_t t = 0; t < t_n; ++t)
+          norm_row_grads(NormRow{row(x, n, ch, t), row(dy, n, ch, t), nullptr, s_n, static_cast<float>(mean), rstd,
+                                 gam, bet, p.act},
+                         acc);
+        if (dgamma) f32(*dgamma)[ch * dgamma->strides[0]] += static_cast<float>(acc[0]);
+        if (dbeta) f32(*dbeta)[ch * dbeta->strides[0]] += static_cast<float>(acc[1]);
+        a1 += acc[1] * gam;
+        a2 += acc[0] * gam;
+      }
+      if (!dx) continue;
+      const float m1 = static_cast<float>(a1 / count), m2 = static_cast<float>(a2 / count);
+      for (std::int64_t ch = g * cg; ch < (g + 1) * cg; ++ch) {
+        const float gam = f32(gamma)[ch * gamma.strides[0]], bet = f32(beta)[ch * beta.strides[0]];
+        for (std::int64_t t = 0; t < t_n; ++t)
+          norm_row_dx(NormRow{row(x, n, ch, t), row(dy, n, ch, t), row(*dx, n, ch, t), s_n, static_cast<float>(mean),
+                              rstd, gam, bet, p.act},
+                      m1, m2);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void group_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& dy,
                 const exec::GroupNormParams& p, const Tensor* dx, const Tensor* dgamma, const Tensor* dbeta) {
+  // The rows path takes unit-stride rows and the activations the UNet fuses (none, SiLU); the
+  // scalar loops below take the rest.
+  const bool rows = x.strides[3] == 1 && dy.strides[3] == 1 && (!dx || dx->strides[3] == 1);
+  if (rows && (p.act == exec::Activation::none || p.act == exec::Activation::silu)) {
+    group_norm_rows(x, gamma, beta, dy, p, dx, dgamma, dbeta);
+    return;
+  }
   const std::int64_t n_s = x.size(0), c = x.size(1), t_n = x.size(2), s_n = x.size(3), cg = c / p.groups;
   const double count = static_cast<double>(cg * t_n * s_n);
   auto gam = [&](std::int64_t ch) { return static_cast<double>(f32(gamma)[ch * gamma.strides[0]]); };

@@ -81,10 +81,16 @@ std::vector<GradCase> grad_cases() {
                 [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
                   activation_backward(ctx, Activation::silu, in[0].transpose(0, 1), dout[0], d[0]->transpose(0, 1));
                 }});
-  cs.push_back({"geglu", "geglu [7,18] -> [7,9]", {{"x", {7, 18}, 1.5f}}, {{7, 9}},
+  cs.push_back({"geglu", "geglu [7,50] -> [7,25]", {{"x", {7, 50}, 1.5f}}, {{7, 25}},
                 [](ExecContext& ctx, const Ins& in, const Ins& out) { geglu(ctx, in[0], out[0]); },
                 [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
                   geglu_backward(ctx, in[0], dout[0], *d[0]);
+                }});
+
+  cs.push_back({"geglu", "geglu transposed view [7,18] -> [7,9]", {{"x", {18, 7}, 1.5f}}, {{7, 9}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) { geglu(ctx, in[0].transpose(0, 1), out[0]); },
+                [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
+                  geglu_backward(ctx, in[0].transpose(0, 1), dout[0], d[0]->transpose(0, 1));
                 }});
 
   add_linear(cs, {2, 5, 6}, 4, true);
@@ -121,6 +127,17 @@ std::vector<GradCase> grad_cases() {
                   const Tensor dx = clip_view(*d[0], 2);
                   group_norm_backward(ctx, clip_view(in[0], 2), in[1], in[2], clip_view(dout[0], 2),
                                       {3, 1e-6f, Activation::none}, &dx, d[1], d[2]);
+                }});
+  // Pixels with a stride (a channels-last view): the scalar loops rather than the rows.
+  cs.push_back({"group_norm", "group_norm silu strided pixels [2,4,3,5]",
+                {{"x", {2, 4, 5, 3}, 1.2f, 0.1f}, {"gamma", {4}, 0.3f, 1.f}, {"beta", {4}, 0.3f}}, {{2, 4, 3, 5}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) {
+                  group_norm(ctx, in[0].permute({0, 1, 3, 2}), in[1], in[2], out[0], {2, 1e-5f, Activation::silu});
+                },
+                [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
+                  const Tensor dx = d[0]->permute({0, 1, 3, 2});
+                  group_norm_backward(ctx, in[0].permute({0, 1, 3, 2}), in[1], in[2], dout[0],
+                                      {2, 1e-5f, Activation::silu}, &dx, d[1], d[2]);
                 }});
   cs.push_back({"layer_norm", "layer_norm [9,12]", {{"x", {9, 12}, 1.2f, 0.4f}, {"gamma", {12}, 0.3f, 1.f},
                 {"beta", {12}, 0.3f}}, {{9, 12}},
