@@ -282,7 +282,6 @@ int train(const std::vector<std::string>& args) {
 
   const std::int64_t per_clip = di.channels * di.frames * di.height * di.width;
   const std::int64_t text_row = di.text_tokens * di.text_width;
-  const Shape clip_shape{di.channels, di.frames, di.height, di.width};
   const std::int64_t m = o.micro_batch;
   std::vector<float> host_x0(static_cast<std::size_t>(m * per_clip)), host_text(static_cast<std::size_t>(m * text_row));
   OwnedTensor x0 = rt.arena().empty(DType::f32, {m, di.channels, di.frames, di.height, di.width});
