@@ -9,7 +9,9 @@
 //   vinf_bench_train [--vinf_suite=cpu|smoke] [Google Benchmark flags]
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -32,6 +34,11 @@ struct Setup {
   std::int64_t b, f, h, w, tokens;
   bool checkpoint;
 };
+
+std::string name_of(const Setup& s) {
+  return "train_step/" + s.preset + " B" + std::to_string(s.b) + " F" + std::to_string(s.f) + " " +
+         std::to_string(s.h) + "x" + std::to_string(s.w) + (s.checkpoint ? " checkpointed" : " plain");
+}
 
 model::UNetConfig config_of(const std::string& preset) {
   model::UNetConfig c = model::preset_config(preset == "narrow" ? "small" : preset);
@@ -59,9 +66,10 @@ void train_step(benchmark::State& state, const Setup& s) {
   const train::LossBatch batch{x0, eps, text, std::vector<std::int64_t>(static_cast<std::size_t>(s.b), 500), 24};
   const auto abar = sampling::make_alphas_cumprod(sampling::NoiseScheduleConfig{});
   const auto lookup = [&weights](const std::string& n) { return weights.find(n); };
-  auto step = [&] {
+  auto step = [&](std::map<std::string, double>* profile = nullptr) {
     grads.zero(rt.ctx());
-    return train::unet_loss_backward(rt.ctx(), c, lookup, grads, abar, batch, x0.numel(), nullptr, s.checkpoint);
+    return train::unet_loss_backward(rt.ctx(), c, lookup, grads, abar, batch, x0.numel(), nullptr, s.checkpoint,
+                                     1.f, profile);
   };
   step();  // warm-up: plans, arena blocks
   const std::size_t before = rt.arena().stats().in_use;
@@ -75,6 +83,14 @@ void train_step(benchmark::State& state, const Setup& s) {
     ++n;
   }
   const double peak = static_cast<double>(rt.arena().stats().peak_in_use - before);
+  // One more step, outside the timing, for where the backward pass spends its time by op.
+  std::map<std::string, double> by_op;
+  const double profiled = step(&by_op).backward_seconds;
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [op, sec] : by_op) rows.emplace_back(sec, op);
+  std::sort(rows.rbegin(), rows.rend());
+  std::printf("%s: the backward pass by op (one step, %.3f s):\n", name_of(s).c_str(), profiled);
+  for (const auto& [sec, op] : rows) std::printf("  %-28s %8.4f s  %5.1f%%\n", op.c_str(), sec, 100 * sec / profiled);
   // The inference forward of the same shape (one timestep for the batch), for comparison.
   const model::UNet3D unet(c, model::Weights::random(specs, rt, DType::f32, 1));
   OwnedTensor out = rt.arena().empty(DType::f32, xs);
@@ -103,9 +119,7 @@ int main(int argc, char** argv) {
     setups = {{"narrow", 1, 8, 32, 32, 16, false}, {"narrow", 1, 8, 32, 32, 16, true}};
   }
   for (const Setup& s : setups) {
-    const std::string name = "train_step/" + s.preset + " B" + std::to_string(s.b) + " F" + std::to_string(s.f) + " " +
-                             std::to_string(s.h) + "x" + std::to_string(s.w) +
-                             (s.checkpoint ? " checkpointed" : " plain");
+    const std::string name = name_of(s);
     benchmark::RegisterBenchmark(name.c_str(), [&s](benchmark::State& st) { train_step(st, s); })
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime()

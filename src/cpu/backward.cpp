@@ -503,6 +503,152 @@ VINF_VEC_INLINE void attention_row_impl(const AttentionRow& r) {
 }
 VINF_VEC_VARIANTS(attention_row, attention_row_impl, (const AttentionRow& r), (r))
 
+// Full attention (every row sees every key, so one scale c for all rows) with small heads
+// (d = dv = D, 8 or 16), for one (batch, head) pair. The row kernel above runs a vector along the
+// keys per channel, reading and writing a row of scratch for each of the 5 d products; with d = 8
+// that is memory traffic for every 2 flops. Here a tile of scores stays in registers, flash-
+// attention's backward by blocks of L = lanes:
+//   1. rows in lanes: each row's log-sum-exp (lse) and D = p . dp (= dout . out), over the keys;
+//   2. rows in lanes: p = exp(s - lse), ds = p (dp - D), dq += c ds K, D accumulators;
+//   3. keys in lanes: the same p and ds, dV += p^T dout and dK += c ds^T q, 2 D accumulators.
+// The scores are recomputed in each stage (4 D flops an element against a pass over memory), in
+// the same order of the same products, so each stage sees the same s.
+struct SmallPair {
+  const float *q, *k, *v, *g;  // row i of q at q + i * ldq, likewise the others
+  std::int64_t ldq, ldk, ldv, ldg;
+  float *dq, *dk, *dv;
+  std::int64_t lddq, lddk, lddv;
+  std::int64_t lq, lk;
+  float c;
+  float* scratch;  // small_pair_scratch(lq, lk, lanes) floats
+};
+
+std::int64_t round_up(std::int64_t n, std::int64_t m) { return (n + m - 1) / m * m; }
+
+// QT, GT (D x lq padded), lse, dd (lq padded), KT, VT (D x lk padded), a tile of D x lanes.
+std::int64_t small_pair_scratch(std::int64_t lq, std::int64_t lk, std::int64_t d, std::int64_t lanes) {
+  const std::int64_t lqp = round_up(lq, lanes), lkp = round_up(lk, lanes);
+  return 2 * d * lqp + 2 * lqp + 2 * d * lkp + d * lanes;
+}
+
+template <class V, int D>
+VINF_VEC_INLINE V dot_splat(const V (&x)[D], const float* y) {  // sum_e x[e] * y[e], y broadcast
+  V acc = x[0] * vec::splat_as<V>(y[0]);
+#pragma GCC unroll 16
+  for (int e = 1; e < D; ++e) acc += x[e] * vec::splat_as<V>(y[e]);
+  return acc;
+}
+
+template <class V, int D>
+VINF_VEC_INLINE V dot_splat_rev(const float* x, const float* xt, std::int64_t ld, float c) {
+  // sum_e (x[e] c) * xt[e * ld + lanes]: the same products, in the same order, as dot_splat over
+  // a transposed copy holding x c.
+  V acc = vec::splat_as<V>(x[0] * c) * vec::load_as<V>(xt);
+#pragma GCC unroll 16
+  for (int e = 1; e < D; ++e) acc += vec::splat_as<V>(x[e] * c) * vec::load_as<V>(xt + e * ld);
+  return acc;
+}
+
+template <class V, int D>
+VINF_VEC_INLINE void small_pair(const SmallPair& a) {
+  constexpr int L = vec::lanes_of<V>;
+  const std::int64_t lq = a.lq, lk = a.lk, lqp = round_up(lq, L), lkp = round_up(lk, L);
+  float* qt = a.scratch;
+  float* gt = qt + D * lqp;
+  float* lse = gt + D * lqp;
+  float* dd = lse + lqp;
+  float* kt = dd + lqp;
+  float* vt = kt + D * lkp;
+  float* tile = vt + D * lkp;
+  std::fill(qt, tile, 0.f);
+  for (std::int64_t i = 0; i < lq; ++i)
+    for (int e = 0; e < D; ++e) {
+      qt[e * lqp + i] = a.q[i * a.ldq + e] * a.c;
+      gt[e * lqp + i] = a.g[i * a.ldg + e];
+    }
+  for (std::int64_t j = 0; j < lk; ++j)
+    for (int e = 0; e < D; ++e) {
+      kt[e * lkp + j] = a.k[j * a.ldk + e];
+      vt[e * lkp + j] = a.v[j * a.ldv + e];
+    }
+  for (std::int64_t r0 = 0; r0 < lq; r0 += L) {
+    V qv[D], gv[D];
+#pragma GCC unroll 16
+    for (int e = 0; e < D; ++e) {
+      qv[e] = vec::load_as<V>(qt + e * lqp + r0);
+      gv[e] = vec::load_as<V>(gt + e * lqp + r0);
+    }
+    // 1. The rows' maxima, then lse and D.
+    V m = vec::splat_as<V>(-INFINITY);
+    for (std::int64_t j = 0; j < lk; ++j) {
+      const V s = dot_splat<V, D>(qv, a.k + j * a.ldk);
+      m = s > m ? s : m;
+    }
+    V l{}, acc{};
+    for (std::int64_t j = 0; j < lk; ++j) {
+      const V p = vec::exp_nonpositive(dot_splat<V, D>(qv, a.k + j * a.ldk) - m);
+      l += p;
+      acc += p * dot_splat<V, D>(gv, a.v + j * a.ldv);
+    }
+    float ml[L], ll[L], al[L];
+    vec::store_as(ml, m);
+    vec::store_as(ll, l);
+    vec::store_as(al, acc);
+    for (int r = 0; r < L; ++r) {
+      lse[r0 + r] = ml[r] + std::log(ll[r]);
+      dd[r0 + r] = al[r] / ll[r];
+    }
+    // 2. dq.
+    const V lsev = vec::load_as<V>(lse + r0), ddv = vec::load_as<V>(dd + r0);
+    V dqv[D];
+#pragma GCC unroll 16
+    for (int e = 0; e < D; ++e) dqv[e] = V{};
+    for (std::int64_t j = 0; j < lk; ++j) {
+      const float* kj = a.k + j * a.ldk;
+      const V p = vec::exp_nonpositive(dot_splat<V, D>(qv, kj) - lsev);
+      const V ds = p * (dot_splat<V, D>(gv, a.v + j * a.ldv) - ddv);
+#pragma GCC unroll 16
+      for (int e = 0; e < D; ++e) dqv[e] += ds * vec::splat_as<V>(kj[e]);
+    }
+#pragma GCC unroll 16
+    for (int e = 0; e < D; ++e) vec::store_as(tile + e * L, dqv[e]);
+    for (std::int64_t r = 0; r < L && r0 + r < lq; ++r)
+      for (int e = 0; e < D; ++e) a.dq[(r0 + r) * a.lddq + e] += a.c * tile[e * L + r];
+  }
+  // 3. dK and dV, keys in lanes.
+  for (std::int64_t j0 = 0; j0 < lk; j0 += L) {
+    V dkv[D], dvv[D];
+#pragma GCC unroll 16
+    for (int e = 0; e < D; ++e) dkv[e] = dvv[e] = V{};
+    for (std::int64_t i = 0; i < lq; ++i) {
+      const float* qi = a.q + i * a.ldq;
+      const float* gi = a.g + i * a.ldg;
+      const V p = vec::exp_nonpositive(dot_splat_rev<V, D>(qi, kt + j0, lkp, a.c) - vec::splat_as<V>(lse[i]));
+      const V ds = p * (dot_splat_rev<V, D>(gi, vt + j0, lkp, 1.f) - vec::splat_as<V>(dd[i]));
+#pragma GCC unroll 16
+      for (int e = 0; e < D; ++e) {
+        dvv[e] += p * vec::splat_as<V>(gi[e]);
+        dkv[e] += ds * vec::splat_as<V>(qi[e]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int e = 0; e < D; ++e) vec::store_as(tile + e * L, dkv[e]);
+    for (std::int64_t j = 0; j < L && j0 + j < lk; ++j)
+      for (int e = 0; e < D; ++e) a.dk[(j0 + j) * a.lddk + e] += a.c * tile[e * L + j];
+#pragma GCC unroll 16
+    for (int e = 0; e < D; ++e) vec::store_as(tile + e * L, dvv[e]);
+    for (std::int64_t j = 0; j < L && j0 + j < lk; ++j)
+      for (int e = 0; e < D; ++e) a.dv[(j0 + j) * a.lddv + e] += tile[e * L + j];
+  }
+}
+
+template <class V>
+VINF_VEC_INLINE void small_pair_impl(const SmallPair& a, int d) {
+  if (d == 8) small_pair<V, 8>(a);
+  else small_pair<V, 16>(a);
+}
+VINF_VEC_VARIANTS(attention_small_pair, small_pair_impl, (const SmallPair& a, int d), (a, d))
+
 }  // namespace
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const exec::AttentionParams& p,
@@ -512,6 +658,28 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   auto row = [](const Tensor& t, std::int64_t b, std::int64_t h, std::int64_t i) {
     return f32(t) + b * t.strides[0] + h * t.strides[1] + i * t.strides[2];
   };
+  // Every row sees every key: the small-head kernel, when the heads are small.
+  std::int64_t lo_last = 0, hi_last = 0, lo_first = 0, hi_first = 0;
+  exec::attention_band(p, lq - 1, lk, lo_last, hi_last);
+  exec::attention_band(p, 0, lk, lo_first, hi_first);
+  if (lq > 0 && lk > 0 && lo_last == 0 && hi_first == lk - 1 && d == dvn && (d == 8 || d == 16)) {
+    const float c =
+        static_cast<float>(p.scale * (log_base > 0 ? std::log(static_cast<double>(lk)) / log_base : 1.0));
+    const std::int64_t lanes = vec::variant_lanes();
+#pragma omp parallel
+    {
+      std::vector<float> scratch(static_cast<std::size_t>(small_pair_scratch(lq, lk, d, lanes)));
+#pragma omp for schedule(dynamic) collapse(2)
+      for (std::int64_t b = 0; b < nb; ++b)
+        for (std::int64_t h = 0; h < nh; ++h)
+          attention_small_pair(SmallPair{row(q, b, h, 0), row(k, b, h, 0), row(v, b, h, 0), row(dout, b, h, 0),
+                                         q.strides[2], k.strides[2], v.strides[2], dout.strides[2],
+                                         row(dq, b, h, 0), row(dk, b, h, 0), row(dv, b, h, 0), dq.strides[2],
+                                         dk.strides[2], dv.strides[2], lq, lk, c, scratch.data()},
+                               static_cast<int>(d));
+    }
+    return;
+  }
   // (b, h) pairs in parallel: each owns its rows of dq, dk and dv. A pair's keys and values are
   // transposed into the thread's scratch, its dK and dV gathered there and added at the end. The
   // probabilities of a row are recomputed from q and k (nothing of size rows x keys is kept from

@@ -108,7 +108,122 @@ void convolve(ExecContext& ctx, const char* op, const Tensor& x, const Tensor& w
   }
 }
 
+// dst += src, both oneDNN memory descriptors (layouts may differ): a reorder with a sum post-op.
+dnnl::reorder adding_reorder(CpuContext& cc, const memory::desc& src, const memory::desc& dst) {
+  dnnl::post_ops sum;
+  sum.append_sum(1.f);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(sum);
+  return dnnl::reorder(dnnl::reorder::primitive_desc(cc.engine(), src, cc.engine(), dst, attr));
+}
+
+ConvBackwardPlan& get_backward_plan(CpuContext& cc, const Tensor& x, const Tensor& w, const Tensor& dy,
+                                    const Tensor* dx, const Tensor* dw, bool bias, const ConvGeometry& g) {
+  auto& plans = cc.conv_backward_plans();
+  std::string key = x.describe() + "|" + w.describe() + "|" + dy.describe() + "|" +
+                    (dx ? dx->describe() : "-") + "|" + (dw ? dw->describe() : "-") + (bias ? "|b" : "|-");
+  key += "|s" + std::to_string(g.stride) + "p" + std::to_string(g.pad_h) + "," + std::to_string(g.pad_w);
+  if (auto it = plans.find(key); it != plans.end()) return *it->second;
+  auto plan = std::make_unique<ConvBackwardPlan>();
+  plan->user_x = strided_desc(x);
+  plan->user_w = strided_desc(w);
+  plan->user_dy = strided_desc(dy);
+  const memory::dims src_dims(x.shape.begin(), x.shape.end()), wei_dims(w.shape.begin(), w.shape.end()),
+      dst_dims(dy.shape.begin(), dy.shape.end());
+  const auto any = memory::format_tag::any;
+  const auto f32 = memory::data_type::f32;
+  const memory::desc src_any(src_dims, f32, any), wei_any(wei_dims, f32, any), dst_any(dst_dims, f32, any);
+  const memory::dims strides{g.stride, g.stride}, pad{g.pad_h, g.pad_w};
+  const auto algo = dnnl::algorithm::convolution_direct;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  plan->hint = dnnl::convolution_forward::primitive_desc(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src_any, wei_any, dst_any, strides,
+                                      pad, pad),
+      cc.engine());
+  if (dx) {
+    plan->user_dx = strided_desc(*dx);
+    plan->data_pd = dnnl::convolution_backward_data::primitive_desc(
+        dnnl::convolution_backward_data::desc(algo, src_any, wei_any, dst_any, strides, pad, pad), attr, cc.engine(),
+        plan->hint);
+    plan->data = dnnl::convolution_backward_data(plan->data_pd);
+    plan->add_dx = adding_reorder(cc, plan->data_pd.diff_src_desc(), plan->user_dx);
+  }
+  if (dw || bias) {
+    plan->bias_md = memory::desc({w.size(0)}, f32, memory::format_tag::a);
+    const auto d = bias ? dnnl::convolution_backward_weights::desc(algo, src_any, wei_any, plan->bias_md, dst_any,
+                                                                   strides, pad, pad)
+                        : dnnl::convolution_backward_weights::desc(algo, src_any, wei_any, dst_any, strides, pad, pad);
+    plan->weights_pd = dnnl::convolution_backward_weights::primitive_desc(d, attr, cc.engine(), plan->hint);
+    plan->weights = dnnl::convolution_backward_weights(plan->weights_pd);
+    if (dw) {
+      plan->user_dw = strided_desc(*dw);
+      plan->add_dw = adding_reorder(cc, plan->weights_pd.diff_weights_desc(), plan->user_dw);
+    }
+  }
+  return *plans.emplace(key, std::move(plan)).first->second;
+}
+
+// memory of `want`'s layout over a fresh arena block.
+memory scratch_memory(CpuContext& cc, Arena& arena, const memory::desc& want, Allocation& hold) {
+  hold = arena.allocate(want.get_size());
+  return memory(want, cc.engine(), hold.data());
+}
+
 }  // namespace
+
+void conv_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, int stride, int pad_h,
+                   int pad_w, const Tensor* dx, const Tensor* dw, const Tensor* db) {
+  VINF_CHECK(ctx.cpu != nullptr, "conv_backward: the CPU fast path needs a CpuContext");
+  if (!dx && !dw && !db) return;
+  CpuContext& cc = *ctx.cpu;
+  Arena& arena = *ctx.arena;
+  try {
+    ConvBackwardPlan& plan = get_backward_plan(cc, x, w, dy, dx, dw, db != nullptr, {stride, pad_h, pad_w});
+    if (dx) {
+      Allocation hdy, hw, hdx, hscratch;
+      memory ddst = staged(cc, arena, plan.data_pd.diff_dst_desc(), plan.user_dy, dy.data, true, hdy);
+      memory wei = staged(cc, arena, plan.data_pd.weights_desc(), plan.user_w, w.data, true, hw);
+      memory dsrc = scratch_memory(cc, arena, plan.data_pd.diff_src_desc(), hdx);
+      memory scratch = scratch_memory(cc, arena, plan.data_pd.scratchpad_desc(), hscratch);
+      plan.data.execute(cc.stream(), {{DNNL_ARG_DIFF_DST, ddst},
+                                      {DNNL_ARG_WEIGHTS, wei},
+                                      {DNNL_ARG_DIFF_SRC, dsrc},
+                                      {DNNL_ARG_SCRATCHPAD, scratch}});
+      memory user_dx(plan.user_dx, cc.engine(), dx->data);
+      plan.add_dx.execute(cc.stream(), dsrc, user_dx);
+      cc.stream().wait();
+    }
+    if (dw || db) {
+      Allocation hx, hdy, hdw, hdb, hscratch;
+      memory src = staged(cc, arena, plan.weights_pd.src_desc(), plan.user_x, x.data, true, hx);
+      memory ddst = staged(cc, arena, plan.weights_pd.diff_dst_desc(), plan.user_dy, dy.data, true, hdy);
+      memory dwei = scratch_memory(cc, arena, plan.weights_pd.diff_weights_desc(), hdw);
+      memory scratch = scratch_memory(cc, arena, plan.weights_pd.scratchpad_desc(), hscratch);
+      std::unordered_map<int, memory> args{
+          {DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dwei}, {DNNL_ARG_SCRATCHPAD, scratch}};
+      memory dbias;
+      if (db) {
+        dbias = scratch_memory(cc, arena, plan.bias_md, hdb);
+        args.emplace(DNNL_ARG_DIFF_BIAS, dbias);
+      }
+      plan.weights.execute(cc.stream(), args);
+      if (dw) {
+        memory user_dw(plan.user_dw, cc.engine(), dw->data);
+        plan.add_dw.execute(cc.stream(), dwei, user_dw);
+      }
+      cc.stream().wait();
+      if (db) {
+        const float* from = static_cast<const float*>(dbias.get_data_handle());
+        float* to = static_cast<float*>(db->data);
+        for (std::int64_t o = 0; o < db->size(0); ++o) to[o * db->stride(0)] += from[o];
+      }
+    }
+  } catch (const dnnl::error& e) {
+    VINF_FAIL("conv_backward: oneDNN failed for x ", x.describe(), ", w ", w.describe(), ", dy ", dy.describe(), ": ",
+              e.what());
+  }
+}
 
 void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
             const exec::Conv2dParams& p) {

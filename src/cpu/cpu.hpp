@@ -78,6 +78,11 @@ void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, 
 void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
             const exec::Conv2dParams& p);
 void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, int pad);
+// The backward passes of a convolution of x (N, Ci, H, W) with w (Co, Ci, KH, KW) at a stride and
+// zero padding, f32: dx, dw and db (each optional, any strides) have the gradients added into
+// them (oneDNN's backward primitives; grad::conv is the reference).
+void conv_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, int stride, int pad_h,
+                   int pad_w, const Tensor* dx, const Tensor* dw, const Tensor* db);
 void upsample_nearest(const Tensor& x, const Tensor& y);
 void timestep_embedding(const Tensor& t, const Tensor& out, const exec::TimestepEmbeddingParams& p);
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg,

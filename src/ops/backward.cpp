@@ -101,7 +101,10 @@ void conv2d_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const T
     VINF_ON_CUDA(cuda::grad::conv(ctx, x, w, dy, p.stride, p.padding, p.padding, dx, dw, db));
     return;
   }
-  cpu::grad::conv(ctx, x, w, dy, p.stride, p.padding, p.padding, dx, dw, db);
+  if (detail::reference(ctx))
+    cpu::grad::conv(ctx, x, w, dy, p.stride, p.padding, p.padding, dx, dw, db);
+  else
+    cpu::fast::conv_backward(ctx, x, w, dy, p.stride, p.padding, p.padding, dx, dw, db);
 }
 
 void temporal_conv_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, int pad,
@@ -126,7 +129,10 @@ void temporal_conv_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, 
     VINF_ON_CUDA(cuda::grad::conv(ctx, x, w4, dy, 1, pad, 0, dx, dw ? &dw4 : nullptr, db));
     return;
   }
-  cpu::grad::conv(ctx, x, w4, dy, 1, pad, 0, dx, dw ? &dw4 : nullptr, db);
+  if (detail::reference(ctx))
+    cpu::grad::conv(ctx, x, w4, dy, 1, pad, 0, dx, dw ? &dw4 : nullptr, db);
+  else
+    cpu::fast::conv_backward(ctx, x, w4, dy, 1, pad, 0, dx, dw ? &dw4 : nullptr, db);
 }
 
 void group_norm_backward(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& dy,

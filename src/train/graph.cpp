@@ -1,11 +1,14 @@
 #include "train/graph.hpp"
 
+#include <chrono>
+
 #include "core/error.hpp"
 #include "ops/backward.hpp"
 #include "ops/conv.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/gemm.hpp"
 #include "ops/resample.hpp"
+#include "ops/runtime.hpp"
 
 namespace vinf::train {
 namespace {
@@ -76,8 +79,13 @@ const Tensor& Graph::grad(const Var& v) {
 void Graph::backward(const Var& out, const Tensor& seed) {
   ops::accumulate(ctx_, seed, grad(out));
   for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
-    (*it)();
-    *it = nullptr;  // what only this step held (its inputs, its output's gradient) is freed now
+    const auto start = std::chrono::steady_clock::now();
+    it->run();
+    if (profile_ != nullptr && it->op != nullptr) {
+      synchronize(ctx_);
+      (*profile_)[it->op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    it->run = nullptr;  // what only this step held (its inputs, its output's gradient) is freed now
   }
   steps_.clear();
 }
@@ -93,10 +101,12 @@ Var Graph::checkpoint(const std::vector<Var>& inputs, const Block& block) {
     throw;
   }
   recording_ = true;
-  record([this, inputs, out, block] {
+  // Not timed as a whole: the block's steps are, in the inner graph.
+  record(nullptr, [this, inputs, out, block] {
     if (!has_grad(out)) return;
     // The block again on leaves that share the inputs' values, recording, then its backward.
     Graph again(ctx_, params_, grads_, lora_scale_);
+    again.set_profile(profile_);
     std::vector<Var> leaves;
     for (const Var& in : inputs) {
       auto leaf = std::make_shared<Node>();
@@ -105,7 +115,13 @@ Var Graph::checkpoint(const std::vector<Var>& inputs, const Block& block) {
       leaf->requires_grad = in->requires_grad;
       leaves.push_back(std::move(leaf));
     }
+    const auto start = std::chrono::steady_clock::now();
     const Var y = block(again, leaves);
+    if (profile_ != nullptr) {
+      synchronize(ctx_);
+      (*profile_)["checkpoint: forward again"] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
     again.backward(y, out->grad);
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i]->requires_grad && has_grad(leaves[i])) ops::accumulate(ctx_, leaves[i]->grad, grad(inputs[i]));
@@ -123,7 +139,7 @@ Var Graph::linear(const Var& x, const std::string& prefix, bool bias) {
   Var y = make(ys, x->requires_grad || dw || db);
   ops::linear(ctx_, x->value, w, b, y->value);
   if (y->requires_grad)
-    record([this, x, y, w, dw, db] {
+    record("linear", [this, x, y, w, dw, db] {
       if (has_grad(y)) ops::linear_backward(ctx_, x->value, w, y->grad, grad_if(x), dw, db);
     });
   if (has_param(prefix + ".lora_A.weight"))  // + scale * B (A x), through the graph's own ops
@@ -142,7 +158,7 @@ Var Graph::conv2d(const Var& x, const std::string& prefix, int stride, int pad) 
   Var y = make({x->value.size(0), w.size(0), ho, wo}, x->requires_grad || dw || db);
   ops::conv2d(ctx_, x->value, w, &b, y->value, p);
   if (y->requires_grad)
-    record([this, x, y, w, dw, db, p] {
+    record("conv2d", [this, x, y, w, dw, db, p] {
       if (has_grad(y)) ops::conv2d_backward(ctx_, x->value, w, y->grad, p, grad_if(x), dw, db);
     });
   return y;
@@ -163,7 +179,7 @@ Var Graph::group_norm(const Var& x, const std::string& prefix, int groups, float
   Var y = make(x->value.shape, x->requires_grad || dg || db);
   ops::group_norm(ctx_, view(x->value), g, b, view(y->value), p);
   if (y->requires_grad)
-    record([this, x, y, g, b, dg, db, p, view] {
+    record("group_norm", [this, x, y, g, b, dg, db, p, view] {
       if (!has_grad(y)) return;
       Tensor dx;
       if (x->requires_grad) dx = view(grad(x));
@@ -182,7 +198,7 @@ Var Graph::layer_norm(const Var& x, const std::string& prefix, float eps) {
   Var y = make(x->value.shape, x->requires_grad || dg || db);
   ops::layer_norm(ctx_, rows(x->value), g, b, rows(y->value), eps);
   if (y->requires_grad)
-    record([this, x, y, g, dg, db, eps, rows] {
+    record("layer_norm", [this, x, y, g, dg, db, eps, rows] {
       if (!has_grad(y)) return;
       Tensor dx;
       if (x->requires_grad) dx = rows(grad(x));
@@ -195,7 +211,7 @@ Var Graph::activation(const Var& x, ops::Activation act) {
   Var y = make(x->value.shape, x->requires_grad);
   ops::activation(ctx_, act, x->value, y->value);
   if (y->requires_grad)
-    record([this, x, y, act] {
+    record("activation", [this, x, y, act] {
       if (has_grad(y)) ops::activation_backward(ctx_, act, x->value, y->grad, grad(x));
     });
   return y;
@@ -207,7 +223,7 @@ Var Graph::geglu(const Var& x) {
   Var y = make(ys, x->requires_grad);
   ops::geglu(ctx_, x->value, y->value);
   if (y->requires_grad)
-    record([this, x, y] {
+    record("geglu", [this, x, y] {
       if (has_grad(y)) ops::geglu_backward(ctx_, x->value, y->grad, grad(x));
     });
   return y;
@@ -228,7 +244,7 @@ Var Graph::temporal_conv(const Var& x, const std::string& prefix, std::int64_t c
              "-frame kernels' frame count");
   ops::temporal_conv(ctx_, clip(x->value), w, &b, clip(y->value), pad);
   if (y->requires_grad)
-    record([this, x, y, w, dw5, db, pad, clip] {
+    record("temporal_conv", [this, x, y, w, dw5, db, pad, clip] {
       if (!has_grad(y)) return;
       Tensor dx, dw;
       if (x->requires_grad) dx = clip(grad(x));
@@ -243,7 +259,7 @@ Var Graph::add(const Var& a, const Var& b) {
   Var y = make(a->value.shape, a->requires_grad || b->requires_grad);
   ops::add(ctx_, a->value, b->value, y->value);
   if (y->requires_grad)
-    record([this, a, b, y] {
+    record("add", [this, a, b, y] {
       if (!has_grad(y)) return;
       if (a->requires_grad) ops::accumulate(ctx_, y->grad, grad(a));
       if (b->requires_grad) ops::accumulate(ctx_, y->grad, grad(b));
@@ -255,7 +271,7 @@ Var Graph::scale(const Var& x, float s) {
   Var y = make(x->value.shape, x->requires_grad);
   ops::scale(ctx_, x->value, s, y->value);
   if (y->requires_grad)
-    record([this, x, y, s] {
+    record("scale", [this, x, y, s] {
       if (has_grad(y)) ops::axpby(ctx_, 1.f, grad(x), s, y->grad, grad(x));
     });
   return y;
@@ -270,7 +286,7 @@ Var Graph::add_per_sample(const Var& x, const Var& e, std::int64_t batch) {
   Var y = make(xs, x->requires_grad || e->requires_grad);
   ops::add(ctx_, x->value.reshape(s4), e->value.reshape(e4).expand(s4), y->value.reshape(s4));
   if (y->requires_grad)
-    record([this, x, e, y, s4, e4] {
+    record("add_per_sample", [this, x, e, y, s4, e4] {
       if (!has_grad(y)) return;
       if (x->requires_grad) ops::accumulate(ctx_, y->grad, grad(x));
       if (e->requires_grad) ops::accumulate(ctx_, y->grad.reshape(s4), grad(e).reshape(e4).expand(s4));
@@ -284,7 +300,7 @@ Var Graph::attention(const Var& q, const Var& k, const Var& v, int heads, const 
   ops::attention(ctx_, split_heads(q->value, heads), split_heads(k->value, heads), split_heads(v->value, heads),
                  nullptr, nullptr, split_heads(y->value, heads), p);
   if (y->requires_grad)
-    record([this, q, k, v, y, heads, p] {
+    record("attention", [this, q, k, v, y, heads, p] {
       if (!has_grad(y)) return;
       ops::attention_backward(ctx_, split_heads(q->value, heads), split_heads(k->value, heads),
                               split_heads(v->value, heads), split_heads(y->grad, heads), p,
@@ -302,7 +318,7 @@ Var Graph::repeat(const Var& x, std::int64_t times) {
   const Shape s3{b, times, inner};
   ops::copy(ctx_, x->value.reshape({b, 1, inner}).expand(s3), y->value.reshape(s3));
   if (y->requires_grad)
-    record([this, x, y, s3] {
+    record("repeat", [this, x, y, s3] {
       if (has_grad(y))
         ops::accumulate(ctx_, y->grad.reshape(s3), grad(x).reshape({s3[0], 1, s3[2]}).expand(s3));
     });
@@ -315,7 +331,7 @@ Var Graph::copy_of_view(const Var& x, const std::function<Tensor(const Tensor&)>
   VINF_CHECK(src.numel() == shape.numel(), "Graph::copy_of_view: ", src.describe(), " does not fit ", shape.str());
   ops::copy(ctx_, src, y->value.reshape(src.shape));
   if (y->requires_grad)
-    record([this, x, y, view] {
+    record("copy_of_view", [this, x, y, view] {
       if (!has_grad(y)) return;
       const Tensor dst = view(grad(x));
       ops::accumulate(ctx_, y->grad.reshape(dst.shape), dst);
@@ -330,7 +346,7 @@ Var Graph::concat_channels(const Var& a, const Var& b) {
   const Tensor parts[] = {a->value, b->value};
   ops::concat(ctx_, parts, 1, y->value);
   if (y->requires_grad)
-    record([this, a, b, y, ca, cb] {
+    record("concat_channels", [this, a, b, y, ca, cb] {
       if (!has_grad(y)) return;
       if (a->requires_grad) ops::accumulate(ctx_, y->grad.slice(1, 0, ca), grad(a));
       if (b->requires_grad) ops::accumulate(ctx_, y->grad.slice(1, ca, cb), grad(b));
@@ -343,7 +359,7 @@ Var Graph::upsample_nearest(const Var& x, std::int64_t h, std::int64_t w) {
   Var y = make({xs[0], xs[1], h, w}, x->requires_grad);
   ops::upsample_nearest(ctx_, x->value, y->value);
   if (y->requires_grad)
-    record([this, x, y] {
+    record("upsample_nearest", [this, x, y] {
       if (has_grad(y)) ops::upsample_nearest_backward(ctx_, y->grad, grad(x));
     });
   return y;

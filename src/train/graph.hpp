@@ -74,6 +74,11 @@ class Graph {
   // Runs the recorded backward steps in reverse from `out`, whose gradient is `seed`.
   void backward(const Var& out, const Tensor& seed);
 
+  // Where the backward pass spends its time: when set, backward() adds each step's wall time
+  // (the context synchronised after it) to profile[op], and a checkpointed block's second forward
+  // run to profile["checkpoint: forward again"]. For benchmarks; null (the default) times nothing.
+  void set_profile(std::map<std::string, double>* profile) { profile_ = profile; }
+
   // Activation checkpointing: runs block(graph, inputs) keeping none of its intermediate values,
   // only its inputs and output; the backward pass runs the block again, recording, on the same
   // inputs (the same numbers: the same ops on the same shapes) and sends the gradient through it.
@@ -113,15 +118,21 @@ class Graph {
   // The gradient of a parameter, or null when it is frozen.
   const Tensor* param_grad(const std::string& name) const { return grads_ ? grads_->find(name) : nullptr; }
   const Tensor* grad_if(const Var& v) { return v->requires_grad ? &grad(v) : nullptr; }
-  void record(std::function<void()> step) {
-    if (recording_) steps_.push_back(std::move(step));
+  // `op` names the step in the profile (a string literal).
+  void record(const char* op, std::function<void()> step) {
+    if (recording_) steps_.push_back({op, std::move(step)});
   }
 
   ExecContext& ctx_;
   ParamLookup params_;
   ParamGrads* grads_;
   float lora_scale_;
-  std::vector<std::function<void()>> steps_;
+  struct Step {
+    const char* op;
+    std::function<void()> run;
+  };
+  std::vector<Step> steps_;
+  std::map<std::string, double>* profile_ = nullptr;
   bool recording_ = true;  // false inside a checkpointed block's first run
 };
 
