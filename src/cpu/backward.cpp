@@ -740,10 +740,45 @@ void accumulate(const Tensor& src, const Tensor& dst) {
     fast::axpby(1.f, dst, 1.f, src, dst);
     return;
   }
-  // Several elements of src land on one of dst: in order, on one thread.
+  // Several elements of src land on one of dst (the dims where dst has stride 0): each element of
+  // dst sums its own, in double, in src's index order; the elements of dst in parallel.
+  int kept[kMaxDims], summed[kMaxDims];
+  int nk = 0, ns = 0;
+  std::int64_t n_kept = 1, n_summed = 1;
+  for (int i = 0; i < dst.rank(); ++i) {
+    if (dst.strides[i] == 0 && dst.shape[i] > 1) {
+      summed[ns++] = i;
+      n_summed *= dst.shape[i];
+    } else {
+      kept[nk++] = i;
+      n_kept *= dst.shape[i];
+    }
+  }
   const float* ps = f32(src);
   float* pd = f32(dst);
-  for (std::int64_t i = 0; i < src.numel(); ++i) pd[offset_of(dst, i)] += ps[offset_of(src, i)];
+#pragma omp parallel for schedule(static) if (src.numel() >= kParallelGrain)
+  for (std::int64_t e = 0; e < n_kept; ++e) {
+    std::int64_t os = 0, od = 0, rest = e;
+    for (int a = nk - 1; a >= 0; --a) {
+      const int i = kept[a];
+      const std::int64_t idx = rest % dst.shape[i];
+      rest /= dst.shape[i];
+      os += idx * src.strides[i];
+      od += idx * dst.strides[i];
+    }
+    // The summed dims as an odometer, the last one innermost.
+    std::int64_t idx[kMaxDims] = {};
+    const int last = summed[ns - 1];
+    const std::int64_t n_last = dst.shape[last], step_last = src.strides[last];
+    double sum = 0;
+    for (std::int64_t done = 0; done < n_summed; done += n_last) {
+      std::int64_t o = os;
+      for (int a = 0; a < ns - 1; ++a) o += idx[a] * src.strides[summed[a]];
+      for (std::int64_t j = 0; j < n_last; ++j) sum += ps[o + j * step_last];
+      for (int a = ns - 2; a >= 0 && ++idx[a] == dst.shape[summed[a]]; --a) idx[a] = 0;
+    }
+    pd[od] += static_cast<float>(sum);
+  }
 }
 
 }  // namespace vinf::cpu::grad

@@ -169,6 +169,13 @@ std::vector<GradCase> grad_cases() {
   AttentionParams plain;
   plain.scale = 0.5f;
   attention_case("attention plain 2 heads 5x7 d4 dv3", 2, 2, 5, 7, 4, 3, plain);
+  // Every row seeing every key with heads of 8 or 16: the CPU's small-head kernel, rows and keys
+  // past a whole vector of them included.
+  attention_case("attention small heads 2 heads 19x21 d8", 2, 2, 19, 21, 8, 8, plain);
+  AttentionParams counted = plain;
+  counted.scale = 0.25f;
+  counted.token_count_log_base = 5.f;
+  attention_case("attention small heads token-count 5x33 d16", 1, 1, 5, 33, 16, 16, counted);
   AttentionParams band = plain;
   band.band_lo = -2;
   band.band_hi = 1;
@@ -192,6 +199,12 @@ std::vector<GradCase> grad_cases() {
                 }});
   // A broadcast (a bias over rows, text keys over frames): its backward sums.
   cs.push_back({"accumulate", "accumulate broadcast [2,1,4] over [2,3,4]", {{"x", {2, 1, 4}}}, {{2, 3, 4}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) { copy(ctx, in[0].expand(out[0].shape), out[0]); },
+                [](ExecContext& ctx, const Ins&, const Ins& dout, const Grads& d) {
+                  accumulate(ctx, dout[0], d[0]->expand(dout[0].shape));
+                }});
+  // Two summed dims, one of them innermost (the resnets' time embedding over frames and pixels).
+  cs.push_back({"accumulate", "accumulate broadcast [2,1,3,1] over [2,4,3,5]", {{"x", {2, 1, 3, 1}}}, {{2, 4, 3, 5}},
                 [](ExecContext& ctx, const Ins& in, const Ins& out) { copy(ctx, in[0].expand(out[0].shape), out[0]); },
                 [](ExecContext& ctx, const Ins&, const Ins& dout, const Grads& d) {
                   accumulate(ctx, dout[0], d[0]->expand(dout[0].shape));
