@@ -6,6 +6,8 @@
 #include <cmath>
 #include <vector>
 
+#include <omp.h>
+
 #include "cpu/blas.hpp"
 #include "cpu/cpu.hpp"
 #include "cpu/strided.hpp"
@@ -356,45 +358,102 @@ void group_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const 
   }
 }
 
+namespace {
+
+// One row of LayerNorm's backward pass: its mean and rstd, dx += rstd (dy g - a1 - xh a2) (when dx
+// is given) and, into float partial sums, dgamma += dy xh and dbeta += dy.
+struct LayerNormRow {
+  const float *x, *dy, *gamma;
+  float* dx;  // null: no input gradient
+  float *pg, *pb;
+  std::int64_t n;
+  float eps;
+};
+
+template <class V>
+VINF_VEC_INLINE void layer_norm_row_impl(const LayerNormRow& r) {
+  constexpr int L = vec::lanes_of<V>;
+  const std::int64_t n = r.n;
+  V s1{}, s2{};
+  std::int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    const V v = vec::load_as<V>(r.x + j);
+    s1 += v;
+    s2 += v * v;
+  }
+  double a = vec::hsum(s1), b = vec::hsum(s2);
+  for (; j < n; ++j) a += r.x[j], b += static_cast<double>(r.x[j]) * r.x[j];
+  const double mu = a / static_cast<double>(n);
+  const float mean = static_cast<float>(mu);
+  const float rstd = static_cast<float>(1.0 / std::sqrt(std::max(b / static_cast<double>(n) - mu * mu, 0.0) + r.eps));
+  const V vmean = vec::splat_as<V>(mean), vrstd = vec::splat_as<V>(rstd);
+  V va1{}, va2{};
+  for (j = 0; j + L <= n; j += L) {
+    const V up = vec::load_as<V>(r.dy + j);
+    const V xh = (vec::load_as<V>(r.x + j) - vmean) * vrstd;
+    const V g = up * vec::load_as<V>(r.gamma + j);
+    va1 += g;
+    va2 += g * xh;
+    vec::store_as(r.pg + j, vec::load_as<V>(r.pg + j) + up * xh);
+    vec::store_as(r.pb + j, vec::load_as<V>(r.pb + j) + up);
+  }
+  double a1 = vec::hsum(va1), a2 = vec::hsum(va2);
+  for (; j < n; ++j) {
+    const float xh = (r.x[j] - mean) * rstd, g = r.dy[j] * r.gamma[j];
+    a1 += g;
+    a2 += static_cast<double>(g) * xh;
+    r.pg[j] += r.dy[j] * xh;
+    r.pb[j] += r.dy[j];
+  }
+  if (r.dx == nullptr) return;
+  const float m1 = static_cast<float>(a1 / static_cast<double>(n)), m2 = static_cast<float>(a2 / static_cast<double>(n));
+  const V vm1 = vec::splat_as<V>(m1), vm2 = vec::splat_as<V>(m2);
+  for (j = 0; j + L <= n; j += L) {
+    const V xh = (vec::load_as<V>(r.x + j) - vmean) * vrstd;
+    const V g = vec::load_as<V>(r.dy + j) * vec::load_as<V>(r.gamma + j);
+    vec::store_as(r.dx + j, vec::load_as<V>(r.dx + j) + vrstd * (g - vm1 - xh * vm2));
+  }
+  for (; j < n; ++j) {
+    const float xh = (r.x[j] - mean) * rstd;
+    r.dx[j] += rstd * (r.dy[j] * r.gamma[j] - m1 - xh * m2);
+  }
+}
+VINF_VEC_VARIANTS(layer_norm_row, layer_norm_row_impl, (const LayerNormRow& r), (r))
+
+}  // namespace
+
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& dy, float eps, const Tensor* dx,
                 const Tensor* dgamma, const Tensor* dbeta) {
   const std::int64_t m = x.size(0), d = x.size(1);
-  std::vector<double> mean(static_cast<std::size_t>(m)), rstd(static_cast<std::size_t>(m));
-  auto gam = [&](std::int64_t j) { return static_cast<double>(f32(gamma)[j * gamma.strides[0]]); };
-#pragma omp parallel for schedule(static) if (x.numel() >= kParallelGrain)
-  for (std::int64_t r = 0; r < m; ++r) {
-    double s = 0, v = 0;
-    for (std::int64_t j = 0; j < d; ++j) s += at_f32(x, r, j);
-    const double mu = s / static_cast<double>(d);
-    for (std::int64_t j = 0; j < d; ++j) v += (at_f32(x, r, j) - mu) * (at_f32(x, r, j) - mu);
-    const double rs = 1.0 / std::sqrt(v / static_cast<double>(d) + eps);
-    mean[static_cast<std::size_t>(r)] = mu;
-    rstd[static_cast<std::size_t>(r)] = rs;
-    if (!dx) continue;
-    double a1 = 0, a2 = 0;
-    for (std::int64_t j = 0; j < d; ++j) {
-      const double g = at_f32(dy, r, j) * gam(j);
-      a1 += g;
-      a2 += g * (at_f32(x, r, j) - mu) * rs;
+  std::vector<float> gam(static_cast<std::size_t>(d));
+  for (std::int64_t j = 0; j < d; ++j) gam[static_cast<std::size_t>(j)] = f32(gamma)[j * gamma.strides[0]];
+  auto row = [](const Tensor& t, std::int64_t r) { return f32(t) + r * t.strides[0]; };
+  // Rows in parallel, each thread summing dgamma and dbeta over blocks of rows in float and the
+  // blocks in double; the threads' sums added in their order.
+  constexpr std::int64_t kBlock = 32;
+  std::vector<double> total(static_cast<std::size_t>(2 * d), 0.0);
+#pragma omp parallel if (x.numel() >= kParallelGrain)
+  {
+    std::vector<double> mine(static_cast<std::size_t>(2 * d), 0.0);
+    std::vector<float> part(static_cast<std::size_t>(2 * d));
+#pragma omp for schedule(static)
+    for (std::int64_t b0 = 0; b0 < m; b0 += kBlock) {
+      std::fill(part.begin(), part.end(), 0.f);
+      for (std::int64_t r = b0; r < std::min(m, b0 + kBlock); ++r) {
+        layer_norm_row(LayerNormRow{row(x, r), row(dy, r), gam.data(), dx ? row(*dx, r) : nullptr, part.data(),
+                                    part.data() + d, d, eps});
+      }
+      for (std::size_t j = 0; j < part.size(); ++j) mine[j] += part[j];
     }
-    a1 /= static_cast<double>(d);
-    a2 /= static_cast<double>(d);
-    for (std::int64_t j = 0; j < d; ++j) {
-      const double xh = (at_f32(x, r, j) - mu) * rs;
-      at_f32(*dx, r, j) += static_cast<float>(rs * (at_f32(dy, r, j) * gam(j) - a1 - xh * a2));
+#pragma omp for ordered schedule(static, 1)
+    for (int t = 0; t < omp_get_num_threads(); ++t) {
+#pragma omp ordered
+      for (std::size_t j = 0; j < mine.size(); ++j) total[j] += mine[j];
     }
   }
-  if (!dgamma && !dbeta) return;
-#pragma omp parallel for schedule(static) if (x.numel() >= kParallelGrain)
   for (std::int64_t j = 0; j < d; ++j) {
-    double dg = 0, db = 0;
-    for (std::int64_t r = 0; r < m; ++r) {
-      const double up = at_f32(dy, r, j);
-      dg += up * (at_f32(x, r, j) - mean[static_cast<std::size_t>(r)]) * rstd[static_cast<std::size_t>(r)];
-      db += up;
-    }
-    if (dgamma) f32(*dgamma)[j * dgamma->strides[0]] += static_cast<float>(dg);
-    if (dbeta) f32(*dbeta)[j * dbeta->strides[0]] += static_cast<float>(db);
+    if (dgamma) f32(*dgamma)[j * dgamma->strides[0]] += static_cast<float>(total[static_cast<std::size_t>(j)]);
+    if (dbeta) f32(*dbeta)[j * dbeta->strides[0]] += static_cast<float>(total[static_cast<std::size_t>(d + j)]);
   }
 }
 

@@ -18,7 +18,7 @@ void conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, 
 void group_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& dy,
                 const exec::GroupNormParams& p, const Tensor* dx, const Tensor* dgamma, const Tensor* dbeta);
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& dy, float eps, const Tensor* dx,
-                const Tensor* dgamma, const Tensor* dbeta);  // 2-D rows
+                const Tensor* dgamma, const Tensor* dbeta);  // 2-D rows, unit stride along them
 void softmax(const Tensor& y, const Tensor& dy, const Tensor& dx);   // 2-D rows
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                const exec::AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv);

@@ -173,6 +173,9 @@ void layer_norm_backward(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
   if (dx) no_broadcast(op, "dx", *dx);
   Tensor dxr;
   if (dx) dxr = detail::as_rows(op, "dx", *dx);
+  VINF_CHECK(xr.stride(1) == 1 && dyr.stride(1) == 1 && (!dx || dxr.stride(1) == 1), op,
+             ": the last dim of x, dy and dx must be contiguous (as the forward op's), got x ", x.describe(), ", dy ",
+             dy.describe());
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::grad::layer_norm(ctx, xr, gamma, dyr, eps, dx ? &dxr : nullptr, dgamma, dbeta));
     return;

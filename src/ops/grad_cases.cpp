@@ -145,6 +145,16 @@ std::vector<GradCase> grad_cases() {
                 [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
                   layer_norm_backward(ctx, in[0], in[1], dout[0], 1e-5f, d[0], d[1], d[2]);
                 }});
+  // More rows than one of the CPU's blocks, rows longer than a vector with a tail, apart in memory.
+  cs.push_back({"layer_norm", "layer_norm [40,37] of [40,45]", {{"x", {40, 45}, 1.2f, 0.4f}, {"gamma", {37}, 0.3f, 1.f},
+                {"beta", {37}, 0.3f}}, {{40, 37}},
+                [](ExecContext& ctx, const Ins& in, const Ins& out) {
+                  layer_norm(ctx, in[0].slice(1, 4, 37), in[1], in[2], out[0], 1e-5f);
+                },
+                [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
+                  const Tensor dx = d[0]->slice(1, 4, 37);
+                  layer_norm_backward(ctx, in[0].slice(1, 4, 37), in[1], dout[0], 1e-5f, &dx, d[1], d[2]);
+                }});
   cs.push_back({"softmax", "softmax [4,7]", {{"x", {4, 7}, 2.f}}, {{4, 7}},
                 [](ExecContext& ctx, const Ins& in, const Ins& out) { softmax(ctx, in[0], out[0]); },
                 [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
