@@ -565,13 +565,14 @@ VINF_VEC_VARIANTS(attention_row, attention_row_impl, (const AttentionRow& r), (r
 // Full attention (every row sees every key, so one scale c for all rows) with small heads
 // (d = dv = D, 8 or 16), for one (batch, head) pair. The row kernel above runs a vector along the
 // keys per channel, reading and writing a row of scratch for each of the 5 d products; with d = 8
-// that is memory traffic for every 2 flops. Here a tile of scores stays in registers, flash-
-// attention's backward by blocks of L = lanes:
-//   1. rows in lanes: each row's log-sum-exp (lse) and D = p . dp (= dout . out), over the keys;
-//   2. rows in lanes: p = exp(s - lse), ds = p (dp - D), dq += c ds K, D accumulators;
-//   3. keys in lanes: the same p and ds, dV += p^T dout and dK += c ds^T q, 2 D accumulators.
-// The scores are recomputed in each stage (4 D flops an element against a pass over memory), in
-// the same order of the same products, so each stage sees the same s.
+// that is memory traffic for every 2 flops. Here the scores stay in registers, in flash-attention's
+// backward order, with L = lanes:
+//   1. rows in lanes: each row's log-sum-exp (lse) and D = p . dp (= dout . out), over the keys
+//      in chunks of 8 (one rescaling of the running sums a chunk);
+//   2. keys in lanes, L x L tiles: p = exp(s - lse), ds = p (dp - D); dV += p^T dout and
+//      dK += c ds^T q in 2 D accumulators a block of keys; each tile's ds transposed (rows in lanes)
+//      for dq += c ds K, added into a transposed dq.
+// The scores are recomputed in both stages from the same products in the same order.
 struct SmallPair {
   const float *q, *k, *v, *g;  // row i of q at q + i * ldq, likewise the others
   std::int64_t ldq, ldk, ldv, ldg;
@@ -579,15 +580,16 @@ struct SmallPair {
   std::int64_t lddq, lddk, lddv;
   std::int64_t lq, lk;
   float c;
-  float* scratch;  // small_pair_scratch(lq, lk, lanes) floats
+  float* scratch;  // small_pair_scratch(lq, d, lanes) floats
 };
 
 std::int64_t round_up(std::int64_t n, std::int64_t m) { return (n + m - 1) / m * m; }
 
-// QT, GT (D x lq padded), lse, dd (lq padded), KT, VT (D x lk padded), a tile of D x lanes.
-std::int64_t small_pair_scratch(std::int64_t lq, std::int64_t lk, std::int64_t d, std::int64_t lanes) {
-  const std::int64_t lqp = round_up(lq, lanes), lkp = round_up(lk, lanes);
-  return 2 * d * lqp + 2 * lqp + 2 * d * lkp + d * lanes;
+// QT, GT, DQT (D x lq padded), lse, dd (lq padded), a block of keys and values (D x lanes each),
+// a tile of p and one of ds (lanes x lanes each).
+std::int64_t small_pair_scratch(std::int64_t lq, std::int64_t d, std::int64_t lanes) {
+  const std::int64_t lqp = round_up(lq, lanes);
+  return 3 * d * lqp + 2 * lqp + 2 * d * lanes + 2 * lanes * lanes;
 }
 
 template <class V, int D>
@@ -598,38 +600,40 @@ VINF_VEC_INLINE V dot_splat(const V (&x)[D], const float* y) {  // sum_e x[e] * 
   return acc;
 }
 
+// sum_e (x[e] c) * xt[e * ld + lanes]: the same products, in the same order, as dot_splat over a
+// transposed copy holding x c.
+// sum_e (x[e] c) * xt[e][lanes]: the same products, in the same order, as dot_splat over a
+// transposed copy holding x c.
 template <class V, int D>
-VINF_VEC_INLINE V dot_splat_rev(const float* x, const float* xt, std::int64_t ld, float c) {
-  // sum_e (x[e] c) * xt[e * ld + lanes]: the same products, in the same order, as dot_splat over
-  // a transposed copy holding x c.
+VINF_VEC_INLINE V dot_splat_rev(const float* x, const float* xt, float c) {  // xt[e * lanes + lane]
+  constexpr int L = vec::lanes_of<V>;
   V acc = vec::splat_as<V>(x[0] * c) * vec::load_as<V>(xt);
 #pragma GCC unroll 16
-  for (int e = 1; e < D; ++e) acc += vec::splat_as<V>(x[e] * c) * vec::load_as<V>(xt + e * ld);
+  for (int e = 1; e < D; ++e) acc += vec::splat_as<V>(x[e] * c) * vec::load_as<V>(xt + e * L);
   return acc;
 }
 
-template <class V, int D>
+template <class V, vec::Level Lv, int D>
 VINF_VEC_INLINE void small_pair(const SmallPair& a) {
   constexpr int L = vec::lanes_of<V>;
-  const std::int64_t lq = a.lq, lk = a.lk, lqp = round_up(lq, L), lkp = round_up(lk, L);
+  constexpr int kChunk = 8;
+  const std::int64_t lq = a.lq, lk = a.lk, lqp = round_up(lq, L);
   float* qt = a.scratch;
   float* gt = qt + D * lqp;
-  float* lse = gt + D * lqp;
+  float* dqt = gt + D * lqp;
+  float* lse = dqt + D * lqp;
   float* dd = lse + lqp;
-  float* kt = dd + lqp;
-  float* vt = kt + D * lkp;
-  float* tile = vt + D * lkp;
-  std::fill(qt, tile, 0.f);
+  float* kb = dd + lqp;  // kb[e * L + j]: channel e of the block's key j (zeros past the last)
+  float* vb = kb + D * L;
+  float* pt = vb + D * L;  // pt[r * L + j]: p of row r0 + r and key j0 + j; dst likewise ds
+  float* dst = pt + L * L;
+  std::fill(qt, dd + lqp, 0.f);
   for (std::int64_t i = 0; i < lq; ++i)
     for (int e = 0; e < D; ++e) {
       qt[e * lqp + i] = a.q[i * a.ldq + e] * a.c;
       gt[e * lqp + i] = a.g[i * a.ldg + e];
     }
-  for (std::int64_t j = 0; j < lk; ++j)
-    for (int e = 0; e < D; ++e) {
-      kt[e * lkp + j] = a.k[j * a.ldk + e];
-      vt[e * lkp + j] = a.v[j * a.ldv + e];
-    }
+  // 1. lse and D, rows in lanes.
   for (std::int64_t r0 = 0; r0 < lq; r0 += L) {
     V qv[D], gv[D];
 #pragma GCC unroll 16
@@ -637,17 +641,34 @@ VINF_VEC_INLINE void small_pair(const SmallPair& a) {
       qv[e] = vec::load_as<V>(qt + e * lqp + r0);
       gv[e] = vec::load_as<V>(gt + e * lqp + r0);
     }
-    // 1. The rows' maxima, then lse and D.
-    V m = vec::splat_as<V>(-INFINITY);
-    for (std::int64_t j = 0; j < lk; ++j) {
-      const V s = dot_splat<V, D>(qv, a.k + j * a.ldk);
-      m = s > m ? s : m;
+    V m = vec::splat_as<V>(-INFINITY), l{}, acc{};
+    std::int64_t j0 = 0;
+    for (; j0 + kChunk <= lk; j0 += kChunk) {
+      V sc[kChunk];
+#pragma GCC unroll 8
+      for (int t = 0; t < kChunk; ++t) sc[t] = dot_splat<V, D>(qv, a.k + (j0 + t) * a.ldk);
+      V bm = m;
+#pragma GCC unroll 8
+      for (int t = 0; t < kChunk; ++t) bm = sc[t] > bm ? sc[t] : bm;
+      const V rescale = vec::exp_nonpositive_at<Lv>(m - bm);
+      l *= rescale;
+      acc *= rescale;
+      m = bm;
+#pragma GCC unroll 8
+      for (int t = 0; t < kChunk; ++t) {
+        const V p = vec::exp_nonpositive_at<Lv>(sc[t] - m);
+        l += p;
+        acc += p * dot_splat<V, D>(gv, a.v + (j0 + t) * a.ldv);
+      }
     }
-    V l{}, acc{};
-    for (std::int64_t j = 0; j < lk; ++j) {
-      const V p = vec::exp_nonpositive(dot_splat<V, D>(qv, a.k + j * a.ldk) - m);
-      l += p;
-      acc += p * dot_splat<V, D>(gv, a.v + j * a.ldv);
+    for (; j0 < lk; ++j0) {  // the last keys, one at a time
+      const V s = dot_splat<V, D>(qv, a.k + j0 * a.ldk);
+      const V bm = s > m ? s : m;
+      const V rescale = vec::exp_nonpositive_at<Lv>(m - bm);
+      const V p = vec::exp_nonpositive_at<Lv>(s - bm);
+      l = l * rescale + p;
+      acc = acc * rescale + p * dot_splat<V, D>(gv, a.v + j0 * a.ldv);
+      m = bm;
     }
     float ml[L], ll[L], al[L];
     vec::store_as(ml, m);
@@ -657,56 +678,86 @@ VINF_VEC_INLINE void small_pair(const SmallPair& a) {
       lse[r0 + r] = ml[r] + std::log(ll[r]);
       dd[r0 + r] = al[r] / ll[r];
     }
-    // 2. dq.
-    const V lsev = vec::load_as<V>(lse + r0), ddv = vec::load_as<V>(dd + r0);
-    V dqv[D];
-#pragma GCC unroll 16
-    for (int e = 0; e < D; ++e) dqv[e] = V{};
-    for (std::int64_t j = 0; j < lk; ++j) {
-      const float* kj = a.k + j * a.ldk;
-      const V p = vec::exp_nonpositive(dot_splat<V, D>(qv, kj) - lsev);
-      const V ds = p * (dot_splat<V, D>(gv, a.v + j * a.ldv) - ddv);
-#pragma GCC unroll 16
-      for (int e = 0; e < D; ++e) dqv[e] += ds * vec::splat_as<V>(kj[e]);
-    }
-#pragma GCC unroll 16
-    for (int e = 0; e < D; ++e) vec::store_as(tile + e * L, dqv[e]);
-    for (std::int64_t r = 0; r < L && r0 + r < lq; ++r)
-      for (int e = 0; e < D; ++e) a.dq[(r0 + r) * a.lddq + e] += a.c * tile[e * L + r];
   }
-  // 3. dK and dV, keys in lanes.
+  // 2. Keys in lanes: dK and dV per block of keys, dq per tile.
   for (std::int64_t j0 = 0; j0 < lk; j0 += L) {
+    float live[L];  // 1 for the keys that exist, 0 for the block's padding
+    for (int j = 0; j < L; ++j) {
+      live[j] = j0 + j < lk ? 1.f : 0.f;
+      for (int e = 0; e < D; ++e) {
+        kb[e * L + j] = j0 + j < lk ? a.k[(j0 + j) * a.ldk + e] : 0.f;
+        vb[e * L + j] = j0 + j < lk ? a.v[(j0 + j) * a.ldv + e] : 0.f;
+      }
+    }
+    const V keep = vec::load_as<V>(live);
     V dkv[D], dvv[D];
 #pragma GCC unroll 16
     for (int e = 0; e < D; ++e) dkv[e] = dvv[e] = V{};
-    for (std::int64_t i = 0; i < lq; ++i) {
-      const float* qi = a.q + i * a.ldq;
-      const float* gi = a.g + i * a.ldg;
-      const V p = vec::exp_nonpositive(dot_splat_rev<V, D>(qi, kt + j0, lkp, a.c) - vec::splat_as<V>(lse[i]));
-      const V ds = p * (dot_splat_rev<V, D>(gi, vt + j0, lkp, 1.f) - vec::splat_as<V>(dd[i]));
+    for (std::int64_t r0 = 0; r0 < lq; r0 += L) {
+      // The tile's p and ds, a row each (rows past the last: zeros).
+      const int rows = static_cast<int>(std::min<std::int64_t>(L, lq - r0));
+      for (int r = 0; r < rows; ++r) {
+        const std::int64_t i = r0 + r;
+        const V p = vec::exp_nonpositive_at<Lv>(dot_splat_rev<V, D>(a.q + i * a.ldq, kb, a.c) -
+                                                vec::splat_as<V>(lse[i])) *
+                    keep;
+        vec::store_as(pt + r * L, p);
+        vec::store_as(dst + r * L, p * (dot_splat_rev<V, D>(a.g + i * a.ldg, vb, 1.f) - vec::splat_as<V>(dd[i])));
+      }
+      for (int r = rows; r < L; ++r) vec::store_as(dst + r * L, V{});
+      // dV^T += p^T dout, dK^T += ds^T q, keys in lanes.
+      for (int r = 0; r < rows; ++r) {
+        const float* qi = a.q + (r0 + r) * a.ldq;
+        const float* gi = a.g + (r0 + r) * a.ldg;
+        const V p = vec::load_as<V>(pt + r * L), ds = vec::load_as<V>(dst + r * L);
+#pragma GCC unroll 16
+        for (int e = 0; e < D; ++e) {
+          dvv[e] += p * vec::splat_as<V>(gi[e]);
+          dkv[e] += ds * vec::splat_as<V>(qi[e]);
+        }
+      }
+      // dq += ds K, rows in lanes.
+      V tile[L];
+#pragma GCC unroll 16
+      for (int r = 0; r < L; ++r) tile[r] = vec::load_as<V>(dst + r * L);
+      vec::transpose<V>(tile);  // tile[j]: key j0 + j's ds over the rows r0...
 #pragma GCC unroll 16
       for (int e = 0; e < D; ++e) {
-        dvv[e] += p * vec::splat_as<V>(gi[e]);
-        dkv[e] += ds * vec::splat_as<V>(qi[e]);
+        V acc = vec::load_as<V>(dqt + e * lqp + r0);
+#pragma GCC unroll 16
+        for (int j = 0; j < L; ++j) acc += tile[j] * vec::splat_as<V>(kb[e * L + j]);
+        vec::store_as(dqt + e * lqp + r0, acc);
       }
     }
+    float out[D][L];
 #pragma GCC unroll 16
-    for (int e = 0; e < D; ++e) vec::store_as(tile + e * L, dkv[e]);
+    for (int e = 0; e < D; ++e) vec::store_as(out[e], dkv[e]);
     for (std::int64_t j = 0; j < L && j0 + j < lk; ++j)
-      for (int e = 0; e < D; ++e) a.dk[(j0 + j) * a.lddk + e] += a.c * tile[e * L + j];
+      for (int e = 0; e < D; ++e) a.dk[(j0 + j) * a.lddk + e] += a.c * out[e][j];
 #pragma GCC unroll 16
-    for (int e = 0; e < D; ++e) vec::store_as(tile + e * L, dvv[e]);
+    for (int e = 0; e < D; ++e) vec::store_as(out[e], dvv[e]);
     for (std::int64_t j = 0; j < L && j0 + j < lk; ++j)
-      for (int e = 0; e < D; ++e) a.dv[(j0 + j) * a.lddv + e] += tile[e * L + j];
+      for (int e = 0; e < D; ++e) a.dv[(j0 + j) * a.lddv + e] += out[e][j];
   }
+  for (std::int64_t i = 0; i < lq; ++i)
+    for (int e = 0; e < D; ++e) a.dq[i * a.lddq + e] += a.c * dqt[e * lqp + i];
 }
 
-template <class V>
+template <class V, vec::Level Lv>
 VINF_VEC_INLINE void small_pair_impl(const SmallPair& a, int d) {
-  if (d == 8) small_pair<V, 8>(a);
-  else small_pair<V, 16>(a);
+  // Pairs of at most 8 rows and 8 keys (the temporal attention over 8 frames) in 8 lanes, on
+  // AVX-512 too: 16 would leave half of every vector empty.
+  if constexpr (vec::lanes_of<V> == 16) {
+    if (a.lq <= 8 && a.lk <= 8) {
+      if (d == 8) small_pair<vec::f32x8, Lv, 8>(a);
+      else small_pair<vec::f32x8, Lv, 16>(a);
+      return;
+    }
+  }
+  if (d == 8) small_pair<V, Lv, 8>(a);
+  else small_pair<V, Lv, 16>(a);
 }
-VINF_VEC_VARIANTS(attention_small_pair, small_pair_impl, (const SmallPair& a, int d), (a, d))
+VINF_VEC_LEVEL_VARIANTS(attention_small_pair, small_pair_impl, (const SmallPair& a, int d), (a, d))
 
 }  // namespace
 
@@ -727,7 +778,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
     const std::int64_t lanes = vec::variant_lanes();
 #pragma omp parallel
     {
-      std::vector<float> scratch(static_cast<std::size_t>(small_pair_scratch(lq, lk, d, lanes)));
+      std::vector<float> scratch(static_cast<std::size_t>(small_pair_scratch(lq, d, lanes)));
 #pragma omp for schedule(dynamic) collapse(2)
       for (std::int64_t b = 0; b < nb; ++b)
         for (std::int64_t h = 0; h < nh; ++h)

@@ -182,6 +182,7 @@ std::vector<GradCase> grad_cases() {
   // Every row seeing every key with heads of 8 or 16: the CPU's small-head kernel, rows and keys
   // past a whole vector of them included.
   attention_case("attention small heads 2 heads 19x21 d8", 2, 2, 19, 21, 8, 8, plain);
+  attention_case("attention small heads, at most 8 rows and keys, 6x8 d8", 3, 2, 6, 8, 8, 8, plain);
   AttentionParams counted = plain;
   counted.scale = 0.25f;
   counted.token_count_log_base = 5.f;

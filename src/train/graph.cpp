@@ -76,6 +76,14 @@ const Tensor& Graph::grad(const Var& v) {
   return v->grad;
 }
 
+void Graph::pass_grad(const Var& from, const Var& to) {
+  if (!has_grad(to) && from->grad.shape == to->value.shape && from->grad.is_contiguous()) {
+    to->grad = std::move(from->grad);  // no zeros to add to
+    return;
+  }
+  ops::accumulate(ctx_, from->grad, grad(to));
+}
+
 void Graph::backward(const Var& out, const Tensor& seed) {
   ops::accumulate(ctx_, seed, grad(out));
   for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
@@ -261,8 +269,8 @@ Var Graph::add(const Var& a, const Var& b) {
   if (y->requires_grad)
     record("add", [this, a, b, y] {
       if (!has_grad(y)) return;
-      if (a->requires_grad) ops::accumulate(ctx_, y->grad, grad(a));
       if (b->requires_grad) ops::accumulate(ctx_, y->grad, grad(b));
+      if (a->requires_grad) pass_grad(y, a);
     });
   return y;
 }

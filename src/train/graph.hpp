@@ -118,6 +118,10 @@ class Graph {
   // The gradient of a parameter, or null when it is frozen.
   const Tensor* param_grad(const std::string& name) const { return grads_ ? grads_->find(name) : nullptr; }
   const Tensor* grad_if(const Var& v) { return v->requires_grad ? &grad(v) : nullptr; }
+  // Adds from's gradient into to's (the same shape), taking from's buffer over when to has none
+  // yet: a value's gradient is complete when the step that made the value runs, and only that
+  // step reads it.
+  void pass_grad(const Var& from, const Var& to);
   // `op` names the step in the profile (a string literal).
   void record(const char* op, std::function<void()> step) {
     if (recording_) steps_.push_back({op, std::move(step)});
