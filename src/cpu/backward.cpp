@@ -56,7 +56,7 @@ VINF_VEC_INLINE void geglu_row_impl(const float* a, const float* g, const float*
   for (; j + L <= n; j += L) {
     const V x = vec::load_as<V>(g + j), u = vec::load_as<V>(up + j);
     const V cdf = 0.5f * (1.f + vec::erf(x * 0.70710678f));
-    const V pdf = 0.39894228f * vec::exp(-0.5f * x * x);
+    const V pdf = 0.39894228f * vec::exp_nonpositive(-0.5f * x * x);
     vec::store_as(da + j, vec::load_as<V>(da + j) + u * x * cdf);
     vec::store_as(dg + j, vec::load_as<V>(dg + j) + u * vec::load_as<V>(a + j) * (cdf + x * pdf));
   }
@@ -586,10 +586,10 @@ struct SmallPair {
 std::int64_t round_up(std::int64_t n, std::int64_t m) { return (n + m - 1) / m * m; }
 
 // QT, GT, DQT (D x lq padded), lse, dd (lq padded), a block of keys and values (D x lanes each),
-// a tile of p and one of ds (lanes x lanes each).
+// a tile of p and one of ds (lanes x lanes each), q c row by row (lq x D).
 std::int64_t small_pair_scratch(std::int64_t lq, std::int64_t d, std::int64_t lanes) {
   const std::int64_t lqp = round_up(lq, lanes);
-  return 3 * d * lqp + 2 * lqp + 2 * d * lanes + 2 * lanes * lanes;
+  return 3 * d * lqp + 2 * lqp + 2 * d * lanes + 2 * lanes * lanes + lq * d;
 }
 
 template <class V, int D>
@@ -602,14 +602,14 @@ VINF_VEC_INLINE V dot_splat(const V (&x)[D], const float* y) {  // sum_e x[e] * 
 
 // sum_e (x[e] c) * xt[e * ld + lanes]: the same products, in the same order, as dot_splat over a
 // transposed copy holding x c.
-// sum_e (x[e] c) * xt[e][lanes]: the same products, in the same order, as dot_splat over a
-// transposed copy holding x c.
+// sum_e x[e] * xt[e * lanes + lane], x broadcast: with x = q c, the same products in the same
+// order as dot_splat over QT.
 template <class V, int D>
-VINF_VEC_INLINE V dot_splat_rev(const float* x, const float* xt, float c) {  // xt[e * lanes + lane]
+VINF_VEC_INLINE V dot_splat_rev(const float* x, const float* xt) {
   constexpr int L = vec::lanes_of<V>;
-  V acc = vec::splat_as<V>(x[0] * c) * vec::load_as<V>(xt);
+  V acc = vec::splat_as<V>(x[0]) * vec::load_as<V>(xt);
 #pragma GCC unroll 16
-  for (int e = 1; e < D; ++e) acc += vec::splat_as<V>(x[e] * c) * vec::load_as<V>(xt + e * L);
+  for (int e = 1; e < D; ++e) acc += vec::splat_as<V>(x[e]) * vec::load_as<V>(xt + e * L);
   return acc;
 }
 
@@ -627,10 +627,11 @@ VINF_VEC_INLINE void small_pair(const SmallPair& a) {
   float* vb = kb + D * L;
   float* pt = vb + D * L;  // pt[r * L + j]: p of row r0 + r and key j0 + j; dst likewise ds
   float* dst = pt + L * L;
+  float* qc = dst + L * L;  // qc[i * D + e] = q c
   std::fill(qt, dd + lqp, 0.f);
   for (std::int64_t i = 0; i < lq; ++i)
     for (int e = 0; e < D; ++e) {
-      qt[e * lqp + i] = a.q[i * a.ldq + e] * a.c;
+      qc[i * D + e] = qt[e * lqp + i] = a.q[i * a.ldq + e] * a.c;
       gt[e * lqp + i] = a.g[i * a.ldg + e];
     }
   // 1. lse and D, rows in lanes.
@@ -698,11 +699,9 @@ VINF_VEC_INLINE void small_pair(const SmallPair& a) {
       const int rows = static_cast<int>(std::min<std::int64_t>(L, lq - r0));
       for (int r = 0; r < rows; ++r) {
         const std::int64_t i = r0 + r;
-        const V p = vec::exp_nonpositive_at<Lv>(dot_splat_rev<V, D>(a.q + i * a.ldq, kb, a.c) -
-                                                vec::splat_as<V>(lse[i])) *
-                    keep;
+        const V p = vec::exp_nonpositive_at<Lv>(dot_splat_rev<V, D>(qc + i * D, kb) - vec::splat_as<V>(lse[i])) * keep;
         vec::store_as(pt + r * L, p);
-        vec::store_as(dst + r * L, p * (dot_splat_rev<V, D>(a.g + i * a.ldg, vb, 1.f) - vec::splat_as<V>(dd[i])));
+        vec::store_as(dst + r * L, p * (dot_splat_rev<V, D>(a.g + i * a.ldg, vb) - vec::splat_as<V>(dd[i])));
       }
       for (int r = rows; r < L; ++r) vec::store_as(dst + r * L, V{});
       // dV^T += p^T dout, dK^T += ds^T q, keys in lanes.
@@ -776,10 +775,12 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
     const float c =
         static_cast<float>(p.scale * (log_base > 0 ? std::log(static_cast<double>(lk)) / log_base : 1.0));
     const std::int64_t lanes = vec::variant_lanes();
+    // Many small pairs (the temporal attention's, one per pixel and head) in chunks.
+    const int chunk = static_cast<int>(std::clamp<std::int64_t>(nb * nh / (16 * omp_get_max_threads()), 1, 64));
 #pragma omp parallel
     {
       std::vector<float> scratch(static_cast<std::size_t>(small_pair_scratch(lq, d, lanes)));
-#pragma omp for schedule(dynamic) collapse(2)
+#pragma omp for schedule(dynamic, chunk) collapse(2)
       for (std::int64_t b = 0; b < nb; ++b)
         for (std::int64_t h = 0; h < nh; ++h)
           attention_small_pair(SmallPair{row(q, b, h, 0), row(k, b, h, 0), row(v, b, h, 0), row(dout, b, h, 0),
@@ -794,12 +795,13 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   // transposed into the thread's scratch, its dK and dV gathered there and added at the end. The
   // probabilities of a row are recomputed from q and k (nothing of size rows x keys is kept from
   // the forward pass).
+  const int chunk = static_cast<int>(std::clamp<std::int64_t>(nb * nh / (16 * omp_get_max_threads()), 1, 64));
 #pragma omp parallel
   {
     std::vector<float> kt(static_cast<std::size_t>(d * lk)), vt(static_cast<std::size_t>(dvn * lk));
     std::vector<float> dkt(kt.size()), dvt(vt.size()), s(static_cast<std::size_t>(lk)), dp(s.size());
     std::vector<float> qi(static_cast<std::size_t>(d)), gi(static_cast<std::size_t>(dvn)), dqi(qi.size());
-#pragma omp for schedule(dynamic) collapse(2)
+#pragma omp for schedule(dynamic, chunk) collapse(2)
     for (std::int64_t b = 0; b < nb; ++b)
       for (std::int64_t h = 0; h < nh; ++h) {
         for (std::int64_t j = 0; j < lk; ++j) {
