@@ -47,31 +47,40 @@ void activation(exec::Activation act, const Tensor& x, const Tensor& dy, const T
 namespace {
 
 // One row of GEGLU's backward, n values: a = x[0, n), g = x[n, 2n) (contiguous), dy and dx the
-// same way: da += dy gelu(g), dg += dy a (Phi(g) + g phi(g)).
-template <class V>
-VINF_VEC_INLINE void geglu_row_impl(const float* a, const float* g, const float* up, float* da, float* dg,
-                                    std::int64_t n) {
+// same way: da += dy gelu(g), dg += dy a (Phi(g) + g phi(g)); with `add` false, = instead.
+template <class V, bool Add>
+VINF_VEC_INLINE void geglu_row_of(const float* a, const float* g, const float* up, float* da, float* dg,
+                                  std::int64_t n) {
   constexpr int L = vec::lanes_of<V>;
   std::int64_t j = 0;
   for (; j + L <= n; j += L) {
     const V x = vec::load_as<V>(g + j), u = vec::load_as<V>(up + j);
     const V cdf = 0.5f * (1.f + vec::erf(x * 0.70710678f));
     const V pdf = 0.39894228f * vec::exp_nonpositive(-0.5f * x * x);
-    vec::store_as(da + j, vec::load_as<V>(da + j) + u * x * cdf);
-    vec::store_as(dg + j, vec::load_as<V>(dg + j) + u * vec::load_as<V>(a + j) * (cdf + x * pdf));
+    const V va = u * x * cdf, vg = u * vec::load_as<V>(a + j) * (cdf + x * pdf);
+    vec::store_as(da + j, Add ? vec::load_as<V>(da + j) + va : va);
+    vec::store_as(dg + j, Add ? vec::load_as<V>(dg + j) + vg : vg);
   }
   for (; j < n; ++j) {
-    da[j] += up[j] * exec::gelu(g[j]);
-    dg[j] += up[j] * a[j] * exec::activate_grad<float>(exec::Activation::gelu, g[j]);
+    const float va = up[j] * exec::gelu(g[j]);
+    const float vg = up[j] * a[j] * exec::activate_grad<float>(exec::Activation::gelu, g[j]);
+    da[j] = Add ? da[j] + va : va;
+    dg[j] = Add ? dg[j] + vg : vg;
   }
 }
+template <class V>
+VINF_VEC_INLINE void geglu_row_impl(const float* a, const float* g, const float* up, float* da, float* dg,
+                                    std::int64_t n, bool add) {
+  if (add) geglu_row_of<V, true>(a, g, up, da, dg, n);
+  else geglu_row_of<V, false>(a, g, up, da, dg, n);
+}
 VINF_VEC_VARIANTS(geglu_row, geglu_row_impl,
-                  (const float* a, const float* g, const float* up, float* da, float* dg, std::int64_t n),
-                  (a, g, up, da, dg, n))
+                  (const float* a, const float* g, const float* up, float* da, float* dg, std::int64_t n, bool add),
+                  (a, g, up, da, dg, n, add))
 
 }  // namespace
 
-void geglu(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+void geglu(const Tensor& x, const Tensor& dy, const Tensor& dx, bool overwrite) {
   const std::int64_t m = dy.size(0), d = dy.size(1);
   const bool rows = x.strides[1] == 1 && dy.strides[1] == 1 && dx.strides[1] == 1;
 #pragma omp parallel for schedule(static) if (m * d >= kParallelGrain)
@@ -79,13 +88,14 @@ void geglu(const Tensor& x, const Tensor& dy, const Tensor& dx) {
     if (rows) {
       const float* xr = f32(x) + r * x.strides[0];
       float* dxr = f32(dx) + r * dx.strides[0];
-      geglu_row(xr, xr + d, f32(dy) + r * dy.strides[0], dxr, dxr + d, d);
+      geglu_row(xr, xr + d, f32(dy) + r * dy.strides[0], dxr, dxr + d, d, !overwrite);
       continue;
     }
     for (std::int64_t j = 0; j < d; ++j) {
       const float a = at_f32(x, r, j), g = at_f32(x, r, d + j), up = at_f32(dy, r, j);
-      at_f32(dx, r, j) += up * exec::gelu(g);
-      at_f32(dx, r, d + j) += up * a * exec::activate_grad<float>(exec::Activation::gelu, g);
+      const float da = up * exec::gelu(g), dg = up * a * exec::activate_grad<float>(exec::Activation::gelu, g);
+      at_f32(dx, r, j) = overwrite ? da : at_f32(dx, r, j) + da;
+      at_f32(dx, r, d + j) = overwrite ? dg : at_f32(dx, r, d + j) + dg;
     }
   }
 }

@@ -10,7 +10,8 @@
 namespace vinf::cpu::grad {
 
 void activation(exec::Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx);
-void geglu(const Tensor& x, const Tensor& dy, const Tensor& dx);  // 2-D rows
+// 2-D rows; overwrite: dx = the gradient, its old contents not read.
+void geglu(const Tensor& x, const Tensor& dy, const Tensor& dx, bool overwrite = false);
 // x (N, Cin, H, W), w contiguous (Cout, Cin, kh, kw), dy (N, Cout, Ho, Wo); padding per axis.
 void conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, int stride, int pad_h, int pad_w,
           const Tensor* dx, const Tensor* dw, const Tensor* db);

@@ -44,7 +44,7 @@ void activation_backward(ExecContext& ctx, Activation act, const Tensor& x, cons
   cpu::grad::activation(act, x, dy, dx);
 }
 
-void geglu_backward(ExecContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+void geglu_backward(ExecContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx, bool dx_overwrite) {
   const char* op = "geglu_backward";
   check_f32(ctx, op, {{"x", &x}, {"dy", &dy}, {"dx", &dx}});
   check_same_shape(op, "x", x, "dx", dx);
@@ -53,14 +53,15 @@ void geglu_backward(ExecContext& ctx, const Tensor& x, const Tensor& dy, const T
              " must be twice as wide as dy ", dy.describe());
   no_broadcast(op, "dx", dx);
   if (ctx.device.is_cuda()) {
+    if (dx_overwrite) fill(ctx, dx, 0.0);
     VINF_ON_CUDA(cuda::grad::geglu(ctx, xr, dyr, dxr));
     return;
   }
-  cpu::grad::geglu(xr, dyr, dxr);
+  cpu::grad::geglu(xr, dyr, dxr, dx_overwrite);
 }
 
 void linear_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor* dx,
-                     const Tensor* dw, const Tensor* db) {
+                     const Tensor* dw, const Tensor* db, bool dx_overwrite) {
   const char* op = "linear_backward";
   check_f32(ctx, op, {{"x", &x}, {"w", &w}, {"dy", &dy}, {"dx", dx}, {"dw", dw}, {"db", db}});
   check_rank(op, "w", w, 2);
@@ -72,7 +73,9 @@ void linear_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const T
   check_shape(op, "db", db, Shape{w.size(0)});
   const std::int64_t m = xr.size(0);
   if (m == 0) return;
-  if (dx) bmm(ctx, dyr.unsqueeze(0), w.unsqueeze(0), detail::as_rows(op, "dx", *dx).unsqueeze(0), 1.f, 1.f);
+  if (dx)
+    bmm(ctx, dyr.unsqueeze(0), w.unsqueeze(0), detail::as_rows(op, "dx", *dx).unsqueeze(0), 1.f,
+        dx_overwrite ? 0.f : 1.f);
   if (dw) bmm(ctx, dyr.transpose(0, 1).unsqueeze(0), xr.unsqueeze(0), dw->unsqueeze(0), 1.f, 1.f);
   if (db) {
     OwnedTensor ones = ctx.arena->empty(DType::f32, {1, 1, m});

@@ -23,12 +23,14 @@ namespace vinf::ops {
 // dx += dy * act'(x).
 void activation_backward(ExecContext& ctx, Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx);
 // x [..., 2D], dy [..., D], dx [..., 2D] (geglu's value half first, gate second).
-void geglu_backward(ExecContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
+// With dx_overwrite, dx = the gradient: dx's old contents (uninitialised memory, say) are not read.
+void geglu_backward(ExecContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx, bool dx_overwrite = false);
 
 // Of y = x w^T + bias: dx += dy w, dw += dy^T x, db += the column sums of dy. x and dy must be
-// views whose leading dims merge into rows.
+// views whose leading dims merge into rows. With dx_overwrite, dx = dy w: dx's old contents
+// (uninitialised memory, say) are not read.
 void linear_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor* dx,
-                     const Tensor* dw, const Tensor* db);
+                     const Tensor* dw, const Tensor* db, bool dx_overwrite = false);
 
 // Of conv2d (w contiguous) and temporal_conv (w [Cout, Cin, kt] contiguous).
 void conv2d_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dParams& p,

@@ -76,6 +76,20 @@ const Tensor& Graph::grad(const Var& v) {
   return v->grad;
 }
 
+bool Graph::fresh_grad(const Var& v) {
+  if (has_grad(v)) return false;
+  v->grad = ctx_.arena->empty(DType::f32, v->value.shape);
+  return true;
+}
+
+void Graph::add_grad(const Tensor& g, const Var& v, const std::function<Tensor(const Tensor&)>& view) {
+  if (fresh_grad(v)) {
+    ops::copy(ctx_, g, view ? view(v->grad) : v->grad.view());
+    return;
+  }
+  ops::accumulate(ctx_, g, view ? view(v->grad) : v->grad.view());
+}
+
 void Graph::pass_grad(const Var& from, const Var& to) {
   if (!has_grad(to) && from->grad.shape == to->value.shape && from->grad.is_contiguous()) {
     to->grad = std::move(from->grad);  // no zeros to add to
@@ -148,7 +162,11 @@ Var Graph::linear(const Var& x, const std::string& prefix, bool bias) {
   ops::linear(ctx_, x->value, w, b, y->value);
   if (y->requires_grad)
     record("linear", [this, x, y, w, dw, db] {
-      if (has_grad(y)) ops::linear_backward(ctx_, x->value, w, y->grad, grad_if(x), dw, db);
+      if (!has_grad(y)) return;
+      // x's first gradient is this product's alone: written, not added to zeros.
+      const bool fresh = x->requires_grad && !has_grad(x);
+      if (fresh) x->grad = ctx_.arena->empty(DType::f32, x->value.shape);
+      ops::linear_backward(ctx_, x->value, w, y->grad, x->requires_grad ? &x->grad : nullptr, dw, db, fresh);
     });
   if (has_param(prefix + ".lora_A.weight"))  // + scale * B (A x), through the graph's own ops
     return add(y, scale(linear(linear(x, prefix + ".lora_A", false), prefix + ".lora_B", false), lora_scale_));
@@ -232,7 +250,9 @@ Var Graph::geglu(const Var& x) {
   ops::geglu(ctx_, x->value, y->value);
   if (y->requires_grad)
     record("geglu", [this, x, y] {
-      if (has_grad(y)) ops::geglu_backward(ctx_, x->value, y->grad, grad(x));
+      if (!has_grad(y)) return;
+      const bool fresh = fresh_grad(x);  // x's only consumer: every element written
+      ops::geglu_backward(ctx_, x->value, y->grad, x->grad, fresh);
     });
   return y;
 }
@@ -269,7 +289,7 @@ Var Graph::add(const Var& a, const Var& b) {
   if (y->requires_grad)
     record("add", [this, a, b, y] {
       if (!has_grad(y)) return;
-      if (b->requires_grad) ops::accumulate(ctx_, y->grad, grad(b));
+      if (b->requires_grad) add_grad(y->grad, b);
       if (a->requires_grad) pass_grad(y, a);
     });
   return y;
@@ -341,8 +361,7 @@ Var Graph::copy_of_view(const Var& x, const std::function<Tensor(const Tensor&)>
   if (y->requires_grad)
     record("copy_of_view", [this, x, y, view] {
       if (!has_grad(y)) return;
-      const Tensor dst = view(grad(x));
-      ops::accumulate(ctx_, y->grad.reshape(dst.shape), dst);
+      add_grad(y->grad.reshape(view(x->value).shape), x, view);
     });
   return y;
 }
@@ -356,8 +375,8 @@ Var Graph::concat_channels(const Var& a, const Var& b) {
   if (y->requires_grad)
     record("concat_channels", [this, a, b, y, ca, cb] {
       if (!has_grad(y)) return;
-      if (a->requires_grad) ops::accumulate(ctx_, y->grad.slice(1, 0, ca), grad(a));
-      if (b->requires_grad) ops::accumulate(ctx_, y->grad.slice(1, ca, cb), grad(b));
+      if (a->requires_grad) add_grad(y->grad.slice(1, 0, ca), a);
+      if (b->requires_grad) add_grad(y->grad.slice(1, ca, cb), b);
     });
   return y;
 }

@@ -122,6 +122,12 @@ class Graph {
   // yet: a value's gradient is complete when the step that made the value runs, and only that
   // step reads it.
   void pass_grad(const Var& from, const Var& to);
+  // v's gradient buffer, uninitialised, when v has none yet (true): for a step that writes all of
+  // it. False: v has one, to add into.
+  bool fresh_grad(const Var& v);
+  // Adds g into v's gradient (through `view` of it when given: a view of all of it), or copies g
+  // there when v has none yet.
+  void add_grad(const Tensor& g, const Var& v, const std::function<Tensor(const Tensor&)>& view = {});
   // `op` names the step in the profile (a string literal).
   void record(const char* op, std::function<void()> step) {
     if (recording_) steps_.push_back({op, std::move(step)});

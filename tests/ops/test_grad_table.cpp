@@ -2,11 +2,13 @@
 // on the CPU's fast path and on the naive references.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <memory>
 
 #include "ops/backward.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/grad_cases.hpp"
+#include "ops/random.hpp"
 
 #include "../support.hpp"
 
@@ -67,5 +69,40 @@ TEST_CASE("grad table: the CUDA backward passes match the CPU's") {
     INFO(r.report);
     CHECK(r.ok);
     CHECK(r.checked > 0);
+  }
+}
+
+TEST_CASE("backward passes told to overwrite their input gradient ignore what it held") {
+  // The training graph hands a value's first gradient to the op that makes it all (linear's and
+  // GEGLU's backward) uninitialised: NaNs there must not reach the result, which equals adding
+  // into zeros.
+  for (CpuImpl impl : {CpuImpl::fast, CpuImpl::reference}) {
+    CAPTURE(impl == CpuImpl::fast ? "fast" : "reference");
+    Runtime rt(Device::cpu(), impl);
+    ExecContext& ctx = rt.ctx();
+    auto random = [&](const Shape& s, std::uint64_t seed) {
+      OwnedTensor t = rt.arena().empty(DType::f32, s);
+      ops::normal(ctx, t, seed, 0, 0);
+      return t;
+    };
+    auto compare = [&](const Tensor& added, const Tensor& written) {
+      const float *a = added.ptr<float>(), *w = written.ptr<float>();  // contiguous, host memory
+      for (std::int64_t i = 0; i < added.numel(); ++i) CHECK(w[i] == doctest::Approx(a[i]).epsilon(1e-6).scale(1.0));
+    };
+    const OwnedTensor x = random({6, 5}, 1), w = random({4, 5}, 2), dy = random({6, 4}, 3);
+    OwnedTensor added = rt.arena().empty(DType::f32, x.shape), written = rt.arena().empty(DType::f32, x.shape);
+    ops::fill(ctx, added, 0.0);
+    ops::fill(ctx, written, std::nan(""));
+    ops::linear_backward(ctx, x, w, dy, &added, nullptr, nullptr);
+    ops::linear_backward(ctx, x, w, dy, &written, nullptr, nullptr, true);
+    compare(added, written);
+
+    const OwnedTensor gx = random({7, 10}, 4), gdy = random({7, 5}, 5);
+    OwnedTensor gadded = rt.arena().empty(DType::f32, gx.shape), gwritten = rt.arena().empty(DType::f32, gx.shape);
+    ops::fill(ctx, gadded, 0.0);
+    ops::fill(ctx, gwritten, std::nan(""));
+    ops::geglu_backward(ctx, gx, gdy, gadded);
+    ops::geglu_backward(ctx, gx, gdy, gwritten, true);
+    compare(gadded, gwritten);
   }
 }
