@@ -76,6 +76,20 @@ const Tensor& Graph::grad(const Var& v) {
   return v->grad;
 }
 
+void Graph::set_profile(Profile* profile) {
+  profile_ = profile;
+  last_op_end_ = std::chrono::steady_clock::now();
+}
+
+void Graph::forward_done(const char* op) {
+  synchronize(ctx_);
+  const auto now = std::chrono::steady_clock::now();
+  if (op != nullptr && profile_forward_) profile_->forward[op] += std::chrono::duration<double>(now - last_op_end_).count();
+  last_op_end_ = now;
+}
+
+const char* Graph::label(const std::string& name) { return labels_->insert(name).first->c_str(); }
+
 bool Graph::fresh_grad(const Var& v) {
   if (has_grad(v)) return false;
   v->grad = ctx_.arena->empty(DType::f32, v->value.shape);
@@ -105,7 +119,7 @@ void Graph::backward(const Var& out, const Tensor& seed) {
     it->run();
     if (profile_ != nullptr && it->op != nullptr) {
       synchronize(ctx_);
-      (*profile_)[it->op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      profile_->backward[it->op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     it->run = nullptr;  // what only this step held (its inputs, its output's gradient) is freed now
   }
@@ -128,6 +142,8 @@ Var Graph::checkpoint(const std::vector<Var>& inputs, const Block& block) {
     if (!has_grad(out)) return;
     // The block again on leaves that share the inputs' values, recording, then its backward.
     Graph again(ctx_, params_, grads_, lora_scale_);
+    again.labels_ = labels_;
+    again.profile_forward_ = false;  // timed as a whole below
     again.set_profile(profile_);
     std::vector<Var> leaves;
     for (const Var& in : inputs) {
@@ -141,7 +157,7 @@ Var Graph::checkpoint(const std::vector<Var>& inputs, const Block& block) {
     const Var y = block(again, leaves);
     if (profile_ != nullptr) {
       synchronize(ctx_);
-      (*profile_)["checkpoint: forward again"] +=
+      profile_->backward["checkpoint: forward again"] +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     again.backward(y, out->grad);
@@ -327,8 +343,15 @@ Var Graph::attention(const Var& q, const Var& k, const Var& v, int heads, const 
                q->requires_grad || k->requires_grad || v->requires_grad);
   ops::attention(ctx_, split_heads(q->value, heads), split_heads(k->value, heads), split_heads(v->value, heads),
                  nullptr, nullptr, split_heads(y->value, heads), p);
+  const char* op = "attention";
+  if (profile_ != nullptr) {
+    const std::int64_t d = q->value.size(2) / heads;
+    op = label("attention " + std::to_string(q->value.size(0)) + "x" + std::to_string(heads) + " heads, " +
+               std::to_string(q->value.size(1)) + " x " + std::to_string(k->value.size(1)) + " tokens, d " +
+               std::to_string(d));
+  }
   if (y->requires_grad)
-    record("attention", [this, q, k, v, y, heads, p] {
+    record(op, [this, q, k, v, y, heads, p] {
       if (!has_grad(y)) return;
       ops::attention_backward(ctx_, split_heads(q->value, heads), split_heads(k->value, heads),
                               split_heads(v->value, heads), split_heads(y->grad, heads), p,

@@ -9,9 +9,11 @@
 // gradient and costs no product for one.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -74,10 +76,14 @@ class Graph {
   // Runs the recorded backward steps in reverse from `out`, whose gradient is `seed`.
   void backward(const Var& out, const Tensor& seed);
 
-  // Where the backward pass spends its time: when set, backward() adds each step's wall time
-  // (the context synchronised after it) to profile[op], and a checkpointed block's second forward
-  // run to profile["checkpoint: forward again"]. For benchmarks; null (the default) times nothing.
-  void set_profile(std::map<std::string, double>* profile) { profile_ = profile; }
+  // Where the time goes, op by op, for benchmarks (null, the default, times nothing). Each op's
+  // forward run: the wall time since the previous op ended (bookkeeping of the graph included),
+  // the context synchronised. The backward pass: each step's wall time, and a checkpointed block's
+  // second forward run as "checkpoint: forward again". Attention is named with its shapes.
+  struct Profile {
+    std::map<std::string, double> forward, backward;
+  };
+  void set_profile(Profile* profile);
 
   // Activation checkpointing: runs block(graph, inputs) keeping none of its intermediate values,
   // only its inputs and output; the backward pass runs the block again, recording, on the same
@@ -128,10 +134,13 @@ class Graph {
   // Adds g into v's gradient (through `view` of it when given: a view of all of it), or copies g
   // there when v has none yet.
   void add_grad(const Tensor& g, const Var& v, const std::function<Tensor(const Tensor&)>& view = {});
-  // `op` names the step in the profile (a string literal).
+  // `op` names the step in the profile (a string that outlives the graph: a literal, or label()'s).
   void record(const char* op, std::function<void()> step) {
+    if (profile_ != nullptr) forward_done(op);
     if (recording_) steps_.push_back({op, std::move(step)});
   }
+  void forward_done(const char* op);
+  const char* label(const std::string& name);  // a stable copy of name
 
   ExecContext& ctx_;
   ParamLookup params_;
@@ -142,7 +151,10 @@ class Graph {
     std::function<void()> run;
   };
   std::vector<Step> steps_;
-  std::map<std::string, double>* profile_ = nullptr;
+  Profile* profile_ = nullptr;
+  bool profile_forward_ = true;
+  std::chrono::steady_clock::time_point last_op_end_;
+  std::shared_ptr<std::set<std::string>> labels_ = std::make_shared<std::set<std::string>>();
   bool recording_ = true;  // false inside a checkpointed block's first run
 };
 

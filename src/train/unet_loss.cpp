@@ -155,7 +155,7 @@ LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& c,
                               const ParamLookup& params, ParamGrads& grads,
                               const std::vector<float>& alphas_cumprod, const LossBatch& batch,
                               std::int64_t loss_elements, const Tensor* grad_x0, bool checkpoint_activations,
-                              float lora_scale, std::map<std::string, double>* profile) {
+                              float lora_scale, Graph::Profile* profile) {
   const Tensor& x0 = batch.x0;
   VINF_INPUT_CHECK(x0.rank() == 5 && x0.size(1) == c.in_channels, "training takes latents (B, ", c.in_channels,
                    ", F, H, W); got ", x0.shape.str());

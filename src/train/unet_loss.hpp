@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -38,7 +37,7 @@ struct LossResult {
 //
 // lora_scale: the factor of LoRA adapters among the parameters (Graph).
 //
-// profile, when given, collects the backward pass's time by op (Graph::set_profile).
+// profile, when given, collects the forward and backward passes' time by op (Graph::set_profile).
 //
 // Runs the UNet forward on the batch and back, adding into `grads` the gradient of
 //   sum_squares / loss_elements
@@ -49,6 +48,6 @@ LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& config,
                               const ParamLookup& params, ParamGrads& grads,
                               const std::vector<float>& alphas_cumprod, const LossBatch& batch,
                               std::int64_t loss_elements, const Tensor* grad_x0, bool checkpoint_activations = false,
-                              float lora_scale = 1.f, std::map<std::string, double>* profile = nullptr);
+                              float lora_scale = 1.f, Graph::Profile* profile = nullptr);
 
 }  // namespace vinf::train
