@@ -586,6 +586,8 @@ VINF_VEC_VARIANTS(attention_row, attention_row_impl, (const AttentionRow& r), (r
 struct SmallPair {
   const float *q, *k, *v, *g;  // row i of q at q + i * ldq, likewise the others
   std::int64_t ldq, ldk, ldv, ldg;
+  const float* o;  // the forward's output, for D = dout . out (null: D from the keys)
+  std::int64_t ldo;
   float *dq, *dk, *dv;
   std::int64_t lddq, lddk, lddv;
   std::int64_t lq, lk;
@@ -623,7 +625,7 @@ VINF_VEC_INLINE V dot_splat_rev(const float* x, const float* xt) {
   return acc;
 }
 
-template <class V, vec::Level Lv, int D>
+template <class V, vec::Level Lv, int D, bool HaveOut>
 VINF_VEC_INLINE void small_pair(const SmallPair& a) {
   constexpr int L = vec::lanes_of<V>;
   constexpr int kChunk = 8;
@@ -644,7 +646,14 @@ VINF_VEC_INLINE void small_pair(const SmallPair& a) {
       qc[i * D + e] = qt[e * lqp + i] = a.q[i * a.ldq + e] * a.c;
       gt[e * lqp + i] = a.g[i * a.ldg + e];
     }
-  // 1. lse and D, rows in lanes.
+  // 1. lse and D, rows in lanes (D from out when given).
+  if constexpr (HaveOut) {
+    for (std::int64_t i = 0; i < lq; ++i) {
+      float sum = 0;
+      for (int e = 0; e < D; ++e) sum += a.g[i * a.ldg + e] * a.o[i * a.ldo + e];
+      dd[i] = sum;
+    }
+  }
   for (std::int64_t r0 = 0; r0 < lq; r0 += L) {
     V qv[D], gv[D];
 #pragma GCC unroll 16
@@ -663,13 +672,13 @@ VINF_VEC_INLINE void small_pair(const SmallPair& a) {
       for (int t = 0; t < kChunk; ++t) bm = sc[t] > bm ? sc[t] : bm;
       const V rescale = vec::exp_nonpositive_at<Lv>(m - bm);
       l *= rescale;
-      acc *= rescale;
+      if constexpr (!HaveOut) acc *= rescale;
       m = bm;
 #pragma GCC unroll 8
       for (int t = 0; t < kChunk; ++t) {
         const V p = vec::exp_nonpositive_at<Lv>(sc[t] - m);
         l += p;
-        acc += p * dot_splat<V, D>(gv, a.v + (j0 + t) * a.ldv);
+        if constexpr (!HaveOut) acc += p * dot_splat<V, D>(gv, a.v + (j0 + t) * a.ldv);
       }
     }
     for (; j0 < lk; ++j0) {  // the last keys, one at a time
@@ -678,7 +687,7 @@ VINF_VEC_INLINE void small_pair(const SmallPair& a) {
       const V rescale = vec::exp_nonpositive_at<Lv>(m - bm);
       const V p = vec::exp_nonpositive_at<Lv>(s - bm);
       l = l * rescale + p;
-      acc = acc * rescale + p * dot_splat<V, D>(gv, a.v + j0 * a.ldv);
+      if constexpr (!HaveOut) acc = acc * rescale + p * dot_splat<V, D>(gv, a.v + j0 * a.ldv);
       m = bm;
     }
     float ml[L], ll[L], al[L];
@@ -687,7 +696,7 @@ VINF_VEC_INLINE void small_pair(const SmallPair& a) {
     vec::store_as(al, acc);
     for (int r = 0; r < L; ++r) {
       lse[r0 + r] = ml[r] + std::log(ll[r]);
-      dd[r0 + r] = al[r] / ll[r];
+      if constexpr (!HaveOut) dd[r0 + r] = al[r] / ll[r];
     }
   }
   // 2. Keys in lanes: dK and dV per block of keys, dq per tile.
@@ -756,22 +765,23 @@ template <class V, vec::Level Lv>
 VINF_VEC_INLINE void small_pair_impl(const SmallPair& a, int d) {
   // Pairs of at most 8 rows and 8 keys (the temporal attention over 8 frames) in 8 lanes, on
   // AVX-512 too: 16 would leave half of every vector empty.
+  const bool out = a.o != nullptr;
   if constexpr (vec::lanes_of<V> == 16) {
     if (a.lq <= 8 && a.lk <= 8) {
-      if (d == 8) small_pair<vec::f32x8, Lv, 8>(a);
-      else small_pair<vec::f32x8, Lv, 16>(a);
+      if (d == 8) out ? small_pair<vec::f32x8, Lv, 8, true>(a) : small_pair<vec::f32x8, Lv, 8, false>(a);
+      else out ? small_pair<vec::f32x8, Lv, 16, true>(a) : small_pair<vec::f32x8, Lv, 16, false>(a);
       return;
     }
   }
-  if (d == 8) small_pair<V, Lv, 8>(a);
-  else small_pair<V, Lv, 16>(a);
+  if (d == 8) out ? small_pair<V, Lv, 8, true>(a) : small_pair<V, Lv, 8, false>(a);
+  else out ? small_pair<V, Lv, 16, true>(a) : small_pair<V, Lv, 16, false>(a);
 }
 VINF_VEC_LEVEL_VARIANTS(attention_small_pair, small_pair_impl, (const SmallPair& a, int d), (a, d))
 
 }  // namespace
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const exec::AttentionParams& p,
-               const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+               const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor* out) {
   const std::int64_t nb = q.size(0), nh = q.size(1), lq = q.size(2), lk = k.size(2), d = q.size(3), dvn = v.size(3);
   const double log_base = p.token_count_log_base > 0 ? std::log(static_cast<double>(p.token_count_log_base)) : 0;
   auto row = [](const Tensor& t, std::int64_t b, std::int64_t h, std::int64_t i) {
@@ -795,6 +805,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
         for (std::int64_t h = 0; h < nh; ++h)
           attention_small_pair(SmallPair{row(q, b, h, 0), row(k, b, h, 0), row(v, b, h, 0), row(dout, b, h, 0),
                                          q.strides[2], k.strides[2], v.strides[2], dout.strides[2],
+                                         out ? row(*out, b, h, 0) : nullptr, out ? out->strides[2] : 0,
                                          row(dq, b, h, 0), row(dk, b, h, 0), row(dv, b, h, 0), dq.strides[2],
                                          dk.strides[2], dv.strides[2], lq, lk, c, scratch.data()},
                                static_cast<int>(d));

@@ -22,7 +22,8 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& dy, float ep
                 const Tensor* dgamma, const Tensor* dbeta);  // 2-D rows, unit stride along them
 void softmax(const Tensor& y, const Tensor& dy, const Tensor& dx);   // 2-D rows
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-               const exec::AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+               const exec::AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+               const Tensor* out = nullptr);  // out: the forward's output, optional
 void upsample_nearest(const Tensor& dy, const Tensor& dx);
 // dst += src; dims where dst has stride 0 are summed over.
 void accumulate(const Tensor& src, const Tensor& dst);

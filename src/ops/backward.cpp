@@ -201,7 +201,8 @@ void softmax_backward(ExecContext& ctx, const Tensor& y, const Tensor& dy, const
 }
 
 void attention_backward(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-                        const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                        const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const Tensor* out) {
   const char* op = "attention_backward";
   check_f32(ctx, op, {{"q", &q}, {"k", &k}, {"v", &v}, {"dout", &dout}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
   for (const auto& [name, t] : {std::pair{"q", &q}, std::pair{"k", &k}, std::pair{"v", &v}, std::pair{"dout", &dout},
@@ -214,6 +215,12 @@ void attention_backward(ExecContext& ctx, const Tensor& q, const Tensor& k, cons
                  v.size(1) == q.size(1) && v.size(2) == k.size(2),
              op, ": q ", q.describe(), ", k ", k.describe(), " and v ", v.describe(), " do not fit");
   check_shape(op, "dout", &dout, Shape{q.size(0), q.size(1), q.size(2), v.size(3)});
+  check_shape(op, "out", out, dout.shape);
+  if (out) {
+    check_f32(ctx, op, {{"out", out}});
+    VINF_CHECK(out->strides[3] == 1 || out->shape[3] == 1, op, ": the last dimension of out must be contiguous, got ",
+               out->describe());
+  }
   check_shape(op, "dq", &dq, q.shape);
   check_shape(op, "dk", &dk, k.shape);
   check_shape(op, "dv", &dv, v.shape);
@@ -222,7 +229,7 @@ void attention_backward(ExecContext& ctx, const Tensor& q, const Tensor& k, cons
     VINF_ON_CUDA(cuda::grad::attention(ctx, q, k, v, dout, p, dq, dk, dv));
     return;
   }
-  cpu::grad::attention(q, k, v, dout, p, dq, dk, dv);
+  cpu::grad::attention(q, k, v, dout, p, dq, dk, dv, out);
 }
 
 void upsample_nearest_backward(ExecContext& ctx, const Tensor& dy, const Tensor& dx) {

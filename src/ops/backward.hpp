@@ -51,8 +51,11 @@ void softmax_backward(ExecContext& ctx, const Tensor& y, const Tensor& dy, const
 // recomputed row by row, nothing of size rows x keys is stored. dq, dk, dv have the shapes of q, k,
 // v, the last dimension contiguous and no broadcast (stride-0) dimension: the gradient of keys a
 // forward call broadcast is summed by the caller (accumulate).
+// `out`, when given, is the forward op's output (dout's shape): the CPU's small-head kernel takes
+// each row's dout . out from it instead of a pass over the keys.
 void attention_backward(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-                        const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+                        const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const Tensor* out = nullptr);
 
 // Of upsample_nearest: each output pixel's gradient onto its source pixel.
 void upsample_nearest_backward(ExecContext& ctx, const Tensor& dy, const Tensor& dx);

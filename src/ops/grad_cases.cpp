@@ -164,16 +164,26 @@ std::vector<GradCase> grad_cases() {
                   softmax_backward(ctx, y, dout[0], *d[0]);
                 }});
 
+  // with_out: the backward is given the forward's output (computed again here).
   auto attention_case = [&](const std::string& name, std::int64_t r, std::int64_t h, std::int64_t lq, std::int64_t lk,
-                            std::int64_t d, std::int64_t dv, AttentionParams p) {
+                            std::int64_t d, std::int64_t dv, AttentionParams p, bool with_out = false) {
     cs.push_back({"attention", name, {{"q", {r, lq, h * d}}, {"k", {r, lk, h * d}}, {"v", {r, lk, h * dv}}},
                   {{r, lq, h * dv}},
                   [h, p](ExecContext& ctx, const Ins& in, const Ins& out) {
                     attention(ctx, heads(in[0], h), heads(in[1], h), heads(in[2], h), nullptr, nullptr, heads(out[0], h), p);
                   },
-                  [h, p](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& g) {
+                  [h, p, with_out](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& g) {
+                    OwnedTensor out;
+                    Tensor out_heads;
+                    if (with_out) {
+                      out = ctx.arena->empty(DType::f32, dout[0].shape);
+                      attention(ctx, heads(in[0], h), heads(in[1], h), heads(in[2], h), nullptr, nullptr,
+                                heads(out, h), p);
+                      out_heads = heads(out, h);
+                    }
                     attention_backward(ctx, heads(in[0], h), heads(in[1], h), heads(in[2], h), heads(dout[0], h), p,
-                                       heads(*g[0], h), heads(*g[1], h), heads(*g[2], h));
+                                       heads(*g[0], h), heads(*g[1], h), heads(*g[2], h),
+                                       with_out ? &out_heads : nullptr);
                   }});
   };
   AttentionParams plain;
@@ -183,6 +193,8 @@ std::vector<GradCase> grad_cases() {
   // past a whole vector of them included.
   attention_case("attention small heads 2 heads 19x21 d8", 2, 2, 19, 21, 8, 8, plain);
   attention_case("attention small heads, at most 8 rows and keys, 6x8 d8", 3, 2, 6, 8, 8, 8, plain);
+  attention_case("attention small heads given the forward's output 19x21 d8", 2, 2, 19, 21, 8, 8, plain, true);
+  attention_case("attention given the forward's output 5x7 d4 dv3", 2, 2, 5, 7, 4, 3, plain, true);
   AttentionParams counted = plain;
   counted.scale = 0.25f;
   counted.token_count_log_base = 5.f;

@@ -353,9 +353,11 @@ Var Graph::attention(const Var& q, const Var& k, const Var& v, int heads, const 
   if (y->requires_grad)
     record(op, [this, q, k, v, y, heads, p] {
       if (!has_grad(y)) return;
+      const Tensor out = split_heads(y->value, heads);
       ops::attention_backward(ctx_, split_heads(q->value, heads), split_heads(k->value, heads),
                               split_heads(v->value, heads), split_heads(y->grad, heads), p,
-                              split_heads(grad(q), heads), split_heads(grad(k), heads), split_heads(grad(v), heads));
+                              split_heads(grad(q), heads), split_heads(grad(k), heads), split_heads(grad(v), heads),
+                              &out);
     });
   return y;
 }
