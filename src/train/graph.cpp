@@ -267,7 +267,7 @@ Var Graph::geglu(const Var& x) {
   if (y->requires_grad)
     record("geglu", [this, x, y] {
       if (!has_grad(y)) return;
-      const bool fresh = fresh_grad(x);  // x's only consumer: every element written
+      const bool fresh = fresh_grad(x);  // written when x has no gradient yet, else added to
       ops::geglu_backward(ctx_, x->value, y->grad, x->grad, fresh);
     });
   return y;
