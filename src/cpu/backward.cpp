@@ -577,8 +577,9 @@ VINF_VEC_VARIANTS(attention_row, attention_row_impl, (const AttentionRow& r), (r
 // keys per channel, reading and writing a row of scratch for each of the 5 d products; with d = 8
 // that is memory traffic for every 2 flops. Here the scores stay in registers, in flash-attention's
 // backward order, with L = lanes:
-//   1. rows in lanes: each row's log-sum-exp (lse) and D = p . dp (= dout . out), over the keys
-//      in chunks of 8 (one rescaling of the running sums a chunk);
+//   1. rows in lanes: each row's log-sum-exp (lse) and D = p . dp over the keys, in chunks of 8
+//      (one rescaling of the running sums a chunk); D = dout . out instead when the forward's
+//      output is given;
 //   2. keys in lanes, L x L tiles: p = exp(s - lse), ds = p (dp - D); dV += p^T dout and
 //      dK += c ds^T q in 2 D accumulators a block of keys; each tile's ds transposed (rows in lanes)
 //      for dq += c ds K, added into a transposed dq.
@@ -612,8 +613,6 @@ VINF_VEC_INLINE V dot_splat(const V (&x)[D], const float* y) {  // sum_e x[e] * 
   return acc;
 }
 
-// sum_e (x[e] c) * xt[e * ld + lanes]: the same products, in the same order, as dot_splat over a
-// transposed copy holding x c.
 // sum_e x[e] * xt[e * lanes + lane], x broadcast: with x = q c, the same products in the same
 // order as dot_splat over QT.
 template <class V, int D>
