@@ -786,6 +786,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   auto row = [](const Tensor& t, std::int64_t b, std::int64_t h, std::int64_t i) {
     return f32(t) + b * t.strides[0] + h * t.strides[1] + i * t.strides[2];
   };
+  // (b, h) pairs go to the threads in chunks: many small ones (the temporal attention's, one per
+  // pixel and head) one at a time cost more in scheduling than in work.
+  const int chunk = static_cast<int>(std::clamp<std::int64_t>(nb * nh / (16 * omp_get_max_threads()), 1, 64));
   // Every row sees every key: the small-head kernel, when the heads are small.
   std::int64_t lo_last = 0, hi_last = 0, lo_first = 0, hi_first = 0;
   exec::attention_band(p, lq - 1, lk, lo_last, hi_last);
@@ -794,8 +797,6 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
     const float c =
         static_cast<float>(p.scale * (log_base > 0 ? std::log(static_cast<double>(lk)) / log_base : 1.0));
     const std::int64_t lanes = vec::variant_lanes();
-    // Many small pairs (the temporal attention's, one per pixel and head) in chunks.
-    const int chunk = static_cast<int>(std::clamp<std::int64_t>(nb * nh / (16 * omp_get_max_threads()), 1, 64));
 #pragma omp parallel
     {
       std::vector<float> scratch(static_cast<std::size_t>(small_pair_scratch(lq, d, lanes)));
@@ -815,7 +816,6 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   // transposed into the thread's scratch, its dK and dV gathered there and added at the end. The
   // probabilities of a row are recomputed from q and k (nothing of size rows x keys is kept from
   // the forward pass).
-  const int chunk = static_cast<int>(std::clamp<std::int64_t>(nb * nh / (16 * omp_get_max_threads()), 1, 64));
 #pragma omp parallel
   {
     std::vector<float> kt(static_cast<std::size_t>(d * lk)), vt(static_cast<std::size_t>(dvn * lk));

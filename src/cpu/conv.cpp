@@ -27,11 +27,13 @@ struct ConvGeometry {
   int stride = 1, pad_h = 0, pad_w = 0;
 };
 
+std::string geometry_key(const ConvGeometry& g) {
+  return "|s" + std::to_string(g.stride) + "p" + std::to_string(g.pad_h) + "," + std::to_string(g.pad_w);
+}
+
 std::string plan_key(const Tensor& x, const Tensor& w, bool bias, const Tensor& y, const ConvGeometry& g) {
-  std::string k = x.describe() + "|" + w.describe() + dtype_name(w.dtype) + "|" + y.describe();
-  k += "|s" + std::to_string(g.stride) + "p" + std::to_string(g.pad_h) + "," + std::to_string(g.pad_w) +
-       (bias ? "b" : "");
-  return k;
+  return x.describe() + "|" + w.describe() + dtype_name(w.dtype) + "|" + y.describe() + geometry_key(g) +
+         (bias ? "b" : "");
 }
 
 ConvPlan& get_plan(CpuContext& cc, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
@@ -120,9 +122,9 @@ dnnl::reorder adding_reorder(CpuContext& cc, const memory::desc& src, const memo
 ConvBackwardPlan& get_backward_plan(CpuContext& cc, const Tensor& x, const Tensor& w, const Tensor& dy,
                                     const Tensor* dx, const Tensor* dw, bool bias, const ConvGeometry& g) {
   auto& plans = cc.conv_backward_plans();
-  std::string key = x.describe() + "|" + w.describe() + "|" + dy.describe() + "|" +
-                    (dx ? dx->describe() : "-") + "|" + (dw ? dw->describe() : "-") + (bias ? "|b" : "|-");
-  key += "|s" + std::to_string(g.stride) + "p" + std::to_string(g.pad_h) + "," + std::to_string(g.pad_w);
+  const std::string key = x.describe() + "|" + w.describe() + "|" + dy.describe() + "|" +
+                          (dx ? dx->describe() : "-") + "|" + (dw ? dw->describe() : "-") + (bias ? "|b" : "|-") +
+                          geometry_key(g);
   if (auto it = plans.find(key); it != plans.end()) return *it->second;
   auto plan = std::make_unique<ConvBackwardPlan>();
   plan->user_x = strided_desc(x);

@@ -180,8 +180,7 @@ Var Graph::linear(const Var& x, const std::string& prefix, bool bias) {
     record("linear", [this, x, y, w, dw, db] {
       if (!has_grad(y)) return;
       // x's first gradient is this product's alone: written, not added to zeros.
-      const bool fresh = x->requires_grad && !has_grad(x);
-      if (fresh) x->grad = ctx_.arena->empty(DType::f32, x->value.shape);
+      const bool fresh = x->requires_grad && fresh_grad(x);
       ops::linear_backward(ctx_, x->value, w, y->grad, x->requires_grad ? &x->grad : nullptr, dw, db, fresh);
     });
   if (has_param(prefix + ".lora_A.weight"))  // + scale * B (A x), through the graph's own ops
