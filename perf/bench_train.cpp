@@ -1,7 +1,8 @@
 // One training step's forward and backward passes of the UNet (train/unet_loss), random weights of
 // a preset's shape, f32 on the CPU: the backward / forward time ratio (target <= 2.5x), the forward
 // against the inference forward of the same shape, and the activations' peak memory with and
-// without activation checkpointing.
+// without activation checkpointing. Before the figures, once per setup, a table of each op's forward
+// and backward time in one profiled step (train::Graph::Profile).
 //   --vinf_suite=cpu (default): "narrow" (small's layout at widths 32/64/128/128, head dim 8) at
 //                               8 frames, 32 x 32, 16 text tokens, batch 1
 //   --vinf_suite=smoke: the tiny preset at 4 frames, 8 x 8, to check that the harness runs
