@@ -9,6 +9,8 @@
 
 #include "core/error.hpp"
 #include "mpi/watchdog.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/runtime.hpp"
 
 namespace vinf::mpi {
 
@@ -22,6 +24,7 @@ const char* comm_op_name(CommOp op) {
     case CommOp::broadcast: return "broadcast";
     case CommOp::barrier: return "barrier";
     case CommOp::all_to_all: return "all-to-all";
+    case CommOp::reduce_scatter: return "reduce-scatter";
   }
   return "?";
 }
@@ -217,6 +220,13 @@ Pending Communicator::start_pairwise(ExecContext& ctx, CommOp op, std::span<cons
 }
 
 void Communicator::all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op) {
+  check_all_reduce(ctx, buf, op);
+  Pending p = start(ctx, CommOp::all_reduce, size_ > 1 ? buf.nbytes() : 0,
+                    [&] { return size_ > 1 ? do_all_reduce(ctx, buf, op) : completed(); });
+  finish(p);
+}
+
+void Communicator::check_all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op) {
   // A sum of integers is left out: nothing needs it, and it could overflow.
   const bool floating = buf.dtype == DType::f32 || buf.dtype == DType::f64;
   if (op == ReduceOp::sum)
@@ -227,9 +237,51 @@ void Communicator::all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op) 
                "): a contiguous f32, f64 or i64 tensor expected, got ", buf.describe());
   check_placement(ctx, CommOp::all_reduce, "buffer", buf);
   if (trace_) trace_->push_back({CommOp::all_reduce, buf.dtype, {buf.numel()}, {}, 0, op});
-  Pending p = start(ctx, CommOp::all_reduce, size_ > 1 ? buf.nbytes() : 0,
-                    [&] { return size_ > 1 ? do_all_reduce(ctx, buf, op) : completed(); });
-  finish(p);
+}
+
+Pending Communicator::start_all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op) {
+  check_all_reduce(ctx, buf, op);
+  return start(ctx, CommOp::all_reduce, size_ > 1 ? buf.nbytes() : 0,
+               [&] { return size_ > 1 ? do_start_all_reduce(ctx, buf, op) : completed(); });
+}
+
+Pending Communicator::start_reduce_scatter_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                                             const std::vector<std::int64_t>& counts) {
+  VINF_CHECK(static_cast<int>(counts.size()) == size_, "reduce_scatter_v: ", counts.size(), " counts for a group of ",
+             size_);
+  VINF_CHECK(send.is_contiguous() && recv.is_contiguous() && send.dtype == recv.dtype &&
+                 (send.dtype == DType::f32 || send.dtype == DType::f64),
+             "reduce_scatter_v: contiguous f32 or f64 tensors of one dtype expected, got ", send.describe(), " and ",
+             recv.describe());
+  std::int64_t total = 0;
+  for (std::int64_t n : counts) {
+    VINF_CHECK(n >= 0, "reduce_scatter_v: a negative count");
+    total += n;
+  }
+  VINF_CHECK(send.numel() == total && recv.numel() == counts[static_cast<std::size_t>(rank_)], "reduce_scatter_v: send ",
+             send.describe(), " / recv ", recv.describe(), " do not match the counts");
+  check_placement(ctx, CommOp::reduce_scatter, "send", send);
+  check_placement(ctx, CommOp::reduce_scatter, "recv", recv);
+  const std::uint64_t received = static_cast<std::uint64_t>(size_ - 1) * recv.nbytes();
+  if (trace_) trace_->push_back({CommOp::reduce_scatter, send.dtype, counts, {}, 0});
+  return start(ctx, CommOp::reduce_scatter, received, [&] {
+    if (size_ > 1) return do_reduce_scatter_v(ctx, send, recv, counts);
+    if (recv.numel() > 0) ops::copy(ctx, send, recv);
+    return completed();
+  });
+}
+
+Communicator::Request Communicator::do_reduce_scatter_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                                                        const std::vector<std::int64_t>& counts) {
+  std::int64_t first = 0;
+  for (int r = 0; r < rank_; ++r) first += counts[static_cast<std::size_t>(r)];
+  OwnedTensor all = ctx.arena->empty(send.dtype, send.shape);
+  ops::copy(ctx, send, all);
+  Request req = do_all_reduce(ctx, all, ReduceOp::sum);
+  req->wait(ctx);
+  if (recv.numel() > 0) ops::copy(ctx, all.reshape({send.numel()}).slice(0, first, recv.numel()), recv);
+  synchronize(ctx);
+  return completed();
 }
 
 void Communicator::broadcast(ExecContext& ctx, const Tensor& buf, int root) {
@@ -254,7 +306,7 @@ double replay_trace(Communicator& comm, ExecContext& ctx, const std::vector<Comm
     std::int64_t n = 0;
     for (std::int64_t c : r.counts) n += c;
     for (const CommRecord::Pair& p : r.pairs) n += p.send + p.recv;
-    if (r.op == CommOp::all_gather) n += r.counts[static_cast<std::size_t>(comm.rank())];
+    if (r.op == CommOp::all_gather || r.op == CommOp::reduce_scatter) n += r.counts[static_cast<std::size_t>(comm.rank())];
     most = std::max(most, n * static_cast<std::int64_t>(dtype_size(r.dtype)));
   }
   Allocation scratch = ctx.arena->allocate(static_cast<std::size_t>(most));
@@ -290,6 +342,15 @@ double replay_trace(Communicator& comm, ExecContext& ctx, const std::vector<Comm
         break;
       }
       case CommOp::all_reduce: comm.all_reduce(ctx, view(off, r.dtype, r.counts[0]), r.reduce); break;
+      case CommOp::reduce_scatter: {
+        std::int64_t total = 0;
+        for (std::int64_t c : r.counts) total += c;
+        const Tensor send = view(off, r.dtype, total);
+        Pending p = comm.start_reduce_scatter_v(ctx, send, view(off, r.dtype, r.counts[static_cast<std::size_t>(comm.rank())]),
+                                                r.counts);
+        comm.finish(p);
+        break;
+      }
       case CommOp::broadcast: comm.broadcast(ctx, view(off, r.dtype, r.counts[0]), r.root); break;
       case CommOp::barrier: comm.barrier(ctx); break;
     }

@@ -13,7 +13,8 @@
 //
 // Payload bytes are what this rank receives from other ranks: an all-gather of n bytes per rank
 // counts (size - 1) n, an exchange the bytes received from the peers, an all-reduce and a broadcast
-// the buffer's bytes (0 on a one-rank group), an all-to-all the pieces received from the others.
+// the buffer's bytes (0 on a one-rank group), an all-to-all the pieces received from the others, a
+// reduce-scatter the other ranks' contributions to this rank's piece ((size - 1) x its bytes).
 #pragma once
 
 #include <mpi.h>
@@ -31,8 +32,8 @@
 
 namespace vinf::mpi {
 
-enum class CommOp { all_gather, exchange, all_reduce, broadcast, barrier, all_to_all };
-inline constexpr int kCommOps = 6;
+enum class CommOp { all_gather, exchange, all_reduce, broadcast, barrier, all_to_all, reduce_scatter };
+inline constexpr int kCommOps = 7;
 const char* comm_op_name(CommOp op);
 
 // What an all-reduce combines the ranks' elements with.
@@ -59,7 +60,7 @@ struct Transfer {
 struct CommRecord {
   CommOp op = CommOp::barrier;
   DType dtype = DType::f32;
-  std::vector<std::int64_t> counts;  // all-gather: per rank; all-reduce, broadcast: {elements}
+  std::vector<std::int64_t> counts;  // all-gather, reduce-scatter: per rank; all-reduce, broadcast: {elements}
   struct Pair {
     int peer;
     std::int64_t send, recv;
@@ -141,6 +142,15 @@ class Communicator {
   // takes f32 or f64, max and min also i64. Counted as an all-reduce.
   void all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op);
   void all_reduce_sum(ExecContext& ctx, const Tensor& buf) { all_reduce(ctx, buf, ReduceOp::sum); }
+  // The split form of all_reduce (the same result, the same bitwise agreement): buf belongs to the
+  // collective until finish().
+  Pending start_all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op);
+  // Sums send (sum of counts elements, f32 or f64, the same on every rank) over the ranks and
+  // leaves piece r (counts[r] elements, in rank order; empty pieces allowed) in rank r's recv.
+  // Every rank gets its piece as the sum in one fixed order, the same for equal inputs. Both
+  // belong to the collective until finish().
+  Pending start_reduce_scatter_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                                 const std::vector<std::int64_t>& counts);
   void broadcast(ExecContext& ctx, const Tensor& buf, int root);
   void barrier(ExecContext& ctx);
 
@@ -159,6 +169,14 @@ class Communicator {
   virtual Request do_exchange(ExecContext& ctx, std::span<const Transfer> transfers) = 0;
   // Called on groups of more than one rank with a dtype that all_reduce accepts for op.
   virtual Request do_all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op) = 0;
+  // start_all_reduce's: do_all_reduce unless the transport can leave it in flight (MPI).
+  virtual Request do_start_all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op) {
+    return do_all_reduce(ctx, buf, op);
+  }
+  // Called on groups of more than one rank. This one reduces all of send with do_all_reduce in a
+  // scratch buffer and copies this rank's piece out (the thread and NCCL transports); MPI has its own.
+  virtual Request do_reduce_scatter_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                                      const std::vector<std::int64_t>& counts);
   virtual Request do_broadcast(ExecContext& ctx, const Tensor& buf, int root) = 0;
   virtual Request do_barrier(ExecContext& ctx) = 0;
   static Request completed();
@@ -169,6 +187,8 @@ class Communicator {
   // Counts the call, arms the watchdog, issues it and times the issue.
   template <class Issue>
   Pending start(ExecContext& ctx, CommOp op, std::uint64_t bytes, Issue&& issue);
+  // all_reduce's arguments checked, and the call traced.
+  void check_all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op);
   // Pairwise transfers (exchange, all-to-all): checked, traced and counted as op.
   Pending start_pairwise(ExecContext& ctx, CommOp op, std::span<const Transfer> transfers);
   int rank_, size_;

@@ -46,7 +46,7 @@ class MpiRequest final : public CommRequest {
  public:
   std::vector<MPI_Request> reqs;
   std::vector<std::unique_ptr<HostImage>> keep, fill;  // sent from / received into (stored at the end)
-  std::vector<int> bytes, displs;  // an all-gather's counts, which MPI may read until completion
+  std::vector<int> bytes, displs;  // an all-gather's (reduce-scatter's) counts, which MPI may read until completion
   void progress() override {
     if (reqs.empty()) return;
     int done = 0;
@@ -117,6 +117,26 @@ class MpiCommunicator final : public Communicator {
                                  mpi_type(buf.dtype), mpi_op(op), comm_));
     h.store();
     return completed();
+  }
+  Request do_start_all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op) override {
+    auto req = std::make_unique<MpiRequest>();
+    req->fill.push_back(std::make_unique<HostImage>(ctx, staging_, buf, true));
+    req->reqs.emplace_back();
+    VINF_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, req->fill.back()->data(),
+                                  int_count(static_cast<std::uint64_t>(buf.numel())), mpi_type(buf.dtype), mpi_op(op),
+                                  comm_, &req->reqs.back()));
+    return req;
+  }
+  Request do_reduce_scatter_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
+                              const std::vector<std::int64_t>& counts) override {
+    auto req = std::make_unique<MpiRequest>();
+    for (std::int64_t c : counts) req->bytes.push_back(int_count(static_cast<std::uint64_t>(c)));  // element counts
+    req->keep.push_back(std::make_unique<HostImage>(ctx, staging_, send, true));
+    req->fill.push_back(std::make_unique<HostImage>(ctx, staging_, recv, false));
+    req->reqs.emplace_back();
+    VINF_CHECK_MPI(MPI_Ireduce_scatter(req->keep.back()->data(), req->fill.back()->data(), req->bytes.data(),
+                                       mpi_type(send.dtype), MPI_SUM, comm_, &req->reqs.back()));
+    return req;
   }
   Request do_broadcast(ExecContext& ctx, const Tensor& buf, int root) override {
     HostImage h(ctx, staging_, buf, rank() == root);

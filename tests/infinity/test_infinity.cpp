@@ -161,6 +161,13 @@ TEST_CASE("thread transport: all-reduce max and min of distinct values per rank,
   }
 }
 
+TEST_CASE("thread transport: a started all-reduce and a reduce-scatter of unequal pieces sum exactly") {
+  for (int n = 1; n <= 4; ++n) {
+    CAPTURE(n);
+    run_clips(n, [](int r, mpi::Communicator& comm, ExecContext& ctx) { test::check_started_sums(r, comm, ctx); });
+  }
+}
+
 TEST_CASE("a trace of collectives replays the same calls and bytes") {
   run_clips(3, [](int r, mpi::Communicator& comm, ExecContext& ctx) {
     std::vector<mpi::CommRecord> trace;

@@ -1,5 +1,6 @@
-// One check of the all-reduce's max and min, run by every rank of a group on any transport: the
-// MPI tests at 1-4 ranks and the thread transport in the unit tests.
+// Checks of the all-reduce's max and min and of the started sums (all-reduce, reduce-scatter), run
+// by every rank of a group on any transport: the MPI tests at 1-4 ranks and the thread transport in
+// the unit tests.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -84,6 +85,53 @@ inline void check_reductions(int r, mpi::Communicator& comm, ExecContext& ctx) {
     msg = e.what();
   }
   CHECK(msg.find("a contiguous f32 or f64 tensor expected") != std::string::npos);
+}
+
+// The started sums: an all-reduce and a reduce-scatter in flight together, with pieces of unequal
+// sizes (one empty, on groups of more than one rank). Rank r contributes (r + 1) * (i + 1) to
+// element i, small integers whose sums are exact in any order.
+template <class T>
+void check_started_sums(int r, mpi::Communicator& comm, ExecContext& ctx, DType dtype) {
+  const int n = comm.size();
+  std::vector<std::int64_t> counts;
+  for (int q = 0; q < n; ++q) counts.push_back(q == 1 ? 0 : 3 + q);  // rank 1's piece is empty
+  std::int64_t total = 0, first = 0;
+  for (int q = 0; q < n; ++q) {
+    if (q < r) first += counts[static_cast<std::size_t>(q)];
+    total += counts[static_cast<std::size_t>(q)];
+  }
+  const auto value = [](int q, std::int64_t i) { return static_cast<T>((q + 1) * (i + 1)); };
+  const T ranks_sum = static_cast<T>(n * (n + 1) / 2);
+  std::vector<T> send, all, piece(static_cast<std::size_t>(counts[static_cast<std::size_t>(r)]), T(-1));
+  for (std::int64_t i = 0; i < total; ++i) send.push_back(value(r, i));
+  all = send;
+  const mpi::CommCounters before = comm.counters();
+  mpi::Pending a = comm.start_all_reduce(ctx, Tensor::wrap(all.data(), dtype, Device::cpu(), {total}), mpi::ReduceOp::sum);
+  mpi::Pending b = comm.start_reduce_scatter_v(ctx, Tensor::wrap(send.data(), dtype, Device::cpu(), {total}),
+                                               Tensor::wrap(piece.data(), dtype, Device::cpu(), {counts[static_cast<std::size_t>(r)]}),
+                                               counts);
+  comm.finish(b);
+  comm.finish(a);
+  CAPTURE(dtype_name(dtype));
+  for (std::int64_t i = 0; i < total; ++i) CHECK(all[static_cast<std::size_t>(i)] == ranks_sum * static_cast<T>(i + 1));
+  for (std::size_t i = 0; i < piece.size(); ++i)
+    CHECK(piece[i] == ranks_sum * static_cast<T>(first + static_cast<std::int64_t>(i) + 1));
+  const auto rs = static_cast<std::size_t>(mpi::CommOp::reduce_scatter);
+  CHECK(comm.counters().calls[rs] - before.calls[rs] == 1);
+  CHECK(comm.counters().bytes[rs] - before.bytes[rs] == static_cast<std::uint64_t>(n - 1) * piece.size() * sizeof(T));
+}
+
+inline void check_started_sums(int r, mpi::Communicator& comm, ExecContext& ctx) {
+  check_started_sums<float>(r, comm, ctx, DType::f32);
+  check_started_sums<double>(r, comm, ctx, DType::f64);
+  // Replayed from a trace, as the step benchmark does.
+  std::vector<mpi::CommRecord> trace;
+  comm.set_trace(&trace);
+  check_started_sums<float>(r, comm, ctx, DType::f32);
+  comm.set_trace(nullptr);
+  REQUIRE(trace.size() == 2);
+  CHECK(trace[1].op == mpi::CommOp::reduce_scatter);
+  CHECK(mpi::replay_trace(comm, ctx, trace) >= 0);
 }
 
 }  // namespace vinf::test

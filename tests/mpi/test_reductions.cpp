@@ -1,4 +1,5 @@
-// The MPI transport's all-reduce max and min at this world size (1-4 ranks, odd sizes included).
+// The MPI transport's all-reduce max and min, and its started sums, at this world size (1-4 ranks,
+// odd sizes included).
 #include <doctest/doctest.h>
 #include <mpi.h>
 
@@ -12,4 +13,10 @@ TEST_CASE("MPI transport: all-reduce max and min of distinct values per rank, in
   auto comm = mpi::make_mpi_communicator(MPI_COMM_WORLD);
   Runtime rt(Device::cpu());
   test::check_reductions(comm->rank(), *comm, rt.ctx());
+}
+
+TEST_CASE("MPI transport: a started all-reduce and a reduce-scatter of unequal pieces sum exactly") {
+  auto comm = mpi::make_mpi_communicator(MPI_COMM_WORLD);
+  Runtime rt(Device::cpu());
+  test::check_started_sums(comm->rank(), *comm, rt.ctx());
 }
