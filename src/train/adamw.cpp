@@ -1,5 +1,6 @@
 #include "train/adamw.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -75,32 +76,42 @@ double clip_scale(double norm, double max_norm) {
   return std::min(1.0, max_norm / (norm + 1e-6));
 }
 
-AdamW::AdamW(Arena& arena, ExecContext& ctx, const ParamGrads& grads) {
-  state_ = arena.empty(DType::f32, {2, grads.all().numel()});
+AdamW::AdamW(Arena& arena, ExecContext& ctx, const ParamGrads& grads) : AdamW(arena, ctx, 0, grads.all().numel()) {}
+
+AdamW::AdamW(Arena& arena, ExecContext& ctx, std::int64_t first, std::int64_t count) : first_(first) {
+  state_ = arena.empty(DType::f32, {2, count});
   if (state_.numel() > 0) ops::fill(ctx, state_, 0.0);
 }
 
 void AdamW::step(ExecContext& ctx, const ParamGrads& grads, const ParamLookup& params, const AdamWSettings& s,
                  double lr, double grad_scale) {
+  VINF_CHECK(first_ == 0 && state_.size(1) == grads.all().numel(), "AdamW::step: this optimizer holds a part");
+  step_part(ctx, grads, host_f32(grads.all(), "the gradients"), params, s, lr, grad_scale);
+}
+
+void AdamW::step_part(ExecContext& ctx, const ParamGrads& layout, const float* shard_grads, const ParamLookup& params,
+                      const AdamWSettings& s, double lr, double grad_scale) {
   (void)ctx;
   ++steps_;
   const double c1 = 1.0 - std::pow(s.beta1, static_cast<double>(steps_));
   const double c2 = std::sqrt(1.0 - std::pow(s.beta2, static_cast<double>(steps_)));
   const double decay = 1.0 - lr * s.weight_decay;
-  const std::int64_t n = grads.all().numel();
-  float* m = host_f32(state_, "the moments");
+  const std::int64_t n = state_.size(1), last = first_ + n;
+  float* m = n > 0 ? host_f32(state_, "the moments") : nullptr;
   float* v = m + n;
   std::int64_t at = 0;
-  for (const auto& [name, g] : grads.list()) {
+  for (const auto& [name, g] : layout.list()) {
+    const std::int64_t k = g.numel(), lo = std::max(at, first_), hi = std::min(at + k, last);
+    at += k;
+    if (lo >= hi) continue;
     const Tensor* p = params(name);
     VINF_CHECK(p != nullptr && p->shape == g.shape, "AdamW: no parameter ", name, " of shape ", g.shape.str());
-    float* pp = host_f32(*p, name.c_str());
-    const float* gg = host_f32(g, "a gradient");
-    float* mm = m + at;
-    float* vv = v + at;
-    const std::int64_t k = g.numel();
-#pragma omp parallel for schedule(static) if (k >= 4096)
-    for (std::int64_t i = 0; i < k; ++i) {
+    float* pp = host_f32(*p, name.c_str()) + (lo - (at - k));
+    const float* gg = shard_grads + (lo - first_);
+    float* mm = m + (lo - first_);
+    float* vv = v + (lo - first_);
+#pragma omp parallel for schedule(static) if (hi - lo >= 4096)
+    for (std::int64_t i = 0; i < hi - lo; ++i) {
       const double gi = static_cast<double>(gg[i]) * grad_scale;
       const double mi = s.beta1 * mm[i] + (1.0 - s.beta1) * gi;
       const double vi = s.beta2 * vv[i] + (1.0 - s.beta2) * gi * gi;
@@ -108,7 +119,6 @@ void AdamW::step(ExecContext& ctx, const ParamGrads& grads, const ParamLookup& p
       vv[i] = static_cast<float>(vi);
       pp[i] = static_cast<float>(pp[i] * decay - lr / c1 * mi / (std::sqrt(vi) / c2 + s.eps));
     }
-    at += k;
   }
 }
 

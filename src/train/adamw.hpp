@@ -35,10 +35,12 @@ double global_norm(ExecContext& ctx, const ParamGrads& grads);
 double clip_scale(double norm, double max_norm);
 
 // The optimizer's state (first and second moments) for the trainable parameters of `grads`, in
-// one f32 buffer in the same order, zero at the start.
+// one f32 buffer in the same order, zero at the start; or for a part of them: the elements
+// [first, first + count) of the gradients' buffer (ParamGrads::all), a data-parallel rank's shard.
 class AdamW {
  public:
   AdamW(Arena& arena, ExecContext& ctx, const ParamGrads& grads);
+  AdamW(Arena& arena, ExecContext& ctx, std::int64_t first, std::int64_t count);
 
   // One step on every trainable parameter: the gradients are multiplied by `grad_scale` (the
   // clipping) as they are read, then
@@ -47,12 +49,18 @@ class AdamW {
   // with t the step's number (from 1). `params(name)` gives each parameter to update in place.
   void step(ExecContext& ctx, const ParamGrads& grads, const ParamLookup& params, const AdamWSettings& s, double lr,
             double grad_scale);
+  // The same on this optimizer's part only: shard_grads[i] is the gradient of element first + i of
+  // the buffer laid out as `layout` (its values are not read).
+  void step_part(ExecContext& ctx, const ParamGrads& layout, const float* shard_grads, const ParamLookup& params,
+                 const AdamWSettings& s, double lr, double grad_scale);
   std::int64_t steps() const { return steps_; }
-  const Tensor& moments() const { return state_; }  // [2, n]: m then v
+  void set_steps(std::int64_t steps) { steps_ = steps; }  // a resumed run's
+  std::int64_t first() const { return first_; }
+  const Tensor& moments() const { return state_; }  // [2, count]: m then v
 
  private:
   OwnedTensor state_;
-  std::int64_t steps_ = 0;
+  std::int64_t first_ = 0, steps_ = 0;
 };
 
 }  // namespace vinf::train

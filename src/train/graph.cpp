@@ -31,8 +31,23 @@ ParamGrads::ParamGrads(Arena& arena, const std::vector<std::pair<std::string, Sh
     const Tensor view = buffer_.slice(0, at, shape.numel()).reshape(shape);
     list_.emplace_back(name, view);
     VINF_CHECK(by_name_.emplace(name, view).second, "ParamGrads: the parameter ", name, " is listed twice");
+    index_.emplace(name, list_.size() - 1);
     at += shape.numel();
   }
+  pending_.assign(list_.size(), 0);
+}
+
+void ParamGrads::set_ready_hook(std::function<void(std::size_t)> hook) {
+  ready_ = std::move(hook);
+  pending_.assign(list_.size(), 0);
+}
+
+void ParamGrads::use(const std::string& name) { ++pending_[index_.at(name)]; }
+
+void ParamGrads::done(const std::string& name) {
+  const std::size_t i = index_.at(name);
+  VINF_CHECK(pending_[i] > 0, "ParamGrads: the gradient of ", name, " was completed more often than it was used");
+  if (--pending_[i] == 0 && ready_) ready_(i);
 }
 
 const Tensor* ParamGrads::find(const std::string& name) const {
@@ -122,6 +137,7 @@ void Graph::backward(const Var& out, const Tensor& seed) {
       profile_->backward[it->op] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     it->run = nullptr;  // what only this step held (its inputs, its output's gradient) is freed now
+    for (const std::string& p : it->params) grads_->done(p);
   }
   steps_.clear();
 }

@@ -47,10 +47,21 @@ class ParamGrads {
   const std::vector<std::pair<std::string, Tensor>>& list() const { return list_; }
   void zero(ExecContext& ctx);
 
+  // When each gradient is complete, for communication that overlaps the backward pass: a recording
+  // graph counts every step that will add into a parameter's gradient (use), and once the last of
+  // them has run (done) the hook hears the parameter's index in list(). Setting a hook (or none)
+  // starts the counts afresh.
+  void set_ready_hook(std::function<void(std::size_t)> hook);
+  void use(const std::string& name);
+  void done(const std::string& name);
+
  private:
   OwnedTensor buffer_;
   std::vector<std::pair<std::string, Tensor>> list_;
   std::map<std::string, Tensor> by_name_;
+  std::map<std::string, std::size_t> index_;
+  std::vector<int> pending_;
+  std::function<void(std::size_t)> ready_;
 };
 
 using ParamLookup = std::function<const Tensor*(const std::string&)>;
@@ -121,8 +132,12 @@ class Graph {
 
  private:
   Var make(const Shape& shape, bool requires_grad = true);
-  // The gradient of a parameter, or null when it is frozen.
-  const Tensor* param_grad(const std::string& name) const { return grads_ ? grads_->find(name) : nullptr; }
+  // The gradient of a parameter, or null when it is frozen; the next recorded step writes it.
+  const Tensor* param_grad(const std::string& name) {
+    const Tensor* g = grads_ ? grads_->find(name) : nullptr;
+    if (g != nullptr) step_params_.push_back(name);
+    return g;
+  }
   const Tensor* grad_if(const Var& v) { return v->requires_grad ? &grad(v) : nullptr; }
   // Adds from's gradient into to's (the same shape), taking from's buffer over when to has none
   // yet: a value's gradient is complete when the step that made the value runs, and only that
@@ -135,9 +150,15 @@ class Graph {
   // there when v has none yet.
   void add_grad(const Tensor& g, const Var& v, const std::function<Tensor(const Tensor&)>& view = {});
   // `op` names the step in the profile (a string that outlives the graph: a literal, or label()'s).
+  // The step takes the trainable parameters whose gradients were asked for since the previous one
+  // (param_grad): it is the one that adds into them.
   void record(const char* op, std::function<void()> step) {
     if (profile_ != nullptr) forward_done(op);
-    if (recording_) steps_.push_back({op, std::move(step)});
+    if (recording_) {
+      for (const std::string& p : step_params_) grads_->use(p);
+      steps_.push_back({op, std::move(step), std::move(step_params_)});
+    }
+    step_params_.clear();
   }
   void forward_done(const char* op);
   const char* label(const std::string& name);  // a stable copy of name
@@ -149,8 +170,10 @@ class Graph {
   struct Step {
     const char* op;
     std::function<void()> run;
+    std::vector<std::string> params;  // the trainable parameters whose gradients it adds into
   };
   std::vector<Step> steps_;
+  std::vector<std::string> step_params_;
   Profile* profile_ = nullptr;
   bool profile_forward_ = true;
   std::chrono::steady_clock::time_point last_op_end_;

@@ -1,0 +1,115 @@
+// Data-parallel training over the ranks of a communicator, with ZeRO's stages of sharding (Rajbhandari
+// et al., "ZeRO: memory optimizations toward training trillion parameter models"):
+//
+//   stage 0  gradients all-reduced; every rank keeps the whole optimizer state and steps all of it
+//   stage 1  gradients all-reduced; rank r keeps the optimizer state of its shard alone, steps its
+//            shard of the parameters, and the ranks all-gather the parameters after the step
+//   stage 2  as 1, but the gradients are reduce-scattered: rank r receives only its shard's sums
+//            (half an all-reduce's traffic)
+//
+// The trainable parameters and their gradients are one flat f32 buffer each, in the order of
+// ParamGrads. A shard is a run of whole chunks of kShardChunk elements (the last one cut at the end),
+// the same chunks that a training checkpoint stores, so that any number of ranks reads its shards
+// back. The gradients go in buckets of consecutive parameters, each started as soon as the backward
+// pass has completed every gradient in it (ParamGrads' ready hook), so that the reduction overlaps
+// the rest of the backward pass; only the last micro-batch of a step sends anything (gradient
+// accumulation sums locally first). Frozen parameters have no gradient and are never sent.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/arena.hpp"
+#include "train/graph.hpp"
+
+namespace vinf::mpi {
+class Communicator;
+class Pending;
+}  // namespace vinf::mpi
+
+namespace vinf::train {
+
+// The trainable parameters in one f32 buffer laid out as the gradients: what the optimizer updates
+// and the ranks all-gather. The model reads them through find().
+class FlatParams {
+ public:
+  // Copies each parameter of `layout` from `source`.
+  FlatParams(Arena& arena, ExecContext& ctx, const ParamGrads& layout, const ParamLookup& source);
+  const Tensor* find(const std::string& name) const;
+  const Tensor& all() const { return buffer_; }
+  // Copies the values back into the tensors `dest` gives (the model's, for exporting it).
+  void copy_to(ExecContext& ctx, const ParamLookup& dest) const;
+
+ private:
+  OwnedTensor buffer_;
+  std::map<std::string, Tensor> by_name_;
+};
+
+// A part [first, first + count) of the flat buffer.
+struct Shard {
+  std::int64_t first = 0, count = 0;
+};
+inline constexpr std::int64_t kShardChunk = 16384;  // elements (64 KiB of f32)
+// Rank r's shard of n elements over `ranks`: chunks [r K / ranks, (r + 1) K / ranks) of the K chunks.
+Shard shard_of(std::int64_t n, int rank, int ranks);
+
+class DataParallel {
+ public:
+  // bucket_elements: the smallest bucket (a parameter larger than that is a bucket of its own).
+  DataParallel(Arena& arena, ExecContext& ctx, mpi::Communicator& comm, ParamGrads& grads, int zero,
+               std::int64_t bucket_elements);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  int zero() const { return zero_; }
+  int ranks() const;
+  std::size_t buckets() const { return buckets_.size(); }
+  // Before the forward pass of a micro-batch: armed (the step's last one), the buckets start as the
+  // backward pass completes them; not armed, nothing is sent.
+  void arm(bool armed);
+  // After the step's last backward pass: starts the buckets not started yet, then waits for all.
+  void finish_reduction();
+  // The part of the flat buffer this rank's optimizer steps (stage 0: all of it; else its shard),
+  // and the summed gradients of that part.
+  Shard optimizer_part() const { return part_; }
+  const float* part_grads() const;
+  // The global L2 norm of the summed gradients (the same on every rank).
+  double global_norm(ExecContext& ctx);
+  // After this rank's optimizer stepped its part of `params`: the ranks all-gather them (stages 1, 2).
+  void gather(ExecContext& ctx, FlatParams& params);
+  // Bytes this rank holds for: the optimizer state (two moments of its part), the summed gradients
+  // it keeps apart from the local ones (stage 2: its shard), the parameters.
+  std::int64_t optimizer_bytes() const { return 2 * part_.count * 4; }
+  std::int64_t shard_grad_bytes() const { return zero_ == 2 ? shard_.count * 4 : 0; }
+  // Seconds the caller waited for the gradients (finish_reduction) and the parameters (gather).
+  double reduce_wait_seconds() const { return reduce_wait_; }
+  double gather_seconds() const { return gather_wait_; }
+
+ private:
+  struct Bucket {
+    std::int64_t first = 0, count = 0;
+    int waiting = 0;  // gradients not complete yet
+    bool started = false;
+  };
+  void on_ready(std::size_t param);
+  void start(std::size_t bucket);
+
+  ExecContext& ctx_;
+  mpi::Communicator& comm_;
+  ParamGrads& grads_;
+  int zero_;
+  Shard shard_, part_;
+  std::vector<Shard> shards_;  // every rank's
+  OwnedTensor shard_grads_;    // stage 2: this rank's summed gradients
+  OwnedTensor send_;           // stages 1, 2: this rank's shard of the parameters, sent by gather
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;  // parameter index -> bucket
+  std::vector<std::unique_ptr<mpi::Pending>> pending_;
+  bool armed_ = false;
+  double reduce_wait_ = 0, gather_wait_ = 0;
+};
+
+}  // namespace vinf::train
