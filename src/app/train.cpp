@@ -4,7 +4,6 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fnmatch.h>
@@ -13,16 +12,19 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "app/commands.hpp"
 #include "app/evaluate.hpp"
 #include "app/generate_options.hpp"
+#include "app/generate_support.hpp"
 #include "app/train_options.hpp"
 #include "core/error.hpp"
 #include "core/philox.hpp"
 #include "core/progress.hpp"
 #include "io/atomic_file.hpp"
+#include "io/checkpoint.hpp"
 #include "io/image.hpp"
 #include "io/safetensors.hpp"
 #include "job/job.hpp"
@@ -32,7 +34,9 @@
 #include "ops/random.hpp"
 #include "sampling/scheduler.hpp"
 #include "train/adamw.hpp"
+#include "train/checkpoint.hpp"
 #include "train/data.hpp"
+#include "train/data_parallel.hpp"
 #include "train/lora.hpp"
 #include "train/unet_loss.hpp"
 
@@ -47,9 +51,10 @@ using Clock = std::chrono::steady_clock;
 
 struct TrainRunOptions {
   std::string config_file, model_dir, data_path, out_dir, export_dir, device = "auto", dtype = "auto";
-  std::string params = "all", schedule = "cosine";
+  std::string params = "all", schedule = "cosine", resume;
   std::int64_t steps = 1000, batch = 1, micro_batch = 0, warmup = 0, log_every = 10, lora = 0;
-  double lora_alpha = 0;
+  std::int64_t zero = 2, checkpoint_every = 0, checkpoint_keep = 2;
+  double lora_alpha = 0, bucket_mb = 25, comm_timeout = 300;
   std::uint64_t seed = 0;
   double fps = 24, min_lr_ratio = 0;
   bool overwrite = false, quiet = false, checkpoint_activations = false;
@@ -61,11 +66,15 @@ po::options_description train_option_table(TrainRunOptions& o) {
       "vinf train: fine-tune the UNet on a prepare-data file (epsilon prediction, AdamW)\n\n"
       "usage: vinf train --config train.ini\n"
       "       vinf train --model PIPELINE --data data.h5 --out RUN_DIR [--train.steps N ...]\n\n"
+      "       mpirun -np N vinf train ...   (data parallel: the ranks share each step's batch)\n\n"
       "Each step draws --train.batch clips in a seeded shuffled order (the same for any number of ranks),\n"
       "a timestep per clip uniformly from the model's noise schedule and Philox noise, and minimises\n"
       "mean((unet(sqrt(abar_t) x0 + sqrt(1 - abar_t) eps, t, text) - eps)^2) with AdamW after clipping\n"
       "the gradients' global norm; the batch runs --train.micro-batch clips at a time, the gradients\n"
-      "summed (accumulation). The learning rate warms up linearly over --train.warmup-steps, then\n"
+      "summed (accumulation). Over N ranks the batch's micro-batches are dealt out in order (rank r\n"
+      "takes the r-th N-th of them); the gradients are summed over the ranks in buckets while the\n"
+      "backward pass goes on, and --train.zero shards the optimizer's state: the same training as one\n"
+      "rank, to rounding. The learning rate warms up linearly over --train.warmup-steps, then\n"
       "follows a cosine down to --train.min-lr times itself (--train.schedule constant: flat).\n"
       "Frozen parameters (--train.params) get no gradient and no optimizer state.\n\n"
       "RUN_DIR gets log.csv (step, loss, learning rate, gradient norm, seconds), loss.png, train.json and\n"
@@ -73,13 +82,26 @@ po::options_description train_option_table(TrainRunOptions& o) {
       "other parts copied), else a UNet directory, in diffusers layout for vinf generate --model. With\n"
       "--train.lora it gets lora.safetensors for vinf generate --model.lora instead (and the model with\n"
       "the adapters merged when --export is given).\n"
-      "Training runs in f32 on the CPU, in one process.\n\nOptions");
+      "RUN_DIR/checkpoints/step-NNNNNN.h5 (every --checkpoint.every steps and on a stop signal) hold the\n"
+      "trained parameters, the optimizer's state and the step; --resume continues from one, on any\n"
+      "number of ranks. run.json records the layout, the throughput, the communication and the loss curve.\n"
+      "Training runs in f32 on the CPU.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", po::value(&o.config_file), kConfigOptionHelp)(
       "model", po::value(&o.model_dir), "the model to fine-tune: a pipeline directory (unet/, ...) or a UNet directory")(
       "data", po::value(&o.data_path), "the training data (vinf prepare-data's HDF5 file)")(
       "out", po::value(&o.out_dir), "the run directory (an existing non-empty one is refused unless --overwrite)")(
       "export", po::value(&o.export_dir), "where the trained model goes (default RUN_DIR/model)")(
       "overwrite", po::bool_switch(&o.overwrite), "write into an existing run directory and export directory")(
+      "resume", po::value(&o.resume),
+      "auto: continue from the newest checkpoint in RUN_DIR/checkpoints that passes its checksums, falling back "
+      "to older ones (a fresh start in RUN_DIR when there is none); PATH: from that checkpoint. The settings "
+      "that change the numbers must match; the number of ranks, --train.zero and --train.micro-batch may differ")(
+      "checkpoint.every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every),
+      "write RUN_DIR/checkpoints/step-NNNNNN.h5 every K steps (0: only on a stop signal)")(
+      "checkpoint.keep", po::value(&o.checkpoint_keep)->default_value(o.checkpoint_keep),
+      "how many of the newest checkpoints to keep")(
+      "comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout),
+      "seconds a collective may wait before the job is ended with a message (0: wait forever)")(
       "device", po::value(&o.device)->default_value(o.device), "auto | cpu (training runs on the CPU)")(
       "dtype", po::value(&o.dtype)->default_value(o.dtype), "auto | f32 (training computes in f32)")(
       "quiet,q", po::bool_switch(&o.quiet), "print only warnings, errors and the result");
@@ -87,7 +109,15 @@ po::options_description train_option_table(TrainRunOptions& o) {
   t.add_options()("train.steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps")(
       "train.batch", po::value(&o.batch)->default_value(o.batch), "clips per optimizer step")(
       "train.micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
-      "clips per forward and backward pass (0: the whole batch); the batch must be a multiple of it")(
+      "clips per forward and backward pass (0: the whole batch over the ranks); the batch must be a multiple of "
+      "it, with at least one micro-batch per rank")(
+      "train.zero", po::value(&o.zero)->default_value(o.zero),
+      "ZeRO stage over the ranks: 0 gradients all-reduced, every rank holds the whole optimizer state; 1 "
+      "the optimizer state sharded (1/N per rank), each rank steps its shard and the parameters are "
+      "all-gathered; 2 as 1 with the gradients reduce-scattered (half the traffic)")(
+      "train.bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb),
+      "gradients are summed over the ranks in buckets of at least this many MiB, each sent as soon as the "
+      "backward pass completes it")(
       "train.warmup-steps", po::value(&o.warmup)->default_value(o.warmup), "steps of linear learning-rate warm-up")(
       "train.schedule", po::value(&o.schedule)->default_value(o.schedule), "cosine | constant (after the warm-up)")(
       "train.min-lr", po::value(&o.min_lr_ratio)->default_value(o.min_lr_ratio),
@@ -173,8 +203,59 @@ void write_unet(const std::string& dir, const model::UNetConfig& c, const std::v
   io::write_file_atomically(dir + "/config.json", model::unet_config_json(c));
 }
 
-volatile std::sig_atomic_t g_stop = 0;
-void on_stop(int) { g_stop = 1; }
+// The settings a resumed run must share with its checkpoint: those that change the numbers
+// (not the ranks, the ZeRO stage or the micro-batch, which change only their rounding).
+nlohmann::ordered_json settings_json(const TrainRunOptions& o, const train::AdamWSettings& a, const train::DataInfo& d,
+                                     std::int64_t trained) {
+  return {{"model", fs::weakly_canonical(o.model_dir).string()},
+          {"data", fs::weakly_canonical(o.data_path).string()},
+          {"clips", d.clips},
+          {"steps", o.steps},
+          {"batch", o.batch},
+          {"seed", o.seed},
+          {"params", o.params},
+          {"lora", o.lora},
+          {"lora_alpha", o.lora_alpha},
+          {"trained", trained},
+          {"lr", a.lr},
+          {"betas", {a.beta1, a.beta2}},
+          {"eps", a.eps},
+          {"weight_decay", a.weight_decay},
+          {"clip_grad_norm", a.clip_grad_norm},
+          {"warmup_steps", o.warmup},
+          {"schedule", o.schedule},
+          {"min_lr", o.min_lr_ratio},
+          {"fps", o.fps}};
+}
+
+// "" when a checkpoint's settings are this run's, else the differences.
+std::string settings_differences(const std::string& stored, const nlohmann::ordered_json& now) {
+  nlohmann::json was;
+  try {
+    was = nlohmann::json::parse(stored);
+  } catch (const nlohmann::json::exception&) {
+    return "its settings are not JSON";
+  }
+  std::string diff;
+  for (const auto& [key, value] : now.items())
+    if (!was.contains(key) || was[key] != nlohmann::json::parse(value.dump()))
+      diff += (diff.empty() ? "" : "; ") + key + " was " + (was.contains(key) ? was[key].dump() : "absent") +
+              ", now " + value.dump();
+  return diff;
+}
+
+// The losses of a log.csv text (its second column), for the loss curve of a resumed run.
+std::vector<double> losses_of_log(const std::string& csv) {
+  std::vector<double> out;
+  std::istringstream in(csv);
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    const auto a = line.find(','), b = line.find(',', a + 1);
+    if (a != std::string::npos && b != std::string::npos) out.push_back(std::stod(line.substr(a + 1, b - a - 1)));
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -184,8 +265,9 @@ int train(const std::vector<std::string>& args) {
   po::variables_map vm;
   parse_options(args, opts, vm, "train");
   if (vm.count("help")) {
-    std::cout << opts << "\nA SIGTERM or SIGINT (Slurm's time limit, Ctrl-C) ends the run after the current step; the\n"
-                         "model trained so far is exported, and the exit status is " << kExitStopped << ".\n"
+    std::cout << opts << "\nA SIGTERM or SIGUSR1 (Slurm's time limit or a preemption) ends the run after the current\n"
+                         "step with a checkpoint (continue with --resume auto); the model trained so far is\n"
+                         "exported, and the exit status is " << kExitStopped << ". A failure on any rank ends every rank.\n"
                          "Exit status: 0 on success, 2 for bad input (the message names the option or file), 1 for\n"
                          "other failures.\n";
     return 0;
@@ -194,8 +276,8 @@ int train(const std::vector<std::string>& args) {
     VINF_INPUT_CHECK(vm.count(required), "vinf train: --", required, " is required (see vinf train --help)");
   VINF_INPUT_CHECK(o.steps >= 1, "--train.steps must be >= 1, got ", o.steps);
   VINF_INPUT_CHECK(o.batch >= 1, "--train.batch must be >= 1, got ", o.batch);
-  if (o.micro_batch == 0) o.micro_batch = o.batch;
-  VINF_INPUT_CHECK(o.micro_batch >= 1 && o.batch % o.micro_batch == 0, "--train.batch ", o.batch,
+  VINF_INPUT_CHECK(o.micro_batch >= 0, "--train.micro-batch must be >= 0, got ", o.micro_batch);
+  VINF_INPUT_CHECK(o.micro_batch == 0 || o.batch % o.micro_batch == 0, "--train.batch ", o.batch,
                    " must be a multiple of --train.micro-batch ", o.micro_batch);
   VINF_INPUT_CHECK(o.warmup >= 0 && o.log_every >= 1, "--train.warmup-steps must be >= 0 and --train.log-every >= 1");
   VINF_INPUT_CHECK(o.schedule == "cosine" || o.schedule == "constant", "--train.schedule '", o.schedule,
@@ -209,18 +291,42 @@ int train(const std::vector<std::string>& args) {
   // With LoRA the run's result is the adapters; the merged model only when --export asks for it.
   const bool export_model = o.lora == 0 || !o.export_dir.empty();
   if (o.export_dir.empty()) o.export_dir = o.out_dir + "/model";
-  check_writable_dir(o.out_dir, "--out", o.overwrite);
-  if (export_model) check_writable_dir(o.export_dir, "--export", o.overwrite);
+  VINF_INPUT_CHECK(o.zero >= 0 && o.zero <= 2, "--train.zero must be 0, 1 or 2, got ", o.zero);
+  VINF_INPUT_CHECK(std::isfinite(o.bucket_mb) && o.bucket_mb > 0, "--train.bucket-mb must be positive, got ", o.bucket_mb);
+  VINF_INPUT_CHECK(o.checkpoint_every >= 0 && o.checkpoint_keep >= 1,
+                   "--checkpoint.every must be >= 0 and --checkpoint.keep >= 1");
+  VINF_INPUT_CHECK(o.comm_timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.comm_timeout);
+  if (!o.resume.empty() && o.resume != "auto") {
+    VINF_INPUT_CHECK(fs::is_regular_file(o.resume), "--resume ", o.resume, ": no such checkpoint file (or use ",
+                     "--resume auto)");
+  }
+  // A resumed run writes into its own run directory (and export directory) again.
+  const bool resuming = !o.resume.empty();
+  check_writable_dir(o.out_dir, "--out", o.overwrite || resuming);
+  if (export_model) check_writable_dir(o.export_dir, "--export", o.overwrite || resuming);
 
   job::JobPlan plan;
   plan.device = check_training_device(o.device);
   plan.dtype = check_training_dtype(o.dtype);
+  plan.comm_timeout = o.comm_timeout;
   plan.clip_group = false;
+  hold_stop_signals();
   std::unique_ptr<job::Job> job = job::start_job(plan);
-  VINF_INPUT_CHECK(job->size() == 1, "vinf train runs in one process for now; launch it without mpirun (got ",
-                   job->size(), " ranks; vinf train-step splits a batch over ranks)");
+  install_stop_signals();  // after MPI's own set-up, so that these handlers are the ones in place
+  mpi::Session& session = job->session();
+  const int ranks = job->size(), rank = job->rank();
+  // By default each rank runs its share of the batch in one pass.
+  if (o.micro_batch == 0) {
+    VINF_INPUT_CHECK(o.batch % ranks == 0, "--train.batch ", o.batch, " does not divide over the ", ranks,
+                     " ranks: give a batch that does, or --train.micro-batch (the ranks then take whole micro-batches)");
+    o.micro_batch = o.batch / ranks;
+  }
+  const std::int64_t micro_batches = o.batch / o.micro_batch;
+  VINF_INPUT_CHECK(micro_batches >= ranks, "--train.batch ", o.batch, " in micro-batches of ", o.micro_batch, " is ",
+                   micro_batches, " micro-batch(es), fewer than the ", ranks, " ranks: every rank takes at least one ",
+                   "(a larger batch, a smaller --train.micro-batch, or fewer ranks)");
   auto say = [&](const std::string& line) {
-    if (!o.quiet) std::cerr << "vinf train: " << line << "\n" << std::flush;
+    if (!o.quiet && job->root()) std::cerr << "vinf train: " << line << "\n" << std::flush;
   };
 
   // The model: a pipeline root (its UNet in unet/, its noise schedule in scheduler/) or a UNet.
@@ -247,7 +353,8 @@ int train(const std::vector<std::string>& args) {
   const std::vector<model::ParamSpec> specs = model::unet_parameters(config);
   const model::WeightFiles weight_files(files);
   model::Weights weights(weight_files, specs, rt, DType::f32, false, &warnings);
-  for (const std::string& w : warnings) std::cerr << "vinf train: warning: " << w << "\n";
+  if (job->root())
+    for (const std::string& w : warnings) std::cerr << "vinf train: warning: " << w << "\n";
   std::unique_ptr<train::LoraAdapters> lora;
   if (o.lora > 0)
     lora = std::make_unique<train::LoraAdapters>(rt.arena(), ctx, specs, static_cast<int>(o.lora),
@@ -256,29 +363,100 @@ int train(const std::vector<std::string>& args) {
   std::int64_t trained_count = 0;
   for (const auto& [name, shape] : trainable) trained_count += shape.numel();
   train::ParamGrads grads(rt.arena(), trainable);
-  train::AdamW opt(rt.arena(), ctx, grads);
-  const auto lookup = [&weights, &lora](const std::string& n) {
+  // The model's own tensors (the frozen parameters, and where the trained ones go back to).
+  const auto model_lookup = [&weights, &lora](const std::string& n) {
     const Tensor* t = lora ? lora->find(n) : nullptr;
     return t ? t : weights.find(n);
   };
+  // The trained parameters in one buffer, which the optimizer steps and the ranks all-gather.
+  train::FlatParams flat(rt.arena(), ctx, grads, model_lookup);
+  const auto lookup = [&flat, &model_lookup](const std::string& n) {
+    const Tensor* t = flat.find(n);
+    return t ? t : model_lookup(n);
+  };
+  const auto bucket = static_cast<std::int64_t>(std::max(1.0, o.bucket_mb * 1024 * 1024 / 4));
+  train::DataParallel dp(rt.arena(), ctx, job->world(), grads, static_cast<int>(o.zero), bucket);
+  const train::Shard part = dp.optimizer_part();
+  train::AdamW opt(rt.arena(), ctx, part.first, part.count);
   const float lora_scale = lora ? lora->scale() : 1.f;
+  const nlohmann::ordered_json settings = settings_json(o, adamw, di, trained_count);
+
+  // Where the run starts: a checkpoint every rank can read whole (the newest that passes, with
+  // --resume auto), or step 0.
+  const std::string ckpt_dir = o.out_dir + "/checkpoints";
+  std::vector<std::string> candidates;
+  if (o.resume == "auto")
+    candidates = io::list_checkpoints(ckpt_dir);
+  else if (!o.resume.empty())
+    candidates = {o.resume};
+  train::TrainCheckpoint resumed;
+  std::string refusals;
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+    std::string problem;
+    try {
+      train::TrainCheckpoint c = train::read_train_checkpoint_info(*it);
+      const std::string diff = settings_differences(c.settings_json, settings);
+      VINF_INPUT_CHECK(diff.empty(), *it, " belongs to a run with other settings: ", diff);
+      train::read_train_checkpoint_part(*it, {0, trained_count}, flat.all().ptr<float>(), nullptr, nullptr);
+      train::read_train_checkpoint_part(*it, part, nullptr, opt.moments().ptr<float>(),
+                                        opt.moments().ptr<float>() + part.count);
+      resumed = std::move(c);
+    } catch (const InputError& e) {
+      problem = e.what();
+    }
+    // Every rank must have read it; the first rank's problem is everyone's message.
+    const std::vector<std::string> problems = session.gather_on_root(problem);
+    std::string first;
+    for (const std::string& p : problems)
+      if (first.empty()) first = p;
+    session.broadcast(first);
+    if (first.empty()) break;
+    resumed = {};
+    refusals += "\n  " + first;
+  }
+  VINF_INPUT_CHECK(candidates.empty() || !resumed.path.empty(), "--resume ", o.resume, ": no usable checkpoint",
+                   refusals);
+  if (!refusals.empty() && job->root())
+    std::cerr << "vinf train: warning: skipped damaged or foreign checkpoints:" << refusals << "\n";
+  if (!resumed.path.empty()) {
+    // The flat buffer was read over the model's values; stage 0 read every moment.
+    opt.set_steps(resumed.optimizer_steps);
+    VINF_INPUT_CHECK(resumed.step <= o.steps, resumed.path, " is at step ", resumed.step, ", past --train.steps ",
+                     o.steps);
+  }
+  const std::int64_t first_step = resumed.step + 1;
+
   const std::string what = lora ? "LoRA adapters of rank " + std::to_string(o.lora) + " on " +
                                       std::to_string(trainable.size() / 2) + " attention projections"
                                 : "--train.params " + o.params;
   say("model " + files.dir + ": " + std::to_string(weights.count()) + " parameters, " + std::to_string(trained_count) +
-      " trained (" + what + "); data " + o.data_path + ": " + std::to_string(di.clips) +
-      " clips of " + std::to_string(di.frames) + " frames " + std::to_string(di.height) + "x" +
-      std::to_string(di.width) + " latents");
+      " trained (" + what + "); data " + o.data_path + ": " + std::to_string(di.clips) + " clips of " +
+      std::to_string(di.frames) + " frames " + std::to_string(di.height) + "x" + std::to_string(di.width) +
+      " latents");
   say(std::to_string(o.steps) + " steps of " + std::to_string(o.batch) + " clip(s)" +
       (o.micro_batch < o.batch ? " in micro-batches of " + std::to_string(o.micro_batch) : std::string()) +
       ", AdamW lr " + std::to_string(adamw.lr) + ", " + o.schedule + " after " + std::to_string(o.warmup) +
       " warm-up steps, clipping at " + std::to_string(adamw.clip_grad_norm) +
       (o.checkpoint_activations ? ", activations checkpointed per block" : ""));
+  if (ranks > 1)
+    say(std::to_string(ranks) + " data-parallel ranks, ZeRO stage " + std::to_string(o.zero) + ", " +
+        std::to_string(dp.buckets()) + " gradient bucket(s); optimizer state " +
+        std::to_string(dp.optimizer_bytes() >> 10) + " KiB per rank");
+  if (!resumed.path.empty())
+    say("resuming from " + resumed.path + " after step " + std::to_string(resumed.step) + " (written by " +
+        std::to_string(resumed.world_size) + " rank(s), ZeRO " + std::to_string(resumed.zero) + ")");
 
-  fs::create_directories(o.out_dir);
-  std::ofstream csv(o.out_dir + "/log.csv");
-  VINF_INPUT_CHECK(csv.good(), "cannot write ", o.out_dir, "/log.csv");
-  csv << "step,loss,lr,grad_norm,seconds\n";
+  // log.csv: a resumed run's starts as its checkpoint's, so that it holds each step once.
+  std::vector<double> losses = resumed.path.empty() ? std::vector<double>{} : losses_of_log(resumed.log_csv);
+  std::string log_text = resumed.path.empty() ? std::string("step,loss,lr,grad_norm,seconds\n") : resumed.log_csv;
+  std::ofstream csv;
+  if (job->root()) {
+    fs::create_directories(o.out_dir);
+    csv.open(o.out_dir + "/log.csv", std::ios::trunc);
+    VINF_INPUT_CHECK(csv.good(), "cannot write ", o.out_dir, "/log.csv");
+    csv << log_text << std::flush;
+  }
+  VINF_INPUT_CHECK(session.all(!job->root() || csv.good()), "cannot write ", o.out_dir, "/log.csv");
 
   const std::int64_t per_clip = di.channels * di.frames * di.height * di.width;
   const std::int64_t text_row = di.text_tokens * di.text_width;
@@ -288,24 +466,48 @@ int train(const std::vector<std::string>& args) {
   OwnedTensor eps = rt.arena().empty(DType::f32, x0.shape);
   OwnedTensor text = rt.arena().empty(DType::f32, {m, di.text_tokens, di.text_width});
   const auto timesteps_total = static_cast<std::uint64_t>(abar.size());
+  // This rank's micro-batches of every step: [mb0, mb1) of the step's micro_batches.
+  const std::int64_t mb0 = rank * micro_batches / ranks, mb1 = (rank + 1) * micro_batches / ranks;
 
-  std::signal(SIGTERM, on_stop);
-  std::signal(SIGINT, on_stop);
-  Progress progress("train", static_cast<int>(o.steps), static_cast<double>(o.batch), "clips/s", !o.quiet, 10.0);
-  std::vector<double> losses;
+  auto write_checkpoint = [&](std::int64_t completed) {
+    fs::create_directories(ckpt_dir);
+    train::TrainCheckpoint c;
+    c.step = completed;
+    c.optimizer_steps = opt.steps();
+    c.trained = trained_count;
+    c.world_size = ranks;
+    c.zero = o.zero;
+    c.settings_json = settings.dump();
+    c.log_csv = log_text;
+    // Each rank writes its shard; stage 0's optimizer holds every moment, the shard among them.
+    const train::Shard mine = train::shard_of(trained_count, rank, ranks);
+    const float* moments = opt.moments().ptr<float>();
+    const std::int64_t at = mine.first - part.first;
+    train::write_train_checkpoint(session.world(), ckpt_dir + "/" + io::checkpoint_name(completed), c, mine,
+                                  flat.all().ptr<float>() + mine.first, moments + at, moments + part.count + at);
+    if (job->root()) io::prune_checkpoints(ckpt_dir, static_cast<int>(o.checkpoint_keep));
+  };
+
+  Progress progress("train", static_cast<int>(o.steps - resumed.step), static_cast<double>(o.batch), "clips/s",
+                    !o.quiet && job->root(), 10.0);
   std::vector<std::int64_t> order;
   std::int64_t order_epoch = -1;
+  double forward_seconds = 0, backward_seconds = 0;
   const auto t_start = Clock::now();
-  std::int64_t step = 0;
-  for (step = 1; step <= o.steps && !g_stop; ++step) {
+  const double pace = test_step_seconds();
+  std::int64_t step = first_step;
+  int stopped_by = 0;
+  for (; step <= o.steps; ++step) {
+    const auto t_step = Clock::now();
     const double lr = learning_rate(o, adamw.lr, step);
     grads.zero(ctx);
-    double sum_squares = 0;
-    for (std::int64_t mb = 0; mb < o.batch; mb += m) {
+    double sums[1] = {0};
+    for (std::int64_t mb = mb0; mb < mb1; ++mb) {
+      dp.arm(mb + 1 == mb1);  // the last micro-batch's backward pass sends the gradients
       std::vector<std::int64_t> ts;
       for (std::int64_t j = 0; j < m; ++j) {
         // Sample k of the whole run: clip order[k % N] of epoch k / N.
-        const std::int64_t k = (step - 1) * o.batch + mb + j, epoch = k / di.clips;
+        const std::int64_t k = (step - 1) * o.batch + mb * m + j, epoch = k / di.clips;
         if (epoch != order_epoch) order = train::epoch_order(di.clips, o.seed, order_epoch = epoch);
         data.read(order[static_cast<std::size_t>(k % di.clips)], host_x0.data() + j * per_clip,
                   host_text.data() + j * text_row);
@@ -316,27 +518,51 @@ int train(const std::vector<std::string>& args) {
       ops::copy(ctx, Tensor::wrap(host_x0.data(), DType::f32, Device::cpu(), x0.shape), x0);
       ops::copy(ctx, Tensor::wrap(host_text.data(), DType::f32, Device::cpu(), text.shape), text);
       const train::LossBatch batch{x0, eps, text, ts, o.fps};
-      sum_squares += train::unet_loss_backward(ctx, config, lookup, grads, abar, batch, o.batch * per_clip, nullptr,
-                                               o.checkpoint_activations, lora_scale)
-                         .sum_squares;
+      const train::LossResult r = train::unet_loss_backward(ctx, config, lookup, grads, abar, batch,
+                                                            o.batch * per_clip, nullptr, o.checkpoint_activations,
+                                                            lora_scale);
+      sums[0] += r.sum_squares;
+      forward_seconds += r.forward_seconds;
+      backward_seconds += r.backward_seconds;
     }
-    const double loss = sum_squares / static_cast<double>(o.batch * per_clip);
+    dp.finish_reduction();
+    job->world().all_reduce_sum(ctx, Tensor::wrap(sums, DType::f64, Device::cpu(), {1}));
+    const double loss = sums[0] / static_cast<double>(o.batch * per_clip);
     VINF_CHECK(std::isfinite(loss), "the loss is ", loss, " at step ", step,
                " (lower --train.lr, or check the data with vinf inspect)");
-    const double norm = train::global_norm(ctx, grads);
-    opt.step(ctx, grads, lookup, adamw, lr, train::clip_scale(norm, adamw.clip_grad_norm));
+    const double norm = dp.global_norm(ctx);
+    opt.step_part(ctx, grads, dp.part_grads(), lookup, adamw, lr, train::clip_scale(norm, adamw.clip_grad_norm));
+    dp.gather(ctx, flat);
     losses.push_back(loss);
     char line[160];
     std::snprintf(line, sizeof line, "%lld,%.8g,%.6g,%.6g,%.3f\n", static_cast<long long>(step), loss, lr, norm,
                   seconds_since(t_start));
-    csv << line << std::flush;
+    log_text += line;
+    if (job->root()) csv << line << std::flush;
     if (step % o.log_every == 0 || step == o.steps) {
       std::snprintf(line, sizeof line, "loss %.5f lr %.3g grad norm %.3g", loss, lr, norm);
-      progress.update(static_cast<int>(step), line);
+      progress.update(static_cast<int>(step - resumed.step), line);
     }
+    if (pace > 0) std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, pace - seconds_since(t_step))));
+    step_fault(job->world_session().rank(), static_cast<int>(step));
+    stopped_by = static_cast<int>(session.max(static_cast<double>(stop_signal())));
+    const bool last = step == o.steps;
+    if (stopped_by != 0 || (o.checkpoint_every > 0 && (step % o.checkpoint_every == 0 || last))) write_checkpoint(step);
+    if (stopped_by != 0) break;
   }
-  const std::int64_t done = step - 1;
-  if (g_stop) std::cerr << "vinf train: stopped by a signal after step " << done << " of " << o.steps << "\n";
+  const std::int64_t done = std::min(step, o.steps);
+  const double run_seconds = seconds_since(t_start);
+  if (stopped_by != 0 && job->root())
+    std::cerr << "vinf train: stopped by " << signal_name(stopped_by) << " after step " << done << " of " << o.steps
+              << "; wrote " << ckpt_dir << "/" << io::checkpoint_name(done) << " (run again with --resume auto)\n";
+
+  // The trained values back into the model's tensors, for exporting.
+  flat.copy_to(ctx, model_lookup);
+  const double samples = static_cast<double>((done - resumed.step) * o.batch);
+  const mpi::CommCounters comm = job->world().counters();
+  const std::vector<double> waits = session.gather_values_on_root(dp.reduce_wait_seconds() + dp.gather_seconds());
+  const std::vector<double> backwards = session.gather_values_on_root(backward_seconds);
+  if (!job->root()) return stopped_by != 0 ? kExitStopped : 0;
 
   std::int64_t w = 0, h = 0;
   const std::vector<std::uint8_t> png = plot_curve("loss per step", losses, 1, w, h);
@@ -357,6 +583,7 @@ int train(const std::vector<std::string>& args) {
       fs::copy(e.path(), fs::path(o.export_dir) / name,
                fs::copy_options::recursive | fs::copy_options::overwrite_existing);
     }
+  const double first_loss = losses.empty() ? 0.0 : losses.front(), last_loss = losses.empty() ? 0.0 : losses.back();
   nlohmann::ordered_json summary = {{"generator", std::string("vinf ") + VINF_VERSION + " train"},
                                     {"model", o.model_dir},
                                     {"data", o.data_path},
@@ -371,18 +598,45 @@ int train(const std::vector<std::string>& args) {
                                     {"warmup_steps", o.warmup},
                                     {"schedule", o.schedule},
                                     {"seed", o.seed},
-                                    {"first_loss", losses.empty() ? 0.0 : losses.front()},
-                                    {"last_loss", losses.empty() ? 0.0 : losses.back()},
-                                    {"seconds", seconds_since(t_start)},
+                                    {"first_loss", first_loss},
+                                    {"last_loss", last_loss},
+                                    {"seconds", run_seconds},
                                     {"lora_rank", o.lora},
                                     {"lora_alpha", lora ? lora->alpha() : 0.f},
                                     {"export", export_model ? o.export_dir : std::string()}};
   io::write_file_atomically(o.out_dir + "/train.json", summary.dump(2) + "\n");
-  std::cerr << "vinf train: " << done << " step(s) in " << format_duration(seconds_since(t_start)) << ", loss "
-            << (losses.empty() ? 0.0 : losses.front()) << " -> " << (losses.empty() ? 0.0 : losses.back())
-            << "; wrote " << o.out_dir << " (log.csv, loss.png, train.json" << (lora ? ", lora.safetensors" : "") << ")"
+  double most_wait = 0, most_backward = 0;
+  for (double v : waits) most_wait = std::max(most_wait, v);
+  for (double v : backwards) most_backward = std::max(most_backward, v);
+  nlohmann::ordered_json run = summary;
+  run["layout"] = {{"ranks", ranks},
+                   {"zero", o.zero},
+                   {"micro_batches_per_step", micro_batches},
+                   {"buckets", dp.buckets()},
+                   {"bucket_elements", bucket},
+                   {"device", job->device().name()}};
+  run["memory_per_rank"] = {{"optimizer_state_bytes", dp.optimizer_bytes()},
+                            {"reduced_gradient_shard_bytes", dp.shard_grad_bytes()},
+                            {"gradient_bytes", trained_count * 4},
+                            {"trained_parameter_bytes", trained_count * 4}};
+  run["throughput"] = {{"steps", done - resumed.step},
+                       {"seconds", run_seconds},
+                       {"samples_per_second", run_seconds > 0 ? samples / run_seconds : 0.0},
+                       {"forward_seconds_rank0", forward_seconds},
+                       {"backward_seconds_rank0", backward_seconds},
+                       {"backward_seconds_max", most_backward},
+                       {"communication_wait_seconds", waits},
+                       {"communication_wait_seconds_max", most_wait}};
+  run["communication_rank0"] = counters_json(comm);
+  run["resumed_from"] = resumed.path.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(resumed.path);
+  run["stopped_by"] = stopped_by != 0 ? signal_name(stopped_by) : "";
+  run["loss_curve"] = losses;
+  io::write_file_atomically(o.out_dir + "/run.json", run.dump(2) + "\n");
+  std::cerr << "vinf train: " << done - resumed.step << " step(s) in " << format_duration(run_seconds) << " on "
+            << ranks << " rank(s), loss " << first_loss << " -> " << last_loss << "; wrote " << o.out_dir
+            << " (log.csv, loss.png, train.json, run.json" << (lora ? ", lora.safetensors" : "") << ")"
             << (export_model ? " and the model " + o.export_dir : std::string()) << "\n";
-  return g_stop ? kExitStopped : 0;
+  return stopped_by != 0 ? kExitStopped : 0;
 }
 
 }  // namespace vinf::app

@@ -38,6 +38,8 @@
 //   video-frames OUT KIND F W H     raw rgb24 frames for ffmpeg: KIND still (one texture), flicker
 //                                   (brightness alternating 60 / 180), shift (a texture moving 2
 //                                   pixels right per frame) or seam (shift, jumping 20 pixels at F/2)
+//   train-data OUT CLIPS F WIDTH    a training data file (train/data.hpp) of CLIPS clips of [4, F, 8, 8]
+//                                   latents and [77, WIDTH] text, seeded noise, without videos
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +55,7 @@
 #include <hdf5.h>
 
 #include "io/checkpoint.hpp"
+#include "io/h5file.hpp"
 #include "io/safetensors.hpp"
 #include "core/philox.hpp"
 
@@ -608,6 +611,49 @@ int latents_h5(int argc, char** argv) {
   return 0;
 }
 
+// A training data file as vinf prepare-data writes it (train/data.hpp), without videos: CLIPS
+// clips of 4 x FRAMES x 8 x 8 latents and 77 x WIDTH text rows, values from Philox's normals.
+int train_data(int argc, char** argv) {
+  if (argc != 6) return 2;
+  const std::int64_t clips = std::atoll(argv[3]), frames = std::atoll(argv[4]), width = std::atoll(argv[5]);
+  const std::int64_t c = 4, h = 8, w = 8, tokens = 77;
+  auto fill = [](std::vector<float>& v, std::uint64_t stream) {
+    for (std::size_t i = 0; i < v.size(); i += 4) {
+      const philox::U32x4 r = philox::block(1234, stream, i / 4);
+      for (std::size_t k = 0; k < 4 && i + k < v.size(); ++k)
+        v[i + k] = (static_cast<float>(r.v[k] % 2001) - 1000.f) / 577.f;  // uniform, unit variance
+    }
+  };
+  std::vector<float> latents(static_cast<std::size_t>(clips * c * frames * h * w)),
+      text(static_cast<std::size_t>(clips * tokens * width));
+  fill(latents, 1);
+  fill(text, 2);
+  std::vector<std::int64_t> video(static_cast<std::size_t>(clips), 0), first(static_cast<std::size_t>(clips));
+  for (std::int64_t i = 0; i < clips; ++i) first[static_cast<std::size_t>(i)] = i * frames;
+  MPI_Init(nullptr, nullptr);
+  {
+    io::H5File f = io::H5File::create(MPI_COMM_SELF, argv[2]);
+    f.write_frames("/latents", {clips, c, frames, h, w}, 0, 0, clips, latents.data());
+    f.write_frames("/text", {clips, tokens, width}, 0, 0, clips, text.data());
+    f.write_small("/clip_video", DType::i64, {clips}, video.data());
+    f.write_small("/clip_first_frame", DType::i64, {clips}, first.data());
+    f.write_text("/videos", "[\"synthetic.mp4\"]");
+    f.write_text("/captions", "[\"synthetic\"]");
+    f.set_text("/", "format", "vinf-train-data 1");
+    f.set_int("/", "frames", frames);
+    f.set_int("/", "frame_step", 1);
+    f.set_int("/", "clip_step", frames);
+    f.set_int("/", "width", 8 * w);
+    f.set_int("/", "height", 8 * h);
+    f.set_text("/", "scaling_factor", "0.18215");
+    f.set_text("/", "vae", "none");
+    f.set_text("/", "text_encoder", "none");
+    f.close();
+  }
+  MPI_Finalize();
+  return 0;
+}
+
 // A gray texture value at (x, y): hashed, constant over 2 x 2 squares (so that chroma subsampling
 // keeps it).
 std::uint8_t texture(std::int64_t x, std::int64_t y) {
@@ -654,7 +700,8 @@ int main(int argc, char** argv) {
     if (cmd == "vae-old-names") return vae_old_names(argc, argv);
     if (cmd == "latents-h5") return latents_h5(argc, argv);
     if (cmd == "video-frames") return video_frames(argc, argv);
-    std::cerr << "usage: vinf_test_tool compare|compare-frames|compare-relative|compare-adamw|train-batch|slice-frames|broken-models|h5-compare|h5-diff|h5-check|h5-flip|text-embeddings|vae-old-names|latents-h5|video-frames ...\n";
+    if (cmd == "train-data") return train_data(argc, argv);
+    std::cerr << "usage: vinf_test_tool compare|compare-frames|compare-relative|compare-adamw|train-batch|slice-frames|broken-models|h5-compare|h5-diff|h5-check|h5-flip|text-embeddings|vae-old-names|latents-h5|video-frames|train-data ...\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "vinf_test_tool: " << e.what() << "\n";

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# `vinf train` data parallel under mpirun -np N, on the tiny fixture model and synthetic data:
+#  - N ranks equal one process with the same global batch, at ZeRO 0, 1 and 2, with several
+#    gradient buckets; the one process runs each batch whole, the ranks in micro-batches of one
+#    clip, so gradient accumulation composes with the ranks. To rounding: the losses to relative
+#    1e-5 and the gradient norms to 1e-4 (sums over ranks and micro-batches in another order), the
+#    trained parameters to 4e-3 (an AdamW step moves a parameter by about lr wherever its gradient
+#    is near zero, with a sign that is rounding's; lr 1e-3, 4 steps).
+#  - A run stopped by SIGTERM after step 2 writes a checkpoint and exits 75; resumed, it ends bit for
+#    bit where the uninterrupted run ends (the same layout computes the same numbers in the same
+#    order). Resumed on another number of ranks it follows the same trajectory to rounding.
+#  - A checkpoint with flipped bytes is refused, or passed over by --resume auto for an older one;
+#    bad settings and a resume with other settings exit 2.
+# usage: test_train_ranks.sh MPIEXEC VINF TEST_TOOL FIXTURE_MODEL_DIR N
+set -u
+mpiexec=$1 vinf=$2 tool=$3 fixture=$4 n=$5
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../cli/expect.sh"
+require_test_device "$vinf"
+if [ "$test_device" = cuda ]; then
+  echo "skipped: training runs on the CPU (its optimizer works in host memory)"; exit 77
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$tool" train-data "$work/data.h5" 6 4 32 || { echo "FAIL: train-data"; exit 1; }
+setup=(--model "$fixture" --data "$work/data.h5" --train.steps 4 --train.bucket-mb 0.05)
+common=("${setup[@]}" --train.batch 4 --train.lr 1e-3)
+params=model/diffusion_pytorch_model.safetensors
+
+# losses and gradient norms of two log.csv files, to relative tolerances (0 0: equal as printed).
+same_log() {
+  paste -d, "$1/log.csv" "$2/log.csv" | awk -F, -v tl="$3" -v tn="$4" 'NR > 1 { d = $2 - $7; if (d < 0) d = -d;
+      if (d > tl * $7) bad = 1; e = $4 - $9; if (e < 0) e = -e; if (e > tn * $9) bad = 1; rows++ }
+      END { exit bad || rows != 4 }' \
+    && echo "ok: $1 and $2 have the same losses and gradient norms ($3, $4)" \
+    || { echo "FAIL: $1 and $2 differ in loss or gradient norm"; paste -d, "$1/log.csv" "$2/log.csv"; fails=$((fails + 1)); }
+}
+same_params() {
+  "$tool" compare "$1/$params" "$2/$params" "$3" > "$work/compare.log" \
+    && echo "ok: $1 and $2 trained the same parameters ($3)" \
+    || { echo "FAIL: $1 and $2 differ in their parameters"; grep FAIL "$work/compare.log" | head -5; fails=$((fails + 1)); }
+}
+
+"$vinf" train "${common[@]}" --out "$work/one" 2>"$work/one.log" || { echo "FAIL: one process exited $?"; tail -5 "$work/one.log"; exit 1; }
+for z in 0 1 2; do
+  "$mpiexec" -np "$n" "$vinf" train "${common[@]}" --train.micro-batch 1 --train.zero "$z" --out "$work/z$z" --checkpoint.every 2 \
+    2>"$work/z$z.log" || { echo "FAIL: mpirun -np $n vinf train --train.zero $z exited $?"; tail -5 "$work/z$z.log"; exit 1; }
+  same_log "$work/z$z" "$work/one" 1e-5 1e-4
+  same_params "$work/z$z" "$work/one" 4e-3
+  [ -f "$work/z$z/checkpoints/step-000002.h5" ] && [ -f "$work/z$z/checkpoints/step-000004.h5" ] \
+    || { echo "FAIL: --checkpoint.every 2 did not write steps 2 and 4"; fails=$((fails + 1)); }
+  grep -q "\"ranks\": $n" "$work/z$z/run.json" && grep -q "\"zero\": $z" "$work/z$z/run.json" \
+    || { echo "FAIL: run.json does not record $n ranks at ZeRO $z"; fails=$((fails + 1)); }
+done
+if [ "$n" -gt 1 ]; then
+  grep -q "$n data-parallel ranks, ZeRO stage 1, [0-9]* gradient bucket(s)" "$work/z1.log" \
+    || { echo "FAIL: the log does not describe the layout"; head -5 "$work/z1.log"; fails=$((fails + 1)); }
+fi
+
+# Stopped by SIGTERM after step 2 (rank n-1 gets it: the ranks agree to stop), then resumed.
+VINF_FAULT_STEP="rank=$((n - 1)),step=2,signal=TERM" "$mpiexec" -np "$n" "$vinf" train "${common[@]}" \
+  --train.micro-batch 1 --train.zero 2 --out "$work/stop" 2>"$work/stop.log"
+rc=$?
+[ "$rc" -eq 75 ] && echo "ok: the stopped run exited 75" || { echo "FAIL: the stopped run exited $rc"; tail -5 "$work/stop.log"; fails=$((fails + 1)); }
+[ -f "$work/stop/checkpoints/step-000002.h5" ] || { echo "FAIL: no checkpoint after the stop"; ls -R "$work/stop"; exit 1; }
+cp -r "$work/stop" "$work/other"
+expect 0 "" -- "$mpiexec" -np "$n" "$vinf" train "${common[@]}" --train.micro-batch 1 --train.zero 2 --out "$work/stop" --resume auto
+same_log "$work/stop" "$work/z2" 0 0
+"$tool" compare-relative "$work/stop/$params" "$work/z2/$params" 0 || fails=$((fails + 1))
+
+# The same checkpoint resumed on another number of ranks and ZeRO stage.
+m=$((n == 1 ? 2 : n - 1))
+expect 0 "" -- "$mpiexec" -np "$m" "$vinf" train "${common[@]}" --train.micro-batch 1 --train.zero 1 --out "$work/other" --resume auto
+same_log "$work/other" "$work/z2" 1e-5 1e-4
+same_params "$work/other" "$work/z2" 4e-3
+
+# Damaged checkpoints: refused by name, or passed over for an older one.
+cp "$work/other/checkpoints/step-000002.h5" "$work/flipped.h5"
+"$tool" h5-flip "$work/flipped.h5" /adam_v 1 || exit 1
+expect 2 "flipped.h5" -- "$mpiexec" -np "$n" "$vinf" train "${common[@]}" --out "$work/x1" \
+  --train.micro-batch 1 --resume "$work/flipped.h5"
+mkdir -p "$work/fall/checkpoints"
+cp "$work/stop/checkpoints/step-000002.h5" "$work/fall/checkpoints/"
+cp "$work/flipped.h5" "$work/fall/checkpoints/step-000003.h5"
+expect 0 "skipped damaged or foreign checkpoints" -- "$mpiexec" -np "$n" "$vinf" train "${common[@]}" --out "$work/fall" \
+  --resume auto --train.micro-batch 1 --train.zero 2
+same_log "$work/fall" "$work/z2" 0 0
+
+# Refusals, on every rank alike.
+expect 2 "belongs to a run with other settings: lr was 0.001, now 0.002" -- "$mpiexec" -np "$n" "$vinf" train "${setup[@]}" \
+  --train.batch 4 --train.micro-batch 1 --train.lr 2e-3 --out "$work/x2" --resume "$work/z2/checkpoints/step-000004.h5"
+expect 2 "--train.zero must be 0, 1 or 2, got 3" -- "$vinf" train "${common[@]}" --out "$work/x3" --train.zero 3
+if [ "$n" -gt 1 ]; then
+  expect 2 "fewer than the $n ranks" -- "$mpiexec" -np "$n" "$vinf" train "${setup[@]}" --out "$work/x4" --train.batch 1 \
+    --train.micro-batch 1
+  expect 2 "--train.batch 5 does not divide over the $n ranks" -- "$mpiexec" -np "$n" "$vinf" train "${setup[@]}" \
+    --out "$work/x5" --train.batch 5
+fi
+for d in x3 x4 x5; do [ -e "$work/$d" ] && { echo "FAIL: a refused run made $d"; fails=$((fails + 1)); }; done
+
+[ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
+echo "train over $n rank(s): ok"
