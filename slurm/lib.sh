@@ -20,6 +20,7 @@
 #   VINF_OUT           the output directory (default outputs/<job name>-<job id>; give an earlier
 #                      job's to continue it from its newest checkpoint)
 #   VINF_DATA, VINF_PIPELINE  jobs.sbatch's replicas and pipeline stages (see there)
+#   VINF_COMMAND       what vinf_generate runs: generate (the default) or train (train.sbatch)
 
 vinf_log() { echo "[vinf-job $(date '+%F %T')] $*"; }
 
@@ -155,7 +156,7 @@ vinf_choose_device() {
 vinf_generate() {
   local out=$1 config=$2
   shift 2
-  local args=(generate --config "$config" --out "$out" --resume auto --device "$VINF_DEVICE")
+  local args=("${VINF_COMMAND:-generate}" --config "$config" --out "$out" --resume auto --device "$VINF_DEVICE")
   [ -z "${VINF_COMM_TIMEOUT:-}" ] || args+=(--comm-timeout "$VINF_COMM_TIMEOUT")
   local srun_opts=(--mpi="${VINF_SRUN_MPI:-pmix}" "${vinf_srun_opts[@]}")
   if [ -n "$vinf_early_stop" ]; then
@@ -272,7 +273,7 @@ vinf_finish() {
       fi
       local why="exit status $vinf_rc"
       [ "$vinf_rc" -le 128 ] || why="a rank killed by signal $((vinf_rc - 128)) ($(kill -l $((vinf_rc - 128)) 2>/dev/null || echo '?'); KILL: out of memory, a node failure, or srun ending the others)"
-      vinf_log "error: vinf generate failed: $why. srun's lines above name the task (= rank) that failed first; vinf's exit statuses: 2 bad input, 3 a collective timed out, 1 other errors. Checkpoints, if any, are in $out/checkpoints: after fixing the cause, resubmit with VINF_OUT=$out to continue from them" >&2
+      vinf_log "error: vinf ${VINF_COMMAND:-generate} failed: $why. srun's lines above name the task (= rank) that failed first; vinf's exit statuses: 2 bad input, 3 a collective timed out, 1 other errors. Checkpoints, if any, are in $out/checkpoints: after fixing the cause, resubmit with VINF_OUT=$out to continue from them" >&2
       exit "$vinf_rc"
       ;;
   esac

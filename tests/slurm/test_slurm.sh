@@ -55,7 +55,7 @@ trap 'exit 1' INT TERM
 case $scenario in
   multinode) port=6910 ;; sweep) port=6920 ;; srun) port=6930 ;;
   requeue) port=6940 ;; rank-failure) port=6950 ;; refusals) port=6960 ;;
-  timelimit) port=6970 ;; preempt) port=6980 ;; jobs) port=6990 ;;
+  timelimit) port=6970 ;; preempt) port=6980 ;; jobs) port=6990 ;; train) port=6900 ;;
   *) echo "unknown scenario '$scenario'"; exit 2 ;;
 esac
 bash "$cluster" start "$state" 2 4 2 "$port" || { echo "FAIL: the test cluster did not start"; exit 1; }
@@ -413,6 +413,55 @@ jobs)
   check "$resumed interrupted job(s) resumed from a checkpoint" test "$resumed" -ge 1
   srun_options "$log"
   [ $fails -eq 0 ] || { show_log "$log"; cat "$out/jobs.json"; }
+  ;;
+
+train)
+  # slurm/train.sbatch on 2 nodes (one rank per socket: one per node here), the tiny fixture model
+  # on synthetic data: an uninterrupted job, then one stopped by the time limit's SIGUSR1 after its
+  # second step, which checkpoints, requeues itself and ends bit for bit where the first ended (the
+  # same layout and threads compute the same numbers); then the stopped job's checkpoint resumed by
+  # a job on one node (the optimizer state re-sharded over another number of ranks), to rounding.
+  "$tool" train-data data.h5 6 4 32 || fail "train-data"
+  cat > train.ini <<INI
+model = $src/tests/fixtures/tiny-unet3d
+data = $work/data.h5
+[train]
+steps = 6
+batch = 4
+micro-batch = 1
+lr = 1e-3
+bucket-mb = 0.05
+[checkpoint]
+every = 1
+INI
+  tnode=(--nodes=2 --ntasks-per-node=1 --cpus-per-task=2)
+  a=$(sbatch --parsable --job-name=ta "${tnode[@]}" slurm/train.sbatch train.ini)
+  finished "$a" COMPLETED || show_log "outputs/ta-$a.log"
+  check "the training job ran on 2 ranks" jq -e '.layout.ranks == 2 and .layout.zero == 2' "outputs/ta-$a/run.json"
+  j=$(env "${pace[@]}" sbatch --parsable --job-name=tr "${tnode[@]}" slurm/train.sbatch train.ini)
+  out=outputs/tr-$j log=outputs/tr-$j.log
+  for t in $(seq 600); do [ -e "$out/checkpoints/step-000002.h5" ] && break; sleep 0.1; done
+  scancel --batch --signal=USR1 "$j"                              # as --signal=B:USR1@300
+  for t in $(seq 600); do grep -q 'requeued 1 time' "$log" 2>/dev/null && break; sleep 0.1; done
+  cp -r "$out" outputs/tr-copy
+  finished "$j" COMPLETED || show_log "$log"
+  check "vinf train stopped on SIGUSR1 with a checkpoint" grep -q 'vinf train: stopped by SIGUSR1 after step [0-9] of 6' "$log"
+  check "the job requeued itself once" test "$(grep -c 'requeueing job' "$log")" -eq 1
+  check "run.json says where it resumed" jq -e '.resumed_from != null' "$out/run.json"
+  check "the stopped and resumed run has the uninterrupted run's losses, bit for bit" \
+    cmp <(cut -d, -f1-4 "$out/log.csv") <(cut -d, -f1-4 "outputs/ta-$a/log.csv")
+  check "... and its trained parameters" "$tool" compare-relative "$out/model/diffusion_pytorch_model.safetensors" \
+    "outputs/ta-$a/model/diffusion_pytorch_model.safetensors" 0
+  # The copy holds the checkpoints up to the stop (the later ones may be there too: resume the
+  # second step's, as a job that got one node after a preemption would).
+  find outputs/tr-copy/checkpoints -name 'step-*.h5' ! -name step-000002.h5 -delete
+  k=$(VINF_OUT=outputs/tr-copy sbatch --parsable --job-name=tk --nodes=1 --ntasks-per-node=1 --cpus-per-task=2 \
+    slurm/train.sbatch train.ini)
+  finished "$k" COMPLETED || show_log "outputs/tk-$k.log"
+  check "the one-node job resumed the 2-rank checkpoint" grep -q 'resuming from .*step-000002.h5 after step 2 (written by 2 rank(s)' "outputs/tk-$k.log"
+  check "... and trained the same to rounding" awk -F, 'NR == FNR { l[FNR] = $2; next } FNR > 1 { d = $2 - l[FNR]; if (d < 0) d = -d; if (d > 1e-5 * l[FNR]) bad = 1; n++ } END { exit bad || n != 6 }' \
+    "outputs/ta-$a/log.csv" outputs/tr-copy/log.csv
+  [ $fails -eq 0 ] || show_log "$log"
   ;;
 
 refusals)
