@@ -8,10 +8,13 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/tensor.hpp"
+#include "mpi/communicator.hpp"
 #include "ops/runtime.hpp"
 
 namespace vinf::test {
@@ -22,6 +25,28 @@ inline bool gpu_or_skip(const char* what) {
   // One string: doctest's MESSAGE prints a bare const char* as a pointer.
   MESSAGE((std::string("skipped ") + what + ": " + (built_with_cuda() ? "no GPU visible" : "built without CUDA")));
   return false;
+}
+
+// Runs fn(rank, communicator, context) on n threads of the thread transport, one runtime each (on
+// `device`); fails the test with the first error. `counters` receives each rank's afterwards.
+inline void run_on_threads(int n, const std::function<void(int, mpi::Communicator&, ExecContext&)>& fn,
+                           std::vector<mpi::CommCounters>* counters = nullptr, Device device = Device::cpu()) {
+  auto group = mpi::make_thread_group(n);
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Runtime rt(device);
+        fn(r, *group[static_cast<std::size_t>(r)], rt.ctx());
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) REQUIRE_MESSAGE(e.empty(), e);
+  if (counters)
+    for (auto& c : group) counters->push_back(c->counters());
 }
 
 // VINF_TEST_FIXTURES in the environment points a relocated test binary (scripts/gpu-check --run on

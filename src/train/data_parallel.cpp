@@ -54,8 +54,10 @@ DataParallel::DataParallel(Arena& arena, ExecContext& ctx, mpi::Communicator& co
   for (int r = 0; r < comm.size(); ++r) shards_.push_back(shard_of(n, r, comm.size()));
   shard_ = shards_[static_cast<std::size_t>(comm.rank())];
   part_ = zero == 0 ? Shard{0, n} : shard_;
-  if (zero == 2) shard_grads_ = arena.empty(DType::f32, {shard_.count});
-  if (zero >= 1) send_ = arena.empty(DType::f32, {shard_.count});
+  // One rank holds the sums already: nothing to scatter or gather.
+  scatter_ = zero == 2 && comm.size() > 1;
+  if (scatter_) shard_grads_ = arena.empty(DType::f32, {shard_.count});
+  if (zero >= 1 && comm.size() > 1) send_ = arena.empty(DType::f32, {shard_.count});
   // Buckets of consecutive parameters, each at least bucket_elements unless it is the last.
   std::int64_t at = 0;
   for (const auto& [name, g] : grads.list()) {
@@ -94,7 +96,7 @@ void DataParallel::start(std::size_t index) {
   b.started = true;
   if (b.count == 0) return;
   const Tensor g = grads_.all().slice(0, b.first, b.count);
-  if (zero_ < 2) {
+  if (!scatter_) {
     pending_.push_back(std::make_unique<mpi::Pending>(comm_.start_all_reduce(ctx_, g, mpi::ReduceOp::sum)));
     return;
   }
@@ -123,18 +125,18 @@ void DataParallel::finish_reduction() {
 }
 
 const float* DataParallel::part_grads() const {
-  if (zero_ == 2) return shard_grads_.numel() > 0 ? shard_grads_.ptr<float>() : nullptr;
+  if (scatter_) return shard_grads_.numel() > 0 ? shard_grads_.ptr<float>() : nullptr;
   return grads_.all().ptr<float>() + part_.first;
 }
 
 double DataParallel::global_norm(ExecContext& ctx) {
   // Stages 0 and 1 hold every summed gradient; stage 2 sums its shard's squares with the others'.
-  const float* g = zero_ == 2 ? part_grads() : grads_.all().ptr<float>();
-  const std::int64_t n = zero_ == 2 ? shard_.count : grads_.all().numel();
+  const float* g = scatter_ ? part_grads() : grads_.all().ptr<float>();
+  const std::int64_t n = scatter_ ? shard_.count : grads_.all().numel();
   double sum = 0;
 #pragma omp parallel for reduction(+ : sum) schedule(static)
   for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(g[i]) * g[i];
-  if (zero_ == 2) {
+  if (scatter_) {
     double total = sum;
     comm_.all_reduce_sum(ctx, Tensor::wrap(&total, DType::f64, Device::cpu(), {1}));
     sum = total;
@@ -143,7 +145,7 @@ double DataParallel::global_norm(ExecContext& ctx) {
 }
 
 void DataParallel::gather(ExecContext& ctx, FlatParams& params) {
-  if (zero_ == 0) return;
+  if (zero_ == 0 || comm_.size() == 1) return;  // every rank (the one) stepped everything
   const auto t0 = std::chrono::steady_clock::now();
   if (shard_.count > 0) ops::copy(ctx, params.all().slice(0, shard_.first, shard_.count), send_);
   std::vector<std::int64_t> counts;

@@ -83,7 +83,7 @@ class DataParallel {
   // Bytes this rank holds for: the optimizer state (two moments of its part), the summed gradients
   // it keeps apart from the local ones (stage 2: its shard), the parameters.
   std::int64_t optimizer_bytes() const { return 2 * part_.count * 4; }
-  std::int64_t shard_grad_bytes() const { return zero_ == 2 ? shard_.count * 4 : 0; }
+  std::int64_t shard_grad_bytes() const { return scatter_ ? shard_.count * 4 : 0; }
   // Seconds the caller waited for the gradients (finish_reduction) and the parameters (gather).
   double reduce_wait_seconds() const { return reduce_wait_; }
   double gather_seconds() const { return gather_wait_; }
@@ -101,9 +101,10 @@ class DataParallel {
   mpi::Communicator& comm_;
   ParamGrads& grads_;
   int zero_;
+  bool scatter_ = false;  // stage 2 over more than one rank: the sums are reduce-scattered
   Shard shard_, part_;
   std::vector<Shard> shards_;  // every rank's
-  OwnedTensor shard_grads_;    // stage 2: this rank's summed gradients
+  OwnedTensor shard_grads_;    // scatter_: this rank's summed gradients
   OwnedTensor send_;           // stages 1, 2: this rank's shard of the parameters, sent by gather
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;  // parameter index -> bucket

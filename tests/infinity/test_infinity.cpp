@@ -33,28 +33,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Runs fn(rank, communicator, context) on n threads, one runtime each (on `device`); rethrows the
-// first error.
-void run_clips(int n, const std::function<void(int, mpi::Communicator&, ExecContext&)>& fn,
-               std::vector<mpi::CommCounters>* counters = nullptr, Device device = Device::cpu()) {
-  auto group = mpi::make_thread_group(n);
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        Runtime rt(device);
-        fn(r, *group[static_cast<std::size_t>(r)], rt.ctx());
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (const auto& e : errors) REQUIRE_MESSAGE(e.empty(), e);
-  if (counters)
-    for (auto& c : group) counters->push_back(c->counters());
-}
-
 test::HostTensor random_tensor(const Shape& s, std::uint64_t stream) {
   test::HostTensor t(s);
   Runtime rt(Device::cpu());
@@ -97,7 +75,7 @@ test::HostTensor attention_over_clips(const infinity::Config& c, const AttnSetup
                                       std::int64_t t, std::vector<mpi::CommCounters>* counters = nullptr) {
   const std::int64_t frames = x.t.size(1), per = frames / n;
   test::HostTensor out({s.rows, frames, s.width});
-  run_clips(n, [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
+  test::run_on_threads(n, [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
     infinity::Context vc(c, comm, per);
     vc.begin_call(t);
     OwnedTensor xin = ctx.arena->empty(DType::f32, {s.rows, per, s.width});
@@ -112,7 +90,7 @@ test::HostTensor attention_over_clips(const infinity::Config& c, const AttnSetup
 }  // namespace
 
 TEST_CASE("thread transport: all-gather (varying counts), exchange, all-reduce, broadcast") {
-  run_clips(3, [](int r, mpi::Communicator& comm, ExecContext& ctx) {
+  test::run_on_threads(3, [](int r, mpi::Communicator& comm, ExecContext& ctx) {
     // Rank r contributes r + 1 values r*10 + i.
     std::vector<float> mine(static_cast<std::size_t>(r + 1)), all(6);
     for (int i = 0; i <= r; ++i) mine[static_cast<std::size_t>(i)] = float(r * 10 + i);
@@ -150,26 +128,26 @@ TEST_CASE("thread transport: all-gather (varying counts), exchange, all-reduce, 
 TEST_CASE("thread transport: started all-gather and halo rounds finish in any order, and on leaving scope") {
   for (int n = 1; n <= 4; ++n) {
     CAPTURE(n);
-    run_clips(n, [](int r, mpi::Communicator& comm, ExecContext& ctx) { test::check_split_phase(r, comm, ctx); });
+    test::run_on_threads(n, [](int r, mpi::Communicator& comm, ExecContext& ctx) { test::check_split_phase(r, comm, ctx); });
   }
 }
 
 TEST_CASE("thread transport: all-reduce max and min of distinct values per rank, in f32, f64 and i64") {
   for (int n = 1; n <= 4; ++n) {
     CAPTURE(n);
-    run_clips(n, [](int r, mpi::Communicator& comm, ExecContext& ctx) { test::check_reductions(r, comm, ctx); });
+    test::run_on_threads(n, [](int r, mpi::Communicator& comm, ExecContext& ctx) { test::check_reductions(r, comm, ctx); });
   }
 }
 
 TEST_CASE("thread transport: a started all-reduce and a reduce-scatter of unequal pieces sum exactly") {
   for (int n = 1; n <= 4; ++n) {
     CAPTURE(n);
-    run_clips(n, [](int r, mpi::Communicator& comm, ExecContext& ctx) { test::check_started_sums(r, comm, ctx); });
+    test::run_on_threads(n, [](int r, mpi::Communicator& comm, ExecContext& ctx) { test::check_started_sums(r, comm, ctx); });
   }
 }
 
 TEST_CASE("a trace of collectives replays the same calls and bytes") {
-  run_clips(3, [](int r, mpi::Communicator& comm, ExecContext& ctx) {
+  test::run_on_threads(3, [](int r, mpi::Communicator& comm, ExecContext& ctx) {
     std::vector<mpi::CommRecord> trace;
     comm.set_trace(&trace);
     std::vector<float> mine(static_cast<std::size_t>(r + 1), 1.f), all(6);
@@ -265,7 +243,7 @@ TEST_CASE("exact attention over 1-4 clips of uneven sizes equals full attention,
     const std::vector<std::int64_t> counts = infinity::clip_frame_counts(frames, n);
     test::HostTensor split({rows, frames, s.width});
     std::vector<mpi::CommCounters> counters;
-    run_clips(n, [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
+    test::run_on_threads(n, [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
       const infinity::FrameRange mine = infinity::clip_frames(frames, n, r);
       infinity::Context vc(c, comm, counts);
       vc.begin_call(900);
@@ -298,7 +276,7 @@ TEST_CASE("compat attention: strided global frames per rank, zero halos at the e
   std::vector<mpi::CommCounters> counters;
   attention_over_clips(c, s, x, 3, 900, &counters);
   for (const auto& cr : counters) CHECK(cr.bytes[0] == 2u * s.rows * s.width * 4);
-  run_clips(3, [](int, mpi::Communicator& comm, ExecContext&) {
+  test::run_on_threads(3, [](int, mpi::Communicator& comm, ExecContext&) {
     infinity::Context vc(vi(infinity::Mode::compat, 2, 5), comm, 4);
     CHECK(vc.global_frames() == std::vector<std::int64_t>{0, 4, 8});
     infinity::Context few(vi(infinity::Mode::compat, 2, 2), comm, 4);  // G < N: frame 0 of the first G clips
@@ -329,7 +307,7 @@ TEST_CASE("temporal conv halo and whole-video GroupNorm over clips (invariant, a
       CAPTURE(n);
       infinity::Config c = vi(mode, 1, 2);
       c.conv_halo = 4;
-      run_clips(n, [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
+      test::run_on_threads(n, [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
         const infinity::FrameRange mine = infinity::clip_frames(used, n, r);
         infinity::Context vc(c, comm, infinity::clip_frame_counts(used, n));
         const model::Halo h = vc.conv_halo();
@@ -388,7 +366,7 @@ TEST_CASE("compat GroupNorm with synced statistics: the paper's formula, reduced
     infinity::Config c = vi(infinity::Mode::compat, 1, 2);
     c.sync_groupnorm = true;
     c.conv_halo = 1;
-    run_clips(
+    test::run_on_threads(
         n,
         [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
           CHECK(ctx.device == kStandIn);
@@ -424,7 +402,7 @@ TEST_CASE("compat GroupNorm with synced statistics: the paper's formula, reduced
 }
 
 TEST_CASE("every collective refuses a buffer that is not on the context's device, naming the call and group") {
-  run_clips(
+  test::run_on_threads(
       2,
       [](int, mpi::Communicator& comm, ExecContext& ctx) {
         comm.set_label("clip group");

@@ -5,11 +5,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "../support.hpp"
 #include "mpi/communicator.hpp"
 #include "ops/runtime.hpp"
 #include "train/adamw.hpp"
@@ -18,23 +17,6 @@
 using namespace vinf;
 
 namespace {
-
-void on_threads(int n, const std::function<void(int, mpi::Communicator&, ExecContext&)>& fn) {
-  auto group = mpi::make_thread_group(n);
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        Runtime rt(Device::cpu());
-        fn(r, *group[static_cast<std::size_t>(r)], rt.ctx());
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (const auto& e : errors) REQUIRE_MESSAGE(e.empty(), e);
-}
 
 // Parameters that make several buckets of 25,000 elements and shards that cut through them.
 const std::vector<std::pair<std::string, Shape>> kParams = {
@@ -70,7 +52,7 @@ TEST_CASE("data parallel: every ZeRO stage reduces, steps and gathers what one p
     for (int zero = 0; zero <= 2; ++zero) {
       CAPTURE(n);
       CAPTURE(zero);
-      on_threads(n, [&](int rank, mpi::Communicator& comm, ExecContext& ctx) {
+      test::run_on_threads(n, [&](int rank, mpi::Communicator& comm, ExecContext& ctx) {
         train::ParamGrads grads(*ctx.arena, kParams);
         const std::int64_t total = grads.all().numel();
         // The parameters: the same on every rank.
@@ -126,7 +108,7 @@ TEST_CASE("data parallel: every ZeRO stage reduces, steps and gathers what one p
 }
 
 TEST_CASE("data parallel: a gradient completed after its bucket was sent is an internal error") {
-  on_threads(1, [](int, mpi::Communicator& comm, ExecContext& ctx) {
+  test::run_on_threads(1, [](int, mpi::Communicator& comm, ExecContext& ctx) {
     train::ParamGrads grads(*ctx.arena, kParams);
     train::DataParallel dp(*ctx.arena, ctx, comm, grads, 2, 1);  // a bucket per parameter
     dp.arm(true);
