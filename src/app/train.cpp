@@ -65,7 +65,7 @@ po::options_description train_option_table(TrainRunOptions& o) {
   po::options_description opts(
       "vinf train: fine-tune the UNet on a prepare-data file (epsilon prediction, AdamW)\n\n"
       "usage: vinf train --config train.ini\n"
-      "       vinf train --model PIPELINE --data data.h5 --out RUN_DIR [--train.steps N ...]\n\n"
+      "       vinf train --model PIPELINE --data data.h5 --out RUN_DIR [--train.steps N ...]\n"
       "       mpirun -np N vinf train ...   (data parallel: the ranks share each step's batch)\n\n"
       "Each step draws --train.batch clips in a seeded shuffled order (the same for any number of ranks),\n"
       "a timestep per clip uniformly from the model's noise schedule and Philox noise, and minimises\n"
