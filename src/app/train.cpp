@@ -2,6 +2,7 @@
 // epsilon-prediction loss, AdamW, a warm-up then cosine learning rate, gradient clipping and
 // accumulation, all or some parameters trained; writes a log, a loss curve and the trained model.
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -493,12 +494,15 @@ int train(const std::vector<std::string>& args) {
   std::vector<std::int64_t> order;
   std::int64_t order_epoch = -1;
   double forward_seconds = 0, backward_seconds = 0;
+  // The same from the second step of this start on: the first one also waits for the ranks' start.
+  double later_wait = 0, later_backward = 0;
   const auto t_start = Clock::now();
   const double pace = test_step_seconds();
   std::int64_t step = first_step;
   int stopped_by = 0;
   for (; step <= o.steps; ++step) {
     const auto t_step = Clock::now();
+    const double wait_before = dp.reduce_wait_seconds() + dp.gather_seconds(), backward_before = backward_seconds;
     const double lr = learning_rate(o, adamw.lr, step);
     grads.zero(ctx);
     double sums[1] = {0};
@@ -533,6 +537,10 @@ int train(const std::vector<std::string>& args) {
     const double norm = dp.global_norm(ctx);
     opt.step_part(ctx, grads, dp.part_grads(), lookup, adamw, lr, train::clip_scale(norm, adamw.clip_grad_norm));
     dp.gather(ctx, flat);
+    if (step > first_step) {
+      later_wait += dp.reduce_wait_seconds() + dp.gather_seconds() - wait_before;
+      later_backward += backward_seconds - backward_before;
+    }
     losses.push_back(loss);
     char line[160];
     std::snprintf(line, sizeof line, "%lld,%.8g,%.6g,%.6g,%.3f\n", static_cast<long long>(step), loss, lr, norm,
@@ -562,6 +570,8 @@ int train(const std::vector<std::string>& args) {
   const mpi::CommCounters comm = job->world().counters();
   const std::vector<double> waits = session.gather_values_on_root(dp.reduce_wait_seconds() + dp.gather_seconds());
   const std::vector<double> backwards = session.gather_values_on_root(backward_seconds);
+  const std::vector<double> later_waits = session.gather_values_on_root(later_wait);
+  const std::vector<double> later_backwards = session.gather_values_on_root(later_backward);
   if (!job->root()) return stopped_by != 0 ? kExitStopped : 0;
 
   std::int64_t w = 0, h = 0;
@@ -605,9 +615,7 @@ int train(const std::vector<std::string>& args) {
                                     {"lora_alpha", lora ? lora->alpha() : 0.f},
                                     {"export", export_model ? o.export_dir : std::string()}};
   io::write_file_atomically(o.out_dir + "/train.json", summary.dump(2) + "\n");
-  double most_wait = 0, most_backward = 0;
-  for (double v : waits) most_wait = std::max(most_wait, v);
-  for (double v : backwards) most_backward = std::max(most_backward, v);
+  const auto most = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
   nlohmann::ordered_json run = summary;
   run["layout"] = {{"ranks", ranks},
                    {"zero", o.zero},
@@ -624,9 +632,12 @@ int train(const std::vector<std::string>& args) {
                        {"samples_per_second", run_seconds > 0 ? samples / run_seconds : 0.0},
                        {"forward_seconds_rank0", forward_seconds},
                        {"backward_seconds_rank0", backward_seconds},
-                       {"backward_seconds_max", most_backward},
+                       {"backward_seconds_max", most(backwards)},
                        {"communication_wait_seconds", waits},
-                       {"communication_wait_seconds_max", most_wait}};
+                       {"communication_wait_seconds_max", most(waits)},
+                       {"after_first_step",
+                        {{"communication_wait_seconds_max", most(later_waits)},
+                         {"backward_seconds_max", most(later_backwards)}}}};
   run["communication_rank0"] = counters_json(comm);
   run["resumed_from"] = resumed.path.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(resumed.path);
   run["stopped_by"] = stopped_by != 0 ? signal_name(stopped_by) : "";
