@@ -48,10 +48,10 @@ vinf_fail() {
 # mode with VINF_CPU_RANKS, the layout).
 vinf_job_start() {
   local script=$1 config=${2:-}
-  [ -n "${SLURM_JOB_ID:-}" ] || vinf_fail "$script runs inside a Slurm job: sbatch $script CONFIG.ini [vinf generate options]"
+  [ -n "${SLURM_JOB_ID:-}" ] || vinf_fail "$script runs inside a Slurm job: sbatch $script CONFIG.ini [vinf ${VINF_COMMAND:-generate} options]"
   VINF=${VINF:-$VINF_HOME/build/vinf}
   [ -x "$VINF" ] || vinf_fail "no vinf binary at $VINF: build it (scripts/demo, or cmake --build build) or set VINF=/path/to/vinf"
-  [ -n "$config" ] || vinf_fail "no config file: sbatch $script CONFIG.ini [vinf generate options]"
+  [ -n "$config" ] || vinf_fail "no config file: sbatch $script CONFIG.ini [vinf ${VINF_COMMAND:-generate} options]"
   [ -r "$config" ] || vinf_fail "cannot read the config file '$config' (relative paths start at $SLURM_SUBMIT_DIR)"
   VINF_NAME=${SLURM_JOB_NAME:-vinf}
   export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}

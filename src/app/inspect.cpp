@@ -190,6 +190,8 @@ int inspect_hdf5(const std::string& path) {
   std::string settings;
   if (f.exists("/run/numerics")) settings = f.read_text("/run/numerics");
   else if (f.has_attribute("/", "numerics")) settings = f.text("/", "numerics");
+  else if (f.exists("/train/settings")) settings = f.read_text("/train/settings");  // a training checkpoint
+  if (f.exists("/train/state")) std::printf("  training state %s\n", f.read_text("/train/state").c_str());
   constexpr std::size_t kShown = 2000;
   if (settings.size() > kShown) {
     std::size_t cut = kShown;

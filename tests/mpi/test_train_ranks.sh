@@ -53,10 +53,26 @@ for z in 0 1 2; do
   grep -q "\"ranks\": $n" "$work/z$z/run.json" && grep -q "\"zero\": $z" "$work/z$z/run.json" \
     || { echo "FAIL: run.json does not record $n ranks at ZeRO $z"; fails=$((fails + 1)); }
 done
+expect 0 "training state {\"step\":4,\"optimizer_steps\":4,\"trained\":1349636,\"world_size\":$n,\"zero\":2" -- \
+  "$vinf" inspect "$work/z2/checkpoints/step-000004.h5"
 if [ "$n" -gt 1 ]; then
   grep -q "$n data-parallel ranks, ZeRO stage 1, [0-9]* gradient bucket(s)" "$work/z1.log" \
     || { echo "FAIL: the log does not describe the layout"; head -5 "$work/z1.log"; fails=$((fails + 1)); }
 fi
+
+# Frozen parameters: only the temporal layers trained, and only their gradients sent (ZeRO 0's
+# all-reduces carry the trained gradients and the loss's sum, 8 bytes, each step).
+"$vinf" train "${common[@]}" --train.params temporal --out "$work/t1" 2>/dev/null || { echo "FAIL: temporal, one process"; exit 1; }
+"$mpiexec" -np "$n" "$vinf" train "${common[@]}" --train.params temporal --train.micro-batch 1 --train.zero 0 --out "$work/tn" \
+  2>/dev/null || { echo "FAIL: temporal over $n ranks"; exit 1; }
+same_log "$work/tn" "$work/t1" 1e-5 1e-4
+same_params "$work/tn" "$work/t1" 4e-3
+trained=$(jq .trained_parameters "$work/tn/train.json")
+sent=$(jq '.communication_rank0["all-reduce"].bytes // 0' "$work/tn/run.json")
+want=$((n > 1 ? 4 * (4 * trained + 8) : 0))
+[ "$trained" -gt 0 ] && [ "$trained" -lt 1349636 ] && [ "$sent" -eq "$want" ] \
+  && echo "ok: $trained trained parameters, $sent bytes all-reduced in 4 steps" \
+  || { echo "FAIL: $trained trained parameters, $sent bytes all-reduced, expected $want"; fails=$((fails + 1)); }
 
 # Stopped by SIGTERM after step 2 (rank n-1 gets it: the ranks agree to stop), then resumed.
 VINF_FAULT_STEP="rank=$((n - 1)),step=2,signal=TERM" "$mpiexec" -np "$n" "$vinf" train "${common[@]}" \
