@@ -621,6 +621,8 @@ int train(const std::vector<std::string>& args) {
                    {"zero", o.zero},
                    {"micro_batches_per_step", micro_batches},
                    {"buckets", dp.buckets()},
+                   {"buckets_started", dp.buckets_started()},
+                   {"buckets_started_in_backward", dp.buckets_started_in_backward()},
                    {"bucket_elements", bucket},
                    {"device", job->device().name()}};
   run["memory_per_rank"] = {{"optimizer_state_bytes", dp.optimizer_bytes()},

@@ -87,13 +87,17 @@ void DataParallel::arm(bool armed) {
 void DataParallel::on_ready(std::size_t param) {
   Bucket& b = buckets_[bucket_of_[param]];
   VINF_CHECK(!b.started && b.waiting > 0, "DataParallel: a gradient completed after its bucket was sent");
-  if (--b.waiting == 0) start(bucket_of_[param]);
+  if (--b.waiting == 0) {
+    start(bucket_of_[param]);
+    ++started_in_backward_;
+  }
   for (auto& p : pending_) comm_.progress(*p);  // MPI moves data only inside its calls
 }
 
 void DataParallel::start(std::size_t index) {
   Bucket& b = buckets_[index];
   b.started = true;
+  ++started_;
   if (b.count == 0) return;
   const Tensor g = grads_.all().slice(0, b.first, b.count);
   if (!scatter_) {

@@ -86,6 +86,9 @@ class DataParallel {
   std::int64_t shard_grad_bytes() const { return scatter_ ? shard_.count * 4 : 0; }
   // Seconds the caller waited for the gradients (finish_reduction) and the parameters (gather).
   double reduce_wait_seconds() const { return reduce_wait_; }
+  // Buckets the backward pass started (as it completed them), and all buckets started, so far.
+  std::int64_t buckets_started_in_backward() const { return started_in_backward_; }
+  std::int64_t buckets_started() const { return started_; }
   double gather_seconds() const { return gather_wait_; }
 
  private:
@@ -111,6 +114,7 @@ class DataParallel {
   std::vector<std::unique_ptr<mpi::Pending>> pending_;
   bool armed_ = false;
   double reduce_wait_ = 0, gather_wait_ = 0;
+  std::int64_t started_in_backward_ = 0, started_ = 0;
 };
 
 }  // namespace vinf::train

@@ -50,8 +50,13 @@ for z in 0 1 2; do
   same_params "$work/z$z" "$work/one" 4e-3
   [ -f "$work/z$z/checkpoints/step-000002.h5" ] && [ -f "$work/z$z/checkpoints/step-000004.h5" ] \
     || { echo "FAIL: --checkpoint.every 2 did not write steps 2 and 4"; fails=$((fails + 1)); }
-  grep -q "\"ranks\": $n" "$work/z$z/run.json" && grep -q "\"zero\": $z" "$work/z$z/run.json" \
+  jq -e ".layout.ranks == $n and .layout.zero == $z" "$work/z$z/run.json" > /dev/null \
     || { echo "FAIL: run.json does not record $n ranks at ZeRO $z"; fails=$((fails + 1)); }
+  # Every bucket of every step was started by the backward pass as it completed it (overlap).
+  jq -e '.layout.buckets > 1 and .layout.buckets_started == 4 * .layout.buckets and
+         .layout.buckets_started_in_backward == .layout.buckets_started' "$work/z$z/run.json" > /dev/null \
+    && echo "ok: ZeRO $z: all $(jq .layout.buckets_started "$work/z$z/run.json") bucket reductions started during the backward pass" \
+    || { echo "FAIL: ZeRO $z: buckets not started by the backward pass"; jq .layout "$work/z$z/run.json"; fails=$((fails + 1)); }
 done
 expect 0 "training state {\"step\":4,\"optimizer_steps\":4,\"trained\":1349636,\"world_size\":$n,\"zero\":2" -- \
   "$vinf" inspect "$work/z2/checkpoints/step-000004.h5"
@@ -59,6 +64,14 @@ if [ "$n" -gt 1 ]; then
   grep -q "$n data-parallel ranks, ZeRO stage 1, [0-9]* gradient bucket(s)" "$work/z1.log" \
     || { echo "FAIL: the log does not describe the layout"; head -5 "$work/z1.log"; fails=$((fails + 1)); }
 fi
+
+# Activation checkpointing (each block run again in the backward pass) over the ranks: the same
+# training, and the buckets still started as the re-run blocks complete their gradients.
+"$mpiexec" -np "$n" "$vinf" train "${common[@]}" --train.micro-batch 1 --train.checkpoint-activations --out "$work/ca" \
+  2>/dev/null || { echo "FAIL: checkpointed activations over $n ranks"; exit 1; }
+same_log "$work/ca" "$work/one" 1e-5 1e-4
+jq -e '.layout.buckets_started_in_backward == .layout.buckets_started' "$work/ca/run.json" > /dev/null \
+  && echo "ok: with checkpointed activations too" || { echo "FAIL: checkpointed activations: buckets not started by the backward pass"; fails=$((fails + 1)); }
 
 # Frozen parameters: only the temporal layers trained, and only their gradients sent (ZeRO 0's
 # all-reduces carry the trained gradients and the loss's sum, 8 bytes, each step).
