@@ -53,6 +53,12 @@ bool bf16_supported() {
 #endif
 }
 
+bool matmul_packs_weights() {
+  // The AVX-512 brgemm kernels pack blocks of B into their scratchpad; the AVX2 ones read it in place.
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & avx512) == avx512;
+}
+
 GemmLibrary gemm_library() {
   static const GemmLibrary lib = [] {
     const char* v = std::getenv("VINF_CPU_GEMM");

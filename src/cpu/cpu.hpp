@@ -27,6 +27,9 @@ int thread_count();
 bool bf16_supported();
 // Whether the CPU itself has AVX-512 BF16, whatever the environment hides (for error messages).
 bool bf16_hardware();
+// Whether oneDNN's matrix products copy blocks of their weights into a scratchpad (its AVX-512
+// kernels; ONEDNN_MAX_CPU_ISA can hold them back), which a memory estimate counts.
+bool matmul_packs_weights();
 
 namespace ref {
 void copy(const Tensor& src, const Tensor& dst);

@@ -65,7 +65,7 @@ constexpr double kFeedForwardElements = 1 << 24;
 // oneDNN's matmul scratchpad (cpu/blas.cpp hands it an arena block): its brgemm kernels on
 // AVX-512 copy a block of 64 columns of B per thread, K x 64 floats, plus about 1 KiB (measured
 // on a Zen 4 for K 32 to 256 at 2 threads: exactly 256 K + 1280 bytes per thread pair); the AVX2
-// kernels take none. Counted as 64 K floats + 4 KiB per thread.
+// kernels take none (ForwardShape::cpu_matmul_scratch). Counted as 64 K floats + 4 KiB per thread.
 double cpu_gemm_scratch(double k, double threads) { return threads * (64 * k * 4 + 4096); }
 // With the input read transposed (the transformers' proj_in over the normalised frames) oneDNN also
 // packs blocks of its rows, about as much again.
@@ -145,8 +145,9 @@ double Walker::kernel_workspace(double head_dim) const {
 // with bf16 weights the input rounded to bf16 (cpu/gemm.cpp); cuBLAS keeps its own.
 double Walker::gemm_workspace(double k, double rows, bool transposed_input) const {
   if (s_.cuda) return 0;
-  const double scratch = transposed_input ? cpu_gemm_scratch_transposed(k, s_.cpu_threads)
-                                          : cpu_gemm_scratch(k, s_.cpu_threads);
+  const double scratch = !s_.cpu_matmul_scratch ? 0.0
+                         : transposed_input  ? cpu_gemm_scratch_transposed(k, s_.cpu_threads)
+                                             : cpu_gemm_scratch(k, s_.cpu_threads);
   return arena_bytes(scratch) + (s_.cpu_bf16 ? bytes(rows * k, 2) : 0);
 }
 

@@ -51,6 +51,7 @@ struct ForwardShape {
   bool cuda = false;        // the backend's staging: cuDNN workspace and GEMM attention, else oneDNN's copies
   int cpu_threads = 1;      // the CPU attention kernel's scratch is per thread
   bool cpu_bf16 = false;    // --dtype bf16 on the CPU: products and convolutions copy their input in bf16
+  bool cpu_matmul_scratch = true;  // oneDNN's AVX-512 matrix products pack weights per thread (AVX2: none)
 };
 
 struct ForwardFootprint {

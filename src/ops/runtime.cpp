@@ -26,6 +26,8 @@ bool cpu_bf16() { return cpu::bf16_supported(); }
 
 bool cpu_has_bf16_hardware() { return cpu::bf16_hardware(); }
 
+bool cpu_matmul_scratch() { return cpu::matmul_packs_weights(); }
+
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);) {

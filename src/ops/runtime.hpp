@@ -54,6 +54,8 @@ int cpu_threads();
 bool cpu_bf16();
 // Whether the CPU has AVX-512 BF16 whatever VINF_CPU_LEVEL says (cpu_bf16 honours the cap).
 bool cpu_has_bf16_hardware();
+// Whether the CPU's matrix products take a per-thread scratchpad (oneDNN's AVX-512 kernels).
+bool cpu_matmul_scratch();
 // /proc/cpuinfo's "model name" of the first CPU ("an unknown CPU" where there is none).
 std::string cpu_model_name();
 // What identifies a CUDA device across processes ("GPU-<uuid> (PCI <address>)"); "" for a CPU

@@ -41,7 +41,8 @@ void check_unet_call(DType dtype) {
     model::PlainTemporalContext plain;
     unet.forward(rt.ctx(), x, 500, 8.0, text, out, plain);
     const double measured = static_cast<double>(rt.arena().stats().peak_in_use) - before;
-    const model::ForwardShape shape{b, f, h, w, 77, 4, 1, false, omp_get_max_threads(), dtype == DType::bf16};
+    const model::ForwardShape shape{b,     f, h, w, 77, 4, 1, false, omp_get_max_threads(), dtype == DType::bf16,
+                                    cpu_matmul_scratch()};
     const double estimate = model::unet_footprint(c, shape, model::TemporalCost{}).total();
     CAPTURE(measured);
     CAPTURE(estimate);
