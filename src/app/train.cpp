@@ -270,7 +270,7 @@ int train(const std::vector<std::string>& args) {
                          "step with a checkpoint (continue with --resume auto); the model trained so far is\n"
                          "exported, and the exit status is " << kExitStopped << ". A failure on any rank ends every rank.\n"
                          "Exit status: 0 on success, 2 for bad input (the message names the option or file), 1 for\n"
-                         "other failures.\n";
+                         "other failures, 3 when a collective timed out (--comm-timeout), " << kExitStopped << " after a stop signal.\n";
     return 0;
   }
   for (const char* required : {"model", "data", "out"})
