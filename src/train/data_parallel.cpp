@@ -74,7 +74,6 @@ DataParallel::~DataParallel() { grads_.set_ready_hook(nullptr); }
 int DataParallel::ranks() const { return comm_.size(); }
 
 void DataParallel::arm(bool armed) {
-  armed_ = armed;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     buckets_[b].started = false;
     buckets_[b].waiting = 0;
@@ -124,7 +123,6 @@ void DataParallel::finish_reduction() {
     if (!buckets_[b].started) start(b);
   for (auto& p : pending_) comm_.finish(*p);
   pending_.clear();
-  armed_ = false;
   reduce_wait_ += seconds_since(t0);
 }
 

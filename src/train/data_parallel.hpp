@@ -112,7 +112,6 @@ class DataParallel {
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;  // parameter index -> bucket
   std::vector<std::unique_ptr<mpi::Pending>> pending_;
-  bool armed_ = false;
   double reduce_wait_ = 0, gather_wait_ = 0;
   std::int64_t started_in_backward_ = 0, started_ = 0;
 };
