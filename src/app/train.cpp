@@ -52,6 +52,7 @@ using Clock = std::chrono::steady_clock;
 
 struct TrainRunOptions {
   std::string config_file, model_dir, data_path, out_dir, export_dir, device = "auto", dtype = "auto";
+  std::string comm_backend = "auto";
   std::string params = "all", schedule = "cosine", resume;
   std::int64_t steps = 1000, batch = 1, micro_batch = 0, warmup = 0, log_every = 10, lora = 0;
   std::int64_t zero = 2, checkpoint_every = 0, checkpoint_keep = 2;
@@ -86,7 +87,12 @@ po::options_description train_option_table(TrainRunOptions& o) {
       "RUN_DIR/checkpoints/step-NNNNNN.h5 (every --checkpoint.every steps and on a stop signal) hold the\n"
       "trained parameters, the optimizer's state and the step; --resume continues from one, on any\n"
       "number of ranks. run.json records the layout, the throughput, the communication and the loss curve.\n"
-      "Training runs in f32 on the CPU.\n\nOptions");
+      "Training runs on the CPU or on CUDA GPUs (one rank per GPU, the gradients summed over NCCL). With\n"
+      "--dtype bf16 (the default on CUDA) it is mixed precision: the linear layers multiply in bf16 (f32 sums),\n"
+      "the model computes with bf16 copies of the trained parameters, and the optimizer steps f32 master\n"
+      "weights (sharded with --train.zero 1 and 2); gradients and their reductions are f32. The CPU runs the\n"
+      "same bf16 products on f32 kernels (operands rounded to bf16): the numbers of a GPU run, not its speed.\n\n"
+      "Options");
   opts.add_options()("help,h", "show this help")("config", po::value(&o.config_file), kConfigOptionHelp)(
       "model", po::value(&o.model_dir), "the model to fine-tune: a pipeline directory (unet/, ...) or a UNet directory")(
       "data", po::value(&o.data_path), "the training data (vinf prepare-data's HDF5 file)")(
@@ -103,8 +109,14 @@ po::options_description train_option_table(TrainRunOptions& o) {
       "how many of the newest checkpoints to keep")(
       "comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout),
       "seconds a collective may wait before the job is ended with a message (0: wait forever)")(
-      "device", po::value(&o.device)->default_value(o.device), "auto | cpu (training runs on the CPU)")(
-      "dtype", po::value(&o.dtype)->default_value(o.dtype), "auto | f32 (training computes in f32)")(
+      "device", po::value(&o.device)->default_value(o.device),
+      "auto | cpu | cuda (auto: the GPUs when every rank has one, else the CPU)")(
+      "dtype", po::value(&o.dtype)->default_value(o.dtype),
+      "auto | f32 | bf16: bf16 is mixed precision (bf16 products, f32 master weights and reductions); auto is "
+      "bf16 on CUDA and f32 on the CPU. A checkpoint resumes only at its own precision")(
+      "comm-backend", po::value(&o.comm_backend)->default_value(o.comm_backend),
+      "auto | mpi | nccl: how the gradients and parameters travel between the ranks (auto: NCCL between GPUs, "
+      "MPI on the CPU and between ranks that share a GPU)")(
       "quiet,q", po::bool_switch(&o.quiet), "print only warnings, errors and the result");
   po::options_description t("[train]");
   t.add_options()("train.steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps")(
@@ -207,8 +219,9 @@ void write_unet(const std::string& dir, const model::UNetConfig& c, const std::v
 // The settings a resumed run must share with its checkpoint: those that change the numbers
 // (not the ranks, the ZeRO stage or the micro-batch, which change only their rounding).
 nlohmann::ordered_json settings_json(const TrainRunOptions& o, const train::AdamWSettings& a, const train::DataInfo& d,
-                                     std::int64_t trained) {
-  return {{"model", fs::weakly_canonical(o.model_dir).string()},
+                                     std::int64_t trained, DType precision) {
+  return {{"precision", dtype_name(precision)},
+          {"model", fs::weakly_canonical(o.model_dir).string()},
           {"data", fs::weakly_canonical(o.data_path).string()},
           {"clips", d.clips},
           {"steps", o.steps},
@@ -227,6 +240,14 @@ nlohmann::ordered_json settings_json(const TrainRunOptions& o, const train::Adam
           {"schedule", o.schedule},
           {"min_lr", o.min_lr_ratio},
           {"fps", o.fps}};
+}
+
+// t's f32 elements in host memory: t itself on the CPU, else a copy in `keep`.
+const float* host_floats(ExecContext& ctx, const Tensor& t, std::vector<float>& keep) {
+  if (t.device.is_cpu()) return t.ptr<float>();
+  keep.resize(static_cast<std::size_t>(t.numel()));
+  ops::copy(ctx, t, Tensor::wrap(keep.data(), DType::f32, Device::cpu(), t.shape));
+  return keep.data();
 }
 
 // "" when a checkpoint's settings are this run's, else the differences.
@@ -307,15 +328,21 @@ int train(const std::vector<std::string>& args) {
   if (export_model) check_writable_dir(o.export_dir, "--export", o.overwrite || resuming);
 
   job::JobPlan plan;
-  plan.device = check_training_device(o.device);
-  plan.dtype = check_training_dtype(o.dtype);
+  plan.device = check_training_device(o.device, true);
+  const std::optional<DType> dtype_choice = check_training_dtype(o.dtype, true);
+  plan.dtype = DType::f32;  // the runtime's; the products' precision is the graph's (below)
+  plan.transport = job::parse_transport(o.comm_backend);
   plan.comm_timeout = o.comm_timeout;
-  plan.clip_group = false;
+  plan.clip_group = true;  // the gradients' communicator: every rank, on the device
   hold_stop_signals();
   std::unique_ptr<job::Job> job = job::start_job(plan);
   install_stop_signals();  // after MPI's own set-up, so that these handlers are the ones in place
   mpi::Session& session = job->session();
   const int ranks = job->size(), rank = job->rank();
+  const DType precision = training_precision(dtype_choice, job->device());
+  // The gradients and parameters travel in the device's memory (NCCL between GPUs); the host's
+  // world carries the loss and the checks.
+  mpi::Communicator& grad_comm = job->device().is_cuda() ? *job->clip_comm() : job->world();
   // By default each rank runs its share of the batch in one pass.
   if (o.micro_batch == 0) {
     VINF_INPUT_CHECK(o.batch % ranks == 0, "--train.batch ", o.batch, " does not divide over the ", ranks,
@@ -369,18 +396,19 @@ int train(const std::vector<std::string>& args) {
     const Tensor* t = lora ? lora->find(n) : nullptr;
     return t ? t : weights.find(n);
   };
-  // The trained parameters in one buffer, which the optimizer steps and the ranks all-gather.
-  train::FlatParams flat(rt.arena(), ctx, grads, model_lookup);
+  const auto bucket = static_cast<std::int64_t>(std::max(1.0, o.bucket_mb * 1024 * 1024 / 4));
+  train::DataParallel dp(rt.arena(), ctx, grad_comm, grads, static_cast<int>(o.zero), bucket, precision);
+  const train::Shard part = dp.optimizer_part();
+  // The trained parameters in one buffer (in the precision the model computes with), which the
+  // ranks all-gather, and the f32 master weights of the part this rank's optimizer steps.
+  train::FlatParams flat(rt.arena(), ctx, grads, model_lookup, precision, part);
   const auto lookup = [&flat, &model_lookup](const std::string& n) {
     const Tensor* t = flat.find(n);
     return t ? t : model_lookup(n);
   };
-  const auto bucket = static_cast<std::int64_t>(std::max(1.0, o.bucket_mb * 1024 * 1024 / 4));
-  train::DataParallel dp(rt.arena(), ctx, job->world(), grads, static_cast<int>(o.zero), bucket);
-  const train::Shard part = dp.optimizer_part();
   train::AdamW opt(rt.arena(), ctx, part.first, part.count);
   const float lora_scale = lora ? lora->scale() : 1.f;
-  const nlohmann::ordered_json settings = settings_json(o, adamw, di, trained_count);
+  const nlohmann::ordered_json settings = settings_json(o, adamw, di, trained_count, precision);
 
   // Where the run starts: a checkpoint every rank can read whole (the newest that passes, with
   // --resume auto), or step 0.
@@ -398,9 +426,12 @@ int train(const std::vector<std::string>& args) {
       train::TrainCheckpoint c = train::read_train_checkpoint_info(*it);
       const std::string diff = settings_differences(c.settings_json, settings);
       VINF_INPUT_CHECK(diff.empty(), *it, " belongs to a run with other settings: ", diff);
-      train::read_train_checkpoint_part(*it, {0, trained_count}, flat.all().ptr<float>(), nullptr, nullptr);
-      train::read_train_checkpoint_part(*it, part, nullptr, opt.moments().ptr<float>(),
-                                        opt.moments().ptr<float>() + part.count);
+      // Through host memory: every trained value, and this rank's part of the moments.
+      std::vector<float> values(static_cast<std::size_t>(trained_count)), moments(static_cast<std::size_t>(2 * part.count));
+      train::read_train_checkpoint_part(*it, {0, trained_count}, values.data(), nullptr, nullptr);
+      train::read_train_checkpoint_part(*it, part, nullptr, moments.data(), moments.data() + part.count);
+      flat.set(ctx, Tensor::wrap(values.data(), DType::f32, Device::cpu(), {trained_count}));
+      ops::copy(ctx, Tensor::wrap(moments.data(), DType::f32, Device::cpu(), opt.moments().shape), opt.moments());
       resumed = std::move(c);
     } catch (const InputError& e) {
       problem = e.what();
@@ -470,6 +501,7 @@ int train(const std::vector<std::string>& args) {
   // This rank's micro-batches of every step: [mb0, mb1) of the step's micro_batches.
   const std::int64_t mb0 = rank * micro_batches / ranks, mb1 = (rank + 1) * micro_batches / ranks;
 
+  std::vector<float> stage[3];  // host copies of device memory, for the checkpoint writer
   auto write_checkpoint = [&](std::int64_t completed) {
     fs::create_directories(ckpt_dir);
     train::TrainCheckpoint c;
@@ -481,11 +513,15 @@ int train(const std::vector<std::string>& args) {
     c.settings_json = settings.dump();
     c.log_csv = log_text;
     // Each rank writes its shard; stage 0's optimizer holds every moment, the shard among them.
+    // From the f32 master weights (the f32 model, or with bf16 the optimizer's part).
     const train::Shard mine = train::shard_of(trained_count, rank, ranks);
-    const float* moments = opt.moments().ptr<float>();
     const std::int64_t at = mine.first - part.first;
-    train::write_train_checkpoint(session.world(), ckpt_dir + "/" + io::checkpoint_name(completed), c, mine,
-                                  flat.all().ptr<float>() + mine.first, moments + at, moments + part.count + at);
+    const float* values = host_floats(ctx, flat.master().slice(0, at, mine.count), stage[0]);
+    const float* m1 = host_floats(ctx, opt.moments().reshape({2 * part.count}).slice(0, at, mine.count), stage[1]);
+    const float* m2 =
+        host_floats(ctx, opt.moments().reshape({2 * part.count}).slice(0, part.count + at, mine.count), stage[2]);
+    train::write_train_checkpoint(session.world(), ckpt_dir + "/" + io::checkpoint_name(completed), c, mine, values,
+                                  m1, m2);
     if (job->root()) io::prune_checkpoints(ckpt_dir, static_cast<int>(o.checkpoint_keep));
   };
 
@@ -524,7 +560,7 @@ int train(const std::vector<std::string>& args) {
       const train::LossBatch batch{x0, eps, text, ts, o.fps};
       const train::LossResult r = train::unet_loss_backward(ctx, config, lookup, grads, abar, batch,
                                                             o.batch * per_clip, nullptr, o.checkpoint_activations,
-                                                            lora_scale);
+                                                            lora_scale, nullptr, precision);
       sums[0] += r.sum_squares;
       forward_seconds += r.forward_seconds;
       backward_seconds += r.backward_seconds;
@@ -535,7 +571,8 @@ int train(const std::vector<std::string>& args) {
     VINF_CHECK(std::isfinite(loss), "the loss is ", loss, " at step ", step,
                " (lower --train.lr, or check the data with vinf inspect)");
     const double norm = dp.global_norm(ctx);
-    opt.step_part(ctx, grads, dp.part_grads(), lookup, adamw, lr, train::clip_scale(norm, adamw.clip_grad_norm));
+    opt.step_part(ctx, dp.part_grads(), flat.master(), flat.master_copy(), adamw, lr,
+                  train::clip_scale(norm, adamw.clip_grad_norm));
     dp.gather(ctx, flat);
     if (step > first_step) {
       later_wait += dp.reduce_wait_seconds() + dp.gather_seconds() - wait_before;
@@ -564,10 +601,16 @@ int train(const std::vector<std::string>& args) {
     std::cerr << "vinf train: stopped by " << signal_name(stopped_by) << " after step " << done << " of " << o.steps
               << "; wrote " << ckpt_dir << "/" << io::checkpoint_name(done) << " (run again with --resume auto)\n";
 
-  // The trained values back into the model's tensors, for exporting.
-  flat.copy_to(ctx, model_lookup);
+  // The trained values back into the model's tensors, for exporting: the f32 master weights.
+  if (flat.dtype() == DType::f32) {
+    flat.copy_to(ctx, model_lookup);
+  } else {
+    OwnedTensor master = rt.arena().empty(DType::f32, {trained_count});
+    dp.gather_master(ctx, flat, master);
+    flat.copy_to(ctx, model_lookup, &master);
+  }
   const double samples = static_cast<double>((done - resumed.step) * o.batch);
-  const mpi::CommCounters comm = job->world().counters();
+  const mpi::CommCounters comm = grad_comm.counters();
   const std::vector<double> waits = session.gather_values_on_root(dp.reduce_wait_seconds() + dp.gather_seconds());
   const std::vector<double> backwards = session.gather_values_on_root(backward_seconds);
   const std::vector<double> later_waits = session.gather_values_on_root(later_wait);
@@ -624,11 +667,14 @@ int train(const std::vector<std::string>& args) {
                    {"buckets_started", dp.buckets_started()},
                    {"buckets_started_in_backward", dp.buckets_started_in_backward()},
                    {"bucket_elements", bucket},
-                   {"device", job->device().name()}};
+                   {"device", job->device().name()},
+                   {"precision", dtype_name(precision)},
+                   {"transport", grad_comm.backend()}};
   run["memory_per_rank"] = {{"optimizer_state_bytes", dp.optimizer_bytes()},
                             {"reduced_gradient_shard_bytes", dp.shard_grad_bytes()},
                             {"gradient_bytes", trained_count * 4},
-                            {"trained_parameter_bytes", trained_count * 4}};
+                            {"trained_parameter_bytes", trained_count * static_cast<std::int64_t>(dtype_size(precision))},
+                            {"master_weight_bytes", precision == DType::f32 ? trained_count * 4 : part.count * 4}};
   run["throughput"] = {{"steps", done - resumed.step},
                        {"seconds", run_seconds},
                        {"samples_per_second", run_seconds > 0 ? samples / run_seconds : 0.0},

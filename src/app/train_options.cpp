@@ -25,18 +25,29 @@ train::AdamWSettings TrainOptimizerOptions::resolve() const {
   return values;
 }
 
-job::DeviceChoice check_training_device(const std::string& device) {
+job::DeviceChoice check_training_device(const std::string& device, bool cuda) {
   const job::DeviceChoice d = job::parse_device_choice(device);
-  VINF_INPUT_CHECK(d != job::DeviceChoice::cuda, "--device cuda: training runs on the CPU for now (its optimizer ",
-                   "step runs in host memory, and the CUDA backward kernels have not been validated on a GPU); use ",
-                   "--device cpu or auto");
+  if (cuda) return d;
+  VINF_INPUT_CHECK(d != job::DeviceChoice::cuda, "--device cuda: this command checks training against the CPU's ",
+                   "numbers and runs on the CPU; use --device cpu or auto (vinf train runs on CUDA)");
   return job::DeviceChoice::cpu;
 }
 
-std::optional<DType> check_training_dtype(const std::string& dtype) {
+std::optional<DType> check_training_dtype(const std::string& dtype, bool mixed) {
   const std::optional<DType> d = job::parse_dtype_choice(dtype);
-  VINF_INPUT_CHECK(!d || *d == DType::f32, "--dtype ", dtype, ": training computes in f32; use --dtype f32 or auto");
+  if (mixed) {
+    VINF_INPUT_CHECK(!d || *d == DType::f32 || *d == DType::bf16, "--dtype ", dtype,
+                     ": training computes in f32, or with bf16 products and f32 master weights (bf16); use auto, f32 ",
+                     "or bf16");
+    return d;
+  }
+  VINF_INPUT_CHECK(!d || *d == DType::f32, "--dtype ", dtype, ": this command computes in f32; use --dtype f32 or auto");
   return DType::f32;
+}
+
+DType training_precision(std::optional<DType> choice, const Device& device) {
+  if (choice) return *choice;
+  return device.is_cuda() ? DType::bf16 : DType::f32;
 }
 
 }  // namespace vinf::app

@@ -20,9 +20,14 @@ struct TrainOptimizerOptions {
   train::AdamWSettings resolve() const;
 };
 
-// --device for training: auto or cpu (the optimizer runs in host memory); cuda is refused with the
-// reason. --dtype: auto or f32.
-job::DeviceChoice check_training_device(const std::string& device);
-std::optional<DType> check_training_dtype(const std::string& dtype);
+// --device for a training command: auto, cpu, or cuda where `cuda` (vinf train; train-step checks
+// against the CPU's numbers and runs on the CPU only, refusing cuda with the reason).
+job::DeviceChoice check_training_device(const std::string& device, bool cuda);
+// --dtype for a training command: auto (nullopt), f32, or bf16 where `mixed` (mixed precision:
+// vinf train); anything else is refused with the reason.
+std::optional<DType> check_training_dtype(const std::string& dtype, bool mixed);
+// The precision vinf train computes in: --dtype's choice, or with auto bf16 on CUDA and f32 on the
+// CPU.
+DType training_precision(std::optional<DType> choice, const Device& device);
 
 }  // namespace vinf::app

@@ -136,8 +136,8 @@ int train_step(const std::vector<std::string>& args) {
   VINF_INPUT_CHECK(o.timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.timeout);
   const train::AdamWSettings fallback = o.optimizer.resolve();
   job::JobPlan plan;
-  plan.device = check_training_device(o.device);
-  plan.dtype = check_training_dtype(o.dtype);
+  plan.device = check_training_device(o.device, false);
+  plan.dtype = check_training_dtype(o.dtype, false);
   plan.comm_timeout = o.timeout;
   plan.clip_group = false;
 

@@ -32,6 +32,13 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
                const Tensor& out, const exec::AttentionParams& p);
 void normal(ExecContext& ctx, const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset);
 
+// The optimizer (ops/optim.hpp): AdamW on contiguous f32 buffers (step = lr / c1), and the sum of
+// squares in double.
+void adamw_update(ExecContext& ctx, double step, double beta1, double beta2, double eps, double decay, double c2,
+                  double grad_scale, const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                  const Tensor* copy);
+double sum_squares(ExecContext& ctx, const Tensor& x);
+
 // The backward passes (ops/backward.hpp; views as the CPU's in cpu/backward.hpp), f32, adding into
 // their outputs.
 namespace grad {

@@ -6,18 +6,9 @@
 
 #include "core/error.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/optim.hpp"
 
 namespace vinf::train {
-namespace {
-
-// A host copy of a device tensor's f32 elements, or the tensor itself when it is on the CPU.
-float* host_f32(const Tensor& t, const char* what) {
-  VINF_CHECK(t.device.is_cpu() && t.dtype == DType::f32 && t.is_contiguous(), "AdamW: ", what, " ", t.describe(),
-             " must be contiguous f32 in host memory (the optimizer runs on the CPU)");
-  return t.ptr<float>();
-}
-
-}  // namespace
 
 std::string adamw_problem(const AdamWSettings& s) {
   auto finite = [](double v) { return std::isfinite(v); };
@@ -62,13 +53,7 @@ AdamWSettings parse_adamw_json(const std::string& json, const std::string& sourc
 }
 
 double global_norm(ExecContext& ctx, const ParamGrads& grads) {
-  (void)ctx;
-  const Tensor& all = grads.all();
-  const float* g = host_f32(all, "the gradients");
-  double sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static)
-  for (std::int64_t i = 0; i < all.numel(); ++i) sum += static_cast<double>(g[i]) * g[i];
-  return std::sqrt(sum);
+  return std::sqrt(ops::sum_squares(ctx, grads.all()));
 }
 
 double clip_scale(double norm, double max_norm) {
@@ -83,43 +68,44 @@ AdamW::AdamW(Arena& arena, ExecContext& ctx, std::int64_t first, std::int64_t co
   if (state_.numel() > 0) ops::fill(ctx, state_, 0.0);
 }
 
-void AdamW::step(ExecContext& ctx, const ParamGrads& grads, const ParamLookup& params, const AdamWSettings& s,
-                 double lr, double grad_scale) {
-  VINF_CHECK(first_ == 0 && state_.size(1) == grads.all().numel(), "AdamW::step: this optimizer holds a part");
-  step_part(ctx, grads, host_f32(grads.all(), "the gradients"), params, s, lr, grad_scale);
+ops::AdamWUpdate AdamW::next(const AdamWSettings& s, double lr, double grad_scale) {
+  ++steps_;
+  ops::AdamWUpdate u;
+  u.lr = lr;
+  u.beta1 = s.beta1;
+  u.beta2 = s.beta2;
+  u.eps = s.eps;
+  u.decay = 1.0 - lr * s.weight_decay;
+  u.c1 = 1.0 - std::pow(s.beta1, static_cast<double>(steps_));
+  u.c2 = std::sqrt(1.0 - std::pow(s.beta2, static_cast<double>(steps_)));
+  u.grad_scale = grad_scale;
+  return u;
 }
 
-void AdamW::step_part(ExecContext& ctx, const ParamGrads& layout, const float* shard_grads, const ParamLookup& params,
-                      const AdamWSettings& s, double lr, double grad_scale) {
-  (void)ctx;
-  ++steps_;
-  const double c1 = 1.0 - std::pow(s.beta1, static_cast<double>(steps_));
-  const double c2 = std::sqrt(1.0 - std::pow(s.beta2, static_cast<double>(steps_)));
-  const double decay = 1.0 - lr * s.weight_decay;
-  const std::int64_t n = state_.size(1), last = first_ + n;
-  float* m = n > 0 ? host_f32(state_, "the moments") : nullptr;
-  float* v = m + n;
+void AdamW::step(ExecContext& ctx, const ParamGrads& grads, const ParamLookup& params, const AdamWSettings& s,
+                 double lr, double grad_scale) {
+  const std::int64_t n = state_.size(1);
+  VINF_CHECK(first_ == 0 && n == grads.all().numel(), "AdamW::step: this optimizer holds a part");
+  const ops::AdamWUpdate u = next(s, lr, grad_scale);
+  const Tensor moments = state_.reshape({2 * n});
   std::int64_t at = 0;
-  for (const auto& [name, g] : layout.list()) {
-    const std::int64_t k = g.numel(), lo = std::max(at, first_), hi = std::min(at + k, last);
-    at += k;
-    if (lo >= hi) continue;
+  for (const auto& [name, g] : grads.list()) {
     const Tensor* p = params(name);
     VINF_CHECK(p != nullptr && p->shape == g.shape, "AdamW: no parameter ", name, " of shape ", g.shape.str());
-    float* pp = host_f32(*p, name.c_str()) + (lo - (at - k));
-    const float* gg = shard_grads + (lo - first_);
-    float* mm = m + (lo - first_);
-    float* vv = v + (lo - first_);
-#pragma omp parallel for schedule(static) if (hi - lo >= 4096)
-    for (std::int64_t i = 0; i < hi - lo; ++i) {
-      const double gi = static_cast<double>(gg[i]) * grad_scale;
-      const double mi = s.beta1 * mm[i] + (1.0 - s.beta1) * gi;
-      const double vi = s.beta2 * vv[i] + (1.0 - s.beta2) * gi * gi;
-      mm[i] = static_cast<float>(mi);
-      vv[i] = static_cast<float>(vi);
-      pp[i] = static_cast<float>(pp[i] * decay - lr / c1 * mi / (std::sqrt(vi) / c2 + s.eps));
-    }
+    const std::int64_t k = g.numel();
+    ops::adamw_update(ctx, u, *p, grads.all().slice(0, at, k), moments.slice(0, at, k), moments.slice(0, n + at, k));
+    at += k;
   }
+}
+
+void AdamW::step_part(ExecContext& ctx, const Tensor& part_grads, const Tensor& master, const Tensor* copy,
+                      const AdamWSettings& s, double lr, double grad_scale) {
+  const std::int64_t n = state_.size(1);
+  VINF_CHECK(part_grads.numel() == n && master.numel() == n, "AdamW::step_part: ", n, " elements expected, got ",
+             part_grads.describe(), " and ", master.describe());
+  const ops::AdamWUpdate u = next(s, lr, grad_scale);
+  const Tensor moments = state_.reshape({2 * n});
+  ops::adamw_update(ctx, u, master, part_grads, moments.slice(0, 0, n), moments.slice(0, n, n), copy);
 }
 
 }  // namespace vinf::train

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/arena.hpp"
+#include "ops/optim.hpp"
 #include "train/graph.hpp"
 
 namespace vinf::train {
@@ -49,9 +50,11 @@ class AdamW {
   // with t the step's number (from 1). `params(name)` gives each parameter to update in place.
   void step(ExecContext& ctx, const ParamGrads& grads, const ParamLookup& params, const AdamWSettings& s, double lr,
             double grad_scale);
-  // The same on this optimizer's part only: shard_grads[i] is the gradient of element first + i of
-  // the buffer laid out as `layout` (its values are not read).
-  void step_part(ExecContext& ctx, const ParamGrads& layout, const float* shard_grads, const ParamLookup& params,
+  // The same on this optimizer's part only, laid out flat: part_grads and master (f32, contiguous,
+  // `count` elements each on the context's device) are the gradients and the f32 master weights of
+  // elements [first, first + count) of the flat buffer; `copy`, when given, receives the new
+  // master weights rounded to its dtype (the bf16 values a mixed-precision model computes with).
+  void step_part(ExecContext& ctx, const Tensor& part_grads, const Tensor& master, const Tensor* copy,
                  const AdamWSettings& s, double lr, double grad_scale);
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t steps) { steps_ = steps; }  // a resumed run's
@@ -59,6 +62,8 @@ class AdamW {
   const Tensor& moments() const { return state_; }  // [2, count]: m then v
 
  private:
+  ops::AdamWUpdate next(const AdamWSettings& s, double lr, double grad_scale);  // counts the step
+
   OwnedTensor state_;
   std::int64_t first_ = 0, steps_ = 0;
 };

@@ -8,19 +8,39 @@
 #include "core/progress.hpp"
 #include "mpi/communicator.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/optim.hpp"
 #include "ops/runtime.hpp"
 
 namespace vinf::train {
 
-FlatParams::FlatParams(Arena& arena, ExecContext& ctx, const ParamGrads& layout, const ParamLookup& source) {
-  buffer_ = arena.empty(DType::f32, {layout.all().numel()});
+FlatParams::FlatParams(Arena& arena, ExecContext& ctx, const ParamGrads& layout, const ParamLookup& source, DType dtype,
+                       Shard master) {
+  VINF_CHECK(dtype == DType::f32 || dtype == DType::bf16, "FlatParams: f32 or bf16 values, not ", dtype_name(dtype));
+  const std::int64_t n = layout.all().numel();
+  part_ = master.count < 0 ? Shard{0, n} : master;
+  VINF_CHECK(part_.first >= 0 && part_.first + part_.count <= n, "FlatParams: the part [", part_.first, ", +",
+             part_.count, ") is outside the ", n, " elements");
+  buffer_ = arena.empty(dtype, {n});
+  part_values_ = buffer_.slice(0, part_.first, part_.count);
+  if (dtype == DType::f32) {
+    master_ = part_values_;
+  } else {
+    own_master_ = arena.empty(DType::f32, {part_.count});
+    master_ = own_master_;
+  }
   std::int64_t at = 0;
   for (const auto& [name, g] : layout.list()) {
     const Tensor* p = source(name);
     VINF_CHECK(p != nullptr && p->shape == g.shape, "FlatParams: no parameter ", name, " of shape ", g.shape.str());
     const Tensor view = buffer_.slice(0, at, g.numel()).reshape(g.shape);
     ops::copy(ctx, *p, view);
+    // The master weights from the source's own values (f32), not from their bf16 rounding.
+    if (dtype != DType::f32) {
+      const std::int64_t lo = std::max(at, part_.first), hi = std::min(at + g.numel(), part_.first + part_.count);
+      if (lo < hi) ops::copy(ctx, p->reshape({g.numel()}).slice(0, lo - at, hi - lo), master_.slice(0, lo - part_.first, hi - lo));
+    }
     by_name_.emplace(name, view);
+    offsets_.emplace_back(name, at);
     at += g.numel();
   }
 }
@@ -30,11 +50,23 @@ const Tensor* FlatParams::find(const std::string& name) const {
   return it == by_name_.end() ? nullptr : &it->second;
 }
 
-void FlatParams::copy_to(ExecContext& ctx, const ParamLookup& dest) const {
-  for (const auto& [name, view] : by_name_) {
+void FlatParams::set(ExecContext& ctx, const Tensor& values) {
+  VINF_CHECK(values.numel() == buffer_.numel() && values.dtype == DType::f32, "FlatParams::set: ", buffer_.numel(),
+             " f32 values expected, got ", values.describe());
+  const Tensor flat = values.reshape({values.numel()});
+  ops::copy(ctx, flat, buffer_);
+  if (dtype() != DType::f32) ops::copy(ctx, flat.slice(0, part_.first, part_.count), master_);
+}
+
+void FlatParams::copy_to(ExecContext& ctx, const ParamLookup& dest, const Tensor* values) const {
+  const Tensor& from = values ? *values : buffer_.view();
+  VINF_CHECK(from.numel() == buffer_.numel(), "FlatParams::copy_to: ", buffer_.numel(), " values expected, got ",
+             from.describe());
+  for (const auto& [name, at] : offsets_) {
+    const Tensor& view = by_name_.at(name);
     const Tensor* p = dest(name);
     VINF_CHECK(p != nullptr && p->shape == view.shape, "FlatParams: no parameter ", name, " to copy into");
-    ops::copy(ctx, view, *p);
+    ops::copy(ctx, from.slice(0, at, view.numel()).reshape(view.shape), *p);
   }
 }
 
@@ -46,7 +78,7 @@ Shard shard_of(std::int64_t n, int rank, int ranks) {
 }
 
 DataParallel::DataParallel(Arena& arena, ExecContext& ctx, mpi::Communicator& comm, ParamGrads& grads, int zero,
-                           std::int64_t bucket_elements)
+                           std::int64_t bucket_elements, DType values)
     : ctx_(ctx), comm_(comm), grads_(grads), zero_(zero) {
   VINF_CHECK(zero >= 0 && zero <= 2 && bucket_elements >= 1, "DataParallel: ZeRO stage ", zero, ", buckets of ",
              bucket_elements);
@@ -57,7 +89,7 @@ DataParallel::DataParallel(Arena& arena, ExecContext& ctx, mpi::Communicator& co
   // One rank holds the sums already: nothing to scatter or gather.
   scatter_ = zero == 2 && comm.size() > 1;
   if (scatter_) shard_grads_ = arena.empty(DType::f32, {shard_.count});
-  if (zero >= 1 && comm.size() > 1) send_ = arena.empty(DType::f32, {shard_.count});
+  if (zero >= 1 && comm.size() > 1) send_ = arena.empty(values, {shard_.count});
   // Buckets of consecutive parameters, each at least bucket_elements unless it is the last.
   std::int64_t at = 0;
   for (const auto& [name, g] : grads.list()) {
@@ -126,22 +158,21 @@ void DataParallel::finish_reduction() {
   reduce_wait_ += seconds_since(t0);
 }
 
-const float* DataParallel::part_grads() const {
-  if (scatter_) return shard_grads_.numel() > 0 ? shard_grads_.ptr<float>() : nullptr;
-  return grads_.all().ptr<float>() + part_.first;
+Tensor DataParallel::part_grads() const {
+  if (scatter_) return shard_grads_;
+  return grads_.all().slice(0, part_.first, part_.count);
 }
 
 double DataParallel::global_norm(ExecContext& ctx) {
   // Stages 0 and 1 hold every summed gradient; stage 2 sums its shard's squares with the others'.
-  const float* g = scatter_ ? part_grads() : grads_.all().ptr<float>();
-  const std::int64_t n = scatter_ ? shard_.count : grads_.all().numel();
-  double sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(g[i]) * g[i];
+  double sum = ops::sum_squares(ctx, scatter_ ? shard_grads_.view() : grads_.all());
   if (scatter_) {
-    double total = sum;
-    comm_.all_reduce_sum(ctx, Tensor::wrap(&total, DType::f64, Device::cpu(), {1}));
-    sum = total;
+    // Through the communicator's own memory (the device's, with NCCL).
+    OwnedTensor total = ctx.arena->empty(DType::f64, {1});
+    ops::copy(ctx, Tensor::wrap(&sum, DType::f64, Device::cpu(), {1}), total);
+    comm_.all_reduce_sum(ctx, total);
+    ops::copy(ctx, total, Tensor::wrap(&sum, DType::f64, Device::cpu(), {1}));
+    synchronize(ctx);
   }
   return std::sqrt(sum);
 }
@@ -149,11 +180,25 @@ double DataParallel::global_norm(ExecContext& ctx) {
 void DataParallel::gather(ExecContext& ctx, FlatParams& params) {
   if (zero_ == 0 || comm_.size() == 1) return;  // every rank (the one) stepped everything
   const auto t0 = std::chrono::steady_clock::now();
+  VINF_CHECK(send_.dtype == params.dtype(), "DataParallel: made for ", dtype_name(send_.dtype), " parameters, given ",
+             dtype_name(params.dtype()));
   if (shard_.count > 0) ops::copy(ctx, params.all().slice(0, shard_.first, shard_.count), send_);
   std::vector<std::int64_t> counts;
   for (const Shard& s : shards_) counts.push_back(s.count);
   comm_.all_gather_v(ctx, send_, params.all(), counts);
   gather_wait_ += seconds_since(t0);
+}
+
+void DataParallel::gather_master(ExecContext& ctx, const FlatParams& params, const Tensor& out) {
+  VINF_CHECK(out.numel() == grads_.all().numel() && out.dtype == DType::f32 && out.is_contiguous(),
+             "DataParallel::gather_master: the whole f32 buffer expected, got ", out.describe());
+  if (zero_ == 0 || comm_.size() == 1) {
+    ops::copy(ctx, params.master(), out);
+    return;
+  }
+  std::vector<std::int64_t> counts;
+  for (const Shard& s : shards_) counts.push_back(s.count);
+  comm_.all_gather_v(ctx, params.master(), out, counts);
 }
 
 }  // namespace vinf::train

@@ -31,22 +31,6 @@ class Pending;
 
 namespace vinf::train {
 
-// The trainable parameters in one f32 buffer laid out as the gradients: what the optimizer updates
-// and the ranks all-gather. The model reads them through find().
-class FlatParams {
- public:
-  // Copies each parameter of `layout` from `source`.
-  FlatParams(Arena& arena, ExecContext& ctx, const ParamGrads& layout, const ParamLookup& source);
-  const Tensor* find(const std::string& name) const;
-  const Tensor& all() const { return buffer_; }
-  // Copies the values back into the tensors `dest` gives (the model's, for exporting it).
-  void copy_to(ExecContext& ctx, const ParamLookup& dest) const;
-
- private:
-  OwnedTensor buffer_;
-  std::map<std::string, Tensor> by_name_;
-};
-
 // A part [first, first + count) of the flat buffer.
 struct Shard {
   std::int64_t first = 0, count = 0;
@@ -55,11 +39,45 @@ inline constexpr std::int64_t kShardChunk = 16384;  // elements (64 KiB of f32)
 // Rank r's shard of n elements over `ranks`: chunks [r K / ranks, (r + 1) K / ranks) of the K chunks.
 Shard shard_of(std::int64_t n, int rank, int ranks);
 
+// The trainable parameters in one buffer laid out as the gradients: what the model computes with
+// (find), what the optimizer updates and the ranks all-gather; and their f32 master weights over
+// the part this rank's optimizer steps. In f32 the master weights are that part of the buffer
+// itself; with bf16 (mixed precision) the buffer holds bf16 values and the f32 master weights of
+// the part are a buffer of their own, which the optimizer steps and rounds into the bf16 one.
+class FlatParams {
+ public:
+  // Copies each parameter of `layout` from `source`.
+  FlatParams(Arena& arena, ExecContext& ctx, const ParamGrads& layout, const ParamLookup& source,
+             DType dtype = DType::f32, Shard master = {0, -1});
+  const Tensor* find(const std::string& name) const;
+  const Tensor& all() const { return buffer_; }  // the model's values, in dtype()
+  DType dtype() const { return buffer_.dtype; }
+  Shard master_part() const { return part_; }
+  const Tensor& master() const { return master_; }  // f32, part_.count elements
+  // The model's values of the master part, for the optimizer to round its result into: null in f32
+  // (the master weights are those values).
+  const Tensor* master_copy() const { return dtype() == DType::f32 ? nullptr : &part_values_; }
+  // Sets the values (every element, f32, in any memory) and the master weights from them.
+  void set(ExecContext& ctx, const Tensor& values);
+  // Copies `values` (f32, every element laid out as the buffer; all() when not given) into the
+  // tensors `dest` gives (the model's, for exporting it).
+  void copy_to(ExecContext& ctx, const ParamLookup& dest, const Tensor* values = nullptr) const;
+
+ private:
+  OwnedTensor buffer_, own_master_;
+  Tensor master_, part_values_;
+  Shard part_;
+  std::map<std::string, Tensor> by_name_;
+  std::vector<std::pair<std::string, std::int64_t>> offsets_;  // each parameter's first element
+};
+
 class DataParallel {
  public:
   // bucket_elements: the smallest bucket (a parameter larger than that is a bucket of its own).
+  // values: the dtype of the parameters the model computes with (FlatParams::dtype), which gather
+  // sends.
   DataParallel(Arena& arena, ExecContext& ctx, mpi::Communicator& comm, ParamGrads& grads, int zero,
-               std::int64_t bucket_elements);
+               std::int64_t bucket_elements, DType values = DType::f32);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -75,11 +93,15 @@ class DataParallel {
   // The part of the flat buffer this rank's optimizer steps (stage 0: all of it; else its shard),
   // and the summed gradients of that part.
   Shard optimizer_part() const { return part_; }
-  const float* part_grads() const;
+  Tensor part_grads() const;
   // The global L2 norm of the summed gradients (the same on every rank).
   double global_norm(ExecContext& ctx);
-  // After this rank's optimizer stepped its part of `params`: the ranks all-gather them (stages 1, 2).
+  // After this rank's optimizer stepped its part of `params`: the ranks all-gather them (stages 1, 2),
+  // in the model's dtype (bf16 with mixed precision: half the bytes).
   void gather(ExecContext& ctx, FlatParams& params);
+  // Every element's f32 master weight into `out` (f32, the whole buffer, on the context's device):
+  // gathered from the ranks' shards at stages 1 and 2. For exporting the trained model.
+  void gather_master(ExecContext& ctx, const FlatParams& params, const Tensor& out);
   // Bytes this rank holds for: the optimizer state (two moments of its part), the summed gradients
   // it keeps apart from the local ones (stage 2: its shard), the parameters.
   std::int64_t optimizer_bytes() const { return 2 * part_.count * 4; }

@@ -65,7 +65,43 @@ Graph::Graph(ExecContext& ctx, ParamLookup params, ParamGrads* grads, float lora
 const Tensor& Graph::param(const std::string& name) const {
   const Tensor* t = params_(name);
   VINF_CHECK(t != nullptr, "the model has no parameter ", name);
-  return *t;
+  if (t->dtype == DType::f32) return *t;
+  auto it = copies_->find(name);
+  if (it == copies_->end()) {
+    OwnedTensor c = ctx_.arena->empty(DType::f32, t->shape);
+    ops::copy(ctx_, *t, c);
+    it = copies_->emplace(name, std::move(c)).first;
+  }
+  return it->second;
+}
+
+void Graph::set_products(DType products) {
+  VINF_CHECK(products == DType::f32 || products == DType::bf16, "Graph: products in f32 or bf16, not ",
+             dtype_name(products));
+  products_ = products;
+}
+
+OwnedTensor Graph::operand(const Tensor& t) {
+  OwnedTensor rounded = ctx_.arena->empty(DType::bf16, t.shape);
+  ops::copy(ctx_, t, rounded);
+  if (ctx_.device.is_cuda()) return rounded;
+  OwnedTensor widened = ctx_.arena->empty(DType::f32, t.shape);
+  ops::copy(ctx_, rounded, widened);
+  return widened;
+}
+
+Tensor Graph::weight_operand(const std::string& name) {
+  const Tensor* t = params_(name);
+  VINF_CHECK(t != nullptr, "the model has no parameter ", name);
+  if (ctx_.device.is_cuda() && t->dtype == DType::bf16) return *t;
+  const std::string key = name + " (product operand)";
+  auto it = copies_->find(key);
+  if (it == copies_->end()) it = copies_->emplace(key, operand(*t)).first;
+  return it->second;
+}
+
+void Graph::product(const Tensor& a, const Tensor& b_t, const Tensor& out, bool accumulate) {
+  ops::bmm(ctx_, a.unsqueeze(0), b_t.transpose(0, 1).unsqueeze(0), out.unsqueeze(0), 1.f, accumulate ? 1.f : 0.f);
 }
 
 Var Graph::make(const Shape& shape, bool requires_grad) {
@@ -159,6 +195,8 @@ Var Graph::checkpoint(const std::vector<Var>& inputs, const Block& block) {
     // The block again on leaves that share the inputs' values, recording, then its backward.
     Graph again(ctx_, params_, grads_, lora_scale_);
     again.labels_ = labels_;
+    again.products_ = products_;
+    again.copies_ = copies_;
     again.profile_forward_ = false;  // timed as a whole below
     again.set_profile(profile_);
     std::vector<Var> leaves;
@@ -184,6 +222,7 @@ Var Graph::checkpoint(const std::vector<Var>& inputs, const Block& block) {
 }
 
 Var Graph::linear(const Var& x, const std::string& prefix, bool bias) {
+  if (products_ != DType::f32) return linear_mixed(x, prefix, bias);
   const Tensor& w = param(prefix + ".weight");
   const Tensor* b = bias ? &param(prefix + ".bias") : nullptr;
   const Tensor* dw = param_grad(prefix + ".weight");
@@ -198,6 +237,45 @@ Var Graph::linear(const Var& x, const std::string& prefix, bool bias) {
       // x's first gradient is this product's alone: written, not added to zeros.
       const bool fresh = x->requires_grad && fresh_grad(x);
       ops::linear_backward(ctx_, x->value, w, y->grad, x->requires_grad ? &x->grad : nullptr, dw, db, fresh);
+    });
+  if (has_param(prefix + ".lora_A.weight"))  // + scale * B (A x), through the graph's own ops
+    return add(y, scale(linear(linear(x, prefix + ".lora_A", false), prefix + ".lora_B", false), lora_scale_));
+  return y;
+}
+
+Var Graph::linear_mixed(const Var& x, const std::string& prefix, bool bias) {
+  const Tensor wo = weight_operand(prefix + ".weight");
+  const Tensor* b = bias ? &param(prefix + ".bias") : nullptr;
+  const Tensor* dw = param_grad(prefix + ".weight");
+  const Tensor* db = bias ? param_grad(prefix + ".bias") : nullptr;
+  const std::int64_t k = wo.size(1), n = wo.size(0), m = x->value.numel() / k;
+  VINF_CHECK(x->value.size(x->value.rank() - 1) == k, "linear ", prefix, ": x ", x->value.describe(),
+             " does not fit the weight ", wo.describe());
+  Shape ys = x->value.shape;
+  ys[ys.rank() - 1] = n;
+  Var y = make(ys, x->requires_grad || dw || db);
+  // The input's operand is what the backward pass keeps of x for dw (not x itself).
+  const auto xo = std::make_shared<OwnedTensor>(operand(x->value.reshape({m, k})));
+  const Tensor yr = y->value.reshape({m, n});
+  product(*xo, wo, yr, false);
+  if (b) ops::accumulate(ctx_, b->reshape({1, n}).expand({m, n}), yr);
+  if (y->requires_grad)
+    record("linear", [this, x, y, xo, wo, dw, db, m, n, k] {
+      if (!has_grad(y)) return;
+      const Tensor dy = y->grad.reshape({m, n});
+      if (x->requires_grad || dw) {
+        const OwnedTensor dyo = operand(dy);
+        if (x->requires_grad) {
+          const bool fresh = fresh_grad(x);  // written, not added to zeros
+          product(dyo, wo.transpose(0, 1), x->grad.reshape({m, k}), !fresh);
+        }
+        if (dw) product(dyo.transpose(0, 1), xo->transpose(0, 1), *dw, true);
+      }
+      if (db) {
+        OwnedTensor ones = ctx_.arena->empty(DType::f32, {1, m});
+        ops::fill(ctx_, ones, 1.0);
+        product(ones, dy.transpose(0, 1), db->reshape({1, n}), true);
+      }
     });
   if (has_param(prefix + ".lora_A.weight"))  // + scale * B (A x), through the graph's own ops
     return add(y, scale(linear(linear(x, prefix + ".lora_A", false), prefix + ".lora_B", false), lora_scale_));

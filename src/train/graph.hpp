@@ -75,7 +75,18 @@ class Graph {
   Graph(ExecContext& ctx, ParamLookup params, ParamGrads* grads, float lora_scale = 1.f);
 
   ExecContext& ctx() { return ctx_; }
+  // The parameter `name` in f32: the model's tensor, or an f32 copy of a 16-bit one (made once per
+  // graph).
   const Tensor& param(const std::string& name) const;
+
+  // Mixed precision: with bf16, the linear layers' products take bf16 operands (the activations,
+  // the weights and the output's gradient rounded to bf16) and sum in f32, as tensor cores do;
+  // every other op, the values between ops and the gradients stay f32. On CUDA the operands are
+  // bf16 tensors and cuBLAS multiplies them; on the CPU they are f32 tensors holding the rounded
+  // values, so the CPU computes the same products (each product of two bf16 numbers is exact in f32)
+  // with its f32 kernels. f32 (the default): every product in f32.
+  void set_products(DType products);
+  DType products() const { return products_; }
   bool has_param(const std::string& name) const { return params_(name) != nullptr; }
 
   // A leaf: a copy of t (any strides, any float dtype on the context's device), with or without a
@@ -132,6 +143,7 @@ class Graph {
 
  private:
   Var make(const Shape& shape, bool requires_grad = true);
+  Var linear_mixed(const Var& x, const std::string& prefix, bool bias);  // linear with bf16 products
   // The gradient of a parameter, or null when it is frozen; the next recorded step writes it.
   const Tensor* param_grad(const std::string& name) {
     const Tensor* g = grads_ ? grads_->find(name) : nullptr;
@@ -162,6 +174,12 @@ class Graph {
   }
   void forward_done(const char* op);
   const char* label(const std::string& name);  // a stable copy of name
+  // The products' operand for t (set_products): t's values rounded to bf16, as a bf16 tensor on
+  // CUDA or an f32 tensor on the CPU. Weights' operands are made once per graph (by name).
+  OwnedTensor operand(const Tensor& t);
+  Tensor weight_operand(const std::string& name);
+  // y (rows M, N) = a (M, K) b^T with b (N, K), or += with accumulate: one product of operands.
+  void product(const Tensor& a, const Tensor& b_t, const Tensor& out, bool accumulate);
 
   ExecContext& ctx_;
   ParamLookup params_;
@@ -179,6 +197,10 @@ class Graph {
   std::chrono::steady_clock::time_point last_op_end_;
   std::shared_ptr<std::set<std::string>> labels_ = std::make_shared<std::set<std::string>>();
   bool recording_ = true;  // false inside a checkpointed block's first run
+  DType products_ = DType::f32;
+  // Copies of parameters made for this graph (and the checkpointed blocks it runs again): f32 ones
+  // of 16-bit parameters, and the weights' products operands.
+  std::shared_ptr<std::map<std::string, OwnedTensor>> copies_ = std::make_shared<std::map<std::string, OwnedTensor>>();
 };
 
 }  // namespace vinf::train

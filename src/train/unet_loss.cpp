@@ -155,7 +155,7 @@ LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& c,
                               const ParamLookup& params, ParamGrads& grads,
                               const std::vector<float>& alphas_cumprod, const LossBatch& batch,
                               std::int64_t loss_elements, const Tensor* grad_x0, bool checkpoint_activations,
-                              float lora_scale, Graph::Profile* profile) {
+                              float lora_scale, Graph::Profile* profile, DType products) {
   const Tensor& x0 = batch.x0;
   VINF_INPUT_CHECK(x0.rank() == 5 && x0.size(1) == c.in_channels, "training takes latents (B, ", c.in_channels,
                    ", F, H, W); got ", x0.shape.str());
@@ -190,6 +190,7 @@ LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& c,
   const auto t_forward = Clock::now();
   Graph g(ctx, params, &grads, lora_scale);
   g.set_profile(profile);
+  g.set_products(products);
   UNetGraph net(g, c, b, f);
   net.embeddings(batch.timesteps, batch.fps);
   const Var text = g.input(batch.text, false);

@@ -37,6 +37,8 @@ struct LossResult {
 //
 // lora_scale: the factor of LoRA adapters among the parameters (Graph).
 //
+// products: the linear layers' products in f32 or in bf16 (Graph::set_products).
+//
 // profile, when given, collects the forward and backward passes' time by op (Graph::set_profile).
 //
 // Runs the UNet forward on the batch and back, adding into `grads` the gradient of
@@ -48,6 +50,7 @@ LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& config,
                               const ParamLookup& params, ParamGrads& grads,
                               const std::vector<float>& alphas_cumprod, const LossBatch& batch,
                               std::int64_t loss_elements, const Tensor* grad_x0, bool checkpoint_activations = false,
-                              float lora_scale = 1.f, Graph::Profile* profile = nullptr);
+                              float lora_scale = 1.f, Graph::Profile* profile = nullptr,
+                              DType products = DType::f32);
 
 }  // namespace vinf::train

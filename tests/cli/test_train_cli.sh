@@ -143,7 +143,7 @@ expect 2 "--train.batch 3 must be a multiple of --train.micro-batch 2" -- "$vinf
   --data "$work/data.h5" --out "$work/x2" --train.batch 3 --train.micro-batch 2
 expect 2 "already holds files" -- "$vinf" train --model "$work/pipe" --data "$work/data.h5" --out "$work/run"
 expect 2 "is not an HDF5 file" -- "$vinf" train --model "$work/pipe" --data "$work/captions.tsv" --out "$work/x3"
-expect 2 "training runs on the CPU" -- "$vinf" train --model "$work/pipe" --data "$work/data.h5" --out "$work/x4" --device cuda
+expect 2 "--dtype f16: training computes in f32, or with bf16 products" -- "$vinf" train --model "$work/pipe" --data "$work/data.h5" --out "$work/x4" --dtype f16
 for d in x1 x2 x3 x4 x6; do [ -e "$work/$d" ] && { echo "FAIL: a refused run made $d"; fails=$((fails + 1)); }; done
 
 [ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "../support.hpp"
+#include "core/half.hpp"
 #include "mpi/communicator.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
 #include "train/adamw.hpp"
 #include "train/data_parallel.hpp"
@@ -46,10 +48,14 @@ TEST_CASE("data parallel: the shards are whole chunks that cover the buffer in r
 
 TEST_CASE("data parallel: every ZeRO stage reduces, steps and gathers what one process computes") {
   // One process: the summed gradients of n ranks and one full AdamW step from the same parameters.
+  // With bf16 values (mixed precision) the f32 master weights step exactly as f32 ones do, and the
+  // values the model computes with are their bf16 rounding.
   train::AdamWSettings adamw;
   adamw.lr = 1e-2;
+  for (const DType values : {DType::f32, DType::bf16})
   for (int n = 1; n <= 4; ++n) {
     for (int zero = 0; zero <= 2; ++zero) {
+      CAPTURE(dtype_name(values));
       CAPTURE(n);
       CAPTURE(zero);
       test::run_on_threads(n, [&](int rank, mpi::Communicator& comm, ExecContext& ctx) {
@@ -59,9 +65,11 @@ TEST_CASE("data parallel: every ZeRO stage reduces, steps and gathers what one p
         train::ParamGrads init(*ctx.arena, kParams);
         for (std::int64_t i = 0; i < total; ++i) init.all().ptr<float>()[i] = 0.001f * static_cast<float>(i % 101) - 0.05f;
         const auto from_init = [&init](const std::string& name) { return init.find(name); };
-        train::FlatParams flat(*ctx.arena, ctx, grads, from_init);
-        train::DataParallel dp(*ctx.arena, ctx, comm, grads, zero, 25000);
+        train::DataParallel dp(*ctx.arena, ctx, comm, grads, zero, 25000, values);
         CHECK(dp.buckets() == 3);
+        train::FlatParams flat(*ctx.arena, ctx, grads, from_init, values, dp.optimizer_part());
+        CHECK(flat.master().numel() == dp.optimizer_part().count);
+        CHECK((flat.master_copy() == nullptr) == (values == DType::f32));
 
         dp.arm(true);
         for (const auto& [name, g] : kParams) grads.use(name);  // as a recording graph counts them
@@ -74,7 +82,8 @@ TEST_CASE("data parallel: every ZeRO stage reduces, steps and gathers what one p
         CHECK(part.first == (zero == 0 ? 0 : mine.first));
         CHECK(part.count == (zero == 0 ? total : mine.count));
         CHECK(dp.optimizer_bytes() == 8 * part.count);
-        const float* g = dp.part_grads();
+        const Tensor part_grads = dp.part_grads();
+        const float* g = part_grads.ptr<float>();
         const float ranks_sum = static_cast<float>(n * (n + 1) / 2);
         int wrong = 0;
         double squares = 0;
@@ -87,10 +96,12 @@ TEST_CASE("data parallel: every ZeRO stage reduces, steps and gathers what one p
         CHECK(dp.global_norm(ctx) == doctest::Approx(std::sqrt(squares)).epsilon(1e-12));
 
         // The sharded step and the gather against one process's full step.
-        const auto lookup = [&flat](const std::string& name) { return flat.find(name); };
         train::AdamW opt(*ctx.arena, ctx, part.first, part.count);
-        opt.step_part(ctx, grads, g, lookup, adamw, adamw.lr, 0.5);
+        opt.step_part(ctx, part_grads, flat.master(), flat.master_copy(), adamw, adamw.lr, 0.5);
         dp.gather(ctx, flat);
+        OwnedTensor master = ctx.arena->empty(DType::f32, {total}), model = ctx.arena->empty(DType::f32, {total});
+        dp.gather_master(ctx, flat, master);
+        ops::copy(ctx, flat.all(), model);
         train::ParamGrads summed(*ctx.arena, kParams), expect(*ctx.arena, kParams);
         for (std::int64_t i = 0; i < total; ++i) {
           summed.all().ptr<float>()[i] = ranks_sum * static_cast<float>(i % 7 + 1);
@@ -99,9 +110,15 @@ TEST_CASE("data parallel: every ZeRO stage reduces, steps and gathers what one p
         train::AdamW whole(*ctx.arena, ctx, summed);
         whole.step(ctx, summed, [&expect](const std::string& name) { return expect.find(name); }, adamw, adamw.lr, 0.5);
         wrong = 0;
-        for (std::int64_t i = 0; i < total; ++i)
-          if (flat.all().ptr<float>()[i] != expect.all().ptr<float>()[i]) ++wrong;
+        int wrong_model = 0;
+        for (std::int64_t i = 0; i < total; ++i) {
+          const float e = expect.all().ptr<float>()[i];
+          if (master.ptr<float>()[i] != e) ++wrong;
+          const float rounded = values == DType::f32 ? e : bf16_bits_to_f32(f32_to_bf16_bits(e));
+          if (model.ptr<float>()[i] != rounded) ++wrong_model;
+        }
         CHECK(wrong == 0);
+        CHECK(wrong_model == 0);
       });
     }
   }
