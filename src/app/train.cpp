@@ -205,12 +205,24 @@ double learning_rate(const TrainRunOptions& o, double peak, std::int64_t s) {
   return floor + (peak - floor) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
-// Writes the UNet (config.json and its weights) into dir.
-void write_unet(const std::string& dir, const model::UNetConfig& c, const std::vector<model::ParamSpec>& specs,
-                const model::Weights& w) {
+// t's f32 elements in host memory: t itself on the CPU, else a copy in `keep`.
+const float* host_floats(ExecContext& ctx, const Tensor& t, std::vector<float>& keep) {
+  if (t.device.is_cpu()) return t.ptr<float>();
+  keep.resize(static_cast<std::size_t>(t.numel()));
+  ops::copy(ctx, t, Tensor::wrap(keep.data(), DType::f32, Device::cpu(), t.shape));
+  return keep.data();
+}
+
+// Writes the UNet (config.json and its weights, from host memory: a copy of each on a GPU) into dir.
+void write_unet(ExecContext& ctx, const std::string& dir, const model::UNetConfig& c,
+                const std::vector<model::ParamSpec>& specs, const model::Weights& w) {
   fs::create_directories(dir);
   std::vector<io::TensorToWrite> tensors;
-  for (const auto& p : specs) tensors.push_back({p.name, DType::f32, p.shape, w.get(p.name).data, {}});
+  std::vector<std::vector<float>> copies(specs.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const model::ParamSpec& p = specs[i];
+    tensors.push_back({p.name, DType::f32, p.shape, host_floats(ctx, w.get(p.name), copies[i]), {}});
+  }
   io::write_safetensors(dir + "/diffusion_pytorch_model.safetensors", tensors,
                         {{"format", "pt"}, {"generator", std::string("vinf ") + VINF_VERSION + " train"}});
   io::write_file_atomically(dir + "/config.json", model::unet_config_json(c));
@@ -240,14 +252,6 @@ nlohmann::ordered_json settings_json(const TrainRunOptions& o, const train::Adam
           {"schedule", o.schedule},
           {"min_lr", o.min_lr_ratio},
           {"fps", o.fps}};
-}
-
-// t's f32 elements in host memory: t itself on the CPU, else a copy in `keep`.
-const float* host_floats(ExecContext& ctx, const Tensor& t, std::vector<float>& keep) {
-  if (t.device.is_cpu()) return t.ptr<float>();
-  keep.resize(static_cast<std::size_t>(t.numel()));
-  ops::copy(ctx, t, Tensor::wrap(keep.data(), DType::f32, Device::cpu(), t.shape));
-  return keep.data();
 }
 
 // "" when a checkpoint's settings are this run's, else the differences.
@@ -628,7 +632,7 @@ int train(const std::vector<std::string>& args) {
     if (export_model) lora->merge_into(ctx, weights, lora->scale());
   }
   const std::string unet_out = pipeline ? o.export_dir + "/unet" : o.export_dir;
-  if (export_model) write_unet(unet_out, config, specs, weights);
+  if (export_model) write_unet(ctx, unet_out, config, specs, weights);
   if (export_model && pipeline)
     for (const auto& e : fs::directory_iterator(o.model_dir)) {
       const std::string name = e.path().filename().string();

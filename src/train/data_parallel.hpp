@@ -7,8 +7,9 @@
 //   stage 2  as 1, but the gradients are reduce-scattered: rank r receives only its shard's sums
 //            (half an all-reduce's traffic)
 //
-// The trainable parameters and their gradients are one flat f32 buffer each, in the order of
-// ParamGrads. A shard is a run of whole chunks of kShardChunk elements (the last one cut at the end),
+// The trainable parameters and their gradients are one flat buffer each, in the order of
+// ParamGrads: the gradients in f32, the parameters in the dtype the model computes with (f32, or
+// bf16 with f32 master weights of this rank's part beside them: FlatParams). A shard is a run of whole chunks of kShardChunk elements (the last one cut at the end),
 // the same chunks that a training checkpoint stores, so that any number of ranks reads its shards
 // back. The gradients go in buckets of consecutive parameters, each started as soon as the backward
 // pass has completed every gradient in it (ParamGrads' ready hook), so that the reduction overlaps
