@@ -570,7 +570,7 @@ int train(const std::vector<std::string>& args) {
       backward_seconds += r.backward_seconds;
     }
     dp.finish_reduction();
-    job->world().all_reduce_sum(ctx, Tensor::wrap(sums, DType::f64, Device::cpu(), {1}));
+    job->world().all_reduce_sum(job->host(), Tensor::wrap(sums, DType::f64, Device::cpu(), {1}));
     const double loss = sums[0] / static_cast<double>(o.batch * per_clip);
     VINF_CHECK(std::isfinite(loss), "the loss is ", loss, " at step ", step,
                " (lower --train.lr, or check the data with vinf inspect)");

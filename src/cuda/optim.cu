@@ -1,6 +1,6 @@
 // The optimizer's element-wise work on CUDA (ops/optim.hpp has the contracts): one thread per
 // element in double arithmetic, as the CPU computes it; the sum of squares a block at a time in
-// double, the blocks' sums added with atomics.
+// double, the blocks' sums added in a fixed order.
 #include "cuda/common.cuh"
 #include "cuda/ops.hpp"
 
@@ -26,8 +26,10 @@ __global__ void adamw_kernel(AdamWConstants c, float* p, const float* g, float* 
   }
 }
 
-__global__ void sum_squares_kernel(const float* x, std::int64_t n, double* out) {
-  __shared__ double partial[kThreads / 32];
+// Each block's sum into partial[blockIdx.x]; the blocks' sums are then added in a fixed order, so
+// every rank gets the same bits from the same gradients (the clipping scale must agree).
+__global__ void sum_squares_kernel(const float* x, std::int64_t n, double* partial) {
+  __shared__ double warps[kThreads / 32];
   double sum = 0;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -35,13 +37,19 @@ __global__ void sum_squares_kernel(const float* x, std::int64_t n, double* out) 
     sum += xi * xi;
   }
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = sum;
   __syncthreads();
   if (threadIdx.x == 0) {
     double block = 0;
-    for (int w = 0; w < kThreads / 32; ++w) block += partial[w];
-    atomicAdd(out, block);
+    for (int w = 0; w < kThreads / 32; ++w) block += warps[w];
+    partial[blockIdx.x] = block;
   }
+}
+
+__global__ void sum_in_order_kernel(const double* partial, unsigned count, double* out) {
+  double sum = 0;
+  for (unsigned b = 0; b < count; ++b) sum += partial[b];
+  *out = sum;
 }
 
 }  // namespace
@@ -59,13 +67,15 @@ void adamw_update(ExecContext& ctx, double step, double beta1, double beta2, dou
 
 double sum_squares(ExecContext& ctx, const Tensor& x) {
   const cudaStream_t stream = stream_of(ctx);
-  OwnedTensor total = ctx.arena->empty(DType::f64, {1});
-  VINF_CHECK_CUDA(cudaMemsetAsync(total.data, 0, sizeof(double), stream));
-  const unsigned blocks = std::min<unsigned>(grid_for(x.numel()), 4096);
-  sum_squares_kernel<<<blocks, kThreads, 0, stream>>>(x.ptr<float>(), x.numel(), total.ptr<double>());
+  const unsigned blocks = std::min<unsigned>(grid_for(x.numel()), 1024);
+  OwnedTensor partial = ctx.arena->empty(DType::f64, {static_cast<std::int64_t>(blocks) + 1});
+  double* p = partial.ptr<double>();
+  sum_squares_kernel<<<blocks, kThreads, 0, stream>>>(x.ptr<float>(), x.numel(), p);
+  VINF_CHECK_LAUNCH();
+  sum_in_order_kernel<<<1, 1, 0, stream>>>(p, blocks, p + blocks);
   VINF_CHECK_LAUNCH();
   double host = 0;
-  VINF_CHECK_CUDA(cudaMemcpyAsync(&host, total.data, sizeof(double), cudaMemcpyDeviceToHost, stream));
+  VINF_CHECK_CUDA(cudaMemcpyAsync(&host, p + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
   VINF_CHECK_CUDA(cudaStreamSynchronize(stream));
   return host;
 }

@@ -24,7 +24,7 @@ void adamw_update(ExecContext& ctx, const AdamWUpdate& s, const Tensor& p, const
                   const Tensor& v, const Tensor* copy = nullptr);
 
 // The sum of x's squared elements (contiguous f32 on the context's device), accumulated in double.
-// The CPU sums in a fixed order for a given number of threads; CUDA's blocks add with atomics.
+// The CPU sums in a fixed order for a given number of threads, CUDA in a fixed order for a given size.
 double sum_squares(ExecContext& ctx, const Tensor& x);
 
 }  // namespace vinf::ops
