@@ -43,6 +43,8 @@ void group_norm_apply(const Tensor& x, const Tensor& sums, double count, const T
                       const Tensor& y, const exec::GroupNormParams& p);
 void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, float eps);  // 2-D
 void softmax(const Tensor& x, const Tensor& out);                                                       // 2-D
+void rms_norm(const Tensor& x, const Tensor& gamma, const Tensor& y, float eps);                        // 2-D
+void rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);                  // 4-D
 void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);                     // 2-D
 void bmm(const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta);
 void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, const exec::Conv2dParams& p);

@@ -262,6 +262,7 @@ void activation(exec::Activation act, const Tensor& x, const Tensor& out) {
     case exec::Activation::silu: unary(x, out, exec::silu<float>); break;
     case exec::Activation::gelu: unary(x, out, exec::gelu<float>); break;
     case exec::Activation::quick_gelu: unary(x, out, exec::quick_gelu<float>); break;
+    case exec::Activation::gelu_tanh: unary(x, out, exec::gelu_tanh<float>); break;
   }
 }
 

@@ -23,4 +23,23 @@ void timestep_embedding(const Tensor& t, const Tensor& out, const exec::Timestep
   }
 }
 
+void rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) {
+  const std::int64_t B = x.size(0), L = x.size(1), H = x.size(2), half = x.size(3) / 2;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t l = 0; l < L; ++l) {
+      const float* c = cos.ptr<float>() + l * cos.strides[0];
+      const float* s = sin.ptr<float>() + l * sin.strides[0];
+      for (std::int64_t h = 0; h < H; ++h) {
+        const float* xr = x.ptr<float>() + b * x.strides[0] + l * x.strides[1] + h * x.strides[2];
+        float* yr = out.ptr<float>() + b * out.strides[0] + l * out.strides[1] + h * out.strides[2];
+        for (std::int64_t i = 0; i < half; ++i) {
+          const double re = xr[2 * i], im = xr[2 * i + 1], cv = c[i * cos.strides[1]], sv = s[i * sin.strides[1]];
+          yr[2 * i] = static_cast<float>(re * cv - im * sv);
+          yr[2 * i + 1] = static_cast<float>(re * sv + im * cv);
+        }
+      }
+    }
+}
+
 }  // namespace vinf::cpu::ref

@@ -62,6 +62,22 @@ void layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const 
   }
 }
 
+// Rows in parallel (the model calls it on every token's q and k): each row is independent, so the
+// result does not depend on the thread count.
+void rms_norm(const Tensor& x, const Tensor& gamma, const Tensor& y, float eps) {
+  const std::int64_t M = x.size(0), D = x.size(1);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t m = 0; m < M; ++m) {
+    const float* xr = x.ptr<float>() + m * x.strides[0];
+    float* yr = y.ptr<float>() + m * y.strides[0];
+    double ss = 0;
+    for (std::int64_t d = 0; d < D; ++d) ss += static_cast<double>(xr[d]) * xr[d];
+    const double r = 1.0 / std::sqrt(ss / static_cast<double>(D) + eps);
+    const float* g = gamma.ptr<float>();
+    for (std::int64_t d = 0; d < D; ++d) yr[d] = static_cast<float>(xr[d] * r * g[d * gamma.strides[0]]);
+  }
+}
+
 void softmax(const Tensor& x, const Tensor& out) {
   const std::int64_t M = x.size(0), D = x.size(1);
   for (std::int64_t m = 0; m < M; ++m) {

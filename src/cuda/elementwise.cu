@@ -29,7 +29,7 @@ __global__ void fill_kernel(void* dst, DType dt, Strided ds, std::int64_t n, dou
     store_d(dst, dt, ds.offset(i), value);
 }
 
-enum class Pointwise { axpby, mul, silu, gelu, quick_gelu, geglu };
+enum class Pointwise { axpby, mul, silu, gelu, quick_gelu, gelu_tanh, geglu };
 
 __global__ void pointwise_kernel(Pointwise op, float alpha, float beta, const void* a, DType at, Strided as,
                                  const void* b, DType bt, Strided bs, void* out, DType ot, Strided os, std::int64_t n) {
@@ -43,6 +43,7 @@ __global__ void pointwise_kernel(Pointwise op, float alpha, float beta, const vo
       case Pointwise::silu: r = exec::silu(x); break;
       case Pointwise::gelu: r = exec::gelu(x); break;
       case Pointwise::quick_gelu: r = exec::quick_gelu(x); break;
+      case Pointwise::gelu_tanh: r = exec::gelu_tanh(x); break;
       default: r = x * exec::gelu(load_f(b, bt, bs.offset(i))); break;  // geglu: a = value, b = gate
     }
     store_f(out, ot, os.offset(i), r);
@@ -161,6 +162,7 @@ void activation(ExecContext& ctx, exec::Activation act, const Tensor& x, const T
     case exec::Activation::silu: launch_pointwise(ctx, Pointwise::silu, 1.f, 0.f, x, x, out); return;
     case exec::Activation::gelu: launch_pointwise(ctx, Pointwise::gelu, 1.f, 0.f, x, x, out); return;
     case exec::Activation::quick_gelu: launch_pointwise(ctx, Pointwise::quick_gelu, 1.f, 0.f, x, x, out); return;
+    case exec::Activation::gelu_tanh: launch_pointwise(ctx, Pointwise::gelu_tanh, 1.f, 0.f, x, x, out); return;
   }
 }
 

@@ -88,6 +88,21 @@ __global__ void layer_norm_kernel(const void* x, DType xt, std::int64_t xs, void
             (load_f(x, xt, row * xs + d) - mean) * rstd * load_f(gamma, gt, d * gs) + load_f(beta, bt, d * bs));
 }
 
+__global__ void rms_norm_kernel(const void* x, DType xt, std::int64_t xs, void* y, DType yt, std::int64_t ys,
+                                const void* gamma, DType gt, std::int64_t gs, std::int64_t D, float eps) {
+  __shared__ float shared[32];
+  const std::int64_t row = blockIdx.x;
+  float s = 0.f;
+  for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    const float v = load_f(x, xt, row * xs + d);
+    s += v * v;
+  }
+  const float r = rsqrtf(block_reduce<float>(s, [](float a, float b) { return a + b; }, 0.f, shared) /
+                             static_cast<float>(D) + eps);
+  for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x)
+    store_f(y, yt, row * ys + d, load_f(x, xt, row * xs + d) * r * load_f(gamma, gt, d * gs));
+}
+
 __global__ void softmax_kernel(const void* x, DType xt, std::int64_t xs, void* y, DType yt, std::int64_t ys,
                                std::int64_t D) {
   __shared__ float shared[32];
@@ -146,6 +161,16 @@ void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Te
   layer_norm_kernel<<<static_cast<unsigned>(M), kThreads, 0, stream_of(ctx)>>>(
       x.data, x.dtype, x.stride(0), y.data, y.dtype, y.stride(0), gamma.data, gamma.dtype, gamma.stride(0), beta.data,
       beta.dtype, beta.stride(0), x.size(1), eps);
+  VINF_CHECK_LAUNCH();
+}
+
+void rms_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& y, float eps) {
+  const std::int64_t M = x.size(0);
+  if (M == 0) return;
+  VINF_CHECK(M <= 0x7fffffff, "rms_norm: too many rows");
+  rms_norm_kernel<<<static_cast<unsigned>(M), kThreads, 0, stream_of(ctx)>>>(
+      x.data, x.dtype, x.stride(0), y.data, y.dtype, y.stride(0), gamma.data, gamma.dtype, gamma.stride(0), x.size(1),
+      eps);
   VINF_CHECK_LAUNCH();
 }
 

@@ -21,6 +21,8 @@ void group_norm_apply(ExecContext& ctx, const Tensor& x, const Tensor& sums, dou
                       const Tensor& beta, const Tensor& y, const exec::GroupNormParams& p);
 void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, float eps);
 void softmax(ExecContext& ctx, const Tensor& x, const Tensor& out);
+void rms_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& y, float eps);
+void rotary(ExecContext& ctx, const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);
 void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);
 void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta);
 void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,

@@ -10,6 +10,7 @@ const char* activation_name(Activation a) {
     case Activation::silu: return "silu";
     case Activation::gelu: return "gelu";
     case Activation::quick_gelu: return "quick_gelu";
+    case Activation::gelu_tanh: return "gelu_tanh";
   }
   return "?";
 }

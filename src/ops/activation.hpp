@@ -7,7 +7,8 @@
 namespace vinf::ops {
 
 // none, silu (x * sigmoid(x)), gelu (exact: x * (1 + erf(x / sqrt 2)) / 2), quick_gelu
-// (x * sigmoid(1.702 x)).
+// (x * sigmoid(1.702 x)), gelu_tanh
+// (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): PyTorch's approximate="tanh").
 using exec::Activation;
 const char* activation_name(Activation a);
 

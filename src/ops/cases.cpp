@@ -163,7 +163,7 @@ void add_elementwise(std::vector<OpCase>& v) {
 // --- activations -------------------------------------------------------------------------------
 
 void add_activations(std::vector<OpCase>& v) {
-  for (Activation act : {Activation::silu, Activation::gelu, Activation::quick_gelu}) {
+  for (Activation act : {Activation::silu, Activation::gelu, Activation::quick_gelu, Activation::gelu_tanh}) {
     v.push_back({ops::activation_name(act), std::string(ops::activation_name(act)) + " 3x1001", 0,
                  [act](CaseEnv& e) -> Runner {
                    const Tensor x = e.input({3, 1001}, 3.f);
@@ -264,6 +264,25 @@ void add_norms(std::vector<OpCase>& v) {
                  const Tensor g = e.input({64}, 0.5f, 1.f), b = e.input({64}, 0.5f);
                  const Tensor y = e.output({3, 5, 64});
                  return [&e, x, g, b, y] { ops::layer_norm(e.ctx, x, g, b, y, 1e-5f); };
+               }});
+  v.push_back({"rms_norm", "rms_norm 37x130 (q/k norm across heads)", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({37, 130}, 2.f, 0.3f);
+                 const Tensor g = e.input({130}, 0.5f, 1.f);
+                 const Tensor y = e.output({37, 130});
+                 return [&e, x, g, y] { ops::rms_norm(e.ctx, x, g, y, 1e-6f); };
+               }});
+  v.push_back({"rotary", "rotary 2x7x3x10 on a permuted view", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({2, 3, 7, 10}).permute({0, 2, 1, 3});
+                 std::vector<double> cv, sv;
+                 for (int l = 0; l < 7; ++l)
+                   for (int i = 0; i < 5; ++i) {
+                     const double a = l * std::pow(10000.0, -i / 5.0);
+                     cv.push_back(std::cos(a));
+                     sv.push_back(std::sin(a));
+                   }
+                 const Tensor c = e.values(DType::f32, {7, 5}, cv), s = e.values(DType::f32, {7, 5}, sv);
+                 const Tensor y = e.output({2, 7, 3, 10});
+                 return [&e, x, c, s, y] { ops::rotary(e.ctx, x, c, s, y); };
                }});
   v.push_back({"softmax", "softmax 13x77", 0, [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({13, 77}, 4.f);

@@ -22,4 +22,25 @@ void timestep_embedding(ExecContext& ctx, const Tensor& t, const Tensor& out, co
   detail::reference(ctx) ? cpu::ref::timestep_embedding(t, out, p) : cpu::fast::timestep_embedding(t, out, p);
 }
 
+void rotary(ExecContext& ctx, const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) {
+  const char* op = "rotary";
+  check_rank(op, "x", x, 4);
+  check_same_shape(op, "x", x, "out", out);
+  detail::check_operands(ctx, op, {&x, &out});
+  VINF_CHECK(x.size(3) % 2 == 0, op, ": the head dim of x ", x.describe(), " must be even");
+  VINF_CHECK(x.stride(3) == 1 && out.stride(3) == 1, op, ": the last dim of x and out must be contiguous");
+  for (const Tensor* t : {&cos, &sin}) {
+    check_rank(op, "cos/sin", *t, 2);
+    check_dtype(op, "cos/sin", *t, DType::f32);
+    check_on_device(ctx, op, "cos/sin", *t);
+    VINF_CHECK(t->size(0) == x.size(1) && t->size(1) == x.size(3) / 2, op, ": cos/sin ", t->describe(),
+               " must be [L, D/2] for x ", x.describe());
+  }
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::rotary(ctx, x, cos, sin, out));
+    return;
+  }
+  cpu::ref::rotary(x, cos, sin, out);
+}
+
 }  // namespace vinf::ops

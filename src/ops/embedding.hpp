@@ -15,4 +15,11 @@ using exec::TimestepEmbeddingParams;
 // column at the end.
 void timestep_embedding(ExecContext& ctx, const Tensor& t, const Tensor& out, const TimestepEmbeddingParams& p);
 
+// Rotary position embedding on interleaved pairs: x [B, L, H, D] (any strides, the last one 1),
+// cos and sin [L, D/2] (f32, the angle of pair i at position l), out like x (may be x itself):
+//   out[.., 2i]     = x[.., 2i] cos - x[.., 2i+1] sin
+//   out[.., 2i + 1] = x[.., 2i] sin + x[.., 2i+1] cos
+// (x viewed as D/2 complex numbers multiplied by exp(i angle), as Wan's attention does).
+void rotary(ExecContext& ctx, const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);
+
 }  // namespace vinf::ops

@@ -102,4 +102,18 @@ void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Te
   cpu::ref::copy(normed, ry);
 }
 
+void rms_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& y, float eps) {
+  const char* op = "rms_norm";
+  check_same_shape(op, "x", x, "y", y);
+  detail::check_operands(ctx, op, {&x, &y});
+  const Tensor rx = detail::as_rows(op, "x", x), ry = detail::as_rows(op, "y", y);
+  VINF_CHECK(rx.stride(1) == 1 && ry.stride(1) == 1, op, ": the last dim of x and y must be contiguous");
+  check_affine(ctx, op, gamma, rx.size(1), "gamma");
+  if (ctx.device.is_cuda()) {
+    VINF_ON_CUDA(cuda::rms_norm(ctx, rx, gamma, ry, eps));
+    return;
+  }
+  cpu::ref::rms_norm(rx, gamma, ry, eps);
+}
+
 }  // namespace vinf::ops

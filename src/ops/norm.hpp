@@ -34,4 +34,8 @@ void group_norm_apply(ExecContext& ctx, const Tensor& x, const Tensor& sums, dou
 void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                 float eps);
 
+// RMS norm over the last dimension (contiguous): y = x / sqrt(mean(x^2) + eps) * gamma, gamma [D]
+// (T5's layer norm, torch.nn.RMSNorm; no mean subtracted, no bias). Statistics in f32 or better.
+void rms_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& y, float eps);
+
 }  // namespace vinf::ops
