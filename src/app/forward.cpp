@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "app/commands.hpp"
+#include "app/forward_wan.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "app/vi_options.hpp"
@@ -21,6 +22,7 @@
 #include "infinity/tensor_group.hpp"
 #include "io/safetensors.hpp"
 #include "model/unet3d.hpp"
+#include "model/wan_transformer.hpp"
 #include "job/job.hpp"
 #include "mpi/session.hpp"
 #include "ops/elementwise.hpp"
@@ -154,7 +156,7 @@ void write_dump(const std::string& prefix, int rank, const PieceResult& r, const
 struct ForwardOptions {
   std::string config_file, model_dir, inputs_path, out_path, device = "auto", dtype = "auto", comm_backend = "auto",
       dump;
-  bool tf32 = false, ignore_unexpected = false;
+  bool tf32 = false, ignore_unexpected = false, vi_given = false;
   int cfg = 1, tensor = 1, emulate = 0;  // emulate: clips run on threads of this one process (0: one clip per rank)
   double timeout = 300;
   app::ViOptions vi_options;
@@ -170,6 +172,10 @@ po::options_description forward_option_table(ForwardOptions& o) {
       "       mpirun -np N vinf forward ...   (rank r takes frames [r F/N, (r+1) F/N); rank 0 writes all)\n\n"
       "IN holds sample F32 [B,C,F,H,W], encoder_hidden_states F32 [B,L,D], timesteps I64 [T] and\n"
       "optionally fps I64 [1] (default 24). OUT gets noise_pred.t<t> F32 [B,C,F,H,W] for each t.\n\n"
+      "A Wan2.1 transformer (a directory whose config.json names WanTransformer3DModel, or a pipeline root\n"
+      "with transformer/) takes hidden_states [B,C,F,H,W] (latent frames), encoder_hidden_states [B,L,D]\n"
+      "and timesteps F32 [T] instead; OUT gets noise_pred.t<i> for the i-th timestep. It runs on one\n"
+      "rank (the --vi.* and --parallel.* layouts are the UNet's).\n\n"
       "Options come from the command line and from --config FILE (INI: `inputs = IN.safetensors`;\n"
       "`[vi] mode = compat` is --vi.mode compat); the command line wins.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", po::value(&o.config_file), kConfigOptionHelp)(
@@ -215,6 +221,8 @@ bool parse_forward_options(const std::vector<std::string>& args, ForwardOptions&
     VINF_INPUT_CHECK(vm.count(required), "vinf forward: --", required, " is required (see vinf forward --help)");
   VINF_INPUT_CHECK(!o.out_path.empty(), "vinf forward: --out is empty: give the output file");
   o.vi = o.vi_options.resolve(vm);
+  for (const auto& [name, value] : vm)
+    if (name.rfind("vi.", 0) == 0 && name != "vi.emulate-clips" && !value.defaulted()) o.vi_given = true;
   o.plan.dtype = job::parse_dtype_choice(o.dtype);
   VINF_INPUT_CHECK(o.timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.timeout);
   VINF_INPUT_CHECK(o.emulate >= 0, "--vi.emulate-clips must be >= 0, got ", o.emulate);
@@ -475,6 +483,11 @@ void write_results(const ForwardOptions& o, const ForwardJob& f, const ForwardRe
 int forward(const std::vector<std::string>& args) {
   ForwardOptions o;
   if (!parse_forward_options(args, o)) return 0;
+  if (!model::find_wan_transformer_config(o.model_dir).empty()) {
+    WanForwardRequest r{o.model_dir, o.inputs_path, o.out_path, o.dump, o.plan, o.ignore_unexpected, o.cfg, o.tensor,
+                        o.emulate, o.vi_given};
+    return forward_wan(r);
+  }
   ForwardJob f = start_forward(o);
   load_model(o, f);
   const ForwardResults results = o.emulate > 0 ? run_emulated(o, f) : run_on_ranks(o, f);

@@ -1,0 +1,31 @@
+// The Wan family's denoising loop on one device, as diffusers' WanPipeline runs it: at each of the
+// flow scheduler's steps the transformer's prediction for the prompt and, with guidance, for the
+// negative prompt (one batch of two, or --parallel.cfg's one branch per rank elsewhere), guided,
+// then the scheduler's update of the latents.
+#pragma once
+
+#include <functional>
+
+#include "model/wan_transformer.hpp"
+#include "sampling/flow_sampler.hpp"
+
+namespace vinf {
+class Runtime;
+}
+
+namespace vinf::app {
+
+struct WanDenoise {
+  const model::WanTransformer& transformer;
+  const sampling::FlowScheduler& scheduler;
+  // [1, L, text_dim] each, on the device; `negative` unused when guidance is 1.
+  Tensor prompt, negative;
+  float guidance = 5.f;
+  // Called after each step with its index (progress, checkpoints, stop checks).
+  std::function<void(int step)> after_step = nullptr;
+};
+
+// Runs steps [sampler.steps_done(), scheduler.steps()) on sampler's latents [1, C, F, H, W].
+void wan_denoise(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& sampler);
+
+}  // namespace vinf::app

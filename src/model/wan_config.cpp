@@ -1,0 +1,170 @@
+#include "model/wan_config.hpp"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "io/json_file.hpp"
+
+namespace vinf::model {
+
+WanTransformerConfig wan_transformer_preset(const std::string& name) {
+  WanTransformerConfig c;
+  if (name == "wan-tiny") {
+    c.heads = 2;
+    c.head_dim = 16;
+    c.text_dim = 32;
+    c.freq_dim = 32;
+    c.ffn_dim = 64;
+    c.layers = 2;
+  } else if (name == "wan-14b") {
+    c.heads = 40;
+    c.ffn_dim = 13824;
+    c.layers = 40;
+  } else {
+    VINF_INPUT_CHECK(name == "wan-1.3b", "there is no built-in Wan transformer '", name,
+                     "' (wan-tiny, wan-1.3b, wan-14b)");
+  }
+  return c;
+}
+
+WanTransformerConfig load_wan_transformer_config(const std::string& path, std::vector<std::string>* warnings) {
+  const nlohmann::json j = io::read_json_file(path, "transformer config");
+  io::JsonConfig r(j, path);
+  WanTransformerConfig c;
+  std::string text;
+  if (r.read("_class_name", text))
+    VINF_INPUT_CHECK(text == "WanTransformer3DModel", path, ": _class_name \"", text,
+                     "\" is not WanTransformer3DModel");
+  std::vector<std::int64_t> patch;
+  if (r.read("patch_size", patch)) {
+    VINF_INPUT_CHECK(patch.size() == 3, path, ": config key 'patch_size' must hold 3 sizes (frames, height, width), got ",
+                     patch.size());
+    for (int i = 0; i < 3; ++i) c.patch_size[static_cast<std::size_t>(i)] = patch[static_cast<std::size_t>(i)];
+  }
+  r.read("num_attention_heads", c.heads);
+  r.read("attention_head_dim", c.head_dim);
+  r.read("in_channels", c.in_channels);
+  r.read("out_channels", c.out_channels);
+  r.read("text_dim", c.text_dim);
+  r.read("freq_dim", c.freq_dim);
+  r.read("ffn_dim", c.ffn_dim);
+  r.read("num_layers", c.layers);
+  r.read("cross_attn_norm", c.cross_attn_norm);
+  r.read("eps", c.eps);
+  r.read("rope_max_seq_len", c.rope_max_seq_len);
+  if (r.read("qk_norm", text))
+    VINF_INPUT_CHECK(text == "rms_norm_across_heads", path, ": config key 'qk_norm' is \"", text,
+                     "\"; vinf runs Wan's \"rms_norm_across_heads\" only");
+  else if (const nlohmann::json* v = r.find("qk_norm"); v == nullptr && j.contains("qk_norm"))
+    VINF_INPUT_FAIL(path, ": config key 'qk_norm' is null; vinf runs Wan's \"rms_norm_across_heads\" only");
+  for (const char* key : {"image_dim", "added_kv_proj_dim", "pos_embed_seq_len"})
+    if (const nlohmann::json* v = r.find(key))
+      VINF_INPUT_FAIL(path, ": config key '", key, "' is ", v->dump(),
+                      ": this is an image-to-video Wan model, and vinf runs the text-to-video family only");
+  for (std::int64_t p : c.patch_size)
+    VINF_INPUT_CHECK(p >= 1 && p <= 16, path, ": config key 'patch_size' must hold sizes in [1, 16]");
+  VINF_INPUT_CHECK(c.heads >= 1 && c.head_dim >= 6 && c.head_dim % 2 == 0, path,
+                   ": num_attention_heads must be >= 1 and attention_head_dim even and >= 6, got ", c.heads, " and ",
+                   c.head_dim);
+  for (auto [key, v] : {std::pair{"in_channels", c.in_channels}, {"out_channels", c.out_channels},
+                        {"text_dim", c.text_dim}, {"ffn_dim", c.ffn_dim}, {"num_layers", c.layers},
+                        {"rope_max_seq_len", c.rope_max_seq_len}})
+    VINF_INPUT_CHECK(v >= 1 && v <= (1 << 20), path, ": config key '", key, "' must be in [1, 1048576], got ", v);
+  VINF_INPUT_CHECK(c.freq_dim >= 2 && c.freq_dim % 2 == 0, path, ": config key 'freq_dim' must be even and >= 2, got ",
+                   c.freq_dim);
+  VINF_INPUT_CHECK(c.eps > 0, path, ": config key 'eps' must be > 0");
+  if (warnings)
+    for (const std::string& k : r.unknown_keys())
+      if (k != "window_size" && k != "cross_attn_norm") warnings->push_back(path + ": unknown config key '" + k + "' ignored");
+  return c;
+}
+
+std::string wan_transformer_config_json(const WanTransformerConfig& c) {
+  const nlohmann::ordered_json j = {{"_class_name", "WanTransformer3DModel"},
+                                    {"_diffusers_version", "0.33.1"},
+                                    {"added_kv_proj_dim", nullptr},
+                                    {"attention_head_dim", c.head_dim},
+                                    {"cross_attn_norm", c.cross_attn_norm},
+                                    {"eps", c.eps},
+                                    {"ffn_dim", c.ffn_dim},
+                                    {"freq_dim", c.freq_dim},
+                                    {"image_dim", nullptr},
+                                    {"in_channels", c.in_channels},
+                                    {"num_attention_heads", c.heads},
+                                    {"num_layers", c.layers},
+                                    {"out_channels", c.out_channels},
+                                    {"patch_size", c.patch_size},
+                                    {"qk_norm", "rms_norm_across_heads"},
+                                    {"rope_max_seq_len", c.rope_max_seq_len},
+                                    {"text_dim", c.text_dim}};
+  return j.dump(2) + "\n";
+}
+
+bool is_wan_transformer_config(const std::string& config_path) {
+  const nlohmann::json j = io::read_json_file(config_path, "model config");
+  return j.is_object() && j.contains("_class_name") && j["_class_name"] == "WanTransformer3DModel";
+}
+
+std::vector<ParamSpec> wan_transformer_parameters(const WanTransformerConfig& c) {
+  const std::int64_t d = c.dim();
+  std::vector<ParamSpec> p;
+  auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in) {
+    p.push_back({name + ".weight", {out, in}});
+    p.push_back({name + ".bias", {out}});
+  };
+  p.push_back({"patch_embedding.weight", {d, c.in_channels, c.patch_size[0], c.patch_size[1], c.patch_size[2]}});
+  p.push_back({"patch_embedding.bias", {d}});
+  linear("condition_embedder.time_embedder.linear_1", d, c.freq_dim);
+  linear("condition_embedder.time_embedder.linear_2", d, d);
+  linear("condition_embedder.time_proj", 6 * d, d);
+  linear("condition_embedder.text_embedder.linear_1", d, c.text_dim);
+  linear("condition_embedder.text_embedder.linear_2", d, d);
+  for (std::int64_t b = 0; b < c.layers; ++b) {
+    const std::string k = "blocks." + std::to_string(b) + ".";
+    for (const char* attn : {"attn1", "attn2"}) {
+      const std::string a = k + attn + ".";
+      for (const char* proj : {"to_q", "to_k", "to_v", "to_out.0"}) linear(a + proj, d, d);
+      p.push_back({a + "norm_q.weight", {d}});
+      p.push_back({a + "norm_k.weight", {d}});
+    }
+    if (c.cross_attn_norm) {
+      p.push_back({k + "norm2.weight", {d}});
+      p.push_back({k + "norm2.bias", {d}});
+    }
+    linear(k + "ffn.net.0.proj", c.ffn_dim, d);
+    linear(k + "ffn.net.2", d, c.ffn_dim);
+    p.push_back({k + "scale_shift_table", {1, 6, d}});
+  }
+  p.push_back({"scale_shift_table", {1, 2, d}});
+  linear("proj_out", c.out_channels * c.patch_volume(), d);
+  return p;
+}
+
+RotaryTable wan_rotary_table(const WanTransformerConfig& c, std::int64_t frames, std::int64_t height,
+                             std::int64_t width) {
+  RotaryTable t;
+  t.half = c.head_dim / 2;
+  t.rows = frames * height * width;
+  const std::int64_t n_hw = c.head_dim / 6, n_f = t.half - 2 * n_hw;
+  const std::int64_t parts[3] = {n_f, n_hw, n_hw};
+  t.cos.resize(static_cast<std::size_t>(t.rows * t.half));
+  t.sin.resize(t.cos.size());
+  for (std::int64_t f = 0; f < frames; ++f)
+    for (std::int64_t h = 0; h < height; ++h)
+      for (std::int64_t w = 0; w < width; ++w) {
+        const std::int64_t row = (f * height + h) * width + w;
+        const std::int64_t pos[3] = {f, h, w};
+        std::int64_t i = 0;
+        for (int part = 0; part < 3; ++part)
+          for (std::int64_t j = 0; j < parts[part]; ++j, ++i) {
+            const double inv = std::pow(10000.0, -static_cast<double>(2 * j) / static_cast<double>(2 * parts[part]));
+            const double angle = static_cast<double>(pos[part]) * inv;
+            t.cos[static_cast<std::size_t>(row * t.half + i)] = static_cast<float>(std::cos(angle));
+            t.sin[static_cast<std::size_t>(row * t.half + i)] = static_cast<float>(std::sin(angle));
+          }
+      }
+  return t;
+}
+
+}  // namespace vinf::model

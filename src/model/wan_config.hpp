@@ -1,0 +1,52 @@
+// Wan2.1's diffusion transformer (diffusers' WanTransformer3DModel, text-to-video): its config.json,
+// the presets make-model writes, and the parameter list in diffusers' key names.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/params.hpp"
+
+namespace vinf::model {
+
+struct WanTransformerConfig {
+  std::array<std::int64_t, 3> patch_size{1, 2, 2};  // frames, height, width
+  std::int64_t heads = 12, head_dim = 128;          // inner dim = heads x head_dim
+  std::int64_t in_channels = 16, out_channels = 16;
+  std::int64_t text_dim = 4096, freq_dim = 256, ffn_dim = 8960, layers = 30;
+  bool cross_attn_norm = true;
+  float eps = 1e-6f;
+  std::int64_t rope_max_seq_len = 1024;
+
+  std::int64_t dim() const { return heads * head_dim; }
+  std::int64_t patch_volume() const { return patch_size[0] * patch_size[1] * patch_size[2]; }
+};
+
+// "wan-tiny" (the shape of the test fixture: 2 blocks, 2 heads of 16), "wan-1.3b", "wan-14b".
+WanTransformerConfig wan_transformer_preset(const std::string& name);
+// Reads a transformer/config.json; refuses the image-conditioned variants (image_dim,
+// added_kv_proj_dim) and q/k norms other than "rms_norm_across_heads", naming the file and key.
+// Unknown keys are reported through `warnings`.
+WanTransformerConfig load_wan_transformer_config(const std::string& path, std::vector<std::string>* warnings = nullptr);
+std::string wan_transformer_config_json(const WanTransformerConfig& c);
+// Whether config.json (of a model directory) names WanTransformer3DModel as its class.
+bool is_wan_transformer_config(const std::string& config_path);
+
+// Every parameter, in diffusers' names and shapes.
+std::vector<ParamSpec> wan_transformer_parameters(const WanTransformerConfig& c);
+
+// Rotary angles of every token of a (frames, height, width) grid of patches: row l = (f H + h) W + w,
+// column i < head_dim / 2. The pairs split into frame, height and width parts as Wan's do
+// (head_dim/2 - 2 (head_dim/6), head_dim/6, head_dim/6 pairs); pair j of a part of d = 2 n channels
+// turns by position / 10000^(2j / d). Returns cos and sin, each [F H W, head_dim / 2], in f64 rounded
+// to f32 (the reference builds its table in f64).
+struct RotaryTable {
+  std::vector<float> cos, sin;
+  std::int64_t rows = 0, half = 0;
+};
+RotaryTable wan_rotary_table(const WanTransformerConfig& c, std::int64_t frames, std::int64_t height,
+                             std::int64_t width);
+
+}  // namespace vinf::model

@@ -1,0 +1,237 @@
+#include "model/wan_transformer.hpp"
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/arena.hpp"
+#include "core/error.hpp"
+#include "io/path_query.hpp"
+#include "ops/activation.hpp"
+#include "ops/attention.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/embedding.hpp"
+#include "ops/gemm.hpp"
+#include "ops/norm.hpp"
+#include "ops/runtime.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vinf::model {
+
+namespace {
+
+// A view of `base`'s memory from element `offset` with the given sizes and strides.
+Tensor strided_view(const Tensor& base, std::int64_t offset, const Shape& shape,
+                    std::initializer_list<std::int64_t> strides) {
+  Tensor v = base;
+  v.data = static_cast<char*>(base.data) + offset * static_cast<std::int64_t>(dtype_size(base.dtype));
+  v.shape = shape;
+  int i = 0;
+  for (std::int64_t s : strides) v.strides[static_cast<std::size_t>(i++)] = s;
+  return v;
+}
+
+// The pieces a forward pass shares between its blocks.
+struct Pass {
+  ExecContext& ctx;
+  const Weights& w;
+  const WanTransformerConfig& c;
+  const WanProbe& probe;
+  std::int64_t B, L, D;
+  DType dt;
+  OwnedTensor ones, zeros;  // [D]: the affine parameters of the norms that have none
+
+  OwnedTensor empty(const Shape& s) const { return ctx.arena->empty(dt, s); }
+  const Tensor& p(const std::string& name) const { return w.get(name); }
+  void linear(const std::string& name, const Tensor& x, const Tensor& y) const {
+    ops::linear(ctx, x, p(name + ".weight"), &p(name + ".bias"), y);
+  }
+  void show(const std::string& name, const Tensor& t) const {
+    if (probe) probe(name, t);
+  }
+
+  // y = layer_norm(x) * (1 + scale) + shift, scale and shift [B, D] rows broadcast over tokens.
+  // `norm_name` shows the norm's own output (the reference's module) before the modulation.
+  void modulated_norm(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& y,
+                      const char* norm_name = nullptr) const {
+    ops::layer_norm(ctx, x, ones, zeros, y, c.eps);
+    if (norm_name) show(norm_name, y);
+    OwnedTensor s1 = empty({B, D});
+    ops::add(ctx, scale, ones.view().reshape({1, D}).expand({B, D}), s1);
+    ops::mul(ctx, y, s1.view().reshape({B, 1, D}).expand({B, L, D}), y);
+    ops::add(ctx, y, shift.unsqueeze(1).expand({B, L, D}), y);
+  }
+
+  // x += y * gate, gate [B, D] broadcast over tokens (y is overwritten).
+  void gated_residual(const Tensor& x, const Tensor& y, const Tensor& gate) const {
+    ops::mul(ctx, y, gate.unsqueeze(1).expand(y.shape), y);
+    ops::add(ctx, x, y, x);
+  }
+
+  // Attention module `a` (attn1 or attn2): queries from x [B, L, D], keys and values from kv
+  // [B, Lk, D]; rotary angles on q and k when given. Writes to_out's result into y [B, L, D].
+  void attention(const std::string& a, const Tensor& x, const Tensor& kv, const Tensor* cos, const Tensor* sin,
+                 const Tensor& y) const {
+    const std::int64_t H = c.heads, hd = c.head_dim, Lk = kv.size(1);
+    OwnedTensor q = empty({B, L, D}), k = empty({B, Lk, D}), v = empty({B, Lk, D});
+    linear(a + ".to_q", x, q);
+    linear(a + ".to_k", kv, k);
+    linear(a + ".to_v", kv, v);
+    ops::rms_norm(ctx, q, p(a + ".norm_q.weight"), q, c.eps);
+    ops::rms_norm(ctx, k, p(a + ".norm_k.weight"), k, c.eps);
+    const Tensor qh = q.view().reshape({B, L, H, hd}), kh = k.view().reshape({B, Lk, H, hd});
+    if (cos) {
+      ops::rotary(ctx, qh, *cos, *sin, qh);
+      ops::rotary(ctx, kh, *cos, *sin, kh);
+    }
+    OwnedTensor o = empty({B, L, D});
+    ops::AttentionParams ap;
+    ap.scale = 1.f / std::sqrt(static_cast<float>(hd));
+    auto heads_first = [&](const Tensor& t, std::int64_t len) { return t.reshape({B, len, H, hd}).permute({0, 2, 1, 3}); };
+    ops::attention(ctx, heads_first(q, L), heads_first(k, Lk), heads_first(v, Lk), nullptr, nullptr,
+                   heads_first(o, L), ap);
+    linear(a + ".to_out.0", o, y);
+  }
+};
+
+}  // namespace
+
+WanTransformer::WanTransformer(WanTransformerConfig config, Weights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {}
+
+std::string find_wan_transformer_config(const std::string& dir) {
+  for (const fs::path p : {fs::path(dir) / "config.json", fs::path(dir) / "transformer" / "config.json"})
+    if (io::path_exists(p) && is_wan_transformer_config(p.string())) return p.string();
+  return {};
+}
+
+WanTransformer WanTransformer::load(const std::string& dir, Runtime& rt, DType dtype, bool allow_unexpected,
+                                    std::vector<std::string>* warnings) {
+  fs::path d(dir);
+  if (!io::path_exists(d / "config.json") && io::path_exists(d / "transformer" / "config.json")) d /= "transformer";
+  const ModelFiles files = find_model_files(d.string());
+  WanTransformerConfig c = load_wan_transformer_config(files.config, warnings);
+  VINF_INPUT_CHECK(activation_dtype(dtype, rt.device()) == dtype, "the Wan transformer computes in one dtype: ",
+                   dtype_name(dtype), " on ", rt.device().name(), " is not supported (use --dtype f32 on the CPU)");
+  const WeightFiles wf(files);
+  Weights w(wf, wan_transformer_parameters(c), rt, dtype, allow_unexpected, warnings);
+  return WanTransformer(std::move(c), std::move(w));
+}
+
+void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t, const Tensor& text,
+                             const Tensor& out, const WanProbe& probe) const {
+  const WanTransformerConfig& c = config_;
+  const char* op = "WanTransformer";
+  VINF_CHECK(x.rank() == 5 && x.size(1) == c.in_channels, op, ": x ", x.describe(), " must be [B, ", c.in_channels,
+             ", F, H, W]");
+  const std::int64_t B = x.size(0), F = x.size(2), Hs = x.size(3), Ws = x.size(4);
+  const auto [pt, ph, pw] = c.patch_size;
+  VINF_INPUT_CHECK(F % pt == 0 && Hs % ph == 0 && Ws % pw == 0, "the Wan transformer's latents ", x.shape.str(),
+                   " must divide by its patch size (", pt, ", ", ph, ", ", pw, ") in frames, height and width");
+  const std::int64_t Fp = F / pt, Hp = Hs / ph, Wp = Ws / pw, L = Fp * Hp * Wp, D = c.dim();
+  VINF_INPUT_CHECK(Fp <= c.rope_max_seq_len && Hp <= c.rope_max_seq_len && Wp <= c.rope_max_seq_len,
+                   "the Wan transformer's rotary table covers ", c.rope_max_seq_len,
+                   " positions per axis (rope_max_seq_len), but the latents are ", Fp, " x ", Hp, " x ", Wp,
+                   " patches");
+  VINF_CHECK(t.rank() == 1 && t.size(0) == B, op, ": t ", t.describe(), " must hold one timestep per sample");
+  VINF_CHECK(text.rank() == 3 && text.size(0) == B && text.size(2) == c.text_dim, op, ": text ", text.describe(),
+             " must be [", B, ", L, ", c.text_dim, "]");
+  VINF_CHECK(out.rank() == 5 && out.size(0) == B && out.size(1) == c.out_channels && out.size(2) == F &&
+                 out.size(3) == Hs && out.size(4) == Ws,
+             op, ": out ", out.describe());
+  VINF_CHECK(out.is_contiguous(), op, ": out must be contiguous");
+  const DType dt = weights_.dtype();
+  Pass ps{ctx, weights_, c, probe, B, L, D, dt, ctx.arena->empty(dt, {D}), ctx.arena->empty(dt, {D})};
+  ops::fill(ctx, ps.ones, 1.0);
+  ops::fill(ctx, ps.zeros, 0.0);
+
+  // Rotary angles of every patch, from the frame, row and column it sits at.
+  const RotaryTable rt = wan_rotary_table(c, Fp, Hp, Wp);
+  OwnedTensor cos = ctx.arena->empty(DType::f32, {L, rt.half}), sin = ctx.arena->empty(DType::f32, {L, rt.half});
+  ops::copy(ctx, Tensor::wrap(const_cast<float*>(rt.cos.data()), DType::f32, Device::cpu(), cos.shape), cos);
+  ops::copy(ctx, Tensor::wrap(const_cast<float*>(rt.sin.data()), DType::f32, Device::cpu(), sin.shape), sin);
+
+  // Patch embedding: a Conv3d whose stride is its kernel is one product over the patches, each
+  // flattened in the weight's (channel, frame, row, column) order.
+  OwnedTensor xc;
+  const Tensor* xin = &x;
+  if (!x.is_contiguous()) {
+    xc = ps.empty(x.shape);
+    ops::copy(ctx, x, xc);
+    xin = &xc;
+  }
+  const std::int64_t C = c.in_channels, K = C * pt * ph * pw;
+  const std::int64_t sb = C * F * Hs * Ws, sc = F * Hs * Ws, sf = Hs * Ws;
+  OwnedTensor patches = ps.empty({B, L, K});
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t kt = 0; kt < pt; ++kt)
+      ops::copy(ctx,
+                strided_view(*xin, b * sb + kt * sf, {Fp, Hp, Wp, C, ph, pw}, {pt * sf, ph * Ws, pw, sc, Ws, 1}),
+                strided_view(patches, b * L * K + kt * ph * pw, {Fp, Hp, Wp, C, ph, pw},
+                             {Hp * Wp * K, Wp * K, K, pt * ph * pw, pw, 1}));
+  OwnedTensor h = ps.empty({B, L, D});
+  ops::linear(ctx, patches, weights_.get("patch_embedding.weight").reshape({D, K}), &weights_.get("patch_embedding.bias"),
+              h);
+  if (probe) probe("patch_embedding.out", h.view().reshape({B, Fp, Hp, Wp, D}).permute({0, 4, 1, 2, 3}));
+
+  // Conditioning: the timestep's sinusoids through two products (temb), its six modulation rows
+  // (timestep_proj), and the text through two products with a tanh-GELU between.
+  const std::string ce = "condition_embedder.";
+  OwnedTensor sinus = ps.empty({B, c.freq_dim});
+  ops::timestep_embedding(ctx, t, sinus, {true, 0.f, 10000.f});
+  OwnedTensor t1 = ps.empty({B, D}), temb = ps.empty({B, D}), tproj = ps.empty({B, 6 * D});
+  ps.linear(ce + "time_embedder.linear_1", sinus, t1);
+  ops::activation(ctx, ops::Activation::silu, t1, t1);
+  ps.linear(ce + "time_embedder.linear_2", t1, temb);
+  ops::activation(ctx, ops::Activation::silu, temb, t1);
+  ps.linear(ce + "time_proj", t1, tproj);
+  ps.show(ce + "temb", temb);
+  ps.show(ce + "timestep_proj", tproj);
+  const std::int64_t Lt = text.size(1);
+  OwnedTensor e1 = ps.empty({B, Lt, D}), enc = ps.empty({B, Lt, D});
+  ps.linear(ce + "text_embedder.linear_1", text, e1);
+  ops::activation(ctx, ops::Activation::gelu_tanh, e1, e1);
+  ps.linear(ce + "text_embedder.linear_2", e1, enc);
+  ps.show(ce + "encoder_hidden_states", enc);
+
+  OwnedTensor n = ps.empty({B, L, D}), y = ps.empty({B, L, D}), mod = ps.empty({B, 6, D});
+  OwnedTensor ff = ps.empty({B, L, c.ffn_dim});
+  for (std::int64_t blk = 0; blk < c.layers; ++blk) {
+    const std::string k = "blocks." + std::to_string(blk) + ".";
+    // shift, scale, gate of the self-attention, then of the feed-forward.
+    ops::add(ctx, tproj.view().reshape({B, 6, D}), weights_.get(k + "scale_shift_table").expand({B, 6, D}), mod);
+    auto row = [&](int i) { return mod.view().select(1, i); };
+    ps.modulated_norm(h, row(1), row(0), n);
+    ps.attention(k + "attn1", n, n, &cos, &sin, y);
+    ps.gated_residual(h, y, row(2));
+    if (c.cross_attn_norm) ops::layer_norm(ctx, h, weights_.get(k + "norm2.weight"), weights_.get(k + "norm2.bias"), n, c.eps);
+    else ops::copy(ctx, h, n);
+    ps.attention(k + "attn2", n, enc, nullptr, nullptr, y);
+    ops::add(ctx, h, y, h);
+    ps.modulated_norm(h, row(4), row(3), n);
+    ps.linear(k + "ffn.net.0.proj", n, ff);
+    ops::activation(ctx, ops::Activation::gelu_tanh, ff, ff);
+    ps.linear(k + "ffn.net.2", ff, y);
+    ps.gated_residual(h, y, row(5));
+    ps.show(k + "out", h);
+  }
+
+  // Output: shift and scale from the final table plus temb, the norm, the projection to patches.
+  OwnedTensor fin = ps.empty({B, 2, D});
+  ops::add(ctx, temb.view().unsqueeze(1).expand({B, 2, D}), weights_.get("scale_shift_table").expand({B, 2, D}), fin);
+  ps.modulated_norm(h, fin.view().select(1, 1), fin.view().select(1, 0), n, "norm_out.out");
+  const std::int64_t Co = c.out_channels, Ko = Co * pt * ph * pw;
+  OwnedTensor po = ps.empty({B, L, Ko});
+  ps.linear("proj_out", n, po);
+  ps.show("proj_out.out", po);
+  // Unpatchify: each patch's columns are (frame, row, column, channel).
+  const std::int64_t ob = Co * F * Hs * Ws, oc = F * Hs * Ws;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t kt = 0; kt < pt; ++kt)
+      ops::copy(ctx,
+                strided_view(po, b * L * Ko + kt * ph * pw * Co, {Co, Fp, Hp, ph, Wp, pw},
+                             {1, Hp * Wp * Ko, Wp * Ko, pw * Co, Ko, Co}),
+                strided_view(out, b * ob + kt * sf, {Co, Fp, Hp, ph, Wp, pw}, {oc, pt * sf, ph * Ws, Ws, pw, 1}));
+}
+
+}  // namespace vinf::model

@@ -1,0 +1,36 @@
+// The tensor side of flow_scheduler.hpp: the latents and UniPC's memories (the previous step's
+// corrected latents and the last two data predictions) of one clip, updated in place.
+#pragma once
+
+#include "core/arena.hpp"
+#include "ops/context.hpp"
+#include "sampling/flow_scheduler.hpp"
+
+namespace vinf::sampling {
+
+class FlowSampler {
+ public:
+  // The latents and the memories, f32 tensors of `shape` from arena.
+  FlowSampler(const FlowScheduler& scheduler, Arena& arena, const Shape& shape);
+
+  // x: written by the caller before the first step, updated by every step.
+  const Tensor& latents() const { return x_; }
+  // The memories after the last step taken: its corrected latents and the data predictions of it
+  // and the step before (what a checkpoint keeps to continue UniPC bit for bit).
+  const Tensor& last_corrected() const { return last_; }
+  const Tensor& previous_x0() const { return m1_; }
+  const Tensor& second_previous_x0() const { return m2_; }
+
+  // Step i with v the (guided) model output for latents() at timesteps()[i]. Steps come in order.
+  void step(ExecContext& ctx, int i, const Tensor& v);
+  // Continues after step `done - 1` from copies of the latents and the memories.
+  void restore(ExecContext& ctx, int done, const Tensor& x, const Tensor& last, const Tensor& m1, const Tensor& m2);
+  int steps_done() const { return done_; }
+
+ private:
+  const FlowScheduler& scheduler_;
+  OwnedTensor x_, last_, m1_, m2_, m0_;
+  int done_ = 0;
+};
+
+}  // namespace vinf::sampling
