@@ -16,6 +16,7 @@
 #include "model/clip_text.hpp"
 #include "model/tokenizer.hpp"
 #include "model/vae.hpp"
+#include "model/wan_transformer.hpp"
 #include "model/weights.hpp"
 
 namespace po = boost::program_options;
@@ -140,6 +141,39 @@ int inspect_part(const std::string& dir) {
   return 0;
 }
 
+// A Wan transformer directory, or the Wan pipeline root that holds one: its shape and weights, and
+// the root's other parts by class.
+int inspect_wan(const std::string& dir, const std::string& config_path) {
+  std::vector<std::string> warnings;
+  const model::WanTransformerConfig c = model::load_wan_transformer_config(config_path, &warnings);
+  const model::ModelFiles files = model::find_model_files(std::filesystem::path(config_path).parent_path().string());
+  const auto params = model::wan_transformer_parameters(c);
+  std::cout << "Wan transformer " << files.dir << " (WanTransformer3DModel): " << c.layers << " blocks of " << c.dim()
+            << " (" << c.heads << " heads of " << c.head_dim << "), feed-forward " << c.ffn_dim << ", text width "
+            << c.text_dim << ", patch " << c.patch_size[0] << "x" << c.patch_size[1] << "x" << c.patch_size[2] << ", "
+            << c.in_channels << " latent channels; " << grouped(model::parameter_count(params)) << " parameters\n";
+  for (const std::string& w : warnings) std::cout << "  warning: " << w << "\n";
+  report_check(model::WeightFiles(files), params);
+  if (files.dir == dir) return 0;
+  for (const char* part : {"vae", "text_encoder", "tokenizer", "scheduler"}) {
+    const std::string p = dir + "/" + part;
+    if (!io::is_directory(p)) {
+      std::cout << part << ": absent\n";
+      continue;
+    }
+    std::string what = "present";
+    for (const char* f : {"config.json", "scheduler_config.json"})
+      if (io::path_exists(p + "/" + f)) {
+        const nlohmann::json j = io::read_json_file(p + "/" + f, "config");
+        const std::string cls = string_key(j, "_class_name"), type = string_key(j, "model_type");
+        what = !cls.empty() ? cls : !type.empty() ? "model_type " + type : what;
+      }
+    if (io::path_exists(p + "/spiece.model")) what = "SentencePiece (spiece.model)";
+    std::cout << part << " " << p << ": " << what << "\n";
+  }
+  return 0;
+}
+
 bool is_model_part(const std::string& dir) {
   if (io::path_exists(dir + "/vocab.json")) return true;
   if (!io::path_exists(dir + "/config.json")) return false;
@@ -224,6 +258,7 @@ int inspect(const std::vector<std::string>& args) {
   std::error_code ec;
   VINF_INPUT_CHECK(std::filesystem::exists(path, ec), path, " does not exist");
   if (std::filesystem::is_directory(path, ec)) {
+    if (const std::string wan = model::find_wan_transformer_config(path); !wan.empty()) return inspect_wan(path, wan);
     if (is_model_part(path)) return inspect_part(path);
     inspect_model(path);
     // A pipeline root: its other parts too.

@@ -37,5 +37,14 @@ cp "$fixture/transformer/config.json" "$work/short/"
 expect 2 "diffusion_pytorch_model.safetensors" -- "$vinf" forward --model "$work/short" --inputs "$inputs" --out "$work/z.safetensors" --device cpu
 [ ! -e "$work/z.safetensors" ] || { echo "FAIL: a refused run left $work/z.safetensors"; fails=$((fails + 1)); }
 
+# make-model writes a random transformer in the real layout, which inspect describes and forward runs.
+expect 0 "wrote the Wan transformer $work/rand" -- "$vinf" make-model --preset wan-tiny --seed 3 --out "$work/rand"
+expect 0 "40,864 parameters; check: every parameter" -- "$vinf" inspect "$work/rand"
+expect 0 "wrote $work/rand.safetensors" -- "$vinf" forward --model "$work/rand" --inputs "$inputs" --out "$work/rand.safetensors" --device cpu
+expect 1 "FAIL noise_pred.t0" -- "$tool" compare "$work/rand.safetensors" "$ref" 1e-4 noise_pred.t0
+expect 2 "already exists" -- "$vinf" make-model --preset wan-tiny --out "$work/rand"
+expect 2 "wan-tiny, wan-1.3b, wan-14b" -- "$vinf" make-model --preset wan-7b --out "$work/w7"
+expect 0 "UniPCMultistepScheduler" -- "$vinf" inspect "$fixture"
+
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -129,3 +129,17 @@ TEST_CASE("Wan transformer: configs refused with the file and key named") {
   CHECK_THROWS_WITH_AS(model::load_wan_transformer_config(write(R"({"_class_name": "UNet3DConditionModel"})")),
                        doctest::Contains("WanTransformer3DModel"), InputError);
 }
+
+// The presets' sizes, counted by hand from the architecture (patch embedding, time and text
+// embedders, 6 x dim modulation, per block two attentions of four dim x dim products with q/k
+// norms, the cross-attention norm, the feed-forward and its table; the output table and projection):
+// Wan2.1's published 1.3B and 14B transformers.
+TEST_CASE("Wan transformer: preset parameter counts are Wan2.1's") {
+  CHECK(model::parameter_count(model::wan_transformer_parameters(model::wan_transformer_preset("wan-tiny"))) == 40864);
+  CHECK(model::parameter_count(model::wan_transformer_parameters(model::wan_transformer_preset("wan-1.3b"))) ==
+        1418996800);
+  CHECK(model::parameter_count(model::wan_transformer_parameters(model::wan_transformer_preset("wan-14b"))) ==
+        14288491584);
+  CHECK_THROWS_WITH_AS(model::wan_transformer_preset("wan-7b"), doctest::Contains("wan-tiny, wan-1.3b, wan-14b"),
+                       InputError);
+}
