@@ -35,6 +35,7 @@
 #include "infinity/tensor_group.hpp"
 #include "io/atomic_file.hpp"
 #include "io/checkpoint.hpp"
+#include "io/safetensors.hpp"
 #include "job/job.hpp"
 #include "model/presets.hpp"
 #include "model/unet3d.hpp"
@@ -219,6 +220,17 @@ void partition(Run& r) {
   r.lh = r.o.height / scale;
   r.lw = r.o.width / scale;
   r.guided = r.o.guidance > 1.0;
+  if (!r.o.latents_init.empty()) {
+    VINF_INPUT_CHECK(!r.long_method, "--latents-init gives the clips method's latents; --long.mode ",
+                     sampling::long_mode_name(r.o.long_video.mode), " draws its own (leave one of them out)");
+    const io::SafetensorsFile f(r.o.latents_init);
+    const auto* e = f.find("latents_init");
+    VINF_INPUT_CHECK(e != nullptr, "--latents-init ", r.o.latents_init, " has no tensor 'latents_init' (F32 [1,C,F,H,W])");
+    const Shape want{1, r.ucfg.in_channels, r.frames, r.lh, r.lw};
+    VINF_INPUT_CHECK(e->dtype == DType::f32 && e->shape == want, "--latents-init ", r.o.latents_init,
+                     ": 'latents_init' is ", io::safetensors_dtype_name(e->dtype), e->shape.str(), " but this video's ",
+                     "latents are F32", want.str(), " (1, channels, frames, height / ", scale, ", width / ", scale, ")");
+  }
 }
 
 // A video that cannot fit fails here, with what would fit, not in the allocator after its output
@@ -249,6 +261,7 @@ void identify(Run& r) {
       {"model.vae", o.vae},
       {"model.text-encoder", o.text_encoder},
       {"model.tokenizer", o.tokenizer},
+      {"latents-init", o.latents_init},
       {"output", {{"video", o.video}, {"fps", o.output_fps}, {"png", o.png}}},
       {"vae", {{"tile", o.vae_tile}}},
       {"video", {{"frames", r.frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
@@ -697,7 +710,14 @@ std::vector<float> Denoiser::host_frames(std::int64_t first) {
 void Denoiser::restore_or_draw() {
   ResumePoint& resume = r_.resume;
   if (!r_.in && !r_.resumed()) {
-    noise_.initial(ctx_, rt_.arena(), sampler_.latents());
+    if (r_.o.latents_init.empty()) {
+      noise_.initial(ctx_, rt_.arena(), sampler_.latents());
+      return;
+    }
+    // This rank's frames of the given initial latents.
+    const io::SafetensorsFile f(r_.o.latents_init);
+    ops::copy(ctx_, f.tensor("latents_init").slice(2, r_.first_frame, r_.nf), sampler_.latents());
+    rt_.synchronize();
     return;
   }
   const float* latents = r_.in ? r_.in->latents.data() : resume.latents.data();

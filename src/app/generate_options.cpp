@@ -220,6 +220,10 @@ po::options_description checkpoint_options(RunPlan& o) {
       "older ones (a fresh start when there is none; refused when none is usable); PATH: from that checkpoint "
       "(OUT defaults to the run it belongs to). The settings that change the numbers must match; invariant mode "
       "may resume on another number of ranks")(
+      "latents-init", po::value(&o.latents_init),
+      "start from the initial latents in FILE.safetensors (key latents_init, F32 [1,C,F,H,W] over the whole "
+      "video, as diffusers' pipelines hold latents) instead of drawing them: to compare with a reference "
+      "pipeline given the same latents. Each rank takes its frames; the clips method only")(
       "dump.modules", po::value(&o.dump_modules),
       "write these modules' outputs over the whole video to OUT/activations.h5: comma-separated globs over the "
       "UNet's module names (time_embedding, conv_in, transformer_in, down_blocks.<i>, mid_block, up_blocks.<i>, "
@@ -397,6 +401,8 @@ void check_run(const RunPlan& o, const po::variables_map& vm) {
       VINF_INPUT_CHECK(io::is_regular_file(o.evaluate_clip_vision + "/" + f), "--evaluate.clip-vision ",
                        o.evaluate_clip_vision, " has no ", f, " (a transformers CLIPVisionModelWithProjection directory)");
   }
+  if (!o.latents_init.empty())
+    VINF_INPUT_CHECK(io::is_regular_file(o.latents_init), "--latents-init ", o.latents_init, ": no such file");
   if (!o.resume.empty() && o.resume != "auto")
     VINF_INPUT_CHECK(io::is_regular_file(o.resume), "--resume ", o.resume, ": no such checkpoint file (or use ",
                      "--resume auto)");

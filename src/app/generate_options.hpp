@@ -49,6 +49,7 @@ struct RunPlan {
   // [checkpoint], resume, [dump]
   int checkpoint_every = 10, checkpoint_keep = 2;
   std::string resume;  // "", "auto" or a checkpoint file
+  std::string latents_init;  // --latents-init FILE: the initial latents instead of a draw
   std::string dump_modules, dump_steps = "1";
   std::vector<std::string> dump_globs;  // parsed from dump_modules
   std::vector<int> dump_step_list;      // parsed from dump_steps

@@ -199,5 +199,35 @@ printf '{"prediction_type": "v_prediction"}' > "$work/v.json"
 bad "prediction_type" "${small[@]}" --model.scheduler-config "$work/v.json"
 expect 2 "cannot create the output directory" -- "$vinf" generate "${small[@]}" --out /proc/vinf-test
 
+# --latents-init: the initial latents from a file instead of the seed's draw. With a scheduler that
+# draws no noise after the start (dpmpp), two seeds then give the same latents bit for bit (same
+# shapes, same order); without the file the seed's draw differs. A file of another shape, without
+# the key, or with a long-video method that draws its own latents is refused.
+write_init() {  # write_init FILE F [KEY]: KEY (latents_init) F32 [1,4,F,4,4] of fixed values
+  python3 - "$1" "$2" "${3:-latents_init}" <<'PY'
+import json, math, struct, sys
+path, frames, key = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+n = 4 * frames * 16
+data = struct.pack("<%df" % n, *[1.3 * math.sin(0.7 * i) for i in range(n)])
+head = json.dumps({key: {"dtype": "F32", "shape": [1, 4, frames, 4, 4], "data_offsets": [0, len(data)]}}).encode()
+head += b" " * (-len(head) % 8)
+open(path, "wb").write(struct.pack("<Q", len(head)) + head + data)
+PY
+}
+write_init "$work/init.safetensors" 8
+write_init "$work/init6.safetensors" 6
+write_init "$work/other.safetensors" 8 latents
+init_run=("${small[@]}" --sampler.scheduler dpmpp --output.video=false)
+expect 0 "outputs" -- "$vinf" generate "${init_run[@]}" --sampler.seed 1 --latents-init "$work/init.safetensors" --out "$work/li1"
+expect 0 "outputs" -- "$vinf" generate "${init_run[@]}" --sampler.seed 2 --latents-init "$work/init.safetensors" --out "$work/li2"
+expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/li1/latents.h5" "$work/li2/latents.h5" 0
+expect 0 "outputs" -- "$vinf" generate "${init_run[@]}" --sampler.seed 1 --out "$work/li0"
+expect 1 "FAIL" -- "$tool" h5-compare "$work/li0/latents.h5" "$work/li1/latents.h5" 1e-3
+expect 2 "'latents_init' is F32[1,4,6,4,4] but this video's latents are F32[1,4,8,4,4]" -- "$vinf" generate "${init_run[@]}" --latents-init "$work/init6.safetensors" --out "$work/li3"
+expect 2 "has no tensor 'latents_init'" -- "$vinf" generate "${init_run[@]}" --latents-init "$work/other.safetensors" --out "$work/li3"
+expect 2 "--latents-init $work/none.safetensors: no such file" -- "$vinf" generate "${init_run[@]}" --latents-init "$work/none.safetensors" --out "$work/li3"
+expect 2 "--latents-init gives the clips method's latents" -- "$vinf" generate "${init_run[@]}" --latents-init "$work/init.safetensors" --long.mode windows --out "$work/li3"
+[ ! -e "$work/li3" ] || { echo "FAIL: a refused run left $work/li3"; fails=$((fails + 1)); }
+
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
