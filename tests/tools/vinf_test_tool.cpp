@@ -1,5 +1,5 @@
 // Helpers for the command-line tests, so that the shell scripts need nothing beyond coreutils:
-//   compare A B TOL [KEY...]        max |a - b| of F32 tensors present in both (or the keys given);
+//   compare A B TOL [KEY...]        max |a - b| of F32 (or I64) tensors present in both (or the keys given);
 //                                   exit 1 when a key is missing, shapes differ or the error > TOL
 //   compare-frames A B F0 F1 TOL    as compare, for frames [F0, F1) of A's 5-D tensors against all of B
 //   compare-relative A B RTOL [PREFIX...]
@@ -101,14 +101,16 @@ int compare(int argc, char** argv, bool frames) {
       cut = frames_of(x, f0, f1 - f0);
       x = Tensor::wrap(cut.data(), DType::f32, Device::cpu(), {x.size(0), x.size(1), f1 - f0, x.size(3), x.size(4)});
     }
-    if (!(x.shape == y.shape) || x.dtype != DType::f32 || y.dtype != DType::f32) {
+    const bool ints = x.dtype == DType::i64 && y.dtype == DType::i64;  // token ids and masks
+    if (!(x.shape == y.shape) || ((x.dtype != DType::f32 || y.dtype != DType::f32) && !ints)) {
       std::cerr << "compare: '" << k << "' differs in shape or dtype: " << x.describe() << " vs " << y.describe() << "\n";
       ++bad;
       continue;
     }
     double worst = 0;
     for (std::int64_t i = 0; i < x.numel(); ++i)
-      worst = std::max(worst, std::fabs(static_cast<double>(x.ptr<float>()[i]) - y.ptr<float>()[i]));
+      worst = std::max(worst, ints ? std::fabs(static_cast<double>(x.ptr<std::int64_t>()[i] - y.ptr<std::int64_t>()[i]))
+                                   : std::fabs(static_cast<double>(x.ptr<float>()[i]) - y.ptr<float>()[i]));
     const bool ok = worst <= tol;
     std::printf("%s %s max |diff| %.3g (tolerance %.3g)\n", ok ? "ok" : "FAIL", k.c_str(), worst, tol);
     bad += ok ? 0 : 1;
