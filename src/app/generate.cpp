@@ -27,6 +27,7 @@
 #include "app/generate_long.hpp"
 #include "app/generate_run.hpp"
 #include "app/generate_support.hpp"
+#include "app/generate_wan.hpp"
 #include "app/generate_video.hpp"
 #include "app/plan_estimate.hpp"
 #include "core/error.hpp"
@@ -1164,6 +1165,7 @@ int generate(const std::vector<std::string>& args) {
   RunPlan o;
   if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
   hold_stop_signals();
+  if (o.wan) return generate_wan(o);
   // A job list is read (and refused) before MPI starts, on every rank alike.
   const std::vector<JobSpec> list = o.jobs_file.empty() ? std::vector<JobSpec>{} : read_job_list(o.jobs_file);
   const std::unique_ptr<job::Job> job = job::start_job(job_plan(o), [&](int world) {

@@ -12,6 +12,7 @@
 #include "core/utf8.hpp"
 #include "io/path_query.hpp"
 #include "app/vi_options.hpp"
+#include "model/wan_transformer.hpp"
 #include "ops/runtime.hpp"
 #include "sampling/scheduler.hpp"
 
@@ -122,7 +123,8 @@ po::options_description sampler_options(RunPlan& o, Spelled& sp) {
   sampler.add_options()(
       "sampler.scheduler", po::value(&sp.scheduler)->default_value(sp.scheduler),
       "dpmpp-sde (DPM-Solver++ SDE, linspace timesteps: what the released code runs), dpmpp-sde-karras, "
-      "dpmpp (ODE), ddim")("sampler.steps", po::value(&o.steps)->default_value(o.steps), "denoising steps")(
+      "dpmpp (ODE), ddim; for a Wan2.1 model: unipc (its pipeline's, the default there) or flow-euler, on the "
+      "flow sigmas of its scheduler/ (flow_shift)")("sampler.steps", po::value(&o.steps)->default_value(o.steps), "denoising steps")(
       "sampler.guidance", po::value(&o.guidance)->default_value(o.guidance),
       "classifier-free guidance scale (> 1 runs the negative and the positive branch; <= 1 only the positive)")(
       "sampler.seed", po::value(&o.seed)->default_value(o.seed), "noise seed (>= 0)")(
@@ -141,7 +143,9 @@ po::options_description prompt_options(RunPlan& o) {
       "prompt.negative", po::value(&o.negative)->default_value(o.negative), "negative prompt (guidance > 1)")(
       "prompt.embeddings", po::value(&o.embeddings),
       "safetensors with prompt_embeds [P, L, D] (one row per prompt) and negative_prompt_embeds [1, L, D], "
-      "used instead of the text encoder (vinf encode-text --negative writes one)");
+      "used instead of the text encoder (vinf encode-text --negative writes one)")(
+      "prompt.max-length", po::value(&o.max_text_length)->default_value(o.max_text_length),
+      "the Wan family: tokens per prompt (the pipeline's max_sequence_length; the UNet's CLIP takes 77)");
   return prompt;
 }
 
@@ -330,6 +334,30 @@ void check_model(RunPlan& o) {
   if (!o.vae.empty()) VINF_INPUT_CHECK(io::is_directory(o.vae), "--model.vae ", o.vae, ": no such directory");
 }
 
+// The model family from --model: a Wan2.1 pipeline (its transformer/ names WanTransformer3DModel)
+// takes the flow schedulers and, where the user gave none, the Wan pipeline's defaults (81 frames
+// at 480 x 832, 50 steps, guidance 5); the UNet family refuses the Wan-only settings.
+void resolve_family(RunPlan& o, const Spelled& sp, const po::variables_map& vm) {
+  const auto given = [&](const char* name) { return vm.count(name) && !vm[name].defaulted(); };
+  o.wan = !o.builtin() && o.unet.empty() && !model::find_wan_transformer_config(o.model).empty();
+  if (!o.wan) {
+    VINF_INPUT_CHECK(!given("prompt.max-length"), "--prompt.max-length is for the Wan family's T5 tokenizer; ", o.model,
+                     " is a UNet model, whose CLIP tokenizer takes 77 tokens");
+    VINF_INPUT_CHECK(sp.scheduler != "unipc" && sp.scheduler != "flow-euler", "--sampler.scheduler ", sp.scheduler,
+                     " is a flow-matching scheduler of the Wan family; ", o.model.empty() ? "this" : o.model,
+                     " is a UNet model (dpmpp-sde, dpmpp-sde-karras, dpmpp, ddim)");
+    return;
+  }
+  o.flow_solver = given("sampler.scheduler") ? sampling::parse_flow_solver(sp.scheduler) : sampling::FlowSolver::unipc;
+  if (!given("video.frames")) o.frames = 81;
+  if (!given("video.height")) o.height = 480;
+  if (!given("video.width")) o.width = 832;
+  if (!given("sampler.steps")) o.steps = 50;
+  if (!given("sampler.guidance")) o.guidance = 5;
+  VINF_INPUT_CHECK(o.max_text_length >= 1 && o.max_text_length <= 16384, "--prompt.max-length must be in [1, 16384], got ",
+                   o.max_text_length);
+}
+
 // [video], [sampler] and [output]'s frame rate.
 void check_video_and_sampler(const RunPlan& o, const Labels& label) {
   VINF_INPUT_CHECK(o.frames >= 0, "--video.frames must be >= 0 (0: 24 per clip), got ", o.frames);
@@ -511,8 +539,9 @@ int parse_generate_options(const std::vector<std::string>& args, RunPlan& o, con
   if (!o.vi_import.empty()) import_pipe_configs(o, vm, from_file);
   const Labels label(from_file);
   check_model(o);
+  resolve_family(o, sp, vm);
   check_video_and_sampler(o, label);
-  o.scheduler = sampling::parse_scheduler(sp.scheduler);
+  if (!o.wan) o.scheduler = sampling::parse_scheduler(sp.scheduler);
   VINF_INPUT_CHECK(sp.noise == "auto" || sp.noise == "invariant" || sp.noise == "compat",
                    "--sampler.noise must be auto, invariant or compat, got '", sp.noise, "'");
   // A job list's own command line may leave the prompts to the jobs: each job's plan checks them.

@@ -13,6 +13,7 @@
 #include "job/plan.hpp"
 #include "sampling/long_video.hpp"
 #include "sampling/noise.hpp"
+#include "sampling/flow_scheduler.hpp"
 #include "sampling/scheduler.hpp"
 
 namespace vinf::app {
@@ -50,6 +51,10 @@ struct RunPlan {
   int checkpoint_every = 10, checkpoint_keep = 2;
   std::string resume;  // "", "auto" or a checkpoint file
   std::string latents_init;  // --latents-init FILE: the initial latents instead of a draw
+  // The model family: the Wan2.1 pipeline (a directory with transformer/) instead of a UNet.
+  bool wan = false;
+  sampling::FlowSolver flow_solver = sampling::FlowSolver::unipc;  // Wan's scheduler
+  int max_text_length = 512;  // --prompt.max-length: the T5 tokenizer's max_sequence_length (Wan)
   std::string dump_modules, dump_steps = "1";
   std::vector<std::string> dump_globs;  // parsed from dump_modules
   std::vector<int> dump_step_list;      // parsed from dump_steps

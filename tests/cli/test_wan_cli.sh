@@ -46,5 +46,33 @@ expect 2 "already exists" -- "$vinf" make-model --preset wan-tiny --out "$work/r
 expect 2 "wan-tiny, wan-1.3b, wan-14b" -- "$vinf" make-model --preset wan-7b --out "$work/w7"
 expect 0 "UniPCMultistepScheduler" -- "$vinf" inspect "$fixture"
 
+# generate on the pipeline directory: the prompt and the negative one through the tokenizer and
+# UMT5 (cleaned as the pipeline cleans them), 4 guided UniPC steps from the reference's initial
+# latents: diffusers' WanPipeline's final latents within 1e-4.
+wan_base=(--model "$fixture" --prompt.text "A beagle swims in the ocean with coral reefs." --prompt.negative "blurry, low quality"
+          --sampler.guidance 5 --prompt.max-length 24 --device cpu)
+beagle=("${wan_base[@]}" --video.frames 9 --video.height 32 --video.width 32 --sampler.steps 4)
+expect 0 "4 unipc steps, guidance 5" -- "$vinf" generate "${beagle[@]}" --latents-init "$fixture/ref_pipeline.safetensors" --out "$work/g"
+expect 0 "ok /latents against latents" -- "$tool" h5-vs-latents "$work/g/latents.h5" "$fixture/ref_pipeline.safetensors" latents 1e-4
+expect 0 "\"family\": \"wan\"" -- cat "$work/g/run.json"
+# From the seed's draw: the same seed twice gives the same latents, [3 latent frames, 16, 4, 4].
+expect 0 "outputs in $work/s1/" -- "$vinf" generate "${beagle[@]}" --sampler.seed 7 --out "$work/s1"
+expect 0 "outputs in $work/s2/" -- "$vinf" generate "${beagle[@]}" --sampler.seed 7 --out "$work/s2"
+expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/s1/latents.h5" "$work/s2/latents.h5" 0
+expect 0 "" -- "$tool" h5-check "$work/s1/latents.h5" 3 16 4 4
+expect 0 "10 flow-euler steps" -- "$vinf" generate "${wan_base[@]}" --video.frames 9 --video.height 32 --video.width 32 --sampler.scheduler flow-euler --sampler.steps 10 --out "$work/e"
+# Refused, before anything is written: frames not 1 + 4k, sizes not multiples of 16, the UNet's
+# schedulers, layouts over ranks, resuming, a second prompt, initial latents of the wrong shape.
+expect 2 "a Wan video has 1 + 4k frames" -- "$vinf" generate "${wan_base[@]}" --video.frames 10 --video.height 32 --video.width 32 --out "$work/r"
+expect 2 "must be a multiple of 16 for a Wan model" -- "$vinf" generate "${wan_base[@]}" --video.frames 9 --video.height 40 --video.width 32 --out "$work/r"
+expect 2 "not one of the flow-matching schedulers (unipc, flow-euler)" -- "$vinf" generate "${beagle[@]}" --sampler.scheduler dpmpp --out "$work/r"
+expect 2 "runs on one rank in this version" -- "$vinf" generate "${beagle[@]}" --parallel.cfg 2 --out "$work/r"
+expect 2 "writes no checkpoints yet" -- "$vinf" generate "${beagle[@]}" --resume auto --out "$work/r"
+expect 2 "takes one prompt" -- "$vinf" generate "${beagle[@]}" --prompt.text "a second one" --out "$work/r"
+expect 2 "but this video's latents are F32[1,16,5,4,4]" -- "$vinf" generate "${wan_base[@]}" --video.frames 17 --video.height 32 --video.width 32 --latents-init "$fixture/ref_pipeline.safetensors" --out "$work/r"
+expect 2 "is a flow-matching scheduler of the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --sampler.scheduler unipc --out "$work/r"
+expect 2 "--prompt.max-length is for the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --prompt.max-length 24 --out "$work/r"
+[ ! -e "$work/r" ] || { echo "FAIL: a refused run left $work/r"; fails=$((fails + 1)); }
+
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -21,6 +21,9 @@
 //   broken-models MODEL DIR         variants of a good model directory, each with one defect
 //   h5-compare A B RTOL             max |a - b| of the /latents of two latents.h5 files, against
 //                                   RTOL times the largest |b| (at least 1)
+//   h5-vs-latents A.h5 B.safetensors KEY TOL
+//                                   the /latents [F, C, H, W] of a latents.h5 against B's KEY in
+//                                   diffusers' [1, C, F, H, W], max |a - b| <= TOL (absolute)
 //   text-embeddings OUT SEED L D NEGATIVE PROMPT...
 //                                   an embeddings file (prompt_embeds, negative_prompt_embeds) of
 //                                   seeded normal values, one row per PROMPT (NEGATIVE is not used)
@@ -290,6 +293,31 @@ int h5_compare(int argc, char** argv) {
   const double tol = std::atof(argv[4]) * std::max(1.0, scale);
   std::printf("%s /latents max |diff| %.3g (tolerance %.3g: relative to max |value| %.3g)\n", worst <= tol ? "ok" : "FAIL", worst,
               tol, scale);
+  return worst <= tol ? 0 : 1;
+}
+
+int h5_vs_latents(int argc, char** argv) {
+  if (argc != 6) return 2;
+  std::vector<hsize_t> d;
+  std::string fa;
+  const std::vector<float> a = read_latents(argv[2], d, fa);
+  const vinf::io::SafetensorsFile f(argv[3]);
+  const vinf::Tensor b = f.tensor(argv[4]);
+  if (d.size() != 4 || b.rank() != 5 || b.size(0) != 1 || b.dtype != vinf::DType::f32 ||
+      static_cast<hsize_t>(b.size(1)) != d[1] || static_cast<hsize_t>(b.size(2)) != d[0] ||
+      static_cast<hsize_t>(b.size(3)) != d[2] || static_cast<hsize_t>(b.size(4)) != d[3]) {
+    std::cerr << "h5-vs-latents: /latents and '" << argv[4] << "' " << b.describe() << " do not match\n";
+    return 1;
+  }
+  const std::int64_t F = b.size(2), C = b.size(1), S = b.size(3) * b.size(4);
+  double worst = 0;
+  for (std::int64_t fr = 0; fr < F; ++fr)
+    for (std::int64_t c = 0; c < C; ++c)
+      for (std::int64_t s = 0; s < S; ++s)
+        worst = std::max(worst, std::fabs(static_cast<double>(a[static_cast<std::size_t>((fr * C + c) * S + s)]) -
+                                          b.ptr<float>()[(c * F + fr) * S + s]));
+  const double tol = std::atof(argv[5]);
+  std::printf("%s /latents against %s max |diff| %.3g (tolerance %.3g)\n", worst <= tol ? "ok" : "FAIL", argv[4], worst, tol);
   return worst <= tol ? 0 : 1;
 }
 
@@ -697,13 +725,14 @@ int main(int argc, char** argv) {
     if (cmd == "h5-compare") return h5_compare(argc, argv);
     if (cmd == "h5-check") return h5_check(argc, argv);
     if (cmd == "h5-diff") return h5_diff(argc, argv);
+    if (cmd == "h5-vs-latents") return h5_vs_latents(argc, argv);
     if (cmd == "h5-flip") return h5_flip(argc, argv);
     if (cmd == "text-embeddings") return text_embeddings(argc, argv);
     if (cmd == "vae-old-names") return vae_old_names(argc, argv);
     if (cmd == "latents-h5") return latents_h5(argc, argv);
     if (cmd == "video-frames") return video_frames(argc, argv);
     if (cmd == "train-data") return train_data(argc, argv);
-    std::cerr << "usage: vinf_test_tool compare|compare-frames|compare-relative|compare-adamw|train-batch|slice-frames|broken-models|h5-compare|h5-diff|h5-check|h5-flip|text-embeddings|vae-old-names|latents-h5|video-frames|train-data ...\n";
+    std::cerr << "usage: vinf_test_tool compare|compare-frames|compare-relative|compare-adamw|train-batch|slice-frames|broken-models|h5-compare|h5-diff|h5-vs-latents|h5-check|h5-flip|text-embeddings|vae-old-names|latents-h5|video-frames|train-data ...\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "vinf_test_tool: " << e.what() << "\n";

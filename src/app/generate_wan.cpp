@@ -1,0 +1,216 @@
+#include "app/generate_wan.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "app/commands.hpp"
+#include "app/generate_support.hpp"
+#include "app/wan_pipeline.hpp"
+#include "core/error.hpp"
+#include "core/progress.hpp"
+#include "io/atomic_file.hpp"
+#include "io/checkpoint.hpp"
+#include "io/path_query.hpp"
+#include "io/safetensors.hpp"
+#include "job/job.hpp"
+#include "model/t5_tokenizer.hpp"
+#include "model/umt5.hpp"
+#include "model/wan_transformer.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/runtime.hpp"
+#include "sampling/noise.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vinf::app {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::ordered_json;
+
+// What this version of the Wan path refuses, with the option named: the layouts over more than one
+// rank, the UNet family's methods and files, resuming (Wan checkpoints come with the multi-rank
+// part).
+void check_wan_plan(const RunPlan& o) {
+  const std::string what = "--model " + o.model + " is a Wan2.1 pipeline, which ";
+  VINF_INPUT_CHECK(o.jobs_file.empty(), what, "runs one video per call in this version: drop --jobs");
+  VINF_INPUT_CHECK(o.job.cfg == 1 && o.job.tensor == 1 && o.job.data == 1 && o.job.pipeline == 1, what,
+                   "runs on one rank in this version: drop the --parallel.* options");
+  VINF_INPUT_CHECK(o.resume.empty(), what, "writes no checkpoints yet: drop --resume");
+  VINF_INPUT_CHECK(o.long_clips(), what, "makes one clip in this version: drop --long.mode");
+  VINF_INPUT_CHECK(o.embeddings.empty(), what, "encodes its prompts with its own UMT5: drop --prompt.embeddings");
+  VINF_INPUT_CHECK(o.prompts.size() == 1, what, "takes one prompt (--prompt.text once), got ", o.prompts.size());
+  VINF_INPUT_CHECK(o.lora.empty() && o.dump_modules.empty() && !o.debug, what,
+                   "has no --model.lora, --dump.modules or --debug in this version");
+  VINF_INPUT_CHECK(o.frames >= 1 && (o.frames - 1) % 4 == 0, "--video.frames ", o.frames,
+                   ": a Wan video has 1 + 4k frames (the VAE keeps the first frame and packs 4 per latent frame); "
+                   "use ", (o.frames - 1) / 4 * 4 + 1, " or ", ((o.frames - 1) / 4 + 1) * 4 + 1);
+  for (const auto& [name, v] : {std::pair{"video.height", o.height}, std::pair{"video.width", o.width}})
+    VINF_INPUT_CHECK(v % 16 == 0, "--", name, " ", v, " must be a multiple of 16 for a Wan model (the VAE's 8 times ",
+                     "the transformer's patch of 2)");
+  for (const char* part : {"transformer", "text_encoder", "tokenizer", "scheduler"})
+    VINF_INPUT_CHECK(io::is_directory(o.model + "/" + part), what, "needs its ", part, "/ directory, which is missing");
+}
+
+}  // namespace
+
+int generate_wan(const RunPlan& o) {
+  check_wan_plan(o);
+  job::JobPlan plan = o.job;
+  plan.clip_group = false;
+  const std::unique_ptr<job::Job> job = job::start_job(plan, [&](int world) {
+    VINF_INPUT_CHECK(world == 1, "--model ", o.model, " is a Wan2.1 pipeline, which runs on one rank in this version; ",
+                     "launch it without mpirun/srun (", world, " ranks were started)");
+  });
+  install_stop_signals();
+  auto log = [&](const std::string& line) {
+    if (!o.quiet) std::cerr << "vinf generate: " << line << "\n" << std::flush;
+  };
+  Runtime& rt = job->runtime();
+  ExecContext& ctx = rt.ctx();
+  const DType dtype = job->dtype();
+  const auto t_start = Clock::now();
+
+  // The shape: latent frames, and the latent's height and width at the VAE's 8x.
+  const std::int64_t lf = (o.frames - 1) / 4 + 1, lh = o.height / 8, lw = o.width / 8;
+  const std::string dir = o.model;
+  const sampling::FlowScheduleConfig sched_config = sampling::read_flow_schedule_config(dir + "/scheduler");
+  const sampling::FlowScheduler scheduler(o.flow_solver, sched_config, o.steps);
+  std::vector<std::string> warnings;
+  const model::T5Tokenizer tokenizer = model::T5Tokenizer::load(dir + "/tokenizer");
+  const std::string transformer_config = model::find_wan_transformer_config(dir);
+  const model::WanTransformerConfig tc = model::load_wan_transformer_config(transformer_config, &warnings);
+  if (!o.latents_init.empty()) {
+    const io::SafetensorsFile f(o.latents_init);
+    const auto* e = f.find("latents_init");
+    VINF_INPUT_CHECK(e != nullptr, "--latents-init ", o.latents_init, " has no tensor 'latents_init' (F32 [1,C,F,H,W])");
+    const Shape want{1, tc.in_channels, lf, lh, lw};
+    VINF_INPUT_CHECK(e->dtype == DType::f32 && e->shape == want, "--latents-init ", o.latents_init, ": 'latents_init' is ",
+                     io::safetensors_dtype_name(e->dtype), e->shape.str(), " but this video's latents are F32",
+                     want.str(), " (1, channels, (frames - 1) / 4 + 1, height / 8, width / 8)");
+  }
+  const std::string out_dir = choose_out_dir(o, job->world_session());
+  {
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    VINF_INPUT_CHECK(!ec, "cannot create the output directory ", out_dir, ": ", ec.message());
+    fs::remove(out_dir + "/run.json", ec);  // from here on the directory holds an unfinished run
+  }
+  for (const std::string& w : warnings) log("warning: " + w);
+
+  // Text: the prompt and the negative one, cleaned as the pipeline cleans them, through UMT5; rows
+  // past each prompt's tokens zeroed as the pipeline pads them.
+  const auto t_text = Clock::now();
+  const bool guided = o.guidance != 1.0;
+  std::vector<std::string> texts = {model::wan_prompt_clean(o.prompts[0])};
+  if (guided) texts.push_back(model::wan_prompt_clean(o.negative));
+  std::vector<float> embeds;
+  std::int64_t width = 0;
+  {
+    const model::Umt5Encoder encoder = model::Umt5Encoder::load(dir + "/text_encoder", rt, DType::f32);
+    width = encoder.config().d_model;
+    std::vector<model::T5TokenizedText> tokens;
+    embeds = model::encode_prompts(rt, tokenizer, encoder, texts, o.max_text_length, &tokens);
+    std::vector<std::int64_t> lengths;
+    for (const model::T5TokenizedText& t : tokens) {
+      lengths.push_back(t.length);
+      if (t.truncated()) log("warning: the prompt \"" + texts[lengths.size() - 1].substr(0, 60) + "\" has " +
+                             std::to_string(t.length) + " tokens; kept " + std::to_string(o.max_text_length));
+    }
+    for (std::int64_t& l : lengths) l = std::min<std::int64_t>(l, o.max_text_length);
+    model::zero_past_length(embeds, static_cast<std::int64_t>(texts.size()), o.max_text_length, width, lengths);
+  }
+  VINF_INPUT_CHECK(width == tc.text_dim, "the text encoder of ", dir, " gives ", width, "-wide embeddings but its ",
+                   "transformer takes text_dim = ", tc.text_dim);
+  const double text_seconds = seconds_since(t_text);
+
+  const auto t_load = Clock::now();
+  const model::WanTransformer wan = model::WanTransformer::load(dir, rt, dtype, false, &warnings);
+  const double load_seconds = seconds_since(t_load);
+  const Shape text_shape{1, o.max_text_length, width};
+  OwnedTensor prompt = rt.arena().empty(DType::f32, text_shape), negative = rt.arena().empty(DType::f32, text_shape);
+  const std::size_t per = static_cast<std::size_t>(text_shape.numel());
+  ops::copy(ctx, Tensor::wrap(embeds.data(), DType::f32, Device::cpu(), text_shape), prompt);
+  if (guided) ops::copy(ctx, Tensor::wrap(embeds.data() + per, DType::f32, Device::cpu(), text_shape), negative);
+
+  // The initial latents: given, or the seed's standard normal draw (keyed by frame, as every vinf
+  // run draws them).
+  const Shape latent_shape{1, tc.in_channels, lf, lh, lw};
+  sampling::FlowSampler sampler(scheduler, rt.arena(), latent_shape);
+  if (o.latents_init.empty()) {
+    sampling::NoiseSource(sampling::NoiseMode::invariant, static_cast<std::uint64_t>(o.seed), 0, 0)
+        .initial(ctx, rt.arena(), sampler.latents());
+  } else {
+    ops::copy(ctx, io::SafetensorsFile(o.latents_init).tensor("latents_init"), sampler.latents());
+  }
+  log("Wan2.1 " + dir + ": " + std::to_string(wan.weights().count()) + " transformer parameters as " +
+      model::precision_name(dtype, rt.device()) + " on " + rt.device().name() + "; " + std::to_string(o.frames) +
+      " frames (" + std::to_string(lf) + " latent) at " + std::to_string(o.height) + "x" + std::to_string(o.width) +
+      ", " + std::to_string(o.steps) + " " + sampling::flow_solver_name(o.flow_solver) + " steps, guidance " +
+      std::to_string(o.guidance).substr(0, 5) + (o.latents_init.empty() ? ", seed " + std::to_string(o.seed)
+                                                                        : ", latents from " + o.latents_init));
+
+  // Denoise.
+  const auto t_denoise = Clock::now();
+  app::WanDenoise d{wan, scheduler, prompt, negative, static_cast<float>(guided ? o.guidance : 1.0), nullptr};
+  auto t_step = Clock::now();
+  d.after_step = [&](int i) {
+    rt.synchronize();
+    if (!o.quiet && (o.verbose || i + 1 == o.steps || (i + 1) % std::max(1, o.steps / 10) == 0))
+      log("step " + std::to_string(i + 1) + "/" + std::to_string(o.steps) + " (t=" +
+          std::to_string(scheduler.timesteps()[static_cast<std::size_t>(i)]) + "): " +
+          std::to_string(seconds_since(t_step)).substr(0, 6) + " s");
+    t_step = Clock::now();
+  };
+  app::wan_denoise(rt, d, sampler);
+  rt.synchronize();
+  const double denoise_seconds = seconds_since(t_denoise);
+
+  // latents.h5: the latent frames [F, C, H, W].
+  std::vector<float> host(static_cast<std::size_t>(latent_shape.numel()));
+  const Shape frame_major{lf, tc.in_channels, lh, lw};
+  ops::copy(ctx, sampler.latents().select(0, 0).permute({1, 0, 2, 3}),
+            Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major));
+  rt.synchronize();
+  for (float v : host)
+    VINF_CHECK(std::isfinite(v), "the Wan latents are no longer finite after ", o.steps, " steps: nothing was written");
+  json config = {{"family", "wan"},
+                 {"model", dir},
+                 {"latents-init", o.latents_init},
+                 {"video", {{"frames", o.frames}, {"latent-frames", lf}, {"height", o.height}, {"width", o.width}}},
+                 {"sampler",
+                  {{"scheduler", sampling::flow_solver_name(o.flow_solver)}, {"steps", o.steps},
+                   {"guidance", o.guidance}, {"seed", o.seed}, {"flow-shift", sched_config.flow_shift}}},
+                 {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"max-length", o.max_text_length}}},
+                 {"device", rt.device().name()},
+                 {"dtype", dtype_name(dtype)}};
+  io::RunStamp stamp;
+  stamp.config_json = config.dump();
+  stamp.numerics_json = config.dump();
+  stamp.model_fingerprint = model::model_fingerprint(model::find_model_files(fs::path(transformer_config).parent_path().string()));
+  stamp.noise_mode = "invariant";
+  stamp.scheduler = sampling::flow_solver_name(o.flow_solver);
+  stamp.seed = o.seed;
+  io::write_latents(job->world_session().world(), out_dir + "/latents.h5", stamp, io::FramePart{frame_major, 0, lf},
+                    host.data());
+  const std::size_t peak = rt.arena().stats().peak_in_use;
+  const json run = {{"config", config},
+                    {"timings_s",
+                     {{"total", seconds_since(t_start)},
+                      {"text", text_seconds},
+                      {"load", load_seconds},
+                      {"denoise", denoise_seconds},
+                      {"denoise_per_step", denoise_seconds / o.steps}}},
+                    {"memory", {{"peak_device_bytes", peak}}},
+                    {"outputs", {"latents.h5"}}};
+  io::write_file_atomically(out_dir + "/run.json", run.dump(2) + "\n");
+  log("outputs in " + out_dir + "/ (latents.h5, run.json); " + std::to_string(denoise_seconds).substr(0, 6) +
+      " s denoising, peak memory " + format_mib(static_cast<double>(peak)));
+  return 0;
+}
+
+}  // namespace vinf::app
