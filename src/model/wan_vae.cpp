@@ -111,25 +111,32 @@ class Pass {
     return y;
   }
 
-  // diffusers' WanRMS_norm p over the channels of every pixel: x / max(|x|, 1e-12) * sqrt(C) *
-  // gamma, then act. As a GroupNorm of one group over the 2C values [x, -x] of each pixel: their
-  // mean is 0 and their variance |x|^2 / C, so the normalised first half is x * sqrt(C) / |x|.
-  Act rms_norm(const Tensor& x, const std::string& p, ops::Activation act) const {
-    const std::int64_t t = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3), pixels = t * hw;
-    const Tensor xc = x.reshape({t, c, hw}).permute({1, 0, 2});  // (C, T, HW)
-    Act both = empty({2 * c, t, hw}), normed = empty({2 * c, t, hw});
-    ops::copy(ctx_, xc, both->view().slice(0, 0, c));
-    ops::scale(ctx_, xc, -1.f, both->view().slice(0, c, c));
+  // diffusers' WanRMS_norm p over the channels of every pixel, x / max(|x|, 1e-12) * sqrt(C) *
+  // gamma, channels-last: (T, H*W, 2C) whose first C channels are the result. As a LayerNorm of
+  // the 2C values [x, -x] of each pixel: their mean is 0 and their variance |x|^2 / C, so the
+  // normalised first half is x * sqrt(C) / |x|.
+  Act rms_norm_channels_last(const Tensor& x, const std::string& p) const {
+    const std::int64_t t = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
+    const Tensor xl = x.reshape({t, c, hw}).permute({0, 2, 1});  // (T, HW, C)
+    Act both = empty({t, hw, 2 * c}), normed = empty({t, hw, 2 * c});
+    ops::copy(ctx_, xl, both->view().slice(2, 0, c));
+    ops::scale(ctx_, xl, -1.f, both->view().slice(2, c, c));
     Act gamma = empty({2 * c}), beta = empty({2 * c});
     ops::copy(ctx_, w(p + ".gamma").reshape({c}), gamma->view().slice(0, 0, c));
     ops::fill(ctx_, gamma->view().slice(0, c, c), 0.0);
     ops::fill(ctx_, *beta, 0.0);
-    auto per_pixel = [&](const Tensor& v) { return v.reshape({2 * c, pixels}).permute({1, 0}).unsqueeze(2); };
     // eps: sqrt(|x|^2 + C eps) = sqrt(|x|^2 + 1e-24), F.normalize's floor of 1e-12 on |x|.
-    ops::group_norm(ctx_, per_pixel(*both), *gamma, *beta, per_pixel(*normed),
-                    {1, 1e-24f / static_cast<float>(c), act});
+    ops::layer_norm(ctx_, both->reshape({t * hw, 2 * c}), *gamma, *beta, normed->reshape({t * hw, 2 * c}),
+                    1e-24f / static_cast<float>(c));
+    return normed;
+  }
+
+  // The RMS norm p of x, then act, frame-major like x.
+  Act rms_norm(const Tensor& x, const std::string& p, ops::Activation act) const {
+    const std::int64_t t = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
+    const Act normed = rms_norm_channels_last(x, p);
     Act y = empty(x.shape);
-    ops::copy(ctx_, normed->view().slice(0, 0, c).permute({1, 0, 2}), y->reshape({t, c, hw}));
+    ops::activation(ctx_, act, normed->view().slice(2, 0, c).permute({0, 2, 1}), y->reshape({t, c, hw}));
     return y;
   }
 
@@ -150,8 +157,7 @@ class Pass {
   Act attention(const Tensor& x, const std::string& p) const {
     const std::int64_t t = x.size(0), ch = x.size(1), hw = x.size(2) * x.size(3);
     Act tokens = empty({t, hw, ch});
-    ops::copy(ctx_, rms_norm(x, p + ".norm", ops::Activation::none)->reshape({t, ch, hw}).permute({0, 2, 1}),
-              *tokens);
+    ops::copy(ctx_, rms_norm_channels_last(x, p + ".norm")->view().slice(2, 0, ch), *tokens);
     Act qkv = empty({t, hw, 3 * ch});
     ops::linear(ctx_, *tokens, w(p + ".to_qkv.weight"), &w(p + ".to_qkv.bias"), *qkv);
     auto head = [&](int i) { return qkv->view().slice(2, i * ch, ch).unsqueeze(1); };  // (t, 1, hw, ch)
