@@ -161,3 +161,31 @@ TEST_CASE("Wan VAE config: what vinf does not run is refused, naming the key") {
   CHECK(refusal(R"({"base_dim": "96"})").find("config key 'base_dim' must be an integer") != std::string::npos);
   fs::remove(path);
 }
+
+// Each video of a batch starts with empty history: the second copy of the fixture's video
+// encodes and decodes like the first.
+TEST_CASE("Wan VAE: the videos of a batch are encoded and decoded independently") {
+  Runtime rt(Device::cpu());
+  const model::WanVae vae = model::WanVae::load(test::fixture("wan-tiny"), rt, DType::f32);
+  const io::SafetensorsFile ref(test::fixture("wan-tiny/ref_vae.safetensors"));
+  const Tensor video = ref.tensor("video"), mean = ref.tensor("mean"), decoded = ref.tensor("decoded");
+  auto twice = [&](const Tensor& t) {
+    OwnedTensor two = rt.arena().empty(DType::f32, {2, t.size(1), t.size(2), t.size(3), t.size(4)});
+    for (std::int64_t i = 0; i < 2; ++i) ops::copy(rt.ctx(), t, two.slice(0, i, 1));
+    return two;
+  };
+  const OwnedTensor videos = twice(video);
+  OwnedTensor means = rt.arena().empty(DType::f32, {2, 16, 3, 4, 4});
+  vae.encode(rt.ctx(), videos, means, nullptr);
+  const OwnedTensor latents = twice(mean);
+  OwnedTensor out = rt.arena().empty(DType::f32, videos.shape);
+  vae.decode(rt.ctx(), latents, out);
+  for (std::int64_t i = 0; i < 2; ++i) {
+    CAPTURE(i);
+    test::HostTensor m(mean.shape), d(decoded.shape);
+    ops::copy(rt.ctx(), means.slice(0, i, 1), m);
+    ops::copy(rt.ctx(), out.slice(0, i, 1), d);
+    CHECK(max_diff(m, mean) <= 1e-4);
+    CHECK(max_diff(d, decoded) <= 1e-4);
+  }
+}
