@@ -117,6 +117,8 @@ TEST_CASE("Wan VAE: the wan-tiny preset is the fixture's config, its parameters 
   CHECK(full.dim_mult == std::vector<int>{1, 2, 4, 4});
   CHECK(full.latents_mean.size() == 16);
   CHECK(full.latents_std.size() == 16);
+  // The layout's count; the released Wan2.1 VAE's weights are about 508 MB in f32, i.e. this many.
+  CHECK(model::parameter_count(model::wan_vae_parameters(full)) == 126892531);
   CHECK_THROWS_AS(model::wan_vae_preset("wan9"), InputError);
 }
 
