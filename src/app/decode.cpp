@@ -8,6 +8,7 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -17,9 +18,11 @@
 #include "io/h5file.hpp"
 #include "io/image.hpp"
 #include "io/path_query.hpp"
+#include "io/json_file.hpp"
 #include "io/safetensors.hpp"
 #include "io/video.hpp"
 #include "model/vae.hpp"
+#include "model/wan_vae.hpp"
 #include "job/job.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
@@ -80,6 +83,53 @@ int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::stri
 
 }  // namespace
 
+namespace {
+
+// Whether DIR (or DIR/vae) holds Wan2.1's AutoencoderKLWan.
+bool is_wan_vae(const std::string& dir) {
+  for (const std::string& p : {dir + "/config.json", dir + "/vae/config.json"})
+    if (io::path_exists(p)) {
+      const nlohmann::json j = io::read_json_file(p, "VAE config");
+      return j.is_object() && j.contains("_class_name") && j["_class_name"] == "AutoencoderKLWan";
+    }
+  return false;
+}
+
+// A Wan VAE's decoder on `latents` F32 [N, C, F, h, w] exactly as given, to `decoded` [N, 3,
+// 1 + 4 (F - 1), 8h, 8w] (clamped to [-1, 1], as diffusers' decode returns it), in f32.
+int decode_wan(Runtime& rt, const std::string& vae_dir, const std::string& latents_path, const std::string& out_path) {
+  const io::SafetensorsFile in(latents_path);
+  const auto* e = in.find("latents");
+  VINF_INPUT_CHECK(e != nullptr, latents_path, " has no tensor 'latents' [N, C, F, h, w]");
+  VINF_INPUT_CHECK(e->shape.rank() == 5 && e->dtype == DType::f32, latents_path,
+                   ": 'latents' for a Wan VAE must be F32 [N, C, F, h, w] (latent frames), got ",
+                   io::safetensors_dtype_name(e->dtype), e->shape.str());
+  const auto t0 = std::chrono::steady_clock::now();
+  const model::WanVae vae = model::WanVae::load(vae_dir, rt, DType::f32, model::WanVae::decoder);
+  const model::WanVaeConfig& c = vae.config();
+  VINF_INPUT_CHECK(e->shape[1] == c.z_dim, latents_path, ": 'latents' has ", e->shape[1],
+                   " channels but the VAE takes z_dim = ", c.z_dim);
+  const Tensor latents = in.tensor("latents");
+  const std::int64_t r = c.spatial_ratio();
+  const Shape out_shape{latents.size(0), c.out_channels, c.video_frames(latents.size(2)), latents.size(3) * r,
+                        latents.size(4) * r};
+  OwnedTensor x = rt.arena().empty(DType::f32, latents.shape), y = rt.arena().empty(DType::f32, out_shape);
+  ops::copy(rt.ctx(), latents, x);
+  vae.decode(rt.ctx(), x, y);
+  std::vector<float> host(static_cast<std::size_t>(y.numel()));
+  ops::copy(rt.ctx(), y, Tensor::wrap(host.data(), DType::f32, Device::cpu(), out_shape));
+  rt.synchronize();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  io::write_safetensors(out_path, {{"decoded", DType::f32, out_shape, host.data(), {}}},
+                        {{"generator", std::string("vinf ") + VINF_VERSION + " decode"}, {"vae", vae_dir}});
+  std::cerr << "vinf decode: Wan VAE, " << latents.size(2) << " latent frame(s) to " << out_shape[2] << " frames "
+            << out_shape[4] << "x" << out_shape[3] << " on " << rt.device().name() << " in " << seconds << " s; wrote "
+            << out_path << "\n";
+  return 0;
+}
+
+}  // namespace
+
 int decode(const std::vector<std::string>& args) {
   std::string config_file, vae_dir, latents_path, checkpoint_path, out_path, device_opt = "auto", dtype_opt = "auto";
   bool tf32 = false;
@@ -91,6 +141,8 @@ int decode(const std::vector<std::string>& args) {
       "usage: vinf decode --vae DIR --latents IN.safetensors --out OUT.safetensors\n"
       "       vinf decode --vae DIR --checkpoint X.h5 --out DIR [--output.png]\n\n"
       "IN holds latents F32 [N, 4, h, w], decoded exactly as given (no division by the scaling factor);\n"
+      "for a Wan2.1 VAE (AutoencoderKLWan) latents F32 [N, C, F, h, w] of latent frames, and OUT gets\n"
+      "decoded [N, 3, 1 + 4 (F - 1), 8h, 8w] (no latents_mean / latents_std applied, clamped to [-1, 1]);\n"
       "OUT gets decoded F32 [N, 3, 8h, 8w], the raw decoder output (no clamp). X.h5 is a checkpoint or the\n"
       "latents.h5 of vinf generate: its latents are divided by the VAE's scaling factor and DIR gets\n"
       "video.mp4 and contact.png (and frames/ with --output.png).\n\n"
@@ -142,6 +194,12 @@ int decode(const std::vector<std::string>& args) {
   const DType dtype = job->dtype();
   Runtime& rt = job->runtime();
 
+  if (is_wan_vae(vae_dir)) {
+    VINF_INPUT_CHECK(checkpoint_path.empty(), "vinf decode: ", vae_dir, " is a Wan2.1 VAE; decoding a Wan run's ",
+                     "latents.h5 is not available yet: give --latents IN.safetensors (the run's video.mp4 is decoded ",
+                     "already)");
+    return decode_wan(rt, vae_dir, latents_path, out_path);
+  }
   if (!checkpoint_path.empty()) {
     const model::VaeDecoder vae = model::VaeDecoder::load(vae_dir, rt, dtype);
     return decode_checkpoint(rt, vae, checkpoint_path, out_path, video, overwrite, frames_per_call, tile);

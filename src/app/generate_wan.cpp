@@ -13,11 +13,14 @@
 #include "core/progress.hpp"
 #include "io/atomic_file.hpp"
 #include "io/checkpoint.hpp"
+#include "io/image.hpp"
+#include "io/video.hpp"
 #include "io/path_query.hpp"
 #include "io/safetensors.hpp"
 #include "job/job.hpp"
 #include "model/t5_tokenizer.hpp"
 #include "model/umt5.hpp"
+#include "model/wan_vae.hpp"
 #include "model/wan_transformer.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
@@ -54,6 +57,40 @@ void check_wan_plan(const RunPlan& o) {
                      "the transformer's patch of 2)");
   for (const char* part : {"transformer", "text_encoder", "tokenizer", "scheduler"})
     VINF_INPUT_CHECK(io::is_directory(o.model + "/" + part), what, "needs its ", part, "/ directory, which is missing");
+}
+
+struct WanVideo {
+  double seconds = 0;
+  std::vector<std::string> files;
+};
+
+// The pipeline's decoding: latents * latents_std + latents_mean per channel, the causal VAE, then
+// the frames as the reference exports them (clamp(x / 2 + 0.5), times 255, truncated) into
+// video.mp4, contact.png and, with --output.png, one PNG per frame.
+WanVideo decode_video(const RunPlan& o, Runtime& rt, const model::WanVae& vae, const Tensor& latents,
+                      const std::string& out_dir) {
+  const auto t0 = Clock::now();
+  ExecContext& ctx = rt.ctx();
+  const model::WanVaeConfig& vc = vae.config();
+  const std::int64_t lf = latents.size(2), lh = latents.size(3), lw = latents.size(4);
+  OwnedTensor z = rt.arena().empty(DType::f32, latents.shape);
+  wan_latents_for_vae(rt, vc, latents, z);
+  const std::int64_t frames = vc.video_frames(lf), r = vc.spatial_ratio(), height = lh * r, width = lw * r;
+  OwnedTensor video = rt.arena().empty(DType::f32, {1, vc.out_channels, frames, height, width});
+  vae.decode(ctx, z, video);
+  std::vector<float> host(static_cast<std::size_t>(video.numel()));
+  const Shape frame_major{frames, vc.out_channels, height, width};
+  ops::copy(ctx, video.view().select(0, 0).permute({1, 0, 2, 3}), Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major));
+  rt.synchronize();
+  io::FrameWriter writer(out_dir, frames, width, height, {o.video, o.png, o.output_fps, o.ffmpeg});
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(height * width * 3));
+  for (std::int64_t f = 0; f < frames; ++f) {
+    io::to_rgb8(host.data() + f * vc.out_channels * height * width, height, width, rgb.data());
+    writer.add(f, rgb.data());
+  }
+  const std::string error = writer.finish();
+  VINF_CHECK(error.empty(), error);
+  return {seconds_since(t0), writer.files()};
 }
 
 }  // namespace
@@ -197,18 +234,34 @@ int generate_wan(const RunPlan& o) {
   stamp.seed = o.seed;
   io::write_latents(job->world_session().world(), out_dir + "/latents.h5", stamp, io::FramePart{frame_major, 0, lf},
                     host.data());
+  // The video, when the pipeline has its VAE and a video or frames are asked for.
+  WanVideo video;
+  const bool has_vae = io::is_directory(dir + "/vae");
+  if (!has_vae) log("note: " + dir + " has no vae/: latents.h5 only");
+  if (has_vae && (o.video || o.png)) {
+    const model::WanVae vae = model::WanVae::load(dir + "/vae", rt, DType::f32, model::WanVae::decoder);
+    video = decode_video(o, rt, vae, sampler.latents(), out_dir);
+  }
   const std::size_t peak = rt.arena().stats().peak_in_use;
-  const json run = {{"config", config},
+  json run = {{"config", config},
                     {"timings_s",
                      {{"total", seconds_since(t_start)},
                       {"text", text_seconds},
                       {"load", load_seconds},
                       {"denoise", denoise_seconds},
-                      {"denoise_per_step", denoise_seconds / o.steps}}},
+                      {"denoise_per_step", denoise_seconds / o.steps},
+                      {"decode", video.seconds}}},
                     {"memory", {{"peak_device_bytes", peak}}},
-                    {"outputs", {"latents.h5"}}};
+                    {"outputs", json::array()}};
+  json& outputs = run["outputs"];
+  outputs.push_back("latents.h5");
+  std::string listed = "latents.h5";
+  for (const std::string& f : video.files) {
+    outputs.push_back(f);
+    if (f.find('/') == std::string::npos) listed += ", " + f;
+  }
   io::write_file_atomically(out_dir + "/run.json", run.dump(2) + "\n");
-  log("outputs in " + out_dir + "/ (latents.h5, run.json); " + std::to_string(denoise_seconds).substr(0, 6) +
+  log("outputs in " + out_dir + "/ (" + listed + ", run.json); " + std::to_string(denoise_seconds).substr(0, 6) +
       " s denoising, peak memory " + format_mib(static_cast<double>(peak)));
   return 0;
 }

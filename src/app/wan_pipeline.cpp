@@ -42,4 +42,21 @@ void wan_denoise(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& sample
   }
 }
 
+void wan_latents_for_vae(Runtime& rt, const model::WanVaeConfig& vae, const Tensor& latents, const Tensor& z) {
+  ExecContext& ctx = rt.ctx();
+  const std::int64_t C = latents.size(1);
+  VINF_INPUT_CHECK(C == vae.z_dim && static_cast<std::int64_t>(vae.latents_mean.size()) == C &&
+                       static_cast<std::int64_t>(vae.latents_std.size()) == C,
+                   "the Wan VAE's z_dim ", vae.z_dim, " and latents_mean / latents_std (", vae.latents_mean.size(),
+                   " values) must match the ", C, " latent channels");
+  std::vector<float> scale(vae.latents_std.begin(), vae.latents_std.end());
+  std::vector<float> shift(vae.latents_mean.begin(), vae.latents_mean.end());
+  OwnedTensor sc = rt.arena().empty(DType::f32, {C}), sh = rt.arena().empty(DType::f32, {C});
+  ops::copy(ctx, Tensor::wrap(scale.data(), DType::f32, Device::cpu(), {C}), sc);
+  ops::copy(ctx, Tensor::wrap(shift.data(), DType::f32, Device::cpu(), {C}), sh);
+  const Shape per_channel{1, C, 1, 1, 1};
+  ops::mul(ctx, latents, sc.view().reshape(per_channel).expand(latents.shape), z);
+  ops::add(ctx, z, sh.view().reshape(per_channel).expand(latents.shape), z);
+}
+
 }  // namespace vinf::app

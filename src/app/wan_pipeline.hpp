@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "model/wan_transformer.hpp"
+#include "model/wan_vae_config.hpp"
 #include "sampling/flow_sampler.hpp"
 
 namespace vinf {
@@ -27,5 +28,10 @@ struct WanDenoise {
 
 // Runs steps [sampler.steps_done(), scheduler.steps()) on sampler's latents [1, C, F, H, W].
 void wan_denoise(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& sampler);
+
+// What the pipeline hands its VAE: z = latents * latents_std + latents_mean, per channel (the
+// inverse of the encoder side's (mean - latents_mean) / latents_std). latents and z [N, C, F, h, w]
+// f32 on rt's device; throws vinf::InputError when the VAE's config has no statistics for C channels.
+void wan_latents_for_vae(Runtime& rt, const model::WanVaeConfig& vae, const Tensor& latents, const Tensor& z);
 
 }  // namespace vinf::app

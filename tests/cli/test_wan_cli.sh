@@ -74,5 +74,27 @@ expect 2 "is a flow-matching scheduler of the Wan family" -- "$vinf" generate --
 expect 2 "--prompt.max-length is for the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --prompt.max-length 24 --out "$work/r"
 [ ! -e "$work/r" ] || { echo "FAIL: a refused run left $work/r"; fails=$((fails + 1)); }
 
+# The video: the pipeline's last stage through the causal VAE into video.mp4 and PNG frames.
+expect 0 "video.mp4" -- "$vinf" generate "${beagle[@]}" --latents-init "$fixture/ref_pipeline.safetensors" --output.png --out "$work/v"
+n=$(ls "$work/v/frames" 2>/dev/null | grep -c '^frame-.*\.png$')
+[ "$n" -eq 9 ] && echo "ok: 9 PNG frames" || { echo "FAIL: $n PNG frames, expected 9"; fails=$((fails + 1)); }
+# vinf decode on the VAE alone: diffusers' decode(mean) within 1e-4.
+python3 - "$fixture/ref_vae.safetensors" "$work/mean.safetensors" <<'PY'
+import json, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+raw = open(src, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+e = head["mean"]
+data = raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]]
+h = json.dumps({"latents": {"dtype": "F32", "shape": e["shape"], "data_offsets": [0, len(data)]}}).encode()
+h += b" " * (-len(h) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(h)) + h + data)
+PY
+expect 0 "3 latent frame(s) to 9 frames 32x32" -- "$vinf" decode --vae "$fixture/vae" --latents "$work/mean.safetensors" --out "$work/dec.safetensors" --device cpu
+expect 0 "ok decoded" -- "$tool" compare "$work/dec.safetensors" "$fixture/ref_vae.safetensors" 1e-4 decoded
+expect 2 "has no tensor 'latents' [N, C, F, h, w]" -- "$vinf" decode --vae "$fixture/vae" --latents "$fixture/inputs.safetensors" --out "$work/r.safetensors" --device cpu
+expect 2 "decoding a Wan run's latents.h5 is not available yet" -- "$vinf" decode --vae "$fixture/vae" --checkpoint "$work/g/latents.h5" --out "$work/r" --device cpu
+
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
