@@ -41,8 +41,9 @@ using json = nlohmann::ordered_json;
 void check_wan_plan(const RunPlan& o) {
   const std::string what = "--model " + o.model + " is a Wan2.1 pipeline, which ";
   VINF_INPUT_CHECK(o.jobs_file.empty(), what, "runs one video per call in this version: drop --jobs");
-  VINF_INPUT_CHECK(o.job.cfg == 1 && o.job.tensor == 1 && o.job.data == 1 && o.job.pipeline == 1, what,
-                   "runs on one rank in this version: drop the --parallel.* options");
+  VINF_INPUT_CHECK(o.job.tensor == 1 && o.job.data == 1 && o.job.pipeline == 1, what,
+                   "runs on one rank, or two with --parallel.cfg 2, in this version: drop --parallel.tensor, "
+                   "--parallel.data and --parallel.pipeline");
   VINF_INPUT_CHECK(o.resume.empty(), what, "writes no checkpoints yet: drop --resume");
   VINF_INPUT_CHECK(o.long_clips(), what, "makes one clip in this version: drop --long.mode");
   VINF_INPUT_CHECK(o.embeddings.empty(), what, "encodes its prompts with its own UMT5: drop --prompt.embeddings");
@@ -100,12 +101,14 @@ int generate_wan(const RunPlan& o) {
   job::JobPlan plan = o.job;
   plan.clip_group = false;
   const std::unique_ptr<job::Job> job = job::start_job(plan, [&](int world) {
-    VINF_INPUT_CHECK(world == 1, "--model ", o.model, " is a Wan2.1 pipeline, which runs on one rank in this version; ",
-                     "launch it without mpirun/srun (", world, " ranks were started)");
+    VINF_INPUT_CHECK(world == o.job.cfg, "--model ", o.model, " is a Wan2.1 pipeline, which runs on ", o.job.cfg,
+                     o.job.cfg == 1 ? " rank" : " ranks (--parallel.cfg 2: one per guidance branch)",
+                     " in this version, but ", world, " were started");
   });
+  const bool root = job->world_session().rank() == 0;
   install_stop_signals();
   auto log = [&](const std::string& line) {
-    if (!o.quiet) std::cerr << "vinf generate: " << line << "\n" << std::flush;
+    if (root && !o.quiet) std::cerr << "vinf generate: " << line << "\n" << std::flush;
   };
   Runtime& rt = job->runtime();
   ExecContext& ctx = rt.ctx();
@@ -132,10 +135,15 @@ int generate_wan(const RunPlan& o) {
   }
   const std::string out_dir = choose_out_dir(o, job->world_session());
   {
-    std::error_code ec;
-    fs::create_directories(out_dir, ec);
-    VINF_INPUT_CHECK(!ec, "cannot create the output directory ", out_dir, ": ", ec.message());
-    fs::remove(out_dir + "/run.json", ec);  // from here on the directory holds an unfinished run
+    std::string mkdir_error;
+    if (root) {
+      std::error_code ec;
+      fs::create_directories(out_dir, ec);
+      if (ec) mkdir_error = ec.message();
+      fs::remove(out_dir + "/run.json", ec);  // from here on the directory holds an unfinished run
+    }
+    job->world_session().broadcast(mkdir_error);
+    VINF_INPUT_CHECK(mkdir_error.empty(), "cannot create the output directory ", out_dir, ": ", mkdir_error);
   }
   for (const std::string& w : warnings) log("warning: " + w);
 
@@ -193,7 +201,8 @@ int generate_wan(const RunPlan& o) {
 
   // Denoise.
   const auto t_denoise = Clock::now();
-  app::WanDenoise d{wan, scheduler, prompt, negative, static_cast<float>(guided ? o.guidance : 1.0), nullptr};
+  app::WanDenoise d{wan, scheduler, prompt, negative, static_cast<float>(guided ? o.guidance : 1.0), nullptr,
+                    o.job.cfg == 2 ? job->cfg_comm() : nullptr, job->grid().cfg_index()};
   auto t_step = Clock::now();
   d.after_step = [&](int i) {
     rt.synchronize();
@@ -223,6 +232,7 @@ int generate_wan(const RunPlan& o) {
                   {{"scheduler", sampling::flow_solver_name(o.flow_solver)}, {"steps", o.steps},
                    {"guidance", o.guidance}, {"seed", o.seed}, {"flow-shift", sched_config.flow_shift}}},
                  {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"max-length", o.max_text_length}}},
+                 {"parallel", {{"cfg", o.job.cfg}, {"world", job->world_session().size()}}},
                  {"device", rt.device().name()},
                  {"dtype", dtype_name(dtype)}};
   io::RunStamp stamp;
@@ -232,13 +242,16 @@ int generate_wan(const RunPlan& o) {
   stamp.noise_mode = "invariant";
   stamp.scheduler = sampling::flow_solver_name(o.flow_solver);
   stamp.seed = o.seed;
-  io::write_latents(job->world_session().world(), out_dir + "/latents.h5", stamp, io::FramePart{frame_major, 0, lf},
-                    host.data());
+  stamp.world_size = job->world_session().size();
+  stamp.cfg_size = o.job.cfg;
+  // The guidance branches hold the same latents: the first writes them.
+  io::write_latents(job->world_session().world(), out_dir + "/latents.h5", stamp,
+                    io::FramePart{frame_major, 0, root ? lf : 0}, host.data());
   // The video, when the pipeline has its VAE and a video or frames are asked for.
   WanVideo video;
   const bool has_vae = io::is_directory(dir + "/vae");
   if (!has_vae) log("note: " + dir + " has no vae/: latents.h5 only");
-  if (has_vae && (o.video || o.png)) {
+  if (root && has_vae && (o.video || o.png)) {
     const model::WanVae vae = model::WanVae::load(dir + "/vae", rt, DType::f32, model::WanVae::decoder);
     video = decode_video(o, rt, vae, sampler.latents(), out_dir);
   }
@@ -260,7 +273,7 @@ int generate_wan(const RunPlan& o) {
     outputs.push_back(f);
     if (f.find('/') == std::string::npos) listed += ", " + f;
   }
-  io::write_file_atomically(out_dir + "/run.json", run.dump(2) + "\n");
+  if (root) io::write_file_atomically(out_dir + "/run.json", run.dump(2) + "\n");
   log("outputs in " + out_dir + "/ (" + listed + ", run.json); " + std::to_string(denoise_seconds).substr(0, 6) +
       " s denoising, peak memory " + format_mib(static_cast<double>(peak)));
   return 0;

@@ -13,6 +13,9 @@
 namespace vinf {
 class Runtime;
 }
+namespace vinf::mpi {
+class Communicator;
+}
 
 namespace vinf::app {
 
@@ -24,6 +27,11 @@ struct WanDenoise {
   float guidance = 5.f;
   // Called after each step with its index (progress, checkpoints, stop checks).
   std::function<void(int step)> after_step = nullptr;
+  // --parallel.cfg 2: the two ranks of this group each run one branch (index 0 the negative prompt,
+  // 1 the prompt) and all-gather the predictions; both then take the same step. Null: one batch of
+  // both branches on this rank.
+  mpi::Communicator* cfg_group = nullptr;
+  int cfg_index = 0;
 };
 
 // Runs steps [sampler.steps_done(), scheduler.steps()) on sampler's latents [1, C, F, H, W].

@@ -2,9 +2,9 @@
 # The Wan2.1 family on the command line: `vinf forward` on the transformer against diffusers'
 # numbers (a transformer directory or the pipeline root), and a clear message with exit status 2
 # for every rejected model, input or layout.
-# usage: test_wan_cli.sh VINF TEST_TOOL WAN_FIXTURE_DIR
+# usage: test_wan_cli.sh VINF TEST_TOOL WAN_FIXTURE_DIR MPIEXEC
 set -u
-vinf=$1 tool=$2 fixture=$3
+vinf=$1 tool=$2 fixture=$3 mpiexec=$4
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/expect.sh"
@@ -66,13 +66,22 @@ expect 0 "10 flow-euler steps" -- "$vinf" generate "${wan_base[@]}" --video.fram
 expect 2 "a Wan video has 1 + 4k frames" -- "$vinf" generate "${wan_base[@]}" --video.frames 10 --video.height 32 --video.width 32 --out "$work/r"
 expect 2 "must be a multiple of 16 for a Wan model" -- "$vinf" generate "${wan_base[@]}" --video.frames 9 --video.height 40 --video.width 32 --out "$work/r"
 expect 2 "not one of the flow-matching schedulers (unipc, flow-euler)" -- "$vinf" generate "${beagle[@]}" --sampler.scheduler dpmpp --out "$work/r"
-expect 2 "runs on one rank in this version" -- "$vinf" generate "${beagle[@]}" --parallel.cfg 2 --out "$work/r"
+expect 2 "runs on 2 ranks (--parallel.cfg 2: one per guidance branch) in this version, but 1 were started" -- "$vinf" generate "${beagle[@]}" --parallel.cfg 2 --out "$work/r"
+expect 2 "drop --parallel.tensor" -- "$vinf" generate "${beagle[@]}" --parallel.tensor 2 --out "$work/r"
 expect 2 "writes no checkpoints yet" -- "$vinf" generate "${beagle[@]}" --resume auto --out "$work/r"
 expect 2 "takes one prompt" -- "$vinf" generate "${beagle[@]}" --prompt.text "a second one" --out "$work/r"
 expect 2 "but this video's latents are F32[1,16,5,4,4]" -- "$vinf" generate "${wan_base[@]}" --video.frames 17 --video.height 32 --video.width 32 --latents-init "$fixture/ref_pipeline.safetensors" --out "$work/r"
 expect 2 "is a flow-matching scheduler of the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --sampler.scheduler unipc --out "$work/r"
 expect 2 "--prompt.max-length is for the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --prompt.max-length 24 --out "$work/r"
 [ ! -e "$work/r" ] || { echo "FAIL: a refused run left $work/r"; fails=$((fails + 1)); }
+
+# CFG parallelism: two ranks, one guidance branch each, all-gathering their predictions: the
+# reference's latents again, and the one-rank batch's to f32 rounding (a batch of 1 against 2).
+expect 0 "outputs in $work/c2/" -- "$mpiexec" -np 2 "$vinf" generate "${beagle[@]}" --latents-init "$fixture/ref_pipeline.safetensors" --parallel.cfg 2 --out "$work/c2"
+expect 0 "ok /latents against latents" -- "$tool" h5-vs-latents "$work/c2/latents.h5" "$fixture/ref_pipeline.safetensors" latents 1e-4
+expect 0 "ok /latents" -- "$tool" h5-compare "$work/c2/latents.h5" "$work/g/latents.h5" 1e-5
+expect 0 "\"cfg\": 2" -- cat "$work/c2/run.json"
+expect 2 "runs on 1 rank in this version, but 2 were started" -- "$mpiexec" -np 2 "$vinf" generate "${beagle[@]}" --out "$work/r"
 
 # The video: the pipeline's last stage through the causal VAE into video.mp4 and PNG frames.
 expect 0 "video.mp4" -- "$vinf" generate "${beagle[@]}" --latents-init "$fixture/ref_pipeline.safetensors" --output.png --out "$work/v"
