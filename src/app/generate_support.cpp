@@ -185,7 +185,8 @@ void warn(const mpi::Session& mpi, const std::string& line) {
 
 ResumePoint choose_checkpoint(const RunPlan& o, const std::string& out_dir, const mpi::Session& mpi,
                               const io::RunStamp& stamp, const std::vector<std::int64_t>& timesteps,
-                              const Shape& full, std::int64_t first, std::int64_t count) {
+                              const Shape& full, std::int64_t first, std::int64_t count,
+                              const std::vector<std::string>& memories) {
   ResumePoint point;
   if (o.resume.empty()) return point;
   const bool automatic = o.resume == "auto";
@@ -225,9 +226,12 @@ ResumePoint choose_checkpoint(const RunPlan& o, const std::string& out_dir, cons
     const auto n = static_cast<std::size_t>(count * full[1] * full[2] * full[3]);
     point.latents.assign(n, 0.f);
     point.previous_x0.assign(n, 0.f);
+    point.memories.assign(memories.size(), std::vector<float>(n, 0.f));
+    std::vector<io::StateFrames> extra;
+    for (std::size_t k = 0; k < memories.size(); ++k) extra.push_back({memories[k], point.memories[k].data()});
     std::string damaged;
     try {
-      io::read_checkpoint_frames(mpi.world(), path, first, count, point.latents.data(), point.previous_x0.data());
+      io::read_checkpoint_frames(mpi.world(), path, first, count, point.latents.data(), point.previous_x0.data(), extra);
     } catch (const InputError& e) {
       damaged = e.what();
     }

@@ -46,6 +46,7 @@ std::string choose_out_dir(const RunPlan& o, const mpi::Session& mpi);
 struct ResumePoint {
   std::unique_ptr<io::CheckpointInfo> info;
   std::vector<float> latents, previous_x0;  // frames [first, first + count), frame-major
+  std::vector<std::vector<float>> memories;  // the extra solver memories asked for, in that order
 };
 // Collective. --resume PATH: that checkpoint, which must be readable, belong to this run
 // (check_resumable) and pass its checksums, else vinf::InputError on every rank. --resume auto:
@@ -53,9 +54,11 @@ struct ResumePoint {
 // names the file and what failed (the dataset whose checksum does not match), and the next older
 // one is tried, with a warning that says so. Checkpoints present but none usable: InputError
 // (never a silent start from the beginning); none present: a fresh start.
+// `memories` names the solver's datasets under /state beyond previous_x0 (the flow UniPC's).
 ResumePoint choose_checkpoint(const RunPlan& o, const std::string& out_dir, const mpi::Session& mpi,
                               const io::RunStamp& stamp, const std::vector<std::int64_t>& timesteps,
-                              const Shape& full, std::int64_t first, std::int64_t count);
+                              const Shape& full, std::int64_t first, std::int64_t count,
+                              const std::vector<std::string>& memories = {});
 
 // The settings that change the numbers, which a resumed run must share with the checkpoint (the
 // number of clips only outside invariant mode).

@@ -13,6 +13,7 @@
 #include "core/progress.hpp"
 #include "io/atomic_file.hpp"
 #include "io/checkpoint.hpp"
+#include "mpi/session.hpp"
 #include "io/image.hpp"
 #include "io/video.hpp"
 #include "io/path_query.hpp"
@@ -35,16 +36,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::ordered_json;
 
-// What this version of the Wan path refuses, with the option named: the layouts over more than one
-// rank, the UNet family's methods and files, resuming (Wan checkpoints come with the multi-rank
-// part).
+// What this version of the Wan path refuses, with the option named: the layouts that split the
+// frames or the model, the UNet family's methods and files.
 void check_wan_plan(const RunPlan& o) {
   const std::string what = "--model " + o.model + " is a Wan2.1 pipeline, which ";
   VINF_INPUT_CHECK(o.jobs_file.empty(), what, "runs one video per call in this version: drop --jobs");
   VINF_INPUT_CHECK(o.job.tensor == 1 && o.job.data == 1 && o.job.pipeline == 1, what,
                    "runs on one rank, or two with --parallel.cfg 2, in this version: drop --parallel.tensor, "
                    "--parallel.data and --parallel.pipeline");
-  VINF_INPUT_CHECK(o.resume.empty(), what, "writes no checkpoints yet: drop --resume");
   VINF_INPUT_CHECK(o.long_clips(), what, "makes one clip in this version: drop --long.mode");
   VINF_INPUT_CHECK(o.embeddings.empty(), what, "encodes its prompts with its own UMT5: drop --prompt.embeddings");
   VINF_INPUT_CHECK(o.prompts.size() == 1, what, "takes one prompt (--prompt.text once), got ", o.prompts.size());
@@ -133,18 +132,47 @@ int generate_wan(const RunPlan& o) {
                      io::safetensors_dtype_name(e->dtype), e->shape.str(), " but this video's latents are F32",
                      want.str(), " (1, channels, (frames - 1) / 4 + 1, height / 8, width / 8)");
   }
-  const std::string out_dir = choose_out_dir(o, job->world_session());
+  json config = {{"family", "wan"},
+                 {"model", dir},
+                 {"latents-init", o.latents_init},
+                 {"video", {{"frames", o.frames}, {"latent-frames", lf}, {"height", o.height}, {"width", o.width}}},
+                 {"sampler",
+                  {{"scheduler", sampling::flow_solver_name(o.flow_solver)}, {"steps", o.steps},
+                   {"guidance", o.guidance}, {"seed", o.seed}, {"flow-shift", sched_config.flow_shift}}},
+                 {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"max-length", o.max_text_length}}},
+                 {"parallel", {{"cfg", o.job.cfg}, {"world", job->world_session().size()}}},
+                 {"device", rt.device().name()},
+                 {"dtype", dtype_name(dtype)}};
+  io::RunStamp stamp;
+  stamp.config_json = config.dump();
+  stamp.numerics_json = config.dump();
+  stamp.model_fingerprint = model::model_fingerprint(model::find_model_files(fs::path(transformer_config).parent_path().string()));
+  stamp.noise_mode = "invariant";
+  stamp.scheduler = sampling::flow_solver_name(o.flow_solver);
+  stamp.seed = o.seed;
+  stamp.world_size = job->world_session().size();
+  stamp.cfg_size = o.job.cfg;
+  mpi::Session& world = job->world_session();
+  const std::string out_dir = choose_out_dir(o, world), ckpt_dir = out_dir + "/checkpoints";
+  // A finished run (its run.json is there) that is asked to resume has nothing left to do.
+  if (!o.resume.empty() && decided_by_root(world, [&] { return io::path_exists(out_dir + "/run.json") ? "done" : ""; }) == "done") {
+    log(out_dir + " holds a finished run (run.json); nothing to resume");
+    return 0;
+  }
   {
     std::string mkdir_error;
     if (root) {
       std::error_code ec;
-      fs::create_directories(out_dir, ec);
+      fs::create_directories(ckpt_dir, ec);
       if (ec) mkdir_error = ec.message();
       fs::remove(out_dir + "/run.json", ec);  // from here on the directory holds an unfinished run
+      if (o.resume.empty())
+        for (const std::string& c : io::list_checkpoints(ckpt_dir)) fs::remove(c, ec);  // --overwrite's old run
     }
-    job->world_session().broadcast(mkdir_error);
-    VINF_INPUT_CHECK(mkdir_error.empty(), "cannot create the output directory ", out_dir, ": ", mkdir_error);
+    world.broadcast(mkdir_error);
+    VINF_INPUT_CHECK(mkdir_error.empty(), "cannot create the output directory ", ckpt_dir, ": ", mkdir_error);
   }
+  io::check_run_files(world.world(), ckpt_dir, stamp);
   for (const std::string& w : warnings) log("warning: " + w);
 
   // Text: the prompt and the negative one, cleaned as the pipeline cleans them, through UMT5; rows
@@ -192,6 +220,20 @@ int generate_wan(const RunPlan& o) {
   } else {
     ops::copy(ctx, io::SafetensorsFile(o.latents_init).tensor("latents_init"), sampler.latents());
   }
+  // --resume: the checkpoint's latents and UniPC's memories (frame-major on the host).
+  const Shape frame_major{lf, tc.in_channels, lh, lw};
+  const std::vector<std::string> memories = {"last_corrected", "second_previous_x0"};
+  ResumePoint resume = choose_checkpoint(o, out_dir, world, stamp, scheduler.timesteps(), frame_major, 0, lf, memories);
+  if (resume.info) {
+    auto put = [&](std::vector<float>& host) {
+      return Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major).permute({1, 0, 2, 3}).unsqueeze(0);
+    };
+    sampler.restore(ctx, static_cast<int>(resume.info->state.step), put(resume.latents), put(resume.memories[0]),
+                    put(resume.previous_x0), put(resume.memories[1]));
+    rt.synchronize();
+    log("resuming from " + resume.info->path + " after step " + std::to_string(resume.info->state.step) + " of " +
+        std::to_string(o.steps));
+  }
   log("Wan2.1 " + dir + ": " + std::to_string(wan.weights().count()) + " transformer parameters as " +
       model::precision_name(dtype, rt.device()) + " on " + rt.device().name() + "; " + std::to_string(o.frames) +
       " frames (" + std::to_string(lf) + " latent) at " + std::to_string(o.height) + "x" + std::to_string(o.width) +
@@ -201,49 +243,66 @@ int generate_wan(const RunPlan& o) {
 
   // Denoise.
   const auto t_denoise = Clock::now();
+  // This rank's latents or a memory, frame-major on the host.
+  auto frames_on_host = [&](const Tensor& t) {
+    std::vector<float> h(static_cast<std::size_t>(t.numel()));
+    ops::copy(ctx, t.select(0, 0).permute({1, 0, 2, 3}), Tensor::wrap(h.data(), DType::f32, Device::cpu(), frame_major));
+    rt.synchronize();
+    return h;
+  };
   app::WanDenoise d{wan, scheduler, prompt, negative, static_cast<float>(guided ? o.guidance : 1.0), nullptr,
                     o.job.cfg == 2 ? job->cfg_comm() : nullptr, job->grid().cfg_index()};
   auto t_step = Clock::now();
+  io::TextCache text_cache;
+  text_cache.prompts = 1;
+  text_cache.tokens = o.max_text_length;
+  text_cache.width = width;
+  text_cache.prompt_embeds.assign(embeds.begin(), embeds.begin() + static_cast<std::ptrdiff_t>(per));
+  if (guided) text_cache.negative_prompt_embeds.assign(embeds.begin() + static_cast<std::ptrdiff_t>(per), embeds.end());
+  int stopped = 0;
+  double checkpoint_seconds = 0;
   d.after_step = [&](int i) {
     rt.synchronize();
+    const int done = i + 1;
+    if (step_fault(world.rank(), done)) ops::fill(ctx, sampler.latents(), std::nan(""));
+    const int sig = static_cast<int>(world.max(static_cast<double>(stop_signal())));  // every rank stops alike
+    if (sig != 0 || done == o.steps || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0)) {
+      const auto t_ckpt = Clock::now();
+      std::vector<float> x = frames_on_host(sampler.latents()), m1 = frames_on_host(sampler.previous_x0()),
+                         last = frames_on_host(sampler.last_corrected()), m2 = frames_on_host(sampler.second_previous_x0());
+      for (float v : x)
+        VINF_CHECK(std::isfinite(v), "the Wan latents are no longer finite after step ", done,
+                   ": no checkpoint written (the last good one stays)");
+      io::SolverState state{done, scheduler.timesteps(),
+                            std::vector<double>(scheduler.sigmas().begin(), scheduler.sigmas().end())};
+      const std::string path = ckpt_dir + "/" + io::checkpoint_name(done);
+      io::write_checkpoint(world.world(), path, stamp, io::FramePart{frame_major, 0, root ? lf : 0}, x.data(), m1.data(),
+                           state, text_cache, {{"last_corrected", last.data()}, {"second_previous_x0", m2.data()}});
+      if (root) io::prune_checkpoints(ckpt_dir, o.checkpoint_keep);
+      checkpoint_seconds += seconds_since(t_ckpt);
+    }
+    if (sig != 0) {
+      stopped = sig;
+      log(std::string(signal_name(sig)) + " after step " + std::to_string(done) + ": checkpoint written; continue with "
+          "--resume auto (exit status " + std::to_string(kExitStopped) + ")");
+      return false;
+    }
     if (!o.quiet && (o.verbose || i + 1 == o.steps || (i + 1) % std::max(1, o.steps / 10) == 0))
       log("step " + std::to_string(i + 1) + "/" + std::to_string(o.steps) + " (t=" +
           std::to_string(scheduler.timesteps()[static_cast<std::size_t>(i)]) + "): " +
           std::to_string(seconds_since(t_step)).substr(0, 6) + " s");
     t_step = Clock::now();
+    return true;
   };
   app::wan_denoise(rt, d, sampler);
   rt.synchronize();
+  if (stopped != 0) return kExitStopped;
   const double denoise_seconds = seconds_since(t_denoise);
 
   // latents.h5: the latent frames [F, C, H, W].
-  std::vector<float> host(static_cast<std::size_t>(latent_shape.numel()));
-  const Shape frame_major{lf, tc.in_channels, lh, lw};
-  ops::copy(ctx, sampler.latents().select(0, 0).permute({1, 0, 2, 3}),
-            Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major));
-  rt.synchronize();
+  std::vector<float> host = frames_on_host(sampler.latents());
   for (float v : host)
     VINF_CHECK(std::isfinite(v), "the Wan latents are no longer finite after ", o.steps, " steps: nothing was written");
-  json config = {{"family", "wan"},
-                 {"model", dir},
-                 {"latents-init", o.latents_init},
-                 {"video", {{"frames", o.frames}, {"latent-frames", lf}, {"height", o.height}, {"width", o.width}}},
-                 {"sampler",
-                  {{"scheduler", sampling::flow_solver_name(o.flow_solver)}, {"steps", o.steps},
-                   {"guidance", o.guidance}, {"seed", o.seed}, {"flow-shift", sched_config.flow_shift}}},
-                 {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"max-length", o.max_text_length}}},
-                 {"parallel", {{"cfg", o.job.cfg}, {"world", job->world_session().size()}}},
-                 {"device", rt.device().name()},
-                 {"dtype", dtype_name(dtype)}};
-  io::RunStamp stamp;
-  stamp.config_json = config.dump();
-  stamp.numerics_json = config.dump();
-  stamp.model_fingerprint = model::model_fingerprint(model::find_model_files(fs::path(transformer_config).parent_path().string()));
-  stamp.noise_mode = "invariant";
-  stamp.scheduler = sampling::flow_solver_name(o.flow_solver);
-  stamp.seed = o.seed;
-  stamp.world_size = job->world_session().size();
-  stamp.cfg_size = o.job.cfg;
   // The guidance branches hold the same latents: the first writes them.
   io::write_latents(job->world_session().world(), out_dir + "/latents.h5", stamp,
                     io::FramePart{frame_major, 0, root ? lf : 0}, host.data());
@@ -263,6 +322,7 @@ int generate_wan(const RunPlan& o) {
                       {"load", load_seconds},
                       {"denoise", denoise_seconds},
                       {"denoise_per_step", denoise_seconds / o.steps},
+                      {"checkpoints", checkpoint_seconds},
                       {"decode", video.seconds}}},
                     {"memory", {{"peak_device_bytes", peak}}},
                     {"outputs", json::array()}};

@@ -50,7 +50,7 @@ void wan_denoise(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& sample
       ops::copy(ctx, pred, v);
     }
     sampler.step(ctx, i, v);
-    if (d.after_step) d.after_step(i);
+    if (d.after_step && !d.after_step(i)) return;
   }
 }
 

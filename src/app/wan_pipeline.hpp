@@ -25,8 +25,9 @@ struct WanDenoise {
   // [1, L, text_dim] each, on the device; `negative` unused when guidance is 1.
   Tensor prompt, negative;
   float guidance = 5.f;
-  // Called after each step with its index (progress, checkpoints, stop checks).
-  std::function<void(int step)> after_step = nullptr;
+  // Called after each step with its index (progress, checkpoints, stop checks); false ends the
+  // loop there (a stop signal).
+  std::function<bool(int step)> after_step = nullptr;
   // --parallel.cfg 2: the two ranks of this group each run one branch (index 0 the negative prompt,
   // 1 the prompt) and all-gather the predictions; both then take the same step. Null: one batch of
   // both branches on this rank.

@@ -77,7 +77,8 @@ std::optional<std::vector<std::int64_t>> recorded_boundaries(const H5File& f) {
 }
 
 void write_checkpoint(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
-                      const float* latents, const float* previous_x0, const SolverState& state, const TextCache& text) {
+                      const float* latents, const float* previous_x0, const SolverState& state, const TextCache& text,
+                      const std::vector<StateFrames>& extra) {
   write_atomically(comm, path, [&](H5File& f) {
     stamp_file(f, kCheckpointFormat, stamp);
     f.write_frames("/latents", part.full, 0, part.first, part.count, latents);
@@ -88,6 +89,7 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const RunStamp& st
     const std::vector<float> sigmas(state.sigmas.begin(), state.sigmas.end());
     f.write_small("/state/sigmas", DType::f32, {static_cast<std::int64_t>(sigmas.size())}, sigmas.data());
     f.write_frames("/state/previous_x0", part.full, 0, part.first, part.count, previous_x0);
+    for (const StateFrames& e : extra) f.write_frames("/state/" + e.name, part.full, 0, part.first, part.count, e.data);
     f.create_group("/text");
     f.write_small("/text/prompt_embeds", DType::f32, {text.prompts, text.tokens, text.width}, text.prompt_embeds.data());
     if (!text.negative_prompt_embeds.empty())
@@ -143,12 +145,17 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
 }
 
 void read_checkpoint_frames(MPI_Comm comm, const std::string& path, std::int64_t first, std::int64_t count,
-                            float* latents, float* previous_x0) {
+                            float* latents, float* previous_x0, const std::vector<StateFrames>& extra) {
   H5File f = H5File::open(comm, path);
   std::string error;
   try {
     f.read_frames("/latents", 0, first, count, latents);
     f.read_frames("/state/previous_x0", 0, first, count, previous_x0);
+    for (const StateFrames& e : extra) {
+      VINF_INPUT_CHECK(f.exists("/state/" + e.name), path, " has no /state/", e.name,
+                       " (the solver memory this run needs to continue)");
+      f.read_frames("/state/" + e.name, 0, first, count, e.data);
+    }
   } catch (const InputError& e) {
     error = e.what();
   }

@@ -78,8 +78,15 @@ void write_latents(MPI_Comm comm, const std::string& path, const RunStamp& stamp
 std::optional<std::vector<std::int64_t>> read_run_boundaries(const std::string& path);
 class H5File;
 std::optional<std::vector<std::int64_t>> recorded_boundaries(const H5File& f);
+// A solver memory beyond previous_x0, in the latents' frame layout (UniPC keeps three): written as
+// /state/<name> with the same chunks and checksums.
+struct StateFrames {
+  std::string name;
+  float* data;  // this rank's frames; read into on resume
+};
 void write_checkpoint(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
-                      const float* latents, const float* previous_x0, const SolverState& state, const TextCache& text);
+                      const float* latents, const float* previous_x0, const SolverState& state, const TextCache& text,
+                      const std::vector<StateFrames>& extra = {});
 
 struct CheckpointInfo {
   std::string path;
@@ -97,7 +104,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path);
 // The reads themselves are independent, so a rank that throws vinf::InputError (a damaged chunk)
 // leaves no other rank waiting; the caller makes the ranks agree.
 void read_checkpoint_frames(MPI_Comm comm, const std::string& path, std::int64_t first, std::int64_t count,
-                            float* latents, float* previous_x0);
+                            float* latents, float* previous_x0, const std::vector<StateFrames>& extra = {});
 
 // Collective, before a run computes anything: writes a file with the run's stamp in `dir` (as
 // every checkpoint and latents.h5 will carry it) and removes it, so that whatever keeps these files

@@ -31,7 +31,10 @@ TEST_CASE("golden: Wan denoising loop equals diffusers' WanPipeline (4 UniPC ste
   ops::copy(rt.ctx(), ref.tensor("prompt_embeds"), prompt);
   ops::copy(rt.ctx(), ref.tensor("negative_prompt_embeds"), negative);
   int steps_seen = 0;
-  app::wan_denoise(rt, {wan, sched, prompt, negative, 5.f, [&](int) { ++steps_seen; }}, sampler);
+  app::wan_denoise(rt, {wan, sched, prompt, negative, 5.f, [&](int) {
+                                                  ++steps_seen;
+                                                  return true;
+                                                }}, sampler);
   CHECK(steps_seen == 4);
   const Tensor want = ref.tensor("latents");
   double worst = 0, scale = 0;

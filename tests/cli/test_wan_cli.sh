@@ -62,13 +62,12 @@ expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/s1/latents.h5" "$work/s2/l
 expect 0 "" -- "$tool" h5-check "$work/s1/latents.h5" 3 16 4 4
 expect 0 "10 flow-euler steps" -- "$vinf" generate "${wan_base[@]}" --video.frames 9 --video.height 32 --video.width 32 --sampler.scheduler flow-euler --sampler.steps 10 --out "$work/e"
 # Refused, before anything is written: frames not 1 + 4k, sizes not multiples of 16, the UNet's
-# schedulers, layouts over ranks, resuming, a second prompt, initial latents of the wrong shape.
+# schedulers, layouts over ranks, a second prompt, initial latents of the wrong shape.
 expect 2 "a Wan video has 1 + 4k frames" -- "$vinf" generate "${wan_base[@]}" --video.frames 10 --video.height 32 --video.width 32 --out "$work/r"
 expect 2 "must be a multiple of 16 for a Wan model" -- "$vinf" generate "${wan_base[@]}" --video.frames 9 --video.height 40 --video.width 32 --out "$work/r"
 expect 2 "not one of the flow-matching schedulers (unipc, flow-euler)" -- "$vinf" generate "${beagle[@]}" --sampler.scheduler dpmpp --out "$work/r"
 expect 2 "runs on 2 ranks (--parallel.cfg 2: one per guidance branch) in this version, but 1 were started" -- "$vinf" generate "${beagle[@]}" --parallel.cfg 2 --out "$work/r"
 expect 2 "drop --parallel.tensor" -- "$vinf" generate "${beagle[@]}" --parallel.tensor 2 --out "$work/r"
-expect 2 "writes no checkpoints yet" -- "$vinf" generate "${beagle[@]}" --resume auto --out "$work/r"
 expect 2 "takes one prompt" -- "$vinf" generate "${beagle[@]}" --prompt.text "a second one" --out "$work/r"
 expect 2 "but this video's latents are F32[1,16,5,4,4]" -- "$vinf" generate "${wan_base[@]}" --video.frames 17 --video.height 32 --video.width 32 --latents-init "$fixture/ref_pipeline.safetensors" --out "$work/r"
 expect 2 "is a flow-matching scheduler of the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --sampler.scheduler unipc --out "$work/r"
@@ -82,6 +81,22 @@ expect 0 "ok /latents against latents" -- "$tool" h5-vs-latents "$work/c2/latent
 expect 0 "ok /latents" -- "$tool" h5-compare "$work/c2/latents.h5" "$work/g/latents.h5" 1e-5
 expect 0 "\"cfg\": 2" -- cat "$work/c2/run.json"
 expect 2 "runs on 1 rank in this version, but 2 were started" -- "$mpiexec" -np 2 "$vinf" generate "${beagle[@]}" --out "$work/r"
+
+# Checkpoints and resuming: SIGTERM after step 2 (the test hook) writes a checkpoint and exits 75;
+# --resume auto continues with UniPC's memories and lands on the uninterrupted run's latents bit
+# for bit (the same computations in the same order); a resume with other numbers is refused.
+quiet_run=("${beagle[@]}" --output.video=false --sampler.seed 3)
+expect 0 "outputs in $work/k0/" -- "$vinf" generate "${quiet_run[@]}" --out "$work/k0"
+expect 75 "SIGTERM after step 2: checkpoint written" -- env VINF_FAULT_STEP="rank=0,step=2,signal=TERM" "$vinf" generate "${quiet_run[@]}" --checkpoint.every 1 --out "$work/k"
+expect 0 "step 2 of 4 completed" -- "$vinf" inspect "$work/k/checkpoints/step-000002.h5"
+expect 2 "sampler" -- "$vinf" generate "${beagle[@]}" --output.video=false --sampler.seed 4 --resume auto --out "$work/k"
+expect 0 "resuming from $work/k/checkpoints/step-000002.h5 after step 2 of 4" -- "$vinf" generate "${quiet_run[@]}" --resume auto --out "$work/k"
+expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/k/latents.h5" "$work/k0/latents.h5" 0
+expect 0 "holds a finished run" -- "$vinf" generate "${quiet_run[@]}" --resume auto --out "$work/k"
+# The same on two ranks with one guidance branch each.
+expect 75 "SIGTERM after step 3" -- env VINF_FAULT_STEP="rank=1,step=3,signal=TERM" "$mpiexec" -np 2 "$vinf" generate "${quiet_run[@]}" --parallel.cfg 2 --out "$work/k2"
+expect 0 "after step 3 of 4" -- "$mpiexec" -np 2 "$vinf" generate "${quiet_run[@]}" --parallel.cfg 2 --resume auto --out "$work/k2"
+expect 0 "ok /latents" -- "$tool" h5-compare "$work/k2/latents.h5" "$work/k0/latents.h5" 1e-5
 
 # The video: the pipeline's last stage through the causal VAE into video.mp4 and PNG frames.
 expect 0 "video.mp4" -- "$vinf" generate "${beagle[@]}" --latents-init "$fixture/ref_pipeline.safetensors" --output.png --out "$work/v"
