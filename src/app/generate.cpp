@@ -1084,7 +1084,8 @@ void write_outputs(Run& r, const Models& m, Denoiser& d, Timings times) {
 
 job::JobPlan job_plan(const RunPlan& o) {
   job::JobPlan plan = o.job;
-  plan.clip_group = o.vi.mode != infinity::Mode::off || !o.long_clips();  // windows and FIFO share windows
+  // Windows and FIFO share windows; a Wan video splits no frames.
+  plan.clip_group = !o.wan && (o.vi.mode != infinity::Mode::off || !o.long_clips());
   plan.cfg_group = o.cfg() == 2;
   return plan;
 }
@@ -1109,6 +1110,7 @@ StageState hand_on(const Run& r, Denoiser& d) {
 }  // namespace
 
 void load_models_ahead(const RunPlan& base, job::Job& job, ModelCache& cache) {
+  if (base.wan) return;  // a Wan video loads its models itself
   RunPlan o = base;
   Run r{o, job, Clock::now()};
   r.root = job.root();
@@ -1165,11 +1167,11 @@ int generate(const std::vector<std::string>& args) {
   RunPlan o;
   if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
   hold_stop_signals();
-  if (o.wan) return generate_wan(o);
   // A job list is read (and refused) before MPI starts, on every rank alike.
   const std::vector<JobSpec> list = o.jobs_file.empty() ? std::vector<JobSpec>{} : read_job_list(o.jobs_file);
   const std::unique_ptr<job::Job> job = job::start_job(job_plan(o), [&](int world) {
-    if (list.empty()) check_generate_job(o, world);
+    if (list.empty() && o.wan) check_wan_job(o, world);
+    else if (list.empty()) check_generate_job(o, world);
     else job::make_layout(o.job, world);
   });
   install_stop_signals();  // after MPI's own set-up, so that these handlers are the ones in place
@@ -1180,7 +1182,7 @@ int generate(const std::vector<std::string>& args) {
   }
   if (!list.empty() || o.job.pipeline > 1) return run_job_list(args, o, list, *job);
   ModelCache cache;
-  const VideoOutcome outcome = run_video(o, *job, cache, nullptr);
+  const VideoOutcome outcome = o.wan ? run_wan_video(o, *job) : run_video(o, *job, cache, nullptr);
   return outcome.end == VideoEnd::stopped ? kExitStopped : 0;
 }
 

@@ -36,14 +36,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::ordered_json;
 
+}  // namespace
+
 // What this version of the Wan path refuses, with the option named: the layouts that split the
 // frames or the model, the UNet family's methods and files.
 void check_wan_plan(const RunPlan& o) {
   const std::string what = "--model " + o.model + " is a Wan2.1 pipeline, which ";
-  VINF_INPUT_CHECK(o.jobs_file.empty(), what, "runs one video per call in this version: drop --jobs");
-  VINF_INPUT_CHECK(o.job.tensor == 1 && o.job.data == 1 && o.job.pipeline == 1, what,
-                   "runs on one rank, or two with --parallel.cfg 2, in this version: drop --parallel.tensor, "
-                   "--parallel.data and --parallel.pipeline");
+  VINF_INPUT_CHECK(o.job.tensor == 1 && o.job.pipeline == 1, what,
+                   "runs a video on one rank, or two with --parallel.cfg 2, in this version: drop --parallel.tensor ",
+                   "and --parallel.pipeline");
   VINF_INPUT_CHECK(o.long_clips(), what, "makes one clip in this version: drop --long.mode");
   VINF_INPUT_CHECK(o.embeddings.empty(), what, "encodes its prompts with its own UMT5: drop --prompt.embeddings");
   VINF_INPUT_CHECK(o.prompts.size() == 1, what, "takes one prompt (--prompt.text once), got ", o.prompts.size());
@@ -58,6 +59,8 @@ void check_wan_plan(const RunPlan& o) {
   for (const char* part : {"transformer", "text_encoder", "tokenizer", "scheduler"})
     VINF_INPUT_CHECK(io::is_directory(o.model + "/" + part), what, "needs its ", part, "/ directory, which is missing");
 }
+
+namespace {
 
 struct WanVideo {
   double seconds = 0;
@@ -95,17 +98,18 @@ WanVideo decode_video(const RunPlan& o, Runtime& rt, const model::WanVae& vae, c
 
 }  // namespace
 
-int generate_wan(const RunPlan& o) {
+void check_wan_job(const RunPlan& o, int world) {
   check_wan_plan(o);
-  job::JobPlan plan = o.job;
-  plan.clip_group = false;
-  const std::unique_ptr<job::Job> job = job::start_job(plan, [&](int world) {
-    VINF_INPUT_CHECK(world == o.job.cfg, "--model ", o.model, " is a Wan2.1 pipeline, which runs on ", o.job.cfg,
-                     o.job.cfg == 1 ? " rank" : " ranks (--parallel.cfg 2: one per guidance branch)",
-                     " in this version, but ", world, " were started");
-  });
-  const bool root = job->world_session().rank() == 0;
-  install_stop_signals();
+  VINF_INPUT_CHECK(world == o.job.cfg, "--model ", o.model, " is a Wan2.1 pipeline, which runs on ", o.job.cfg,
+                   o.job.cfg == 1 ? " rank" : " ranks (--parallel.cfg 2: one per guidance branch)",
+                   " per video in this version, but ", world, " were started (more ranks take jobs from a list: ",
+                   "--jobs FILE with --parallel.data)");
+}
+
+VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
+  check_wan_plan(o);
+  job::Job* job = &job_ref;
+  const bool root = job->root();
   auto log = [&](const std::string& line) {
     if (root && !o.quiet) std::cerr << "vinf generate: " << line << "\n" << std::flush;
   };
@@ -140,7 +144,7 @@ int generate_wan(const RunPlan& o) {
                   {{"scheduler", sampling::flow_solver_name(o.flow_solver)}, {"steps", o.steps},
                    {"guidance", o.guidance}, {"seed", o.seed}, {"flow-shift", sched_config.flow_shift}}},
                  {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"max-length", o.max_text_length}}},
-                 {"parallel", {{"cfg", o.job.cfg}, {"world", job->world_session().size()}}},
+                 {"parallel", {{"cfg", o.job.cfg}, {"world", job->session().size()}}},
                  {"device", rt.device().name()},
                  {"dtype", dtype_name(dtype)}};
   io::RunStamp stamp;
@@ -150,14 +154,14 @@ int generate_wan(const RunPlan& o) {
   stamp.noise_mode = "invariant";
   stamp.scheduler = sampling::flow_solver_name(o.flow_solver);
   stamp.seed = o.seed;
-  stamp.world_size = job->world_session().size();
+  stamp.world_size = job->session().size();
   stamp.cfg_size = o.job.cfg;
-  mpi::Session& world = job->world_session();
+  mpi::Session& world = job->session();
   const std::string out_dir = choose_out_dir(o, world), ckpt_dir = out_dir + "/checkpoints";
   // A finished run (its run.json is there) that is asked to resume has nothing left to do.
   if (!o.resume.empty() && decided_by_root(world, [&] { return io::path_exists(out_dir + "/run.json") ? "done" : ""; }) == "done") {
     log(out_dir + " holds a finished run (run.json); nothing to resume");
-    return 0;
+    return {VideoEnd::finished_before, 0, out_dir, {}};
   }
   {
     std::string mkdir_error;
@@ -296,7 +300,7 @@ int generate_wan(const RunPlan& o) {
   };
   app::wan_denoise(rt, d, sampler);
   rt.synchronize();
-  if (stopped != 0) return kExitStopped;
+  if (stopped != 0) return {VideoEnd::stopped, stopped, out_dir, {}};
   const double denoise_seconds = seconds_since(t_denoise);
 
   // latents.h5: the latent frames [F, C, H, W].
@@ -304,7 +308,7 @@ int generate_wan(const RunPlan& o) {
   for (float v : host)
     VINF_CHECK(std::isfinite(v), "the Wan latents are no longer finite after ", o.steps, " steps: nothing was written");
   // The guidance branches hold the same latents: the first writes them.
-  io::write_latents(job->world_session().world(), out_dir + "/latents.h5", stamp,
+  io::write_latents(job->session().world(), out_dir + "/latents.h5", stamp,
                     io::FramePart{frame_major, 0, root ? lf : 0}, host.data());
   // The video, when the pipeline has its VAE and a video or frames are asked for.
   WanVideo video;
@@ -336,7 +340,7 @@ int generate_wan(const RunPlan& o) {
   if (root) io::write_file_atomically(out_dir + "/run.json", run.dump(2) + "\n");
   log("outputs in " + out_dir + "/ (" + listed + ", run.json); " + std::to_string(denoise_seconds).substr(0, 6) +
       " s denoising, peak memory " + format_mib(static_cast<double>(peak)));
-  return 0;
+  return {VideoEnd::complete, 0, out_dir, {}};
 }
 
 }  // namespace vinf::app

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "app/generate_run.hpp"
+#include "app/generate_wan.hpp"
 #include "app/generate_support.hpp"
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
@@ -141,8 +142,14 @@ RunPlan plan_job(const std::vector<std::string>& args, const RunPlan& base, cons
     VINF_INPUT_CHECK(equal, "its ", what, " differ(s) from the run's (a config file of the job's sets it?); the "
                      "replicas load the model once and keep their layout: run another job list for it");
   };
+  // A job's plan names the pipeline's own text encoder and tokenizer where the command line left
+  // them to it (the run's plan does not resolve them when its prompts come from the jobs).
+  const auto part = [](const RunPlan& p, const std::string& dir, const char* sub) {
+    return dir.empty() && !p.builtin() && p.embeddings.empty() ? p.model + "/" + sub : dir;
+  };
   same(o.model == base.model && o.unet == base.unet && o.vae == base.vae && o.model_seed == base.model_seed &&
-           o.text_encoder == base.text_encoder && o.tokenizer == base.tokenizer,
+           part(o, o.text_encoder, "text_encoder") == part(base, base.text_encoder, "text_encoder") &&
+           part(o, o.tokenizer, "tokenizer") == part(base, base.tokenizer, "tokenizer"),
        "model");
   same(o.job.cfg == base.job.cfg && o.job.tensor == base.job.tensor && o.job.data == base.job.data &&
            o.job.pipeline == base.job.pipeline && o.job.device == base.job.device && o.job.dtype == base.job.dtype &&
@@ -153,7 +160,8 @@ RunPlan plan_job(const std::vector<std::string>& args, const RunPlan& base, cons
   o.name = spec.out;
   o.job_label = spec.out;
   if (o.resume.empty()) o.resume = "auto";  // a job list resumes its interrupted jobs
-  check_generate_job(o, world);
+  if (o.wan) check_wan_plan(o);
+  else check_generate_job(o, world);
   return o;
 }
 
@@ -245,7 +253,7 @@ class Stage {
     if (!in) report(k, "running", "", 0);
     try {
       RunPlan o = plan_job(args_, base_, spec, list_dir_, job_.world_session().size());
-      const VideoOutcome v = run_video(o, job_, models_, in);
+      const VideoOutcome v = o.wan ? run_wan_video(o, job_) : run_video(o, job_, models_, in);
       const double took = seconds_since(t0);
       switch (v.end) {
         case VideoEnd::complete: report(k, "done", "", took); break;

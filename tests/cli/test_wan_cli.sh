@@ -66,7 +66,7 @@ expect 0 "10 flow-euler steps" -- "$vinf" generate "${wan_base[@]}" --video.fram
 expect 2 "a Wan video has 1 + 4k frames" -- "$vinf" generate "${wan_base[@]}" --video.frames 10 --video.height 32 --video.width 32 --out "$work/r"
 expect 2 "must be a multiple of 16 for a Wan model" -- "$vinf" generate "${wan_base[@]}" --video.frames 9 --video.height 40 --video.width 32 --out "$work/r"
 expect 2 "not one of the flow-matching schedulers (unipc, flow-euler)" -- "$vinf" generate "${beagle[@]}" --sampler.scheduler dpmpp --out "$work/r"
-expect 2 "runs on 2 ranks (--parallel.cfg 2: one per guidance branch) in this version, but 1 were started" -- "$vinf" generate "${beagle[@]}" --parallel.cfg 2 --out "$work/r"
+expect 2 "runs on 2 ranks (--parallel.cfg 2: one per guidance branch) per video in this version, but 1 were started" -- "$vinf" generate "${beagle[@]}" --parallel.cfg 2 --out "$work/r"
 expect 2 "drop --parallel.tensor" -- "$vinf" generate "${beagle[@]}" --parallel.tensor 2 --out "$work/r"
 expect 2 "takes one prompt" -- "$vinf" generate "${beagle[@]}" --prompt.text "a second one" --out "$work/r"
 expect 2 "but this video's latents are F32[1,16,5,4,4]" -- "$vinf" generate "${wan_base[@]}" --video.frames 17 --video.height 32 --video.width 32 --latents-init "$fixture/ref_pipeline.safetensors" --out "$work/r"
@@ -80,7 +80,7 @@ expect 0 "outputs in $work/c2/" -- "$mpiexec" -np 2 "$vinf" generate "${beagle[@
 expect 0 "ok /latents against latents" -- "$tool" h5-vs-latents "$work/c2/latents.h5" "$fixture/ref_pipeline.safetensors" latents 1e-4
 expect 0 "ok /latents" -- "$tool" h5-compare "$work/c2/latents.h5" "$work/g/latents.h5" 1e-5
 expect 0 "\"cfg\": 2" -- cat "$work/c2/run.json"
-expect 2 "runs on 1 rank in this version, but 2 were started" -- "$mpiexec" -np 2 "$vinf" generate "${beagle[@]}" --out "$work/r"
+expect 2 "runs on 1 rank per video in this version, but 2 were started" -- "$mpiexec" -np 2 "$vinf" generate "${beagle[@]}" --out "$work/r"
 
 # Checkpoints and resuming: SIGTERM after step 2 (the test hook) writes a checkpoint and exits 75;
 # --resume auto continues with UniPC's memories and lands on the uninterrupted run's latents bit
@@ -97,6 +97,15 @@ expect 0 "holds a finished run" -- "$vinf" generate "${quiet_run[@]}" --resume a
 expect 75 "SIGTERM after step 3" -- env VINF_FAULT_STEP="rank=1,step=3,signal=TERM" "$mpiexec" -np 2 "$vinf" generate "${quiet_run[@]}" --parallel.cfg 2 --out "$work/k2"
 expect 0 "after step 3 of 4" -- "$mpiexec" -np 2 "$vinf" generate "${quiet_run[@]}" --parallel.cfg 2 --resume auto --out "$work/k2"
 expect 0 "ok /latents" -- "$tool" h5-compare "$work/k2/latents.h5" "$work/k0/latents.h5" 1e-5
+
+# A job list over two replicas (--parallel.data 2, one rank each): each job as its single run.
+printf '%s\n' '{"out": "a", "seed": 3}' '{"out": "b", "seed": 5, "sampler.steps": 3}' > "$work/jobs.jsonl"
+wan_small=("${wan_base[@]}" --video.frames 9 --video.height 32 --video.width 32 --output.video=false)
+expect 0 "" -- "$mpiexec" -np 2 "$vinf" generate "${wan_small[@]}" --sampler.steps 4 --jobs "$work/jobs.jsonl" --parallel.data 2 --out "$work/list"
+expect 0 "\"done\"" -- cat "$work/list/jobs.json"
+expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/list/a/latents.h5" "$work/k0/latents.h5" 0
+expect 0 "outputs in $work/b1/" -- "$vinf" generate "${wan_small[@]}" --sampler.seed 5 --sampler.steps 3 --out "$work/b1"
+expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/list/b/latents.h5" "$work/b1/latents.h5" 0
 
 # The video: the pipeline's last stage through the causal VAE into video.mp4 and PNG frames.
 expect 0 "video.mp4" -- "$vinf" generate "${beagle[@]}" --latents-init "$fixture/ref_pipeline.safetensors" --output.png --out "$work/v"
