@@ -141,6 +141,21 @@ std::vector<ParamSpec> wan_transformer_parameters(const WanTransformerConfig& c)
   return p;
 }
 
+WanFlops wan_transformer_flops(const WanTransformerConfig& c, std::int64_t batch, std::int64_t frames,
+                               std::int64_t height, std::int64_t width, std::int64_t text_tokens) {
+  const double B = static_cast<double>(batch), D = static_cast<double>(c.dim()), T = static_cast<double>(text_tokens);
+  const double L = static_cast<double>((frames / c.patch_size[0]) * (height / c.patch_size[1]) * (width / c.patch_size[2]));
+  const double P = static_cast<double>(c.patch_volume()), F = static_cast<double>(c.ffn_dim);
+  WanFlops f;
+  const double per_block_linear = L * (4 * D * D + 2 * D * D + 2 * D * F) + T * 2 * D * D;
+  f.linear = 2 * B *
+             (static_cast<double>(c.layers) * per_block_linear + L * D * static_cast<double>(c.in_channels) * P +
+              L * D * static_cast<double>(c.out_channels) * P + T * (static_cast<double>(c.text_dim) * D + D * D) +
+              static_cast<double>(c.freq_dim) * D + D * D + 6 * D * D);
+  f.attention = 2 * B * static_cast<double>(c.layers) * (2 * L * L * D + 2 * L * T * D);
+  return f;
+}
+
 RotaryTable wan_rotary_table(const WanTransformerConfig& c, std::int64_t frames, std::int64_t height,
                              std::int64_t width) {
   RotaryTable t;

@@ -37,6 +37,17 @@ bool is_wan_transformer_config(const std::string& config_path);
 // Every parameter, in diffusers' names and shapes.
 std::vector<ParamSpec> wan_transformer_parameters(const WanTransformerConfig& c);
 
+// Floating-point operations of one transformer call (a multiply-add counts 2) on `batch` samples of
+// frames x height x width latent pixels with `text_tokens` text rows: the products (patch
+// embedding, q/k/v/out of both attentions, the text's keys and values, the feed-forward, the
+// conditioning and output projections) and attention's two products per head (every key seen).
+struct WanFlops {
+  double linear = 0, attention = 0;
+  double total() const { return linear + attention; }
+};
+WanFlops wan_transformer_flops(const WanTransformerConfig& c, std::int64_t batch, std::int64_t frames,
+                               std::int64_t height, std::int64_t width, std::int64_t text_tokens);
+
 // Rotary angles of every token of a (frames, height, width) grid of patches: row l = (f H + h) W + w,
 // column i < head_dim / 2. The pairs split into frame, height and width parts as Wan's do
 // (head_dim/2 - 2 (head_dim/6), head_dim/6, head_dim/6 pairs); pair j of a part of d = 2 n channels

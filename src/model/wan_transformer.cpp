@@ -100,7 +100,7 @@ WanTransformer::WanTransformer(WanTransformerConfig config, Weights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {}
 
 std::string find_wan_transformer_config(const std::string& dir) {
-  for (const fs::path p : {fs::path(dir) / "config.json", fs::path(dir) / "transformer" / "config.json"})
+  for (const fs::path& p : {fs::path(dir) / "config.json", fs::path(dir) / "transformer" / "config.json"})
     if (io::path_exists(p) && is_wan_transformer_config(p.string())) return p.string();
   return {};
 }

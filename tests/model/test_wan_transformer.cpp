@@ -143,3 +143,15 @@ TEST_CASE("Wan transformer: preset parameter counts are Wan2.1's") {
   CHECK_THROWS_WITH_AS(model::wan_transformer_preset("wan-7b"), doctest::Contains("wan-tiny, wan-1.3b, wan-14b"),
                        InputError);
 }
+
+// The FLOP count of the benchmarks, by hand for wan-tiny on B 2, 5 x 8 x 8 latents (80 tokens of
+// width 32), 12 text tokens: per block 80 (6 x 32^2 + 2 x 32 x 64) + 12 x 2 x 32^2 = 843,776
+// multiply-adds, two blocks; the patch embedding and output projection 80 x 32 x 64 each; the text
+// projection 12 x 2 x 32^2; the timestep's 32 x 32 + 32^2 + 6 x 32^2 = 8,192; all x 2 samples x 2.
+// Attention: 2 samples x 2 blocks x (2 x 80^2 x 32 + 2 x 80 x 12 x 32) x 2.
+TEST_CASE("Wan transformer: FLOPs of a call counted by hand") {
+  const model::WanFlops f =
+      model::wan_transformer_flops(model::wan_transformer_preset("wan-tiny"), 2, 5, 8, 8, 12);
+  CHECK(f.linear == 4.0 * (2 * 843776 + 2 * 80 * 32 * 64 + 12 * 2 * 32 * 32 + 8192));
+  CHECK(f.attention == 8.0 * (2 * 80 * 80 * 32 + 2 * 80 * 12 * 32));
+}
