@@ -77,6 +77,13 @@ def plan(manifest, prefix, mode, out, cores):
                 env={"OMP_NUM_THREADS": "1"}, timeout=420, exclusive=True, figures=("bench", fig),
                 what="vinf_bench_step, vc2 bf16, CFG batch 2, 24 frames at 320x512 over %d rank(s) on one GPU" % np_))
 
+    if paths.get("bench_wan"):
+        checks.append(Check(
+            "bench.wan13b", "perf",
+            [paths["bench_wan"], "--vinf_devices=cuda", "--benchmark_format=console"],
+            env={"OMP_NUM_THREADS": "1"}, timeout=600, exclusive=True,
+            what="vinf_bench_wan: one Wan2.1-1.3B transformer call, bf16, CFG batch 2, 81 frames at 480x832"))
+
     vc2 = None
     units = []
     ranks = []
