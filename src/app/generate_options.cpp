@@ -654,6 +654,9 @@ int parse_plan_options(const std::vector<std::string>& args, RunPlan& o, const p
   if (!o.vi_import.empty()) import_pipe_configs(o, vm, from_file);
   const Labels label(from_file);
   check_model(o);
+  VINF_INPUT_CHECK(o.builtin() || !o.unet.empty() || model::find_wan_transformer_config(o.model).empty(),
+                   "vinf plan: --model ", o.model, " is a Wan2.1 pipeline; plan estimates the UNet family's layouts ",
+                   "(a Wan video runs on one rank, or two with --parallel.cfg 2)");
   check_video_and_sampler(o, label);
   o.scheduler = sampling::parse_scheduler(sp.scheduler);
   // A plan reads no text, and its replicas need no job list: the rest is checked as generate does.

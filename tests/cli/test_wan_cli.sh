@@ -72,6 +72,7 @@ expect 2 "takes one prompt" -- "$vinf" generate "${beagle[@]}" --prompt.text "a 
 expect 2 "but this video's latents are F32[1,16,5,4,4]" -- "$vinf" generate "${wan_base[@]}" --video.frames 17 --video.height 32 --video.width 32 --latents-init "$fixture/ref_pipeline.safetensors" --out "$work/r"
 expect 2 "is a flow-matching scheduler of the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --sampler.scheduler unipc --out "$work/r"
 expect 2 "--prompt.max-length is for the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --prompt.max-length 24 --out "$work/r"
+expect 2 "plan estimates the UNet family's layouts" -- "$vinf" plan --model "$fixture" --prompt.text x
 [ ! -e "$work/r" ] || { echo "FAIL: a refused run left $work/r"; fails=$((fails + 1)); }
 
 # CFG parallelism: two ranks, one guidance branch each, all-gathering their predictions: the
