@@ -182,7 +182,7 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   // Text: the prompt and the negative one, cleaned as the pipeline cleans them, through UMT5; rows
   // past each prompt's tokens zeroed as the pipeline pads them.
   const auto t_text = Clock::now();
-  const bool guided = o.guidance != 1.0;
+  const bool guided = o.guidance > 1.0;  // as the pipeline: guidance 1 or below runs the prompt alone
   std::vector<std::string> texts = {model::wan_prompt_clean(o.prompts[0])};
   if (guided) texts.push_back(model::wan_prompt_clean(o.negative));
   std::vector<float> embeds;

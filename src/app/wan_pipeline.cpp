@@ -12,7 +12,7 @@ void wan_denoise(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& sample
   ExecContext& ctx = rt.ctx();
   const Tensor& x = sampler.latents();
   VINF_CHECK(x.rank() == 5 && x.size(0) == 1, "wan_denoise: latents ", x.describe(), " must be [1, C, F, H, W]");
-  const bool cfg = d.guidance != 1.f, split = cfg && d.cfg_group != nullptr;
+  const bool cfg = d.guidance > 1.f, split = cfg && d.cfg_group != nullptr;
   const std::int64_t B = cfg && !split ? 2 : 1, L = d.prompt.size(1), D = d.prompt.size(2);
   VINF_CHECK(!cfg || (d.negative.rank() == 3 && d.negative.size(1) == L && d.negative.size(2) == D),
              "wan_denoise: the negative prompt's embeddings ", d.negative.describe(), " must match the prompt's ",

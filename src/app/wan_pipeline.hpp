@@ -22,7 +22,7 @@ namespace vinf::app {
 struct WanDenoise {
   const model::WanTransformer& transformer;
   const sampling::FlowScheduler& scheduler;
-  // [1, L, text_dim] each, on the device; `negative` unused when guidance is 1.
+  // [1, L, text_dim] each, on the device; `negative` unused when guidance is 1 or below.
   Tensor prompt, negative;
   float guidance = 5.f;
   // Called after each step with its index (progress, checkpoints, stop checks); false ends the
