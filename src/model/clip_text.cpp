@@ -19,19 +19,7 @@ ClipTextModel::ClipTextModel(ClipTextConfig config, Weights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {}
 
 ClipTextModel ClipTextModel::load(const std::string& dir_arg, Runtime& rt, DType dtype) {
-  fs::path dir(dir_arg);
-  if (!io::path_exists(dir / "config.json") && io::path_exists(dir / "text_encoder" / "config.json")) dir /= "text_encoder";
-  VINF_INPUT_CHECK(io::is_directory(dir), "text encoder directory ", dir_arg, " does not exist");
-  ModelFiles files;
-  files.dir = dir.string();
-  files.config = (dir / "config.json").string();
-  VINF_INPUT_CHECK(io::path_exists(files.config), "text encoder directory ", files.dir, " has no config.json");
-  VINF_INPUT_CHECK(io::path_exists(dir / "model.safetensors"), "text encoder directory ", files.dir,
-                   " has no model.safetensors",
-                   io::path_exists(dir / "pytorch_model.bin") ? " (it has pytorch_model.bin: convert it to safetensors first, "
-                                                           "see INSTALL.md)"
-                                                         : "");
-  files.weights = {(dir / "model.safetensors").string()};
+  const ModelFiles files = find_text_encoder_files(dir_arg);
   ClipTextConfig c = load_clip_text_config(files.config);
   VINF_CHECK(activation_dtype(dtype, rt.device()) == dtype, "the CLIP text encoder computes in one dtype: ",
              dtype_name(dtype), " on ", rt.device().name(), " would store only its matrices in it");

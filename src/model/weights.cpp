@@ -45,6 +45,23 @@ std::string some_names(const std::vector<std::string>& names, std::size_t shown 
 
 }  // namespace
 
+ModelFiles find_text_encoder_files(const std::string& dir_arg) {
+  fs::path dir(dir_arg);
+  if (!is_file(dir / "config.json") && is_file(dir / "text_encoder" / "config.json")) dir /= "text_encoder";
+  std::error_code ec;
+  VINF_INPUT_CHECK(fs::is_directory(dir, ec), "text encoder directory ", dir_arg, " does not exist");
+  ModelFiles files;
+  files.dir = dir.string();
+  files.config = (dir / "config.json").string();
+  VINF_INPUT_CHECK(is_file(files.config), "text encoder directory ", files.dir, " has no config.json");
+  VINF_INPUT_CHECK(is_file(dir / "model.safetensors"), "text encoder directory ", files.dir, " has no model.safetensors",
+                   is_file(dir / "pytorch_model.bin")
+                       ? " (it has pytorch_model.bin: convert it to safetensors first, see INSTALL.md)"
+                       : "");
+  files.weights = {(dir / "model.safetensors").string()};
+  return files;
+}
+
 ModelFiles find_model_files(const std::string& dir_arg) {
   std::error_code ec;
   fs::path dir(dir_arg);

@@ -29,6 +29,9 @@ struct ModelFiles {
   std::string index;         // the index JSON, when sharded
 };
 ModelFiles find_model_files(const std::string& dir);
+// A transformers text encoder directory (config.json + model.safetensors), or a pipeline root with
+// text_encoder/; InputError naming what is missing (a PyTorch .bin is pointed at INSTALL.md).
+ModelFiles find_text_encoder_files(const std::string& dir);
 // "fnv1a64:<hex>" over config.json and every weight file's safetensors header (names, dtypes,
 // shapes, offsets): it changes when the model does, without reading gigabytes of weights.
 std::string model_fingerprint(const ModelFiles& files);
