@@ -14,9 +14,12 @@
 #include "mpi/session.hpp"
 #include "io/json_file.hpp"
 #include "model/clip_text.hpp"
+#include "model/t5_tokenizer.hpp"
 #include "model/tokenizer.hpp"
+#include "model/umt5.hpp"
 #include "model/vae.hpp"
 #include "model/wan_transformer.hpp"
+#include "model/wan_vae_config.hpp"
 #include "model/weights.hpp"
 
 namespace po = boost::program_options;
@@ -142,7 +145,8 @@ int inspect_part(const std::string& dir) {
 }
 
 // A Wan transformer directory, or the Wan pipeline root that holds one: its shape and weights, and
-// the root's other parts by class.
+// the root's other parts: the VAE and the UMT5 text encoder with their shapes and weight checks, the
+// T5 tokenizer's ids, the scheduler by class.
 int inspect_wan(const std::string& dir, const std::string& config_path) {
   std::vector<std::string> warnings;
   const model::WanTransformerConfig c = model::load_wan_transformer_config(config_path, &warnings);
@@ -155,10 +159,48 @@ int inspect_wan(const std::string& dir, const std::string& config_path) {
   for (const std::string& w : warnings) std::cout << "  warning: " << w << "\n";
   report_check(model::WeightFiles(files), params);
   if (files.dir == dir) return 0;
+  std::int64_t encoder_vocab = 0;
   for (const char* part : {"vae", "text_encoder", "tokenizer", "scheduler"}) {
-    const std::string p = dir + "/" + part;
+    const std::string p = dir + "/" + part, name = part;
     if (!io::is_directory(p)) {
       std::cout << part << ": absent\n";
+      continue;
+    }
+    const std::string config = p + "/config.json";
+    if (name == "vae" && io::path_exists(config) &&
+        string_key(io::read_json_file(config, "config"), "_class_name") == "AutoencoderKLWan") {
+      const model::WanVaeConfig c = model::load_wan_vae_config(config);
+      std::cout << "vae " << p << " (AutoencoderKLWan): base " << c.base_dim;
+      if (c.decoder_base_dim != c.base_dim) std::cout << " (decoder " << c.decoder_base_dim << ")";
+      std::cout << ", dim_mult";
+      for (int m : c.dim_mult) std::cout << " " << m;
+      std::cout << ", " << c.num_res_blocks << " residual block(s) per stage, " << c.z_dim << " latent channels, "
+                << c.spatial_ratio() << "x spatial, " << c.temporal_ratio() << "x temporal\n";
+      report_check(model::WeightFiles(model::find_model_files(p)), model::wan_vae_parameters(c));
+      continue;
+    }
+    if (name == "text_encoder" && io::path_exists(config) && model::is_t5_family_config_file(config)) {
+      const model::Umt5Config c = model::load_umt5_config(config);
+      VINF_INPUT_CHECK(io::path_exists(p + "/model.safetensors"), "text encoder directory ", p, " has no model.safetensors");
+      model::ModelFiles te;
+      te.dir = p;
+      te.config = config;
+      te.weights = {p + "/model.safetensors"};
+      std::cout << "text_encoder " << p << " (UMT5EncoderModel): " << c.layers << " layers of " << c.d_model << ", "
+                << c.heads << " heads of " << c.d_kv << ", feed-forward " << c.d_ff << ", vocabulary "
+                << grouped(c.vocab_size) << "\n";
+      report_check(model::WeightFiles(te), model::umt5_encoder_parameters(c));
+      encoder_vocab = c.vocab_size;
+      continue;
+    }
+    if (name == "tokenizer" && io::path_exists(p + "/spiece.model")) {
+      const model::T5Tokenizer t = model::T5Tokenizer::load(p);
+      std::cout << "tokenizer " << p << " (T5 SentencePiece): " << grouped(t.vocab_size()) << " ids; pad " << t.pad_id()
+                << ", eos " << t.eos_id() << ", unk " << t.unk_id();
+      if (encoder_vocab > 0)
+        std::cout << (t.vocab_size() <= encoder_vocab ? "; every id is in the text encoder's vocabulary"
+                                                      : "; ids beyond the text encoder's vocabulary!");
+      std::cout << "\n";
       continue;
     }
     std::string what = "present";
@@ -168,7 +210,6 @@ int inspect_wan(const std::string& dir, const std::string& config_path) {
         const std::string cls = string_key(j, "_class_name"), type = string_key(j, "model_type");
         what = !cls.empty() ? cls : !type.empty() ? "model_type " + type : what;
       }
-    if (io::path_exists(p + "/spiece.model")) what = "SentencePiece (spiece.model)";
     std::cout << part << " " << p << ": " << what << "\n";
   }
   return 0;

@@ -1,16 +1,21 @@
-// `vinf make-model`: a random-weight UNet, or a whole pipeline, in the diffusers directory layout,
-// for tests, demos and benchmarks without real weights.
+// `vinf make-model`: a random-weight UNet or Wan transformer, or a whole pipeline of either family,
+// in the diffusers directory layout, for tests, demos and benchmarks without real weights.
 #include <boost/program_options.hpp>
 #include <filesystem>
+#include <functional>
+#include <iomanip>
 #include <iostream>
+#include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
-#include "io/atomic_file.hpp"
 #include "model/params.hpp"
 #include "model/presets.hpp"
 #include "model/wan_config.hpp"
+#include "model/wan_presets.hpp"
 #include "model/weights.hpp"
 
 namespace po = boost::program_options;
@@ -22,7 +27,7 @@ int make_model(const std::vector<std::string>& args) {
   std::uint64_t seed = 0;
   bool overwrite = false;
   po::options_description opts(
-      "vinf make-model: write a random-weight UNet in diffusers layout\n\n"
+      "vinf make-model: write a random-weight model in diffusers layout\n\n"
       "usage: vinf make-model --preset tiny|small|vc2|wan-tiny|wan-1.3b|wan-14b --seed S --out DIR\n"
       "                       [--layout pipeline]\n\n"
       "Presets: tiny (the golden-fixture shape, 32/64 channels), small (VideoCrafter2's structure at a\n"
@@ -30,16 +35,26 @@ int make_model(const std::vector<std::string>& args) {
       "The Wan2.1 family's diffusion transformer (WanTransformer3DModel, DIR is its directory): wan-tiny\n"
       "(the golden fixture's shape, 40,864 parameters), wan-1.3b (1,418,996,800 parameters, ~2.8 GB as\n"
       "bf16) and wan-14b (14,288,491,584 parameters, ~28.6 GB as bf16).\n"
-      "--layout pipeline writes DIR/unet, DIR/vae, DIR/text_encoder, DIR/tokenizer and model_index.json:\n"
-      "the model that `vinf generate --model builtin:PRESET --model.seed S` makes in memory (a small random\n"
-      "text encoder over a byte-level tokenizer; for vc2 the full-size VAE and OpenCLIP-H text encoder).\n\n"
+      "--layout pipeline writes a whole pipeline that generate, encode-text and inspect read as a released\n"
+      "one. For tiny, small and vc2: DIR/unet, DIR/vae, DIR/text_encoder, DIR/tokenizer and\n"
+      "model_index.json, the model that `vinf generate --model builtin:PRESET --model.seed S` makes in\n"
+      "memory (a small random text encoder over a byte-level tokenizer; for vc2 the full-size VAE and\n"
+      "OpenCLIP-H text encoder). For the Wan presets, diffusers' WanPipeline: DIR/transformer (drawn with\n"
+      "seed S), DIR/vae (AutoencoderKLWan, seed S+1, always f32 as Wan2.1 ships it: the fixture's shape\n"
+      "for wan-tiny, the released Wan2.1 VAE's, 126,892,531 parameters, otherwise), DIR/text_encoder\n"
+      "(UMT5EncoderModel, seed S+2: the fixture's shape for wan-tiny, umt5-xxl's encoder with\n"
+      "5,680,910,336 parameters, ~11.4 GB as bf16, otherwise), DIR/tokenizer (a T5 SentencePiece unigram\n"
+      "model trained on a short English text built into vinf: 512 pieces for wan-tiny, 760 otherwise;\n"
+      "pad 0, eos 1, unk 2; the same for every seed), DIR/scheduler (UniPC with flow sigmas,\n"
+      "flow_shift 3.0 as Wan2.1 uses for 480p; its 720p videos use 5.0) and model_index.json.\n\n"
       "Options come from the command line and from --config FILE (INI: `preset = tiny`, `seed = 5`); the\n"
       "command line wins.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)("preset", po::value(&preset), "tiny | small | vc2 | wan-tiny | wan-1.3b | wan-14b")(
       "seed", po::value(&seed)->default_value(0), "random seed (the same seed gives the same weights)")(
       "out", po::value(&out), "model directory to create")(
       "layout", po::value(&layout)->default_value(layout), "unet (DIR is a UNet directory) | pipeline")(
-      "dtype", po::value(&dtype_opt), "weight dtype f32 | f16 | bf16 (default: f16 for vc2, bf16 for wan-1.3b and wan-14b, f32 otherwise)")(
+      "dtype", po::value(&dtype_opt), "weight dtype f32 | f16 | bf16 (default: f16 for vc2, bf16 for wan-1.3b and wan-14b, f32 otherwise;\n"
+                                   "a Wan pipeline's VAE is f32)")(
       "overwrite", po::bool_switch(&overwrite), "replace a model already in DIR");
   po::variables_map vm;
   parse_options(args, opts, vm, "make-model");
@@ -58,30 +73,56 @@ int make_model(const std::vector<std::string>& args) {
                      "--dtype must be f32, f16 or bf16, got '", dtype_opt, "'");
   VINF_INPUT_CHECK(layout == "unet" || layout == "pipeline", "--layout must be unet or pipeline, got '", layout, "'");
   const bool pipeline = layout == "pipeline";
-  VINF_INPUT_CHECK(!(wan && pipeline), "vinf make-model: --layout pipeline is not available for the Wan presets yet; ",
-                   "--preset ", preset, " writes the transformer directory (drop --layout)");
   std::error_code ec;
-  for (const char* name : {"config.json", "diffusion_pytorch_model.safetensors", "model_index.json", "unet"}) {
+  std::vector<std::string> taken{"config.json", "diffusion_pytorch_model.safetensors", "model_index.json", "unet"};
+  if (wan && pipeline)
+    for (const char* part : {"transformer", "vae", "text_encoder", "tokenizer", "scheduler"}) taken.push_back(part);
+  for (const std::string& name : taken) {
     const auto p = std::filesystem::path(out) / name;
     VINF_INPUT_CHECK(overwrite || !std::filesystem::exists(p, ec), p.string(),
                      " already exists; pass --overwrite to replace the model in ", out, " or choose another --out");
   }
+  // Progress in tenths for a part of more than 64 M parameters.
+  auto progress_for = [](std::int64_t count, std::string label) {
+    return [count, label = std::move(label), last_pct = -1](std::size_t done, std::size_t total) mutable {
+      const int pct = static_cast<int>(100 * done / total);
+      if (count > (std::int64_t{1} << 26) && pct / 10 != last_pct / 10) std::cerr << "  " << label << pct << "%\n" << std::flush;
+      last_pct = pct;
+    };
+  };
+  auto describe = [](std::int64_t tensors, std::int64_t count, DType dt) {
+    std::ostringstream o;
+    o << tensors << " tensors, " << count << " parameters as " << dtype_name(dt) << " ("
+      << format_mib(static_cast<double>(count) * static_cast<double>(dtype_size(dt))) << ")";
+    return o.str();
+  };
+  if (wan && pipeline) {
+    const model::WanPipelinePreset p = model::wan_pipeline_preset(preset);
+    const auto parts = model::wan_pipeline_weights(p, seed, dtype);
+    std::cerr << "vinf make-model: " << preset << " pipeline, seed " << seed << " -> " << out << "\n";
+    std::map<std::string, std::function<void(std::size_t, std::size_t)>> progress;
+    for (const model::WanPipelineWeights& w : parts) {
+      const std::int64_t count = model::parameter_count(w.params);
+      std::cerr << "  " << w.part << ": " << describe(static_cast<std::int64_t>(w.params.size()), count, w.dtype)
+                << ", seed " << w.seed << "\n";
+      progress[w.part] = progress_for(count, w.part + " ");
+    }
+    std::cerr << "  tokenizer: SentencePiece unigram, " << p.tokenizer_pieces << " pieces trained on the built-in text\n"
+              << "  scheduler: UniPC with flow sigmas, flow_shift " << std::fixed << std::setprecision(1) << p.flow_shift
+              << std::defaultfloat << "\n";
+    model::write_random_wan_pipeline(p, seed, dtype, out, [&](const model::WanPipelineWeights& w, std::size_t done,
+                                                              std::size_t total) { progress[w.part](done, total); });
+    std::cerr << "vinf make-model: wrote the Wan pipeline " << out
+              << " (transformer/, vae/, text_encoder/, tokenizer/, scheduler/, model_index.json)\n";
+    return 0;
+  }
   const auto params = wan ? model::wan_transformer_parameters(wan_config) : model::unet_parameters(config);
   const std::int64_t count = model::parameter_count(params);
-  std::cerr << "vinf make-model: " << preset << ": " << params.size() << " tensors, " << count << " parameters as "
-            << dtype_name(dtype) << " (" << (count * static_cast<std::int64_t>(dtype_size(dtype)) >> 20) << " MiB) -> "
-            << out << "\n";
-  int last_pct = -1;
-  auto progress = [&](std::size_t done, std::size_t total) {
-    const int pct = static_cast<int>(100 * done / total);
-    if (count > (std::int64_t{1} << 26) && pct / 10 != last_pct / 10) std::cerr << "  " << pct << "%\n" << std::flush;
-    last_pct = pct;
-  };
+  std::cerr << "vinf make-model: " << preset << ": " << describe(static_cast<std::int64_t>(params.size()), count, dtype)
+            << " -> " << out << "\n";
+  auto progress = progress_for(count, "");
   if (wan) {
-    std::filesystem::create_directories(out, ec);
-    VINF_INPUT_CHECK(!ec, "cannot create the model directory ", out, ": ", ec.message());
-    model::write_random_weights(params, seed, dtype, out + "/diffusion_pytorch_model.safetensors", progress);
-    io::write_file_atomically(out + "/config.json", model::wan_transformer_config_json(wan_config));
+    model::write_random_wan_transformer(wan_config, seed, dtype, out, progress);
     std::cerr << "vinf make-model: wrote the Wan transformer " << out << " (config.json, "
               << "diffusion_pytorch_model.safetensors)\n";
   } else if (pipeline) {

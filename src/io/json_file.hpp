@@ -3,8 +3,10 @@
 // have). Header-only; the includer links nlohmann-json.
 #pragma once
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -25,6 +27,21 @@ inline nlohmann::json read_json_file(const std::string& path, const char* what) 
   } catch (const nlohmann::json::exception& e) {
     VINF_INPUT_FAIL(path, " is not valid JSON: ", e.what());
   }
+}
+
+// A float for a config file vinf writes: the shortest decimal that reads back as the same float, so
+// 0.0841f is written 0.0841 rather than 0.08410000056028366 (its value as a double).
+inline double json_float(float v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf - 1, v);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+inline std::vector<double> json_floats(const std::vector<float>& v) {
+  std::vector<double> out;
+  for (float x : v) out.push_back(json_float(x));
+  return out;
 }
 
 namespace detail {

@@ -1,6 +1,7 @@
 #include "model/params.hpp"
 
 #include <cmath>
+#include <string_view>
 
 namespace vinf::model {
 
@@ -143,9 +144,14 @@ std::int64_t parameter_count(const std::vector<ParamSpec>& params) {
 
 RandomInit random_init(const ParamSpec& p) {
   RandomInit r;
-  if (p.shape.rank() >= 2) {
+  const auto ends_with = [&](std::string_view suffix) {
+    return p.name.size() >= suffix.size() && p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends_with(".gamma")) {
+    r.shift = 1.f;  // the Wan VAE's RMS norms: a scale per channel, stored [C, 1, 1(, 1)]
+  } else if (p.shape.rank() >= 2) {
     r.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.shape.numel() / p.shape[0])));
-  } else if (p.name.size() >= 7 && p.name.compare(p.name.size() - 7, 7, ".weight") == 0) {
+  } else if (ends_with(".weight")) {
     r.shift = 1.f;  // a norm's scale
   }
   return r;

@@ -65,7 +65,7 @@ std::vector<ParamSpec> unet_parameters(const UNetConfig& c);
 std::int64_t parameter_count(const std::vector<ParamSpec>& params);
 
 // How random-weight models draw a parameter: value = shift + scale * N(0, 1). Linear and conv
-// weights scale 1/sqrt(fan_in); norm scales 1 + 0.1 N; biases 0.1 N.
+// weights scale 1/sqrt(fan_in); norm scales (`*.weight` of rank 1, `*.gamma`) 1 + 0.1 N; biases 0.1 N.
 struct RandomInit {
   float scale = 0.1f;
   float shift = 0.f;

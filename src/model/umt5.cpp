@@ -90,6 +90,50 @@ Umt5Config load_umt5_config(const std::string& path) {
   return c;
 }
 
+Umt5Config umt5_preset(const std::string& name) {
+  Umt5Config c;
+  if (name == "wan-tiny") {
+    c.vocab_size = 800;
+    c.d_model = 32;
+    c.d_kv = 8;
+    c.d_ff = 64;
+    c.layers = 2;
+    c.heads = 4;
+    return c;
+  }
+  VINF_INPUT_CHECK(name == "umt5-xxl", "there is no built-in UMT5 text encoder '", name, "' (wan-tiny, umt5-xxl)");
+  return c;
+}
+
+std::string umt5_config_json(const Umt5Config& c) {
+  const nlohmann::ordered_json j = {{"architectures", {"UMT5EncoderModel"}},
+                                    {"classifier_dropout", 0.0},
+                                    {"d_ff", c.d_ff},
+                                    {"d_kv", c.d_kv},
+                                    {"d_model", c.d_model},
+                                    {"decoder_start_token_id", 0},
+                                    {"dense_act_fn", "gelu_new"},
+                                    {"dropout_rate", 0.0},
+                                    {"eos_token_id", 1},
+                                    {"feed_forward_proj", "gated-gelu"},
+                                    {"initializer_factor", 1.0},
+                                    {"is_encoder_decoder", true},
+                                    {"is_gated_act", true},
+                                    {"layer_norm_epsilon", io::json_float(c.layer_norm_eps)},
+                                    {"model_type", "umt5"},
+                                    {"num_decoder_layers", c.layers},
+                                    {"num_heads", c.heads},
+                                    {"num_layers", c.layers},
+                                    {"pad_token_id", 0},
+                                    {"relative_attention_max_distance", c.max_distance},
+                                    {"relative_attention_num_buckets", c.num_buckets},
+                                    {"tie_word_embeddings", false},
+                                    {"tokenizer_class", "T5Tokenizer"},
+                                    {"use_cache", true},
+                                    {"vocab_size", c.vocab_size}};
+  return j.dump(2) + "\n";
+}
+
 std::vector<ParamSpec> umt5_encoder_parameters(const Umt5Config& c) {
   std::vector<ParamSpec> p;
   const std::int64_t d = c.d_model, inner = static_cast<std::int64_t>(c.heads) * c.d_kv, ff = c.d_ff;

@@ -30,6 +30,13 @@ bool is_t5_family_config_file(const std::string& path);
 // tanh GELU.
 Umt5Config load_umt5_config(const std::string& path);
 std::vector<ParamSpec> umt5_encoder_parameters(const Umt5Config& c);
+// Built-in shapes: "wan-tiny" (the test fixture's: vocabulary 800, 2 layers of 32, 4 heads of 8,
+// feed-forward 64) and "umt5-xxl" (google/umt5-xxl's encoder, Wan2.1's text encoder: the defaults
+// above). Throws vinf::InputError naming both for another name.
+Umt5Config umt5_preset(const std::string& name);
+// transformers' config.json of a UMT5EncoderModel with c's shape: every key load_umt5_config reads,
+// and the encoder-decoder keys transformers keeps beside them.
+std::string umt5_config_json(const Umt5Config& c);
 
 // T5's relative position bucket of memory_position - query_position (transformers'
 // `_relative_position_bucket`): bidirectional, half the buckets for each sign (positive distances

@@ -56,6 +56,27 @@ WanVaeConfig wan_vae_preset(const std::string& name) {
   return c;
 }
 
+std::string wan_vae_config_json(const WanVaeConfig& c) {
+  const nlohmann::ordered_json j = {{"_class_name", "AutoencoderKLWan"},
+                                    {"attn_scales", nlohmann::ordered_json::array()},
+                                    {"base_dim", c.base_dim},
+                                    {"decoder_base_dim", c.decoder_base_dim},
+                                    {"dim_mult", c.dim_mult},
+                                    {"dropout", 0.0},
+                                    {"in_channels", c.in_channels},
+                                    {"is_residual", false},
+                                    {"latents_mean", io::json_floats(c.latents_mean)},
+                                    {"latents_std", io::json_floats(c.latents_std)},
+                                    {"num_res_blocks", c.num_res_blocks},
+                                    {"out_channels", c.out_channels},
+                                    {"patch_size", nullptr},
+                                    {"scale_factor_spatial", c.spatial_ratio()},
+                                    {"scale_factor_temporal", c.temporal_ratio()},
+                                    {"temperal_downsample", c.temperal_downsample},
+                                    {"z_dim", c.z_dim}};
+  return j.dump(2) + "\n";
+}
+
 WanVaeConfig load_wan_vae_config(const std::string& path) {
   const nlohmann::json j = io::read_json_file(path, "VAE config");
   io::JsonConfig r(j, path);

@@ -40,6 +40,10 @@ struct WanVaeConfig {
 // two residual blocks), both with Wan2.1's 16 latent channels and their latents_mean / latents_std.
 WanVaeConfig wan_vae_preset(const std::string& name);
 
+// diffusers' AutoencoderKLWan config.json for c: every key load_wan_vae_config reads (the
+// compression ratios, attn_scales, is_residual and patch_size as Wan2.1's VAE has them).
+std::string wan_vae_config_json(const WanVaeConfig& c);
+
 // Reads a diffusers AutoencoderKLWan config.json. Throws vinf::InputError naming the file and the
 // key for what vinf does not run (attention at a scale, Wan2.2's residual blocks, patching, keys it
 // does not know) and for values out of range.

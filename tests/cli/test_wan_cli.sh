@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Wan2.1 family on the command line: `vinf forward` on the transformer against diffusers'
-# numbers (a transformer directory or the pipeline root), and a clear message with exit status 2
-# for every rejected model, input or layout.
+# numbers (a transformer directory or the pipeline root), generate and decode, a random pipeline
+# from make-model, and a clear message with exit status 2 for every rejected model, input or layout.
 # usage: test_wan_cli.sh VINF TEST_TOOL WAN_FIXTURE_DIR MPIEXEC
 set -u
 vinf=$1 tool=$2 fixture=$3 mpiexec=$4
@@ -129,6 +129,59 @@ expect 0 "3 latent frame(s) to 9 frames 32x32" -- "$vinf" decode --vae "$fixture
 expect 0 "ok decoded" -- "$tool" compare "$work/dec.safetensors" "$fixture/ref_vae.safetensors" 1e-4 decoded
 expect 2 "has no tensor 'latents' [N, C, F, h, w]" -- "$vinf" decode --vae "$fixture/vae" --latents "$fixture/inputs.safetensors" --out "$work/r.safetensors" --device cpu
 expect 2 "decoding a Wan run's latents.h5 is not available yet" -- "$vinf" decode --vae "$fixture/vae" --checkpoint "$work/g/latents.h5" --out "$work/r" --device cpu
+
+# make-model --layout pipeline: a whole random WanPipeline in diffusers' layout, which inspect
+# describes part by part and generate and encode-text run as they run a released one.
+expect 0 "wrote the Wan pipeline $work/pipe" -- "$vinf" make-model --preset wan-tiny --layout pipeline --seed 4 --out "$work/pipe"
+expect 0 "0.33.1" -- cat "$work/pipe/scheduler/scheduler_config.json"
+cmp -s "$work/pipe/scheduler/scheduler_config.json" "$fixture/scheduler/scheduler_config.json" && echo "ok: the fixture's scheduler config" ||
+  { echo "FAIL: the pipeline's scheduler config differs from the fixture's"; fails=$((fails + 1)); }
+expect 0 "--preset wan-tiny --layout pipeline --seed 4" -- cat "$work/pipe/model_index.json"
+inspect_out=$("$vinf" inspect "$work/pipe" 2>&1)
+for want in "40,864 parameters; check: every parameter" "(AutoencoderKLWan): base 8" "220,107 parameters; check: every parameter" \
+            "(UMT5EncoderModel): 2 layers of 32" "46,496 parameters; check: every parameter" \
+            "(T5 SentencePiece): 512 ids; pad 0, eos 1, unk 2; every id is in the text encoder's vocabulary" \
+            "scheduler $work/pipe/scheduler: UniPCMultistepScheduler"; do
+  [[ "$inspect_out" == *"$want"* ]] && echo "ok: inspect says '$want'" ||
+    { echo "FAIL: inspect of the pipeline lacks '$want'"; echo "$inspect_out"; fails=$((fails + 1)); }
+done
+# The fixture's parts are described alike.
+expect 0 "(T5 SentencePiece): 800 ids; pad 0, eos 1, unk 2" -- "$vinf" inspect "$fixture"
+expect 0 "outputs in $work/gp/" -- "$vinf" generate --model "$work/pipe" --prompt.text "a kite" --video.frames 5 --video.height 32 \
+  --video.width 32 --sampler.steps 2 --device cpu --out "$work/gp" "${video_args[@]}"
+expect 0 "" -- "$tool" h5-check "$work/gp/latents.h5" 2 16 4 4
+if [ "$have_ffmpeg" -eq 1 ]; then
+  [ -s "$work/gp/video.mp4" ] && echo "ok: video.mp4" || { echo "FAIL: no $work/gp/video.mp4"; fails=$((fails + 1)); }
+fi
+expect 0 "1 prompt(s), 16 tokens x 32 on cpu" -- "$vinf" encode-text --model "$work/pipe" --prompt x --max-length 16 --out "$work/pipe-x.safetensors"
+expect 0 "last_hidden_state" -- "$vinf" inspect "$work/pipe-x.safetensors"
+# The same seed gives the same files; another seed other weights but the same tokenizer.
+expect 0 "wrote the Wan pipeline" -- "$vinf" make-model --preset wan-tiny --layout pipeline --seed 4 --out "$work/pipe2"
+expect 0 "wrote the Wan pipeline" -- "$vinf" make-model --preset wan-tiny --layout pipeline --seed 5 --out "$work/pipe3"
+for f in model_index.json transformer/config.json transformer/diffusion_pytorch_model.safetensors vae/config.json \
+         vae/diffusion_pytorch_model.safetensors text_encoder/config.json text_encoder/model.safetensors \
+         tokenizer/spiece.model tokenizer/tokenizer_config.json tokenizer/special_tokens_map.json scheduler/scheduler_config.json; do
+  cmp -s "$work/pipe/$f" "$work/pipe2/$f" && echo "ok: seed 4 twice, the same $f" ||
+    { echo "FAIL: two runs with seed 4 differ in $f"; fails=$((fails + 1)); }
+done
+for f in transformer/diffusion_pytorch_model.safetensors vae/diffusion_pytorch_model.safetensors text_encoder/model.safetensors; do
+  cmp -s "$work/pipe/$f" "$work/pipe3/$f" && { echo "FAIL: seeds 4 and 5 give the same $f"; fails=$((fails + 1)); } ||
+    echo "ok: seeds 4 and 5 differ in $f"
+done
+cmp -s "$work/pipe/tokenizer/spiece.model" "$work/pipe3/tokenizer/spiece.model" && echo "ok: one tokenizer for every seed" ||
+  { echo "FAIL: the tokenizer depends on the seed"; fails=$((fails + 1)); }
+# Refused without --overwrite (nothing written), replaced with it.
+expect 2 "already exists; pass --overwrite" -- "$vinf" make-model --preset wan-tiny --layout pipeline --seed 9 --out "$work/pipe"
+cmp -s "$work/pipe/text_encoder/model.safetensors" "$work/pipe2/text_encoder/model.safetensors" && echo "ok: the refused run wrote nothing" ||
+  { echo "FAIL: a refused make-model changed $work/pipe"; fails=$((fails + 1)); }
+mkdir -p "$work/partial/vae"
+expect 2 "$work/partial/vae already exists" -- "$vinf" make-model --preset wan-tiny --layout pipeline --out "$work/partial"
+expect 0 "wrote the Wan pipeline" -- "$vinf" make-model --preset wan-tiny --layout pipeline --seed 5 --out "$work/pipe2" --overwrite
+cmp -s "$work/pipe2/text_encoder/model.safetensors" "$work/pipe3/text_encoder/model.safetensors" && echo "ok: --overwrite replaced it" ||
+  { echo "FAIL: --overwrite did not replace $work/pipe2"; fails=$((fails + 1)); }
+expect 2 "--layout must be unet or pipeline" -- "$vinf" make-model --preset wan-tiny --layout diffusers --out "$work/r2"
+expect 0 "flow_shift 3.0" -- "$vinf" make-model --help
+[ ! -e "$work/r2" ] || { echo "FAIL: a refused make-model left $work/r2"; fails=$((fails + 1)); }
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
