@@ -349,6 +349,8 @@ void resolve_family(RunPlan& o, const Spelled& sp, const po::variables_map& vm) 
     return;
   }
   o.flow_solver = given("sampler.scheduler") ? sampling::parse_flow_solver(sp.scheduler) : sampling::FlowSolver::unipc;
+  for (const auto& [name, value] : vm)
+    if (name.rfind("vi.", 0) == 0 && !value.defaulted()) o.vi_given = true;
   if (!given("video.frames")) o.frames = 81;
   if (!given("video.height")) o.height = 480;
   if (!given("video.width")) o.width = 832;

@@ -55,6 +55,7 @@ struct RunPlan {
   bool wan = false;
   sampling::FlowSolver flow_solver = sampling::FlowSolver::unipc;  // Wan's scheduler
   int max_text_length = 512;  // --prompt.max-length: the T5 tokenizer's max_sequence_length (Wan)
+  bool vi_given = false;      // a [vi] option was given (a Wan video says it does not use them)
   std::string dump_modules, dump_steps = "1";
   std::vector<std::string> dump_globs;  // parsed from dump_modules
   std::vector<int> dump_step_list;      // parsed from dump_steps

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "app/commands.hpp"
@@ -48,8 +49,12 @@ void check_wan_plan(const RunPlan& o) {
   VINF_INPUT_CHECK(o.long_clips(), what, "makes one clip in this version: drop --long.mode");
   VINF_INPUT_CHECK(o.embeddings.empty(), what, "encodes its prompts with its own UMT5: drop --prompt.embeddings");
   VINF_INPUT_CHECK(o.prompts.size() == 1, what, "takes one prompt (--prompt.text once), got ", o.prompts.size());
-  VINF_INPUT_CHECK(o.lora.empty() && o.dump_modules.empty() && !o.debug, what,
-                   "has no --model.lora, --dump.modules or --debug in this version");
+  VINF_INPUT_CHECK(o.lora.empty() && o.dump_modules.empty() && !o.debug && !o.evaluate && o.vae_tile == 0, what,
+                   "has no --model.lora, --dump.modules, --debug, --evaluate or --vae.tile in this version");
+  VINF_INPUT_CHECK(o.vae.empty(), what, "decodes with its own vae/: drop --model.vae");
+  for (const auto& [dir, option, sub] : {std::tuple{&o.text_encoder, "--model.text-encoder", "text_encoder"},
+                                         std::tuple{&o.tokenizer, "--model.tokenizer", "tokenizer"}})
+    VINF_INPUT_CHECK(dir->empty() || *dir == o.model + "/" + sub, what, "reads its own ", sub, "/: drop ", option);
   VINF_INPUT_CHECK(o.frames >= 1 && (o.frames - 1) % 4 == 0, "--video.frames ", o.frames,
                    ": a Wan video has 1 + 4k frames (the VAE keeps the first frame and packs 4 per latent frame); "
                    "use ", (o.frames - 1) / 4 * 4 + 1, " or ", ((o.frames - 1) / 4 + 1) * 4 + 1);
@@ -178,6 +183,7 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   }
   io::check_run_files(world.world(), ckpt_dir, stamp);
   for (const std::string& w : warnings) log("warning: " + w);
+  if (o.vi_given) log("note: the [vi] settings are for the UNet family; a Wan video in this version splits no frames");
 
   // Text: the prompt and the negative one, cleaned as the pipeline cleans them, through UMT5; rows
   // past each prompt's tokens zeroed as the pipeline pads them.

@@ -61,6 +61,7 @@ expect 0 "outputs in $work/s2/" -- "$vinf" generate "${beagle[@]}" --sampler.see
 expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/s1/latents.h5" "$work/s2/latents.h5" 0
 expect 0 "" -- "$tool" h5-check "$work/s1/latents.h5" 3 16 4 4
 expect 0 "10 flow-euler steps" -- "$vinf" generate "${wan_base[@]}" --video.frames 9 --video.height 32 --video.width 32 --sampler.scheduler flow-euler --sampler.steps 10 --out "$work/e"
+expect 0 "the [vi] settings are for the UNet family" -- "$vinf" generate "${beagle[@]}" --vi.local-frames 4 --out "$work/vi"
 # Refused, before anything is written: frames not 1 + 4k, sizes not multiples of 16, the UNet's
 # schedulers, layouts over ranks, a second prompt, initial latents of the wrong shape.
 expect 2 "a Wan video has 1 + 4k frames" -- "$vinf" generate "${wan_base[@]}" --video.frames 10 --video.height 32 --video.width 32 --out "$work/r"
@@ -72,6 +73,8 @@ expect 2 "takes one prompt" -- "$vinf" generate "${beagle[@]}" --prompt.text "a 
 expect 2 "but this video's latents are F32[1,16,5,4,4]" -- "$vinf" generate "${wan_base[@]}" --video.frames 17 --video.height 32 --video.width 32 --latents-init "$fixture/ref_pipeline.safetensors" --out "$work/r"
 expect 2 "is a flow-matching scheduler of the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --sampler.scheduler unipc --out "$work/r"
 expect 2 "--prompt.max-length is for the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --prompt.max-length 24 --out "$work/r"
+expect 2 "drop --model.vae" -- "$vinf" generate "${beagle[@]}" --model.vae "$fixture/vae" --out "$work/r"
+expect 2 "has no --model.lora, --dump.modules, --debug, --evaluate or --vae.tile" -- "$vinf" generate "${beagle[@]}" --vae.tile 16 --out "$work/r"
 expect 2 "plan estimates the UNet family's layouts" -- "$vinf" plan --model "$fixture" --prompt.text x
 [ ! -e "$work/r" ] || { echo "FAIL: a refused run left $work/r"; fails=$((fails + 1)); }
 
