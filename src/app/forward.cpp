@@ -63,8 +63,14 @@ ForwardInputs read_inputs(const io::SafetensorsFile& f, const model::UNetConfig&
                      io::safetensors_dtype_name(t->dtype));
   VINF_INPUT_CHECK(ts.dtype == DType::i64, f.path(), ": 'timesteps' must be I64, got ", io::safetensors_dtype_name(ts.dtype));
   VINF_INPUT_CHECK(ts.numel() > 0, f.path(), ": 'timesteps' is empty");
+  // A safetensors file need not align an I64 tensor to 8 bytes: its values are read by bytes.
+  const auto i64 = [](const Tensor& t, std::int64_t i) {
+    std::int64_t v = 0;
+    std::memcpy(&v, static_cast<const char*>(t.data) + i * static_cast<std::int64_t>(sizeof v), sizeof v);
+    return v;
+  };
   for (std::int64_t i = 0; i < ts.numel(); ++i) {
-    const std::int64_t t = ts.ptr<std::int64_t>()[i];
+    const std::int64_t t = i64(ts, i);
     VINF_INPUT_CHECK(t >= 0 && t < (1 << 24), f.path(), ": timesteps[", i, "] = ", t, " is not a diffusion timestep");
     for (std::int64_t seen : in.timesteps)
       VINF_INPUT_CHECK(seen != t, f.path(), ": timestep ", t, " appears twice in 'timesteps'");
@@ -73,7 +79,7 @@ ForwardInputs read_inputs(const io::SafetensorsFile& f, const model::UNetConfig&
   if (const auto* e = f.find("fps")) {
     VINF_INPUT_CHECK(e->dtype == DType::i64 && e->shape.numel() == 1, f.path(), ": 'fps' must be I64 [1], got ",
                      io::safetensors_dtype_name(e->dtype), e->shape.str());
-    in.fps = static_cast<double>(f.tensor("fps").ptr<std::int64_t>()[0]);
+    in.fps = static_cast<double>(i64(f.tensor("fps"), 0));
     in.fps_given = true;
   }
   const Shape& s = in.sample.shape;

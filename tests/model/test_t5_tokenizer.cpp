@@ -2,6 +2,8 @@
 // (skipped when absent), its special tokens and refusals, and the Wan pipeline's prompt cleanup.
 #include <doctest/doctest.h>
 
+#include <cstring>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,9 +20,14 @@ using namespace vinf;
 
 namespace {
 
+// Row r of an I64 [N, L] tensor of a safetensors file, which need not align it to 8 bytes: copied
+// by bytes.
 std::vector<std::int64_t> row(const Tensor& t, std::int64_t r) {
   const std::int64_t n = t.size(1);
-  return {t.ptr<std::int64_t>() + r * n, t.ptr<std::int64_t>() + (r + 1) * n};
+  std::vector<std::int64_t> out(static_cast<std::size_t>(n));
+  std::memcpy(out.data(), static_cast<const char*>(t.data) + r * n * static_cast<std::int64_t>(sizeof(std::int64_t)),
+              out.size() * sizeof(std::int64_t));
+  return out;
 }
 
 }  // namespace

@@ -110,9 +110,15 @@ int compare(int argc, char** argv, bool frames) {
       ++bad;
       continue;
     }
+    // A safetensors file need not align an I64 tensor to 8 bytes: its values are read by bytes.
+    const auto i64 = [](const Tensor& t, std::int64_t i) {
+      std::int64_t v = 0;
+      std::memcpy(&v, static_cast<const char*>(t.data) + i * static_cast<std::int64_t>(sizeof v), sizeof v);
+      return v;
+    };
     double worst = 0;
     for (std::int64_t i = 0; i < x.numel(); ++i)
-      worst = std::max(worst, ints ? std::fabs(static_cast<double>(x.ptr<std::int64_t>()[i] - y.ptr<std::int64_t>()[i]))
+      worst = std::max(worst, ints ? std::fabs(static_cast<double>(i64(x, i) - i64(y, i)))
                                    : std::fabs(static_cast<double>(x.ptr<float>()[i]) - y.ptr<float>()[i]));
     const bool ok = worst <= tol;
     std::printf("%s %s max |diff| %.3g (tolerance %.3g)\n", ok ? "ok" : "FAIL", k.c_str(), worst, tol);
