@@ -1,10 +1,9 @@
-// The T5 tokenizer against transformers' slow T5Tokenizer (legacy) on ../shared/fixtures/wan-tiny
-// (skipped when absent), its special tokens and refusals, and the Wan pipeline's prompt cleanup.
+// The T5 tokenizer against transformers' slow T5Tokenizer (legacy) on tests/fixtures/wan-tiny, its
+// special tokens and refusals, and the Wan pipeline's prompt cleanup.
 #include <doctest/doctest.h>
 
-#include <cstring>
-
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>

@@ -1,5 +1,5 @@
-// The UMT5 text encoder against transformers' UMT5EncoderModel on ../shared/fixtures/wan-tiny
-// (skipped when absent); the relative position buckets, the zeroing past a prompt's length and the
+// The UMT5 text encoder against transformers' UMT5EncoderModel on tests/fixtures/wan-tiny; the
+// relative position buckets, the zeroing past a prompt's length and the
 // config's refusals on their own.
 #include <doctest/doctest.h>
 
