@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "io/json_file.hpp"
+#include "io/path_query.hpp"
 
 namespace vinf::model {
 
@@ -104,6 +105,12 @@ std::string wan_transformer_config_json(const WanTransformerConfig& c) {
 bool is_wan_transformer_config(const std::string& config_path) {
   const nlohmann::json j = io::read_json_file(config_path, "model config");
   return j.is_object() && j.contains("_class_name") && j["_class_name"] == "WanTransformer3DModel";
+}
+
+std::string find_wan_transformer_config(const std::string& dir) {
+  for (const std::string& p : {dir + "/config.json", dir + "/transformer/config.json"})
+    if (io::path_exists(p) && is_wan_transformer_config(p)) return p;
+  return {};
 }
 
 std::vector<ParamSpec> wan_transformer_parameters(const WanTransformerConfig& c) {

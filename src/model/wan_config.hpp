@@ -33,6 +33,9 @@ WanTransformerConfig load_wan_transformer_config(const std::string& path, std::v
 std::string wan_transformer_config_json(const WanTransformerConfig& c);
 // Whether config.json (of a model directory) names WanTransformer3DModel as its class.
 bool is_wan_transformer_config(const std::string& config_path);
+// Where a directory's transformer config is: DIR/config.json, or DIR/transformer/config.json for a
+// pipeline root; empty when neither names WanTransformer3DModel.
+std::string find_wan_transformer_config(const std::string& dir);
 
 // Every parameter, in diffusers' names and shapes.
 std::vector<ParamSpec> wan_transformer_parameters(const WanTransformerConfig& c);

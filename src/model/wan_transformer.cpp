@@ -99,11 +99,6 @@ struct Pass {
 WanTransformer::WanTransformer(WanTransformerConfig config, Weights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {}
 
-std::string find_wan_transformer_config(const std::string& dir) {
-  for (const fs::path& p : {fs::path(dir) / "config.json", fs::path(dir) / "transformer" / "config.json"})
-    if (io::path_exists(p) && is_wan_transformer_config(p.string())) return p.string();
-  return {};
-}
 
 WanTransformer WanTransformer::load(const std::string& dir, Runtime& rt, DType dtype, bool allow_unexpected,
                                     std::vector<std::string>* warnings) {

@@ -43,8 +43,4 @@ class WanTransformer {
   Weights weights_;
 };
 
-// Where a directory's transformer config is: DIR/config.json, or DIR/transformer/config.json for a
-// pipeline root; empty when neither names WanTransformer3DModel.
-std::string find_wan_transformer_config(const std::string& dir);
-
 }  // namespace vinf::model
