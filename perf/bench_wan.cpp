@@ -1,10 +1,15 @@
 // One Wan2.1 transformer call (CFG batch 2) with random weights of a preset's shape: time, FLOPs
 // (model::wan_transformer_flops), achieved TFLOP/s, peak memory and, on a GPU with a known peak, MFU.
+// Then the Wan2.1 VAE's decoder (random weights of the released layout) over whole frames and over
+// tiles (--vae.tile): time and peak memory.
 //   CPU:  "wan-narrow" (the 1.3B model's width, heads and feed-forward with 2 of its 30 blocks)
 //         at 3 latent frames (9 video frames) of 240 x 416 (30 x 52 latent), 64 text tokens, f32;
 //         and wan-tiny at 5 latent frames of 32 x 32, as the fixture's shape grown
 //   CUDA: wan-1.3b at 480 x 832, 81 frames (21 latent frames, 32,760 tokens per sample), 512 text
 //         tokens, bf16: the published model's step
+//   VAE:  CPU f32, 2 latent frames (5 video frames) of 16 x 32 latent pixels (128 x 256), tiles 0,
+//         8, 4; CUDA f32, 5 latent frames (17 frames) of 60 x 104 (480 x 832), tiles 0 and 16 (the
+//         decoder works chunk by chunk: its peak memory does not grow with the frames but for the output)
 //   --vinf_suite=smoke: wan-tiny on a small input, to check that the harness runs.
 //
 //   vinf_bench_wan [--vinf_suite=bench|smoke] [--vinf_devices=cpu,cuda] [Google Benchmark flags]
@@ -16,6 +21,7 @@
 
 #include "bench_flags.hpp"
 #include "model/wan_transformer.hpp"
+#include "model/wan_vae.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/random.hpp"
 #include "ops/runtime.hpp"
@@ -72,6 +78,35 @@ void wan_call(benchmark::State& state, const Setup& s) {
   }
 }
 
+struct VaeSetup {
+  std::string preset;  // a Wan VAE preset
+  Device device;
+  std::int64_t frames, height, width, tile;  // latent frames and pixels; --vae.tile
+};
+
+void wan_vae_decode(benchmark::State& state, const VaeSetup& s) {
+  Runtime rt(s.device);
+  const model::WanVaeConfig c = model::wan_vae_preset(s.preset);
+  const model::WanVae vae(c, model::Weights::random(model::wan_vae_decoder_parameters(c), rt, DType::f32, 3),
+                          model::WanVae::decoder);
+  const std::int64_t r = c.spatial_ratio();
+  OwnedTensor z = rt.arena().empty(DType::f32, {1, c.z_dim, s.frames, s.height, s.width});
+  OwnedTensor y = rt.arena().empty(DType::f32, {1, c.out_channels, c.video_frames(s.frames), s.height * r, s.width * r});
+  ops::normal(rt.ctx(), z, 4, 0, 0);
+  vae.decode(rt.ctx(), z, y, s.tile);  // warm-up: plans, arena blocks
+  rt.synchronize();
+  rt.arena().reset_peak();
+  for (auto _ : state) {
+    vae.decode(rt.ctx(), z, y, s.tile);
+    rt.synchronize();
+  }
+  state.counters["peak GiB"] = static_cast<double>(rt.arena().stats().peak_in_use) / (1u << 30);
+  state.counters["output GiB"] = static_cast<double>(y.nbytes()) / (1u << 30);
+  state.counters["weights GiB"] = static_cast<double>(vae.weights().bytes()) / (1u << 30);
+  state.counters["frames/s"] =
+      benchmark::Counter(static_cast<double>(c.video_frames(s.frames)), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,6 +127,15 @@ int main(int argc, char** argv) {
     }
     if (gpu) setups.push_back({"wan-1.3b", Device::cuda(0), DType::bf16, 21, 60, 104, 512});
   }
+  static std::vector<VaeSetup> vaes;
+  if (suite == "smoke") {
+    if (cpu) vaes.push_back({"wan-tiny", Device::cpu(), 2, 4, 4, 2});
+  } else {
+    for (std::int64_t tile : {0, 8, 4})
+      if (cpu) vaes.push_back({"wan2.1", Device::cpu(), 2, 16, 32, tile});
+    for (std::int64_t tile : {0, 16})
+      if (gpu) vaes.push_back({"wan2.1", Device::cuda(0), 5, 60, 104, tile});
+  }
   if (devices.find("cuda") != std::string::npos && !gpu)
     std::cout << "cuda: skipped (" << (built_with_cuda() ? "no GPU visible" : "built without CUDA") << ")\n";
   for (const Setup& s : setups) {
@@ -103,6 +147,15 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime()
         ->MinTime(suite == "smoke" ? 0.001 : 2.0);
+  }
+  for (const VaeSetup& s : vaes) {
+    const std::string name = "wan_vae_decode/" + s.preset + " [" + (s.device.is_cpu() ? "cpu" : "cuda") + " f32] F" +
+                             std::to_string(s.frames) + " " + std::to_string(s.height) + "x" + std::to_string(s.width) +
+                             (s.tile > 0 ? " tile " + std::to_string(s.tile) : "");
+    benchmark::RegisterBenchmark(name.c_str(), [&s](benchmark::State& st) { wan_vae_decode(st, s); })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(0.001);
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

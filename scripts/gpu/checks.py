@@ -80,9 +80,14 @@ def plan(manifest, prefix, mode, out, cores):
     if paths.get("bench_wan"):
         checks.append(Check(
             "bench.wan13b", "perf",
-            [paths["bench_wan"], "--vinf_devices=cuda", "--benchmark_format=console"],
+            [paths["bench_wan"], "--vinf_devices=cuda", "--benchmark_filter=wan_call", "--benchmark_format=console"],
             env={"OMP_NUM_THREADS": "1"}, timeout=600, exclusive=True,
             what="vinf_bench_wan: one Wan2.1-1.3B transformer call, bf16, CFG batch 2, 81 frames at 480x832"))
+        checks.append(Check(
+            "bench.wan_vae", "perf",
+            [paths["bench_wan"], "--vinf_devices=cuda", "--benchmark_filter=wan_vae_decode", "--benchmark_format=console"],
+            env={"OMP_NUM_THREADS": "1"}, timeout=300, exclusive=True,
+            what="vinf_bench_wan: the Wan2.1 VAE decoding 17 frames at 480x832 in f32, whole frames and tiles of 16"))
 
     vc2 = None
     units = []

@@ -97,7 +97,8 @@ bool is_wan_vae(const std::string& dir) {
 
 // A Wan VAE's decoder on `latents` F32 [N, C, F, h, w] exactly as given, to `decoded` [N, 3,
 // 1 + 4 (F - 1), 8h, 8w] (clamped to [-1, 1], as diffusers' decode returns it), in f32.
-int decode_wan(Runtime& rt, const std::string& vae_dir, const std::string& latents_path, const std::string& out_path) {
+int decode_wan(Runtime& rt, const std::string& vae_dir, const std::string& latents_path, const std::string& out_path,
+               std::int64_t tile) {
   const io::SafetensorsFile in(latents_path);
   const auto* e = in.find("latents");
   VINF_INPUT_CHECK(e != nullptr, latents_path, " has no tensor 'latents' [N, C, F, h, w]");
@@ -115,7 +116,7 @@ int decode_wan(Runtime& rt, const std::string& vae_dir, const std::string& laten
                         latents.size(4) * r};
   OwnedTensor x = rt.arena().empty(DType::f32, latents.shape), y = rt.arena().empty(DType::f32, out_shape);
   ops::copy(rt.ctx(), latents, x);
-  vae.decode(rt.ctx(), x, y);
+  vae.decode(rt.ctx(), x, y, tile);
   std::vector<float> host(static_cast<std::size_t>(y.numel()));
   ops::copy(rt.ctx(), y, Tensor::wrap(host.data(), DType::f32, Device::cpu(), out_shape));
   rt.synchronize();
@@ -160,8 +161,9 @@ int decode(const std::vector<std::string>& args) {
       "images decoded at once (bounds the memory; the numbers do not depend on it)")(
       "vae.tile", po::value(&tile)->default_value(tile),
       "run the convolutions of images larger than N x N latent pixels over N x N tiles (8N x 8N pixels at "
-      "full size) with whole-image GroupNorm statistics: the same pixels as whole-image decoding, with the "
-      "convolutions' working memory bounded by the tile; 0: whole images; e.g. 16")(
+      "full size) with whole-image GroupNorm statistics (a Wan VAE's RMS norms are per pixel): the same pixels "
+      "as whole-image decoding, with the convolutions' working memory bounded by the tile; 0: whole images; "
+      "e.g. 16")(
       "output.video", po::value(&video.video)->default_value(video.video)->implicit_value(true),
       "with --checkpoint: write DIR/video.mp4")(
       "output.fps", po::value(&video.fps)->default_value(video.fps), "frame rate of video.mp4")(
@@ -198,7 +200,7 @@ int decode(const std::vector<std::string>& args) {
     VINF_INPUT_CHECK(checkpoint_path.empty(), "vinf decode: ", vae_dir, " is a Wan2.1 VAE; decoding a Wan run's ",
                      "latents.h5 is not available yet: give --latents IN.safetensors (the run's video.mp4 is decoded ",
                      "already)");
-    return decode_wan(rt, vae_dir, latents_path, out_path);
+    return decode_wan(rt, vae_dir, latents_path, out_path, tile);
   }
   if (!checkpoint_path.empty()) {
     const model::VaeDecoder vae = model::VaeDecoder::load(vae_dir, rt, dtype);

@@ -176,9 +176,9 @@ void add_output_options(po::options_description& all, RunPlan& o) {
   po::options_description vae("[vae]", kHelpWidth, kHelpColumn);
   vae.add_options()("vae.tile", po::value(&o.vae_tile)->default_value(o.vae_tile),
                     "run the VAE's convolutions of frames larger than N x N latent pixels over N x N "
-                    "tiles (8N x 8N pixels at full size) with whole-frame GroupNorm statistics: the same pixels as "
-                    "whole-frame decoding, with the convolutions' working memory bounded by the tile; 0: whole "
-                    "frames; e.g. 16");
+                    "tiles (8N x 8N pixels at full size) with whole-frame GroupNorm statistics (a Wan VAE's RMS "
+                    "norms are per pixel): the same pixels as whole-frame decoding, with the convolutions' working "
+                    "memory bounded by the tile; 0: whole frames; e.g. 16");
   all.add(parallel).add(vae).add(output);
 }
 

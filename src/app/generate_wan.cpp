@@ -49,8 +49,8 @@ void check_wan_plan(const RunPlan& o) {
   VINF_INPUT_CHECK(o.long_clips(), what, "makes one clip in this version: drop --long.mode");
   VINF_INPUT_CHECK(o.embeddings.empty(), what, "encodes its prompts with its own UMT5: drop --prompt.embeddings");
   VINF_INPUT_CHECK(o.prompts.size() == 1, what, "takes one prompt (--prompt.text once), got ", o.prompts.size());
-  VINF_INPUT_CHECK(o.lora.empty() && o.dump_modules.empty() && !o.debug && !o.evaluate && o.vae_tile == 0, what,
-                   "has no --model.lora, --dump.modules, --debug, --evaluate or --vae.tile in this version");
+  VINF_INPUT_CHECK(o.lora.empty() && o.dump_modules.empty() && !o.debug && !o.evaluate, what,
+                   "has no --model.lora, --dump.modules, --debug or --evaluate in this version");
   VINF_INPUT_CHECK(o.vae.empty(), what, "decodes with its own vae/: drop --model.vae");
   for (const auto& [dir, option, sub] : {std::tuple{&o.text_encoder, "--model.text-encoder", "text_encoder"},
                                          std::tuple{&o.tokenizer, "--model.tokenizer", "tokenizer"}})
@@ -85,7 +85,7 @@ WanVideo decode_video(const RunPlan& o, Runtime& rt, const model::WanVae& vae, c
   wan_latents_for_vae(rt, vc, latents, z);
   const std::int64_t frames = vc.video_frames(lf), r = vc.spatial_ratio(), height = lh * r, width = lw * r;
   OwnedTensor video = rt.arena().empty(DType::f32, {1, vc.out_channels, frames, height, width});
-  vae.decode(ctx, z, video);
+  vae.decode(ctx, z, video, o.vae_tile);
   std::vector<float> host(static_cast<std::size_t>(video.numel()));
   const Shape frame_major{frames, vc.out_channels, height, width};
   ops::copy(ctx, video.view().select(0, 0).permute({1, 0, 2, 3}), Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major));
@@ -153,8 +153,9 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
                  {"device", rt.device().name()},
                  {"dtype", dtype_name(dtype)}};
   io::RunStamp stamp;
-  stamp.config_json = config.dump();
   stamp.numerics_json = config.dump();
+  config["vae"] = {{"tile", o.vae_tile}};  // not in the numerics: a resume may decode otherwise
+  stamp.config_json = config.dump();
   stamp.model_fingerprint = model::model_fingerprint(model::find_model_files(fs::path(transformer_config).parent_path().string()));
   stamp.noise_mode = "invariant";
   stamp.scheduler = sampling::flow_solver_name(o.flow_solver);

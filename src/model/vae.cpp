@@ -8,6 +8,7 @@
 #include "core/arena.hpp"
 #include "core/error.hpp"
 #include "io/path_query.hpp"
+#include "model/conv_tiles.hpp"
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
 #include "ops/conv.hpp"
@@ -141,30 +142,14 @@ class Blocks {
   // are those of decoding the image whole; what the tile bounds is the convolutions' working
   // memory (their inputs, outputs and oneDNN/cuDNN buffers), while one or two whole-image
   // activations stay alive between layers.
-  struct Region {
-    std::int64_t r0, h, c0, w;
-  };
-
-  // Calls f(region) for the tiles of an h x w image, row by row.
-  template <class F>
-  static void for_tiles(std::int64_t h, std::int64_t w, std::int64_t tile, F&& f) {
-    for (std::int64_t r0 = 0; r0 < h; r0 += tile)
-      for (std::int64_t c0 = 0; c0 < w; c0 += tile) f(Region{r0, std::min(tile, h - r0), c0, std::min(tile, w - c0)});
-  }
+  using Region = TileRegion;
 
   // The 3x3 convolution p (padding 1) of an (n, ci, h, w) image on output region t, as a new
-  // (n, cout, t.h, t.w) tensor. fill(dst, r) writes the convolution's input at image region r into
-  // dst; the halo beyond the image is zeros.
-  template <class Fill>
+  // (n, cout, t.h, t.w) tensor; fill writes the convolution's input at an image region.
   Act conv_tile(const std::string& p, std::int64_t n, std::int64_t ci, std::int64_t h, std::int64_t w, Region t,
-                Fill&& fill) const {
-    Act in = empty({n, ci, t.h + 2, t.w + 2});
-    const std::int64_t a0 = std::max<std::int64_t>(t.r0 - 1, 0), a1 = std::min(t.r0 + t.h + 1, h);
-    const std::int64_t b0 = std::max<std::int64_t>(t.c0 - 1, 0), b1 = std::min(t.c0 + t.w + 1, w);
-    if (a1 - a0 < t.h + 2 || b1 - b0 < t.w + 2) ops::fill(ctx_, *in, 0.0);
-    fill(in->view().slice(2, a0 - (t.r0 - 1), a1 - a0).slice(3, b0 - (t.c0 - 1), b1 - b0),
-         Region{a0, a1 - a0, b0, b1 - b0});
-    return conv(*in, p, 0);
+                const TileFill& fill) const {
+    const OwnedTensor in = halo_input(ctx_, dtype_, n, ci, h, w, t, fill);
+    return conv(in, p, 0);
   }
 
   // Whole-image GroupNorm sums of x: f64 [N, groups, 2].
@@ -215,14 +200,7 @@ class Blocks {
   Act upsample_tiled(const Tensor& x, const std::string& p, std::int64_t tile) const {
     const std::int64_t n = x.size(0), c = x.size(1), h = 2 * x.size(2), wd = 2 * x.size(3);
     Act out = empty({n, w(p + ".weight").size(0), h, wd});
-    // The upsampled region r: nearest x2 of the source rows and columns that cover it, cropped.
-    auto upsampled = [&](const Tensor& dst, Region r) {
-      const std::int64_t sr = r.r0 / 2, sc = r.c0 / 2;
-      const std::int64_t sh = (r.r0 + r.h + 1) / 2 - sr, sw = (r.c0 + r.w + 1) / 2 - sc;
-      const Act u = empty({n, c, 2 * sh, 2 * sw});
-      ops::upsample_nearest(ctx_, x.slice(2, sr, sh).slice(3, sc, sw), *u);
-      ops::copy(ctx_, u->view().slice(2, r.r0 - 2 * sr, r.h).slice(3, r.c0 - 2 * sc, r.w), dst);
-    };
+    auto upsampled = [&](const Tensor& dst, Region r) { upsampled_region(ctx_, x, r, dst); };
     for_tiles(h, wd, tile, [&](Region t) {
       const Act y = conv_tile(p, n, c, h, wd, t, upsampled);
       ops::copy(ctx_, *y, out->view().slice(2, t.r0, t.h).slice(3, t.c0, t.w));

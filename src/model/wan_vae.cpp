@@ -9,6 +9,7 @@
 #include "core/arena.hpp"
 #include "core/error.hpp"
 #include "io/path_query.hpp"
+#include "model/conv_tiles.hpp"
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
 #include "ops/conv.hpp"
@@ -83,22 +84,29 @@ class Pass {
   }
 
   // diffusers' WanCausalConv3d p with a kt x k x k kernel (padding k / 2 along H and W) on a chunk
-  // x: the input frames are the kt - 1 before the chunk and the chunk's. As a sum over the
-  // temporal taps of 2-D convolutions over frames.
+  // x: the input frames are the kt - 1 before the chunk and the chunk's.
   Act causal_conv(const Tensor& x, const std::string& p) {
     const Tensor& wt = w(p + ".weight");
-    const std::int64_t kt = wt.size(2), t = x.size(0);
-    const ops::Conv2dParams cp{1, static_cast<int>(wt.size(3) / 2)};
+    const std::int64_t kt = wt.size(2);
     const Act in = with_history(x, p, kt - 1);
-    Act y = empty({t, wt.size(0), x.size(2), x.size(3)});
-    ops::conv2d(ctx_, in->view().slice(0, 0, t), wt.select(2, 0), &w(p + ".bias"), *y, cp);
+    Act y = empty({x.size(0), wt.size(0), x.size(2), x.size(3)});
+    causal_taps(*in, p, y->view(), static_cast<int>(wt.size(3) / 2));
+    return y;
+  }
+
+  // y (T, cout, H', W') = the causal convolution p over in (kt - 1 + T frames), as a sum over the
+  // temporal taps of 2-D convolutions over frames with padding pad.
+  void causal_taps(const Tensor& in, const std::string& p, const Tensor& y, int pad) const {
+    const Tensor& wt = w(p + ".weight");
+    const std::int64_t kt = wt.size(2), t = y.size(0);
+    const ops::Conv2dParams cp{1, pad};
+    ops::conv2d(ctx_, in.slice(0, 0, t), wt.select(2, 0), &w(p + ".bias"), y, cp);
     Act part;
     for (std::int64_t k = 1; k < kt; ++k) {
-      if (!part) part = empty(y->shape);
-      ops::conv2d(ctx_, in->view().slice(0, k, t), wt.select(2, k), nullptr, *part, cp);
-      ops::add(ctx_, *y, *part, *y);
+      if (!part) part = empty(y.shape);
+      ops::conv2d(ctx_, in.slice(0, k, t), wt.select(2, k), nullptr, *part, cp);
+      ops::add(ctx_, y, *part, y);
     }
-    return y;
   }
 
   // The (kt, 1, 1) convolution p along the frames of `in`, without padding.
@@ -244,6 +252,122 @@ class Pass {
     VINF_FAIL("unknown Wan VAE layer kind");
   }
 
+  // The decoder's tiled path (decode with tile > 0). Every causal convolution with a 3x3 kernel
+  // after conv_in runs over tiles of its output, its input (the tile plus a one-pixel halo, zeros
+  // beyond the frame) made on the spot from whole-frame tensors. The RMS norm before a convolution
+  // works pixel by pixel, so it is applied to that input alone; such a convolution keeps the last
+  // frames of its input before the norm (whose norm is the normed input the whole-frame path keeps:
+  // the zeros before the video stay zeros). The numbers are those of whole-frame decoding to float
+  // rounding; the tile bounds the convolutions' working memory, while two or three whole-frame
+  // activations of a chunk stay alive between layers.
+
+  // The causal convolution p (kt x 3 x 3) of pre(x) over tiles, pre the RMS norm `norm` and SiLU
+  // (none when norm is empty). Each output tile y goes to write(region, y).
+  template <class Write>
+  void causal_conv_tiled(const Tensor& x, const std::string& p, const std::string& norm, std::int64_t tile,
+                         Write&& write) {
+    const Tensor& wt = w(p + ".weight");
+    VINF_CHECK(wt.size(3) == 3 && wt.size(4) == 3, "the Wan VAE's tiled path takes 3x3 kernels; ", p, " has ",
+               wt.shape.str());
+    const std::int64_t kt = wt.size(2), n = kt - 1, t = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3);
+    Act& hist = history_[p];
+    if (!hist) {
+      hist = empty({n, c, h, wd});
+      ops::fill(ctx_, *hist, 0.0);
+    }
+    // [the n frames before x, x] at image region r, normed when norm is given.
+    const TileFill frames = [&](const Tensor& dst, TileRegion r) {
+      Act raw = empty({n + t, c, r.h, r.w});
+      ops::copy(ctx_, hist->view().slice(2, r.r0, r.h).slice(3, r.c0, r.w), raw->view().slice(0, 0, n));
+      ops::copy(ctx_, x.slice(2, r.r0, r.h).slice(3, r.c0, r.w), raw->view().slice(0, n, t));
+      ops::copy(ctx_, norm.empty() ? *raw : *rms_norm(*raw, norm, ops::Activation::silu), dst);
+    };
+    for_tiles(h, wd, tile, [&](TileRegion r) {
+      const OwnedTensor in = halo_input(ctx_, dtype_, n + t, c, h, wd, r, frames);
+      Act y = empty({t, wt.size(0), r.h, r.w});
+      causal_taps(in, p, *y, 0);
+      write(r, *y);
+    });
+    // The last n frames of [hist, x] (n <= t: those of x; else hist's last n - t, then x).
+    if (t >= n) {
+      ops::copy(ctx_, x.slice(0, t - n, n), *hist);
+    } else {
+      Act kept = empty(hist->shape);
+      ops::copy(ctx_, hist->view().slice(0, t, n - t), kept->view().slice(0, 0, n - t));
+      ops::copy(ctx_, x, kept->view().slice(0, n - t, t));
+      hist = kept;
+    }
+  }
+
+  // causal_conv_tiled into a new tensor.
+  Act causal_conv_tiled(const Tensor& x, const std::string& p, const std::string& norm, std::int64_t tile) {
+    Act y = empty({x.size(0), w(p + ".weight").size(0), x.size(2), x.size(3)});
+    causal_conv_tiled(x, p, norm, tile, [&](TileRegion r, const Tensor& yt) { ops::copy(ctx_, yt, region(*y, r)); });
+    return y;
+  }
+
+  static Tensor region(const Tensor& t, TileRegion r) { return t.slice(2, r.r0, r.h).slice(3, r.c0, r.w); }
+
+  // resnet on tiles. The residual is added tile by tile; without a shortcut the output overwrites
+  // x (each output tile reads x's own tile only).
+  Act resnet_tiled(Act x, const std::string& p, std::int64_t tile) {
+    const Act hid = causal_conv_tiled(*x, p + ".conv1", p + ".norm1", tile);
+    const std::string sc = p + ".conv_shortcut";
+    const bool shortcut = w_.find(sc + ".weight") != nullptr;
+    const Act out = shortcut ? empty({x->size(0), hid->size(1), x->size(2), x->size(3)}) : x;
+    causal_conv_tiled(*hid, p + ".conv2", p + ".norm2", tile, [&](TileRegion r, const Tensor& yt) {
+      const Tensor xt = region(*x, r);
+      ops::add(ctx_, yt, shortcut ? pointwise(xt, sc)->view() : xt, region(*out, r));
+    });
+    return out;
+  }
+
+  // upsample on tiles: the temporal part on whole frames (a (3, 1, 1) convolution), then the 3x3
+  // convolution over tiles of the nearest x2 upsampling.
+  Act upsample_tiled(const Tensor& x, const std::string& p, bool temporal, bool first, std::int64_t tile) {
+    Tensor src = x;
+    Act doubled;
+    if (temporal && !first) {
+      const std::string tc = p + ".time_conv";
+      doubled = time_conv(*with_history(x, tc, 2), tc);
+      src = doubled->reshape({2 * x.size(0), x.size(1), x.size(2), x.size(3)});
+    }
+    const std::int64_t t = src.size(0), c = src.size(1), h = 2 * src.size(2), wd = 2 * src.size(3);
+    const std::string cp = p + ".resample.1";
+    Act y = empty({t, w(cp + ".weight").size(0), h, wd});
+    const TileFill upsampled = [&](const Tensor& dst, TileRegion r) { upsampled_region(ctx_, src, r, dst); };
+    for_tiles(h, wd, tile, [&](TileRegion r) {
+      const OwnedTensor in = halo_input(ctx_, dtype_, t, c, h, wd, r, upsampled);
+      const Act yt = empty({t, y->size(1), r.h, r.w});
+      ops::conv2d(ctx_, in, w(cp + ".weight"), &w(cp + ".bias"), *yt, {1, 0});
+      ops::copy(ctx_, *yt, region(*y, r));
+    });
+    return y;
+  }
+
+  // WanDecoder3d on one latent frame over tiles of `tile` latent pixels (doubling with every
+  // upsampling); conv_in (whose input has only the latent channels) and the mid block's attention
+  // on whole frames.
+  Act decoder_chunk_tiled(const Tensor& x, const std::vector<WanVaeLayer>& layers, bool first, std::int64_t tile) {
+    Act h = causal_conv(x, "decoder.conv_in");
+    h = resnet_tiled(h, "decoder.mid_block.resnets.0", tile);
+    h = attention(*h, "decoder.mid_block.attentions.0");
+    h = resnet_tiled(h, "decoder.mid_block.resnets.1", tile);
+    for (const WanVaeLayer& l : layers) {
+      const bool temporal = l.kind == WanVaeLayer::upsample3d;
+      switch (l.kind) {
+        case WanVaeLayer::resnet: h = resnet_tiled(h, l.name, tile); break;
+        case WanVaeLayer::upsample2d:
+        case WanVaeLayer::upsample3d:
+          h = upsample_tiled(*h, l.name, temporal, first, 2 * tile);
+          tile *= 2;
+          break;
+        default: VINF_FAIL("the Wan VAE's decoder has no layer ", l.name, " of this kind");
+      }
+    }
+    return causal_conv_tiled(*h, "decoder.conv_out", "decoder.norm_out", tile);
+  }
+
   // WanEncoder3d on one chunk: conv_in, the down blocks, the mid block, RMS norm, SiLU, conv_out
   // (2 z_dim channels).
   Act encoder_chunk(const Tensor& x, const std::vector<WanVaeLayer>& layers, bool first) {
@@ -328,7 +452,7 @@ void WanVae::encode(ExecContext& ctx, const Tensor& video, const Tensor& mean, c
   }
 }
 
-void WanVae::decode(ExecContext& ctx, const Tensor& latents, const Tensor& out) const {
+void WanVae::decode(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t tile) const {
   const WanVaeConfig& c = config_;
   VINF_CHECK(parts_ & decoder, "the Wan VAE was loaded without its decoder");
   VINF_INPUT_CHECK(latents.rank() == 5 && latents.size(1) == c.z_dim && latents.size(2) >= 1, "the Wan VAE decodes latents (N, ",
@@ -337,6 +461,8 @@ void WanVae::decode(ExecContext& ctx, const Tensor& latents, const Tensor& out) 
   const int ratio = c.spatial_ratio();
   const Shape want{n, c.out_channels, c.video_frames(lf), h * ratio, wd * ratio};
   VINF_CHECK(out.shape == want, "WanVae::decode: out must be ", want.str(), ", got ", out.shape.str());
+  VINF_INPUT_CHECK(tile >= 0, "the VAE tile must be 0 (off) or a positive number of latent pixels, got ", tile);
+  const bool tiled = tile > 0 && (h > tile || wd > tile);
   const std::vector<WanVaeLayer> layers = wan_vae_decoder_layers(c);
   for (std::int64_t i = 0; i < n; ++i) {
     Pass pass(weights_, ctx);
@@ -347,7 +473,8 @@ void WanVae::decode(ExecContext& ctx, const Tensor& latents, const Tensor& out) 
     const Tensor video = out.select(0, i).permute({1, 0, 2, 3});  // (frames, C, H, W)
     std::int64_t done = 0;
     for (std::int64_t f = 0; f < lf; ++f) {
-      const Act y = pass.decoder_chunk(x->view().slice(0, f, 1), layers, f == 0);
+      const Tensor xf = x->view().slice(0, f, 1);
+      const Act y = tiled ? pass.decoder_chunk_tiled(xf, layers, f == 0, tile) : pass.decoder_chunk(xf, layers, f == 0);
       VINF_CHECK(done + y->size(0) <= want[2], "WanVae::decode: the chunks gave more frames than ", want[2]);
       clamped_copy(ctx, *y, video.slice(0, done, y->size(0)), -1.f, 1.f);
       done += y->size(0);

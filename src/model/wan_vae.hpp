@@ -9,6 +9,9 @@
 // last frame, the temporal upsamplers skip their time convolution on the first chunk. The results
 // are those of the reference, and the activations' memory is bounded by a chunk, not the video.
 //
+// Decoding may also run over spatial tiles (decode's tile): the same layers, each 3x3 convolution
+// over tiles of its output with its input made on the spot, as VaeDecoder's tiled path.
+//
 // Activations are stored frame-major, (frames, channels, H, W), so every per-frame op (the 2-D
 // convolutions of the resamplers, attention, upsampling) sees the frames as a batch.
 #pragma once
@@ -45,7 +48,12 @@ class WanVae {
 
   // latents (N, z_dim, F', h, w) exactly as given (no latents_mean / latents_std); out (N,
   // out_channels, video_frames(F'), 8h, 8w), clamped to [-1, 1] as diffusers' decode does.
-  void decode(ExecContext& ctx, const Tensor& latents, const Tensor& out) const;
+  // tile > 0 (latent pixels) runs the 3x3 convolutions of frames larger than that over tiles of
+  // tile x tile latent pixels (tile * 2^k pixels after k upsamplings), as VaeDecoder does: the same
+  // numbers as whole-frame decoding to float rounding (the RMS norms work pixel by pixel), with the
+  // convolutions' working memory bounded by the tile; the mid block's attention runs on whole
+  // frames at the latent resolution. Throws vinf::InputError for a negative tile.
+  void decode(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t tile = 0) const;
 
  private:
   WanVaeConfig config_;

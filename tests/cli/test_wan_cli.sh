@@ -74,7 +74,7 @@ expect 2 "but this video's latents are F32[1,16,5,4,4]" -- "$vinf" generate "${w
 expect 2 "is a flow-matching scheduler of the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --sampler.scheduler unipc --out "$work/r"
 expect 2 "--prompt.max-length is for the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --prompt.max-length 24 --out "$work/r"
 expect 2 "drop --model.vae" -- "$vinf" generate "${beagle[@]}" --model.vae "$fixture/vae" --out "$work/r"
-expect 2 "has no --model.lora, --dump.modules, --debug, --evaluate or --vae.tile" -- "$vinf" generate "${beagle[@]}" --vae.tile 16 --out "$work/r"
+expect 2 "has no --model.lora, --dump.modules, --debug or --evaluate" -- "$vinf" generate "${beagle[@]}" --evaluate --out "$work/r"
 expect 2 "plan estimates the UNet family's layouts" -- "$vinf" plan --model "$fixture" --prompt.text x
 [ ! -e "$work/r" ] || { echo "FAIL: a refused run left $work/r"; fails=$((fails + 1)); }
 
@@ -94,7 +94,8 @@ expect 0 "outputs in $work/k0/" -- "$vinf" generate "${quiet_run[@]}" --out "$wo
 expect 75 "SIGTERM after step 2: checkpoint written" -- env VINF_FAULT_STEP="rank=0,step=2,signal=TERM" "$vinf" generate "${quiet_run[@]}" --checkpoint.every 1 --out "$work/k"
 expect 0 "step 2 of 4 completed" -- "$vinf" inspect "$work/k/checkpoints/step-000002.h5"
 expect 2 "sampler" -- "$vinf" generate "${beagle[@]}" --output.video=false --sampler.seed 4 --resume auto --out "$work/k"
-expect 0 "resuming from $work/k/checkpoints/step-000002.h5 after step 2 of 4" -- "$vinf" generate "${quiet_run[@]}" --resume auto --out "$work/k"
+# (The VAE's tiling is not part of the numbers a resume must keep.)
+expect 0 "resuming from $work/k/checkpoints/step-000002.h5 after step 2 of 4" -- "$vinf" generate "${quiet_run[@]}" --resume auto --vae.tile 2 --out "$work/k"
 expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/k/latents.h5" "$work/k0/latents.h5" 0
 expect 0 "holds a finished run" -- "$vinf" generate "${quiet_run[@]}" --resume auto --out "$work/k"
 # The same on two ranks with one guidance branch each.
@@ -115,6 +116,9 @@ expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/list/b/latents.h5" "$work/
 expect 0 "video.mp4" -- "$vinf" generate "${beagle[@]}" --latents-init "$fixture/ref_pipeline.safetensors" --output.png --out "$work/v"
 n=$(ls "$work/v/frames" 2>/dev/null | grep -c '^frame-.*\.png$')
 [ "$n" -eq 9 ] && echo "ok: 9 PNG frames" || { echo "FAIL: $n PNG frames, expected 9"; fails=$((fails + 1)); }
+# The same video decoded over tiles of 2 latent pixels (its numbers are checked by decode below).
+expect 0 "video.mp4" -- "$vinf" generate "${beagle[@]}" --latents-init "$fixture/ref_pipeline.safetensors" --vae.tile 2 --out "$work/vt"
+expect 0 "\"tile\": 2" -- cat "$work/vt/run.json"
 # vinf decode on the VAE alone: diffusers' decode(mean) within 1e-4.
 python3 - "$fixture/ref_vae.safetensors" "$work/mean.safetensors" <<'PY'
 import json, struct, sys
@@ -130,6 +134,13 @@ open(dst, "wb").write(struct.pack("<Q", len(h)) + h + data)
 PY
 expect 0 "3 latent frame(s) to 9 frames 32x32" -- "$vinf" decode --vae "$fixture/vae" --latents "$work/mean.safetensors" --out "$work/dec.safetensors" --device cpu
 expect 0 "ok decoded" -- "$tool" compare "$work/dec.safetensors" "$fixture/ref_vae.safetensors" 1e-4 decoded
+# Over tiles of 3 latent pixels (24 at full size: tiles of two sizes on 32x32 frames): diffusers'
+# numbers again, and the whole-frame decoding's to float rounding (tile-sized convolutions may sum
+# in other orders).
+expect 0 "wrote $work/tiled.safetensors" -- "$vinf" decode --vae "$fixture/vae" --latents "$work/mean.safetensors" --out "$work/tiled.safetensors" --device cpu --vae.tile 3
+expect 0 "ok decoded" -- "$tool" compare "$work/tiled.safetensors" "$fixture/ref_vae.safetensors" 1e-4 decoded
+expect 0 "ok decoded" -- "$tool" compare "$work/tiled.safetensors" "$work/dec.safetensors" 2e-5 decoded
+expect 2 "--vae.tile must be 0 (off)" -- "$vinf" decode --vae "$fixture/vae" --latents "$work/mean.safetensors" --out "$work/r.safetensors" --device cpu --vae.tile -2
 expect 2 "has no tensor 'latents' [N, C, F, h, w]" -- "$vinf" decode --vae "$fixture/vae" --latents "$fixture/inputs.safetensors" --out "$work/r.safetensors" --device cpu
 expect 2 "decoding a Wan run's latents.h5 is not available yet" -- "$vinf" decode --vae "$fixture/vae" --checkpoint "$work/g/latents.h5" --out "$work/r" --device cpu
 

@@ -63,23 +63,63 @@ TEST_CASE("Wan VAE: encode equals diffusers (mean and logvar of 9 frames)") {
   }
 }
 
-TEST_CASE("Wan VAE: decode equals diffusers (decode(mean) to 9 frames, clamped)") {
+// The fixture's decode(mean) by the VAE on rt, over tiles of `tile` latent pixels (0: whole frames).
+static test::HostTensor decode_fixture(Runtime& rt, std::int64_t tile) {
+  const model::WanVae vae = model::WanVae::load(test::fixture("wan-tiny"), rt, DType::f32, model::WanVae::decoder);
+  const io::SafetensorsFile ref(test::fixture("wan-tiny/ref_vae.safetensors"));
+  const OwnedTensor z = on_device(rt, ref, "mean");
+  REQUIRE(z.size(3) == 4);
+  const Shape vs = ref.tensor("decoded").shape;
+  OwnedTensor out = rt.arena().empty(DType::f32, vs);
+  ops::fill(rt.ctx(), out, 7.0);
+  vae.decode(rt.ctx(), z, out, tile);
+  test::HostTensor got(vs);
+  ops::copy(rt.ctx(), out, got);
+  rt.synchronize();
+  return got;
+}
+
+// Whole frames, then tiles of 1, 2 and 3 latent pixels on the fixture's 4x4 latents: every tile
+// interior, on an edge, in a corner, and (3) tiles of two sizes. The tiled path runs tile-sized
+// convolutions, which need not sum in the whole frame's order: it equals the whole-frame path to
+// float rounding, not necessarily bit for bit; both against the reference at the fixture's
+// tolerance.
+TEST_CASE("Wan VAE: decode equals diffusers (decode(mean) to 9 frames, clamped), whole and tiled") {
+  const io::SafetensorsFile ref(test::fixture("wan-tiny/ref_vae.safetensors"));
+  const Tensor want = ref.tensor("decoded");
   for (CpuImpl impl : {CpuImpl::fast, CpuImpl::reference}) {
     CAPTURE(std::string(impl == CpuImpl::reference ? "CPU reference" : "CPU fast"));
     Runtime rt(Device::cpu(), impl);
-    const model::WanVae vae = model::WanVae::load(test::fixture("wan-tiny"), rt, DType::f32, model::WanVae::decoder);
-    const io::SafetensorsFile ref(test::fixture("wan-tiny/ref_vae.safetensors"));
-    const OwnedTensor z = on_device(rt, ref, "mean");
-    const Shape vs = ref.tensor("decoded").shape;
-    OwnedTensor out = rt.arena().empty(DType::f32, vs);
-    vae.decode(rt.ctx(), z, out);
-    test::HostTensor got(vs);
-    ops::copy(rt.ctx(), out, got);
-    rt.synchronize();
+    const test::HostTensor whole = decode_fixture(rt, 0);
     // Measured on x86-64, f32: 6.6e-6 (oneDNN), 3.4e-6 (reference).
-    const double d = max_diff(got, ref.tensor("decoded"));
+    const double d = max_diff(whole, want);
     INFO("max |diff| decoded " << d);
     CHECK(d <= 1e-4);
+    for (std::int64_t tile : {1, 2, 3}) {
+      CAPTURE(tile);
+      const test::HostTensor got = decode_fixture(rt, tile);
+      // Measured on x86-64, f32: equal to whole-frame decoding bit for bit in both implementations.
+      const double dw = max_diff(got, whole.t), dr = max_diff(got, want);
+      INFO("max |diff| from whole frames " << dw << ", from diffusers " << dr);
+      CHECK(dw <= 2e-5);
+      CHECK(dr <= 1e-4);
+    }
+  }
+  Runtime rt(Device::cpu());
+  CHECK_THROWS_WITH_AS(decode_fixture(rt, -1), doctest::Contains("tile must be 0 (off)"), InputError);
+}
+
+TEST_CASE("CUDA Wan VAE: whole and tiled decoding equal diffusers") {
+  if (!test::gpu_or_skip("the CUDA Wan VAE")) return;
+  const io::SafetensorsFile ref(test::fixture("wan-tiny/ref_vae.safetensors"));
+  const Tensor want = ref.tensor("decoded");
+  Runtime rt(Device::cuda(0));
+  for (std::int64_t tile : {0, 3}) {
+    CAPTURE(tile);
+    // cuDNN may sum the f32 products in another order (no TF32 here): the CPU's tolerance, doubled.
+    const double d = max_diff(decode_fixture(rt, tile), want);
+    INFO("max |diff| decoded " << d);
+    CHECK(d <= 2e-4);
   }
 }
 
