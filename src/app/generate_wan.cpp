@@ -1,9 +1,11 @@
 #include "app/generate_wan.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 #include <tuple>
 #include <nlohmann/json.hpp>
 
@@ -149,7 +151,7 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
                   {{"scheduler", sampling::flow_solver_name(o.flow_solver)}, {"steps", o.steps},
                    {"guidance", o.guidance}, {"seed", o.seed}, {"flow-shift", sched_config.flow_shift}}},
                  {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"max-length", o.max_text_length}}},
-                 {"parallel", {{"cfg", o.job.cfg}, {"world", job->session().size()}}},
+                 {"parallel", {{"cfg", o.job.cfg}, {"world", job->session().size()}, {"clips", 1}, {"frames-per-clip", o.frames}}},
                  {"device", rt.device().name()},
                  {"dtype", dtype_name(dtype)}};
   io::RunStamp stamp;
@@ -272,9 +274,14 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   if (guided) text_cache.negative_prompt_embeds.assign(embeds.begin() + static_cast<std::ptrdiff_t>(per), embeds.end());
   int stopped = 0;
   double checkpoint_seconds = 0;
+  std::vector<double> step_seconds;
+  std::string last_checkpoint;
+  const double pace = test_step_seconds();
   d.after_step = [&](int i) {
     rt.synchronize();
     const int done = i + 1;
+    if (pace > 0) std::this_thread::sleep_until(t_step + std::chrono::duration<double>(pace));
+    step_seconds.push_back(seconds_since(t_step));
     if (step_fault(world.rank(), done)) ops::fill(ctx, sampler.latents(), std::nan(""));
     const int sig = static_cast<int>(world.max(static_cast<double>(stop_signal())));  // every rank stops alike
     if (sig != 0 || done == o.steps || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0)) {
@@ -291,17 +298,23 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
                            state, text_cache, {{"last_corrected", last.data()}, {"second_previous_x0", m2.data()}});
       if (root) io::prune_checkpoints(ckpt_dir, o.checkpoint_keep);
       checkpoint_seconds += seconds_since(t_ckpt);
+      last_checkpoint = path;
     }
     if (sig != 0) {
+      // As the UNet's runs say it: what a Slurm grace time or --signal lead must cover.
       stopped = sig;
-      log(std::string(signal_name(sig)) + " after step " + std::to_string(done) + ": checkpoint written; continue with "
-          "--resume auto (exit status " + std::to_string(kExitStopped) + ")");
+      char took[64];
+      std::snprintf(took, sizeof took, "%.1f s", world.max(seconds_since_stop_signal()));
+      log(std::string("received ") + signal_name(sig) + ": stopped after step " + std::to_string(done) + " of " +
+          std::to_string(o.steps) + ", checkpoint " + last_checkpoint + ", " + took +
+          " after the signal; run again with --resume auto to continue (exit status " + std::to_string(kExitStopped) +
+          ")");
       return false;
     }
     if (!o.quiet && (o.verbose || i + 1 == o.steps || (i + 1) % std::max(1, o.steps / 10) == 0))
       log("step " + std::to_string(i + 1) + "/" + std::to_string(o.steps) + " (t=" +
           std::to_string(scheduler.timesteps()[static_cast<std::size_t>(i)]) + "): " +
-          std::to_string(seconds_since(t_step)).substr(0, 6) + " s");
+          std::to_string(step_seconds.back()).substr(0, 6) + " s");
     t_step = Clock::now();
     return true;
   };
@@ -315,8 +328,10 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   for (float v : host)
     VINF_CHECK(std::isfinite(v), "the Wan latents are no longer finite after ", o.steps, " steps: nothing was written");
   // The guidance branches hold the same latents: the first writes them.
+  const auto t_write = Clock::now();
   io::write_latents(job->session().world(), out_dir + "/latents.h5", stamp,
                     io::FramePart{frame_major, 0, root ? lf : 0}, host.data());
+  const double write_seconds = seconds_since(t_write);
   // The video, when the pipeline has its VAE and a video or frames are asked for.
   WanVideo video;
   const bool has_vae = io::is_directory(dir + "/vae");
@@ -325,28 +340,50 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
     const model::WanVae vae = model::WanVae::load(dir + "/vae", rt, DType::f32, model::WanVae::decoder);
     video = decode_video(o, rt, vae, sampler.latents(), out_dir);
   }
-  const std::size_t peak = rt.arena().stats().peak_in_use;
-  json run = {{"config", config},
-                    {"timings_s",
-                     {{"total", seconds_since(t_start)},
-                      {"text", text_seconds},
-                      {"load", load_seconds},
-                      {"denoise", denoise_seconds},
-                      {"denoise_per_step", denoise_seconds / o.steps},
-                      {"checkpoints", checkpoint_seconds},
-                      {"decode", video.seconds}}},
-                    {"memory", {{"peak_device_bytes", peak}}},
-                    {"outputs", json::array()}};
-  json& outputs = run["outputs"];
-  outputs.push_back("latents.h5");
+  // run.json as the UNet family's runs write it (jobs/summarize reads both): the settings, where
+  // it resumed, the schedule, the times (the slowest rank's steps), each rank's peak memory.
+  const std::vector<double> per_step = world.max(step_seconds);
+  const double peak_here = static_cast<double>(rt.arena().stats().peak_in_use);
+  const std::vector<double> peaks = world.gather_values_on_root(peak_here);
+  const int start_step = resume.info ? static_cast<int>(resume.info->state.step) : 0;
+  json ranks = json::array();
+  for (std::size_t k = 0; k < peaks.size(); ++k)
+    ranks.push_back({{"rank", k}, {"cfg_branch", o.job.cfg == 2 ? static_cast<int>(k % 2) : 0},
+                     {"peak_memory_bytes", peaks[k]}});
+  json outputs = {"latents.h5"};
+  for (const std::string& c : io::list_checkpoints(ckpt_dir)) outputs.push_back(fs::relative(c, out_dir).string());
   std::string listed = "latents.h5";
   for (const std::string& f : video.files) {
     outputs.push_back(f);
     if (f.find('/') == std::string::npos) listed += ", " + f;
   }
+  const double denoised = static_cast<double>(lf) * (o.steps - start_step);
+  json run = {{"format", "vinf-run"},
+              {"format_version", 1},
+              {"vinf_version", VINF_VERSION},
+              {"status", "complete"},
+              {"out", out_dir},
+              {"config", config},
+              {"resumed_from", resume.info ? json(resume.info->path) : json(nullptr)},
+              {"start_step", start_step},
+              {"schedule", {{"timesteps", scheduler.timesteps()}, {"sigmas", scheduler.sigmas()}}},
+              {"times_s",
+               {{"load", load_seconds},
+                {"text", text_seconds},
+                {"denoise", denoise_seconds},
+                {"denoise_per_step", per_step},
+                {"checkpoint", checkpoint_seconds},
+                {"write", write_seconds},
+                {"decode", video.seconds},
+                {"total", seconds_since(t_start)}}},
+              {"frame_steps_per_s", denoise_seconds > 0 ? denoised / denoise_seconds : 0.0},
+              {"ranks", ranks},
+              {"outputs", outputs}};
+  const double peak = peaks.empty() ? peak_here : *std::max_element(peaks.begin(), peaks.end());
   if (root) io::write_file_atomically(out_dir + "/run.json", run.dump(2) + "\n");
   log("outputs in " + out_dir + "/ (" + listed + ", run.json); " + std::to_string(denoise_seconds).substr(0, 6) +
-      " s denoising, peak memory " + format_mib(static_cast<double>(peak)));
+      " s denoising (latent frame-steps/s " + std::to_string(denoised / std::max(denoise_seconds, 1e-9)).substr(0, 6) +
+      "), peak memory " + format_mib(peak) + (peaks.size() > 1 ? " on the largest rank" : ""));
   return {VideoEnd::complete, 0, out_dir, {}};
 }
 

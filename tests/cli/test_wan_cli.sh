@@ -5,6 +5,7 @@
 # usage: test_wan_cli.sh VINF TEST_TOOL WAN_FIXTURE_DIR MPIEXEC
 set -u
 vinf=$1 tool=$2 fixture=$3 mpiexec=$4
+src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/expect.sh"
@@ -55,6 +56,8 @@ beagle=("${wan_base[@]}" --video.frames 9 --video.height 32 --video.width 32 --s
 expect 0 "4 unipc steps, guidance 5" -- "$vinf" generate "${beagle[@]}" --latents-init "$fixture/ref_pipeline.safetensors" --out "$work/g"
 expect 0 "ok /latents against latents" -- "$tool" h5-vs-latents "$work/g/latents.h5" "$fixture/ref_pipeline.safetensors" latents 1e-4
 expect 0 "\"family\": \"wan\"" -- cat "$work/g/run.json"
+# run.json as the UNet's runs write it, so that jobs/summarize tables both families.
+expect 0 "| g | complete | 1 | 9 | 4 |" -- "$src/jobs/summarize" "$work/g"
 # From the seed's draw: the same seed twice gives the same latents, [3 latent frames, 16, 4, 4].
 expect 0 "outputs in $work/s1/" -- "$vinf" generate "${beagle[@]}" --sampler.seed 7 --out "$work/s1"
 expect 0 "outputs in $work/s2/" -- "$vinf" generate "${beagle[@]}" --sampler.seed 7 --out "$work/s2"
@@ -91,15 +94,16 @@ expect 2 "runs on 1 rank per video in this version, but 2 were started" -- "$mpi
 # for bit (the same computations in the same order); a resume with other numbers is refused.
 quiet_run=("${beagle[@]}" --output.video=false --sampler.seed 3)
 expect 0 "outputs in $work/k0/" -- "$vinf" generate "${quiet_run[@]}" --out "$work/k0"
-expect 75 "SIGTERM after step 2: checkpoint written" -- env VINF_FAULT_STEP="rank=0,step=2,signal=TERM" "$vinf" generate "${quiet_run[@]}" --checkpoint.every 1 --out "$work/k"
+expect 75 "received SIGTERM: stopped after step 2 of 4, checkpoint $work/k/checkpoints/step-000002.h5" -- env VINF_FAULT_STEP="rank=0,step=2,signal=TERM" "$vinf" generate "${quiet_run[@]}" --checkpoint.every 1 --out "$work/k"
 expect 0 "step 2 of 4 completed" -- "$vinf" inspect "$work/k/checkpoints/step-000002.h5"
 expect 2 "sampler" -- "$vinf" generate "${beagle[@]}" --output.video=false --sampler.seed 4 --resume auto --out "$work/k"
 # (The VAE's tiling is not part of the numbers a resume must keep.)
 expect 0 "resuming from $work/k/checkpoints/step-000002.h5 after step 2 of 4" -- "$vinf" generate "${quiet_run[@]}" --resume auto --vae.tile 2 --out "$work/k"
 expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/k/latents.h5" "$work/k0/latents.h5" 0
+expect 0 "$work/k/checkpoints/step-000002.h5 2" -- jq -r '.resumed_from + " " + (.start_step | tostring)' "$work/k/run.json"
 expect 0 "holds a finished run" -- "$vinf" generate "${quiet_run[@]}" --resume auto --out "$work/k"
 # The same on two ranks with one guidance branch each.
-expect 75 "SIGTERM after step 3" -- env VINF_FAULT_STEP="rank=1,step=3,signal=TERM" "$mpiexec" -np 2 "$vinf" generate "${quiet_run[@]}" --parallel.cfg 2 --out "$work/k2"
+expect 75 "received SIGTERM: stopped after step 3 of 4" -- env VINF_FAULT_STEP="rank=1,step=3,signal=TERM" "$mpiexec" -np 2 "$vinf" generate "${quiet_run[@]}" --parallel.cfg 2 --out "$work/k2"
 expect 0 "after step 3 of 4" -- "$mpiexec" -np 2 "$vinf" generate "${quiet_run[@]}" --parallel.cfg 2 --resume auto --out "$work/k2"
 expect 0 "ok /latents" -- "$tool" h5-compare "$work/k2/latents.h5" "$work/k0/latents.h5" 1e-5
 

@@ -17,7 +17,8 @@
 #                 sbatch slurm/cpu.sbatch on both nodes: CPU mode's layout, one rank per socket
 #   requeue       a job stopped mid-run, first as at its time limit (SIGUSR1 to the batch shell),
 #                 then as at preemption (SIGTERM to the ranks): it checkpoints, requeues itself
-#                 twice and ends with latents bit-identical to an uninterrupted run
+#                 twice and ends with latents bit-identical to an uninterrupted run; then a Wan2.1
+#                 pipeline (CFG on 2 ranks) stopped once, requeued, ending on diffusers' latents
 #   timelimit     a job with --time=1 and --signal=B:USR1@50 that Slurm itself warns: it stops
 #                 with a checkpoint, requeues itself, and ends as the uninterrupted run
 #   preempt       a job preempted twice by jobs of a higher partition (PreemptMode=REQUEUE): with
@@ -246,6 +247,22 @@ requeue)
   same_latents "$out"
   srun_options "$log"
   grep -o 'stopped after step .* after the signal' "$log"
+  [ $fails -eq 0 ] || show_log "$log"
+  # A Wan2.1 pipeline through the same script: 2 tasks, one guidance branch each (cfg = 2 in its
+  # INI), from diffusers' initial latents; stopped as at its time limit after step 2, requeued, and
+  # ending on diffusers' final latents.
+  wan=$src/tests/fixtures/wan-tiny
+  printf '%s\n' "model = $wan" "latents-init = $wan/ref_pipeline.safetensors" "[prompt]" \
+    "text = A beagle swims in the ocean with coral reefs." "negative = blurry, low quality" "max-length = 24" \
+    "[video]" "frames = 9" "height = 32" "width = 32" "[sampler]" "steps = 4" "guidance = 5" "[parallel]" "cfg = 2" > wan.ini
+  j=$(env "${pace[@]}" sbatch --parsable --job-name=wan "${node[@]}" slurm/vinf.sbatch wan.ini --checkpoint.every 1)
+  out=outputs/wan-$j log=outputs/wan-$j.log
+  stop_at 2 scancel --batch --signal=USR1 "$j"
+  finished "$j" COMPLETED || show_log "$log"
+  check "Wan: vinf stopped on SIGUSR1 with a checkpoint" grep -q 'received SIGUSR1: stopped after step' "$log"
+  check "Wan: the job requeued itself and resumed" grep -q 'requeued 1 time(s) so far' "$log"
+  check "Wan: outputs complete, 2 ranks" outputs_complete "$out" 2
+  check "Wan: the final latents are diffusers' WanPipeline's" "$tool" h5-vs-latents "$out/latents.h5" "$wan/ref_pipeline.safetensors" latents 1e-4
   [ $fails -eq 0 ] || show_log "$log"
   ;;
 
