@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.hpp"
+#include "app/evaluate.hpp"
 #include "app/generate_support.hpp"
 #include "app/wan_pipeline.hpp"
 #include "core/error.hpp"
@@ -51,8 +52,11 @@ void check_wan_plan(const RunPlan& o) {
   VINF_INPUT_CHECK(o.long_clips(), what, "makes one clip in this version: drop --long.mode");
   VINF_INPUT_CHECK(o.embeddings.empty(), what, "encodes its prompts with its own UMT5: drop --prompt.embeddings");
   VINF_INPUT_CHECK(o.prompts.size() == 1, what, "takes one prompt (--prompt.text once), got ", o.prompts.size());
-  VINF_INPUT_CHECK(o.lora.empty() && o.dump_modules.empty() && !o.debug && !o.evaluate, what,
-                   "has no --model.lora, --dump.modules, --debug or --evaluate in this version");
+  VINF_INPUT_CHECK(o.lora.empty() && o.dump_modules.empty() && !o.debug, what,
+                   "has no --model.lora, --dump.modules or --debug in this version (they name the UNet's modules)");
+  VINF_INPUT_CHECK(!o.evaluate || (o.video && io::is_directory(o.model + "/vae")), what,
+                   "evaluates its video.mp4 with --evaluate (its latents are not pictures): keep --output.video and the ",
+                   "pipeline's vae/");
   VINF_INPUT_CHECK(o.vae.empty(), what, "decodes with its own vae/: drop --model.vae");
   for (const auto& [dir, option, sub] : {std::tuple{&o.text_encoder, "--model.text-encoder", "text_encoder"},
                                          std::tuple{&o.tokenizer, "--model.tokenizer", "tokenizer"}})
@@ -340,6 +344,28 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
     const model::WanVae vae = model::WanVae::load(dir + "/vae", rt, DType::f32, model::WanVae::decoder);
     video = decode_video(o, rt, vae, sampler.latents(), out_dir);
   }
+  // --evaluate: vinf evaluate on the video (one clip: no boundaries). Its failure is said after
+  // run.json, as the run itself is complete.
+  std::string evaluate_error, evaluate_kind;
+  double evaluate_seconds = 0;
+  if (o.evaluate) {
+    const auto t_eval = Clock::now();
+    if (root) {
+      log("evaluating video.mp4 into evaluate.json and evaluate.png");
+      try {
+        evaluate_file(out_dir + "/video.mp4", out_dir, std::vector<std::int64_t>{}, o.evaluate_clip_vision, o.quiet);
+        video.files.insert(video.files.end(), {"evaluate.json", "evaluate.png"});
+      } catch (const InputError& x) {
+        evaluate_error = x.what();
+        evaluate_kind = "input";
+      } catch (const std::exception& x) {
+        evaluate_error = x.what();
+      }
+    }
+    world.broadcast(evaluate_error);
+    world.broadcast(evaluate_kind);
+    evaluate_seconds = world.max(seconds_since(t_eval));
+  }
   // run.json as the UNet family's runs write it (jobs/summarize reads both): the settings, where
   // it resumed, the schedule, the times (the slowest rank's steps), each rank's peak memory.
   const std::vector<double> per_step = world.max(step_seconds);
@@ -375,6 +401,7 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
                 {"checkpoint", checkpoint_seconds},
                 {"write", write_seconds},
                 {"decode", video.seconds},
+                {"evaluate", evaluate_seconds},
                 {"total", seconds_since(t_start)}}},
               {"frame_steps_per_s", denoise_seconds > 0 ? denoised / denoise_seconds : 0.0},
               {"ranks", ranks},
@@ -384,6 +411,12 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   log("outputs in " + out_dir + "/ (" + listed + ", run.json); " + std::to_string(denoise_seconds).substr(0, 6) +
       " s denoising (latent frame-steps/s " + std::to_string(denoised / std::max(denoise_seconds, 1e-9)).substr(0, 6) +
       "), peak memory " + format_mib(peak) + (peaks.size() > 1 ? " on the largest rank" : ""));
+  if (!evaluate_error.empty()) {
+    const std::string why = "--evaluate: " + evaluate_error + " (the run's outputs are complete; vinf evaluate " +
+                            out_dir + "/video.mp4 --out " + out_dir + " evaluates them again)";
+    if (evaluate_kind == "input") throw InputError(why);
+    throw Error(why);
+  }
   return {VideoEnd::complete, 0, out_dir, {}};
 }
 

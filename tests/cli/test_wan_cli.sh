@@ -77,7 +77,8 @@ expect 2 "but this video's latents are F32[1,16,5,4,4]" -- "$vinf" generate "${w
 expect 2 "is a flow-matching scheduler of the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --sampler.scheduler unipc --out "$work/r"
 expect 2 "--prompt.max-length is for the Wan family" -- "$vinf" generate --model builtin:tiny --prompt.text x --prompt.max-length 24 --out "$work/r"
 expect 2 "drop --model.vae" -- "$vinf" generate "${beagle[@]}" --model.vae "$fixture/vae" --out "$work/r"
-expect 2 "has no --model.lora, --dump.modules, --debug or --evaluate" -- "$vinf" generate "${beagle[@]}" --evaluate --out "$work/r"
+expect 2 "has no --model.lora, --dump.modules or --debug" -- "$vinf" generate "${beagle[@]}" --debug --out "$work/r"
+expect 2 "evaluates its video.mp4 with --evaluate" -- "$vinf" generate "${beagle[@]}" --evaluate --output.video=false --out "$work/r"
 expect 2 "plan estimates the UNet family's layouts" -- "$vinf" plan --model "$fixture" --prompt.text x
 [ ! -e "$work/r" ] || { echo "FAIL: a refused run left $work/r"; fails=$((fails + 1)); }
 
@@ -123,6 +124,10 @@ n=$(ls "$work/v/frames" 2>/dev/null | grep -c '^frame-.*\.png$')
 # The same video decoded over tiles of 2 latent pixels (its numbers are checked by decode below).
 expect 0 "video.mp4" -- "$vinf" generate "${beagle[@]}" --latents-init "$fixture/ref_pipeline.safetensors" --vae.tile 2 --out "$work/vt"
 expect 0 "\"tile\": 2" -- cat "$work/vt/run.json"
+# --evaluate measures the video as vinf evaluate does (one clip, no boundaries).
+expect 0 "evaluating video.mp4" -- "$vinf" generate "${beagle[@]}" --latents-init "$fixture/ref_pipeline.safetensors" --evaluate --out "$work/ev"
+expect 0 "\"frames\": 9" -- cat "$work/ev/evaluate.json"
+expect 0 "evaluate.png" -- jq -r '.outputs[]' "$work/ev/run.json"
 # vinf decode on the VAE alone: diffusers' decode(mean) within 1e-4.
 python3 - "$fixture/ref_vae.safetensors" "$work/mean.safetensors" <<'PY'
 import json, struct, sys
