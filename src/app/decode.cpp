@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/wan_pipeline.hpp"
 #include "core/error.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5file.hpp"
@@ -33,24 +34,35 @@ namespace vinf::app {
 
 namespace {
 
+// The shape of /latents in f, a vinf checkpoint or latents.h5 at path; throws vinf::InputError for
+// another file.
+Shape run_latents_shape(const io::H5File& f, const std::string& path) {
+  const std::string format = f.has_attribute("/", "format") ? f.text("/", "format") : "";
+  VINF_INPUT_CHECK(format == io::kCheckpointFormat || format == io::kLatentsFormat, path,
+                   " is neither a vinf checkpoint nor a latents.h5 (format '", format, "')");
+  return f.shape("/latents");
+}
+
+// Creates dir for a video; refuses to replace its video.mp4 unless overwrite.
+void video_dir(const std::string& dir, bool overwrite) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  VINF_INPUT_CHECK(!ec, "cannot create ", dir, ": ", ec.message());
+  VINF_INPUT_CHECK(overwrite || !io::path_exists(dir + "/video.mp4"), dir,
+                   "/video.mp4 exists; choose another --out or --overwrite");
+}
+
 // A vinf HDF5 file's /latents to DIR/video.mp4, contact.png and PNG frames, one chunk of frames
 // at a time (the whole video is never in memory).
 int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::string& path, const std::string& dir,
                       const io::FrameWriter::Settings& settings, bool overwrite, std::int64_t frames_per_call,
                       std::int64_t tile) {
   const io::H5File f = io::H5File::open_serial(path);
-  const std::string format = f.has_attribute("/", "format") ? f.text("/", "format") : "";
-  VINF_INPUT_CHECK(format == io::kCheckpointFormat || format == io::kLatentsFormat, path,
-                   " is neither a vinf checkpoint nor a latents.h5 (format '", format, "')");
-  const Shape full = f.shape("/latents");
+  const Shape full = run_latents_shape(f, path);
   const model::VaeConfig& c = vae.config();
   VINF_INPUT_CHECK(full.rank() == 4 && full[1] == c.latent_channels, path, ": /latents ", full.str(),
                    " does not fit the VAE's ", c.latent_channels, " latent channels");
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  VINF_INPUT_CHECK(!ec, "cannot create ", dir, ": ", ec.message());
-  VINF_INPUT_CHECK(overwrite || !io::path_exists(dir + "/video.mp4"), dir,
-                   "/video.mp4 exists; choose another --out or --overwrite");
+  video_dir(dir, overwrite);
   const std::int64_t frames = full[0], h = full[2] * c.upscale(), w = full[3] * c.upscale();
   io::FrameWriter writer(dir, frames, w, h, settings);
   const std::int64_t per_frame = full[1] * full[2] * full[3], out_frame = c.out_channels * h * w;
@@ -129,6 +141,32 @@ int decode_wan(Runtime& rt, const std::string& vae_dir, const std::string& laten
   return 0;
 }
 
+// A Wan run's latents.h5 or checkpoint (/latents [F, C, h, w], latent frames) to DIR/video.mp4,
+// contact.png and PNG frames, as the run itself writes them (latents_std and latents_mean applied).
+int decode_wan_checkpoint(Runtime& rt, const std::string& vae_dir, const std::string& path, const std::string& dir,
+                          const io::FrameWriter::Settings& settings, bool overwrite, std::int64_t tile) {
+  const io::H5File f = io::H5File::open_serial(path);
+  const Shape full = run_latents_shape(f, path);
+  const model::WanVae vae = model::WanVae::load(vae_dir, rt, DType::f32, model::WanVae::decoder);
+  const model::WanVaeConfig& c = vae.config();
+  VINF_INPUT_CHECK(full.rank() == 4 && full[1] == c.z_dim, path, ": /latents ", full.str(), " does not fit the Wan ",
+                   "VAE's ", c.z_dim, " latent channels (is it a UNet run's? decode it with that model's vae/)");
+  video_dir(dir, overwrite);
+  std::vector<float> host(static_cast<std::size_t>(full.numel()));
+  f.read_frames("/latents", 0, 0, full[0], host.data());
+  OwnedTensor latents = rt.arena().empty(DType::f32, {1, full[1], full[0], full[2], full[3]});
+  ops::copy(rt.ctx(), Tensor::wrap(host.data(), DType::f32, Device::cpu(), full).permute({1, 0, 2, 3}).unsqueeze(0),
+            latents);
+  const WanVideoFiles video = wan_write_video(rt, vae, latents, dir, settings, tile);
+  std::string listed;
+  for (const std::string& file : video.files)
+    if (file.find('/') == std::string::npos) listed += (listed.empty() ? "" : ", ") + file;
+  std::cerr << "vinf decode: Wan VAE, " << full[0] << " latent frame(s) to " << c.video_frames(full[0]) << " frames "
+            << full[3] * c.spatial_ratio() << "x" << full[2] * c.spatial_ratio() << " from " << path << " in "
+            << video.seconds << " s; wrote " << listed << " in " << dir << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int decode(const std::vector<std::string>& args) {
@@ -145,8 +183,9 @@ int decode(const std::vector<std::string>& args) {
       "for a Wan2.1 VAE (AutoencoderKLWan) latents F32 [N, C, F, h, w] of latent frames, and OUT gets\n"
       "decoded [N, 3, 1 + 4 (F - 1), 8h, 8w] (no latents_mean / latents_std applied, clamped to [-1, 1]);\n"
       "OUT gets decoded F32 [N, 3, 8h, 8w], the raw decoder output (no clamp). X.h5 is a checkpoint or the\n"
-      "latents.h5 of vinf generate: its latents are divided by the VAE's scaling factor and DIR gets\n"
-      "video.mp4 and contact.png (and frames/ with --output.png).\n\n"
+      "latents.h5 of vinf generate: its latents are divided by the VAE's scaling factor (a Wan VAE: times\n"
+      "latents_std plus latents_mean, as the run decodes them) and DIR gets video.mp4 and contact.png (and\n"
+      "frames/ with --output.png).\n\n"
       "Options come from the command line and from --config FILE (INI: `vae = DIR`; `[output] png = true`\n"
       "is --output.png true); the command line wins.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)(
@@ -197,9 +236,8 @@ int decode(const std::vector<std::string>& args) {
   Runtime& rt = job->runtime();
 
   if (is_wan_vae(vae_dir)) {
-    VINF_INPUT_CHECK(checkpoint_path.empty(), "vinf decode: ", vae_dir, " is a Wan2.1 VAE; decoding a Wan run's ",
-                     "latents.h5 is not available yet: give --latents IN.safetensors (the run's video.mp4 is decoded ",
-                     "already)");
+    if (!checkpoint_path.empty())
+      return decode_wan_checkpoint(rt, vae_dir, checkpoint_path, out_path, video, overwrite, tile);
     return decode_wan(rt, vae_dir, latents_path, out_path, tile);
   }
   if (!checkpoint_path.empty()) {

@@ -71,44 +71,6 @@ void check_wan_plan(const RunPlan& o) {
     VINF_INPUT_CHECK(io::is_directory(o.model + "/" + part), what, "needs its ", part, "/ directory, which is missing");
 }
 
-namespace {
-
-struct WanVideo {
-  double seconds = 0;
-  std::vector<std::string> files;
-};
-
-// The pipeline's decoding: latents * latents_std + latents_mean per channel, the causal VAE, then
-// the frames as the reference exports them (clamp(x / 2 + 0.5), times 255, truncated) into
-// video.mp4, contact.png and, with --output.png, one PNG per frame.
-WanVideo decode_video(const RunPlan& o, Runtime& rt, const model::WanVae& vae, const Tensor& latents,
-                      const std::string& out_dir) {
-  const auto t0 = Clock::now();
-  ExecContext& ctx = rt.ctx();
-  const model::WanVaeConfig& vc = vae.config();
-  const std::int64_t lf = latents.size(2), lh = latents.size(3), lw = latents.size(4);
-  OwnedTensor z = rt.arena().empty(DType::f32, latents.shape);
-  wan_latents_for_vae(rt, vc, latents, z);
-  const std::int64_t frames = vc.video_frames(lf), r = vc.spatial_ratio(), height = lh * r, width = lw * r;
-  OwnedTensor video = rt.arena().empty(DType::f32, {1, vc.out_channels, frames, height, width});
-  vae.decode(ctx, z, video, o.vae_tile);
-  std::vector<float> host(static_cast<std::size_t>(video.numel()));
-  const Shape frame_major{frames, vc.out_channels, height, width};
-  ops::copy(ctx, video.view().select(0, 0).permute({1, 0, 2, 3}), Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major));
-  rt.synchronize();
-  io::FrameWriter writer(out_dir, frames, width, height, {o.video, o.png, o.output_fps, o.ffmpeg});
-  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(height * width * 3));
-  for (std::int64_t f = 0; f < frames; ++f) {
-    io::to_rgb8(host.data() + f * vc.out_channels * height * width, height, width, rgb.data());
-    writer.add(f, rgb.data());
-  }
-  const std::string error = writer.finish();
-  VINF_CHECK(error.empty(), error);
-  return {seconds_since(t0), writer.files()};
-}
-
-}  // namespace
-
 void check_wan_job(const RunPlan& o, int world) {
   check_wan_plan(o);
   VINF_INPUT_CHECK(world == o.job.cfg, "--model ", o.model, " is a Wan2.1 pipeline, which runs on ", o.job.cfg,
@@ -337,12 +299,12 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
                     io::FramePart{frame_major, 0, root ? lf : 0}, host.data());
   const double write_seconds = seconds_since(t_write);
   // The video, when the pipeline has its VAE and a video or frames are asked for.
-  WanVideo video;
+  WanVideoFiles video;
   const bool has_vae = io::is_directory(dir + "/vae");
   if (!has_vae) log("note: " + dir + " has no vae/: latents.h5 only");
   if (root && has_vae && (o.video || o.png)) {
     const model::WanVae vae = model::WanVae::load(dir + "/vae", rt, DType::f32, model::WanVae::decoder);
-    video = decode_video(o, rt, vae, sampler.latents(), out_dir);
+    video = wan_write_video(rt, vae, sampler.latents(), out_dir, {o.video, o.png, o.output_fps, o.ffmpeg}, o.vae_tile);
   }
   // --evaluate: vinf evaluate on the video (one clip: no boundaries). Its failure is said after
   // run.json, as the run itself is complete.

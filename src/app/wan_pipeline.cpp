@@ -1,6 +1,10 @@
 #include "app/wan_pipeline.hpp"
 
+#include <chrono>
+#include <cstdint>
+
 #include "core/error.hpp"
+#include "io/image.hpp"
 #include "mpi/communicator.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
@@ -69,6 +73,32 @@ void wan_latents_for_vae(Runtime& rt, const model::WanVaeConfig& vae, const Tens
   const Shape per_channel{1, C, 1, 1, 1};
   ops::mul(ctx, latents, sc.view().reshape(per_channel).expand(latents.shape), z);
   ops::add(ctx, z, sh.view().reshape(per_channel).expand(latents.shape), z);
+}
+
+WanVideoFiles wan_write_video(Runtime& rt, const model::WanVae& vae, const Tensor& latents, const std::string& out_dir,
+                              const io::FrameWriter::Settings& settings, std::int64_t tile) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ExecContext& ctx = rt.ctx();
+  const model::WanVaeConfig& vc = vae.config();
+  const std::int64_t lf = latents.size(2), lh = latents.size(3), lw = latents.size(4);
+  OwnedTensor z = rt.arena().empty(DType::f32, latents.shape);
+  wan_latents_for_vae(rt, vc, latents, z);
+  const std::int64_t frames = vc.video_frames(lf), r = vc.spatial_ratio(), height = lh * r, width = lw * r;
+  OwnedTensor video = rt.arena().empty(DType::f32, {1, vc.out_channels, frames, height, width});
+  vae.decode(ctx, z, video, tile);
+  std::vector<float> host(static_cast<std::size_t>(video.numel()));
+  const Shape frame_major{frames, vc.out_channels, height, width};
+  ops::copy(ctx, video.view().select(0, 0).permute({1, 0, 2, 3}), Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major));
+  rt.synchronize();
+  io::FrameWriter writer(out_dir, frames, width, height, settings);
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(height * width * 3));
+  for (std::int64_t f = 0; f < frames; ++f) {
+    io::to_rgb8(host.data() + f * vc.out_channels * height * width, height, width, rgb.data());
+    writer.add(f, rgb.data());
+  }
+  const std::string error = writer.finish();
+  VINF_CHECK(error.empty(), error);
+  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), writer.files()};
 }
 
 }  // namespace vinf::app

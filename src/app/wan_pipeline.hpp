@@ -5,8 +5,12 @@
 #pragma once
 
 #include <functional>
+#include <string>
+#include <vector>
 
+#include "io/video.hpp"
 #include "model/wan_transformer.hpp"
+#include "model/wan_vae.hpp"
 #include "model/wan_vae_config.hpp"
 #include "sampling/flow_sampler.hpp"
 
@@ -42,5 +46,16 @@ void wan_denoise(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& sample
 // inverse of the encoder side's (mean - latents_mean) / latents_std). latents and z [N, C, F, h, w]
 // f32 on rt's device; throws vinf::InputError when the VAE's config has no statistics for C channels.
 void wan_latents_for_vae(Runtime& rt, const model::WanVaeConfig& vae, const Tensor& latents, const Tensor& z);
+
+// The pipeline's last stage: wan_latents_for_vae, the causal VAE (over tiles of `tile` latent
+// pixels when tile > 0), then the frames as the reference exports them (clamp(x / 2 + 0.5), times
+// 255, truncated) into out_dir's video.mp4, contact.png and PNG frames as `settings` asks.
+// latents [1, C, F, h, w] f32 on rt's device. Returns the files written and the seconds taken.
+struct WanVideoFiles {
+  double seconds = 0;
+  std::vector<std::string> files;
+};
+WanVideoFiles wan_write_video(Runtime& rt, const model::WanVae& vae, const Tensor& latents, const std::string& out_dir,
+                              const io::FrameWriter::Settings& settings, std::int64_t tile);
 
 }  // namespace vinf::app

@@ -151,7 +151,16 @@ expect 0 "ok decoded" -- "$tool" compare "$work/tiled.safetensors" "$fixture/ref
 expect 0 "ok decoded" -- "$tool" compare "$work/tiled.safetensors" "$work/dec.safetensors" 2e-5 decoded
 expect 2 "--vae.tile must be 0 (off)" -- "$vinf" decode --vae "$fixture/vae" --latents "$work/mean.safetensors" --out "$work/r.safetensors" --device cpu --vae.tile -2
 expect 2 "has no tensor 'latents' [N, C, F, h, w]" -- "$vinf" decode --vae "$fixture/vae" --latents "$fixture/inputs.safetensors" --out "$work/r.safetensors" --device cpu
-expect 2 "decoding a Wan run's latents.h5 is not available yet" -- "$vinf" decode --vae "$fixture/vae" --checkpoint "$work/g/latents.h5" --out "$work/r" --device cpu
+# A Wan run's latents.h5 as its own job: the run's video again, frame for frame (the same numbers
+# through the same code).
+expect 0 "3 latent frame(s) to 9 frames 32x32 from $work/v/latents.h5" -- "$vinf" decode --vae "$fixture" --checkpoint "$work/v/latents.h5" --out "$work/vd" --output.png --device cpu
+for f in contact.png frames/frame-000000.png frames/frame-000008.png; do
+  cmp -s "$work/vd/$f" "$work/v/$f" && echo "ok: $f as the run wrote it" || { echo "FAIL: $work/vd/$f differs from the run's"; fails=$((fails + 1)); }
+done
+expect 2 "video.mp4 exists" -- "$vinf" decode --vae "$fixture" --checkpoint "$work/v/latents.h5" --out "$work/vd" --device cpu
+expect 0 "outputs in $work/u/" -- "$vinf" generate --model builtin:tiny --prompt.text x --video.frames 16 --sampler.steps 1 --output.video=false --out "$work/u"
+unet_latents=$work/u/latents.h5
+expect 2 "does not fit the Wan VAE's 16 latent channels" -- "$vinf" decode --vae "$fixture" --checkpoint "$unet_latents" --out "$work/r" --device cpu
 
 # make-model --layout pipeline: a whole random WanPipeline in diffusers' layout, which inspect
 # describes part by part and generate and encode-text run as they run a released one.
