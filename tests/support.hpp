@@ -29,8 +29,9 @@ inline bool gpu_or_skip(const char* what) {
 
 // Runs fn(rank, communicator, context) on n threads of the thread transport, one runtime each (on
 // `device`); fails the test with the first error. `counters` receives each rank's afterwards.
-inline void run_on_threads(int n, const std::function<void(int, mpi::Communicator&, ExecContext&)>& fn,
-                           std::vector<mpi::CommCounters>* counters = nullptr, Device device = Device::cpu()) {
+// The same with each rank's runtime (for what loads weights).
+inline void run_on_threads_rt(int n, const std::function<void(int, mpi::Communicator&, Runtime&)>& fn,
+                              std::vector<mpi::CommCounters>* counters = nullptr, Device device = Device::cpu()) {
   auto group = mpi::make_thread_group(n);
   std::vector<std::string> errors(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
@@ -38,7 +39,7 @@ inline void run_on_threads(int n, const std::function<void(int, mpi::Communicato
     threads.emplace_back([&, r] {
       try {
         Runtime rt(device);
-        fn(r, *group[static_cast<std::size_t>(r)], rt.ctx());
+        fn(r, *group[static_cast<std::size_t>(r)], rt);
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
       }
@@ -47,6 +48,11 @@ inline void run_on_threads(int n, const std::function<void(int, mpi::Communicato
   for (const auto& e : errors) REQUIRE_MESSAGE(e.empty(), e);
   if (counters)
     for (auto& c : group) counters->push_back(c->counters());
+}
+
+inline void run_on_threads(int n, const std::function<void(int, mpi::Communicator&, ExecContext&)>& fn,
+                           std::vector<mpi::CommCounters>* counters = nullptr, Device device = Device::cpu()) {
+  run_on_threads_rt(n, [&](int r, mpi::Communicator& comm, Runtime& rt) { fn(r, comm, rt.ctx()); }, counters, device);
 }
 
 // VINF_TEST_FIXTURES in the environment points a relocated test binary (scripts/gpu-check --run on

@@ -162,7 +162,7 @@ void write_dump(const std::string& prefix, int rank, const PieceResult& r, const
 struct ForwardOptions {
   std::string config_file, model_dir, inputs_path, out_path, device = "auto", dtype = "auto", comm_backend = "auto",
       dump;
-  bool tf32 = false, ignore_unexpected = false, vi_given = false;
+  bool tf32 = false, ignore_unexpected = false, vi_given = false, vi_mode_given = false;
   int cfg = 1, tensor = 1, emulate = 0;  // emulate: clips run on threads of this one process (0: one clip per rank)
   double timeout = 300;
   app::ViOptions vi_options;
@@ -181,7 +181,9 @@ po::options_description forward_option_table(ForwardOptions& o) {
       "A Wan2.1 transformer (a directory whose config.json names WanTransformer3DModel, or a pipeline root\n"
       "with transformer/) takes hidden_states [B,C,F,H,W] (latent frames), encoder_hidden_states [B,L,D]\n"
       "and timesteps F32 [T] instead; OUT gets noise_pred.t<i> for the i-th timestep. It runs on one\n"
-      "rank (the --vi.* and --parallel.* layouts are the UNet's).\n\n"
+      "rank, or with --vi.mode exact on N: rank r takes latent frames [r F/N, (r+1) F/N) and the\n"
+      "self-attention sees every frame through all-to-alls over (sample, head) rows; the other --vi.*\n"
+      "and --parallel.* settings are the UNet's.\n\n"
       "Options come from the command line and from --config FILE (INI: `inputs = IN.safetensors`;\n"
       "`[vi] mode = compat` is --vi.mode compat); the command line wins.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", po::value(&o.config_file), kConfigOptionHelp)(
@@ -228,7 +230,8 @@ bool parse_forward_options(const std::vector<std::string>& args, ForwardOptions&
   VINF_INPUT_CHECK(!o.out_path.empty(), "vinf forward: --out is empty: give the output file");
   o.vi = o.vi_options.resolve(vm);
   for (const auto& [name, value] : vm)
-    if (name.rfind("vi.", 0) == 0 && name != "vi.emulate-clips" && !value.defaulted()) o.vi_given = true;
+    if (name.rfind("vi.", 0) == 0 && name != "vi.emulate-clips" && !value.defaulted())
+      (name == "vi.mode" ? o.vi_mode_given : o.vi_given) = true;
   o.plan.dtype = job::parse_dtype_choice(o.dtype);
   VINF_INPUT_CHECK(o.timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.timeout);
   VINF_INPUT_CHECK(o.emulate >= 0, "--vi.emulate-clips must be >= 0, got ", o.emulate);
@@ -491,7 +494,7 @@ int forward(const std::vector<std::string>& args) {
   if (!parse_forward_options(args, o)) return 0;
   if (!model::find_wan_transformer_config(o.model_dir).empty()) {
     WanForwardRequest r{o.model_dir, o.inputs_path, o.out_path, o.dump, o.plan, o.ignore_unexpected, o.cfg, o.tensor,
-                        o.emulate, o.vi_given};
+                        o.emulate, o.vi_given, o.vi_mode_given ? o.vi.mode : infinity::Mode::off};
     return forward_wan(r);
   }
   ForwardJob f = start_forward(o);

@@ -4,11 +4,14 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <memory>
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
+#include "infinity/wan_exact.hpp"
 #include "io/safetensors.hpp"
+#include "mpi/session.hpp"
 #include "model/wan_transformer.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
@@ -38,19 +41,28 @@ Tensor wan_input(const io::SafetensorsFile& f, const char* name, int rank, const
 }  // namespace
 
 int forward_wan(const WanForwardRequest& r) {
-  VINF_INPUT_CHECK(r.emulate == 0 && r.cfg == 1 && r.tensor == 1, "vinf forward: ", r.model_dir,
-                   " is a Wan transformer, which runs on one rank in this version: drop --vi.emulate-clips, "
-                   "--parallel.cfg and --parallel.tensor");
+  const std::string what = "vinf forward: " + r.model_dir + " is a Wan transformer, ";
+  VINF_INPUT_CHECK(r.mode != infinity::Mode::compat, what, "and --vi.mode compat reproduces the released ",
+                   "Video-Infinity's UNet: it has no meaning here; --vi.mode exact spreads the frames over ranks");
+  VINF_INPUT_CHECK(r.mode != infinity::Mode::invariant, what, "and Video-Infinity's windows over its frames ",
+                   "(--vi.mode invariant) are not in this version; --vi.mode exact spreads the frames over ranks");
+  VINF_INPUT_CHECK(r.emulate == 0 && r.cfg == 1 && r.tensor == 1, what, "which runs on one rank, or with ",
+                   "--vi.mode exact its frames over ranks, in this version: drop --vi.emulate-clips, --parallel.cfg ",
+                   "and --parallel.tensor");
   VINF_INPUT_CHECK(r.dump.empty(), "vinf forward: --dump-temporal is for the UNet; a Wan transformer has no ",
                    "temporal modules");
+  const bool exact = r.mode == infinity::Mode::exact;
   job::JobPlan plan = r.plan;
-  plan.clip_group = false;
+  plan.clip_group = exact;
   const std::unique_ptr<job::Job> job = job::start_job(plan, [&](int world) {
-    VINF_INPUT_CHECK(world == 1, "vinf forward: ", r.model_dir, " is a Wan transformer, which runs on one rank in this ",
-                     "version; launch it without mpirun/srun (", world, " ranks were started)");
+    VINF_INPUT_CHECK(world == 1 || exact, what, "which runs on one rank unless --vi.mode exact spreads its frames ",
+                     "over ranks (", world, " ranks were started): add --vi.mode exact, or launch it without mpirun");
   });
-  auto log = [&](const std::string& line) { std::cerr << "vinf forward: " << line << "\n" << std::flush; };
-  if (r.vi_given) log("note: the --vi.* settings are for the UNet family and do not change a Wan transformer's call");
+  const bool root = job->root();
+  auto log = [&](const std::string& line) {
+    if (root) std::cerr << "vinf forward: " << line << "\n" << std::flush;
+  };
+  if (r.vi_given) log("note: the --vi.* settings but the mode are for the UNet family and do not change a Wan call");
 
   const io::SafetensorsFile in(r.inputs_path);
   const Tensor x = wan_input(in, "hidden_states", 5, "[B,C,F,H,W]");
@@ -67,6 +79,10 @@ int forward_wan(const WanForwardRequest& r) {
   }
   VINF_INPUT_CHECK(text.size(0) == x.size(0), r.inputs_path, ": 'encoder_hidden_states' has batch ", text.size(0),
                    " but 'hidden_states' has batch ", x.size(0));
+  const int ranks = job->size(), me = job->rank();
+  const std::int64_t F = x.size(2);
+  VINF_INPUT_CHECK(F >= ranks, r.inputs_path, ": 'hidden_states' has ", F, " latent frames, fewer than the ", ranks,
+                   " ranks they are split over; use at most ", F, " ranks");
 
   Runtime& rt = job->runtime();
   const DType dtype = job->dtype();
@@ -79,43 +95,93 @@ int forward_wan(const WanForwardRequest& r) {
                    " channels but the transformer takes in_channels = ", c.in_channels);
   VINF_INPUT_CHECK(text.size(2) == c.text_dim, r.inputs_path, ": 'encoder_hidden_states' has width ", text.size(2),
                    " but the transformer has text_dim = ", c.text_dim);
+  const auto [pt, ph, pw] = c.patch_size;
+  VINF_INPUT_CHECK(pt == 1 || ranks == 1, what, "and its patch spans ", pt, " frames: its frames are not split over ",
+                   "ranks in this version");
   log("Wan transformer " + r.model_dir + ": " + std::to_string(wan.weights().count()) + " parameters, " +
       format_mib(static_cast<double>(wan.weights().bytes())) + " as " + model::precision_name(dtype, rt.device()) +
       " on " + rt.device().name() + " (loaded in " + std::to_string(seconds_since(t_load)).substr(0, 5) + " s); " +
-      std::to_string(timesteps.size()) + " timestep(s)");
+      std::to_string(timesteps.size()) + " timestep(s)" +
+      (exact ? "; --vi.mode exact, " + std::to_string(F) + " latent frames over " + std::to_string(ranks) + " rank(s)"
+             : ""));
 
-  const std::int64_t B = x.size(0);
-  const Shape out_shape{B, c.out_channels, x.size(2), x.size(3), x.size(4)};
-  OwnedTensor xd = rt.arena().empty(dtype, x.shape), ed = rt.arena().empty(dtype, text.shape),
-              td = rt.arena().empty(DType::f32, {B}), pred = rt.arena().empty(dtype, out_shape);
-  ops::copy(rt.ctx(), x, xd);
+  // This rank's frames and every rank's tokens.
+  const std::int64_t B = x.size(0), per_frame = (x.size(3) / ph) * (x.size(4) / pw);
+  std::vector<std::int64_t> tokens, frame_counts;
+  for (int k = 0; k < ranks; ++k) {
+    frame_counts.push_back(infinity::even_share(F, ranks, k).count);
+    tokens.push_back(frame_counts.back() * per_frame);
+  }
+  const infinity::Share mine = infinity::even_share(F, ranks, me);
+  std::unique_ptr<infinity::WanExactAttention> attention;
+  if (exact) attention = std::make_unique<infinity::WanExactAttention>(*job->clip_comm(), tokens);
+  const Shape out_shape{B, c.out_channels, F, x.size(3), x.size(4)};
+  const Shape piece{B, c.out_channels, mine.count, x.size(3), x.size(4)};
+  OwnedTensor xd = rt.arena().empty(dtype, {B, x.size(1), mine.count, x.size(3), x.size(4)}),
+              ed = rt.arena().empty(dtype, text.shape), td = rt.arena().empty(DType::f32, {B}),
+              pred = rt.arena().empty(dtype, piece);
+  ops::copy(rt.ctx(), x.slice(2, mine.first, mine.count), xd);
   ops::copy(rt.ctx(), text, ed);
+  // Every rank's piece, gathered on the host in rank order: [rank][B, C, F_r, H, W].
+  std::vector<std::int64_t> counts;
+  for (std::int64_t n : frame_counts) counts.push_back(n * B * c.out_channels * x.size(3) * x.size(4));
   std::vector<std::vector<float>> preds;
+  std::vector<float> own(static_cast<std::size_t>(pred.numel()));
   for (std::size_t i = 0; i < timesteps.size(); ++i) {
     const auto t0 = Clock::now();
     std::vector<float> tb(static_cast<std::size_t>(B), timesteps[i]);
     ops::copy(rt.ctx(), Tensor::wrap(tb.data(), DType::f32, Device::cpu(), {B}), td);
-    wan.forward(rt.ctx(), xd, td, ed, pred);
-    preds.emplace_back(static_cast<std::size_t>(pred.numel()));
-    ops::copy(rt.ctx(), pred, Tensor::wrap(preds.back().data(), DType::f32, Device::cpu(), out_shape));
+    wan.forward(rt.ctx(), xd, td, ed, pred, nullptr, {mine.first, F}, attention.get());
+    ops::copy(rt.ctx(), pred, Tensor::wrap(own.data(), DType::f32, Device::cpu(), piece));
     rt.synchronize();
-    log("t[" + std::to_string(i) + "] = " + std::to_string(timesteps[i]) + ": " +
-        std::to_string(seconds_since(t0)).substr(0, 6) + " s");
+    const double seconds = job->session().max(seconds_since(t0));
+    std::vector<float> gathered(static_cast<std::size_t>(out_shape.numel()));
+    if (ranks == 1) {
+      gathered = own;
+    } else {
+      job->world().all_gather_v(job->host(), Tensor::wrap(own.data(), DType::f32, Device::cpu(), {counts[me]}),
+                                Tensor::wrap(gathered.data(), DType::f32, Device::cpu(), {out_shape.numel()}), counts);
+    }
+    // Rank order to [B, C, F, H, W].
+    preds.emplace_back(gathered.size());
+    const Tensor whole = Tensor::wrap(preds.back().data(), DType::f32, Device::cpu(), out_shape);
+    std::int64_t offset = 0;
+    for (int k = 0; k < ranks; offset += counts[static_cast<std::size_t>(k)], ++k) {
+      const infinity::Share sk = infinity::even_share(F, ranks, k);
+      ops::copy(job->host(), Tensor::wrap(gathered.data() + offset, DType::f32, Device::cpu(),
+                                          {B, c.out_channels, sk.count, x.size(3), x.size(4)}),
+                whole.slice(2, sk.first, sk.count));
+    }
+    log("t[" + std::to_string(i) + "] = " + std::to_string(timesteps[i]) + ": " + std::to_string(seconds).substr(0, 6) +
+        " s");
   }
+  std::map<std::string, std::string> meta = {{"generator", std::string("vinf ") + VINF_VERSION + " forward"},
+                                             {"model", r.model_dir},
+                                             {"family", "wan"},
+                                             {"vi.mode", exact ? "exact" : "off"},
+                                             {"ranks", std::to_string(ranks)},
+                                             {"device", rt.device().name()},
+                                             {"dtype", dtype_name(dtype)}};
+  if (exact) {
+    const std::vector<mpi::CommCounters> counted = job->session().gather_values_on_root(job->clip_comm()->counters());
+    log("communication per rank over " + std::to_string(timesteps.size()) +
+        " call(s) (bytes received from other ranks):");
+    for (std::size_t q = 0; q < counted.size(); ++q) {
+      log("  rank " + std::to_string(q) + ": " + counted[q].summary());
+      meta["comm." + std::to_string(q)] = counted[q].summary();
+    }
+  }
+  const double peak = job->session().max(static_cast<double>(rt.arena().stats().peak_in_use));
+  if (!root) return 0;
   std::vector<io::TensorToWrite> out;
   std::string list;
   for (std::size_t i = 0; i < preds.size(); ++i) {
     out.push_back({"noise_pred.t" + std::to_string(i), DType::f32, out_shape, preds[i].data(), {}});
     list += (i ? "," : "") + std::to_string(timesteps[i]);
   }
-  io::write_safetensors(r.out_path, out,
-                        {{"generator", std::string("vinf ") + VINF_VERSION + " forward"},
-                         {"model", r.model_dir},
-                         {"family", "wan"},
-                         {"timesteps", list},
-                         {"device", rt.device().name()},
-                         {"dtype", dtype_name(dtype)}});
-  log("peak memory " + format_mib(static_cast<double>(rt.arena().stats().peak_in_use)) + "; wrote " + r.out_path);
+  meta["timesteps"] = list;
+  io::write_safetensors(r.out_path, out, meta);
+  log("peak memory " + format_mib(peak) + (ranks > 1 ? " per rank (max over ranks)" : "") + "; wrote " + r.out_path);
   return 0;
 }
 

@@ -1,9 +1,11 @@
 // `vinf forward` on a Wan2.1 transformer (design.md §5.1): one call per timestep of the inputs'
-// `timesteps` (F32), written as noise_pred.t<i> by index. One rank for now.
+// `timesteps` (F32), written as noise_pred.t<i> by index. On one rank, or with --vi.mode exact on
+// N ranks: the latent frames split over them (infinity::WanExactAttention), rank 0 writing all.
 #pragma once
 
 #include <string>
 
+#include "infinity/config.hpp"
 #include "job/job.hpp"
 
 namespace vinf::app {
@@ -12,10 +14,10 @@ struct WanForwardRequest {
   std::string model_dir, inputs_path, out_path, dump;
   job::JobPlan plan;
   bool ignore_unexpected = false;
-  // Options of the UNet's layouts, refused for Wan in this version when they ask for more than one
-  // rank's work.
+  // Options of the UNet's layouts, refused for Wan in this version.
   int cfg = 1, tensor = 1, emulate = 0;
-  bool vi_given = false;
+  bool vi_given = false;  // a --vi.* setting other than the mode
+  infinity::Mode mode = infinity::Mode::off;  // off unless --vi.mode was given
 };
 
 int forward_wan(const WanForwardRequest& r);

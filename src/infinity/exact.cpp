@@ -54,16 +54,6 @@ OwnedTensor contiguous(ExecContext& ctx, const Tensor& t) {
   return c;
 }
 
-// A piece of an all-to-all; an empty piece (no rows or no frames) travels as nothing, the same on
-// both sides.
-mpi::Transfer transfer(int peer, const Tensor& send, const Tensor& recv) {
-  mpi::Transfer t;
-  t.peer = peer;
-  if (send.numel() > 0) t.send = send;
-  if (recv.numel() > 0) t.recv = recv;
-  return t;
-}
-
 }  // namespace
 
 void Context::exact_attention(ExecContext& ctx, const model::AttentionWeights& w, const Tensor& x, const Tensor& out) {
@@ -81,7 +71,7 @@ void Context::exact_scatter(ExecContext& ctx, ExactCall& a) {
     if (k == rank_) continue;
     a.sent.push_back(contiguous(ctx, a.rows_of(a.x, k)));
     a.got.push_back(ctx.arena->empty(a.dt, {a.mine, frames_[static_cast<std::size_t>(k)], a.x.size(2)}));
-    transfers.push_back(transfer(k, a.sent.back(), a.got.back()));
+    transfers.push_back(mpi::piece_transfer(k, a.sent.back(), a.got.back()));
   }
   if (!transfers.empty()) a.moving.push_back(comm_.start_all_to_all(ctx, transfers));
   // Q, K and V of frames [first, first + n) of this rank's sequences, from x of those (mine, n, d).
@@ -121,7 +111,7 @@ void Context::exact_return(ExecContext& ctx, ExactCall& a, const Tensor& out) {
     if (k == rank_) continue;
     a.sent.push_back(contiguous(ctx, a.o.slice(1, first, frames_[static_cast<std::size_t>(k)])));
     a.got.push_back(ctx.arena->empty(a.dt, {a.row_count[static_cast<std::size_t>(k)], f_, a.inner}));
-    transfers.push_back(transfer(k, a.sent.back(), a.got.back()));
+    transfers.push_back(mpi::piece_transfer(k, a.sent.back(), a.got.back()));
   }
   if (!transfers.empty()) a.moving.push_back(comm_.start_all_to_all(ctx, transfers));
   if (a.mine > 0) ops::copy(ctx, a.o.slice(1, first_, f_), a.rows_of(out, rank_));

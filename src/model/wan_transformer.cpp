@@ -37,6 +37,7 @@ struct Pass {
   const Weights& w;
   const WanTransformerConfig& c;
   const WanProbe& probe;
+  WanSelfAttention* self_attention;
   std::int64_t B, L, D;
   DType dt;
   OwnedTensor ones, zeros;  // [D]: the affine parameters of the norms that have none
@@ -88,8 +89,12 @@ struct Pass {
     ops::AttentionParams ap;
     ap.scale = 1.f / std::sqrt(static_cast<float>(hd));
     auto heads_first = [&](const Tensor& t, std::int64_t len) { return t.reshape({B, len, H, hd}).permute({0, 2, 1, 3}); };
-    ops::attention(ctx, heads_first(q, L), heads_first(k, Lk), heads_first(v, Lk), nullptr, nullptr,
-                   heads_first(o, L), ap);
+    if (cos && self_attention) {
+      self_attention->attend(ctx, heads_first(q, L), heads_first(k, Lk), heads_first(v, Lk), heads_first(o, L), ap);
+    } else {
+      ops::attention(ctx, heads_first(q, L), heads_first(k, Lk), heads_first(v, Lk), nullptr, nullptr,
+                     heads_first(o, L), ap);
+    }
     linear(a + ".to_out.0", o, y);
   }
 };
@@ -114,7 +119,8 @@ WanTransformer WanTransformer::load(const std::string& dir, Runtime& rt, DType d
 }
 
 void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t, const Tensor& text,
-                             const Tensor& out, const WanProbe& probe) const {
+                             const Tensor& out, const WanProbe& probe, const WanFrames& frames,
+                             WanSelfAttention* self_attention) const {
   const WanTransformerConfig& c = config_;
   const char* op = "WanTransformer";
   VINF_CHECK(x.rank() == 5 && x.size(1) == c.in_channels, op, ": x ", x.describe(), " must be [B, ", c.in_channels,
@@ -124,9 +130,13 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
   VINF_INPUT_CHECK(F % pt == 0 && Hs % ph == 0 && Ws % pw == 0, "the Wan transformer's latents ", x.shape.str(),
                    " must divide by its patch size (", pt, ", ", ph, ", ", pw, ") in frames, height and width");
   const std::int64_t Fp = F / pt, Hp = Hs / ph, Wp = Ws / pw, L = Fp * Hp * Wp, D = c.dim();
-  VINF_INPUT_CHECK(Fp <= c.rope_max_seq_len && Hp <= c.rope_max_seq_len && Wp <= c.rope_max_seq_len,
+  const std::int64_t total = frames.total > 0 ? frames.total : F;
+  VINF_CHECK(frames.first >= 0 && frames.first + F <= total && frames.first % pt == 0 && total % pt == 0, op,
+             ": frames [", frames.first, ", ", frames.first + F, ") of ", total, " do not fit the video or the patch size");
+  const std::int64_t Ft = total / pt, f0 = frames.first / pt;
+  VINF_INPUT_CHECK(Ft <= c.rope_max_seq_len && Hp <= c.rope_max_seq_len && Wp <= c.rope_max_seq_len,
                    "the Wan transformer's rotary table covers ", c.rope_max_seq_len,
-                   " positions per axis (rope_max_seq_len), but the latents are ", Fp, " x ", Hp, " x ", Wp,
+                   " positions per axis (rope_max_seq_len), but the latents are ", Ft, " x ", Hp, " x ", Wp,
                    " patches");
   VINF_CHECK(t.rank() == 1 && t.size(0) == B, op, ": t ", t.describe(), " must hold one timestep per sample");
   VINF_CHECK(text.rank() == 3 && text.size(0) == B && text.size(2) == c.text_dim, op, ": text ", text.describe(),
@@ -136,15 +146,16 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
              op, ": out ", out.describe());
   VINF_CHECK(out.is_contiguous(), op, ": out must be contiguous");
   const DType dt = weights_.dtype();
-  Pass ps{ctx, weights_, c, probe, B, L, D, dt, ctx.arena->empty(dt, {D}), ctx.arena->empty(dt, {D})};
+  Pass ps{ctx, weights_, c, probe, self_attention, B, L, D, dt, ctx.arena->empty(dt, {D}), ctx.arena->empty(dt, {D})};
   ops::fill(ctx, ps.ones, 1.0);
   ops::fill(ctx, ps.zeros, 0.0);
 
-  // Rotary angles of every patch, from the frame, row and column it sits at.
-  const RotaryTable rt = wan_rotary_table(c, Fp, Hp, Wp);
+  // Rotary angles of every patch, from the frame (in the whole video), row and column it sits at.
+  const RotaryTable rt = wan_rotary_table(c, Ft, Hp, Wp);
   OwnedTensor cos = ctx.arena->empty(DType::f32, {L, rt.half}), sin = ctx.arena->empty(DType::f32, {L, rt.half});
-  ops::copy(ctx, Tensor::wrap(const_cast<float*>(rt.cos.data()), DType::f32, Device::cpu(), cos.shape), cos);
-  ops::copy(ctx, Tensor::wrap(const_cast<float*>(rt.sin.data()), DType::f32, Device::cpu(), sin.shape), sin);
+  const std::size_t skip = static_cast<std::size_t>(f0 * Hp * Wp * rt.half);
+  ops::copy(ctx, Tensor::wrap(const_cast<float*>(rt.cos.data() + skip), DType::f32, Device::cpu(), cos.shape), cos);
+  ops::copy(ctx, Tensor::wrap(const_cast<float*>(rt.sin.data() + skip), DType::f32, Device::cpu(), sin.shape), sin);
 
   // Patch embedding: a Conv3d whose stride is its kernel is one product over the patches, each
   // flattened in the weight's (channel, frame, row, column) order.

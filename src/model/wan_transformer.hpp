@@ -10,6 +10,7 @@
 
 #include "model/wan_config.hpp"
 #include "model/weights.hpp"
+#include "ops/attention.hpp"
 #include "ops/context.hpp"
 
 namespace vinf {
@@ -21,6 +22,24 @@ namespace vinf::model {
 // Called with a module's output as the reference names it ("patch_embedding.out",
 // "condition_embedder.temb", "blocks.0.out", ...), for tests and activation dumps.
 using WanProbe = std::function<void(const std::string& name, const Tensor& value)>;
+
+// Which latent frames of the video a forward call's x holds: [first, first + x's frames) of `total`
+// (0: x is the whole video). The rotary positions are those of the frames in the whole video.
+struct WanFrames {
+  std::int64_t first = 0, total = 0;
+};
+
+// The self-attention of every block over the video's tokens. forward calls it with the queries,
+// keys and values of the tokens at hand, [B, heads, L, head_dim] (RMS-normed and rotated; views),
+// and out of the same shape. Without one, forward attends over the tokens at hand: the whole video
+// on one rank. A video split over ranks by frames brings one that sees every rank's tokens
+// (infinity::WanExactAttention).
+class WanSelfAttention {
+ public:
+  virtual ~WanSelfAttention() = default;
+  virtual void attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                      const ops::AttentionParams& p) = 0;
+};
 
 class WanTransformer {
  public:
@@ -34,9 +53,11 @@ class WanTransformer {
 
   // x [B, in_channels, F, H, W] latents, t [B] timesteps (f32, on the device), text [B, L, text_dim];
   // out [B, out_channels, F, H, W]. F, H and W must divide by the patch size. All on ctx's device
-  // in the weights' activation dtype (t f32).
+  // in the weights' activation dtype (t f32). frames and self_attention: for a part of the video's
+  // frames (above); the patch size must divide frames.first and frames.total.
   void forward(ExecContext& ctx, const Tensor& x, const Tensor& t, const Tensor& text, const Tensor& out,
-               const WanProbe& probe = nullptr) const;
+               const WanProbe& probe = nullptr, const WanFrames& frames = {},
+               WanSelfAttention* self_attention = nullptr) const;
 
  private:
   WanTransformerConfig config_;

@@ -55,6 +55,16 @@ struct Transfer {
   Tensor send, recv;
 };
 
+// A piece of an all-to-all with peer: an empty side (no elements) travels as nothing, the same on
+// both ranks.
+inline Transfer piece_transfer(int peer, const Tensor& send, const Tensor& recv) {
+  Transfer t;
+  t.peer = peer;
+  if (send.numel() > 0) t.send = send;
+  if (recv.numel() > 0) t.recv = recv;
+  return t;
+}
+
 // One collective as issued, in elements of `dtype`: enough to issue the same traffic again
 // without the compute around it (replay_trace; the step benchmark's raw exchange time).
 struct CommRecord {

@@ -21,12 +21,15 @@ expect 0 "40864 parameters" -- "$vinf" forward --model "$fixture" --inputs "$inp
 expect 0 "ok noise_pred.t1" -- "$tool" compare "$work/root.safetensors" "$work/x.safetensors" 0 noise_pred.t0 noise_pred.t1
 expect 0 "Wan2.1 transformer" -- "$vinf" forward --help
 # The UNet's settings do not change a Wan call: said, not silently dropped.
-expect 0 "--vi.* settings are for the UNet family" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/vi.safetensors" --device cpu --vi.local-frames 4
+expect 0 "--vi.* settings but the mode are for the UNet family" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/vi.safetensors" --device cpu --vi.local-frames 4
 
 # Refused inputs and layouts, with nothing written.
 expect 2 "has no tensor 'hidden_states'" -- "$vinf" forward --model "$fixture/transformer" --inputs "$ref" --out "$work/z.safetensors" --device cpu
-expect 2 "runs on one rank in this version" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --parallel.cfg 2
-expect 2 "runs on one rank in this version" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --vi.emulate-clips 2
+expect 2 "drop --vi.emulate-clips, --parallel.cfg and --parallel.tensor" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --parallel.cfg 2
+expect 2 "drop --vi.emulate-clips, --parallel.cfg and --parallel.tensor" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --vi.emulate-clips 2
+expect 2 "--vi.mode compat reproduces the released Video-Infinity's UNet" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --vi.mode compat
+expect 2 "(--vi.mode invariant) are not in this version" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --vi.mode invariant
+expect 2 "add --vi.mode exact, or launch it without mpirun" -- "$mpiexec" -np 2 "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu
 expect 2 "--dump-temporal is for the UNet" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --dump-temporal "$work/d"
 # Inputs that do not fit the transformer: the UNet fixture's (4 channels, other names), another width.
 mkdir -p "$work/i2v"

@@ -86,4 +86,20 @@ WRAP
     echo "FAIL: one bad rank of $n: exit $rc (want 2)"; echo "$out" | tail -5; fails=$((fails + 1))
   fi
 fi
+# A Wan2.1 transformer in exact mode: its 5 latent frames over the ranks (1-2 each at 3 and 4), the
+# self-attention over every token through all-to-alls of (sample, head) rows: diffusers' prediction,
+# and the all-to-alls' bytes as the analytic count (2 blocks, 2 timesteps, f32: per call
+# 3 R_k (T - T_k) + (R - R_k) T_k elements of 16, R = 4 rows, 16 tokens a frame).
+wan=$fixture/../wan-tiny
+if ! out=$("$mpiexec" -np "$n" "$vinf" forward --model "$wan/transformer" --inputs "$wan/inputs.safetensors" --out "$work/wan.safetensors" --vi.mode exact "${device_args[@]}" 2>&1); then
+  echo "FAIL: mpirun -np $n vinf forward (Wan, exact)"; echo "$out" | tail -5; fails=$((fails + 1))
+fi
+"$tool" compare "$work/wan.safetensors" "$wan/ref.safetensors" 1e-4 noise_pred.t0 noise_pred.t1 || fails=$((fails + 1))
+for ((r = 0; r < n; r++)); do
+  mine=$(((r + 1) * 4 / n - r * 4 / n)) tokens=$((((r + 1) * 5 / n - r * 5 / n) * 16))
+  bytes=$(((3 * mine * (80 - tokens) + (4 - mine) * tokens) * 16 * 4 * 4))
+  want="rank $r: no communication"
+  [ "$bytes" -gt 0 ] && want="rank $r: all-to-all $bytes B in "
+  [[ "$out" == *"$want"* ]] && echo "ok: Wan exact, $want" || { echo "FAIL: Wan exact: no '$want' in the log"; fails=$((fails + 1)); }
+done
 [ "$fails" -eq 0 ] && echo "forward over $n rank(s) matches the per-clip runs" || exit 1
