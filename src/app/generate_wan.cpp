@@ -15,6 +15,7 @@
 #include "app/wan_pipeline.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
+#include "infinity/wan_exact.hpp"
 #include "io/atomic_file.hpp"
 #include "io/checkpoint.hpp"
 #include "mpi/session.hpp"
@@ -43,12 +44,14 @@ using json = nlohmann::ordered_json;
 }  // namespace
 
 // What this version of the Wan path refuses, with the option named: the layouts that split the
-// frames or the model, the UNet family's methods and files.
+// model, the UNet family's methods and files (the rank counts: check_wan_job).
 void check_wan_plan(const RunPlan& o) {
   const std::string what = "--model " + o.model + " is a Wan2.1 pipeline, which ";
   VINF_INPUT_CHECK(o.job.tensor == 1 && o.job.pipeline == 1, what,
-                   "runs a video on one rank, or two with --parallel.cfg 2, in this version: drop --parallel.tensor ",
-                   "and --parallel.pipeline");
+                   "runs a video on one rank, two with --parallel.cfg 2, or its frames over ranks with --vi.mode exact ",
+                   "in this version: drop --parallel.tensor and --parallel.pipeline");
+  VINF_INPUT_CHECK(o.vi.mode != infinity::Mode::compat, what, "has no --vi.mode compat (it reproduces the released ",
+                   "Video-Infinity's UNet); --vi.mode exact spreads its frames over ranks");
   VINF_INPUT_CHECK(o.long_clips(), what, "makes one clip in this version: drop --long.mode");
   VINF_INPUT_CHECK(o.embeddings.empty(), what, "encodes its prompts with its own UMT5: drop --prompt.embeddings");
   VINF_INPUT_CHECK(o.prompts.size() == 1, what, "takes one prompt (--prompt.text once), got ", o.prompts.size());
@@ -73,10 +76,19 @@ void check_wan_plan(const RunPlan& o) {
 
 void check_wan_job(const RunPlan& o, int world) {
   check_wan_plan(o);
-  VINF_INPUT_CHECK(world == o.job.cfg, "--model ", o.model, " is a Wan2.1 pipeline, which runs on ", o.job.cfg,
-                   o.job.cfg == 1 ? " rank" : " ranks (--parallel.cfg 2: one per guidance branch)",
-                   " per video in this version, but ", world, " were started (more ranks take jobs from a list: ",
-                   "--jobs FILE with --parallel.data)");
+  const std::string what = "--model " + o.model + " is a Wan2.1 pipeline, which ";
+  VINF_INPUT_CHECK(world % o.job.cfg == 0, what, "takes 2 x N ranks with --parallel.cfg 2 (one guidance branch ",
+                   "each), got ", world);
+  const int clips = world / o.job.cfg;
+  VINF_INPUT_CHECK(clips == 1 || o.vi.mode == infinity::Mode::exact, what, "runs on ", o.job.cfg,
+                   o.job.cfg == 1 ? " rank" : " ranks (--parallel.cfg 2: one per guidance branch)", ", or with ",
+                   "--vi.mode exact its latent frames over more, but ", world, " were started with --vi.mode ",
+                   infinity::mode_name(o.vi.mode), " (Video-Infinity's windows over a Wan video are not in this ",
+                   "version; more ranks also take jobs from a list: --jobs FILE with --parallel.data)");
+  const std::int64_t latent_frames = (o.frames - 1) / 4 + 1;
+  VINF_INPUT_CHECK(clips <= latent_frames, what, "has ", latent_frames, " latent frames at --video.frames ", o.frames,
+                   ", fewer than the ", clips, " ranks they would be split over; use at most ", latent_frames,
+                   " ranks per guidance branch");
 }
 
 VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
@@ -93,6 +105,10 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
 
   // The shape: latent frames, and the latent's height and width at the VAE's 8x.
   const std::int64_t lf = (o.frames - 1) / 4 + 1, lh = o.height / 8, lw = o.width / 8;
+  // --vi.mode exact: the latent frames split over the clip ranks of each guidance branch.
+  const int clips = job->grid().clip_size();
+  const infinity::Share part = infinity::even_share(lf, clips, job->grid().clip_index());
+  const bool writer = job->grid().cfg_index() == 0;  // branch 0's ranks write the frames they hold
   const std::string dir = o.model;
   const sampling::FlowScheduleConfig sched_config = sampling::read_flow_schedule_config(dir + "/scheduler");
   const sampling::FlowScheduler scheduler(o.flow_solver, sched_config, o.steps);
@@ -117,11 +133,15 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
                   {{"scheduler", sampling::flow_solver_name(o.flow_solver)}, {"steps", o.steps},
                    {"guidance", o.guidance}, {"seed", o.seed}, {"flow-shift", sched_config.flow_shift}}},
                  {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"max-length", o.max_text_length}}},
-                 {"parallel", {{"cfg", o.job.cfg}, {"world", job->session().size()}, {"clips", 1}, {"frames-per-clip", o.frames}}},
                  {"device", rt.device().name()},
                  {"dtype", dtype_name(dtype)}};
   io::RunStamp stamp;
+  // Not in the numerics: the layout (exact mode and CFG parallelism compute the same numbers on any
+  // ranks, to float rounding), so a run resumes on other ranks.
   stamp.numerics_json = config.dump();
+  config["parallel"] = {{"cfg", o.job.cfg},         {"world", job->session().size()},
+                        {"frame-ranks", clips},     {"vi-mode", clips > 1 ? "exact" : "off"},
+                        {"clips", 1},               {"frames-per-clip", o.frames}};
   config["vae"] = {{"tile", o.vae_tile}};  // not in the numerics: a resume may decode otherwise
   stamp.config_json = config.dump();
   stamp.model_fingerprint = model::model_fingerprint(model::find_model_files(fs::path(transformer_config).parent_path().string()));
@@ -152,7 +172,8 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   }
   io::check_run_files(world.world(), ckpt_dir, stamp);
   for (const std::string& w : warnings) log("warning: " + w);
-  if (o.vi_given) log("note: the [vi] settings are for the UNet family; a Wan video in this version splits no frames");
+  if (o.vi_given && o.vi.mode != infinity::Mode::exact)
+    log("note: the [vi] settings but --vi.mode exact are for the UNet family");
 
   // Text: the prompt and the negative one, cleaned as the pipeline cleans them, through UMT5; rows
   // past each prompt's tokens zeroed as the pipeline pads them.
@@ -191,21 +212,24 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
 
   // The initial latents: given, or the seed's standard normal draw (keyed by frame, as every vinf
   // run draws them).
-  const Shape latent_shape{1, tc.in_channels, lf, lh, lw};
+  // This rank's frames of them.
+  const Shape latent_shape{1, tc.in_channels, part.count, lh, lw};
   sampling::FlowSampler sampler(scheduler, rt.arena(), latent_shape);
   if (o.latents_init.empty()) {
-    sampling::NoiseSource(sampling::NoiseMode::invariant, static_cast<std::uint64_t>(o.seed), 0, 0)
+    sampling::NoiseSource(sampling::NoiseMode::invariant, static_cast<std::uint64_t>(o.seed), 0, part.first)
         .initial(ctx, rt.arena(), sampler.latents());
   } else {
-    ops::copy(ctx, io::SafetensorsFile(o.latents_init).tensor("latents_init"), sampler.latents());
+    ops::copy(ctx, io::SafetensorsFile(o.latents_init).tensor("latents_init").slice(2, part.first, part.count),
+              sampler.latents());
   }
   // --resume: the checkpoint's latents and UniPC's memories (frame-major on the host).
-  const Shape frame_major{lf, tc.in_channels, lh, lw};
+  const Shape frame_major{lf, tc.in_channels, lh, lw}, mine_major{part.count, tc.in_channels, lh, lw};
   const std::vector<std::string> memories = {"last_corrected", "second_previous_x0"};
-  ResumePoint resume = choose_checkpoint(o, out_dir, world, stamp, scheduler.timesteps(), frame_major, 0, lf, memories);
+  ResumePoint resume =
+      choose_checkpoint(o, out_dir, world, stamp, scheduler.timesteps(), frame_major, part.first, part.count, memories);
   if (resume.info) {
     auto put = [&](std::vector<float>& host) {
-      return Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major).permute({1, 0, 2, 3}).unsqueeze(0);
+      return Tensor::wrap(host.data(), DType::f32, Device::cpu(), mine_major).permute({1, 0, 2, 3}).unsqueeze(0);
     };
     sampler.restore(ctx, static_cast<int>(resume.info->state.step), put(resume.latents), put(resume.memories[0]),
                     put(resume.previous_x0), put(resume.memories[1]));
@@ -218,19 +242,27 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
       " frames (" + std::to_string(lf) + " latent) at " + std::to_string(o.height) + "x" + std::to_string(o.width) +
       ", " + std::to_string(o.steps) + " " + sampling::flow_solver_name(o.flow_solver) + " steps, guidance " +
       std::to_string(o.guidance).substr(0, 5) + (o.latents_init.empty() ? ", seed " + std::to_string(o.seed)
-                                                                        : ", latents from " + o.latents_init));
+                                                                        : ", latents from " + o.latents_init) +
+      (clips > 1 ? "; --vi.mode exact, the latent frames over " + std::to_string(clips) + " ranks" : ""));
 
   // Denoise.
   const auto t_denoise = Clock::now();
   // This rank's latents or a memory, frame-major on the host.
   auto frames_on_host = [&](const Tensor& t) {
     std::vector<float> h(static_cast<std::size_t>(t.numel()));
-    ops::copy(ctx, t.select(0, 0).permute({1, 0, 2, 3}), Tensor::wrap(h.data(), DType::f32, Device::cpu(), frame_major));
+    ops::copy(ctx, t.select(0, 0).permute({1, 0, 2, 3}), Tensor::wrap(h.data(), DType::f32, Device::cpu(), mine_major));
     rt.synchronize();
     return h;
   };
+  std::unique_ptr<infinity::WanExactAttention> exact;
+  if (clips > 1) {
+    std::vector<std::int64_t> tokens;
+    for (int k = 0; k < clips; ++k)
+      tokens.push_back(infinity::even_share(lf, clips, k).count * (lh / tc.patch_size[1]) * (lw / tc.patch_size[2]));
+    exact = std::make_unique<infinity::WanExactAttention>(*job->clip_comm(), tokens);
+  }
   app::WanDenoise d{wan, scheduler, prompt, negative, static_cast<float>(guided ? o.guidance : 1.0), nullptr,
-                    o.job.cfg == 2 ? job->cfg_comm() : nullptr, job->grid().cfg_index()};
+                    o.job.cfg == 2 ? job->cfg_comm() : nullptr, job->grid().cfg_index(), {part.first, lf}, exact.get()};
   auto t_step = Clock::now();
   io::TextCache text_cache;
   text_cache.prompts = 1;
@@ -260,7 +292,7 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
       io::SolverState state{done, scheduler.timesteps(),
                             std::vector<double>(scheduler.sigmas().begin(), scheduler.sigmas().end())};
       const std::string path = ckpt_dir + "/" + io::checkpoint_name(done);
-      io::write_checkpoint(world.world(), path, stamp, io::FramePart{frame_major, 0, root ? lf : 0}, x.data(), m1.data(),
+      io::write_checkpoint(world.world(), path, stamp, io::FramePart{frame_major, part.first, writer ? part.count : 0}, x.data(), m1.data(),
                            state, text_cache, {{"last_corrected", last.data()}, {"second_previous_x0", m2.data()}});
       if (root) io::prune_checkpoints(ckpt_dir, o.checkpoint_keep);
       checkpoint_seconds += seconds_since(t_ckpt);
@@ -296,15 +328,29 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   // The guidance branches hold the same latents: the first writes them.
   const auto t_write = Clock::now();
   io::write_latents(job->session().world(), out_dir + "/latents.h5", stamp,
-                    io::FramePart{frame_major, 0, root ? lf : 0}, host.data());
+                    io::FramePart{frame_major, part.first, writer ? part.count : 0}, host.data());
   const double write_seconds = seconds_since(t_write);
   // The video, when the pipeline has its VAE and a video or frames are asked for.
   WanVideoFiles video;
   const bool has_vae = io::is_directory(dir + "/vae");
   if (!has_vae) log("note: " + dir + " has no vae/: latents.h5 only");
+  // The first rank decodes the whole video: with the frames over ranks, their latents gathered.
+  OwnedTensor gathered;
+  Tensor whole = sampler.latents();
+  if (clips > 1 && writer && has_vae && (o.video || o.png)) {
+    std::vector<std::int64_t> counts;
+    for (int k = 0; k < clips; ++k) counts.push_back(infinity::even_share(lf, clips, k).count * tc.in_channels * lh * lw);
+    std::vector<float> all(static_cast<std::size_t>(frame_major.numel()));
+    job->clip_comm()->all_gather_v(job->host(), Tensor::wrap(host.data(), DType::f32, Device::cpu(), {counts[static_cast<std::size_t>(job->grid().clip_index())]}),
+                                   Tensor::wrap(all.data(), DType::f32, Device::cpu(), {frame_major.numel()}), counts);
+    gathered = rt.arena().empty(DType::f32, {1, tc.in_channels, lf, lh, lw});
+    ops::copy(ctx, Tensor::wrap(all.data(), DType::f32, Device::cpu(), frame_major).permute({1, 0, 2, 3}).unsqueeze(0),
+              gathered);
+    whole = gathered;
+  }
   if (root && has_vae && (o.video || o.png)) {
     const model::WanVae vae = model::WanVae::load(dir + "/vae", rt, DType::f32, model::WanVae::decoder);
-    video = wan_write_video(rt, vae, sampler.latents(), out_dir, {o.video, o.png, o.output_fps, o.ffmpeg}, o.vae_tile);
+    video = wan_write_video(rt, vae, whole, out_dir, {o.video, o.png, o.output_fps, o.ffmpeg}, o.vae_tile);
   }
   // --evaluate: vinf evaluate on the video (one clip: no boundaries). Its failure is said after
   // run.json, as the run itself is complete.

@@ -37,6 +37,10 @@ struct WanDenoise {
   // both branches on this rank.
   mpi::Communicator* cfg_group = nullptr;
   int cfg_index = 0;
+  // The latent frames the latents hold (of the video's), and the self-attention that sees the
+  // other ranks' frames (--vi.mode exact); defaults: the whole video on this rank.
+  model::WanFrames frames{};
+  model::WanSelfAttention* self_attention = nullptr;
 };
 
 // Runs steps [sampler.steps_done(), scheduler.steps()) on sampler's latents [1, C, F, H, W].

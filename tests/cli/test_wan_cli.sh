@@ -67,13 +67,13 @@ expect 0 "outputs in $work/s2/" -- "$vinf" generate "${beagle[@]}" --sampler.see
 expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/s1/latents.h5" "$work/s2/latents.h5" 0
 expect 0 "" -- "$tool" h5-check "$work/s1/latents.h5" 3 16 4 4
 expect 0 "10 flow-euler steps" -- "$vinf" generate "${wan_base[@]}" --video.frames 9 --video.height 32 --video.width 32 --sampler.scheduler flow-euler --sampler.steps 10 --out "$work/e"
-expect 0 "the [vi] settings are for the UNet family" -- "$vinf" generate "${beagle[@]}" --vi.local-frames 4 --out "$work/vi"
+expect 0 "the [vi] settings but --vi.mode exact are for the UNet family" -- "$vinf" generate "${beagle[@]}" --vi.local-frames 4 --out "$work/vi"
 # Refused, before anything is written: frames not 1 + 4k, sizes not multiples of 16, the UNet's
 # schedulers, layouts over ranks, a second prompt, initial latents of the wrong shape.
 expect 2 "a Wan video has 1 + 4k frames" -- "$vinf" generate "${wan_base[@]}" --video.frames 10 --video.height 32 --video.width 32 --out "$work/r"
 expect 2 "must be a multiple of 16 for a Wan model" -- "$vinf" generate "${wan_base[@]}" --video.frames 9 --video.height 40 --video.width 32 --out "$work/r"
 expect 2 "not one of the flow-matching schedulers (unipc, flow-euler)" -- "$vinf" generate "${beagle[@]}" --sampler.scheduler dpmpp --out "$work/r"
-expect 2 "runs on 2 ranks (--parallel.cfg 2: one per guidance branch) per video in this version, but 1 were started" -- "$vinf" generate "${beagle[@]}" --parallel.cfg 2 --out "$work/r"
+expect 2 "takes 2 x N ranks with --parallel.cfg 2 (one guidance branch each), got 1" -- "$vinf" generate "${beagle[@]}" --parallel.cfg 2 --out "$work/r"
 expect 2 "drop --parallel.tensor" -- "$vinf" generate "${beagle[@]}" --parallel.tensor 2 --out "$work/r"
 expect 2 "takes one prompt" -- "$vinf" generate "${beagle[@]}" --prompt.text "a second one" --out "$work/r"
 expect 2 "but this video's latents are F32[1,16,5,4,4]" -- "$vinf" generate "${wan_base[@]}" --video.frames 17 --video.height 32 --video.width 32 --latents-init "$fixture/ref_pipeline.safetensors" --out "$work/r"
@@ -91,7 +91,18 @@ expect 0 "outputs in $work/c2/" -- "$mpiexec" -np 2 "$vinf" generate "${beagle[@
 expect 0 "ok /latents against latents" -- "$tool" h5-vs-latents "$work/c2/latents.h5" "$fixture/ref_pipeline.safetensors" latents 1e-4
 expect 0 "ok /latents" -- "$tool" h5-compare "$work/c2/latents.h5" "$work/g/latents.h5" 1e-5
 expect 0 "\"cfg\": 2" -- cat "$work/c2/run.json"
-expect 2 "runs on 1 rank per video in this version, but 2 were started" -- "$mpiexec" -np 2 "$vinf" generate "${beagle[@]}" --out "$work/r"
+expect 2 "but 2 were started with --vi.mode invariant" -- "$mpiexec" -np 2 "$vinf" generate "${beagle[@]}" --out "$work/r"
+expect 2 "has no --vi.mode compat" -- "$vinf" generate "${beagle[@]}" --vi.mode compat --out "$work/r"
+expect 2 "fewer than the 4 ranks they would be split over" -- "$mpiexec" -np 4 "$vinf" generate "${beagle[@]}" --vi.mode exact --out "$work/r"
+
+# --vi.mode exact: the latent frames over the ranks, each block's self-attention over every token
+# through all-to-alls. 3 latent frames on 3 ranks, and 2 x 2 with --parallel.cfg 2: diffusers'
+# final latents again.
+expect 0 "the latent frames over 3 ranks" -- "$mpiexec" -np 3 "$vinf" generate "${beagle[@]}" --latents-init "$fixture/ref_pipeline.safetensors" --vi.mode exact --out "$work/x3"
+expect 0 "ok /latents against latents" -- "$tool" h5-vs-latents "$work/x3/latents.h5" "$fixture/ref_pipeline.safetensors" latents 1e-4
+expect 0 "\"frame-ranks\": 3" -- cat "$work/x3/run.json"
+expect 0 "the latent frames over 2 ranks" -- "$mpiexec" -np 4 "$vinf" generate "${beagle[@]}" --latents-init "$fixture/ref_pipeline.safetensors" --vi.mode exact --parallel.cfg 2 --out "$work/x4"
+expect 0 "ok /latents against latents" -- "$tool" h5-vs-latents "$work/x4/latents.h5" "$fixture/ref_pipeline.safetensors" latents 1e-4
 
 # Checkpoints and resuming: SIGTERM after step 2 (the test hook) writes a checkpoint and exits 75;
 # --resume auto continues with UniPC's memories and lands on the uninterrupted run's latents bit
@@ -110,6 +121,14 @@ expect 0 "holds a finished run" -- "$vinf" generate "${quiet_run[@]}" --resume a
 expect 75 "received SIGTERM: stopped after step 3 of 4" -- env VINF_FAULT_STEP="rank=1,step=3,signal=TERM" "$mpiexec" -np 2 "$vinf" generate "${quiet_run[@]}" --parallel.cfg 2 --out "$work/k2"
 expect 0 "after step 3 of 4" -- "$mpiexec" -np 2 "$vinf" generate "${quiet_run[@]}" --parallel.cfg 2 --resume auto --out "$work/k2"
 expect 0 "ok /latents" -- "$tool" h5-compare "$work/k2/latents.h5" "$work/k0/latents.h5" 1e-5
+# Stopped on 3 ranks in exact mode, resumed on 1, and the other way on 2 x 2: the uninterrupted
+# run's latents to f32 rounding (the layout is not part of the numbers a resume keeps).
+expect 75 "received SIGTERM: stopped after step 2 of 4" -- env VINF_FAULT_STEP="rank=1,step=2,signal=TERM" "$mpiexec" -np 3 "$vinf" generate "${quiet_run[@]}" --vi.mode exact --checkpoint.every 1 --out "$work/k3"
+expect 0 "after step 2 of 4" -- "$vinf" generate "${quiet_run[@]}" --resume auto --out "$work/k3"
+expect 0 "ok /latents" -- "$tool" h5-compare "$work/k3/latents.h5" "$work/k0/latents.h5" 1e-5
+expect 75 "received SIGTERM: stopped after step 3 of 4" -- env VINF_FAULT_STEP="rank=0,step=3,signal=TERM" "$vinf" generate "${quiet_run[@]}" --checkpoint.every 1 --out "$work/k4"
+expect 0 "after step 3 of 4" -- "$mpiexec" -np 4 "$vinf" generate "${quiet_run[@]}" --vi.mode exact --parallel.cfg 2 --resume auto --out "$work/k4"
+expect 0 "ok /latents" -- "$tool" h5-compare "$work/k4/latents.h5" "$work/k0/latents.h5" 1e-5
 
 # A job list over two replicas (--parallel.data 2, one rank each): each job as its single run.
 printf '%s\n' '{"out": "a", "seed": 3}' '{"out": "b", "seed": 5, "sampler.steps": 3}' > "$work/jobs.jsonl"
