@@ -74,12 +74,12 @@ void check_wan_plan(const RunPlan& o) {
     VINF_INPUT_CHECK(io::is_directory(o.model + "/" + part), what, "needs its ", part, "/ directory, which is missing");
 }
 
-void check_wan_job(const RunPlan& o, int world) {
-  check_wan_plan(o);
+namespace {
+
+// The ranks per guidance branch a Wan video runs on: one, or its latent frames over `clips` in
+// exact mode (at most one rank per latent frame).
+void check_wan_clips(const RunPlan& o, int clips, int world) {
   const std::string what = "--model " + o.model + " is a Wan2.1 pipeline, which ";
-  VINF_INPUT_CHECK(world % o.job.cfg == 0, what, "takes 2 x N ranks with --parallel.cfg 2 (one guidance branch ",
-                   "each), got ", world);
-  const int clips = world / o.job.cfg;
   VINF_INPUT_CHECK(clips == 1 || o.vi.mode == infinity::Mode::exact, what, "runs on ", o.job.cfg,
                    o.job.cfg == 1 ? " rank" : " ranks (--parallel.cfg 2: one per guidance branch)", ", or with ",
                    "--vi.mode exact its latent frames over more, but ", world, " were started with --vi.mode ",
@@ -89,6 +89,15 @@ void check_wan_job(const RunPlan& o, int world) {
   VINF_INPUT_CHECK(clips <= latent_frames, what, "has ", latent_frames, " latent frames at --video.frames ", o.frames,
                    ", fewer than the ", clips, " ranks they would be split over; use at most ", latent_frames,
                    " ranks per guidance branch");
+}
+
+}  // namespace
+
+void check_wan_job(const RunPlan& o, int world) {
+  check_wan_plan(o);
+  VINF_INPUT_CHECK(world % o.job.cfg == 0, "--model ", o.model, " is a Wan2.1 pipeline, which takes 2 x N ranks ",
+                   "with --parallel.cfg 2 (one guidance branch each), got ", world);
+  check_wan_clips(o, world / o.job.cfg, world);
 }
 
 VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
@@ -107,6 +116,9 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   const std::int64_t lf = (o.frames - 1) / 4 + 1, lh = o.height / 8, lw = o.width / 8;
   // --vi.mode exact: the latent frames split over the clip ranks of each guidance branch.
   const int clips = job->grid().clip_size();
+  check_wan_clips(o, clips, job->size());  // a job list's jobs come here without check_wan_job
+  VINF_INPUT_CHECK(clips == 1 || job->clip_comm() != nullptr, "--model ", o.model, ": --vi.mode exact spreads a Wan ",
+                   "video's frames only when the whole run has it: give it on the command line, not per job");
   const infinity::Share part = infinity::even_share(lf, clips, job->grid().clip_index());
   const bool writer = job->grid().cfg_index() == 0;  // branch 0's ranks write the frames they hold
   const std::string dir = o.model;
@@ -150,6 +162,7 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   stamp.seed = o.seed;
   stamp.world_size = job->session().size();
   stamp.cfg_size = o.job.cfg;
+  stamp.clip_size = clips;
   mpi::Session& world = job->session();
   const std::string out_dir = choose_out_dir(o, world), ckpt_dir = out_dir + "/checkpoints";
   // A finished run (its run.json is there) that is asked to resume has nothing left to do.
@@ -337,12 +350,17 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   // The first rank decodes the whole video: with the frames over ranks, their latents gathered.
   OwnedTensor gathered;
   Tensor whole = sampler.latents();
-  if (clips > 1 && writer && has_vae && (o.video || o.png)) {
-    std::vector<std::int64_t> counts;
-    for (int k = 0; k < clips; ++k) counts.push_back(infinity::even_share(lf, clips, k).count * tc.in_channels * lh * lw);
+  if (clips > 1 && has_vae && (o.video || o.png)) {
+    // Over the unit's host communicator (MPI, host memory, whatever the device): ranks 0 .. clips - 1
+    // are branch 0's frame ranks in order; the other branch sends nothing.
+    const int unit = job->size();
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(unit), 0);
+    for (int k = 0; k < clips && k < unit; ++k)
+      counts[static_cast<std::size_t>(k)] = infinity::even_share(lf, clips, k).count * tc.in_channels * lh * lw;
     std::vector<float> all(static_cast<std::size_t>(frame_major.numel()));
-    job->clip_comm()->all_gather_v(job->host(), Tensor::wrap(host.data(), DType::f32, Device::cpu(), {counts[static_cast<std::size_t>(job->grid().clip_index())]}),
-                                   Tensor::wrap(all.data(), DType::f32, Device::cpu(), {frame_major.numel()}), counts);
+    const std::int64_t n = counts[static_cast<std::size_t>(job->rank())];
+    job->world().all_gather_v(job->host(), Tensor::wrap(host.data(), DType::f32, Device::cpu(), {n}),
+                              Tensor::wrap(all.data(), DType::f32, Device::cpu(), {frame_major.numel()}), counts);
     gathered = rt.arena().empty(DType::f32, {1, tc.in_channels, lf, lh, lw});
     ops::copy(ctx, Tensor::wrap(all.data(), DType::f32, Device::cpu(), frame_major).permute({1, 0, 2, 3}).unsqueeze(0),
               gathered);
@@ -382,7 +400,7 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   const int start_step = resume.info ? static_cast<int>(resume.info->state.step) : 0;
   json ranks = json::array();
   for (std::size_t k = 0; k < peaks.size(); ++k)
-    ranks.push_back({{"rank", k}, {"cfg_branch", o.job.cfg == 2 ? static_cast<int>(k % 2) : 0},
+    ranks.push_back({{"rank", k}, {"cfg_branch", static_cast<int>(k) / clips}, {"clip", static_cast<int>(k) % clips},
                      {"peak_memory_bytes", peaks[k]}});
   json outputs = {"latents.h5"};
   for (const std::string& c : io::list_checkpoints(ckpt_dir)) outputs.push_back(fs::relative(c, out_dir).string());

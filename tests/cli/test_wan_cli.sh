@@ -136,6 +136,11 @@ wan_small=("${wan_base[@]}" --video.frames 9 --video.height 32 --video.width 32 
 expect 0 "" -- "$mpiexec" -np 2 "$vinf" generate "${wan_small[@]}" --sampler.steps 4 --jobs "$work/jobs.jsonl" --parallel.data 2 --out "$work/list"
 expect 0 "\"done\"" -- cat "$work/list/jobs.json"
 expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/list/a/latents.h5" "$work/k0/latents.h5" 0
+# The same list in exact mode on 4 ranks: 2 replicas of 2 frame ranks; a layout that splits the
+# frames without exact mode is refused per job.
+expect 0 "" -- "$mpiexec" -np 4 "$vinf" generate "${wan_small[@]}" --sampler.steps 4 --vi.mode exact --jobs "$work/jobs.jsonl" --parallel.data 2 --out "$work/xlist"
+expect 0 "ok /latents" -- "$tool" h5-compare "$work/xlist/a/latents.h5" "$work/k0/latents.h5" 1e-5
+expect 2 "but 2 were started with --vi.mode invariant" -- "$mpiexec" -np 4 "$vinf" generate "${wan_small[@]}" --sampler.steps 4 --jobs "$work/jobs.jsonl" --parallel.data 2 --out "$work/badlist"
 expect 0 "outputs in $work/b1/" -- "$vinf" generate "${wan_small[@]}" --sampler.seed 5 --sampler.steps 3 --out "$work/b1"
 expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/list/b/latents.h5" "$work/b1/latents.h5" 0
 
