@@ -107,12 +107,10 @@ int forward_wan(const WanForwardRequest& r) {
 
   // This rank's frames and every rank's tokens.
   const std::int64_t B = x.size(0), per_frame = (x.size(3) / ph) * (x.size(4) / pw);
-  std::vector<std::int64_t> tokens, frame_counts;
-  for (int k = 0; k < ranks; ++k) {
-    frame_counts.push_back(infinity::even_share(F, ranks, k).count);
-    tokens.push_back(frame_counts.back() * per_frame);
-  }
-  const infinity::Share mine = infinity::even_share(F, ranks, me);
+  const std::vector<std::int64_t> frame_counts = infinity::clip_frame_counts(F, ranks);
+  std::vector<std::int64_t> tokens;
+  for (std::int64_t n : frame_counts) tokens.push_back(n * per_frame);
+  const infinity::FrameRange mine = infinity::clip_frames(F, ranks, me);
   std::unique_ptr<infinity::WanExactAttention> attention;
   if (exact) attention = std::make_unique<infinity::WanExactAttention>(*job->clip_comm(), tokens);
   const Shape out_shape{B, c.out_channels, F, x.size(3), x.size(4)};
@@ -147,7 +145,7 @@ int forward_wan(const WanForwardRequest& r) {
     const Tensor whole = Tensor::wrap(preds.back().data(), DType::f32, Device::cpu(), out_shape);
     std::int64_t offset = 0;
     for (int k = 0; k < ranks; offset += counts[static_cast<std::size_t>(k)], ++k) {
-      const infinity::Share sk = infinity::even_share(F, ranks, k);
+      const infinity::FrameRange sk = infinity::clip_frames(F, ranks, k);
       ops::copy(job->host(), Tensor::wrap(gathered.data() + offset, DType::f32, Device::cpu(),
                                           {B, c.out_channels, sk.count, x.size(3), x.size(4)}),
                 whole.slice(2, sk.first, sk.count));

@@ -119,7 +119,7 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   check_wan_clips(o, clips, job->size());  // a job list's jobs come here without check_wan_job
   VINF_INPUT_CHECK(clips == 1 || job->clip_comm() != nullptr, "--model ", o.model, ": --vi.mode exact spreads a Wan ",
                    "video's frames only when the whole run has it: give it on the command line, not per job");
-  const infinity::Share part = infinity::even_share(lf, clips, job->grid().clip_index());
+  const infinity::FrameRange part = infinity::clip_frames(lf, clips, job->grid().clip_index());
   const bool writer = job->grid().cfg_index() == 0;  // branch 0's ranks write the frames they hold
   const std::string dir = o.model;
   const sampling::FlowScheduleConfig sched_config = sampling::read_flow_schedule_config(dir + "/scheduler");
@@ -269,9 +269,8 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   };
   std::unique_ptr<infinity::WanExactAttention> exact;
   if (clips > 1) {
-    std::vector<std::int64_t> tokens;
-    for (int k = 0; k < clips; ++k)
-      tokens.push_back(infinity::even_share(lf, clips, k).count * (lh / tc.patch_size[1]) * (lw / tc.patch_size[2]));
+    std::vector<std::int64_t> tokens = infinity::clip_frame_counts(lf, clips);
+    for (std::int64_t& n : tokens) n *= (lh / tc.patch_size[1]) * (lw / tc.patch_size[2]);
     exact = std::make_unique<infinity::WanExactAttention>(*job->clip_comm(), tokens);
   }
   app::WanDenoise d{wan, scheduler, prompt, negative, static_cast<float>(guided ? o.guidance : 1.0), nullptr,
@@ -354,9 +353,9 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
     // Over the unit's host communicator (MPI, host memory, whatever the device): ranks 0 .. clips - 1
     // are branch 0's frame ranks in order; the other branch sends nothing.
     const int unit = job->size();
-    std::vector<std::int64_t> counts(static_cast<std::size_t>(unit), 0);
-    for (int k = 0; k < clips && k < unit; ++k)
-      counts[static_cast<std::size_t>(k)] = infinity::even_share(lf, clips, k).count * tc.in_channels * lh * lw;
+    std::vector<std::int64_t> counts = infinity::clip_frame_counts(lf, clips);
+    for (std::int64_t& n : counts) n *= tc.in_channels * lh * lw;
+    counts.resize(static_cast<std::size_t>(unit), 0);
     std::vector<float> all(static_cast<std::size_t>(frame_major.numel()));
     const std::int64_t n = counts[static_cast<std::size_t>(job->rank())];
     job->world().all_gather_v(job->host(), Tensor::wrap(host.data(), DType::f32, Device::cpu(), {n}),

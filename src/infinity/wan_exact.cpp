@@ -7,11 +7,6 @@
 
 namespace vinf::infinity {
 
-Share even_share(std::int64_t n, int size, int r) {
-  const std::int64_t first = n * r / size;
-  return {first, n * (r + 1) / size - first};
-}
-
 WanExactAttention::WanExactAttention(mpi::Communicator& comm, std::vector<std::int64_t> tokens)
     : comm_(comm), tokens_(std::move(tokens)) {
   VINF_CHECK(static_cast<int>(tokens_.size()) == comm_.size(), "WanExactAttention: ", tokens_.size(),
@@ -28,7 +23,7 @@ std::int64_t WanExactAttention::received_elements(const std::vector<std::int64_t
   std::int64_t total = 0;
   for (std::int64_t n : tokens) total += n;
   const int size = static_cast<int>(tokens.size());
-  const std::int64_t mine = even_share(rows, size, r).count, here = tokens[static_cast<std::size_t>(r)];
+  const std::int64_t mine = clip_frames(rows, size, r).count, here = tokens[static_cast<std::size_t>(r)];
   return (3 * mine * (total - here) + (rows - mine) * here) * head_dim;
 }
 
@@ -44,7 +39,7 @@ void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& 
   for (const auto& [i, t] : {std::pair{0, &q}, std::pair{1, &k}, std::pair{2, &v}})
     ops::copy(ctx, *t, packed.view().select(2, i));
   const Tensor rows = packed.view().reshape({R, 3, here, d});
-  const Share mine = even_share(R, size, me);
+  const FrameRange mine = clip_frames(R, size, me);
   // Every token of this rank's rows: (rows, 3, T, d).
   OwnedTensor whole = ctx.arena->empty(dt, {mine.count, 3, total_, d});
   {
@@ -52,7 +47,7 @@ void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& 
     std::vector<mpi::Transfer> transfers;
     for (int r = 0; r < size; ++r) {
       if (r == me) continue;
-      const Share theirs = even_share(R, size, r);
+      const FrameRange theirs = clip_frames(R, size, r);
       got.push_back(ctx.arena->empty(dt, {mine.count, 3, tokens_[static_cast<std::size_t>(r)], d}));
       transfers.push_back(mpi::piece_transfer(r, rows.slice(0, theirs.first, theirs.count), got.back()));
     }
@@ -81,7 +76,7 @@ void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& 
   std::vector<mpi::Transfer> transfers;
   for (int r = 0; r < size; ++r) {
     if (r == me) continue;
-    const Share theirs = even_share(R, size, r);
+    const FrameRange theirs = clip_frames(R, size, r);
     const std::int64_t n = tokens_[static_cast<std::size_t>(r)];
     sent.push_back(ctx.arena->empty(dt, {mine.count, n, d}));
     if (sent.back().numel() > 0)
@@ -97,7 +92,7 @@ void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& 
   comm_.finish(moving);
   for (int r = 0, i = 0; r < size; ++r) {
     if (r == me) continue;
-    const Share theirs = even_share(R, size, r);
+    const FrameRange theirs = clip_frames(R, size, r);
     const OwnedTensor& g = got[static_cast<std::size_t>(i++)];
     if (g.numel() > 0) ops::copy(ctx, g, result.view().slice(0, theirs.first, theirs.count));
   }

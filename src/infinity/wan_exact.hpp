@@ -2,7 +2,7 @@
 // the self-attention of every block over all the video's tokens, as one rank computes it.
 //
 // Ulysses-style, over (sample, head) rows: the B x heads rows of the attention are shared out,
-// rank k taking rows [k R / N, (k + 1) R / N) of R = B x heads. An all-to-all sends every rank the
+// rank k taking rows [k R / N, (k + 1) R / N) of R = B x heads (clip_frames's split). An all-to-all sends every rank the
 // queries, keys and values of its rows for the tokens here, so that each holds every token of its
 // rows; it attends there, and a second all-to-all returns each rank its own tokens of every row.
 // Any number of heads goes on any number of ranks: 4 heads of a CFG batch of 2 on 3 ranks are 8
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "infinity/config.hpp"
 #include "model/wan_transformer.hpp"
 #include "mpi/communicator.hpp"
 
@@ -38,11 +39,5 @@ class WanExactAttention final : public model::WanSelfAttention {
   std::vector<std::int64_t> tokens_, token_first_;
   std::int64_t total_ = 0;
 };
-
-// Rank r's share [first, first + count) of n items over `size` ranks: first = r n / size.
-struct Share {
-  std::int64_t first = 0, count = 0;
-};
-Share even_share(std::int64_t n, int size, int r);
 
 }  // namespace vinf::infinity

@@ -41,7 +41,7 @@ std::vector<float> predict(const model::WanTransformerConfig& c, const MakeWan& 
   auto run = [&](int r, mpi::Communicator* comm, Runtime& rt) {
     ExecContext& ctx = rt.ctx();
     const model::WanTransformer wan = make(rt);
-    const infinity::Share frames = comm ? infinity::even_share(F, comm->size(), r) : infinity::Share{0, F};
+    const infinity::FrameRange frames = comm ? infinity::clip_frames(F, comm->size(), r) : infinity::FrameRange{0, F};
     const Tensor whole = Tensor::wrap(const_cast<float*>(in.x.data()), DType::f32, Device::cpu(), in.xs);
     OwnedTensor x = ctx.arena->empty(DType::f32, {B, C, frames.count, H, W}), out = ctx.arena->empty(DType::f32, x.shape);
     OwnedTensor t = ctx.arena->empty(DType::f32, {B}), text = ctx.arena->empty(DType::f32, in.ts);
@@ -49,8 +49,8 @@ std::vector<float> predict(const model::WanTransformerConfig& c, const MakeWan& 
     ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.t.data()), DType::f32, Device::cpu(), {B}), t);
     ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.text.data()), DType::f32, Device::cpu(), in.ts), text);
     const std::int64_t per_frame = (H / c.patch_size[1]) * (W / c.patch_size[2]);
-    std::vector<std::int64_t> tokens;
-    for (int k = 0; comm && k < comm->size(); ++k) tokens.push_back(infinity::even_share(F, comm->size(), k).count * per_frame);
+    std::vector<std::int64_t> tokens = comm ? infinity::clip_frame_counts(F, comm->size()) : std::vector<std::int64_t>{};
+    for (std::int64_t& n : tokens) n *= per_frame;
     std::unique_ptr<infinity::WanExactAttention> exact;
     if (comm) exact = std::make_unique<infinity::WanExactAttention>(*comm, tokens);
     wan.forward(ctx, x, t, text, out, nullptr, {frames.first, F}, exact.get());
@@ -105,8 +105,8 @@ TEST_CASE("Wan exact mode: frames over 1-4 ranks give diffusers' prediction and 
     CHECK(d1 <= 1e-5);
     CHECK(dr <= 1e-4);
     // 5 frames of 16 patches: per block, what the analytic count says, in f32; no other traffic.
-    std::vector<std::int64_t> tokens;
-    for (int k = 0; k < n; ++k) tokens.push_back(infinity::even_share(5, n, k).count * 16);
+    std::vector<std::int64_t> tokens = infinity::clip_frame_counts(5, n);
+    for (std::int64_t& t : tokens) t *= 16;
     for (int r = 0; r < n; ++r) {
       const auto& cr = counters[static_cast<std::size_t>(r)];
       const std::uint64_t want_bytes = static_cast<std::uint64_t>(
