@@ -50,7 +50,8 @@ po::options_description run_options(RunPlan& o, Spelled& sp) {
       "model", po::value(&o.model),
       "the model: a diffusers pipeline directory (unet/, vae/, text_encoder/, tokenizer/) or a UNet directory, "
       "or builtin:tiny / builtin:small (random weights made in memory from --model.seed, with a random text "
-      "encoder over a byte-level tokenizer)")(
+      "encoder over a byte-level tokenizer), or a Wan2.1 pipeline directory (transformer/, vae/, text_encoder/, "
+      "tokenizer/, scheduler/; README: A second model family)")(
       "out", po::value(&o.out),
       "output directory (default outputs/<name>-<Slurm job id, or date-time>); an existing one is refused "
       "unless --overwrite")(

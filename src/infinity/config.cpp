@@ -47,7 +47,8 @@ const std::vector<Field>& fields() {
        "the released code: zero halos at the video ends, per-rank global frames and GroupNorm statistics), exact "
        "(the unmodified model over the ranks: full temporal attention through an all-to-all, whole-video "
        "GroupNorm, 4-frame convolution halos; the window options below do not apply), or off (the plain model on "
-       "each clip, no communication)",
+       "each clip, no communication). A Wan2.1 model takes exact (its latent frames over the ranks, the "
+       "self-attention over every token) or one rank",
        nullptr, [](Config& c) -> FieldRef { return &c.mode; }},
       {"local-frames", "p: attention window half-width in frames, taken from each neighbouring clip", "attn.padding",
        [](Config& c) -> FieldRef { return &c.local_frames; }},
