@@ -494,7 +494,8 @@ int forward(const std::vector<std::string>& args) {
   if (!parse_forward_options(args, o)) return 0;
   if (!model::find_wan_transformer_config(o.model_dir).empty()) {
     WanForwardRequest r{o.model_dir, o.inputs_path, o.out_path, o.dump, o.plan, o.ignore_unexpected, o.cfg, o.tensor,
-                        o.emulate, o.vi_given, o.vi_mode_given ? o.vi.mode : infinity::Mode::off};
+                        o.emulate, o.vi_given, o.vi};
+    if (!o.vi_mode_given) r.vi.mode = infinity::Mode::off;
     return forward_wan(r);
   }
   ForwardJob f = start_forward(o);

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "infinity/wan_exact.hpp"
+#include "infinity/wan_windows.hpp"
 #include "io/safetensors.hpp"
 #include "mpi/session.hpp"
 #include "model/wan_transformer.hpp"
@@ -42,27 +43,33 @@ Tensor wan_input(const io::SafetensorsFile& f, const char* name, int rank, const
 
 int forward_wan(const WanForwardRequest& r) {
   const std::string what = "vinf forward: " + r.model_dir + " is a Wan transformer, ";
-  VINF_INPUT_CHECK(r.mode != infinity::Mode::compat, what, "and --vi.mode compat reproduces the released ",
-                   "Video-Infinity's UNet: it has no meaning here; --vi.mode exact spreads the frames over ranks");
-  VINF_INPUT_CHECK(r.mode != infinity::Mode::invariant, what, "and Video-Infinity's windows over its frames ",
-                   "(--vi.mode invariant) are not in this version; --vi.mode exact spreads the frames over ranks");
+  const infinity::Mode mode = r.vi.mode;
+  VINF_INPUT_CHECK(mode != infinity::Mode::compat, what, "and --vi.mode compat reproduces the released ",
+                   "Video-Infinity's UNet: it has no meaning here; --vi.mode exact spreads the frames over ranks, ",
+                   "--vi.mode invariant runs Video-Infinity's windows over them");
   VINF_INPUT_CHECK(r.emulate == 0 && r.cfg == 1 && r.tensor == 1, what, "which runs on one rank, or with ",
-                   "--vi.mode exact its frames over ranks, in this version: drop --vi.emulate-clips, --parallel.cfg ",
-                   "and --parallel.tensor");
+                   "--vi.mode exact or invariant its frames over ranks, in this version: drop --vi.emulate-clips ",
+                   "(the windows on one rank are the emulation of any number), --parallel.cfg and --parallel.tensor");
   VINF_INPUT_CHECK(r.dump.empty(), "vinf forward: --dump-temporal is for the UNet; a Wan transformer has no ",
                    "temporal modules");
-  const bool exact = r.mode == infinity::Mode::exact;
+  const bool exact = mode == infinity::Mode::exact, windows = mode == infinity::Mode::invariant;
   job::JobPlan plan = r.plan;
-  plan.clip_group = exact;
+  plan.clip_group = exact || windows;
   const std::unique_ptr<job::Job> job = job::start_job(plan, [&](int world) {
-    VINF_INPUT_CHECK(world == 1 || exact, what, "which runs on one rank unless --vi.mode exact spreads its frames ",
-                     "over ranks (", world, " ranks were started): add --vi.mode exact, or launch it without mpirun");
+    VINF_INPUT_CHECK(world == 1 || exact || windows, what, "which runs on one rank unless --vi.mode exact or ",
+                     "invariant spreads its frames over ranks (", world, " ranks were started): add --vi.mode exact, ",
+                     "or launch it without mpirun");
   });
   const bool root = job->root();
   auto log = [&](const std::string& line) {
     if (root) std::cerr << "vinf forward: " << line << "\n" << std::flush;
   };
-  if (r.vi_given) log("note: the --vi.* settings but the mode are for the UNet family and do not change a Wan call");
+  if (r.vi_given && !windows)
+    log(std::string("note: the --vi.* settings but the mode are for Video-Infinity's windows (--vi.mode invariant) ") +
+        "and do not change a Wan call in mode " + infinity::mode_name(mode));
+  if (r.vi_given && windows)
+    log("note: --vi.conv-halo, --vi.halo and --vi.sync-groupnorm are for the UNet family (a Wan transformer has no "
+        "temporal convolutions or group norms, and its windows carry keys and values)");
 
   const io::SafetensorsFile in(r.inputs_path);
   const Tensor x = wan_input(in, "hidden_states", 5, "[B,C,F,H,W]");
@@ -83,6 +90,7 @@ int forward_wan(const WanForwardRequest& r) {
   const std::int64_t F = x.size(2);
   VINF_INPUT_CHECK(F >= ranks, r.inputs_path, ": 'hidden_states' has ", F, " latent frames, fewer than the ", ranks,
                    " ranks they are split over; use at most ", F, " ranks");
+  if (windows) infinity::check_wan_windows(r.vi, F, ranks);
 
   Runtime& rt = job->runtime();
   const DType dtype = job->dtype();
@@ -103,7 +111,11 @@ int forward_wan(const WanForwardRequest& r) {
       " on " + rt.device().name() + " (loaded in " + std::to_string(seconds_since(t_load)).substr(0, 5) + " s); " +
       std::to_string(timesteps.size()) + " timestep(s)" +
       (exact ? "; --vi.mode exact, " + std::to_string(F) + " latent frames over " + std::to_string(ranks) + " rank(s)"
-             : ""));
+             : "") +
+      (windows ? "; --vi.mode invariant, windows of +-" + std::to_string(r.vi.local_frames) + " latent frames and " +
+                     std::to_string(r.vi.global_frames) + " global frame(s), " + std::to_string(F) +
+                     " latent frames over " + std::to_string(ranks) + " rank(s)"
+               : ""));
 
   // This rank's frames and every rank's tokens.
   const std::int64_t B = x.size(0), per_frame = (x.size(3) / ph) * (x.size(4) / pw);
@@ -111,8 +123,11 @@ int forward_wan(const WanForwardRequest& r) {
   std::vector<std::int64_t> tokens;
   for (std::int64_t n : frame_counts) tokens.push_back(n * per_frame);
   const infinity::FrameRange mine = infinity::clip_frames(F, ranks, me);
-  std::unique_ptr<infinity::WanExactAttention> attention;
+  std::unique_ptr<model::WanSelfAttention> attention;
   if (exact) attention = std::make_unique<infinity::WanExactAttention>(*job->clip_comm(), tokens);
+  if (windows)
+    attention = std::make_unique<infinity::WanWindowAttention>(r.vi, ranks > 1 ? job->clip_comm() : nullptr,
+                                                                frame_counts, per_frame);
   const Shape out_shape{B, c.out_channels, F, x.size(3), x.size(4)};
   const Shape piece{B, c.out_channels, mine.count, x.size(3), x.size(4)};
   OwnedTensor xd = rt.arena().empty(dtype, {B, x.size(1), mine.count, x.size(3), x.size(4)}),
@@ -129,6 +144,7 @@ int forward_wan(const WanForwardRequest& r) {
     const auto t0 = Clock::now();
     std::vector<float> tb(static_cast<std::size_t>(B), timesteps[i]);
     ops::copy(rt.ctx(), Tensor::wrap(tb.data(), DType::f32, Device::cpu(), {B}), td);
+    if (attention) attention->begin_call(timesteps[i]);
     wan.forward(rt.ctx(), xd, td, ed, pred, nullptr, {mine.first, F}, attention.get());
     ops::copy(rt.ctx(), pred, Tensor::wrap(own.data(), DType::f32, Device::cpu(), piece));
     rt.synchronize();
@@ -156,11 +172,15 @@ int forward_wan(const WanForwardRequest& r) {
   std::map<std::string, std::string> meta = {{"generator", std::string("vinf ") + VINF_VERSION + " forward"},
                                              {"model", r.model_dir},
                                              {"family", "wan"},
-                                             {"vi.mode", exact ? "exact" : "off"},
+                                             {"vi.mode", infinity::mode_name(mode)},
                                              {"ranks", std::to_string(ranks)},
                                              {"device", rt.device().name()},
                                              {"dtype", dtype_name(dtype)}};
-  if (exact) {
+  if (windows) {
+    meta["vi.local-frames"] = std::to_string(r.vi.local_frames);
+    meta["vi.global-frames"] = std::to_string(r.vi.global_frames);
+  }
+  if (exact || windows) {
     const std::vector<mpi::CommCounters> counted = job->session().gather_values_on_root(job->clip_comm()->counters());
     log("communication per rank over " + std::to_string(timesteps.size()) +
         " call(s) (bytes received from other ranks):");

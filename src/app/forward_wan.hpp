@@ -17,7 +17,7 @@ struct WanForwardRequest {
   // Options of the UNet's layouts, refused for Wan in this version.
   int cfg = 1, tensor = 1, emulate = 0;
   bool vi_given = false;  // a --vi.* setting other than the mode
-  infinity::Mode mode = infinity::Mode::off;  // off unless --vi.mode was given
+  infinity::Config vi;    // its mode off unless --vi.mode was given
 };
 
 int forward_wan(const WanForwardRequest& r);

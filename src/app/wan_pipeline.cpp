@@ -44,6 +44,7 @@ void wan_denoise(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& sample
     float ts[2] = {tv, tv};
     ops::copy(ctx, Tensor::wrap(ts, DType::f32, Device::cpu(), {B}), t);
     ops::copy(ctx, x.expand(batch_shape), in);
+    if (d.self_attention) d.self_attention->begin_call(tv);
     d.transformer.forward(ctx, in, t, text, pred, nullptr, d.frames, d.self_attention);
     if (split) {
       d.cfg_group->all_gather(ctx, pred, both);  // [negative, prompt], by cfg index

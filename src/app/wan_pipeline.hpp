@@ -38,7 +38,8 @@ struct WanDenoise {
   mpi::Communicator* cfg_group = nullptr;
   int cfg_index = 0;
   // The latent frames the latents hold (of the video's), and the self-attention that sees the
-  // other ranks' frames (--vi.mode exact); defaults: the whole video on this rank.
+  // other ranks' frames (--vi.mode exact) or Video-Infinity's windows (--vi.mode invariant);
+  // defaults: the whole video on this rank, plain attention.
   model::WanFrames frames{};
   model::WanSelfAttention* self_attention = nullptr;
 };

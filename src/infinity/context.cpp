@@ -31,6 +31,26 @@ OwnedTensor contiguous_copy(ExecContext& ctx, const Tensor& t) {
 
 }  // namespace
 
+std::vector<mpi::Pending> start_neighbour_exchange(ExecContext& ctx, mpi::Communicator& comm, ExchangePattern pattern,
+                                                   const std::vector<mpi::Transfer>& to_left,
+                                                   const std::vector<mpi::Transfer>& to_right) {
+  std::vector<mpi::Pending> started;
+  if (pattern == ExchangePattern::fused) {
+    std::vector<mpi::Transfer> both = to_left;
+    both.insert(both.end(), to_right.begin(), to_right.end());
+    if (!both.empty()) started.push_back(comm.start_exchange(ctx, both));
+    return started;
+  }
+  // Round 2: pairs (0,1), (2,3), ...; round 3: pairs (1,2), (3,4), ... Each rank talks to one
+  // neighbour at a time; both rounds are posted at once, and the transports keep their order.
+  const bool even = comm.rank() % 2 == 0;
+  const std::vector<mpi::Transfer>& round2 = even ? to_right : to_left;
+  const std::vector<mpi::Transfer>& round3 = even ? to_left : to_right;
+  if (!round2.empty()) started.push_back(comm.start_exchange(ctx, round2));
+  if (!round3.empty()) started.push_back(comm.start_exchange(ctx, round3));
+  return started;
+}
+
 Context::Context(const Config& config, mpi::Communicator& clip_group, std::int64_t clip_frames)
     : Context(config, clip_group, std::vector<std::int64_t>(static_cast<std::size_t>(clip_group.size()), clip_frames)) {}
 
@@ -123,21 +143,7 @@ std::vector<mpi::Pending> Context::start_halos(ExecContext& ctx, const std::vect
   std::vector<mpi::Transfer> to_left, to_right;
   for (std::size_t i = 0; i < first.size() && has_left; ++i) to_left.push_back({rank_ - 1, first[i], left[i]});
   for (std::size_t i = 0; i < last.size() && has_right; ++i) to_right.push_back({rank_ + 1, last[i], right[i]});
-  std::vector<mpi::Pending> started;
-  if (c_.exchange == ExchangePattern::fused) {
-    std::vector<mpi::Transfer> both = to_left;
-    both.insert(both.end(), to_right.begin(), to_right.end());
-    if (!both.empty()) started.push_back(comm_.start_exchange(ctx, both));
-    return started;
-  }
-  // Round 2: pairs (0,1), (2,3), ...; round 3: pairs (1,2), (3,4), ... Each rank talks to one
-  // neighbour at a time; both rounds are posted at once, and the transports keep their order.
-  const bool even = rank_ % 2 == 0;
-  const std::vector<mpi::Transfer>& round2 = even ? to_right : to_left;
-  const std::vector<mpi::Transfer>& round3 = even ? to_left : to_right;
-  if (!round2.empty()) started.push_back(comm_.start_exchange(ctx, round2));
-  if (!round3.empty()) started.push_back(comm_.start_exchange(ctx, round3));
-  return started;
+  return start_neighbour_exchange(ctx, comm_, c_.exchange, to_left, to_right);
 }
 
 void Context::fill_conv_halo(ExecContext& ctx, const Tensor& padded, model::Halo halo, const std::string& module) {

@@ -14,6 +14,13 @@
 
 namespace vinf::infinity {
 
+// Halo rounds 2 and 3 (design.md §2: pairs (0,1), (2,3), ... then (1,2), (3,4), ...), both posted
+// at once, or one fused exchange: `to_left` with rank - 1, `to_right` with rank + 1 (empty where
+// there is no neighbour). Every returned collective must be finished.
+std::vector<mpi::Pending> start_neighbour_exchange(ExecContext& ctx, mpi::Communicator& comm, ExchangePattern pattern,
+                                                   const std::vector<mpi::Transfer>& to_left,
+                                                   const std::vector<mpi::Transfer>& to_right);
+
 class Context final : public model::TemporalContext {
  public:
   // This rank holds clip comm.rank() of comm.size(), `clip_frames` frames each. The config must

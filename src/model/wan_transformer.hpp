@@ -37,6 +37,8 @@ struct WanFrames {
 class WanSelfAttention {
  public:
   virtual ~WanSelfAttention() = default;
+  // The diffusion timestep of the forward calls that follow (Video-Infinity's phase biases).
+  virtual void begin_call(double timestep) { (void)timestep; }
   virtual void attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                       const ops::AttentionParams& p) = 0;
 };
