@@ -180,10 +180,12 @@ po::options_description forward_option_table(ForwardOptions& o) {
       "optionally fps I64 [1] (default 24). OUT gets noise_pred.t<t> F32 [B,C,F,H,W] for each t.\n\n"
       "A Wan2.1 transformer (a directory whose config.json names WanTransformer3DModel, or a pipeline root\n"
       "with transformer/) takes hidden_states [B,C,F,H,W] (latent frames), encoder_hidden_states [B,L,D]\n"
-      "and timesteps F32 [T] instead; OUT gets noise_pred.t<i> for the i-th timestep. It runs on one\n"
-      "rank, or with --vi.mode exact on N: rank r takes latent frames [r F/N, (r+1) F/N) and the\n"
-      "self-attention sees every frame through all-to-alls over (sample, head) rows; the other --vi.*\n"
-      "and --parallel.* settings are the UNet's.\n\n"
+      "and timesteps F32 [T] instead; OUT gets noise_pred.t<i> for the i-th timestep. It runs the plain\n"
+      "model on one rank, or on N ranks rank r taking latent frames [r F/N, (r+1) F/N): with\n"
+      "--vi.mode exact the self-attention sees every frame through all-to-alls over (sample, head)\n"
+      "rows; with --vi.mode invariant (one rank or N) each latent frame attends to +-local-frames\n"
+      "frames and global-frames shared ones (Video-Infinity's windows, the phase settings). The\n"
+      "--parallel.* settings and --vi.conv-halo, halo and sync-groupnorm are the UNet's.\n\n"
       "Options come from the command line and from --config FILE (INI: `inputs = IN.safetensors`;\n"
       "`[vi] mode = compat` is --vi.mode compat); the command line wins.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", po::value(&o.config_file), kConfigOptionHelp)(

@@ -351,7 +351,7 @@ void resolve_family(RunPlan& o, const Spelled& sp, const po::variables_map& vm) 
   }
   o.flow_solver = given("sampler.scheduler") ? sampling::parse_flow_solver(sp.scheduler) : sampling::FlowSolver::unipc;
   for (const auto& [name, value] : vm)
-    if (name.rfind("vi.", 0) == 0 && !value.defaulted()) o.vi_given = true;
+    if (name.rfind("vi.", 0) == 0 && name != "vi.mode" && !value.defaulted()) o.vi_given = true;
   if (!given("video.frames")) o.frames = 81;
   if (!given("video.height")) o.height = 480;
   if (!given("video.width")) o.width = 832;
@@ -556,6 +556,8 @@ int parse_generate_options(const std::vector<std::string>& args, RunPlan& o, con
   o.job.transport = job::parse_transport(sp.comm_backend);
   parse_dump(o);
   o.vi = sp.vi.resolve(vm, o.vi_import.empty() ? nullptr : &o.imported.ignored);
+  // A Wan video runs the plain model unless --vi.mode asks for exact mode or the windows.
+  if (o.wan && (!vm.count("vi.mode") || vm["vi.mode"].defaulted())) o.vi.mode = infinity::Mode::off;
   resolve_long_video(o, sp, vm);
   const bool compat_noise = sp.noise == "compat" || (sp.noise == "auto" && o.vi.mode == infinity::Mode::compat);
   o.noise = compat_noise ? sampling::NoiseMode::compat : sampling::NoiseMode::invariant;
@@ -659,7 +661,7 @@ int parse_plan_options(const std::vector<std::string>& args, RunPlan& o, const p
   check_model(o);
   VINF_INPUT_CHECK(o.builtin() || !o.unet.empty() || model::find_wan_transformer_config(o.model).empty(),
                    "vinf plan: --model ", o.model, " is a Wan2.1 pipeline; plan estimates the UNet family's layouts ",
-                   "(a Wan video runs on one rank, or two with --parallel.cfg 2)");
+                   "(a Wan video runs on one rank, two with --parallel.cfg 2, or its frames over ranks with --vi.mode exact ", "or invariant)");
   check_video_and_sampler(o, label);
   o.scheduler = sampling::parse_scheduler(sp.scheduler);
   // A plan reads no text, and its replicas need no job list: the rest is checked as generate does.
@@ -672,6 +674,8 @@ int parse_plan_options(const std::vector<std::string>& args, RunPlan& o, const p
   o.job.transport = job::parse_transport(sp.comm_backend);
   parse_dump(o);
   o.vi = sp.vi.resolve(vm, o.vi_import.empty() ? nullptr : &o.imported.ignored);
+  // A Wan video runs the plain model unless --vi.mode asks for exact mode or the windows.
+  if (o.wan && (!vm.count("vi.mode") || vm["vi.mode"].defaulted())) o.vi.mode = infinity::Mode::off;
   resolve_long_video(o, sp, vm);
   return 0;
 }

@@ -16,6 +16,7 @@
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "infinity/wan_exact.hpp"
+#include "infinity/wan_windows.hpp"
 #include "io/atomic_file.hpp"
 #include "io/checkpoint.hpp"
 #include "mpi/session.hpp"
@@ -49,9 +50,10 @@ void check_wan_plan(const RunPlan& o) {
   const std::string what = "--model " + o.model + " is a Wan2.1 pipeline, which ";
   VINF_INPUT_CHECK(o.job.tensor == 1 && o.job.pipeline == 1, what,
                    "runs a video on one rank, two with --parallel.cfg 2, or its frames over ranks with --vi.mode exact ",
-                   "in this version: drop --parallel.tensor and --parallel.pipeline");
+                   "or invariant in this version: drop --parallel.tensor and --parallel.pipeline");
   VINF_INPUT_CHECK(o.vi.mode != infinity::Mode::compat, what, "has no --vi.mode compat (it reproduces the released ",
-                   "Video-Infinity's UNet); --vi.mode exact spreads its frames over ranks");
+                   "Video-Infinity's UNet); --vi.mode exact spreads its frames over ranks, --vi.mode invariant runs ",
+                   "Video-Infinity's windows over them");
   VINF_INPUT_CHECK(o.long_clips(), what, "makes one clip in this version: drop --long.mode");
   VINF_INPUT_CHECK(o.embeddings.empty(), what, "encodes its prompts with its own UMT5: drop --prompt.embeddings");
   VINF_INPUT_CHECK(o.prompts.size() == 1, what, "takes one prompt (--prompt.text once), got ", o.prompts.size());
@@ -77,18 +79,20 @@ void check_wan_plan(const RunPlan& o) {
 namespace {
 
 // The ranks per guidance branch a Wan video runs on: one, or its latent frames over `clips` in
-// exact mode (at most one rank per latent frame).
+// exact mode or with Video-Infinity's windows (at most one rank per latent frame; the windows'
+// halo within every rank's frames).
 void check_wan_clips(const RunPlan& o, int clips, int world) {
   const std::string what = "--model " + o.model + " is a Wan2.1 pipeline, which ";
-  VINF_INPUT_CHECK(clips == 1 || o.vi.mode == infinity::Mode::exact, what, "runs on ", o.job.cfg,
+  const bool windows = o.vi.mode == infinity::Mode::invariant;
+  VINF_INPUT_CHECK(clips == 1 || o.vi.mode == infinity::Mode::exact || windows, what, "runs on ", o.job.cfg,
                    o.job.cfg == 1 ? " rank" : " ranks (--parallel.cfg 2: one per guidance branch)", ", or with ",
-                   "--vi.mode exact its latent frames over more, but ", world, " were started with --vi.mode ",
-                   infinity::mode_name(o.vi.mode), " (Video-Infinity's windows over a Wan video are not in this ",
-                   "version; more ranks also take jobs from a list: --jobs FILE with --parallel.data)");
+                   "--vi.mode exact or invariant its latent frames over more, but ", world,
+                   " were started without (more ranks also take jobs from a list: --jobs FILE with --parallel.data)");
   const std::int64_t latent_frames = (o.frames - 1) / 4 + 1;
   VINF_INPUT_CHECK(clips <= latent_frames, what, "has ", latent_frames, " latent frames at --video.frames ", o.frames,
                    ", fewer than the ", clips, " ranks they would be split over; use at most ", latent_frames,
                    " ranks per guidance branch");
+  if (windows) infinity::check_wan_windows(o.vi, latent_frames, clips);
 }
 
 }  // namespace
@@ -117,8 +121,10 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   // --vi.mode exact: the latent frames split over the clip ranks of each guidance branch.
   const int clips = job->grid().clip_size();
   check_wan_clips(o, clips, job->size());  // a job list's jobs come here without check_wan_job
-  VINF_INPUT_CHECK(clips == 1 || job->clip_comm() != nullptr, "--model ", o.model, ": --vi.mode exact spreads a Wan ",
-                   "video's frames only when the whole run has it: give it on the command line, not per job");
+  VINF_INPUT_CHECK(clips == 1 || job->clip_comm() != nullptr, "--model ", o.model, ": --vi.mode ",
+                   infinity::mode_name(o.vi.mode), " spreads a Wan video's frames only when the whole run has it: ",
+                   "give it on the command line, not per job");
+  const bool windows = o.vi.mode == infinity::Mode::invariant;
   const infinity::FrameRange part = infinity::clip_frames(lf, clips, job->grid().clip_index());
   const bool writer = job->grid().cfg_index() == 0;  // branch 0's ranks write the frames they hold
   const std::string dir = o.model;
@@ -147,12 +153,15 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
                  {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"max-length", o.max_text_length}}},
                  {"device", rt.device().name()},
                  {"dtype", dtype_name(dtype)}};
+  // Video-Infinity's windows change the numbers (not the ranks they run on).
+  if (windows) config["vi"] = vi_json(o.vi);
   io::RunStamp stamp;
-  // Not in the numerics: the layout (exact mode and CFG parallelism compute the same numbers on any
-  // ranks, to float rounding), so a run resumes on other ranks.
+  // Not in the numerics: the layout (exact mode, the windows and CFG parallelism compute the same
+  // numbers on any ranks, to float rounding), so a run resumes on other ranks.
   stamp.numerics_json = config.dump();
+  const char* mode = windows ? "invariant" : clips > 1 ? "exact" : "off";
   config["parallel"] = {{"cfg", o.job.cfg},         {"world", job->session().size()},
-                        {"frame-ranks", clips},     {"vi-mode", clips > 1 ? "exact" : "off"},
+                        {"frame-ranks", clips},     {"vi-mode", mode},
                         {"clips", 1},               {"frames-per-clip", o.frames}};
   config["vae"] = {{"tile", o.vae_tile}};  // not in the numerics: a resume may decode otherwise
   stamp.config_json = config.dump();
@@ -185,8 +194,12 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   }
   io::check_run_files(world.world(), ckpt_dir, stamp);
   for (const std::string& w : warnings) log("warning: " + w);
-  if (o.vi_given && o.vi.mode != infinity::Mode::exact)
-    log("note: the [vi] settings but --vi.mode exact are for the UNet family");
+  if (o.vi_given && !windows)
+    log(std::string("note: the [vi] settings but the mode are for Video-Infinity's windows (--vi.mode invariant) and ") +
+        "do not change a Wan video in mode " + infinity::mode_name(o.vi.mode));
+  if (o.vi_given && windows)
+    log("note: [vi] conv-halo, halo and sync-groupnorm are for the UNet family (a Wan transformer has no temporal "
+        "convolutions or group norms, and its windows carry keys and values)");
 
   // Text: the prompt and the negative one, cleaned as the pipeline cleans them, through UMT5; rows
   // past each prompt's tokens zeroed as the pipeline pads them.
@@ -256,7 +269,12 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
       ", " + std::to_string(o.steps) + " " + sampling::flow_solver_name(o.flow_solver) + " steps, guidance " +
       std::to_string(o.guidance).substr(0, 5) + (o.latents_init.empty() ? ", seed " + std::to_string(o.seed)
                                                                         : ", latents from " + o.latents_init) +
-      (clips > 1 ? "; --vi.mode exact, the latent frames over " + std::to_string(clips) + " ranks" : ""));
+      (windows ? "; --vi.mode invariant, windows of +-" + std::to_string(o.vi.local_frames) + " latent frames and " +
+                     std::to_string(o.vi.global_frames) + " global frame(s)"
+               : "") +
+      (clips > 1 ? std::string(windows ? "," : "; --vi.mode exact,") + " the latent frames over " +
+                       std::to_string(clips) + " ranks"
+                 : ""));
 
   // Denoise.
   const auto t_denoise = Clock::now();
@@ -267,14 +285,18 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
     rt.synchronize();
     return h;
   };
-  std::unique_ptr<infinity::WanExactAttention> exact;
-  if (clips > 1) {
+  const std::int64_t per_frame = (lh / tc.patch_size[1]) * (lw / tc.patch_size[2]);
+  std::unique_ptr<model::WanSelfAttention> attention;
+  if (windows) {
+    attention = std::make_unique<infinity::WanWindowAttention>(o.vi, clips > 1 ? job->clip_comm() : nullptr,
+                                                                infinity::clip_frame_counts(lf, clips), per_frame);
+  } else if (clips > 1) {
     std::vector<std::int64_t> tokens = infinity::clip_frame_counts(lf, clips);
-    for (std::int64_t& n : tokens) n *= (lh / tc.patch_size[1]) * (lw / tc.patch_size[2]);
-    exact = std::make_unique<infinity::WanExactAttention>(*job->clip_comm(), tokens);
+    for (std::int64_t& n : tokens) n *= per_frame;
+    attention = std::make_unique<infinity::WanExactAttention>(*job->clip_comm(), tokens);
   }
   app::WanDenoise d{wan, scheduler, prompt, negative, static_cast<float>(guided ? o.guidance : 1.0), nullptr,
-                    o.job.cfg == 2 ? job->cfg_comm() : nullptr, job->grid().cfg_index(), {part.first, lf}, exact.get()};
+                    o.job.cfg == 2 ? job->cfg_comm() : nullptr, job->grid().cfg_index(), {part.first, lf}, attention.get()};
   auto t_step = Clock::now();
   io::TextCache text_cache;
   text_cache.prompts = 1;
@@ -397,10 +419,49 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   const double peak_here = static_cast<double>(rt.arena().stats().peak_in_use);
   const std::vector<double> peaks = world.gather_values_on_root(peak_here);
   const int start_step = resume.info ? static_cast<int>(resume.info->state.step) : 0;
+  // Bytes received per group and collective kind, and per step against the analytic count: the
+  // attention's per block (exact mode's all-to-alls, the windows' halos and global frames), and
+  // --parallel.cfg's all-gather of the other branch's prediction.
+  const int steps_run = o.steps - start_step;
+  const mpi::CommCounters none;
+  const mpi::CommCounters& clip_counted = job->clip_comm() ? job->clip_comm()->counters() : none;
+  const mpi::CommCounters& cfg_counted = o.job.cfg == 2 ? job->cfg_comm()->counters() : none;
+  const std::int64_t rows = (guided && o.job.cfg == 1 ? 2 : 1) * tc.heads;
+  const std::vector<std::int64_t> frame_counts = infinity::clip_frame_counts(lf, clips);
+  std::vector<std::int64_t> tokens = frame_counts;
+  for (std::int64_t& n : tokens) n *= per_frame;
+  const int clip = job->grid().clip_index();
+  const std::int64_t attention_elements =
+      windows ? infinity::WanWindowAttention::received_elements(o.vi, frame_counts, clip, per_frame, rows, tc.head_dim)
+      : clips > 1 ? infinity::WanExactAttention::received_elements(tokens, clip, rows, tc.head_dim)
+                  : 0;
+  const auto element = static_cast<double>(dtype_size(dtype));
+  auto total_bytes = [](const mpi::CommCounters& c) {
+    double b = 0;
+    for (std::uint64_t x : c.bytes) b += static_cast<double>(x);
+    return b;
+  };
+  const json mine = {
+      {"clip_group", counters_json(clip_counted)},
+      {"cfg_group", counters_json(cfg_counted)},
+      {"per_step",
+       {{"clip_group",
+         {{"counted", steps_run > 0 ? total_bytes(clip_counted) / steps_run : 0.0},
+          {"analytic", static_cast<double>(tc.layers * attention_elements) * element}}},
+        {"cfg_group",
+         {{"counted", steps_run > 0 ? total_bytes(cfg_counted) / steps_run : 0.0},
+          {"analytic", o.job.cfg == 2 ? static_cast<double>(tc.out_channels * part.count * lh * lw) * element : 0.0}}}}}};
+  const std::vector<std::string> received = world.gather_on_root(mine.dump());
   json ranks = json::array();
-  for (std::size_t k = 0; k < peaks.size(); ++k)
+  for (std::size_t k = 0; k < peaks.size(); ++k) {
+    const json got = json::parse(received[k]);
+    const infinity::FrameRange held = infinity::clip_frames(lf, clips, static_cast<int>(k) % clips);
     ranks.push_back({{"rank", k}, {"cfg_branch", static_cast<int>(k) / clips}, {"clip", static_cast<int>(k) % clips},
+                     {"latent_frames", {held.first, held.first + held.count}},
+                     {"bytes_received", {{"clip_group", got["clip_group"]}, {"cfg_group", got["cfg_group"]}}},
+                     {"bytes_received_per_step", got["per_step"]},
                      {"peak_memory_bytes", peaks[k]}});
+  }
   json outputs = {"latents.h5"};
   for (const std::string& c : io::list_checkpoints(ckpt_dir)) outputs.push_back(fs::relative(c, out_dir).string());
   std::string listed = "latents.h5";

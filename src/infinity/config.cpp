@@ -47,8 +47,10 @@ const std::vector<Field>& fields() {
        "the released code: zero halos at the video ends, per-rank global frames and GroupNorm statistics), exact "
        "(the unmodified model over the ranks: full temporal attention through an all-to-all, whole-video "
        "GroupNorm, 4-frame convolution halos; the window options below do not apply), or off (the plain model on "
-       "each clip, no communication). A Wan2.1 model takes exact (its latent frames over the ranks, the "
-       "self-attention over every token) or one rank",
+       "each clip, no communication). A Wan2.1 model runs off unless this is given: exact (its latent "
+       "frames over the ranks, the self-attention over every token) or invariant (Video-Infinity's windows on "
+       "its joint attention: +-local-frames latent frames and global-frames shared frames, the phase settings; "
+       "conv-halo, halo and sync-groupnorm do not apply)",
        nullptr, [](Config& c) -> FieldRef { return &c.mode; }},
       {"local-frames", "p: attention window half-width in frames, taken from each neighbouring clip", "attn.padding",
        [](Config& c) -> FieldRef { return &c.local_frames; }},

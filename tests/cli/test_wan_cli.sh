@@ -21,14 +21,18 @@ expect 0 "40864 parameters" -- "$vinf" forward --model "$fixture" --inputs "$inp
 expect 0 "ok noise_pred.t1" -- "$tool" compare "$work/root.safetensors" "$work/x.safetensors" 0 noise_pred.t0 noise_pred.t1
 expect 0 "Wan2.1 transformer" -- "$vinf" forward --help
 # The UNet's settings do not change a Wan call: said, not silently dropped.
-expect 0 "--vi.* settings but the mode are for the UNet family" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/vi.safetensors" --device cpu --vi.local-frames 4
+expect 0 "--vi.* settings but the mode are for Video-Infinity's windows" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/vi.safetensors" --device cpu --vi.local-frames 4
 
 # Refused inputs and layouts, with nothing written.
 expect 2 "has no tensor 'hidden_states'" -- "$vinf" forward --model "$fixture/transformer" --inputs "$ref" --out "$work/z.safetensors" --device cpu
-expect 2 "drop --vi.emulate-clips, --parallel.cfg and --parallel.tensor" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --parallel.cfg 2
-expect 2 "drop --vi.emulate-clips, --parallel.cfg and --parallel.tensor" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --vi.emulate-clips 2
+expect 2 "--parallel.cfg and --parallel.tensor" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --parallel.cfg 2
+expect 2 "drop --vi.emulate-clips (the windows on one rank are the emulation of any number)" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --vi.emulate-clips 2
 expect 2 "--vi.mode compat reproduces the released Video-Infinity's UNet" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --vi.mode compat
-expect 2 "(--vi.mode invariant) are not in this version" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --vi.mode invariant
+expect 2 "--vi.global-frames 16 is larger than the video (5 latent frames)" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --vi.mode invariant
+# Video-Infinity's windows over the whole video (+-4 of 5 latent frames, no global frames): the plain
+# model, diffusers' prediction.
+expect 0 "windows of +-4 latent frames and 0 global frame(s)" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/wall.safetensors" --device cpu --vi.mode invariant --vi.local-frames 4 --vi.global-frames 0
+expect 0 "ok noise_pred.t1" -- "$tool" compare "$work/wall.safetensors" "$ref" 1e-4 noise_pred.t0 noise_pred.t1
 expect 2 "add --vi.mode exact, or launch it without mpirun" -- "$mpiexec" -np 2 "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu
 expect 2 "--dump-temporal is for the UNet" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --dump-temporal "$work/d"
 # Inputs that do not fit the transformer: the UNet fixture's (4 channels, other names), another width.
@@ -67,7 +71,7 @@ expect 0 "outputs in $work/s2/" -- "$vinf" generate "${beagle[@]}" --sampler.see
 expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/s1/latents.h5" "$work/s2/latents.h5" 0
 expect 0 "" -- "$tool" h5-check "$work/s1/latents.h5" 3 16 4 4
 expect 0 "10 flow-euler steps" -- "$vinf" generate "${wan_base[@]}" --video.frames 9 --video.height 32 --video.width 32 --sampler.scheduler flow-euler --sampler.steps 10 --out "$work/e"
-expect 0 "the [vi] settings but --vi.mode exact are for the UNet family" -- "$vinf" generate "${beagle[@]}" --vi.local-frames 4 --out "$work/vi"
+expect 0 "the [vi] settings but the mode are for Video-Infinity's windows (--vi.mode invariant)" -- "$vinf" generate "${beagle[@]}" --vi.local-frames 4 --out "$work/vi"
 # Refused, before anything is written: frames not 1 + 4k, sizes not multiples of 16, the UNet's
 # schedulers, layouts over ranks, a second prompt, initial latents of the wrong shape.
 expect 2 "a Wan video has 1 + 4k frames" -- "$vinf" generate "${wan_base[@]}" --video.frames 10 --video.height 32 --video.width 32 --out "$work/r"
@@ -91,7 +95,7 @@ expect 0 "outputs in $work/c2/" -- "$mpiexec" -np 2 "$vinf" generate "${beagle[@
 expect 0 "ok /latents against latents" -- "$tool" h5-vs-latents "$work/c2/latents.h5" "$fixture/ref_pipeline.safetensors" latents 1e-4
 expect 0 "ok /latents" -- "$tool" h5-compare "$work/c2/latents.h5" "$work/g/latents.h5" 1e-5
 expect 0 "\"cfg\": 2" -- cat "$work/c2/run.json"
-expect 2 "but 2 were started with --vi.mode invariant" -- "$mpiexec" -np 2 "$vinf" generate "${beagle[@]}" --out "$work/r"
+expect 2 "but 2 were started without" -- "$mpiexec" -np 2 "$vinf" generate "${beagle[@]}" --out "$work/r"
 expect 2 "has no --vi.mode compat" -- "$vinf" generate "${beagle[@]}" --vi.mode compat --out "$work/r"
 expect 2 "fewer than the 4 ranks they would be split over" -- "$mpiexec" -np 4 "$vinf" generate "${beagle[@]}" --vi.mode exact --out "$work/r"
 
@@ -130,6 +134,34 @@ expect 75 "received SIGTERM: stopped after step 3 of 4" -- env VINF_FAULT_STEP="
 expect 0 "after step 3 of 4" -- "$mpiexec" -np 4 "$vinf" generate "${quiet_run[@]}" --vi.mode exact --parallel.cfg 2 --resume auto --out "$work/k4"
 expect 0 "ok /latents" -- "$tool" h5-compare "$work/k4/latents.h5" "$work/k0/latents.h5" 1e-5
 
+# Video-Infinity's windows (--vi.mode invariant): 5 latent frames, each over +-1 latent frame and
+# the global frames 0 and 2. One rank is the emulation; 3 ranks, and 2 x 2 with --parallel.cfg 2,
+# give its latents to f32 rounding, with each rank's halo and global-frame bytes per step as the
+# analytic count. Stopped on 3 ranks, resumed on 1: the same latents; a resume with other windows
+# is refused.
+win_base=("${wan_base[@]}" --video.frames 17 --video.height 32 --video.width 32 --sampler.steps 3 --output.video=false --sampler.seed 3
+          --vi.mode invariant)
+win=("${win_base[@]}" --vi.local-frames 1 --vi.global-frames 2)
+per_step='[.ranks[] | .bytes_received_per_step[] | .counted == .analytic] | all'
+expect 0 "windows of +-1 latent frames and 2 global frame(s)" -- "$vinf" generate "${win[@]}" --out "$work/w1"
+expect 0 "\"vi-mode\": \"invariant\"" -- cat "$work/w1/run.json"
+expect 0 "the latent frames over 3 ranks" -- "$mpiexec" -np 3 "$vinf" generate "${win[@]}" --out "$work/w3"
+expect 0 "ok /latents" -- "$tool" h5-compare "$work/w3/latents.h5" "$work/w1/latents.h5" 1e-5
+expect 0 "true" -- jq -r "$per_step" "$work/w3/run.json"
+expect 0 "8192 12288 12288" -- jq -r '[.ranks[].bytes_received_per_step.clip_group.counted] | map(tostring) | join(" ")' "$work/w3/run.json"
+expect 0 "the latent frames over 2 ranks" -- "$mpiexec" -np 4 "$vinf" generate "${win[@]}" --parallel.cfg 2 --out "$work/w4"
+expect 0 "ok /latents" -- "$tool" h5-compare "$work/w4/latents.h5" "$work/w1/latents.h5" 1e-5
+expect 0 "true" -- jq -r "$per_step" "$work/w4/run.json"
+expect 0 "outputs in $work/w0/" -- "$vinf" generate "${wan_base[@]}" --video.frames 17 --video.height 32 --video.width 32 --sampler.steps 3 --output.video=false --sampler.seed 3 --out "$work/w0"
+expect 1 "FAIL" -- "$tool" h5-compare "$work/w0/latents.h5" "$work/w1/latents.h5" 1e-3
+expect 75 "received SIGTERM: stopped after step 2 of 3" -- env VINF_FAULT_STEP="rank=2,step=2,signal=TERM" "$mpiexec" -np 3 "$vinf" generate "${win[@]}" --checkpoint.every 1 --out "$work/wk"
+expect 2 "belongs to a run with other settings (vi.global-frames 2 there, 1 here" -- "$vinf" generate "${win_base[@]}" --vi.local-frames 1 --vi.global-frames 1 --resume auto --out "$work/wk"
+expect 0 "after step 2 of 3" -- "$vinf" generate "${win[@]}" --resume auto --out "$work/wk"
+expect 0 "ok /latents" -- "$tool" h5-compare "$work/wk/latents.h5" "$work/w1/latents.h5" 1e-5
+expect 2 "--vi.local-frames 2 is larger than the 1 latent frame(s) the smallest rank holds" -- "$mpiexec" -np 3 "$vinf" generate "${win_base[@]}" --vi.local-frames 2 --vi.global-frames 2 --out "$work/r"
+expect 2 "--vi.global-frames 6 is larger than the video (5 latent frames)" -- "$vinf" generate "${win_base[@]}" --vi.local-frames 1 --vi.global-frames 6 --out "$work/r"
+[ ! -e "$work/r" ] || { echo "FAIL: a refused run left $work/r"; fails=$((fails + 1)); }
+
 # A job list over two replicas (--parallel.data 2, one rank each): each job as its single run.
 printf '%s\n' '{"out": "a", "seed": 3}' '{"out": "b", "seed": 5, "sampler.steps": 3}' > "$work/jobs.jsonl"
 wan_small=("${wan_base[@]}" --video.frames 9 --video.height 32 --video.width 32 --output.video=false)
@@ -140,7 +172,7 @@ expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/list/a/latents.h5" "$work/
 # frames without exact mode is refused per job.
 expect 0 "" -- "$mpiexec" -np 4 "$vinf" generate "${wan_small[@]}" --sampler.steps 4 --vi.mode exact --jobs "$work/jobs.jsonl" --parallel.data 2 --out "$work/xlist"
 expect 0 "ok /latents" -- "$tool" h5-compare "$work/xlist/a/latents.h5" "$work/k0/latents.h5" 1e-5
-expect 2 "but 2 were started with --vi.mode invariant" -- "$mpiexec" -np 4 "$vinf" generate "${wan_small[@]}" --sampler.steps 4 --jobs "$work/jobs.jsonl" --parallel.data 2 --out "$work/badlist"
+expect 2 "but 2 were started without" -- "$mpiexec" -np 4 "$vinf" generate "${wan_small[@]}" --sampler.steps 4 --jobs "$work/jobs.jsonl" --parallel.data 2 --out "$work/badlist"
 expect 0 "outputs in $work/b1/" -- "$vinf" generate "${wan_small[@]}" --sampler.seed 5 --sampler.steps 3 --out "$work/b1"
 expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/list/b/latents.h5" "$work/b1/latents.h5" 0
 

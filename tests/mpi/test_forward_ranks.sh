@@ -102,4 +102,25 @@ for ((r = 0; r < n; r++)); do
   [ "$bytes" -gt 0 ] && want="rank $r: all-to-all $bytes B in "
   [[ "$out" == *"$want"* ]] && echo "ok: Wan exact, $want" || { echo "FAIL: Wan exact: no '$want' in the log"; fails=$((fails + 1)); }
 done
+# Video-Infinity's windows on the same transformer (+-1 latent frame, global frames 0 and 2): N ranks
+# give the one-process run's prediction; each rank receives, per block and call, K and V of 1 frame
+# from each neighbour and of the global frames it does not hold (2 x 4 rows x 16 tokens x 16 x 4 B
+# a frame).
+windows=(--model "$wan/transformer" --inputs "$wan/inputs.safetensors" --vi.mode invariant --vi.local-frames 1 --vi.global-frames 2)
+"$vinf" forward "${windows[@]}" --out "$work/wan-w1.safetensors" "${device_args[@]}" > /dev/null 2>&1 || { echo "FAIL: vinf forward (Wan, windows, one process)"; fails=$((fails + 1)); }
+if ! out=$("$mpiexec" -np "$n" "$vinf" forward "${windows[@]}" --out "$work/wan-w.safetensors" "${device_args[@]}" 2>&1); then
+  echo "FAIL: mpirun -np $n vinf forward (Wan, windows)"; echo "$out" | tail -5; fails=$((fails + 1))
+fi
+"$tool" compare "$work/wan-w.safetensors" "$work/wan-w1.safetensors" 1e-5 noise_pred.t0 noise_pred.t1 || fails=$((fails + 1))
+for ((r = 0; r < n; r++)); do
+  first=$((r * 5 / n)) end=$(((r + 1) * 5 / n))
+  held=0
+  for g in 0 2; do [ "$g" -ge "$first" ] && [ "$g" -lt "$end" ] && held=$((held + 1)); done
+  frames=$((2 - held)) halo=$(((r > 0) + (r < n - 1)))
+  line=$(echo "$out" | grep "rank $r: " | head -1)
+  for kind in "all-gather $((frames * 2 * 2 * 2 * 4 * 16 * 16 * 4)) B" "exchange $((halo * 2 * 2 * 2 * 4 * 16 * 16 * 4)) B"; do
+    case "$kind" in *" 0 B") [[ "$line" != *"${kind% 0 B}"* ]] ;; *) [[ "$line" == *"$kind in "* ]] ;; esac &&
+      echo "ok: Wan windows, rank $r: $kind" || { echo "FAIL: Wan windows: rank $r's line '$line' lacks '$kind'"; fails=$((fails + 1)); }
+  done
+done
 [ "$fails" -eq 0 ] && echo "forward over $n rank(s) matches the per-clip runs" || exit 1
