@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/generate_support.hpp"
 #include "app/wan_pipeline.hpp"
 #include "core/error.hpp"
+#include "infinity/config.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5file.hpp"
 #include "io/image.hpp"
@@ -25,6 +27,7 @@
 #include "model/vae.hpp"
 #include "model/wan_vae.hpp"
 #include "job/job.hpp"
+#include "mpi/session.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
 
@@ -143,27 +146,56 @@ int decode_wan(Runtime& rt, const std::string& vae_dir, const std::string& laten
 
 // A Wan run's latents.h5 or checkpoint (/latents [F, C, h, w], latent frames) to DIR/video.mp4,
 // contact.png and PNG frames, as the run itself writes them (latents_std and latents_mean applied).
-int decode_wan_checkpoint(Runtime& rt, const std::string& vae_dir, const std::string& path, const std::string& dir,
+// On N ranks each decodes its share of the latent frames after the VAE's causal memory from the
+// rank before, and rank 0 writes the frames (wan_write_video's parts): the frames of one rank.
+int decode_wan_checkpoint(job::Job& job, const std::string& vae_dir, const std::string& path, const std::string& dir,
                           const io::FrameWriter::Settings& settings, bool overwrite, std::int64_t tile) {
+  Runtime& rt = job.runtime();
+  const mpi::Session& session = job.session();
   const io::H5File f = io::H5File::open_serial(path);
   const Shape full = run_latents_shape(f, path);
   const model::WanVae vae = model::WanVae::load(vae_dir, rt, DType::f32, model::WanVae::decoder);
   const model::WanVaeConfig& c = vae.config();
   VINF_INPUT_CHECK(full.rank() == 4 && full[1] == c.z_dim, path, ": /latents ", full.str(), " does not fit the Wan ",
                    "VAE's ", c.z_dim, " latent channels (is it a UNet run's? decode it with that model's vae/)");
-  video_dir(dir, overwrite);
-  std::vector<float> host(static_cast<std::size_t>(full.numel()));
-  f.read_frames("/latents", 0, 0, full[0], host.data());
-  OwnedTensor latents = rt.arena().empty(DType::f32, {1, full[1], full[0], full[2], full[3]});
-  ops::copy(rt.ctx(), Tensor::wrap(host.data(), DType::f32, Device::cpu(), full).permute({1, 0, 2, 3}).unsqueeze(0),
+  const int ranks = session.size(), me = session.rank();
+  VINF_INPUT_CHECK(full[0] >= ranks, path, " holds ", full[0], " latent frame(s), fewer than the ", ranks,
+                   " ranks that would decode them in parts; use at most ", full[0], " ranks");
+  const std::string refused = decided_by_root(session, [&]() -> std::string {
+    try {
+      video_dir(dir, overwrite);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  });
+  VINF_INPUT_CHECK(refused.empty(), refused);
+  const infinity::FrameRange mine = infinity::clip_frames(full[0], ranks, me);
+  const Shape part{mine.count, full[1], full[2], full[3]};
+  std::vector<float> host(static_cast<std::size_t>(part.numel()));
+  f.read_frames("/latents", 0, mine.first, mine.count, host.data());
+  OwnedTensor latents = rt.arena().empty(DType::f32, {1, full[1], mine.count, full[2], full[3]});
+  ops::copy(rt.ctx(), Tensor::wrap(host.data(), DType::f32, Device::cpu(), part).permute({1, 0, 2, 3}).unsqueeze(0),
             latents);
-  const WanVideoFiles video = wan_write_video(rt, vae, latents, dir, settings, tile);
+  WanVideoParts parts;
+  if (ranks > 1) {
+    parts.session = &session;
+    for (int k = 0; k < ranks; ++k) parts.ranks.push_back(k);
+    parts.index = me;
+    parts.total = full[0];
+  }
+  WanVideoFiles video = wan_write_video(rt, vae, latents, dir, settings, tile, parts);
+  session.broadcast(video.error);
+  if (!video.error.empty()) throw Error(video.error);
+  video.seconds = session.max(video.seconds);
+  if (me != 0) return 0;
   std::string listed;
   for (const std::string& file : video.files)
     if (file.find('/') == std::string::npos) listed += (listed.empty() ? "" : ", ") + file;
   std::cerr << "vinf decode: Wan VAE, " << full[0] << " latent frame(s) to " << c.video_frames(full[0]) << " frames "
-            << full[3] * c.spatial_ratio() << "x" << full[2] * c.spatial_ratio() << " from " << path << " in "
-            << video.seconds << " s; wrote " << listed << " in " << dir << "\n";
+            << full[3] * c.spatial_ratio() << "x" << full[2] * c.spatial_ratio() << " from " << path
+            << (ranks > 1 ? " over " + std::to_string(ranks) + " ranks" : "") << " in " << video.seconds
+            << " s; wrote " << listed << " in " << dir << "\n";
   return 0;
 }
 
@@ -185,7 +217,9 @@ int decode(const std::vector<std::string>& args) {
       "OUT gets decoded F32 [N, 3, 8h, 8w], the raw decoder output (no clamp). X.h5 is a checkpoint or the\n"
       "latents.h5 of vinf generate: its latents are divided by the VAE's scaling factor (a Wan VAE: times\n"
       "latents_std plus latents_mean, as the run decodes them) and DIR gets video.mp4 and contact.png (and\n"
-      "frames/ with --output.png).\n\n"
+      "frames/ with --output.png). A Wan run's latents also decode over N ranks (mpirun -np N): each\n"
+      "decodes its share of the latent frames after the causal VAE's memory from the rank before, and\n"
+      "rank 0 writes the frames, those of one rank.\n\n"
       "Options come from the command line and from --config FILE (INI: `vae = DIR`; `[output] png = true`\n"
       "is --output.png true); the command line wins.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)(
@@ -237,7 +271,7 @@ int decode(const std::vector<std::string>& args) {
 
   if (is_wan_vae(vae_dir)) {
     if (!checkpoint_path.empty())
-      return decode_wan_checkpoint(rt, vae_dir, checkpoint_path, out_path, video, overwrite, tile);
+      return decode_wan_checkpoint(*job, vae_dir, checkpoint_path, out_path, video, overwrite, tile);
     return decode_wan(rt, vae_dir, latents_path, out_path, tile);
   }
   if (!checkpoint_path.empty()) {

@@ -368,29 +368,26 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   WanVideoFiles video;
   const bool has_vae = io::is_directory(dir + "/vae");
   if (!has_vae) log("note: " + dir + " has no vae/: latents.h5 only");
-  // The first rank decodes the whole video: with the frames over ranks, their latents gathered.
-  OwnedTensor gathered;
-  Tensor whole = sampler.latents();
-  if (clips > 1 && has_vae && (o.video || o.png)) {
-    // Over the unit's host communicator (MPI, host memory, whatever the device): ranks 0 .. clips - 1
-    // are branch 0's frame ranks in order; the other branch sends nothing.
-    const int unit = job->size();
-    std::vector<std::int64_t> counts = infinity::clip_frame_counts(lf, clips);
-    for (std::int64_t& n : counts) n *= tc.in_channels * lh * lw;
-    counts.resize(static_cast<std::size_t>(unit), 0);
-    std::vector<float> all(static_cast<std::size_t>(frame_major.numel()));
-    const std::int64_t n = counts[static_cast<std::size_t>(job->rank())];
-    job->world().all_gather_v(job->host(), Tensor::wrap(host.data(), DType::f32, Device::cpu(), {n}),
-                              Tensor::wrap(all.data(), DType::f32, Device::cpu(), {frame_major.numel()}), counts);
-    gathered = rt.arena().empty(DType::f32, {1, tc.in_channels, lf, lh, lw});
-    ops::copy(ctx, Tensor::wrap(all.data(), DType::f32, Device::cpu(), frame_major).permute({1, 0, 2, 3}).unsqueeze(0),
-              gathered);
-    whole = gathered;
-  }
-  if (root && has_vae && (o.video || o.png)) {
+  // The video: with the frames over ranks, branch 0's frame ranks decode theirs in turn, the VAE's
+  // causal memory handed from each to the next, and the first writes the frames.
+  if (has_vae && (o.video || o.png) && writer) {
     const model::WanVae vae = model::WanVae::load(dir + "/vae", rt, DType::f32, model::WanVae::decoder);
-    video = wan_write_video(rt, vae, whole, out_dir, {o.video, o.png, o.output_fps, o.ffmpeg}, o.vae_tile);
+    WanVideoParts parts;
+    if (clips > 1) {
+      parts.session = &job->session();
+      for (int c = 0; c < clips; ++c) parts.ranks.push_back(job->grid().world_rank(0, c, 0));
+      parts.index = job->grid().clip_index();
+      parts.total = lf;
+    }
+    video = wan_write_video(rt, vae, sampler.latents(), out_dir, {o.video, o.png, o.output_fps, o.ffmpeg}, o.vae_tile,
+                            parts);
   }
+  world.broadcast(video.error);
+  if (!video.error.empty()) throw Error(video.error + " (latents.h5 is written and complete)");
+  video.seconds = world.max(video.seconds);
+  if (has_vae && (o.video || o.png) && clips > 1)
+    log("decoded the video over " + std::to_string(clips) + " ranks, each its own latent frames after the VAE's " +
+        "causal memory from the rank before, in " + std::to_string(video.seconds).substr(0, 6) + " s");
   // --evaluate: vinf evaluate on the video (one clip: no boundaries). Its failure is said after
   // run.json, as the run itself is complete.
   std::string evaluate_error, evaluate_kind;

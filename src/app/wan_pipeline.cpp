@@ -1,11 +1,15 @@
 #include "app/wan_pipeline.hpp"
 
 #include <chrono>
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 
 #include "core/error.hpp"
+#include "infinity/config.hpp"
 #include "io/image.hpp"
 #include "mpi/communicator.hpp"
+#include "mpi/session.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
 #include "sampling/sampler.hpp"
@@ -77,29 +81,76 @@ void wan_latents_for_vae(Runtime& rt, const model::WanVaeConfig& vae, const Tens
 }
 
 WanVideoFiles wan_write_video(Runtime& rt, const model::WanVae& vae, const Tensor& latents, const std::string& out_dir,
-                              const io::FrameWriter::Settings& settings, std::int64_t tile) {
+                              const io::FrameWriter::Settings& settings, std::int64_t tile, const WanVideoParts& parts) {
   const auto t0 = std::chrono::steady_clock::now();
   ExecContext& ctx = rt.ctx();
   const model::WanVaeConfig& vc = vae.config();
-  const std::int64_t lf = latents.size(2), lh = latents.size(3), lw = latents.size(4);
-  OwnedTensor z = rt.arena().empty(DType::f32, latents.shape);
-  wan_latents_for_vae(rt, vc, latents, z);
-  const std::int64_t frames = vc.video_frames(lf), r = vc.spatial_ratio(), height = lh * r, width = lw * r;
-  OwnedTensor video = rt.arena().empty(DType::f32, {1, vc.out_channels, frames, height, width});
-  vae.decode(ctx, z, video, tile);
-  std::vector<float> host(static_cast<std::size_t>(video.numel()));
-  const Shape frame_major{frames, vc.out_channels, height, width};
-  ops::copy(ctx, video.view().select(0, 0).permute({1, 0, 2, 3}), Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major));
-  rt.synchronize();
-  io::FrameWriter writer(out_dir, frames, width, height, settings);
-  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(height * width * 3));
-  for (std::int64_t f = 0; f < frames; ++f) {
-    io::to_rgb8(host.data() + f * vc.out_channels * height * width, height, width, rgb.data());
-    writer.add(f, rgb.data());
+  const int n = parts.session ? static_cast<int>(parts.ranks.size()) : 1, k = parts.session ? parts.index : 0;
+  const std::int64_t total = parts.session ? parts.total : latents.size(2), lh = latents.size(3), lw = latents.size(4);
+  const infinity::FrameRange mine = infinity::clip_frames(total, n, k);
+  VINF_CHECK(latents.size(2) == mine.count && k >= 0 && k < n, "wan_write_video: part ", k, " of ", n, " holds ",
+             latents.size(2), " latent frames, not ", mine.count);
+  const std::int64_t r = vc.spatial_ratio(), height = lh * r, width = lw * r, frame_bytes = height * width * 3;
+  // This part's frames: the causal memory of the part before (from its rank), decoded, the memory
+  // handed on to the next part's rank before anything else.
+  std::string memory;
+  auto peer = [&](int i) { return parts.ranks[static_cast<std::size_t>(i)]; };
+  if (k > 0) {
+    std::uint64_t bytes = 0;
+    parts.session->receive(&bytes, sizeof bytes, peer(k - 1));
+    memory.resize(bytes);
+    parts.session->receive(memory.data(), bytes, peer(k - 1));
   }
-  const std::string error = writer.finish();
-  VINF_CHECK(error.empty(), error);
-  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), writer.files()};
+  const std::int64_t frames = vae.part_frames(mine.first, mine.count);
+  WanVideoFiles result;
+  std::unique_ptr<io::FrameWriter> writer;
+  if (k == 0) writer = std::make_unique<io::FrameWriter>(out_dir, vc.video_frames(total), width, height, settings);
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>((k == 0 ? 1 : frames) * frame_bytes));
+  // This part, a few latent frames per call (the device holds their frames, not the part's): the
+  // first part's rank writes its frames as they come, the others keep theirs for it.
+  constexpr std::int64_t kLatentFramesPerCall = 4;
+  std::int64_t at = 0;
+  for (std::int64_t f0 = 0; f0 < mine.count; f0 += kLatentFramesPerCall) {
+    const std::int64_t count = std::min(kLatentFramesPerCall, mine.count - f0), first = mine.first + f0;
+    const std::int64_t out_frames = vae.part_frames(first, count);
+    OwnedTensor z = rt.arena().empty(DType::f32, {1, latents.size(1), count, lh, lw});
+    wan_latents_for_vae(rt, vc, latents.slice(2, f0, count), z);
+    OwnedTensor video = rt.arena().empty(DType::f32, {1, vc.out_channels, out_frames, height, width});
+    vae.decode_part(ctx, z, first, memory, video, tile);
+    std::vector<float> host(static_cast<std::size_t>(video.numel()));
+    const Shape frame_major{out_frames, vc.out_channels, height, width};
+    ops::copy(ctx, video.view().select(0, 0).permute({1, 0, 2, 3}),
+              Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major));
+    rt.synchronize();
+    for (std::int64_t f = 0; f < out_frames; ++f, ++at) {
+      std::uint8_t* dst = rgb.data() + (k == 0 ? 0 : at * frame_bytes);
+      io::to_rgb8(host.data() + f * vc.out_channels * height * width, height, width, dst);
+      if (writer) writer->add(at, dst);
+    }
+  }
+  if (k + 1 < n) {
+    const std::uint64_t bytes = memory.size();
+    parts.session->send(&bytes, sizeof bytes, peer(k + 1));
+    parts.session->send(memory.data(), bytes, peer(k + 1));
+  }
+  memory.clear();
+  if (k > 0) {  // to the first part's rank, which writes the video
+    for (std::int64_t f = 0; f < frames; ++f)
+      parts.session->send(rgb.data() + f * frame_bytes, static_cast<std::size_t>(frame_bytes), peer(0));
+  } else {
+    // Every frame is taken (a writer's error is kept for the end), so no sender waits forever.
+    for (int i = 1; i < n; ++i) {
+      const infinity::FrameRange theirs = infinity::clip_frames(total, n, i);
+      for (std::int64_t f = 0; f < vae.part_frames(theirs.first, theirs.count); ++f, ++at) {
+        parts.session->receive(rgb.data(), static_cast<std::size_t>(frame_bytes), peer(i));
+        writer->add(at, rgb.data());
+      }
+    }
+    result.error = writer->finish();
+    result.files = writer->files();
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
 }
 
 }  // namespace vinf::app

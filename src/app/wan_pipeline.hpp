@@ -19,6 +19,7 @@ class Runtime;
 }
 namespace vinf::mpi {
 class Communicator;
+class Session;
 }
 
 namespace vinf::app {
@@ -55,12 +56,30 @@ void wan_latents_for_vae(Runtime& rt, const model::WanVaeConfig& vae, const Tens
 // The pipeline's last stage: wan_latents_for_vae, the causal VAE (over tiles of `tile` latent
 // pixels when tile > 0), then the frames as the reference exports them (clamp(x / 2 + 0.5), times
 // 255, truncated) into out_dir's video.mp4, contact.png and PNG frames as `settings` asks.
-// latents [1, C, F, h, w] f32 on rt's device. Returns the files written and the seconds taken.
+// latents [1, C, F, h, w] f32 on rt's device: the whole video, or with `parts` this rank's part of
+// it. Returns the files written, the seconds taken and the writer's first error ("" when none;
+// the caller says it).
+//
+// In parts (a video whose latent frames are split over ranks as infinity::clip_frames splits
+// them): each of the ranks decodes its own frames, given the VAE's causal memory by the rank of
+// the part before and handing its own to the next (WanVae::decode_part: the frames of one decode,
+// bit for bit), then sends them to the first part's rank, which writes the video. The decoding
+// runs one part after another (each needs the memory of the one before), each rank holding its own
+// frames only: no rank holds the whole video. Point to point over the session (no watchdog: a rank
+// waits for the parts before it).
+struct WanVideoParts {
+  const mpi::Session* session = nullptr;  // null: the whole video on this rank
+  std::vector<int> ranks;                 // the session ranks of the parts, in video order
+  int index = 0;                          // this rank's part
+  std::int64_t total = 0;                 // the video's latent frames
+};
 struct WanVideoFiles {
   double seconds = 0;
   std::vector<std::string> files;
+  std::string error;
 };
 WanVideoFiles wan_write_video(Runtime& rt, const model::WanVae& vae, const Tensor& latents, const std::string& out_dir,
-                              const io::FrameWriter::Settings& settings, std::int64_t tile);
+                              const io::FrameWriter::Settings& settings, std::int64_t tile,
+                              const WanVideoParts& parts = {});
 
 }  // namespace vinf::app

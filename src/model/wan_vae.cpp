@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <cstring>
 #include <map>
 #include <memory>
 
@@ -386,6 +387,60 @@ class Pass {
     return causal_conv(*rms_norm(*h, "decoder.norm_out", ops::Activation::silu), "decoder.conv_out");
   }
 
+  // The causal memory (every layer's remembered frames) as bytes on the host, in key order: per
+  // layer its key's length and characters, dtype, four dimensions, then the elements.
+  std::string save_history() const {
+    std::string out;
+    auto put = [&](const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); };
+    for (const auto& [key, act] : history_) {
+      const std::uint64_t len = key.size();
+      put(&len, sizeof len);
+      put(key.data(), key.size());
+      const auto dt = static_cast<std::uint8_t>(act->dtype);
+      put(&dt, 1);
+      VINF_CHECK(act->shape.rank() == 4, "WanVae: a remembered activation of rank ", act->shape.rank());
+      for (int d = 0; d < 4; ++d) {
+        const std::int64_t n = act->size(d);
+        put(&n, sizeof n);
+      }
+      const std::size_t at = out.size(), bytes = static_cast<std::size_t>(act->numel()) * dtype_size(act->dtype);
+      out.resize(at + bytes);
+      ops::copy(ctx_, *act, Tensor::wrap(out.data() + at, act->dtype, Device::cpu(), act->shape));
+    }
+    synchronize(ctx_);
+    return out;
+  }
+
+  // The memory save_history() gave, in place of this pass's.
+  void restore_history(const std::string& in) {
+    history_.clear();
+    std::size_t at = 0;
+    auto get = [&](void* p, std::size_t n) {
+      VINF_CHECK(at + n <= in.size(), "WanVae: the causal memory handed over is cut short");
+      std::memcpy(p, in.data() + at, n);
+      at += n;
+    };
+    while (at < in.size()) {
+      std::uint64_t len = 0;
+      get(&len, sizeof len);
+      VINF_CHECK(len < 4096, "WanVae: the causal memory handed over is not one");
+      std::string key(len, '\0');
+      get(key.data(), len);
+      std::uint8_t dt = 0;
+      get(&dt, 1);
+      VINF_CHECK(static_cast<DType>(dt) == dtype_, "WanVae: the causal memory handed over has another dtype");
+      Shape shape{0, 0, 0, 0};
+      for (int d = 0; d < 4; ++d) get(&shape[d], sizeof(std::int64_t));
+      Act act = empty(shape);
+      const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype_);
+      VINF_CHECK(at + bytes <= in.size(), "WanVae: the causal memory handed over is cut short");
+      ops::copy(ctx_, Tensor::wrap(const_cast<char*>(in.data() + at), dtype_, Device::cpu(), shape), *act);
+      at += bytes;
+      history_[key] = std::move(act);
+    }
+    synchronize(ctx_);
+  }
+
  private:
   const Weights& w_;
   ExecContext& ctx_;
@@ -453,34 +508,52 @@ void WanVae::encode(ExecContext& ctx, const Tensor& video, const Tensor& mean, c
 }
 
 void WanVae::decode(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t tile) const {
+  VINF_INPUT_CHECK(latents.rank() == 5 && latents.size(0) >= 1, "the Wan VAE decodes latents (N, ", config_.z_dim,
+                   ", frames, h, w); got ", latents.shape.str());
+  for (std::int64_t i = 0; i < latents.size(0); ++i) {
+    std::string memory;
+    decode_part(ctx, latents.slice(0, i, 1), 0, memory, out.slice(0, i, 1), tile);
+  }
+}
+
+std::int64_t WanVae::part_frames(std::int64_t first, std::int64_t count) const {
+  return first == 0 ? config_.video_frames(count) : WanVaeConfig::kChunkFrames * count;
+}
+
+void WanVae::decode_part(ExecContext& ctx, const Tensor& latents, std::int64_t first, std::string& memory,
+                         const Tensor& out, std::int64_t tile) const {
   const WanVaeConfig& c = config_;
   VINF_CHECK(parts_ & decoder, "the Wan VAE was loaded without its decoder");
-  VINF_INPUT_CHECK(latents.rank() == 5 && latents.size(1) == c.z_dim && latents.size(2) >= 1, "the Wan VAE decodes latents (N, ",
-                   c.z_dim, ", frames, h, w); got ", latents.shape.str());
-  const std::int64_t n = latents.size(0), lf = latents.size(2), h = latents.size(3), wd = latents.size(4);
+  VINF_INPUT_CHECK(latents.rank() == 5 && latents.size(0) == 1 && latents.size(1) == c.z_dim && latents.size(2) >= 1,
+                   "the Wan VAE decodes latents (1, ", c.z_dim, ", frames, h, w) a part at a time; got ",
+                   latents.shape.str());
+  const std::int64_t lf = latents.size(2), h = latents.size(3), wd = latents.size(4);
   const int ratio = c.spatial_ratio();
-  const Shape want{n, c.out_channels, c.video_frames(lf), h * ratio, wd * ratio};
+  const Shape want{1, c.out_channels, part_frames(first, lf), h * ratio, wd * ratio};
   VINF_CHECK(out.shape == want, "WanVae::decode: out must be ", want.str(), ", got ", out.shape.str());
+  VINF_CHECK(first >= 0 && (first == 0) == memory.empty(), "WanVae::decode_part: a part after the first (latent frame ",
+             first, ") needs the memory of the one before it, and only it");
   VINF_INPUT_CHECK(tile >= 0, "the VAE tile must be 0 (off) or a positive number of latent pixels, got ", tile);
   const bool tiled = tile > 0 && (h > tile || wd > tile);
   const std::vector<WanVaeLayer> layers = wan_vae_decoder_layers(c);
-  for (std::int64_t i = 0; i < n; ++i) {
-    Pass pass(weights_, ctx);
-    Act z = pass.empty({lf, c.z_dim, h, wd});
-    ops::copy(ctx, latents.select(0, i).permute({1, 0, 2, 3}), *z);
-    const Act x = pass.pointwise(*z, "post_quant_conv");
-    z.reset();
-    const Tensor video = out.select(0, i).permute({1, 0, 2, 3});  // (frames, C, H, W)
-    std::int64_t done = 0;
-    for (std::int64_t f = 0; f < lf; ++f) {
-      const Tensor xf = x->view().slice(0, f, 1);
-      const Act y = tiled ? pass.decoder_chunk_tiled(xf, layers, f == 0, tile) : pass.decoder_chunk(xf, layers, f == 0);
-      VINF_CHECK(done + y->size(0) <= want[2], "WanVae::decode: the chunks gave more frames than ", want[2]);
-      clamped_copy(ctx, *y, video.slice(0, done, y->size(0)), -1.f, 1.f);
-      done += y->size(0);
-    }
-    VINF_CHECK(done == want[2], "WanVae::decode: the chunks gave ", done, " frames, not ", want[2]);
+  Pass pass(weights_, ctx);
+  if (first > 0) pass.restore_history(memory);
+  Act z = pass.empty({lf, c.z_dim, h, wd});
+  ops::copy(ctx, latents.select(0, 0).permute({1, 0, 2, 3}), *z);
+  const Act x = pass.pointwise(*z, "post_quant_conv");
+  z.reset();
+  const Tensor video = out.select(0, 0).permute({1, 0, 2, 3});  // (frames, C, H, W)
+  std::int64_t done = 0;
+  for (std::int64_t f = 0; f < lf; ++f) {
+    const Tensor xf = x->view().slice(0, f, 1);
+    const bool opening = first + f == 0;
+    const Act y = tiled ? pass.decoder_chunk_tiled(xf, layers, opening, tile) : pass.decoder_chunk(xf, layers, opening);
+    VINF_CHECK(done + y->size(0) <= want[2], "WanVae::decode: the chunks gave more frames than ", want[2]);
+    clamped_copy(ctx, *y, video.slice(0, done, y->size(0)), -1.f, 1.f);
+    done += y->size(0);
   }
+  VINF_CHECK(done == want[2], "WanVae::decode: the chunks gave ", done, " frames, not ", want[2]);
+  memory = pass.save_history();
 }
 
 }  // namespace vinf::model

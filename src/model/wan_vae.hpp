@@ -55,6 +55,17 @@ class WanVae {
   // frames at the latent resolution. Throws vinf::InputError for a negative tile.
   void decode(ExecContext& ctx, const Tensor& latents, const Tensor& out, std::int64_t tile = 0) const;
 
+  // Decoding one video in parts, in video order, each part on its own rank if need be: latent
+  // frames [first, first + F') (latents (1, z_dim, F', h, w)) into out (1, out_channels,
+  // part_frames(first, F'), 8h, 8w), the frames decode() of the whole video gives there, bit for
+  // bit. The decoder is causal: on entry `memory` holds what decoding the frames before `first` left
+  // (empty when first == 0), every causal layer's last input frames, and on return this part's, as
+  // bytes on the host for the next part's rank. Parts must use the same tile.
+  void decode_part(ExecContext& ctx, const Tensor& latents, std::int64_t first, std::string& memory, const Tensor& out,
+                   std::int64_t tile = 0) const;
+  // The video frames of latent frames [first, first + count): 1 + 4 (count - 1) from the first, else 4 count.
+  std::int64_t part_frames(std::int64_t first, std::int64_t count) const;
+
  private:
   WanVaeConfig config_;
   Weights weights_;

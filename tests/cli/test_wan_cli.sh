@@ -217,6 +217,23 @@ for f in contact.png frames/frame-000000.png frames/frame-000008.png; do
   cmp -s "$work/vd/$f" "$work/v/$f" && echo "ok: $f as the run wrote it" || { echo "FAIL: $work/vd/$f differs from the run's"; fails=$((fails + 1)); }
 done
 expect 2 "video.mp4 exists" -- "$vinf" decode --vae "$fixture" --checkpoint "$work/v/latents.h5" --out "$work/vd" --device cpu
+# The causal VAE across ranks: each rank decodes its share of the 5 latent frames of the windows
+# run after the VAE's memory from the rank before, rank 0 writes the frames: on 1-4 ranks the same
+# PNGs byte for byte (the same chunks through the same code, only handed over).
+for n in 1 2 3 4; do
+  expect 0 "5 latent frame(s) to 17 frames 32x32 from $work/w1/latents.h5" -- "$mpiexec" -np "$n" "$vinf" decode --vae "$fixture" --checkpoint "$work/w1/latents.h5" --out "$work/wd$n" --output.png --device cpu
+  for f in contact.png frames/frame-000000.png frames/frame-000005.png frames/frame-000016.png; do
+    cmp -s "$work/wd$n/$f" "$work/wd1/$f" && echo "ok: $n rank(s): $f as one rank's" || { echo "FAIL: $work/wd$n/$f differs from one rank's"; fails=$((fails + 1)); }
+  done
+done
+expect 2 "holds 5 latent frame(s), fewer than the 6 ranks" -- "$mpiexec" -np 6 "$vinf" decode --vae "$fixture" --checkpoint "$work/w1/latents.h5" --out "$work/r" --device cpu
+# generate does the same at the end of a run over ranks: 3 frame ranks, its frames as a decode of
+# its latents on one rank.
+expect 0 "decoded the video over 3 ranks" -- "$mpiexec" -np 3 "$vinf" generate "${win[@]}" --output.video --output.png --out "$work/w3v"
+expect 0 "" -- "$vinf" decode --vae "$fixture" --checkpoint "$work/w3v/latents.h5" --out "$work/w3d" --output.png --device cpu
+for f in contact.png frames/frame-000000.png frames/frame-000009.png frames/frame-000016.png; do
+  cmp -s "$work/w3v/$f" "$work/w3d/$f" && echo "ok: generate over 3 ranks: $f as one rank decodes it" || { echo "FAIL: $work/w3v/$f differs"; fails=$((fails + 1)); }
+done
 expect 0 "outputs in $work/u/" -- "$vinf" generate --model builtin:tiny --prompt.text x --video.frames 16 --sampler.steps 1 --output.video=false --out "$work/u"
 unet_latents=$work/u/latents.h5
 expect 2 "does not fit the Wan VAE's 16 latent channels" -- "$vinf" decode --vae "$fixture" --checkpoint "$unet_latents" --out "$work/r" --device cpu
