@@ -35,6 +35,7 @@
 
 #include "core/error.hpp"
 #include "app/vi_options.hpp"
+#include "bench_main.hpp"
 #include "infinity/config.hpp"
 #include "infinity/context.hpp"
 #include "model/flops.hpp"
@@ -455,25 +456,10 @@ int run(int argc, char** argv) {
   const StepSummary sum = report_ranks(all, j);
   report_summary(o, job->size(), sum, j);
   report_targets(o, step_targets(o, *job, sum), projected_seconds(o, sum), j);
-  if (!o.json_path.empty()) {
-    std::ofstream f(o.json_path);
-    f << j.dump(2) << "\n";
-    VINF_CHECK(f.good(), "cannot write ", o.json_path);
-    std::cout << "wrote " << o.json_path << "\n";
-  }
+  bench::write_figures(o.json_path, j);
   return 0;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const InputError& e) {
-    std::cerr << std::string("vinf_bench_step: error: ") + e.what() + "\n";  // one write: ranks interleave
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << std::string("vinf_bench_step: error: ") + e.what() + "\n";
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return bench::guarded_main("vinf_bench_step", run, argc, argv); }

@@ -47,18 +47,22 @@ int forward_wan(const WanForwardRequest& r) {
   VINF_INPUT_CHECK(mode != infinity::Mode::compat, what, "and --vi.mode compat reproduces the released ",
                    "Video-Infinity's UNet: it has no meaning here; --vi.mode exact spreads the frames over ranks, ",
                    "--vi.mode invariant runs Video-Infinity's windows over them");
-  VINF_INPUT_CHECK(r.emulate == 0 && r.cfg == 1 && r.tensor == 1, what, "which runs on one rank, or with ",
-                   "--vi.mode exact or invariant its frames over ranks, in this version: drop --vi.emulate-clips ",
-                   "(the windows on one rank are the emulation of any number), --parallel.cfg and --parallel.tensor");
+  VINF_INPUT_CHECK(r.emulate == 0 && r.tensor == 1, what, "which runs on one rank, with --vi.mode exact or ",
+                   "invariant its frames over ranks and with --parallel.cfg 2 its batch over two, in this version: ",
+                   "drop --vi.emulate-clips (the windows on one rank are the emulation of any number) and ",
+                   "--parallel.tensor");
   VINF_INPUT_CHECK(r.dump.empty(), "vinf forward: --dump-temporal is for the UNet; a Wan transformer has no ",
                    "temporal modules");
   const bool exact = mode == infinity::Mode::exact, windows = mode == infinity::Mode::invariant;
   job::JobPlan plan = r.plan;
   plan.clip_group = exact || windows;
   const std::unique_ptr<job::Job> job = job::start_job(plan, [&](int world) {
-    VINF_INPUT_CHECK(world == 1 || exact || windows, what, "which runs on one rank unless --vi.mode exact or ",
-                     "invariant spreads its frames over ranks (", world, " ranks were started): add --vi.mode exact, ",
-                     "or launch it without mpirun");
+    VINF_INPUT_CHECK(world % r.cfg == 0, "--parallel.cfg 2 splits the batch of ", r.model_dir, " over rank pairs: ",
+                     "launch an even number of ranks (", world, " were started)");
+    VINF_INPUT_CHECK(world == r.cfg || exact || windows, what, "which runs on ", r.cfg, r.cfg == 1 ? " rank" : " ranks",
+                     " unless --vi.mode exact or invariant spreads its frames over more (", world,
+                     " ranks were started): add --vi.mode exact, or launch it ",
+                     r.cfg == 1 ? std::string("without mpirun") : "on " + std::to_string(r.cfg) + " ranks");
   });
   const bool root = job->root();
   auto log = [&](const std::string& line) {
@@ -86,7 +90,10 @@ int forward_wan(const WanForwardRequest& r) {
   }
   VINF_INPUT_CHECK(text.size(0) == x.size(0), r.inputs_path, ": 'encoder_hidden_states' has batch ", text.size(0),
                    " but 'hidden_states' has batch ", x.size(0));
-  const int ranks = job->size(), me = job->rank();
+  // The frames over the clip ranks of each branch; --parallel.cfg 2 splits the batch between two.
+  const int ranks = job->grid().clip_size(), me = job->grid().clip_index(), cfg = r.cfg;
+  VINF_INPUT_CHECK(x.size(0) % cfg == 0, "--parallel.cfg ", cfg, " splits the batch, but 'hidden_states' has batch ",
+                   x.size(0));
   const std::int64_t F = x.size(2);
   VINF_INPUT_CHECK(F >= ranks, r.inputs_path, ": 'hidden_states' has ", F, " latent frames, fewer than the ", ranks,
                    " ranks they are split over; use at most ", F, " ranks");
@@ -115,10 +122,11 @@ int forward_wan(const WanForwardRequest& r) {
       (windows ? "; --vi.mode invariant, windows of +-" + std::to_string(r.vi.local_frames) + " latent frames and " +
                      std::to_string(r.vi.global_frames) + " global frame(s), " + std::to_string(F) +
                      " latent frames over " + std::to_string(ranks) + " rank(s)"
-               : ""));
+               : "") +
+      (cfg == 2 ? "; --parallel.cfg 2, the batch over 2 x " + std::to_string(ranks) + " ranks" : ""));
 
   // This rank's frames and every rank's tokens.
-  const std::int64_t B = x.size(0), per_frame = (x.size(3) / ph) * (x.size(4) / pw);
+  const std::int64_t B = x.size(0) / cfg, b0 = job->grid().cfg_index() * B, per_frame = (x.size(3) / ph) * (x.size(4) / pw);
   const std::vector<std::int64_t> frame_counts = infinity::clip_frame_counts(F, ranks);
   std::vector<std::int64_t> tokens;
   for (std::int64_t n : frame_counts) tokens.push_back(n * per_frame);
@@ -128,16 +136,18 @@ int forward_wan(const WanForwardRequest& r) {
   if (windows)
     attention = std::make_unique<infinity::WanWindowAttention>(r.vi, ranks > 1 ? job->clip_comm() : nullptr,
                                                                 frame_counts, per_frame);
-  const Shape out_shape{B, c.out_channels, F, x.size(3), x.size(4)};
+  const Shape out_shape{B * cfg, c.out_channels, F, x.size(3), x.size(4)};
   const Shape piece{B, c.out_channels, mine.count, x.size(3), x.size(4)};
   OwnedTensor xd = rt.arena().empty(dtype, {B, x.size(1), mine.count, x.size(3), x.size(4)}),
-              ed = rt.arena().empty(dtype, text.shape), td = rt.arena().empty(DType::f32, {B}),
+              ed = rt.arena().empty(dtype, {B, text.size(1), text.size(2)}), td = rt.arena().empty(DType::f32, {B}),
               pred = rt.arena().empty(dtype, piece);
-  ops::copy(rt.ctx(), x.slice(2, mine.first, mine.count), xd);
-  ops::copy(rt.ctx(), text, ed);
-  // Every rank's piece, gathered on the host in rank order: [rank][B, C, F_r, H, W].
+  ops::copy(rt.ctx(), x.slice(0, b0, B).slice(2, mine.first, mine.count), xd);
+  ops::copy(rt.ctx(), text.slice(0, b0, B), ed);
+  // Every rank's piece, gathered on the host in rank order (branch, then clip): [rank][B, C, F_r, H, W].
   std::vector<std::int64_t> counts;
-  for (std::int64_t n : frame_counts) counts.push_back(n * B * c.out_channels * x.size(3) * x.size(4));
+  for (int k = 0; k < cfg; ++k)
+    for (std::int64_t n : frame_counts) counts.push_back(n * B * c.out_channels * x.size(3) * x.size(4));
+  const int my_rank = job->rank();
   std::vector<std::vector<float>> preds;
   std::vector<float> own(static_cast<std::size_t>(pred.numel()));
   for (std::size_t i = 0; i < timesteps.size(); ++i) {
@@ -150,21 +160,21 @@ int forward_wan(const WanForwardRequest& r) {
     rt.synchronize();
     const double seconds = job->session().max(seconds_since(t0));
     std::vector<float> gathered(static_cast<std::size_t>(out_shape.numel()));
-    if (ranks == 1) {
+    if (job->size() == 1) {
       gathered = own;
     } else {
-      job->world().all_gather_v(job->host(), Tensor::wrap(own.data(), DType::f32, Device::cpu(), {counts[me]}),
+      job->world().all_gather_v(job->host(), Tensor::wrap(own.data(), DType::f32, Device::cpu(), {counts[my_rank]}),
                                 Tensor::wrap(gathered.data(), DType::f32, Device::cpu(), {out_shape.numel()}), counts);
     }
     // Rank order to [B, C, F, H, W].
     preds.emplace_back(gathered.size());
     const Tensor whole = Tensor::wrap(preds.back().data(), DType::f32, Device::cpu(), out_shape);
     std::int64_t offset = 0;
-    for (int k = 0; k < ranks; offset += counts[static_cast<std::size_t>(k)], ++k) {
-      const infinity::FrameRange sk = infinity::clip_frames(F, ranks, k);
+    for (int k = 0; k < job->size(); offset += counts[static_cast<std::size_t>(k)], ++k) {
+      const infinity::FrameRange sk = infinity::clip_frames(F, ranks, k % ranks);
       ops::copy(job->host(), Tensor::wrap(gathered.data() + offset, DType::f32, Device::cpu(),
                                           {B, c.out_channels, sk.count, x.size(3), x.size(4)}),
-                whole.slice(2, sk.first, sk.count));
+                whole.slice(0, k / ranks * B, B).slice(2, sk.first, sk.count));
     }
     log("t[" + std::to_string(i) + "] = " + std::to_string(timesteps[i]) + ": " + std::to_string(seconds).substr(0, 6) +
         " s");
@@ -173,7 +183,8 @@ int forward_wan(const WanForwardRequest& r) {
                                              {"model", r.model_dir},
                                              {"family", "wan"},
                                              {"vi.mode", infinity::mode_name(mode)},
-                                             {"ranks", std::to_string(ranks)},
+                                             {"ranks", std::to_string(job->size())},
+                                             {"parallel.cfg", std::to_string(cfg)},
                                              {"device", rt.device().name()},
                                              {"dtype", dtype_name(dtype)}};
   if (windows) {
