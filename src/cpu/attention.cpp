@@ -688,7 +688,7 @@ void for_key_blocks(const Tensor& k, const Tensor& v, const Tensor* kg, const Te
 // One tile of query rows (from i0) of (b, h) with the rows-in-lanes kernel.
 void column_tile(float* scratch, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
                  const Tensor& out, const exec::AttentionParams& p, float log_base, std::int64_t b, std::int64_t h,
-                 std::int64_t i0) {
+                 std::int64_t i0, float* lse) {
   const std::int64_t Lq = q.shape[2], D = q.shape[3], Lk = k.shape[2], Dv = v.shape[3], G = kg ? kg->shape[2] : 0;
   const ColumnScratch w = carve_columns(scratch, D, Dv);
   const std::int64_t rows = std::min(kRows, Lq - i0);
@@ -724,6 +724,9 @@ void column_tile(float* scratch, const Tensor& q, const Tensor& k, const Tensor&
                      std::int64_t nb, bool global, float bias) {
                    column_block(w, rows, D, Dv, keys, ks, vals, vs, j0, nb, global, bias);
                  });
+  // The scores are in log2 units: the log-sum-exp is (m + log2 l) ln 2.
+  for (std::int64_t r = 0; r < rows && lse; ++r)
+    lse[r] = w.l[r] > 0.f ? (w.m[r] + std::log2(w.l[r])) / kLog2e : -std::numeric_limits<float>::infinity();
   if (eights) return columns_out8(w, &at_f32(out, b, h, i0), out.strides[2], rows);
   for (std::int64_t r = 0; r < rows; ++r) {
     float* orow = &at_f32(out, b, h, i0 + r);
@@ -735,7 +738,7 @@ void column_tile(float* scratch, const Tensor& q, const Tensor& k, const Tensor&
 }  // namespace
 
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
-               const Tensor& out, const exec::AttentionParams& p) {
+               const Tensor& out, const exec::AttentionParams& p, const Tensor* lse) {
   const std::int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3);
   const std::int64_t Lk = k.size(2), Dv = v.size(3), G = kg ? kg->size(2) : 0;
   const int threads = omp_get_max_threads();
@@ -752,9 +755,10 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
 #pragma omp parallel for schedule(dynamic) num_threads(threads)
   for (std::int64_t job = 0; job < jobs; ++job) {
     const std::int64_t tile = job % tiles, h = (job / tiles) % H, b = job / (tiles * H);
+    float* tile_lse = lse ? static_cast<float*>(lse->data) + (b * H + h) * Lq + tile * kRows : nullptr;
     if (columns) {
       column_tile(static_cast<float*>(ws.data()) + omp_get_thread_num() * scratch_floats(D, Dv), q, k, v, kg, vg,
-                  out, p, log_base, b, h, tile * kRows);
+                  out, p, log_base, b, h, tile * kRows, tile_lse);
       continue;
     }
     const Scratch w = carve(static_cast<float*>(ws.data()) + omp_get_thread_num() * scratch_floats(D, Dv), D, Dv, bf16);
@@ -789,6 +793,7 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
       float* orow = &at_f32(out, b, h, i0 + r);
       const float inv = w.l[r] > 0.f ? 1.f / w.l[r] : 0.f;
       for (std::int64_t c = 0; c < Dv; ++c) orow[c] = w.o[r * w.os + c] * inv;
+      if (tile_lse) tile_lse[r] = w.l[r] > 0.f ? w.m[r] + std::log(w.l[r]) : -std::numeric_limits<float>::infinity();
     }
   }
 }

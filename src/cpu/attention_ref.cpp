@@ -9,7 +9,7 @@
 namespace vinf::cpu::ref {
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
-               const Tensor& out, const exec::AttentionParams& p) {
+               const Tensor& out, const exec::AttentionParams& p, const Tensor* lse) {
   const std::int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3);
   const std::int64_t Lk = k.size(2), Dv = v.size(3), G = kg ? kg->size(2) : 0;
   std::vector<double> acc(static_cast<std::size_t>(Dv));
@@ -24,6 +24,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* 
         std::int64_t lo, hi;
         exec::attention_band(p, i, Lk, lo, hi);
         const std::int64_t visible = std::max<std::int64_t>(0, hi - lo + 1) + G;
+        float* row_lse = lse ? static_cast<float*>(lse->data) + (b * H + h) * Lq + i : nullptr;
+        if (row_lse) *row_lse = -INFINITY;
         if (visible == 0) {
           for (std::int64_t c = 0; c < Dv; ++c) at_f32(out, b, h, i, c) = 0.f;
           continue;
@@ -52,6 +54,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* 
         for (std::int64_t j = lo; j <= hi; ++j) accumulate(false, j);
         for (std::int64_t j = 0; j < G; ++j) accumulate(true, j);
         for (std::int64_t c = 0; c < Dv; ++c) at_f32(out, b, h, i, c) = static_cast<float>(acc[static_cast<std::size_t>(c)] / sum);
+        if (row_lse) *row_lse = static_cast<float>(mx + std::log(sum));
       }
 }
 

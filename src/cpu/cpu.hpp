@@ -52,7 +52,7 @@ void temporal_conv(const Tensor& x, const Tensor& w, const Tensor* bias, const T
 void upsample_nearest(const Tensor& x, const Tensor& y);
 void timestep_embedding(const Tensor& t, const Tensor& out, const exec::TimestepEmbeddingParams& p);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
-               const Tensor& out, const exec::AttentionParams& p);
+               const Tensor& out, const exec::AttentionParams& p, const Tensor* lse = nullptr);
 void normal(const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset);
 }  // namespace ref
 
@@ -91,7 +91,7 @@ void conv_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const Ten
 void upsample_nearest(const Tensor& x, const Tensor& y);
 void timestep_embedding(const Tensor& t, const Tensor& out, const exec::TimestepEmbeddingParams& p);
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg,
-               const Tensor* vg, const Tensor& out, const exec::AttentionParams& p);
+               const Tensor* vg, const Tensor& out, const exec::AttentionParams& p, const Tensor* lse = nullptr);
 std::size_t attention_workspace_bytes(std::int64_t head_dim, std::int64_t value_dim);
 // One thread's share of it.
 std::size_t attention_scratch_bytes_per_thread(std::int64_t head_dim, std::int64_t value_dim);

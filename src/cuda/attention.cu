@@ -26,6 +26,7 @@ struct Args {
   std::int64_t band_lo, band_hi;
   float scale, local_bias, global_bias, log_base;  // log_base = ln(base), 0 when off
   int tile_keys;
+  float* lse;  // [B, H, Lq] contiguous, or null
 };
 
 template <int DPL>
@@ -122,6 +123,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(Args a) {
   if (whi >= wlo) stream_keys<DPL>(a, a.k, a.v, b, h, wlo, whi + 1, lo, hi, row_valid, a.local_bias, st, ks, vs);
   if (a.G > 0) stream_keys<DPL>(a, a.kg, a.vg, b, h, 0, a.G, 0, a.G - 1, row_valid, a.global_bias, st, ks, vs);
   if (!row_valid) return;
+  if (a.lse && lane == 0) a.lse[(b * a.H + h) * a.Lq + i] = st.l > 0.f ? st.m + logf(st.l) : -INFINITY;
   const float inv = st.l > 0.f ? 1.f / st.l : 0.f;
   char* orow = static_cast<char*>(const_cast<void*>(a.out.data)) + (b * a.out.sb + h * a.out.sh + i * a.out.sl) * es;
 #pragma unroll
@@ -139,7 +141,7 @@ void launch(const Args& a, std::int64_t blocks, std::size_t shared, cudaStream_t
 }  // namespace
 
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
-               const Tensor& out, const exec::AttentionParams& p) {
+               const Tensor& out, const exec::AttentionParams& p, const Tensor* lse) {
   for (const Tensor* t : {&k, &v, &out})
     VINF_CHECK(t->dtype == q.dtype, "attention: CUDA needs one dtype for all operands, got ", q.describe(), " and ",
                t->describe());
@@ -167,6 +169,7 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
   a.local_bias = p.local_bias;
   a.global_bias = p.global_bias;
   a.log_base = p.token_count_log_base > 0.f ? std::log(p.token_count_log_base) : 0.f;
+  a.lse = lse ? static_cast<float*>(lse->data) : nullptr;
   const std::int64_t width = std::max(a.D, a.Dv);
   VINF_CHECK(width <= 512, "attention: head dims up to 512 are supported on CUDA, got ", width);
   a.tile_keys = static_cast<int>(std::min<std::int64_t>(64, kSharedBytes / (sizeof(float) * (a.D + a.Dv))));

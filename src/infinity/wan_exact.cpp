@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 #include "ops/attention.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/softmax.hpp"
 
 namespace vinf::infinity {
 
@@ -18,13 +19,24 @@ WanExactAttention::WanExactAttention(mpi::Communicator& comm, std::vector<std::i
   }
 }
 
+int WanExactAttention::ulysses_degree(int ranks, std::int64_t rows) {
+  int u = 1;
+  for (int d = 1; d <= ranks; ++d)
+    if (ranks % d == 0 && rows % d == 0) u = d;
+  return u;
+}
+
 std::int64_t WanExactAttention::received_elements(const std::vector<std::int64_t>& tokens, int r, std::int64_t rows,
                                                   std::int64_t head_dim) {
-  std::int64_t total = 0;
-  for (std::int64_t n : tokens) total += n;
-  const int size = static_cast<int>(tokens.size());
-  const std::int64_t mine = clip_frames(rows, size, r).count, here = tokens[static_cast<std::size_t>(r)];
-  return (3 * mine * (total - here) + (rows - mine) * here) * head_dim;
+  const int size = static_cast<int>(tokens.size()), u = ulysses_degree(size, rows), g = r / u;
+  std::int64_t total = 0, group = 0;
+  for (int k = 0; k < size; ++k) {
+    total += tokens[static_cast<std::size_t>(k)];
+    if (k / u == g) group += tokens[static_cast<std::size_t>(k)];
+  }
+  const std::int64_t mine = rows / u, here = tokens[static_cast<std::size_t>(r)];
+  // Out to the group (q, k, v of its rows), the ring (k and v of the other groups' tokens), back.
+  return (3 * mine * (group - here) + 2 * mine * (total - group) + (rows - mine) * here) * head_dim;
 }
 
 void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -34,67 +46,114 @@ void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& 
   VINF_CHECK(here == tokens_[static_cast<std::size_t>(me)], "WanExactAttention: rank ", me, " holds ", here,
              " tokens, not the ", tokens_[static_cast<std::size_t>(me)], " it was made for");
   const DType dt = q.dtype;
+  // The layout: Ulysses groups of u consecutive ranks share out the rows (R / u each) over the
+  // group's tokens; the r = N / u groups pass their keys and values round a ring.
+  const int u = ulysses_degree(size, R), r = size / u, g = me / u, j = me % u;
+  const std::int64_t rows = R / u;
+  std::vector<std::int64_t> group_tokens(static_cast<std::size_t>(r), 0), group_first(static_cast<std::size_t>(r), 0);
+  for (int k2 = 0; k2 < size; ++k2) group_tokens[static_cast<std::size_t>(k2 / u)] += tokens_[static_cast<std::size_t>(k2)];
+  for (int k2 = 1; k2 < r; ++k2)
+    group_first[static_cast<std::size_t>(k2)] = group_first[static_cast<std::size_t>(k2 - 1)] + group_tokens[static_cast<std::size_t>(k2 - 1)];
+  const std::int64_t tg = group_tokens[static_cast<std::size_t>(g)];
+  // Where rank k's tokens sit among its group's.
+  auto offset_in_group = [&](int k2) { return token_first_[static_cast<std::size_t>(k2)] - group_first[static_cast<std::size_t>(k2 / u)]; };
   // This rank's q, k and v as (rows, 3, tokens here, d): a share of rows is one contiguous piece.
   OwnedTensor packed = ctx.arena->empty(dt, {B, H, 3, here, d});
   for (const auto& [i, t] : {std::pair{0, &q}, std::pair{1, &k}, std::pair{2, &v}})
     ops::copy(ctx, *t, packed.view().select(2, i));
-  const Tensor rows = packed.view().reshape({R, 3, here, d});
-  const FrameRange mine = clip_frames(R, size, me);
-  // Every token of this rank's rows: (rows, 3, T, d).
-  OwnedTensor whole = ctx.arena->empty(dt, {mine.count, 3, total_, d});
+  const Tensor all_rows = packed.view().reshape({R, 3, here, d});
+  // 1. Within the group: every member's tokens of this rank's rows, (rows, 3, T_g, d).
+  OwnedTensor whole = ctx.arena->empty(dt, {rows, 3, tg, d});
   {
     std::vector<OwnedTensor> got;
     std::vector<mpi::Transfer> transfers;
-    for (int r = 0; r < size; ++r) {
-      if (r == me) continue;
-      const FrameRange theirs = clip_frames(R, size, r);
-      got.push_back(ctx.arena->empty(dt, {mine.count, 3, tokens_[static_cast<std::size_t>(r)], d}));
-      transfers.push_back(mpi::piece_transfer(r, rows.slice(0, theirs.first, theirs.count), got.back()));
+    for (int k2 = 0; k2 < size; ++k2) {
+      if (k2 == me) continue;
+      const bool member = k2 / u == g;
+      got.push_back(ctx.arena->empty(dt, {member ? rows : 0, 3, tokens_[static_cast<std::size_t>(k2)], d}));
+      const Tensor send = member ? all_rows.slice(0, (k2 % u) * rows, rows) : all_rows.slice(0, 0, 0);
+      transfers.push_back(mpi::piece_transfer(k2, send, got.back()));
     }
     mpi::Pending moving;
     if (!transfers.empty()) moving = comm_.start_all_to_all(ctx, transfers);
-    if (mine.count > 0 && here > 0)
-      ops::copy(ctx, rows.slice(0, mine.first, mine.count),
-                whole.view().slice(2, token_first_[static_cast<std::size_t>(me)], here));
+    if (here > 0) ops::copy(ctx, all_rows.slice(0, j * rows, rows), whole.view().slice(2, offset_in_group(me), here));
     comm_.finish(moving);
-    for (int r = 0, i = 0; r < size; ++r) {
-      if (r == me) continue;
-      const OwnedTensor& g = got[static_cast<std::size_t>(i++)];
-      if (g.numel() > 0)
-        ops::copy(ctx, g, whole.view().slice(2, token_first_[static_cast<std::size_t>(r)], tokens_[static_cast<std::size_t>(r)]));
+    for (int k2 = 0, i = 0; k2 < size; ++k2) {
+      if (k2 == me) continue;
+      const OwnedTensor& got_k = got[static_cast<std::size_t>(i++)];
+      if (got_k.numel() > 0)
+        ops::copy(ctx, got_k, whole.view().slice(2, offset_in_group(k2), tokens_[static_cast<std::size_t>(k2)]));
     }
   }
-  // The attention of this rank's rows over the whole video (each row a batch of one head).
-  OwnedTensor o = ctx.arena->empty(dt, {mine.count, 1, total_, d});
-  if (mine.count > 0) {
-    auto part = [&](int i) { return whole.view().select(1, i).unsqueeze(1); };
-    ops::attention(ctx, part(0), part(1), part(2), nullptr, nullptr, o, p);
+  // 2. Round the ring: the group's queries against each group's keys and values in turn, each
+  // part's output and log-sum-exp kept; the next block travels while this one is attended.
+  const Tensor queries = whole.view().select(1, 0).unsqueeze(1);  // (rows, 1, T_g, d)
+  OwnedTensor parts = ctx.arena->empty(dt, {r, rows, 1, tg, d}), lse = ctx.arena->empty(DType::f32, {r, rows, 1, tg});
+  OwnedTensor current = ctx.arena->empty(dt, {rows, 2, tg, d});
+  ops::copy(ctx, whole.view().slice(1, 1, 2), current);
+  const int next = ((g + 1) % r) * u + j, prev = ((g + r - 1) % r) * u + j;
+  for (int step = 0; step < r; ++step) {
+    OwnedTensor incoming;
+    mpi::Pending moving;
+    if (step + 1 < r) {
+      const int from = (g - step - 1 + 2 * r) % r;
+      incoming = ctx.arena->empty(dt, {rows, 2, group_tokens[static_cast<std::size_t>(from)], d});
+      std::vector<mpi::Transfer> pass;
+      if (next == prev) {
+        pass.push_back(mpi::piece_transfer(next, current, incoming));
+      } else {
+        pass.push_back(mpi::piece_transfer(next, current, Tensor{}));
+        pass.push_back(mpi::piece_transfer(prev, Tensor{}, incoming));
+      }
+      moving = comm_.start_exchange(ctx, pass);
+    }
+    const Tensor lse_part = lse.view().select(0, step);
+    if (tg > 0 && rows > 0)
+      ops::attention(ctx, queries, current.view().select(1, 0).unsqueeze(1), current.view().select(1, 1).unsqueeze(1),
+                     nullptr, nullptr, parts.view().select(0, step), p, &lse_part);
+    comm_.finish(moving);
+    if (step + 1 < r) current = std::move(incoming);
   }
-  // Back: each rank its own tokens of every row.
+  // The parts merged: weights softmax over the parts of each row's log-sum-exps.
+  OwnedTensor o = ctx.arena->empty(dt, {rows, 1, tg, d});
+  if (r == 1) {
+    ops::copy(ctx, parts.view().select(0, 0), o);
+  } else if (tg > 0 && rows > 0) {
+    const std::int64_t n = rows * tg;
+    OwnedTensor by_row = ctx.arena->empty(DType::f32, {n, r}), probs = ctx.arena->empty(DType::f32, {n, r});
+    OwnedTensor weights = ctx.arena->empty(DType::f32, {r, n});
+    ops::copy(ctx, lse.view().reshape({r, n}).permute({1, 0}), by_row);
+    ops::softmax(ctx, by_row, probs);
+    ops::copy(ctx, probs.view().permute({1, 0}), weights);
+    OwnedTensor weighted = ctx.arena->empty(dt, o.shape), w_dt = ctx.arena->empty(dt, {rows, 1, tg, 1});
+    for (int step = 0; step < r; ++step) {
+      ops::copy(ctx, weights.view().select(0, step).reshape({rows, 1, tg, 1}), w_dt);
+      ops::mul(ctx, parts.view().select(0, step), w_dt.view().expand(o.shape), step == 0 ? o.view() : weighted.view());
+      if (step > 0) ops::add(ctx, o, weighted, o);
+    }
+  }
+  // 3. Back within the group: each member its own tokens of this rank's rows.
   OwnedTensor result = ctx.arena->empty(dt, {R, here, d});
   std::vector<OwnedTensor> sent, got;
   std::vector<mpi::Transfer> transfers;
-  for (int r = 0; r < size; ++r) {
-    if (r == me) continue;
-    const FrameRange theirs = clip_frames(R, size, r);
-    const std::int64_t n = tokens_[static_cast<std::size_t>(r)];
-    sent.push_back(ctx.arena->empty(dt, {mine.count, n, d}));
-    if (sent.back().numel() > 0)
-      ops::copy(ctx, o.view().select(1, 0).slice(1, token_first_[static_cast<std::size_t>(r)], n), sent.back());
-    got.push_back(ctx.arena->empty(dt, {theirs.count, here, d}));
-    transfers.push_back(mpi::piece_transfer(r, sent.back(), got.back()));
+  for (int k2 = 0; k2 < size; ++k2) {
+    if (k2 == me) continue;
+    const bool member = k2 / u == g;
+    const std::int64_t n = member ? tokens_[static_cast<std::size_t>(k2)] : 0;
+    sent.push_back(ctx.arena->empty(dt, {member ? rows : 0, n, d}));
+    if (sent.back().numel() > 0) ops::copy(ctx, o.view().select(1, 0).slice(1, offset_in_group(k2), n), sent.back());
+    got.push_back(ctx.arena->empty(dt, {member ? rows : 0, member ? here : 0, d}));
+    transfers.push_back(mpi::piece_transfer(k2, sent.back(), got.back()));
   }
   mpi::Pending moving;
   if (!transfers.empty()) moving = comm_.start_all_to_all(ctx, transfers);
-  if (mine.count > 0 && here > 0)
-    ops::copy(ctx, o.view().select(1, 0).slice(1, token_first_[static_cast<std::size_t>(me)], here),
-              result.view().slice(0, mine.first, mine.count));
+  if (rows > 0 && here > 0)
+    ops::copy(ctx, o.view().select(1, 0).slice(1, offset_in_group(me), here), result.view().slice(0, j * rows, rows));
   comm_.finish(moving);
-  for (int r = 0, i = 0; r < size; ++r) {
-    if (r == me) continue;
-    const FrameRange theirs = clip_frames(R, size, r);
-    const OwnedTensor& g = got[static_cast<std::size_t>(i++)];
-    if (g.numel() > 0) ops::copy(ctx, g, result.view().slice(0, theirs.first, theirs.count));
+  for (int k2 = 0, i = 0; k2 < size; ++k2) {
+    if (k2 == me) continue;
+    const OwnedTensor& got_k = got[static_cast<std::size_t>(i++)];
+    if (got_k.numel() > 0) ops::copy(ctx, got_k, result.view().slice(0, (k2 % u) * rows, rows));
   }
   ops::copy(ctx, result.view().reshape({B, H, here, d}), out);
 }

@@ -1,15 +1,20 @@
 // Exact mode for a Wan2.1 transformer whose video is split over the ranks of a group by frames:
 // the self-attention of every block over all the video's tokens, as one rank computes it.
 //
-// Ulysses-style, over (sample, head) rows: the B x heads rows of the attention are shared out,
-// rank k taking rows [k R / N, (k + 1) R / N) of R = B x heads (clip_frames's split). An all-to-all sends every rank the
-// queries, keys and values of its rows for the tokens here, so that each holds every token of its
-// rows; it attends there, and a second all-to-all returns each rank its own tokens of every row.
-// Any number of heads goes on any number of ranks: 4 heads of a CFG batch of 2 on 3 ranks are 8
-// rows shared 3, 3, 2; a rank left without rows only passes data on.
+// Ulysses-style over (sample, head) rows, with ring passes where the rows do not divide: the N
+// ranks form r = N / u groups of u consecutive ranks, u the largest divisor of N that divides the
+// R = B x heads rows (ulysses_degree). Within a group an all-to-all gives each member R / u rows
+// over all the group's tokens; the groups then pass their keys and values of those rows round a
+// ring (r - 1 passes, each overlapped with the attention over the block at hand), every part's
+// output kept with its log-sum-exp and merged at the end (the softmax of the log-sum-exps weighs
+// them); a second all-to-all returns each member its own tokens of every row. R divisible by N is
+// pure Ulysses (one group); 4 heads on 3 ranks is a pure ring (u = 1), every rank keeping all rows
+// of its own tokens. The work is shared evenly whatever the heads; the ring keeps a rank's keys
+// and values to two blocks, its outputs to the r parts of its rows.
 //
-// Bytes received per rank and block, in the activations' dtype: 3 R_k (T - T_k) d going out and
-// (R - R_k) T_k d coming back (T tokens in all, T_k here, d the head size).
+// Elements received per rank and block, in the activations' dtype: 3 (R/u) (T_g - T_k) d from the
+// group, 2 (R/u) (T - T_g) d round the ring and (R - R/u) T_k d coming back (T tokens in all, T_g
+// in the group, T_k here, d the head size).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +35,8 @@ class WanExactAttention final : public model::WanSelfAttention {
   void attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
               const ops::AttentionParams& p) override;
 
+  // The ranks of a Ulysses group for `ranks` ranks and `rows` rows: the largest divisor of both.
+  static int ulysses_degree(int ranks, std::int64_t rows);
   // The elements rank r receives in one attend() over R rows of head size d.
   static std::int64_t received_elements(const std::vector<std::int64_t>& tokens, int r, std::int64_t rows,
                                         std::int64_t head_dim);

@@ -19,7 +19,7 @@ void check_operand(const ExecContext& ctx, const char* arg, const Tensor& t, std
 }  // namespace
 
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
-               const Tensor& out, const AttentionParams& p) {
+               const Tensor& out, const AttentionParams& p, const Tensor* lse) {
   const char* op = "attention";
   check_rank(op, "q", q, 4);
   const std::int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3), Dv = v.rank() == 4 ? v.size(3) : 0;
@@ -38,11 +38,18 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
   VINF_CHECK(p.band_lo <= p.band_hi, op, ": band [", p.band_lo, ", ", p.band_hi, "] is empty");
   VINF_CHECK(p.token_count_log_base >= 0.f && p.token_count_log_base != 1.f, op,
              ": token_count_log_base must be 0 (off) or a positive base other than 1");
+  if (lse) {
+    VINF_CHECK(lse->dtype == DType::f32 && lse->rank() == 3 && lse->size(0) == B && lse->size(1) == H &&
+                   lse->size(2) == Lq && lse->is_contiguous(),
+               op, ": lse ", lse->describe(), " must be f32 [", B, ",", H, ",", Lq, "], contiguous");
+    check_on_device(ctx, op, "lse", *lse);
+  }
   if (ctx.device.is_cuda()) {
-    VINF_ON_CUDA(cuda::attention(ctx, q, k, v, kg, vg, out, p));
+    VINF_ON_CUDA(cuda::attention(ctx, q, k, v, kg, vg, out, p, lse));
     return;
   }
-  detail::reference(ctx) ? cpu::ref::attention(q, k, v, kg, vg, out, p) : cpu::fast::attention(ctx, q, k, v, kg, vg, out, p);
+  detail::reference(ctx) ? cpu::ref::attention(q, k, v, kg, vg, out, p, lse)
+                         : cpu::fast::attention(ctx, q, k, v, kg, vg, out, p, lse);
 }
 
 std::size_t attention_workspace_bytes(const ExecContext& ctx, const Tensor& q, const Tensor& v) {

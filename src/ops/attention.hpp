@@ -30,8 +30,11 @@ using exec::attention_band;
 // vg [B, H, G, dv], or both null; out [B, H, Lq, dv]. The last dimension of every tensor must be
 // contiguous; other strides are free (split heads of a (B, L, H*d) projection are a permuted view,
 // a stride-0 batch broadcasts keys). f32 on the CPU; f32, f16 or bf16 on CUDA.
+// lse, when given (f32 [B, H, Lq], contiguous, whatever the operands' dtype), gets each row's
+// log-sum-exp of its scores, log sum_j exp(s_ij) (-inf for a row that sees no key): what merging
+// the outputs of attentions over parts of the keys takes (ring attention).
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg,
-               const Tensor* vg, const Tensor& out, const AttentionParams& p);
+               const Tensor* vg, const Tensor& out, const AttentionParams& p, const Tensor* lse = nullptr);
 
 // The workspace attention() takes from ctx.arena for these arguments. It depends on head sizes and
 // thread count only, not on the numbers of rows or keys.

@@ -124,7 +124,11 @@ TEST_CASE("Wan exact mode: frames over 1-4 ranks give diffusers' prediction and 
       const auto& cr = counters[static_cast<std::size_t>(r)];
       const std::uint64_t want_bytes = static_cast<std::uint64_t>(
           c.layers * infinity::WanExactAttention::received_elements(tokens, r, in.xs[0] * c.heads, c.head_dim) * 4);
-      CHECK(cr.bytes[static_cast<std::size_t>(mpi::CommOp::all_to_all)] == want_bytes);
+      // The groups' all-to-alls, and the ring's passes (exchanges) where the rows do not divide.
+      const std::uint64_t a2a = cr.bytes[static_cast<std::size_t>(mpi::CommOp::all_to_all)];
+      const std::uint64_t ring = cr.bytes[static_cast<std::size_t>(mpi::CommOp::exchange)];
+      CHECK(a2a + ring == want_bytes);
+      if (4 % n == 0) CHECK(ring == 0);
       std::uint64_t all = 0;
       for (std::uint64_t b : cr.bytes) all += b;
       CHECK(all == want_bytes);
@@ -132,9 +136,10 @@ TEST_CASE("Wan exact mode: frames over 1-4 ranks give diffusers' prediction and 
   }
 }
 
-// 4 heads: with a CFG batch of 2, 8 rows on 3 ranks (shared 2, 3, 3) and 7 frames split
-// 2, 2, 3; alone, 4 rows on 3 ranks (1, 1, 2). Random weights of the tiny shape.
-TEST_CASE("Wan exact mode: 4 heads on 3 ranks, with and without a CFG batch, as one rank") {
+// 4 heads, with a CFG batch of 2 (8 rows) and alone (4), 7 frames over 2, 3, 4 and 6 ranks: the
+// layouts of ulysses_degree, from one Ulysses group to a pure ring. Random weights of the tiny
+// shape; the traffic as the analytic count.
+TEST_CASE("Wan exact mode: 4 heads on 2, 3, 4 and 6 ranks (Ulysses, a ring, both), with and without a CFG batch, as one rank") {
   model::WanTransformerConfig c = model::wan_transformer_preset("wan-tiny");
   c.heads = 4;
   c.head_dim = 8;
@@ -154,11 +159,22 @@ TEST_CASE("Wan exact mode: 4 heads on 3 ranks, with and without a CFG batch, as 
     in.text = host_copy(text);
     in.t.assign(static_cast<std::size_t>(B), 611.f);
     const std::vector<float> one = predict(c, weights, in, 0);
-    for (int n : {2, 3}) {
+    // Rows R = 4 B: on 2 and 4 ranks Ulysses alone; on 3 a ring of 3 single ranks (u = 1); on 6
+    // a ring of 3 pairs (u = 2).
+    for (int n : {2, 3, 4, 6}) {
       CAPTURE(n);
-      const double d = max_diff(predict(c, weights, in, n), one);
+      std::vector<mpi::CommCounters> counters;
+      const double d = max_diff(predict(c, weights, in, n, &counters), one);
       INFO("max |diff| from one rank " << d);
       CHECK(d <= 1e-5);
+      std::vector<std::int64_t> tokens = infinity::clip_frame_counts(7, n);
+      for (std::int64_t& t : tokens) t *= 6;  // 4 x 6 latent pixels: 2 x 3 patches
+      for (int r = 0; r < n; ++r) {
+        std::uint64_t all = 0;
+        for (std::uint64_t bytes : counters[static_cast<std::size_t>(r)].bytes) all += bytes;
+        CHECK(all == static_cast<std::uint64_t>(
+                         c.layers * 4 * infinity::WanExactAttention::received_elements(tokens, r, B * 4, c.head_dim)));
+      }
     }
   }
 }
