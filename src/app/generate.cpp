@@ -1084,7 +1084,8 @@ void write_outputs(Run& r, const Models& m, Denoiser& d, Timings times) {
 
 job::JobPlan job_plan(const RunPlan& o) {
   job::JobPlan plan = o.job;
-  // Windows and FIFO share windows; a Wan video splits its frames in exact mode only.
+  // Windows and FIFO share windows; a Wan video splits its frames in exact mode or with
+  // Video-Infinity's windows.
   plan.clip_group = o.wan ? (o.vi.mode == infinity::Mode::exact || o.vi.mode == infinity::Mode::invariant) : (o.vi.mode != infinity::Mode::off || !o.long_clips());
   plan.cfg_group = o.cfg() == 2;
   return plan;

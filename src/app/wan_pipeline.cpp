@@ -93,13 +93,18 @@ WanVideoFiles wan_write_video(Runtime& rt, const model::WanVae& vae, const Tenso
   const std::int64_t r = vc.spatial_ratio(), height = lh * r, width = lw * r, frame_bytes = height * width * 3;
   // This part's frames: the causal memory of the part before (from its rank), decoded, the memory
   // handed on to the next part's rank before anything else.
-  std::string memory;
+  // The memory travels as bytes in pieces of at most 1 GiB (a point-to-point message counts its
+  // bytes in an int; at 480 x 832 the memory is several GB).
+  constexpr std::uint64_t kPiece = std::uint64_t{1} << 30;
+  model::WanVae::Memory memory;
   auto peer = [&](int i) { return parts.ranks[static_cast<std::size_t>(i)]; };
   if (k > 0) {
     std::uint64_t bytes = 0;
     parts.session->receive(&bytes, sizeof bytes, peer(k - 1));
-    memory.resize(bytes);
-    parts.session->receive(memory.data(), bytes, peer(k - 1));
+    std::string handed(bytes, '\0');
+    for (std::uint64_t at = 0; at < bytes; at += kPiece)
+      parts.session->receive(handed.data() + at, std::min(kPiece, bytes - at), peer(k - 1));
+    memory = vae.load_memory(ctx, handed);
   }
   const std::int64_t frames = vae.part_frames(mine.first, mine.count);
   WanVideoFiles result;
@@ -129,11 +134,13 @@ WanVideoFiles wan_write_video(Runtime& rt, const model::WanVae& vae, const Tenso
     }
   }
   if (k + 1 < n) {
-    const std::uint64_t bytes = memory.size();
+    const std::string handed = model::WanVae::save_memory(ctx, memory);
+    const std::uint64_t bytes = handed.size();
     parts.session->send(&bytes, sizeof bytes, peer(k + 1));
-    parts.session->send(memory.data(), bytes, peer(k + 1));
+    for (std::uint64_t at = 0; at < bytes; at += kPiece)
+      parts.session->send(handed.data() + at, std::min(kPiece, bytes - at), peer(k + 1));
   }
-  memory.clear();
+  memory.frames.clear();
   if (k > 0) {  // to the first part's rank, which writes the video
     for (std::int64_t f = 0; f < frames; ++f)
       parts.session->send(rgb.data() + f * frame_bytes, static_cast<std::size_t>(frame_bytes), peer(0));

@@ -125,12 +125,15 @@ void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& 
     ops::copy(ctx, lse.view().reshape({r, n}).permute({1, 0}), by_row);
     ops::softmax(ctx, by_row, probs);
     ops::copy(ctx, probs.view().permute({1, 0}), weights);
-    OwnedTensor weighted = ctx.arena->empty(dt, o.shape), w_dt = ctx.arena->empty(dt, {rows, 1, tg, 1});
+    // In f32 whatever the activations' dtype, rounded once at the end.
+    OwnedTensor sum = ctx.arena->empty(DType::f32, o.shape), part = ctx.arena->empty(DType::f32, o.shape);
     for (int step = 0; step < r; ++step) {
-      ops::copy(ctx, weights.view().select(0, step).reshape({rows, 1, tg, 1}), w_dt);
-      ops::mul(ctx, parts.view().select(0, step), w_dt.view().expand(o.shape), step == 0 ? o.view() : weighted.view());
-      if (step > 0) ops::add(ctx, o, weighted, o);
+      ops::copy(ctx, parts.view().select(0, step), part);
+      ops::mul(ctx, part, weights.view().select(0, step).reshape({rows, 1, tg, 1}).expand(o.shape),
+               step == 0 ? sum.view() : part.view());
+      if (step > 0) ops::add(ctx, sum, part, sum);
     }
+    ops::copy(ctx, sum, o);
   }
   // 3. Back within the group: each member its own tokens of this rank's rows.
   OwnedTensor result = ctx.arena->empty(dt, {R, here, d});

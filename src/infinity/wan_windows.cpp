@@ -92,9 +92,11 @@ void WanWindowAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor&
     ops::copy(ctx, v.slice(2, a * S, n * S), into.select(0, 1));
   };
   // Rounds 1 (this rank's global frames to all) and 2, 3 (p frames with each neighbour), started.
+  // The buffers first: the collectives, declared after them, are settled before they go.
   std::vector<OwnedTensor> held;
-  std::vector<mpi::Pending> rounds;
   OwnedTensor gathered;  // (G, 2, B, H, S, d), in frame order
+  OwnedTensor from_left, from_right;
+  std::vector<mpi::Pending> rounds;
   std::vector<std::int64_t> mine;
   for (std::int64_t g : globals_)
     if (g >= first && g < first + f) mine.push_back(g - first);
@@ -107,7 +109,6 @@ void WanWindowAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor&
     rounds.push_back(comm_->start_all_gather_v(ctx, sent, gathered, counts));
     held.push_back(std::move(sent));
   }
-  OwnedTensor from_left, from_right;
   if (size_ > 1 && pw > 0) {
     std::vector<mpi::Transfer> to_left, to_right;
     if (has_left) {

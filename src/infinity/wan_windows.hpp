@@ -11,7 +11,8 @@
 // frames to every rank (round 1, an all-gather). Keys of a global frame inside a window are
 // attended twice, as the UNet's global columns are. On one rank (no communicator, or a group of
 // one) the same code is the one-process emulation of any number of ranks; a window that covers the
-// video (p >= T - 1) with no global frames is the plain model's attention.
+// video (p >= T - 1) with no global frames, attn-scale 1 and no token-count scale (the defaults)
+// is the plain model's attention.
 //
 // Elements received per rank and block, in the activations' dtype: 2 B heads S d times (p for each
 // neighbour + the global frames other ranks hold), S tokens per frame, d the head size.

@@ -387,59 +387,9 @@ class Pass {
     return causal_conv(*rms_norm(*h, "decoder.norm_out", ops::Activation::silu), "decoder.conv_out");
   }
 
-  // The causal memory (every layer's remembered frames) as bytes on the host, in key order: per
-  // layer its key's length and characters, dtype, four dimensions, then the elements.
-  std::string save_history() const {
-    std::string out;
-    auto put = [&](const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); };
-    for (const auto& [key, act] : history_) {
-      const std::uint64_t len = key.size();
-      put(&len, sizeof len);
-      put(key.data(), key.size());
-      const auto dt = static_cast<std::uint8_t>(act->dtype);
-      put(&dt, 1);
-      VINF_CHECK(act->shape.rank() == 4, "WanVae: a remembered activation of rank ", act->shape.rank());
-      for (int d = 0; d < 4; ++d) {
-        const std::int64_t n = act->size(d);
-        put(&n, sizeof n);
-      }
-      const std::size_t at = out.size(), bytes = static_cast<std::size_t>(act->numel()) * dtype_size(act->dtype);
-      out.resize(at + bytes);
-      ops::copy(ctx_, *act, Tensor::wrap(out.data() + at, act->dtype, Device::cpu(), act->shape));
-    }
-    synchronize(ctx_);
-    return out;
-  }
-
-  // The memory save_history() gave, in place of this pass's.
-  void restore_history(const std::string& in) {
-    history_.clear();
-    std::size_t at = 0;
-    auto get = [&](void* p, std::size_t n) {
-      VINF_CHECK(at + n <= in.size(), "WanVae: the causal memory handed over is cut short");
-      std::memcpy(p, in.data() + at, n);
-      at += n;
-    };
-    while (at < in.size()) {
-      std::uint64_t len = 0;
-      get(&len, sizeof len);
-      VINF_CHECK(len < 4096, "WanVae: the causal memory handed over is not one");
-      std::string key(len, '\0');
-      get(key.data(), len);
-      std::uint8_t dt = 0;
-      get(&dt, 1);
-      VINF_CHECK(static_cast<DType>(dt) == dtype_, "WanVae: the causal memory handed over has another dtype");
-      Shape shape{0, 0, 0, 0};
-      for (int d = 0; d < 4; ++d) get(&shape[d], sizeof(std::int64_t));
-      Act act = empty(shape);
-      const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype_);
-      VINF_CHECK(at + bytes <= in.size(), "WanVae: the causal memory handed over is cut short");
-      ops::copy(ctx_, Tensor::wrap(const_cast<char*>(in.data() + at), dtype_, Device::cpu(), shape), *act);
-      at += bytes;
-      history_[key] = std::move(act);
-    }
-    synchronize(ctx_);
-  }
+  // The causal memory (every layer's remembered frames), taken from or given to this pass.
+  std::map<std::string, Act> release_history() { return std::move(history_); }
+  void take_history(std::map<std::string, Act> h) { history_ = std::move(h); }
 
  private:
   const Weights& w_;
@@ -511,7 +461,7 @@ void WanVae::decode(ExecContext& ctx, const Tensor& latents, const Tensor& out, 
   VINF_INPUT_CHECK(latents.rank() == 5 && latents.size(0) >= 1, "the Wan VAE decodes latents (N, ", config_.z_dim,
                    ", frames, h, w); got ", latents.shape.str());
   for (std::int64_t i = 0; i < latents.size(0); ++i) {
-    std::string memory;
+    Memory memory;
     decode_part(ctx, latents.slice(0, i, 1), 0, memory, out.slice(0, i, 1), tile);
   }
 }
@@ -520,8 +470,8 @@ std::int64_t WanVae::part_frames(std::int64_t first, std::int64_t count) const {
   return first == 0 ? config_.video_frames(count) : WanVaeConfig::kChunkFrames * count;
 }
 
-void WanVae::decode_part(ExecContext& ctx, const Tensor& latents, std::int64_t first, std::string& memory,
-                         const Tensor& out, std::int64_t tile) const {
+void WanVae::decode_part(ExecContext& ctx, const Tensor& latents, std::int64_t first, Memory& memory, const Tensor& out,
+                         std::int64_t tile) const {
   const WanVaeConfig& c = config_;
   VINF_CHECK(parts_ & decoder, "the Wan VAE was loaded without its decoder");
   VINF_INPUT_CHECK(latents.rank() == 5 && latents.size(0) == 1 && latents.size(1) == c.z_dim && latents.size(2) >= 1,
@@ -531,13 +481,13 @@ void WanVae::decode_part(ExecContext& ctx, const Tensor& latents, std::int64_t f
   const int ratio = c.spatial_ratio();
   const Shape want{1, c.out_channels, part_frames(first, lf), h * ratio, wd * ratio};
   VINF_CHECK(out.shape == want, "WanVae::decode: out must be ", want.str(), ", got ", out.shape.str());
-  VINF_CHECK(first >= 0 && (first == 0) == memory.empty(), "WanVae::decode_part: a part after the first (latent frame ",
-             first, ") needs the memory of the one before it, and only it");
+  VINF_CHECK(first >= 0 && (first == 0) == memory.frames.empty(), "WanVae::decode_part: a part after the first ",
+             "(latent frame ", first, ") needs the memory of the one before it, and only it");
   VINF_INPUT_CHECK(tile >= 0, "the VAE tile must be 0 (off) or a positive number of latent pixels, got ", tile);
   const bool tiled = tile > 0 && (h > tile || wd > tile);
   const std::vector<WanVaeLayer> layers = wan_vae_decoder_layers(c);
   Pass pass(weights_, ctx);
-  if (first > 0) pass.restore_history(memory);
+  pass.take_history(std::move(memory.frames));
   Act z = pass.empty({lf, c.z_dim, h, wd});
   ops::copy(ctx, latents.select(0, 0).permute({1, 0, 2, 3}), *z);
   const Act x = pass.pointwise(*z, "post_quant_conv");
@@ -553,7 +503,66 @@ void WanVae::decode_part(ExecContext& ctx, const Tensor& latents, std::int64_t f
     done += y->size(0);
   }
   VINF_CHECK(done == want[2], "WanVae::decode: the chunks gave ", done, " frames, not ", want[2]);
-  memory = pass.save_history();
+  memory.frames = pass.release_history();
+}
+
+// Per layer, in key order: its key's length and characters, dtype, four dimensions, the elements.
+std::string WanVae::save_memory(ExecContext& ctx, const Memory& memory) {
+  std::size_t total = 0;
+  for (const auto& [key, act] : memory.frames)
+    total += sizeof(std::uint64_t) + key.size() + 1 + 4 * sizeof(std::int64_t) +
+             static_cast<std::size_t>(act->numel()) * dtype_size(act->dtype);
+  std::string out;
+  out.reserve(total);
+  auto put = [&](const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); };
+  for (const auto& [key, act] : memory.frames) {
+    const std::uint64_t len = key.size();
+    put(&len, sizeof len);
+    put(key.data(), key.size());
+    const auto dt = static_cast<std::uint8_t>(act->dtype);
+    put(&dt, 1);
+    VINF_CHECK(act->shape.rank() == 4, "WanVae: a remembered activation of rank ", act->shape.rank());
+    for (int d = 0; d < 4; ++d) {
+      const std::int64_t n = act->size(d);
+      put(&n, sizeof n);
+    }
+    const std::size_t at = out.size(), bytes = static_cast<std::size_t>(act->numel()) * dtype_size(act->dtype);
+    out.resize(at + bytes);  // within the reserved size: no reallocation
+    ops::copy(ctx, *act, Tensor::wrap(out.data() + at, act->dtype, Device::cpu(), act->shape));
+  }
+  synchronize(ctx);
+  return out;
+}
+
+WanVae::Memory WanVae::load_memory(ExecContext& ctx, const std::string& in) const {
+  Memory memory;
+  const DType dtype = weights_.dtype();
+  std::size_t at = 0;
+  auto get = [&](void* p, std::size_t n) {
+    VINF_CHECK(at + n <= in.size(), "WanVae: the causal memory handed over is cut short");
+    std::memcpy(p, in.data() + at, n);
+    at += n;
+  };
+  while (at < in.size()) {
+    std::uint64_t len = 0;
+    get(&len, sizeof len);
+    VINF_CHECK(len < 4096, "WanVae: the causal memory handed over is not one");
+    std::string key(len, '\0');
+    get(key.data(), len);
+    std::uint8_t dt = 0;
+    get(&dt, 1);
+    VINF_CHECK(static_cast<DType>(dt) == dtype, "WanVae: the causal memory handed over has another dtype");
+    Shape shape{0, 0, 0, 0};
+    for (int d = 0; d < 4; ++d) get(&shape[d], sizeof(std::int64_t));
+    Act act = std::make_shared<OwnedTensor>(ctx.arena->empty(dtype, shape));
+    const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
+    VINF_CHECK(at + bytes <= in.size(), "WanVae: the causal memory handed over is cut short");
+    ops::copy(ctx, Tensor::wrap(const_cast<char*>(in.data() + at), dtype, Device::cpu(), shape), *act);
+    at += bytes;
+    memory.frames[key] = std::move(act);
+  }
+  synchronize(ctx);
+  return memory;
 }
 
 }  // namespace vinf::model

@@ -17,9 +17,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/arena.hpp"
 #include "model/wan_vae_config.hpp"
 #include "model/weights.hpp"
 #include "ops/context.hpp"
@@ -59,10 +62,16 @@ class WanVae {
   // frames [first, first + F') (latents (1, z_dim, F', h, w)) into out (1, out_channels,
   // part_frames(first, F'), 8h, 8w), the frames decode() of the whole video gives there, bit for
   // bit. The decoder is causal: on entry `memory` holds what decoding the frames before `first` left
-  // (empty when first == 0), every causal layer's last input frames, and on return this part's, as
-  // bytes on the host for the next part's rank. Parts must use the same tile.
-  void decode_part(ExecContext& ctx, const Tensor& latents, std::int64_t first, std::string& memory, const Tensor& out,
+  // (empty when first == 0), every causal layer's last input frames on the device, and on return
+  // this part's. save_memory and load_memory carry it to the next part's rank as bytes. Parts must
+  // use the same tile.
+  struct Memory {
+    std::map<std::string, std::shared_ptr<OwnedTensor>> frames;
+  };
+  void decode_part(ExecContext& ctx, const Tensor& latents, std::int64_t first, Memory& memory, const Tensor& out,
                    std::int64_t tile = 0) const;
+  static std::string save_memory(ExecContext& ctx, const Memory& memory);
+  Memory load_memory(ExecContext& ctx, const std::string& bytes) const;
   // The video frames of latent frames [first, first + count): 1 + 4 (count - 1) from the first, else 4 count.
   std::int64_t part_frames(std::int64_t first, std::int64_t count) const;
 

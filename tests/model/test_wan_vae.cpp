@@ -255,7 +255,7 @@ TEST_CASE("Wan VAE: a video decoded in parts with the causal memory handed over 
     for (int n = 1; n <= 4; ++n) {
       CAPTURE(n);
       test::HostTensor got(whole.shape);
-      std::string memory;
+      std::string memory;  // as it travels between ranks
       std::int64_t at = 0;
       for (int k = 0; k < n; ++k) {
         const std::int64_t first = k * lf / n, count = (k + 1) * lf / n - first;
@@ -266,8 +266,10 @@ TEST_CASE("Wan VAE: a video decoded in parts with the causal memory handed over 
         ops::copy(part_rt.ctx(), z.slice(2, first, count), zp);
         const std::int64_t pf = part_vae.part_frames(first, count);
         OwnedTensor out = part_rt.arena().empty(DType::f32, {1, 3, pf, 32, 32});
-        part_vae.decode_part(part_rt.ctx(), zp, first, memory, out, tile);
-        CHECK(!memory.empty());
+        model::WanVae::Memory held = first == 0 ? model::WanVae::Memory{} : part_vae.load_memory(part_rt.ctx(), memory);
+        part_vae.decode_part(part_rt.ctx(), zp, first, held, out, tile);
+        CHECK(!held.frames.empty());
+        memory = model::WanVae::save_memory(part_rt.ctx(), held);
         ops::copy(part_rt.ctx(), out, got.t.slice(2, at, pf));
         at += pf;
       }
@@ -282,7 +284,7 @@ TEST_CASE("Wan VAE: a video decoded in parts with the causal memory handed over 
   const OwnedTensor mean = on_device(rt, ref, "mean");
   const Tensor decoded = ref.tensor("decoded");
   test::HostTensor got(decoded.shape);
-  std::string memory;
+  model::WanVae::Memory memory;  // on one device: kept there between the parts
   for (const auto& [first, count] : {std::pair<std::int64_t, std::int64_t>{0, 1}, {1, 2}}) {
     const std::int64_t pf = vae.part_frames(first, count), at = first == 0 ? 0 : vae.part_frames(0, first);
     OwnedTensor out = rt.arena().empty(DType::f32, {1, 3, pf, 32, 32});
@@ -293,7 +295,7 @@ TEST_CASE("Wan VAE: a video decoded in parts with the causal memory handed over 
   INFO("max |diff| from diffusers " << d);
   CHECK(d <= 1e-4);
   // A later part without the memory of the one before is a programming error, said as such.
-  std::string none;
+  model::WanVae::Memory none;
   OwnedTensor out = rt.arena().empty(DType::f32, {1, 3, 8, 32, 32});
   CHECK_THROWS_WITH(vae.decode_part(rt.ctx(), mean.slice(2, 1, 2), 1, none, out), doctest::Contains("needs the memory"));
 }
