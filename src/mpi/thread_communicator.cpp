@@ -81,12 +81,13 @@ class ThreadCommunicator final : public Communicator {
       std::size_t off = 0;
       for (int p = 0; p < size(); ++p) {
         const std::size_t n = static_cast<std::size_t>(counts[static_cast<std::size_t>(p)]) * es;
+        // (An empty piece may have no buffer at all: no copy, memcpy takes no null pointer.)
         if (p == rank()) {
-          std::memcpy(r.data() + off, mine.data(), n);
+          if (n > 0) std::memcpy(r.data() + off, mine.data(), n);
         } else {
           const std::vector<char> m = hub_->recv(CommOp::all_gather, p, rank());
           VINF_CHECK(m.size() == n, "all-gather: rank ", p, " sent ", m.size(), " bytes, expected ", n);
-          std::memcpy(r.data() + off, m.data(), n);
+          if (n > 0) std::memcpy(r.data() + off, m.data(), n);
         }
         off += n;
       }
@@ -109,7 +110,7 @@ class ThreadCommunicator final : public Communicator {
         const std::vector<char> m = hub_->recv(CommOp::exchange, t.peer, rank());
         VINF_CHECK(m.size() == t.recv.nbytes(), "exchange: rank ", t.peer, " sent ", m.size(), " bytes, expected ",
                    t.recv.nbytes());
-        std::memcpy(r.data(), m.data(), m.size());
+        if (!m.empty()) std::memcpy(r.data(), m.data(), m.size());
         r.store();
       }
     });
@@ -133,7 +134,7 @@ class ThreadCommunicator final : public Communicator {
         default: VINF_FAIL("the thread transport reduces no ", dtype_name(buf.dtype), " tensors");
       }
     }
-    std::memcpy(h.data(), acc.data(), acc.size());
+    if (!acc.empty()) std::memcpy(h.data(), acc.data(), acc.size());
     h.store();
     return completed();
   }
@@ -144,7 +145,7 @@ class ThreadCommunicator final : public Communicator {
         if (p != root) hub_->send(CommOp::broadcast, root, p, h.data(), buf.nbytes());
     } else {
       const std::vector<char> m = hub_->recv(CommOp::broadcast, root, rank());
-      std::memcpy(h.data(), m.data(), m.size());
+      if (!m.empty()) std::memcpy(h.data(), m.data(), m.size());
     }
     h.store();
     return completed();
