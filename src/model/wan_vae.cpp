@@ -490,12 +490,13 @@ void WanVae::decode_part(ExecContext& ctx, const Tensor& latents, std::int64_t f
   pass.take_history(std::move(memory.frames));
   Act z = pass.empty({lf, c.z_dim, h, wd});
   ops::copy(ctx, latents.select(0, 0).permute({1, 0, 2, 3}), *z);
-  const Act x = pass.pointwise(*z, "post_quant_conv");
-  z.reset();
   const Tensor video = out.select(0, 0).permute({1, 0, 2, 3});  // (frames, C, H, W)
   std::int64_t done = 0;
   for (std::int64_t f = 0; f < lf; ++f) {
-    const Tensor xf = x->view().slice(0, f, 1);
+    // Every computation a frame at a time, post_quant_conv included: a video decoded in parts of
+    // any sizes runs the same calls on the same shapes as one decode, so its frames are the same.
+    const Act xa = pass.pointwise(z->view().slice(0, f, 1), "post_quant_conv");
+    const Tensor xf = *xa;
     const bool opening = first + f == 0;
     const Act y = tiled ? pass.decoder_chunk_tiled(xf, layers, opening, tile) : pass.decoder_chunk(xf, layers, opening);
     VINF_CHECK(done + y->size(0) <= want[2], "WanVae::decode: the chunks gave more frames than ", want[2]);

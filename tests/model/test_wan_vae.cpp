@@ -236,10 +236,10 @@ TEST_CASE("Wan VAE: the videos of a batch are encoded and decoded independently"
 // A video decoded in parts, as ranks that each hold some of its latent frames decode it: each
 // part on a runtime of its own (as on another rank), given only the causal memory the part before
 // left, in bytes. 7 random latent frames split as 1-4 ranks split them, whole frames and tiles of
-// 2: the whole video's frames. The parts run the same chunks in the same order as one call; only
-// the 1x1 post_quant_conv sees batches of other sizes (a part's frames), so the test allows float
-// rounding, 1e-6. Measured: equal bit for bit. Then the fixture's latents in two parts against
-// diffusers.
+// 2: the whole video's frames. The decoder works a latent frame at a time, post_quant_conv
+// included, so the parts run the same calls on the same shapes in the same order as one decode:
+// equal by construction (measured: bit for bit; the test allows 1e-6). Then the fixture's latents
+// in two parts against diffusers.
 TEST_CASE("Wan VAE: a video decoded in parts with the causal memory handed over equals one decode") {
   Runtime rt(Device::cpu());
   const model::WanVae vae = model::WanVae::load(test::fixture("wan-tiny"), rt, DType::f32, model::WanVae::decoder);
