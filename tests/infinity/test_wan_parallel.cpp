@@ -94,18 +94,30 @@ std::vector<float> host_copy(const Tensor& t) {
   return std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel());
 }
 
+// The reference's transformer, its inputs (the first timestep) and diffusers' prediction there.
+struct Fixture {
+  std::string dir = test::fixture("wan-tiny/transformer");
+  model::WanTransformerConfig config = model::load_wan_transformer_config(dir + "/config.json");
+  MakeWan weights = [d = dir](Runtime& rt) { return model::WanTransformer::load(d, rt, DType::f32, false, nullptr); };
+  Inputs in;
+  std::vector<float> noise_pred;
+  Fixture() {
+    const io::SafetensorsFile f(test::fixture("wan-tiny/inputs.safetensors"));
+    in = {host_copy(f.tensor("hidden_states")), host_copy(f.tensor("encoder_hidden_states")), {},
+          f.tensor("hidden_states").shape, f.tensor("encoder_hidden_states").shape};
+    in.t.assign(static_cast<std::size_t>(in.xs[0]), f.tensor("timesteps").ptr<float>()[0]);
+    noise_pred = host_copy(io::SafetensorsFile(test::fixture("wan-tiny/ref.safetensors")).tensor("noise_pred.t0"));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("Wan exact mode: frames over 1-4 ranks give diffusers' prediction and one rank's") {
-  const std::string dir = test::fixture("wan-tiny/transformer");
-  const model::WanTransformerConfig c = model::load_wan_transformer_config(dir + "/config.json");
-  const MakeWan weights = [&](Runtime& rt) { return model::WanTransformer::load(dir, rt, DType::f32, false, nullptr); };
-  const io::SafetensorsFile f(test::fixture("wan-tiny/inputs.safetensors"));
-  const io::SafetensorsFile ref(test::fixture("wan-tiny/ref.safetensors"));
-  Inputs in{host_copy(f.tensor("hidden_states")), host_copy(f.tensor("encoder_hidden_states")), {}, f.tensor("hidden_states").shape,
-            f.tensor("encoder_hidden_states").shape};
-  in.t.assign(static_cast<std::size_t>(in.xs[0]), f.tensor("timesteps").ptr<float>()[0]);
-  const std::vector<float> want = host_copy(ref.tensor("noise_pred.t0"));
+  const Fixture fx;
+  const model::WanTransformerConfig& c = fx.config;
+  const MakeWan& weights = fx.weights;
+  const Inputs& in = fx.in;
+  const std::vector<float> want = fx.noise_pred;
   const std::vector<float> one = predict(c, weights, in, 0);
   for (int n = 1; n <= 4; ++n) {
     CAPTURE(n);
@@ -341,15 +353,11 @@ TEST_CASE("Wan windows: 1-4 ranks give the one-process emulation's numbers, with
 }
 
 TEST_CASE("Wan windows on the transformer: 1-4 ranks as the emulation, a window over the whole video is the plain model") {
-  const std::string dir = test::fixture("wan-tiny/transformer");
-  const model::WanTransformerConfig c = model::load_wan_transformer_config(dir + "/config.json");
-  const MakeWan weights = [&](Runtime& rt) { return model::WanTransformer::load(dir, rt, DType::f32, false, nullptr); };
-  const io::SafetensorsFile f(test::fixture("wan-tiny/inputs.safetensors"));
-  const io::SafetensorsFile ref(test::fixture("wan-tiny/ref.safetensors"));
-  Inputs in{host_copy(f.tensor("hidden_states")), host_copy(f.tensor("encoder_hidden_states")), {}, f.tensor("hidden_states").shape,
-            f.tensor("encoder_hidden_states").shape};
-  in.t.assign(static_cast<std::size_t>(in.xs[0]), f.tensor("timesteps").ptr<float>()[0]);
-  const std::vector<float> plain = host_copy(ref.tensor("noise_pred.t0"));
+  const Fixture fx;
+  const model::WanTransformerConfig& c = fx.config;
+  const MakeWan& weights = fx.weights;
+  const Inputs& in = fx.in;
+  const std::vector<float> plain = fx.noise_pred;
   // 5 latent frames: p = 1 fits the single frames of 4 ranks; frames 0 and 2 are global.
   const infinity::Config c11 = windows_config(1, 2);
   const std::vector<float> one = predict(c, weights, in, 0, nullptr, &c11);
