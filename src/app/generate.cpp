@@ -1165,9 +1165,9 @@ VideoOutcome run_video(RunPlan& o, job::Job& job, ModelCache& cache, const Stage
 }
 
 int generate(const std::vector<std::string>& args) {
+  hold_stop_signals();  // before any thread starts: they all inherit the block
   RunPlan o;
   if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
-  hold_stop_signals();
   // A job list is read (and refused) before MPI starts, on every rank alike.
   const std::vector<JobSpec> list = o.jobs_file.empty() ? std::vector<JobSpec>{} : read_job_list(o.jobs_file);
   const std::unique_ptr<job::Job> job = job::start_job(job_plan(o), [&](int world) {
@@ -1175,7 +1175,7 @@ int generate(const std::vector<std::string>& args) {
     else if (list.empty()) check_generate_job(o, world);
     else job::make_layout(o.job, world);
   });
-  install_stop_signals();  // after MPI's own set-up, so that these handlers are the ones in place
+  install_stop_signals();  // after MPI's own set-up, so that this handler is the one in place
   if (o.verbose) {
     const std::vector<std::string> lines = job->world_session().gather_on_root(job->world_session().placement(job->device()));
     if (!o.quiet)

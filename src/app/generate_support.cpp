@@ -1,13 +1,9 @@
 #include "app/generate_support.hpp"
 
 #include <fnmatch.h>
-#include <pthread.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <csignal>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -30,24 +26,6 @@
 namespace fs = std::filesystem;
 
 namespace vinf::app {
-
-namespace {
-
-std::atomic<int> g_stop_signal{0};
-std::atomic<std::int64_t> g_stop_signal_ns{0};  // CLOCK_MONOTONIC when the first one arrived
-
-std::int64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
-  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-extern "C" void on_stop_signal(int sig) {
-  int none = 0;
-  if (g_stop_signal.compare_exchange_strong(none, sig)) g_stop_signal_ns.store(monotonic_ns());
-}
-
-}  // namespace
 
 std::string default_out_dir(const std::string& name) {
   std::string id;
@@ -340,61 +318,6 @@ json vi_json(const infinity::Config& v) {
         },
         f.ref(c));
   return j;
-}
-
-namespace {
-sigset_t stop_signal_set() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGUSR1);
-  return set;
-}
-}  // namespace
-
-void hold_stop_signals() {
-  const sigset_t set = stop_signal_set();
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
-
-void install_stop_signals() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGUSR1, &sa, nullptr);
-  std::signal(SIGXFSZ, SIG_IGN);
-  const sigset_t set = stop_signal_set();
-  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);  // one held since hold_stop_signals arrives now
-}
-
-int stop_signal() { return g_stop_signal.load(); }
-
-double seconds_since_stop_signal() {
-  if (g_stop_signal.load() == 0) return 0.0;
-  return static_cast<double>(monotonic_ns() - g_stop_signal_ns.load()) * 1e-9;
-}
-
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGTERM: return "SIGTERM";
-    case SIGUSR1: return "SIGUSR1";
-    default: return "a signal";
-  }
-}
-
-bool step_fault(int world_rank, int completed_steps) {
-  const char* spec = std::getenv("VINF_FAULT_STEP");
-  if (!spec) return false;
-  int rank = -1, step = -1;
-  char sig[16] = {};
-  if (std::sscanf(spec, "rank=%d,step=%d,signal=%15s", &rank, &step, sig) != 3) return false;
-  if (rank != world_rank || step != completed_steps) return false;
-  const std::string s = sig;
-  if (s == "NAN") return true;
-  std::raise(s == "KILL" ? SIGKILL : s == "USR1" ? SIGUSR1 : SIGTERM);
-  return false;
 }
 
 double test_step_seconds() {

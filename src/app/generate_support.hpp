@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "app/stop_signals.hpp"
 #include "app/generate_options.hpp"
 #include "core/arena.hpp"
 #include "io/checkpoint.hpp"
@@ -71,21 +72,6 @@ json vi_json(const infinity::Config& v);
 // The [long] settings that apply to the mode, for run.json and the numerics a resume must share.
 json long_json(const sampling::LongVideoConfig& l);
 
-// SIGTERM and SIGUSR1 (what Slurm sends before a time limit or a preemption) set a flag that the
-// loop checks after every step; SIGXFSZ is ignored so that a full quota is an error message.
-// hold_stop_signals, first thing, keeps one that comes while MPI starts (a preemption or a time
-// limit's warning right after a start) from ending the process: it waits, blocked, until
-// install_stop_signals, and MPI's threads inherit the block.
-void hold_stop_signals();
-void install_stop_signals();
-int stop_signal();  // 0, or the signal that arrived
-// Seconds since the first stop signal arrived (0 without one): how long stopping took.
-double seconds_since_stop_signal();
-const char* signal_name(int sig);
-// Test hook VINF_FAULT_STEP="rank=R,step=K,signal=TERM|USR1|KILL|NAN": world rank R sends itself
-// the signal after step K, or (NAN) is told to spoil its latents. Used by the tests only.
-// Returns true for NAN at this rank and step.
-bool step_fault(int world_rank, int completed_steps);
 // Test hook: VINF_TEST_STEP_SECONDS=S makes every step last at least S seconds, so that a test of a
 // Slurm time limit or preemption knows the run is still going when Slurm acts, however fast the
 // machine is at the moment. 0 when unset.

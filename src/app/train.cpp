@@ -286,6 +286,7 @@ std::vector<double> losses_of_log(const std::string& csv) {
 }  // namespace
 
 int train(const std::vector<std::string>& args) {
+  hold_stop_signals();  // before any thread starts: they all inherit the block
   TrainRunOptions o;
   const po::options_description opts = train_option_table(o);
   po::variables_map vm;
@@ -338,9 +339,8 @@ int train(const std::vector<std::string>& args) {
   plan.transport = job::parse_transport(o.comm_backend);
   plan.comm_timeout = o.comm_timeout;
   plan.clip_group = true;  // the gradients' communicator: every rank, on the device
-  hold_stop_signals();
   std::unique_ptr<job::Job> job = job::start_job(plan);
-  install_stop_signals();  // after MPI's own set-up, so that these handlers are the ones in place
+  install_stop_signals();  // after MPI's own set-up, so that this handler is the one in place
   mpi::Session& session = job->session();
   const int ranks = job->size(), rank = job->rank();
   const DType precision = training_precision(dtype_choice, job->device());
