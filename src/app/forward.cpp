@@ -185,8 +185,9 @@ po::options_description forward_option_table(ForwardOptions& o) {
       "--vi.mode exact the self-attention sees every frame through all-to-alls over (sample, head)\n"
       "rows; with --vi.mode invariant (one rank or N) each latent frame attends to +-local-frames\n"
       "frames and global-frames shared ones (Video-Infinity's windows, the phase settings).\n"
-      "--parallel.cfg 2 splits the batch over rank pairs (2N ranks); --parallel.tensor and\n"
-      "--vi.conv-halo, halo and sync-groupnorm are the UNet's.\n\n"
+      "--parallel.cfg 2 splits the batch over rank pairs (2N ranks); --parallel.tensor T gives each of T\n"
+      "ranks a share of every attention's heads and of the feed-forward (T at most the heads; world =\n"
+      "cfg x N x T). --vi.conv-halo, halo and sync-groupnorm are the UNet's.\n\n"
       "Options come from the command line and from --config FILE (INI: `inputs = IN.safetensors`;\n"
       "`[vi] mode = compat` is --vi.mode compat); the command line wins.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", po::value(&o.config_file), kConfigOptionHelp)(

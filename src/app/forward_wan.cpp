@@ -9,6 +9,7 @@
 #include "app/commands.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
+#include "infinity/tensor_group.hpp"
 #include "infinity/wan_exact.hpp"
 #include "infinity/wan_windows.hpp"
 #include "io/safetensors.hpp"
@@ -47,22 +48,22 @@ int forward_wan(const WanForwardRequest& r) {
   VINF_INPUT_CHECK(mode != infinity::Mode::compat, what, "and --vi.mode compat reproduces the released ",
                    "Video-Infinity's UNet: it has no meaning here; --vi.mode exact spreads the frames over ranks, ",
                    "--vi.mode invariant runs Video-Infinity's windows over them");
-  VINF_INPUT_CHECK(r.emulate == 0 && r.tensor == 1, what, "which runs on one rank, with --vi.mode exact or ",
-                   "invariant its frames over ranks and with --parallel.cfg 2 its batch over two, in this version: ",
-                   "drop --vi.emulate-clips (the windows on one rank are the emulation of any number) and ",
-                   "--parallel.tensor");
+  VINF_INPUT_CHECK(r.emulate == 0, what, "whose windows on one rank are the emulation of any number of ranks: ",
+                   "drop --vi.emulate-clips");
   VINF_INPUT_CHECK(r.dump.empty(), "vinf forward: --dump-temporal is for the UNet; a Wan transformer has no ",
                    "temporal modules");
   const bool exact = mode == infinity::Mode::exact, windows = mode == infinity::Mode::invariant;
   job::JobPlan plan = r.plan;
   plan.clip_group = exact || windows;
+  const int fixed = r.cfg * r.tensor;  // the ranks of one share of the frames
   const std::unique_ptr<job::Job> job = job::start_job(plan, [&](int world) {
-    VINF_INPUT_CHECK(world % r.cfg == 0, "--parallel.cfg 2 splits the batch of ", r.model_dir, " over rank pairs: ",
-                     "launch an even number of ranks (", world, " were started)");
-    VINF_INPUT_CHECK(world == r.cfg || exact || windows, what, "which runs on ", r.cfg, r.cfg == 1 ? " rank" : " ranks",
-                     " unless --vi.mode exact or invariant spreads its frames over more (", world,
-                     " ranks were started): add --vi.mode exact, or launch it ",
-                     r.cfg == 1 ? std::string("without mpirun") : "on " + std::to_string(r.cfg) + " ranks");
+    VINF_INPUT_CHECK(world % fixed == 0, "--parallel.cfg ", r.cfg, " x --parallel.tensor ", r.tensor, " = ", fixed,
+                     " ranks hold each share of the frames of ", r.model_dir, ": launch a multiple of ", fixed,
+                     " ranks (", world, " were started)");
+    VINF_INPUT_CHECK(world == fixed || exact || windows, what, "which runs on ", fixed, fixed == 1 ? " rank" : " ranks",
+                     " (--parallel.cfg x --parallel.tensor) unless --vi.mode exact or invariant spreads its frames ",
+                     "over more (", world, " ranks were started): add --vi.mode exact, or launch it ",
+                     fixed == 1 ? std::string("without mpirun") : "on " + std::to_string(fixed) + " ranks");
   });
   const bool root = job->root();
   auto log = [&](const std::string& line) {
@@ -103,7 +104,15 @@ int forward_wan(const WanForwardRequest& r) {
   const DType dtype = job->dtype();
   std::vector<std::string> warnings;
   const auto t_load = Clock::now();
-  const model::WanTransformer wan = model::WanTransformer::load(r.model_dir, rt, dtype, r.ignore_unexpected, &warnings);
+  const mpi::ProcessGrid& grid = job->grid();
+  const int tensor = grid.tensor_size();
+  model::WanTransformer wan = model::WanTransformer::load(r.model_dir, rt, dtype, r.ignore_unexpected, &warnings,
+                                                          {grid.tensor_index(), tensor});
+  std::unique_ptr<infinity::CommTensorGroup> tensor_group;
+  if (job->tensor_comm()) {
+    tensor_group = std::make_unique<infinity::CommTensorGroup>(*job->tensor_comm());
+    wan.set_tensor_group(tensor_group.get());
+  }
   const model::WanTransformerConfig& c = wan.config();
   for (const std::string& w : warnings) log("warning: " + w);
   VINF_INPUT_CHECK(x.size(1) == c.in_channels, r.inputs_path, ": 'hidden_states' has ", x.size(1),
@@ -113,7 +122,8 @@ int forward_wan(const WanForwardRequest& r) {
   const auto [pt, ph, pw] = c.patch_size;
   VINF_INPUT_CHECK(pt == 1 || ranks == 1, what, "and its patch spans ", pt, " frames: its frames are not split over ",
                    "ranks in this version");
-  log("Wan transformer " + r.model_dir + ": " + std::to_string(wan.weights().count()) + " parameters, " +
+  log("Wan transformer " + r.model_dir + ": " + std::to_string(wan.weights().count()) + " parameters" +
+      (tensor > 1 ? " on each of " + std::to_string(tensor) + " tensor ranks" : "") + ", " +
       format_mib(static_cast<double>(wan.weights().bytes())) + " as " + model::precision_name(dtype, rt.device()) +
       " on " + rt.device().name() + " (loaded in " + std::to_string(seconds_since(t_load)).substr(0, 5) + " s); " +
       std::to_string(timesteps.size()) + " timestep(s)" +
@@ -123,7 +133,11 @@ int forward_wan(const WanForwardRequest& r) {
                      std::to_string(r.vi.global_frames) + " global frame(s), " + std::to_string(F) +
                      " latent frames over " + std::to_string(ranks) + " rank(s)"
                : "") +
-      (cfg == 2 ? "; --parallel.cfg 2, the batch over 2 x " + std::to_string(ranks) + " ranks" : ""));
+      (cfg == 2 ? "; --parallel.cfg 2, the batch over 2 x " + std::to_string(ranks) + " ranks" : "") +
+      (tensor > 1 ? "; --parallel.tensor " + std::to_string(tensor) + ", each rank " +
+                        std::to_string(wan.weights().get("blocks.0.attn1.to_q.weight").size(0) / c.head_dim) + " of " +
+                        std::to_string(c.heads) + " heads"
+                  : ""));
 
   // This rank's frames and every rank's tokens.
   const std::int64_t B = x.size(0) / cfg, b0 = job->grid().cfg_index() * B, per_frame = (x.size(3) / ph) * (x.size(4) / pw);
@@ -143,10 +157,14 @@ int forward_wan(const WanForwardRequest& r) {
               pred = rt.arena().empty(dtype, piece);
   ops::copy(rt.ctx(), x.slice(0, b0, B).slice(2, mine.first, mine.count), xd);
   ops::copy(rt.ctx(), text.slice(0, b0, B), ed);
-  // Every rank's piece, gathered on the host in rank order (branch, then clip): [rank][B, C, F_r, H, W].
+  // Every rank's piece, gathered on the host in rank order (branch, clip, tensor rank): [rank][B, C,
+  // F_r, H, W]. The ranks of a tensor group hold the same piece.
   std::vector<std::int64_t> counts;
-  for (int k = 0; k < cfg; ++k)
-    for (std::int64_t n : frame_counts) counts.push_back(n * B * c.out_channels * x.size(3) * x.size(4));
+  for (int k = 0; k < job->size(); ++k)
+    counts.push_back(frame_counts[static_cast<std::size_t>(k / tensor % ranks)] * B * c.out_channels * x.size(3) *
+                     x.size(4));
+  std::int64_t gathered_numel = 0;
+  for (std::int64_t n : counts) gathered_numel += n;
   const int my_rank = job->rank();
   std::vector<std::vector<float>> preds;
   std::vector<float> own(static_cast<std::size_t>(pred.numel()));
@@ -159,22 +177,24 @@ int forward_wan(const WanForwardRequest& r) {
     ops::copy(rt.ctx(), pred, Tensor::wrap(own.data(), DType::f32, Device::cpu(), piece));
     rt.synchronize();
     const double seconds = job->session().max(seconds_since(t0));
-    std::vector<float> gathered(static_cast<std::size_t>(out_shape.numel()));
+    std::vector<float> gathered(static_cast<std::size_t>(gathered_numel));
     if (job->size() == 1) {
       gathered = own;
     } else {
       job->world().all_gather_v(job->host(), Tensor::wrap(own.data(), DType::f32, Device::cpu(), {counts[my_rank]}),
-                                Tensor::wrap(gathered.data(), DType::f32, Device::cpu(), {out_shape.numel()}), counts);
+                                Tensor::wrap(gathered.data(), DType::f32, Device::cpu(), {gathered_numel}), counts);
     }
     // Rank order to [B, C, F, H, W].
     preds.emplace_back(gathered.size());
     const Tensor whole = Tensor::wrap(preds.back().data(), DType::f32, Device::cpu(), out_shape);
     std::int64_t offset = 0;
     for (int k = 0; k < job->size(); offset += counts[static_cast<std::size_t>(k)], ++k) {
-      const infinity::FrameRange sk = infinity::clip_frames(F, ranks, k % ranks);
+      if (k % tensor != 0) continue;
+      const int clip = k / tensor % ranks, branch = k / tensor / ranks;
+      const infinity::FrameRange sk = infinity::clip_frames(F, ranks, clip);
       ops::copy(job->host(), Tensor::wrap(gathered.data() + offset, DType::f32, Device::cpu(),
                                           {B, c.out_channels, sk.count, x.size(3), x.size(4)}),
-                whole.slice(0, k / ranks * B, B).slice(2, sk.first, sk.count));
+                whole.slice(0, branch * B, B).slice(2, sk.first, sk.count));
     }
     log("t[" + std::to_string(i) + "] = " + std::to_string(timesteps[i]) + ": " + std::to_string(seconds).substr(0, 6) +
         " s");
@@ -185,14 +205,18 @@ int forward_wan(const WanForwardRequest& r) {
                                              {"vi.mode", infinity::mode_name(mode)},
                                              {"ranks", std::to_string(job->size())},
                                              {"parallel.cfg", std::to_string(cfg)},
+                                             {"parallel.tensor", std::to_string(tensor)},
                                              {"device", rt.device().name()},
                                              {"dtype", dtype_name(dtype)}};
   if (windows) {
     meta["vi.local-frames"] = std::to_string(r.vi.local_frames);
     meta["vi.global-frames"] = std::to_string(r.vi.global_frames);
   }
-  if (exact || windows) {
-    const std::vector<mpi::CommCounters> counted = job->session().gather_values_on_root(job->clip_comm()->counters());
+  if (exact || windows || tensor > 1) {
+    mpi::CommCounters mine;
+    if (job->clip_comm()) mine = job->clip_comm()->counters();
+    if (job->tensor_comm()) mine.add(job->tensor_comm()->counters());
+    const std::vector<mpi::CommCounters> counted = job->session().gather_values_on_root(mine);
     log("communication per rank over " + std::to_string(timesteps.size()) +
         " call(s) (bytes received from other ranks):");
     for (std::size_t q = 0; q < counted.size(); ++q) {

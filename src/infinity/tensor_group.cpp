@@ -8,7 +8,7 @@ namespace vinf::infinity {
 
 void CommTensorGroup::sum(ExecContext& ctx, const Tensor& t) {
   VINF_CHECK(t.is_contiguous(), "tensor group sum: a contiguous tensor expected, got ", t.describe());
-  if (t.dtype == DType::f32) {
+  if (t.dtype == DType::f32 || t.dtype == DType::f64) {  // f64: statistics (a norm's sums)
     comm_.all_reduce_sum(ctx, t);
     return;
   }

@@ -116,10 +116,14 @@ std::string find_wan_transformer_config(const std::string& dir) {
 std::vector<ParamSpec> wan_transformer_parameters(const WanTransformerConfig& c) {
   const std::int64_t d = c.dim();
   std::vector<ParamSpec> p;
-  auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in) {
-    p.push_back({name + ".weight", {out, in}});
-    p.push_back({name + ".bias", {out}});
+  // Tensor parallelism's shares: the rows of q, k, v (and their biases and RMS-norm scales) and the
+  // columns of to_out by heads; the feed-forward's inner width by rows, then columns. to_out's and
+  // ffn.net.2's biases stay whole (one rank adds them).
+  auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in, ParamSplit split = {}) {
+    p.push_back({name + ".weight", {out, in}, {}, split});
+    p.push_back({name + ".bias", {out}, {}, split.kind == ParamSplit::heads_rows ? split : ParamSplit{}});
   };
+  const ParamSplit head_rows{ParamSplit::heads_rows, c.heads, c.head_dim}, head_cols{ParamSplit::heads_cols, c.heads, c.head_dim};
   p.push_back({"patch_embedding.weight", {d, c.in_channels, c.patch_size[0], c.patch_size[1], c.patch_size[2]}});
   p.push_back({"patch_embedding.bias", {d}});
   linear("condition_embedder.time_embedder.linear_1", d, c.freq_dim);
@@ -131,16 +135,17 @@ std::vector<ParamSpec> wan_transformer_parameters(const WanTransformerConfig& c)
     const std::string k = "blocks." + std::to_string(b) + ".";
     for (const char* attn : {"attn1", "attn2"}) {
       const std::string a = k + attn + ".";
-      for (const char* proj : {"to_q", "to_k", "to_v", "to_out.0"}) linear(a + proj, d, d);
-      p.push_back({a + "norm_q.weight", {d}});
-      p.push_back({a + "norm_k.weight", {d}});
+      for (const char* proj : {"to_q", "to_k", "to_v"}) linear(a + proj, d, d, head_rows);
+      linear(a + "to_out.0", d, d, head_cols);
+      p.push_back({a + "norm_q.weight", {d}, {}, head_rows});
+      p.push_back({a + "norm_k.weight", {d}, {}, head_rows});
     }
     if (c.cross_attn_norm) {
       p.push_back({k + "norm2.weight", {d}});
       p.push_back({k + "norm2.bias", {d}});
     }
-    linear(k + "ffn.net.0.proj", c.ffn_dim, d);
-    linear(k + "ffn.net.2", d, c.ffn_dim);
+    linear(k + "ffn.net.0.proj", c.ffn_dim, d, {ParamSplit::heads_rows, c.ffn_dim, 1});
+    linear(k + "ffn.net.2", d, c.ffn_dim, {ParamSplit::ff_cols, c.ffn_dim, 1});
     p.push_back({k + "scale_shift_table", {1, 6, d}});
   }
   p.push_back({"scale_shift_table", {1, 2, d}});

@@ -38,6 +38,7 @@ struct Pass {
   const WanTransformerConfig& c;
   const WanProbe& probe;
   WanSelfAttention* self_attention;
+  TensorGroup* tensor_group;  // with the weights of a tensor shard of 2 or more ranks
   std::int64_t B, L, D;
   DType dt;
   OwnedTensor ones, zeros;  // [D]: the affine parameters of the norms that have none
@@ -46,6 +47,29 @@ struct Pass {
   const Tensor& p(const std::string& name) const { return w.get(name); }
   void linear(const std::string& name, const Tensor& x, const Tensor& y) const {
     ops::linear(ctx, x, p(name + ".weight"), &p(name + ".bias"), y);
+  }
+  // A row-parallel product under tensor parallelism: each rank's partial sum over its share of the
+  // inner width, the bias added once (rank 0), summed over the group into y.
+  void linear_summed(const std::string& name, const Tensor& x, const Tensor& y) const {
+    if (!tensor_group) return linear(name, x, y);
+    ops::linear(ctx, x, p(name + ".weight"), tensor_group->rank() == 0 ? &p(name + ".bias") : nullptr, y);
+    tensor_group->sum(ctx, y);
+  }
+  // RMS norm over the whole inner width `full` of x [B, L, width] in place. A rank that holds a
+  // share of the heads has `width` of them: the sums of squares go over the group, and each rank
+  // scales its share (a group norm of one group whose mean is taken as 0 is the RMS norm).
+  void rms_norm(const Tensor& x, const Tensor& gamma, std::int64_t full) const {
+    if (!tensor_group) return ops::rms_norm(ctx, x, gamma, x, c.eps);
+    const std::int64_t width = x.size(2);
+    const Tensor x3 = x.reshape({x.size(0) * x.size(1), width, 1});
+    OwnedTensor sums = ctx.arena->empty(DType::f64, {x3.size(0), 1, 2});
+    ops::group_norm_sums(ctx, x3, 1, sums);
+    ops::fill(ctx, sums.view().select(2, 0), 0.0);
+    tensor_group->sum(ctx, sums);
+    ops::GroupNormParams gp;
+    gp.groups = 1;
+    gp.eps = c.eps;
+    ops::group_norm_apply(ctx, x3, sums, static_cast<double>(full), gamma, zeros.view().slice(0, 0, width), x3, gp);
   }
   void show(const std::string& name, const Tensor& t) const {
     if (probe) probe(name, t);
@@ -73,19 +97,20 @@ struct Pass {
   // [B, Lk, D]; rotary angles on q and k when given. Writes to_out's result into y [B, L, D].
   void attention(const std::string& a, const Tensor& x, const Tensor& kv, const Tensor* cos, const Tensor* sin,
                  const Tensor& y) const {
-    const std::int64_t H = c.heads, hd = c.head_dim, Lk = kv.size(1);
-    OwnedTensor q = empty({B, L, D}), k = empty({B, Lk, D}), v = empty({B, Lk, D});
+    // This rank's heads: all of them, or its share under tensor parallelism.
+    const std::int64_t hd = c.head_dim, Dh = p(a + ".to_q.weight").size(0), H = Dh / hd, Lk = kv.size(1);
+    OwnedTensor q = empty({B, L, Dh}), k = empty({B, Lk, Dh}), v = empty({B, Lk, Dh});
     linear(a + ".to_q", x, q);
     linear(a + ".to_k", kv, k);
     linear(a + ".to_v", kv, v);
-    ops::rms_norm(ctx, q, p(a + ".norm_q.weight"), q, c.eps);
-    ops::rms_norm(ctx, k, p(a + ".norm_k.weight"), k, c.eps);
+    rms_norm(q, p(a + ".norm_q.weight"), D);
+    rms_norm(k, p(a + ".norm_k.weight"), D);
     const Tensor qh = q.view().reshape({B, L, H, hd}), kh = k.view().reshape({B, Lk, H, hd});
     if (cos) {
       ops::rotary(ctx, qh, *cos, *sin, qh);
       ops::rotary(ctx, kh, *cos, *sin, kh);
     }
-    OwnedTensor o = empty({B, L, D});
+    OwnedTensor o = empty({B, L, Dh});
     ops::AttentionParams ap;
     ap.scale = 1.f / std::sqrt(static_cast<float>(hd));
     auto heads_first = [&](const Tensor& t, std::int64_t len) { return t.reshape({B, len, H, hd}).permute({0, 2, 1, 3}); };
@@ -95,7 +120,7 @@ struct Pass {
       ops::attention(ctx, heads_first(q, L), heads_first(k, Lk), heads_first(v, Lk), nullptr, nullptr,
                      heads_first(o, L), ap);
     }
-    linear(a + ".to_out.0", o, y);
+    linear_summed(a + ".to_out.0", o, y);
   }
 };
 
@@ -104,9 +129,16 @@ struct Pass {
 WanTransformer::WanTransformer(WanTransformerConfig config, Weights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {}
 
+void WanTransformer::set_tensor_group(TensorGroup* group) {
+  const TensorShard& s = weights_.shard();
+  VINF_CHECK(s.size == (group ? group->size() : 1) && (!group || group->rank() == s.rank),
+             "WanTransformer: a tensor group of ", group ? group->size() : 1, " for the weights of tensor shard ", s.rank,
+             " of ", s.size);
+  tensor_group_ = group;
+}
 
 WanTransformer WanTransformer::load(const std::string& dir, Runtime& rt, DType dtype, bool allow_unexpected,
-                                    std::vector<std::string>* warnings) {
+                                    std::vector<std::string>* warnings, TensorShard shard) {
   fs::path d(dir);
   if (!io::path_exists(d / "config.json") && io::path_exists(d / "transformer" / "config.json")) d /= "transformer";
   const ModelFiles files = find_model_files(d.string());
@@ -114,7 +146,9 @@ WanTransformer WanTransformer::load(const std::string& dir, Runtime& rt, DType d
   VINF_INPUT_CHECK(activation_dtype(dtype, rt.device()) == dtype, "the Wan transformer computes in one dtype: ",
                    dtype_name(dtype), " on ", rt.device().name(), " is not supported (use --dtype f32 on the CPU)");
   const WeightFiles wf(files);
-  Weights w(wf, wan_transformer_parameters(c), rt, dtype, allow_unexpected, warnings);
+  VINF_INPUT_CHECK(shard.size <= c.heads, "--parallel.tensor ", shard.size, " splits the Wan transformer's ", c.heads,
+                   " heads: use at most ", c.heads, " tensor ranks (", files.config, ")");
+  Weights w(wf, wan_transformer_parameters(c), rt, dtype, allow_unexpected, warnings, shard);
   return WanTransformer(std::move(c), std::move(w));
 }
 
@@ -145,8 +179,11 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
                  out.size(3) == Hs && out.size(4) == Ws,
              op, ": out ", out.describe());
   VINF_CHECK(out.is_contiguous(), op, ": out must be contiguous");
+  VINF_CHECK(weights_.shard().size == 1 || tensor_group_ != nullptr, op, ": the weights of a tensor shard (",
+             weights_.shard().size, " ranks) need set_tensor_group before forward");
   const DType dt = weights_.dtype();
-  Pass ps{ctx, weights_, c, probe, self_attention, B, L, D, dt, ctx.arena->empty(dt, {D}), ctx.arena->empty(dt, {D})};
+  Pass ps{ctx, weights_, c, probe, self_attention, weights_.shard().size > 1 ? tensor_group_ : nullptr, B, L, D, dt,
+          ctx.arena->empty(dt, {D}), ctx.arena->empty(dt, {D})};
   ops::fill(ctx, ps.ones, 1.0);
   ops::fill(ctx, ps.zeros, 0.0);
 
@@ -201,7 +238,8 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
   ps.show(ce + "encoder_hidden_states", enc);
 
   OwnedTensor n = ps.empty({B, L, D}), y = ps.empty({B, L, D}), mod = ps.empty({B, 6, D});
-  OwnedTensor ff = ps.empty({B, L, c.ffn_dim});
+  const TensorShard& shard = weights_.shard();
+  OwnedTensor ff = ps.empty({B, L, split_units(c.ffn_dim, shard.rank, shard.size).second});  // this rank's share
   for (std::int64_t blk = 0; blk < c.layers; ++blk) {
     const std::string k = "blocks." + std::to_string(blk) + ".";
     // shift, scale, gate of the self-attention, then of the feed-forward.
@@ -217,7 +255,7 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
     ps.modulated_norm(h, row(4), row(3), n);
     ps.linear(k + "ffn.net.0.proj", n, ff);
     ops::activation(ctx, ops::Activation::gelu_tanh, ff, ff);
-    ps.linear(k + "ffn.net.2", ff, y);
+    ps.linear_summed(k + "ffn.net.2", ff, y);
     ps.gated_residual(h, y, row(5));
     ps.show(k + "out", h);
   }

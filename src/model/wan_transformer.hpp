@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/tensor_group.hpp"
 #include "model/wan_config.hpp"
 #include "model/weights.hpp"
 #include "ops/attention.hpp"
@@ -30,10 +31,10 @@ struct WanFrames {
 };
 
 // The self-attention of every block over the video's tokens. forward calls it with the queries,
-// keys and values of the tokens at hand, [B, heads, L, head_dim] (RMS-normed and rotated; views),
-// and out of the same shape. Without one, forward attends over the tokens at hand: the whole video
-// on one rank. A video split over ranks by frames brings one that sees every rank's tokens
-// (infinity::WanExactAttention).
+// keys and values of the tokens at hand, [B, heads, L, head_dim] (RMS-normed and rotated; views;
+// this rank's heads under tensor parallelism), and out of the same shape. Without one, forward
+// attends over the tokens at hand: the whole video on one rank. A video split over ranks by frames
+// brings one that sees every rank's tokens (infinity::WanExactAttention).
 class WanSelfAttention {
  public:
   virtual ~WanSelfAttention() = default;
@@ -48,10 +49,14 @@ class WanTransformer {
   WanTransformer(WanTransformerConfig config, Weights weights);
   // dir: a transformer directory, or a pipeline root with transformer/. The weights are checked
   // against the config's parameter list and copied to rt's device as `dtype`.
+  // With a tensor shard of T > 1 ranks (`--parallel.tensor T`), this rank holds its share of the
+  // heads of every attention (q, k, v rows, their RMS norms' scales, to_out's columns) and of the
+  // feed-forward's inner columns; set_tensor_group names the group that sums the partial outputs.
   static WanTransformer load(const std::string& dir, Runtime& rt, DType dtype, bool allow_unexpected,
-                             std::vector<std::string>* warnings);
+                             std::vector<std::string>* warnings, TensorShard shard = {});
   const WanTransformerConfig& config() const { return config_; }
   const Weights& weights() const { return weights_; }
+  void set_tensor_group(TensorGroup* group);
 
   // x [B, in_channels, F, H, W] latents, t [B] timesteps (f32, on the device), text [B, L, text_dim];
   // out [B, out_channels, F, H, W]. F, H and W must divide by the patch size. All on ctx's device
@@ -64,6 +69,7 @@ class WanTransformer {
  private:
   WanTransformerConfig config_;
   Weights weights_;
+  TensorGroup* tensor_group_ = nullptr;
 };
 
 }  // namespace vinf::model

@@ -4,7 +4,8 @@
 // against one rank. Video-Infinity's windows (infinity::WanWindowAttention) follow their
 // definition, written out here as loops, on one rank; N ranks give the one-process emulation's
 // numbers; a window over the whole video without global frames is the plain model (diffusers'
-// prediction). The traffic of both is counted against the analytic counts.
+// prediction). Tensor parallelism (each rank a share of the heads and of the feed-forward) gives
+// the one-rank prediction too. The traffic of all three is counted against the analytic counts.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -15,6 +16,8 @@
 #include <vector>
 
 #include "../support.hpp"
+#include "core/error.hpp"
+#include "infinity/tensor_group.hpp"
 #include "infinity/wan_exact.hpp"
 #include "infinity/wan_windows.hpp"
 #include "io/safetensors.hpp"
@@ -94,6 +97,21 @@ std::vector<float> host_copy(const Tensor& t) {
   return std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel());
 }
 
+// Normal latents [B, C, F, 4, 6] and text [B, 9, text_dim] (seeds `seed` and seed + 1), timestep 611.
+Inputs random_inputs(const model::WanTransformerConfig& c, std::int64_t B, std::int64_t F, std::uint64_t seed) {
+  Inputs in;
+  in.xs = {B, c.in_channels, F, 4, 6};
+  in.ts = {B, 9, c.text_dim};
+  Runtime rt(Device::cpu());
+  OwnedTensor x = rt.arena().empty(DType::f32, in.xs), text = rt.arena().empty(DType::f32, in.ts);
+  ops::normal(rt.ctx(), x, seed, 0, 0);
+  ops::normal(rt.ctx(), text, seed + 1, 0, 0);
+  in.x = host_copy(x);
+  in.text = host_copy(text);
+  in.t.assign(static_cast<std::size_t>(B), 611.f);
+  return in;
+}
+
 // The reference's transformer, its inputs (the first timestep) and diffusers' prediction there.
 struct Fixture {
   std::string dir = test::fixture("wan-tiny/transformer");
@@ -160,16 +178,7 @@ TEST_CASE("Wan exact mode: 4 heads on 2, 3, 4 and 6 ranks (Ulysses, a ring, both
   };
   for (std::int64_t B : {2, 1}) {
     CAPTURE(B);
-    Inputs in;
-    in.xs = {B, c.in_channels, 7, 4, 6};
-    in.ts = {B, 9, c.text_dim};
-    Runtime rt(Device::cpu());
-    OwnedTensor x = rt.arena().empty(DType::f32, in.xs), text = rt.arena().empty(DType::f32, in.ts);
-    ops::normal(rt.ctx(), x, 5, 0, 0);
-    ops::normal(rt.ctx(), text, 6, 0, 0);
-    in.x = host_copy(x);
-    in.text = host_copy(text);
-    in.t.assign(static_cast<std::size_t>(B), 611.f);
+    const Inputs in = random_inputs(c, B, 7, 5);
     const std::vector<float> one = predict(c, weights, in, 0);
     // Rows R = 4 B: on 2 and 4 ranks Ulysses alone; on 3 a ring of 3 single ranks (u = 1); on 6
     // a ring of 3 pairs (u = 2).
@@ -388,4 +397,98 @@ TEST_CASE("Wan windows on the transformer: 1-4 ranks as the emulation, a window 
   const double e = max_diff(predict(c, weights, in, 0, nullptr, &whole), predict(c, weights, in, 2));
   INFO("against exact mode on 2 ranks " << e);
   CHECK(e <= 1e-5);
+}
+
+namespace {
+
+// The transformer of tensor rank `rank` of `size` on a rank's runtime.
+using MakeShard = std::function<model::WanTransformer(Runtime&, model::TensorShard)>;
+
+// The whole video's prediction on `size` tensor ranks (each its share of the weights), from rank 0.
+std::vector<float> predict_tensor(const MakeShard& make, const Inputs& in, int size,
+                                  std::vector<mpi::CommCounters>* counters) {
+  std::vector<float> got(in.x.size());
+  test::run_on_threads_rt(size, [&](int r, mpi::Communicator& comm, Runtime& rt) {
+    ExecContext& ctx = rt.ctx();
+    model::WanTransformer wan = make(rt, {r, size});
+    infinity::CommTensorGroup group(comm);
+    wan.set_tensor_group(&group);
+    OwnedTensor x = ctx.arena->empty(DType::f32, in.xs), out = ctx.arena->empty(DType::f32, in.xs);
+    OwnedTensor t = ctx.arena->empty(DType::f32, {in.xs[0]}), text = ctx.arena->empty(DType::f32, in.ts);
+    ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.x.data()), DType::f32, Device::cpu(), in.xs), x);
+    ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.t.data()), DType::f32, Device::cpu(), {in.xs[0]}), t);
+    ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.text.data()), DType::f32, Device::cpu(), in.ts), text);
+    wan.forward(ctx, x, t, text, out);
+    if (r == 0) ops::copy(ctx, out, Tensor::wrap(got.data(), DType::f32, Device::cpu(), in.xs));
+    rt.synchronize();
+  }, counters);
+  return got;
+}
+
+// What a tensor rank receives per call: per block, the three partial outputs [B, L, D] in f32 and
+// the RMS norms' sums of squares (f64 pairs) of q and k in both attentions (k of attn2 over the
+// text's tokens).
+std::uint64_t tensor_bytes(const model::WanTransformerConfig& c, const Inputs& in) {
+  const std::int64_t B = in.xs[0], L = in.xs[2] * (in.xs[3] / c.patch_size[1]) * (in.xs[4] / c.patch_size[2]);
+  const std::int64_t Lt = in.ts[1];
+  return static_cast<std::uint64_t>(c.layers * (3 * B * L * c.dim() * 4 + (3 * B * L + B * Lt) * 2 * 8));
+}
+
+}  // namespace
+
+// The reference's 2 heads on 2 ranks against diffusers; 4 heads on 2, 3 (shares 1, 1, 2 of the
+// heads and uneven shares of the feed-forward) and 4 ranks against one rank.
+TEST_CASE("Wan tensor parallelism: 2-4 ranks' shares of the heads and the feed-forward give one rank's prediction") {
+  const Fixture fx;
+  const MakeShard reference = [d = fx.dir](Runtime& rt, model::TensorShard shard) {
+    return model::WanTransformer::load(d, rt, DType::f32, false, nullptr, shard);
+  };
+  const std::vector<float> one = predict(fx.config, fx.weights, fx.in, 0);
+  std::vector<mpi::CommCounters> counters;
+  const std::vector<float> two = predict_tensor(reference, fx.in, 2, &counters);
+  // The products' inner sums split at another place (and summed over the group in f32): f32
+  // rounding, not bit-identity. Measured: within 1e-6 of one rank.
+  const double d1 = max_diff(two, one), dr = max_diff(two, fx.noise_pred);
+  INFO("2 tensor ranks: max |diff| from one rank " << d1 << ", from diffusers " << dr);
+  CHECK(d1 <= 1e-5);
+  CHECK(dr <= 1e-4);
+  for (const mpi::CommCounters& cr : counters) {
+    CHECK(cr.bytes[static_cast<std::size_t>(mpi::CommOp::all_reduce)] == tensor_bytes(fx.config, fx.in));
+    std::uint64_t all = 0;
+    for (std::uint64_t b : cr.bytes) all += b;
+    CHECK(all == tensor_bytes(fx.config, fx.in));
+  }
+
+  model::WanTransformerConfig c = model::wan_transformer_preset("wan-tiny");
+  c.heads = 4;
+  c.head_dim = 8;
+  c.ffn_dim = 70;  // shares of 23, 23, 24 on 3 ranks
+  const MakeShard random = [&](Runtime& rt, model::TensorShard shard) {
+    return model::WanTransformer(c, model::Weights::random(model::wan_transformer_parameters(c), rt, DType::f32, 13, shard));
+  };
+  const Inputs in = random_inputs(c, 2, 3, 7);
+  const std::vector<float> whole = predict_tensor(random, in, 1, nullptr);
+  for (int size : {2, 3, 4}) {
+    CAPTURE(size);
+    counters.clear();
+    const double d = max_diff(predict_tensor(random, in, size, &counters), whole);
+    INFO("max |diff| from one rank " << d);
+    CHECK(d <= 1e-5);
+    REQUIRE(counters.size() == static_cast<std::size_t>(size));
+    for (const mpi::CommCounters& cr : counters)
+      CHECK(cr.bytes[static_cast<std::size_t>(mpi::CommOp::all_reduce)] == tensor_bytes(c, in));
+  }
+}
+
+TEST_CASE("Wan tensor parallelism: more tensor ranks than heads is refused with the limit") {
+  const Fixture fx;  // 2 heads
+  Runtime rt(Device::cpu());
+  try {
+    model::WanTransformer::load(fx.dir, rt, DType::f32, false, nullptr, {0, 3});
+    FAIL("3 tensor ranks for 2 heads were accepted");
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    CHECK(m.find("--parallel.tensor 3") != std::string::npos);
+    CHECK(m.find("at most 2 tensor ranks") != std::string::npos);
+  }
 }

@@ -128,4 +128,33 @@ for ((r = 0; r < n; r++)); do
       echo "ok: Wan windows, rank $r: $kind" || { echo "FAIL: Wan windows: rank $r's line '$line' lacks '$kind'"; fails=$((fails + 1)); }
   done
 done
+# Tensor parallelism on the Wan transformer (2 heads): on 2 ranks each holds one head of every
+# attention and half the feed-forward, diffusers' prediction, receiving per call and block the three
+# partial outputs [2, 80, 32] in f32 and the RMS norms' sums of squares, 3 x 160 + 24 pairs in f64
+# (2 calls x 2 blocks x 69504 B); on 4, 2 frame ranks in exact mode x 2 tensor ranks. One rank, or
+# more tensor ranks than heads, is refused with exit status 2.
+tp=(--model "$wan/transformer" --inputs "$wan/inputs.safetensors" --parallel.tensor)
+case $n in
+  1|3)
+    t=$((n == 1 ? 2 : 3))
+    out=$("$mpiexec" -np "$n" "$vinf" forward "${tp[@]}" $t --out "$work/wan-t.safetensors" "${device_args[@]}" 2>&1)
+    rc=$?
+    want=$([ "$n" = 1 ] && echo "launch a multiple of 2 ranks" || echo "at most 2 tensor ranks")
+    if [ "$rc" -eq 2 ] && grep -q "$want" <<<"$out"; then echo "ok: Wan --parallel.tensor $t on $n rank(s) refused ($want)"; else
+      echo "FAIL: Wan --parallel.tensor $t on $n rank(s): exit $rc, want 2 and '$want'"; echo "$out" | tail -5; fails=$((fails + 1)); fi ;;
+  2|4)
+    extra=()
+    [ "$n" = 4 ] && extra=(--vi.mode exact)
+    if ! out=$("$mpiexec" -np "$n" "$vinf" forward "${tp[@]}" 2 "${extra[@]}" --out "$work/wan-t.safetensors" "${device_args[@]}" 2>&1); then
+      echo "FAIL: mpirun -np $n vinf forward (Wan, --parallel.tensor 2 ${extra[*]})"; echo "$out" | tail -5; fails=$((fails + 1))
+    fi
+    "$tool" compare "$work/wan-t.safetensors" "$wan/ref.safetensors" 1e-4 noise_pred.t0 noise_pred.t1 || fails=$((fails + 1))
+    if [ "$n" = 2 ]; then
+      for r in 0 1; do
+        line=$(echo "$out" | grep "rank $r: " | head -1)
+        [[ "$line" == *"all-reduce 278016 B in "* ]] && echo "ok: Wan tensor rank $r: all-reduce 278016 B" ||
+          { echo "FAIL: Wan tensor rank $r: '$line' lacks all-reduce 278016 B"; fails=$((fails + 1)); }
+      done
+    fi ;;
+esac
 [ "$fails" -eq 0 ] && echo "forward over $n rank(s) matches the per-clip runs" || exit 1
