@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "io/spawn.hpp"
 
 extern char** environ;
 
@@ -59,7 +60,8 @@ VideoEncoder::VideoEncoder(const std::string& ffmpeg, const std::string& path, s
   posix_spawn_file_actions_addclose(&actions, fds[1]);
   posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  const int rc = posix_spawnp(&pid_, ffmpeg.c_str(), &actions, nullptr, argv.data(), environ);
+  const SpawnAttributes attributes;
+  const int rc = posix_spawnp(&pid_, ffmpeg.c_str(), &actions, attributes.get(), argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   close(fds[0]);
   if (rc != 0) {

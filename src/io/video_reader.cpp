@@ -16,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "io/path_query.hpp"
+#include "io/spawn.hpp"
 
 extern char** environ;
 
@@ -41,7 +42,8 @@ pid_t spawn_reader(std::vector<std::string> args, const std::string& stderr_path
   else
     posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, args[0].c_str(), &actions, nullptr, argv.data(), environ);
+  const SpawnAttributes attributes;
+  const int rc = posix_spawnp(&pid, args[0].c_str(), &actions, attributes.get(), argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   close(fds[1]);
   if (rc != 0) {

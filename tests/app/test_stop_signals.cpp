@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <pthread.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,9 +14,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "app/stop_signals.hpp"
+#include "io/spawn.hpp"
 
 namespace {
 
@@ -94,4 +98,31 @@ TEST_CASE("Stop signals: the VINF_FAULT_STEP test hook signals the process") {
     return stop_signal_becomes(SIGUSR1) ? 0 : 4;
   });
   CHECK(failed == 0);
+}
+
+// A helper program (ffmpeg) must not inherit the block: a mask survives exec, and the program would
+// then not end on the job's SIGTERM.
+TEST_CASE("Stop signals: a program vinf starts begins with no signal blocked") {
+  const std::string status = "/tmp/vinf-test-spawn-status-" + std::to_string(getpid());
+  const int failed = in_child([&] {
+    vinf::app::hold_stop_signals();
+    vinf::app::install_stop_signals();
+    const std::string script = "grep SigBlk /proc/self/status > " + status;
+    std::string sh = "sh", c = "-c", cmd = script;
+    char* argv[] = {sh.data(), c.data(), cmd.data(), nullptr};
+    const vinf::io::SpawnAttributes attributes;
+    pid_t pid = -1;
+    if (posix_spawnp(&pid, "sh", nullptr, attributes.get(), argv, environ) != 0) return 1;
+    int st = 0;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return 2;
+    return 0;
+  });
+  REQUIRE(failed == 0);
+  std::ifstream in(status);
+  std::string label, mask;
+  in >> label >> mask;
+  std::remove(status.c_str());
+  CHECK(label == "SigBlk:");
+  CHECK(mask.size() == 16);
+  CHECK(mask.find_first_not_of('0') == std::string::npos);  // no signal blocked
 }
