@@ -25,8 +25,8 @@ expect 0 "--vi.* settings but the mode are for Video-Infinity's windows" -- "$vi
 
 # Refused inputs and layouts, with nothing written.
 expect 2 "has no tensor 'hidden_states'" -- "$vinf" forward --model "$fixture/transformer" --inputs "$ref" --out "$work/z.safetensors" --device cpu
-expect 2 "over rank pairs: launch an even number of ranks (1 were started)" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --parallel.cfg 2
-expect 2 "drop --vi.emulate-clips (the windows on one rank are the emulation of any number) and --parallel.tensor" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --parallel.tensor 2
+expect 2 "--parallel.cfg 2 x --parallel.tensor 1 = 2 ranks hold each share of the frames of $fixture/transformer: launch a multiple of 2 ranks (1 were started)" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --parallel.cfg 2
+expect 2 "--parallel.cfg 1 x --parallel.tensor 2 = 2 ranks hold each share of the frames of $fixture/transformer: launch a multiple of 2 ranks (1 were started)" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --parallel.tensor 2
 # --parallel.cfg 2: the batch of 2 over two ranks (diffusers' prediction), also with the frames of
 # each branch over 2 ranks in exact mode, and with the windows against one rank's windows.
 expect 0 "wrote $work/fc2.safetensors" -- "$mpiexec" -np 2 "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/fc2.safetensors" --device cpu --parallel.cfg 2
@@ -37,7 +37,7 @@ windows=(--vi.mode invariant --vi.local-frames 1 --vi.global-frames 2)
 expect 0 "" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/fw1.safetensors" --device cpu "${windows[@]}"
 expect 0 "" -- "$mpiexec" -np 4 "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/fw4.safetensors" --device cpu --parallel.cfg 2 "${windows[@]}"
 expect 0 "ok noise_pred.t1" -- "$tool" compare "$work/fw4.safetensors" "$work/fw1.safetensors" 1e-5 noise_pred.t0 noise_pred.t1
-expect 2 "drop --vi.emulate-clips (the windows on one rank are the emulation of any number)" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --vi.emulate-clips 2
+expect 2 "whose windows on one rank are the emulation of any number of ranks: drop --vi.emulate-clips" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --vi.emulate-clips 2
 expect 2 "--vi.mode compat reproduces the released Video-Infinity's UNet" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --vi.mode compat
 expect 2 "--vi.global-frames 16 is larger than the video (5 latent frames)" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/z.safetensors" --device cpu --vi.mode invariant
 # Video-Infinity's windows over the whole video (+-4 of 5 latent frames, no global frames): the plain
