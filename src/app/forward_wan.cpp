@@ -185,7 +185,7 @@ int forward_wan(const WanForwardRequest& r) {
                                 Tensor::wrap(gathered.data(), DType::f32, Device::cpu(), {gathered_numel}), counts);
     }
     // Rank order to [B, C, F, H, W].
-    preds.emplace_back(gathered.size());
+    preds.emplace_back(static_cast<std::size_t>(out_shape.numel()));
     const Tensor whole = Tensor::wrap(preds.back().data(), DType::f32, Device::cpu(), out_shape);
     std::int64_t offset = 0;
     for (int k = 0; k < job->size(); offset += counts[static_cast<std::size_t>(k)], ++k) {
