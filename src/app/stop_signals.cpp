@@ -56,6 +56,14 @@ void install_stop_signals() {
   // run, and the kernel would write the handler's frame over the heap.
   const sigset_t set = stop_signal_set();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A thread that a library started before hold_stop_signals may still take one: it only sets the
+  // flag there (such a thread runs no kernels).
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
   static std::once_flag started;
   std::call_once(started, [] {
     std::thread([] {
@@ -66,22 +74,15 @@ void install_stop_signals() {
       }
     }).detach();
   });
-  // A thread that a library started before hold_stop_signals may still take one: it only sets the
-  // flag there (such a thread runs no kernels).
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGUSR1, &sa, nullptr);
   std::signal(SIGXFSZ, SIG_IGN);
 }
 
 int stop_signal() { return g_stop_signal.load(); }
 
 double seconds_since_stop_signal() {
-  if (g_stop_signal.load() == 0) return 0.0;
-  return static_cast<double>(monotonic_ns() - g_stop_signal_ns.load()) * 1e-9;
+  const std::int64_t at = g_stop_signal_ns.load();  // 0 for an instant after the flag is set
+  if (g_stop_signal.load() == 0 || at == 0) return 0.0;
+  return static_cast<double>(monotonic_ns() - at) * 1e-9;
 }
 
 const char* signal_name(int sig) {

@@ -429,7 +429,8 @@ std::vector<float> predict_tensor(const MakeShard& make, const Inputs& in, int s
 // the RMS norms' sums of squares (f64 pairs) of q and k in both attentions (k of attn2 over the
 // text's tokens).
 std::uint64_t tensor_bytes(const model::WanTransformerConfig& c, const Inputs& in) {
-  const std::int64_t B = in.xs[0], L = in.xs[2] * (in.xs[3] / c.patch_size[1]) * (in.xs[4] / c.patch_size[2]);
+  const std::int64_t B = in.xs[0];
+  const std::int64_t L = (in.xs[2] / c.patch_size[0]) * (in.xs[3] / c.patch_size[1]) * (in.xs[4] / c.patch_size[2]);
   const std::int64_t Lt = in.ts[1];
   return static_cast<std::uint64_t>(c.layers * (3 * B * L * c.dim() * 4 + (3 * B * L + B * Lt) * 2 * 8));
 }
