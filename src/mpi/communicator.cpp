@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "core/error.hpp"
 #include "mpi/watchdog.hpp"
@@ -78,6 +80,45 @@ std::string call_description(CommOp op, const std::string& label, int rank, int 
 
 Communicator::Request Communicator::completed() { return std::make_unique<CompletedRequest>(); }
 
+Communicator::~Communicator() {
+  // A transport that settled in its destructor left nothing; otherwise the watchdog forgets the
+  // calls (their requests go with this).
+  for (const Unsettled& u : unsettled_) unwatch_call(u.watch);
+}
+
+void Communicator::settle_unsettled(bool block) const {
+  for (;;) {
+    for (auto it = unsettled_.begin(); it != unsettled_.end();) {
+      std::optional<double> held;
+      try {
+        held = it->request->poll();
+      } catch (const std::exception& e) {
+        const CommOp op = it->op;
+        unwatch_call(it->watch);
+        unsettled_.erase(it);
+        VINF_FAIL(call_description(op, label_, rank_, size_, backend()), ", finished earlier, failed: ", e.what());
+      }
+      if (!held) {
+        ++it;
+        continue;
+      }
+      unwatch_call(it->watch);
+      counters_.seconds[static_cast<std::size_t>(it->op)] += it->seconds + *held;
+      it = unsettled_.erase(it);
+    }
+    if (!block || unsettled_.empty()) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+void Communicator::settle_before_destruction() noexcept {
+  try {
+    settle();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vinf: warning: while closing the %s: %s\n", label_.c_str(), e.what());
+  }
+}
+
 void Communicator::check_placement(const ExecContext& ctx, CommOp op, const char* arg, const Tensor& t) const {
   // Every transport reads and writes the buffers where the context computes: NCCL device memory
   // only; MPI and threads stage device tensors through host buffers, which needs to know which.
@@ -115,12 +156,13 @@ void Pending::settle() noexcept {
 
 template <class Issue>
 Pending Communicator::start(ExecContext& ctx, CommOp op, std::uint64_t bytes, Issue&& issue) {
+  settle_unsettled(false);  // counts what has finished since, and raises an earlier call's failure
   check_fault_injection(world_rank_or_minus_one());
   Pending p;
   p.comm_ = this;
   p.ctx_ = &ctx;
   p.op_ = op;
-  p.watch_ = watch_call(call_description(op, label_, rank_, size_, backend()));
+  p.watch_ = watch_call(call_description(op, label_, rank_, size_, backend()), async_probe());
   const auto i = static_cast<std::size_t>(op);
   ++counters_.calls[i];
   counters_.bytes[i] += bytes;
@@ -150,6 +192,12 @@ void Communicator::finish(Pending& p) {
   } catch (...) {
     unwatch_call(p.watch_);
     throw;
+  }
+  if (std::isnan(held)) {
+    // The transfer may still run (the compute stream waits for it, not the host): watched until
+    // settled, its seconds counted then.
+    unsettled_.push_back({std::move(request), p.op_, p.watch_, p.seconds_});
+    return;
   }
   unwatch_call(p.watch_);
   if (held < 0) held = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -278,9 +326,12 @@ Communicator::Request Communicator::do_reduce_scatter_v(ExecContext& ctx, const 
   OwnedTensor all = ctx.arena->empty(send.dtype, send.shape);
   ops::copy(ctx, send, all);
   Request req = do_all_reduce(ctx, all, ReduceOp::sum);
-  req->wait(ctx);
+  const double held = req->wait(ctx);
   if (recv.numel() > 0) ops::copy(ctx, all.reshape({send.numel()}).slice(0, first, recv.numel()), recv);
   synchronize(ctx);
+  // The compute stream has waited for the transfer, so a later-settled request is done by now.
+  if (std::isnan(held))
+    while (!req->poll()) std::this_thread::yield();
   return completed();
 }
 

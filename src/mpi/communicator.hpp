@@ -5,11 +5,17 @@
 //
 // Every call is counted (calls, payload bytes, seconds) per operation kind and guarded by the
 // watchdog (a call that does not finish within the timeout ends the job with a message instead of
-// hanging it). The plain calls block: when they return, the received data is in place. All-gathers
-// and exchanges also come split in two (start_*, then finish), so that the caller computes while
-// the data moves: MPI's nonblocking requests, or NCCL on a stream of its own that the compute
-// stream waits for. The seconds counted are the exposed ones: the time the caller (or, on a GPU,
-// the compute stream) was held up by communication, not the time the transfer took.
+// hanging it). The plain calls block: when they return, the received data is in place (for the
+// host, or on a GPU for the work queued after them). All-gathers and exchanges also come split in
+// two (start_*, then finish), so that the caller computes while the data moves: MPI's nonblocking
+// requests, or NCCL on a stream of its own that the compute stream waits for. The seconds counted
+// are the exposed ones: the time the caller (or, on a GPU, the compute stream) was held up by
+// communication, not the time the transfer took.
+//
+// On a GPU, finish() does not hold the host: it queues the compute stream's wait and returns. The
+// collective stays "unsettled" until its transfer is done; its exposed time is read from events
+// then, at a later call or when the counters are read (settle()), and the watchdog keeps watching
+// it (the timeout, and the transport's asynchronous errors) until then.
 //
 // Payload bytes are what this rank receives from other ranks: an all-gather of n bytes per rank
 // counts (size - 1) n, an exchange the bytes received from the peers, an all-reduce and a broadcast
@@ -22,7 +28,10 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -87,10 +96,19 @@ class CommRequest {
   // Lets the transport move data while the caller computes (MPI progresses only inside MPI calls).
   virtual void progress() {}
   // Returns once the data is in place: for the host, or (NCCL) for work queued on the compute
-  // stream after this call. Returns the seconds the computation was held up, or a negative number
-  // when that is the wall time of this call.
+  // stream after this call. Returns the seconds the computation was held up, a negative number
+  // when that is the wall time of this call, or `later` when the transfer may still be running and
+  // poll() tells the seconds once it is done.
   virtual double wait(ExecContext& ctx) = 0;
+  static constexpr double later = std::numeric_limits<double>::quiet_NaN();
+  // After wait() returned `later`: the seconds the computation was held up once the transfer is
+  // done, nothing while it runs. Never blocks; throws the transport's error.
+  virtual std::optional<double> poll() { return 0.0; }
 };
+
+// Asks a transport, from the watchdog's thread, whether it has failed on its own (NCCL's
+// asynchronous errors): "" while all is well, else what happened. Must be quick and thread-safe.
+using AsyncProbe = std::function<std::string()>;
 
 class Communicator;
 
@@ -120,7 +138,7 @@ class Pending {
 
 class Communicator {
  public:
-  virtual ~Communicator() = default;
+  virtual ~Communicator();
   int rank() const { return rank_; }
   int size() const { return size_; }
   // "mpi", "nccl" or "threads".
@@ -164,8 +182,21 @@ class Communicator {
   void broadcast(ExecContext& ctx, const Tensor& buf, int root);
   void barrier(ExecContext& ctx);
 
-  const CommCounters& counters() const { return counters_; }
-  void reset_counters() { counters_ = {}; }
+  // The counts so far; settles the finished collectives first (see settle()).
+  const CommCounters& counters() const {
+    settle();
+    return counters_;
+  }
+  void reset_counters() {
+    settle();
+    counters_ = {};
+  }
+  // Waits on the host for the collectives that finish() left running (NCCL: the compute stream
+  // waits for them, the host did not) and counts their exposed seconds. Throws the first one's
+  // error, naming it. MPI and thread transports never leave any.
+  void settle() const { settle_unsettled(true); }
+  // How many finished collectives are not settled yet.
+  std::size_t unsettled() const { return unsettled_.size(); }
   // Appends every later collective to *trace (nullptr: stop recording).
   void set_trace(std::vector<CommRecord>* trace) { trace_ = trace; }
 
@@ -190,6 +221,12 @@ class Communicator {
   virtual Request do_broadcast(ExecContext& ctx, const Tensor& buf, int root) = 0;
   virtual Request do_barrier(ExecContext& ctx) = 0;
   static Request completed();
+  // The transport's probe for asynchronous failures, handed to the watchdog with every call (none
+  // by default).
+  virtual AsyncProbe async_probe() { return {}; }
+  // For a transport's destructor, before the requests lose what they refer to: settles what is
+  // left, reporting (not throwing) a failure.
+  void settle_before_destruction() noexcept;
   // An internal error (naming the collective and the group) unless t is on the context's device.
   void check_placement(const ExecContext& ctx, CommOp op, const char* arg, const Tensor& t) const;
 
@@ -201,9 +238,19 @@ class Communicator {
   void check_all_reduce(ExecContext& ctx, const Tensor& buf, ReduceOp op);
   // Pairwise transfers (exchange, all-to-all): checked, traced and counted as op.
   Pending start_pairwise(ExecContext& ctx, CommOp op, std::span<const Transfer> transfers);
+  // Polls the unsettled collectives in order, counting those that are done; with `block`, until
+  // none is left.
+  void settle_unsettled(bool block) const;
+  struct Unsettled {
+    std::unique_ptr<CommRequest> request;
+    CommOp op;
+    std::uint64_t watch;  // the watchdog's entry, kept until settled
+    double seconds;       // exposed at the start
+  };
   int rank_, size_;
   std::string label_ = "group";
-  CommCounters counters_;
+  mutable CommCounters counters_;
+  mutable std::vector<Unsettled> unsettled_;
   std::vector<CommRecord>* trace_ = nullptr;
 };
 

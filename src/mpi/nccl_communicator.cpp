@@ -1,13 +1,15 @@
 // The NCCL transport (CUDA builds). Collectives run on a stream of the communicator's own, after
 // the work already queued on the compute stream; finishing one makes the compute stream wait for
-// it, so the compute queued in between overlaps the transfer. The host, meanwhile, polls NCCL's
-// asynchronous error state, so a failed peer surfaces as an error and a stuck one as the
-// watchdog's message, never as a silent hang; and it measures how long the compute stream sat
-// idle waiting (the exposed communication time).
+// it, so the compute queued in between overlaps the transfer, and returns at once: the host does
+// not wait. How long the compute stream sat idle waiting (the exposed communication time) is read
+// later from two timed events, when the communicator settles the call. Until then the watchdog
+// watches it: a stuck peer ends the job with the watchdog's message, and NCCL's asynchronous error
+// state, which the watchdog's thread reads through async_probe(), ends it with NCCL's; never a
+// silent hang.
 #include <nccl.h>
 
-#include <chrono>
-#include <thread>
+#include <algorithm>
+#include <mutex>
 
 #include "core/error.hpp"
 #include "cuda/context.hpp"
@@ -31,12 +33,12 @@ namespace {
     VINF_CHECK(cuda_status_ == cudaSuccess, "CUDA: ", #stmt, " failed: ", cudaGetErrorString(cuda_status_)); \
   } while (0)
 
-using Clock = std::chrono::steady_clock;
-
-// An event that is destroyed with its owner.
+// An event that is destroyed with its owner; timed ones can be measured against each other.
 class Event {
  public:
-  Event() { VINF_CHECK_CUDA_RT(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)); }
+  explicit Event(bool timed = false) {
+    VINF_CHECK_CUDA_RT(cudaEventCreateWithFlags(&e_, timed ? cudaEventDefault : cudaEventDisableTiming));
+  }
   ~Event() { cudaEventDestroy(e_); }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
@@ -90,13 +92,11 @@ class NcclCommunicator;
 // One collective queued on the communication stream; `done` follows it there.
 class NcclRequest final : public CommRequest {
  public:
-  explicit NcclRequest(NcclCommunicator& comm) : comm_(comm) {}
   double wait(ExecContext& ctx) override;
-  Event done;
+  std::optional<double> poll() override;
+  Event done{true};     // the transfer's end, on the communication stream
+  Event reached{true};  // where the compute stream starts waiting for it
   OwnedTensor scratch;  // a buffer of the collective's own, kept until the compute stream waited for it
-
- private:
-  NcclCommunicator& comm_;
 };
 
 class NcclCommunicator final : public Communicator {
@@ -113,6 +113,7 @@ class NcclCommunicator final : public Communicator {
     }
   }
   ~NcclCommunicator() override {
+    settle_before_destruction();
     if (comm_) {
       cudaStreamSynchronize(stream_);
       ncclCommDestroy(comm_);
@@ -123,15 +124,17 @@ class NcclCommunicator final : public Communicator {
 
   // Raises the asynchronous error of a failed peer (aborting the communicator first).
   void check_async_error() {
-    VINF_CHECK(comm_, "NCCL: the ", label(), " was aborted after an earlier error");
-    ncclResult_t async = ncclSuccess;
-    VINF_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
-    if (async != ncclSuccess && async != ncclInProgress) {
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
-      VINF_FAIL("NCCL reported an asynchronous error on the ", label(), ": ", ncclGetErrorString(async),
-                " (a peer rank failed or the network broke)");
+    std::string failed;
+    {
+      std::lock_guard lock(m_);
+      VINF_CHECK(comm_, "NCCL: the ", label(), " was aborted after an earlier error");
+      failed = async_failure();
+      if (!failed.empty()) {
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+      }
     }
+    if (!failed.empty()) VINF_FAIL(failed);
   }
   static cudaStream_t compute_stream(ExecContext& ctx) {
     VINF_CHECK(ctx.device.is_cuda() && ctx.cuda, "the NCCL communicator needs a CUDA context");
@@ -139,6 +142,12 @@ class NcclCommunicator final : public Communicator {
   }
 
  protected:
+  AsyncProbe async_probe() override {
+    return [this] {
+      std::lock_guard lock(m_);
+      return comm_ ? async_failure() : std::string{};
+    };
+  }
   Request do_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
                           const std::vector<std::int64_t>& counts) override {
     return enqueue(ctx, [&] {
@@ -195,6 +204,15 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // NCCL's asynchronous error, as a message ("" while none). Called with m_ held on a live comm_.
+  std::string async_failure() {
+    ncclResult_t async = ncclSuccess;
+    const ncclResult_t got = ncclCommGetAsyncError(comm_, &async);
+    if (got != ncclSuccess) return std::string("NCCL could not report its state: ") + ncclGetErrorString(got);
+    if (async == ncclSuccess || async == ncclInProgress) return {};
+    return "NCCL reported an asynchronous error on the " + label() + ": " + ncclGetErrorString(async) +
+           " (a peer rank failed or the network broke)";
+  }
   // Runs `calls` inside one NCCL group. When one of them throws, the group is ended (NcclGroup)
   // and the communicator aborted: the peers were promised operations that never came, so a later
   // collective could only hang; it fails with a message instead.
@@ -205,6 +223,7 @@ class NcclCommunicator final : public Communicator {
       calls();
       group.end();
     } catch (...) {
+      std::lock_guard lock(m_);
       if (comm_) ncclCommAbort(comm_);
       comm_ = nullptr;
       throw;
@@ -214,8 +233,8 @@ class NcclCommunicator final : public Communicator {
   // stream (the data it sends is written there).
   template <class Issue>
   Request enqueue(ExecContext& ctx, Issue&& issue, OwnedTensor scratch = {}) {
-    VINF_CHECK(comm_, "NCCL: the ", label(), " was aborted after an earlier error");
-    auto req = std::make_unique<NcclRequest>(*this);
+    check_async_error();
+    auto req = std::make_unique<NcclRequest>();
     req->scratch = std::move(scratch);
     Event ready;
     VINF_CHECK_CUDA_RT(cudaEventRecord(ready.get(), compute_stream(ctx)));
@@ -224,37 +243,31 @@ class NcclCommunicator final : public Communicator {
     VINF_CHECK_CUDA_RT(cudaEventRecord(req->done.get(), stream_));
     return req;
   }
+  std::mutex m_;  // comm_ against the watchdog's probe: aborting it sets it null
   ncclComm_t comm_;
   cudaStream_t stream_ = nullptr;
 };
 
 double NcclRequest::wait(ExecContext& ctx) {
   // The compute stream waits for the transfer; `reached` marks where it starts waiting. The host
-  // polls until the transfer is done: the time between the compute stream reaching the wait and
-  // the transfer ending is the exposed communication.
+  // returns at once: poll() tells the exposed time once both events have passed.
   const cudaStream_t compute = NcclCommunicator::compute_stream(ctx);
-  Event reached;
   VINF_CHECK_CUDA_RT(cudaEventRecord(reached.get(), compute));
   VINF_CHECK_CUDA_RT(cudaStreamWaitEvent(compute, done.get(), 0));
-  bool idle = false;
-  Clock::time_point idle_since{};
-  for (;;) {
-    const cudaError_t e = cudaEventQuery(done.get());
-    if (e == cudaSuccess) break;
-    VINF_CHECK(e == cudaErrorNotReady, "CUDA error while waiting for NCCL: ", cudaGetErrorString(e));
-    comm_.check_async_error();
-    if (!idle) {
-      const cudaError_t r = cudaEventQuery(reached.get());
-      VINF_CHECK(r == cudaSuccess || r == cudaErrorNotReady, "CUDA error while waiting for NCCL: ",
-                 cudaGetErrorString(r));
-      if (r == cudaSuccess) {
-        idle = true;
-        idle_since = Clock::now();
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-  return idle ? std::chrono::duration<double>(Clock::now() - idle_since).count() : 0.0;
+  return later;
+}
+
+std::optional<double> NcclRequest::poll() {
+  const cudaError_t e = cudaEventQuery(done.get());
+  if (e == cudaErrorNotReady) return std::nullopt;
+  VINF_CHECK(e == cudaSuccess, "CUDA error while waiting for NCCL: ", cudaGetErrorString(e));
+  const cudaError_t r = cudaEventQuery(reached.get());
+  // The transfer ended before the compute stream came to its wait: nothing was exposed.
+  if (r == cudaErrorNotReady) return 0.0;
+  VINF_CHECK(r == cudaSuccess, "CUDA error while waiting for NCCL: ", cudaGetErrorString(r));
+  float ms = 0;
+  VINF_CHECK_CUDA_RT(cudaEventElapsedTime(&ms, reached.get(), done.get()));
+  return std::max(0.0, static_cast<double>(ms) * 1e-3);
 }
 
 }  // namespace

@@ -46,19 +46,23 @@ class Watchdog {
     static Watchdog* w = new Watchdog;
     return *w;
   }
-  std::uint64_t arm(std::string what) {
+  std::uint64_t arm(std::string what, std::function<std::string()> probe) {
     std::lock_guard lock(m_);
     if (!started_ && timeout_ > 0) {
       started_ = true;
       std::thread([this] { loop(); }).detach();
     }
     const std::uint64_t id = next_++;
-    active_.emplace(id, Active{Clock::now(), std::move(what)});
+    active_.emplace(id, Active{Clock::now(), std::move(what), std::move(probe)});
     return id;
   }
   void disarm(std::uint64_t id) {
     std::lock_guard lock(m_);
     active_.erase(id);
+  }
+  std::size_t watched() {
+    std::lock_guard lock(m_);
+    return active_.size();
   }
   void set_timeout(double s, std::string setting) {
     std::lock_guard lock(m_);
@@ -74,6 +78,7 @@ class Watchdog {
   struct Active {
     Clock::time_point start;
     std::string what;
+    std::function<std::string()> probe;
   };
   void loop() {
     for (;;) {
@@ -83,6 +88,15 @@ class Watchdog {
         std::lock_guard lock(m_);
         if (timeout_ <= 0) continue;
         for (const auto& [id, a] : active_) {
+          // The probe runs under the lock: disarming the call waits for it, so it never outlives
+          // what it looks at.
+          if (a.probe) {
+            const std::string failed = a.probe();
+            if (!failed.empty()) {
+              message = a.what + ": " + failed + "; ending the job";
+              break;
+            }
+          }
           const double waited = std::chrono::duration<double>(Clock::now() - a.start).count();
           if (waited > timeout_) {
             char secs[32];
@@ -136,8 +150,11 @@ int world_rank_or_minus_one() {
   return rank;
 }
 
-std::uint64_t watch_call(std::string what) { return Watchdog::get().arm(std::move(what)); }
+std::uint64_t watch_call(std::string what, std::function<std::string()> probe) {
+  return Watchdog::get().arm(std::move(what), std::move(probe));
+}
 void unwatch_call(std::uint64_t id) { Watchdog::get().disarm(id); }
+std::size_t watched_calls() { return Watchdog::get().watched(); }
 
 void set_comm_timeout(double seconds, std::string setting) { Watchdog::get().set_timeout(seconds, std::move(setting)); }
 double comm_timeout() { return Watchdog::get().timeout(); }

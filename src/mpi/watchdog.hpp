@@ -4,7 +4,9 @@
 // check_fault_injection) are declared in communicator.hpp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace vinf::mpi {
@@ -14,8 +16,12 @@ int world_rank_or_minus_one();
 
 // Starts watching a call; `what` names it in the message should it outlive the timeout ("world
 // rank 2: exchange on the clip group (rank 1 of 3, mpi)"). Returns its entry for unwatch_call.
-std::uint64_t watch_call(std::string what);
+// `probe`, when given, is asked every watchdog tick whether the transport failed on its own; a
+// non-empty answer ends the job with the call's name and that answer (exit status 3).
+std::uint64_t watch_call(std::string what, std::function<std::string()> probe = {});
 // Stops watching the call (it finished, or failed with an error of its own).
 void unwatch_call(std::uint64_t id);
+// How many calls are watched now (for the tests).
+std::size_t watched_calls();
 
 }  // namespace vinf::mpi

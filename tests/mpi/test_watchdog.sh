@@ -25,4 +25,20 @@ expect() {  # expect NAME EXPECTED_TEXT [SETTING]
 expect "the caller's setting in the message" "longer than the communication timeout (--probe-timeout 1 s): $why" \
   --probe-timeout
 expect "no setting: the timeout alone" "longer than the communication timeout (1 s): $why"
+
+# A collective that finish() left running (NCCL's on a GPU) is watched until it ends: the timeout,
+# and the transport's asynchronous failure, read by the watchdog's thread.
+expect_mode() {  # expect_mode NAME MODE EXPECTED_TEXT
+  local out rc
+  out=$(timeout 30 "$probe" "$2" 2>&1)
+  rc=$?
+  if [ "$rc" -ne 3 ] || ! grep -qF "$3" <<<"$out"; then
+    echo "FAIL: $1: exit $rc (want 3), want '$3' in:"; echo "$out"; fails=$((fails + 1)); return
+  fi
+  echo "ok: $1"
+}
+expect_mode "an unsettled collective times out" unsettled \
+  "vinf: error: barrier on the probe group (rank 0 of 2, manual) has waited"
+expect_mode "an asynchronous failure ends the job" async \
+  "vinf: error: barrier on the probe group (rank 0 of 2, manual): the manual transport broke; ending the job"
 [ "$fails" -eq 0 ] || exit 1

@@ -2,12 +2,32 @@
 // rank 1 never enters, with a 1 s communication timeout, so that the watchdog ends the process.
 // `watchdog_probe SETTING` passes SETTING as the way the user changes the timeout; without an
 // argument the timeout is set without one.
+//
+// `watchdog_probe unsettled`: a barrier of the manual transport that finish() left running (as
+// NCCL's on a GPU) and that never ends, with a 1 s timeout; `watchdog_probe async`: one whose
+// transport then reports an asynchronous failure, with a 60 s timeout. The watchdog ends both.
+#include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <thread>
 
 #include "mpi/communicator.hpp"
+#include "manual_transport.hpp"
 #include "ops/runtime.hpp"
 
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::strcmp(argv[1], "unsettled") == 0 || std::strcmp(argv[1], "async") == 0)) {
+    const bool async = std::strcmp(argv[1], "async") == 0;
+    vinf::mpi::set_comm_timeout(async ? 60 : 1);
+    vinf::testing::ManualCommunicator comm(0, 2);
+    comm.set_label("probe group");
+    vinf::Runtime rt(vinf::Device::cpu());
+    comm.barrier(rt.ctx());
+    if (async) comm.broken = true;
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    std::fprintf(stderr, "the watchdog let the unsettled barrier be\n");
+    return 0;
+  }
   if (argc > 1)
     vinf::mpi::set_comm_timeout(1, argv[1]);
   else
