@@ -81,6 +81,17 @@ Tensor Tensor::slice(int dim, std::int64_t start, std::int64_t length) const {
   return t;
 }
 
+Tensor Tensor::every(int dim, std::int64_t start, std::int64_t step, std::int64_t count) const {
+  const int d = norm_dim(*this, dim);
+  VINF_CHECK(step >= 1 && count >= 0 && start >= 0 && (count == 0 || start + (count - 1) * step < shape[d]),
+             "every ", step, " of dimension ", d, " from ", start, ", ", count, " times, is out of range for ",
+             describe());
+  Tensor t = slice(d, start, count > 0 ? 1 : 0);
+  t.shape[d] = count;
+  t.strides[d] = strides[d] * step;
+  return t;
+}
+
 Tensor Tensor::select(int dim, std::int64_t index) const {
   const int d = norm_dim(*this, dim);
   Tensor s = slice(d, index, 1);

@@ -59,6 +59,8 @@ struct Tensor {
   // Views.
   Tensor slice(int dim, std::int64_t start, std::int64_t length) const;
   Tensor select(int dim, std::int64_t index) const;  // drops the dimension
+  // Indices start, start + step, ... (count of them) of dim, step >= 1.
+  Tensor every(int dim, std::int64_t start, std::int64_t step, std::int64_t count) const;
   Tensor permute(std::initializer_list<int> order) const;
   Tensor transpose(int a, int b) const;
   Tensor reshape(const Shape& shape) const;  // contiguous tensors only (any -1 is inferred)

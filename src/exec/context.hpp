@@ -3,6 +3,8 @@
 // state (the one process-wide switch, TF32, is in exec/tf32.hpp).
 #pragma once
 
+#include <cstdint>
+
 #include "core/arena.hpp"
 #include "core/tensor.hpp"
 
@@ -24,6 +26,9 @@ struct ExecContext {
   CpuImpl cpu_impl = CpuImpl::fast;
   cpu::CpuContext* cpu = nullptr;         // oneDNN engine/stream and primitive cache (CPU)
   cuda::CudaContext* cuda = nullptr;      // stream, cuBLAS and cuDNN handles (CUDA)
+  // ops::copy and ops::fill calls on this context (each is a kernel launch or a transfer on CUDA):
+  // what the tests count to keep per-frame copies out of the hot paths.
+  std::uint64_t copy_calls = 0;
 };
 
 }  // namespace vinf

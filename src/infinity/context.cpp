@@ -23,6 +23,13 @@ model::Halo halo_for(Mode mode, int width, int rank, int size) {
   return {rank > 0 ? width : 0, rank < size - 1 ? width : 0};
 }
 
+// 0, 1, ..., n - 1.
+std::vector<std::int64_t> first_n(std::size_t n) {
+  std::vector<std::int64_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::int64_t>(i);
+  return v;
+}
+
 OwnedTensor contiguous_copy(ExecContext& ctx, const Tensor& t) {
   OwnedTensor c = ctx.arena->empty(t.dtype, t.shape);
   ops::copy(ctx, t, c);
@@ -303,13 +310,17 @@ void Context::progress_rounds(AttentionCall& a) {
 // global keys are projected once they arrive).
 void Context::project_own_keys(ExecContext& ctx, AttentionCall& a) {
   OwnedTensor projected = ctx.arena->empty(a.dt, {a.rows, a.f, a.inner});
+  std::vector<std::int64_t> own_frames, keys;  // with halo x: the own global frames, and their keys
+  for (std::int64_t j = 0; j < a.kept && a.carry_x; ++j) {
+    const std::int64_t frame = global_frames_[static_cast<std::size_t>(j)];
+    if (frame / f_ != rank_) continue;
+    own_frames.push_back(frame - rank_ * f_);
+    keys.push_back(j);
+  }
   for (std::size_t k = 0; k < 2; ++k) {
     ops::linear(ctx, a.x, k == 0 ? a.w.to_k : a.w.to_v, nullptr, projected);
     ops::copy(ctx, projected, a.own_kv[k]);
-    for (std::int64_t j = 0; j < a.kept && a.carry_x; ++j) {
-      const std::int64_t frame = global_frames_[static_cast<std::size_t>(j)];
-      if (frame / f_ == rank_) ops::copy(ctx, projected.select(1, frame - rank_ * f_), a.globals[k].select(1, j));
-    }
+    ops::copy_frames(ctx, projected, 1, own_frames, a.globals[k], 1, keys);
     progress_rounds(a);
   }
 }
@@ -322,8 +333,7 @@ void Context::start_attention_rounds(ExecContext& ctx, AttentionCall& a) {
     for (const Tensor& t : a.own) {
       const std::int64_t d = t.size(2);
       a.sent.push_back(ctx.arena->empty(a.dt, {static_cast<std::int64_t>(my_globals_.size()), rows, d}));
-      for (std::size_t i = 0; i < my_globals_.size(); ++i)
-        ops::copy(ctx, t.select(1, my_globals_[i]), a.sent.back().select(0, static_cast<std::int64_t>(i)));
+      ops::copy_frames(ctx, t, 1, my_globals_, a.sent.back(), 0, first_n(my_globals_.size()));
       a.gathered.push_back(ctx.arena->empty(a.dt, {gathered_, rows, d}));
       std::vector<std::int64_t> counts(counts_.size());
       for (std::size_t r = 0; r < counts.size(); ++r) counts[r] = counts_[r] * rows * d;
@@ -335,8 +345,7 @@ void Context::start_attention_rounds(ExecContext& ctx, AttentionCall& a) {
   auto frames_of = [&](const Tensor& t, const std::vector<std::int64_t>& list) -> Tensor {
     if (list.empty()) return {};
     a.sent.push_back(ctx.arena->empty(a.dt, {rows, static_cast<std::int64_t>(list.size()), t.size(2)}));
-    for (std::size_t i = 0; i < list.size(); ++i)
-      ops::copy(ctx, t.select(1, list[i]), a.sent.back().select(1, static_cast<std::int64_t>(i)));
+    ops::copy_frames(ctx, t, 1, list, a.sent.back(), 1, first_n(list.size()));
     return a.sent.back();
   };
   auto room = [&](std::vector<OwnedTensor>& into, std::int64_t n, std::int64_t d) -> Tensor {
@@ -384,8 +393,7 @@ void Context::assemble_global_keys(ExecContext& ctx, AttentionCall& a) {
     const auto nr = static_cast<std::int64_t>(remote.size());
     if (nr > 0) {
       OwnedTensor xr = ctx.arena->empty(a.dt, {a.rows, nr, a.gathered[0].size(2)});
-      for (std::int64_t i = 0; i < nr; ++i)
-        ops::copy(ctx, a.gathered[0].select(0, remote[static_cast<std::size_t>(i)]), xr.select(1, i));
+      ops::copy_frames(ctx, a.gathered[0], 0, remote, xr, 1, first_n(remote.size()));
       OwnedTensor projected = nr < a.kept ? ctx.arena->empty(a.dt, {a.rows, nr, a.inner}) : OwnedTensor{};
       for (std::size_t k = 0; k < 2; ++k) {
         const Tensor& weight = k == 0 ? a.w.to_k : a.w.to_v;
@@ -394,8 +402,7 @@ void Context::assemble_global_keys(ExecContext& ctx, AttentionCall& a) {
           continue;
         }
         ops::linear(ctx, xr, weight, nullptr, projected);
-        for (std::int64_t i = 0; i < nr; ++i)
-          ops::copy(ctx, projected.select(1, i), a.globals[k].select(1, remote[static_cast<std::size_t>(i)]));
+        ops::copy_frames(ctx, projected, 1, first_n(remote.size()), a.globals[k], 1, remote);
       }
     }
   }
@@ -415,14 +422,21 @@ void Context::place_halos(ExecContext& ctx, AttentionCall& a) {
     }
     OwnedTensor projected =
         plan.received > 0 ? ctx.arena->empty(a.dt, {a.rows, plan.received, a.inner}) : OwnedTensor{};
+    // Positions at + i take global key plan.key[i], or the next projected frame where that is -1.
+    std::vector<std::int64_t> keys, key_at, arrived_at;
+    for (std::int64_t i = 0; i < p; ++i) {
+      const std::int64_t key = plan.key[static_cast<std::size_t>(i)];
+      if (key >= 0) {
+        keys.push_back(key);
+        key_at.push_back(at + i);
+      } else {
+        arrived_at.push_back(at + i);
+      }
+    }
     for (std::size_t k = 0; k < 2; ++k) {
       if (plan.received > 0) ops::linear(ctx, got[0], k == 0 ? a.w.to_k : a.w.to_v, nullptr, projected);
-      std::int64_t next = 0;
-      for (std::int64_t i = 0; i < p; ++i) {
-        const std::int64_t key = plan.key[static_cast<std::size_t>(i)];
-        ops::copy(ctx, key >= 0 ? a.globals[k].select(1, key) : projected.select(1, next++),
-                  a.padded[k].select(1, at + i));
-      }
+      ops::copy_frames(ctx, a.globals[k], 1, keys, a.padded[k], 1, key_at);
+      if (plan.received > 0) ops::copy_frames(ctx, projected, 1, first_n(arrived_at.size()), a.padded[k], 1, arrived_at);
     }
   };
   if (a.has_left) place(left_plan_, a.left, 0);

@@ -1,11 +1,14 @@
 #include "ops/elementwise.hpp"
 
+#include <utility>
+
 #include "ops/dispatch.hpp"
 
 namespace vinf::ops {
 
 void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
   check_same_shape("copy", "src", src, "dst", dst);
+  ++ctx.copy_calls;
   if (src.device.is_cpu() && dst.device.is_cpu()) {
     detail::reference(ctx) ? cpu::ref::copy(src, dst) : cpu::fast::copy(src, dst);
     return;
@@ -15,8 +18,53 @@ void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
   VINF_ON_CUDA(cuda::copy(ctx, src, dst));
 }
 
+std::vector<FrameRun> frame_runs(std::span<const std::int64_t> src_index, std::span<const std::int64_t> dst_index) {
+  VINF_CHECK(src_index.size() == dst_index.size(), "copy_frames: ", src_index.size(), " source indices for ",
+             dst_index.size(), " destination indices");
+  std::vector<FrameRun> runs;
+  for (std::size_t i = 0; i < src_index.size(); ++i) {
+    const std::int64_t s = src_index[i], d = dst_index[i];
+    if (!runs.empty()) {
+      FrameRun& r = runs.back();
+      const std::int64_t ds = s - (r.src + (r.count - 1) * r.src_step), dd = d - (r.dst + (r.count - 1) * r.dst_step);
+      if (r.count == 1 && ds >= 1 && dd >= 1) {  // a second index fixes the run's steps
+        r.src_step = ds;
+        r.dst_step = dd;
+        ++r.count;
+        continue;
+      }
+      if (r.count > 1 && ds == r.src_step && dd == r.dst_step) {
+        ++r.count;
+        continue;
+      }
+    }
+    runs.push_back({s, 1, d, 1, 1});
+  }
+  return runs;
+}
+
+namespace {
+// t with dimension dim moved to the front (the others keep their order).
+Tensor dim_first(const Tensor& t, int dim) {
+  Tensor u = t;
+  for (int k = dim < 0 ? dim + t.rank() : dim; k > 0; --k) {
+    std::swap(u.shape[k], u.shape[k - 1]);
+    std::swap(u.strides[k], u.strides[k - 1]);
+  }
+  return u;
+}
+}  // namespace
+
+void copy_frames(ExecContext& ctx, const Tensor& src, int src_dim, std::span<const std::int64_t> src_index,
+                 const Tensor& dst, int dst_dim, std::span<const std::int64_t> dst_index) {
+  for (const FrameRun& r : frame_runs(src_index, dst_index))
+    copy(ctx, dim_first(src.every(src_dim, r.src, r.src_step, r.count), src_dim),
+         dim_first(dst.every(dst_dim, r.dst, r.dst_step, r.count), dst_dim));
+}
+
 void fill(ExecContext& ctx, const Tensor& dst, double value) {
   check_on_device(ctx, "fill", "dst", dst);
+  ++ctx.copy_calls;
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::fill(ctx, dst, value));
     return;

@@ -97,3 +97,17 @@ TEST_CASE("shape errors name the problem, the place and the process") {
   CHECK_THROWS_AS(t.expand({3, 3}), Error);
   CHECK_THROWS_AS(Shape({1, 2, 3, 4, 5, 6, 7}), Error);
 }
+
+TEST_CASE("Tensor::every: an even stride of one dimension, checked against its range") {
+  std::vector<float> buf(4 * 10 * 3);
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i);
+  const Tensor t = Tensor::wrap(buf.data(), DType::f32, Device::cpu(), {4, 10, 3});
+  const Tensor e = t.every(1, 1, 3, 3);  // indices 1, 4, 7
+  CHECK(e.shape == Shape{4, 3, 3});
+  CHECK(e.stride(1) == 9);
+  CHECK(*static_cast<float*>(e.at({2, 2, 1})) == buf[(2 * 10 + 7) * 3 + 1]);
+  CHECK(t.every(1, 9, 5, 1).shape == Shape{4, 1, 3});
+  CHECK(t.every(1, 0, 2, 0).numel() == 0);
+  CHECK_THROWS_WITH_AS(t.every(1, 1, 3, 4), doctest::Contains("out of range"), Error);  // 10 is past the end
+  CHECK_THROWS_AS(t.every(1, 0, 0, 2), Error);
+}

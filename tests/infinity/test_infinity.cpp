@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -71,8 +72,10 @@ infinity::Config vi(infinity::Mode mode, int p, int g) {
 }
 
 // One attention module on a video of `frames` frames split over n clips; returns the whole output.
+// `copies`, when given, gets each rank's ops::copy and ops::fill calls inside the module.
 test::HostTensor attention_over_clips(const infinity::Config& c, const AttnSetup& s, const test::HostTensor& x, int n,
-                                      std::int64_t t, std::vector<mpi::CommCounters>* counters = nullptr) {
+                                      std::int64_t t, std::vector<mpi::CommCounters>* counters = nullptr,
+                                      std::vector<std::uint64_t>* copies = nullptr) {
   const std::int64_t frames = x.t.size(1), per = frames / n;
   test::HostTensor out({s.rows, frames, s.width});
   test::run_on_threads(n, [&](int r, mpi::Communicator& comm, ExecContext& ctx) {
@@ -81,7 +84,9 @@ test::HostTensor attention_over_clips(const infinity::Config& c, const AttnSetup
     OwnedTensor xin = ctx.arena->empty(DType::f32, {s.rows, per, s.width});
     OwnedTensor y = ctx.arena->empty(DType::f32, {s.rows, per, s.width});
     ops::copy(ctx, x.t.slice(1, r * per, per), xin);
+    const std::uint64_t before = ctx.copy_calls;
     vc.attention(ctx, s.w(), xin, y, "test.attn1");
+    if (copies) (*copies)[static_cast<std::size_t>(r)] = ctx.copy_calls - before;
     ops::copy(ctx, y, out.t.slice(1, r * per, per));
   }, counters);
   return out;
@@ -221,6 +226,43 @@ TEST_CASE("invariant attention over 1-4 clips equals the whole video, with the a
               CHECK(cr.bytes[0] == frame_bytes * static_cast<std::uint64_t>(g - own_globals));
             }
           }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("invariant attention copies frames in runs: the copies per module do not grow with the clip") {
+  // Every list of frames that moves (the own global frames, the boundary frames, the halo's
+  // places in the padded keys) is one strided copy (one kernel on a GPU) per run that steps
+  // evenly, whatever its length. Global frames every F / 4 here: one run each. With K and V
+  // travelling the count is the same for every clip length and halo width; with x, halo places
+  // that are global keys are filled from those keys, which can break a side's run once per halo
+  // frame (K and V: at most 2 copies more per halo frame and side). Results equal the whole
+  // video's.
+  const AttnSetup s;
+  std::map<std::pair<std::int64_t, int>, std::uint64_t> kv_count;
+  for (auto halo : {infinity::HaloData::kv, infinity::HaloData::x}) {
+    for (std::int64_t frames : {12, 24}) {
+      for (int p : {1, 3}) {
+        const test::HostTensor x = random_tensor({s.rows, frames, s.width}, 9);
+        infinity::Config c = vi(infinity::Mode::invariant, p, 4);
+        c.halo = halo;
+        const test::HostTensor whole = attention_over_clips(c, s, x, 1, 700);
+        std::vector<std::uint64_t> copies(3);
+        const test::HostTensor split = attention_over_clips(c, s, x, 3, 700, nullptr, &copies);
+        const bool kv = halo == infinity::HaloData::kv;
+        CAPTURE(kv);
+        CAPTURE(frames);
+        CAPTURE(p);
+        CHECK(max_diff(split, whole) < 1e-5);
+        const std::uint64_t middle = copies[1];  // both neighbours
+        if (kv) {
+          kv_count[{frames, p}] = middle;
+          CHECK(middle == kv_count.begin()->second);
+          CHECK(middle <= 16);
+        } else {
+          CHECK(middle <= kv_count[{frames, p}] + 2 * 2 * static_cast<std::uint64_t>(p));
         }
       }
     }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../support.hpp"
+#include "core/error.hpp"
 #include "core/half.hpp"
 #include "cpu/vec.hpp"
 #include "ops/activation.hpp"
@@ -439,4 +440,36 @@ TEST_CASE("the AVX-512 exponentials in log2 units against libm's exp2") {
 #else
   MESSAGE("skipped: not an x86-64 build");
 #endif
+}
+
+TEST_CASE("copy_frames: index lists split into evenly stepping runs, one copy each, equal to a copy per index") {
+  using ops::FrameRun;
+  auto same = [](const FrameRun& a, const FrameRun& b) {
+    return a.src == b.src && a.src_step == b.src_step && a.dst == b.dst && a.dst_step == b.dst_step &&
+           a.count == b.count;
+  };
+  const std::vector<std::int64_t> src{0, 2, 4, 5, 6, 9}, dst{0, 1, 2, 3, 4, 5};
+  const std::vector<FrameRun> runs = ops::frame_runs(src, dst);
+  REQUIRE(runs.size() == 3);
+  CHECK(same(runs[0], {0, 2, 0, 1, 3}));
+  CHECK(same(runs[1], {5, 1, 3, 1, 2}));
+  CHECK(same(runs[2], {9, 1, 5, 1, 1}));
+  // A descending pair, and a repeated index, cannot share a run (steps are >= 1).
+  CHECK(ops::frame_runs(std::vector<std::int64_t>{5, 3}, std::vector<std::int64_t>{0, 1}).size() == 2);
+  CHECK(ops::frame_runs(std::vector<std::int64_t>{2, 2}, std::vector<std::int64_t>{0, 1}).size() == 2);
+  CHECK(ops::frame_runs(std::vector<std::int64_t>{}, std::vector<std::int64_t>{}).empty());
+  CHECK_THROWS_AS(ops::frame_runs(std::vector<std::int64_t>{1}, std::vector<std::int64_t>{}), Error);
+
+  // Frames of dim 1 of a [2, 7, 3] tensor into dim 0 of a [5, 2, 3] one.
+  Runtime rt(Device::cpu());
+  HostTensor a({2, 7, 3}), b({5, 2, 3}), want({5, 2, 3});
+  for (std::size_t i = 0; i < a.data.size(); ++i) a.data[i] = static_cast<float>(i) * 0.5f - 3.f;
+  const std::vector<std::int64_t> from{6, 1, 3, 5, 0}, to{4, 0, 1, 2, 3};
+  for (std::size_t i = 0; i < from.size(); ++i)
+    ops::copy(rt.ctx(), a.t.select(1, from[i]), want.t.select(0, to[i]));
+  const std::uint64_t before = rt.ctx().copy_calls;
+  ops::copy_frames(rt.ctx(), a.t, 1, from, b.t, 0, to);
+  CHECK(rt.ctx().copy_calls - before == ops::frame_runs(from, to).size());
+  CHECK(ops::frame_runs(from, to).size() == 3);  // {6}, {1, 3, 5} -> {0, 1, 2}, {0}
+  CHECK(b.data == want.data);
 }
