@@ -56,6 +56,9 @@ void run_case(benchmark::State& state, const opcheck::OpCase& c, Device device, 
     slot.rt->synchronize();
   }
   if (c.flops > 0) state.counters["GFLOP/s"] = benchmark::Counter(c.flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  if (c.traffic > 0)
+    state.counters["GB/s"] = benchmark::Counter(c.traffic * static_cast<double>(dtype_size(dtype)) / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(device.is_cpu() ? "cpu" : "cuda") + " " + dtype_name(dtype));
 }
 
@@ -100,14 +103,16 @@ class SummaryReporter : public benchmark::ConsoleReporter {
  public:
   struct Row {
     std::string name, label;
-    double gflops;
+    double gflops, gbytes;
   };
   std::vector<Row> rows;
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& r : runs) {
       const auto it = r.counters.find("GFLOP/s");
-      if (it != r.counters.end() && r.run_type == Run::RT_Iteration) rows.push_back({r.benchmark_name(), r.report_label, it->second.value});
+      const auto bw = r.counters.find("GB/s");
+      if (it != r.counters.end() && r.run_type == Run::RT_Iteration)
+        rows.push_back({r.benchmark_name(), r.report_label, it->second.value, bw != r.counters.end() ? bw->second.value : 0});
     }
   }
 };
@@ -182,6 +187,14 @@ int main(int argc, char** argv) {
     for (const auto& r : reporter.rows)
       if (r.label.rfind("cuda", 0) == 0)
         std::printf("  %-60s %9.2f TFLOP/s  %5.0f%% of cuBLAS bf16\n", r.name.c_str(), r.gflops / 1000, 100 * r.gflops / peak);
+  }
+  const double hbm = gpu ? memory_bandwidth_bytes(Device::cuda(0)) / 1e9 : 0;
+  if (hbm > 0) {
+    std::cout << "\nsummary: CUDA attention against the GPU's memory bandwidth (" << hbm
+              << " GB/s), each input read and the output written once; target for the temporal layers >= 60%\n";
+    for (const auto& r : reporter.rows)
+      if (r.label.rfind("cuda", 0) == 0 && r.gbytes > 0)
+        std::printf("  %-60s %9.1f GB/s  %5.0f%% of HBM\n", r.name.c_str(), r.gbytes, 100 * r.gbytes / hbm);
   }
   benchmark::Shutdown();
   return 0;

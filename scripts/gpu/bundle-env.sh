@@ -2,7 +2,7 @@
 # scripts/gpu-check --run sources it from there (so it always matches the bundle's layout).
 #
 # Layout of PREFIX (the directory vinf-gpu of the archive):
-#   bin/          vinf, vinf_unit_tests, vinf_test_tool, vinf_bench_step, vinf_bench_wan, orterun (mpirun, mpiexec), orted
+#   bin/          vinf, vinf_unit_tests, vinf_test_tool, vinf_bench_step, vinf_bench_wan, vinf_bench_ops, orterun (mpirun, mpiexec), orted
 #   lib/          every bundled shared library (RPATH $ORIGIN; the programs' RPATH is $ORIGIN/../lib)
 #   lib/x86_64-linux-gnu/openmpi/lib/openmpi3/   Open MPI's MCA components (where its libdir puts them)
 #   share/openmpi/, etc/openmpi/                 its help files and MCA parameters

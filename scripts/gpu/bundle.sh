@@ -51,7 +51,7 @@ if ! has_sm90 "$build"; then
 fi
 grep -q '^VINF_WITH_CUDA:BOOL=ON' "$build/CMakeCache.txt" || die "$build is configured without CUDA (VINF_WITH_CUDA=OFF)"
 say "building vinf and its tests in $build"
-cmake --build "$build" -j "$(nproc)" --target vinf vinf_unit_tests vinf_test_tool vinf_bench_step vinf_bench_wan > "$dir/build.log" 2>&1 \
+cmake --build "$build" -j "$(nproc)" --target vinf vinf_unit_tests vinf_test_tool vinf_bench_step vinf_bench_wan vinf_bench_ops > "$dir/build.log" 2>&1 \
   || { tail -30 "$dir/build.log" >&2; die "the build failed (log: $dir/build.log)"; }
 
 stage_root=$dir/.stage

@@ -65,17 +65,24 @@ def plan(manifest, prefix, mode, out, cores):
 
     checks.append(Check("selfcheck", "cli", [paths["vinf"], "selfcheck", "--device", "cuda"], timeout=300,
                         processors=2, what="vinf selfcheck --device cuda"))
+    # The kernels that are off by default (VINF_GPU_KERNELS, src/exec/gpu_kernels.hpp): the op
+    # table against the CPU with all of them on, and the one-rank benchmark again with them.
+    checks.append(Check("selfcheck.kernels", "cli", [paths["vinf"], "selfcheck", "--device", "cuda"],
+                        env={"VINF_GPU_KERNELS": "all"}, timeout=300, processors=2,
+                        what="VINF_GPU_KERNELS=all vinf selfcheck --device cuda"))
     if paths.get("bench_step"):
-        for np_, fpr in ((1, 24), (2, 12)):
-            name = "bench.vc2.np%d" % np_
+        for np_, fpr, kernels in ((1, 24, ""), (2, 12, ""), (1, 24, "all")):
+            name = "bench.vc2.np%d" % np_ + (".kernels" if kernels else "")
             fig = os.path.join(figures_dir, safe_name(name) + ".bench.json")
             checks.append(Check(
                 name, "perf",
                 [paths["mpiexec"], "-np", str(np_), paths["bench_step"], "--preset", "vc2", "--height", "320",
                  "--width", "512", "--frames-per-rank", str(fpr), "--batch", "2", "--device", "cuda", "--dtype", "bf16",
                  "--comm-backend", "mpi", "--calls", "3", "--warmup", "1", "--json", fig],
-                env={"OMP_NUM_THREADS": "1"}, timeout=420, exclusive=True, figures=("bench", fig),
-                what="vinf_bench_step, vc2 bf16, CFG batch 2, 24 frames at 320x512 over %d rank(s) on one GPU" % np_))
+                env={"OMP_NUM_THREADS": "1", "VINF_GPU_KERNELS": kernels or "none"}, timeout=420, exclusive=True,
+                figures=("bench", fig),
+                what="vinf_bench_step, vc2 bf16, CFG batch 2, 24 frames at 320x512 over %d rank(s) on one GPU%s" %
+                (np_, ", VINF_GPU_KERNELS=all" if kernels else "")))
 
     if paths.get("bench_wan"):
         checks.append(Check(
@@ -88,6 +95,16 @@ def plan(manifest, prefix, mode, out, cores):
             [paths["bench_wan"], "--vinf_devices=cuda", "--benchmark_filter=wan_vae_decode", "--benchmark_format=console"],
             env={"OMP_NUM_THREADS": "1"}, timeout=300, exclusive=True,
             what="vinf_bench_wan: the Wan2.1 VAE decoding 17 frames at 480x832 in f32, whole frames and tiles of 16"))
+
+    if paths.get("bench_ops"):
+        # Attention alone at the vc2 shapes (temporal, spatial, cross): GB/s against the GPU's
+        # memory bandwidth, with the default kernels and with VINF_GPU_KERNELS=all.
+        for kernels in ("none", "all"):
+            checks.append(Check(
+                "bench.attention" + (".kernels" if kernels == "all" else ""), "perf",
+                [paths["bench_ops"], "--vinf_devices=cuda", "--benchmark_filter=attention"],
+                env={"OMP_NUM_THREADS": "1", "VINF_GPU_KERNELS": kernels}, timeout=300, exclusive=True,
+                what="vinf_bench_ops, attention at the vc2 shapes on CUDA (GB/s, %% of HBM), VINF_GPU_KERNELS=%s" % kernels))
 
     vc2 = None
     units = []

@@ -135,9 +135,11 @@ def main():
     # The programs and directories the other checks (selfcheck, TF32, benchmark) use.
     bench = os.path.join(build, "perf", "vinf_bench_step")
     bench_wan = os.path.join(build, "perf", "vinf_bench_wan")
+    bench_ops = os.path.join(build, "perf", "vinf_bench_ops")
     paths = {"vinf": vinf, "unit_tests": unit_tests, "test_tool": test_tool, "mpiexec": mpiexec,
              "bench_step": bench if os.access(bench, os.X_OK) else None,
              "bench_wan": bench_wan if os.access(bench_wan, os.X_OK) else None,
+             "bench_ops": bench_ops if os.access(bench_ops, os.X_OK) else None,
              "fixtures": os.path.join(source, "tests", "fixtures"),
              "shared_fixtures": os.path.join(shared, "fixtures"), "source": source}
     paths = {k: relocate(v) for k, v in paths.items()}

@@ -7,6 +7,7 @@
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
+#include "exec/gpu_kernels.hpp"
 #include "ops/runtime.hpp"
 #include "ops/verify.hpp"
 
@@ -86,6 +87,9 @@ int selfcheck(const std::vector<std::string>& args) {
         backends.push_back({std::string("cuda:0 ") + dtype_name(dt), Device::cuda(0), CpuImpl::fast, dt});
     }
   }
+  // The CUDA kernels that are off by default and that this run turns on (VINF_GPU_KERNELS).
+  load_gpu_kernels_from_environment();
+  if (device != "cpu") std::cout << "cuda kernels off by default, on here: " << gpu_kernels_text(gpu_kernels()) << "\n";
 
   Runtime ref_rt(Device::cpu(), CpuImpl::reference);
   std::unique_ptr<Runtime> cpu_rt, gpu_rt;

@@ -1,6 +1,10 @@
-// Banded attention with global keys: one warp per query row, a block of kWarps consecutive rows of
-// one (batch, head) shares key/value tiles staged in shared memory, an online softmax per row
-// keeps everything in registers. Memory is independent of the number of rows and keys.
+// Banded attention with global keys: one warp per query row, a block of consecutive rows of one
+// (batch, head) shares key/value tiles staged in shared memory, an online softmax per row keeps
+// everything in registers. Memory is independent of the number of rows and keys. By default a
+// block has 4 rows and tiles of up to 64 keys; with VINF_GPU_KERNELS=temporal-attention it has
+// up to 32 rows and tiles of as many keys as shared memory holds, so that in the temporal layers
+// (about 24 rows against at most 56 keys) one block per (batch, head) reads every query, key and
+// value row once.
 #include <cmath>
 
 #include "cuda/common.cuh"
@@ -9,7 +13,9 @@
 namespace vinf::cuda {
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 4;       // rows per block, by default
+constexpr int kWideWarps = 32;  // at most, with temporal-attention
+constexpr int kWideMaxDpl = 4;  // head dims up to 128 (wider ones spill registers at 1024 threads)
 constexpr std::size_t kSharedBytes = 48 * 1024;
 
 struct Operand {  // a [B, H, L, dim] view with a contiguous last dim
@@ -86,16 +92,17 @@ __device__ void stream_keys(const Args& a, const Operand& k, const Operand& v, s
   }
 }
 
-template <int DPL>
-__global__ void __launch_bounds__(kWarps * 32) attention_kernel(Args a) {
+template <int DPL, int MaxWarps>
+__global__ void __launch_bounds__(MaxWarps * 32) attention_kernel(Args a) {
   extern __shared__ float shared[];
   float* ks = shared;
   float* vs = shared + static_cast<std::int64_t>(a.tile_keys) * a.D;
-  const std::int64_t tiles = (a.Lq + kWarps - 1) / kWarps;
+  const int warps = static_cast<int>(blockDim.x / 32);  // rows per block
+  const std::int64_t tiles = (a.Lq + warps - 1) / warps;
   const std::int64_t tile = blockIdx.x % tiles, h = (blockIdx.x / tiles) % a.H, b = blockIdx.x / (tiles * a.H);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const std::int64_t i0 = tile * kWarps, i = i0 + warp;
-  const std::int64_t i_last = imin(i0 + kWarps, a.Lq) - 1;
+  const std::int64_t i0 = tile * warps, i = i0 + warp;
+  const std::int64_t i_last = imin(i0 + warps, a.Lq) - 1;
   const bool row_valid = i < a.Lq;
   const std::size_t es = a.dtype == DType::f32 ? 4 : 2;
 
@@ -134,8 +141,14 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(Args a) {
 }
 
 template <int DPL>
-void launch(const Args& a, std::int64_t blocks, std::size_t shared, cudaStream_t stream) {
-  attention_kernel<DPL><<<static_cast<unsigned>(blocks), kWarps * 32, shared, stream>>>(a);
+void launch(const Args& a, int warps, std::int64_t blocks, std::size_t shared, cudaStream_t stream) {
+  if constexpr (DPL <= kWideMaxDpl) {
+    if (warps > kWarps) {
+      attention_kernel<DPL, kWideWarps><<<static_cast<unsigned>(blocks), warps * 32, shared, stream>>>(a);
+      return;
+    }
+  }
+  attention_kernel<DPL, kWarps><<<static_cast<unsigned>(blocks), warps * 32, shared, stream>>>(a);
 }
 
 }  // namespace
@@ -172,17 +185,20 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
   a.lse = lse ? static_cast<float*>(lse->data) : nullptr;
   const std::int64_t width = std::max(a.D, a.Dv);
   VINF_CHECK(width <= 512, "attention: head dims up to 512 are supported on CUDA, got ", width);
-  a.tile_keys = static_cast<int>(std::min<std::int64_t>(64, kSharedBytes / (sizeof(float) * (a.D + a.Dv))));
+  const bool wide = gpu_kernel_enabled(GpuKernel::temporal_attention) && width <= 32 * kWideMaxDpl;
+  const int warps = wide ? static_cast<int>(std::clamp<std::int64_t>(a.Lq, 1, kWideWarps)) : kWarps;
+  const std::int64_t fit = kSharedBytes / (sizeof(float) * (a.D + a.Dv));
+  a.tile_keys = static_cast<int>(std::min<std::int64_t>(wide ? 1024 : 64, fit));
   const std::size_t shared = static_cast<std::size_t>(a.tile_keys) * (a.D + a.Dv) * sizeof(float);
-  const std::int64_t blocks = (a.Lq + kWarps - 1) / kWarps * a.H * a.B;
+  const std::int64_t blocks = (a.Lq + warps - 1) / warps * a.H * a.B;
   if (blocks == 0) return;
   VINF_CHECK(blocks <= 0x7fffffff, "attention: too many (batch, head, row tile) blocks: ", blocks);
   const cudaStream_t s = stream_of(ctx);
-  if (width <= 32) launch<1>(a, blocks, shared, s);
-  else if (width <= 64) launch<2>(a, blocks, shared, s);
-  else if (width <= 128) launch<4>(a, blocks, shared, s);
-  else if (width <= 256) launch<8>(a, blocks, shared, s);
-  else launch<16>(a, blocks, shared, s);
+  if (width <= 32) launch<1>(a, warps, blocks, shared, s);
+  else if (width <= 64) launch<2>(a, warps, blocks, shared, s);
+  else if (width <= 128) launch<4>(a, warps, blocks, shared, s);
+  else if (width <= 256) launch<8>(a, warps, blocks, shared, s);
+  else launch<16>(a, warps, blocks, shared, s);
   VINF_CHECK_LAUNCH();
 }
 

@@ -14,6 +14,8 @@
 #include "cuda/check.hpp"
 #include "cuda/context.hpp"
 #include "exec/context.hpp"
+#include "exec/gpu_kernels.hpp"
+#include "exec/index32.hpp"
 #include "exec/layout.hpp"
 
 namespace vinf::cuda {
@@ -49,6 +51,17 @@ std::array<Strided, N> joint_strided(const std::array<const Tensor*, N>& ts) {
   }
   return out;
 }
+
+// The 32-bit form of the joint layout (exec/index32.hpp), when VINF_GPU_KERNELS has index32 on
+// and every offset fits; false: the caller launches its 64-bit kernel.
+template <int N>
+bool joint_index32(const std::array<const Tensor*, N>& ts, exec::Index32<N>& out) {
+  return gpu_kernel_enabled(GpuKernel::index32) && exec::to_index32(exec::joint_layout<N>(ts), out);
+}
+
+// The linear index of the calling thread in a grid-stride loop, and the loop's step.
+__device__ __forceinline__ std::uint32_t thread_index32() { return blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ std::uint32_t grid_step32() { return gridDim.x * blockDim.x; }
 
 __device__ __forceinline__ float load_f(const void* p, DType dt, std::int64_t i) {
   switch (dt) {

@@ -105,6 +105,16 @@ double memory_capacity_bytes(int device) {
   return static_cast<double>(p.totalGlobalMem);
 }
 
+double memory_bandwidth_bytes(int device) {
+  int khz = 0, bits = 0;
+  if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0.0;
+  }
+  return 2.0 * khz * 1e3 * bits / 8.0;  // two transfers per clock
+}
+
 std::string device_identity(int device) {
   cudaDeviceProp p{};
   VINF_CHECK_CUDA(cudaGetDeviceProperties(&p, device));

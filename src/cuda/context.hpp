@@ -60,6 +60,10 @@ std::string device_identity(int device);
 // The device's memory in bytes (what cudaMemGetInfo calls total); 0 when it cannot be read.
 double memory_capacity_bytes(int device);
 
+// The device memory's peak bandwidth in bytes per second (memory clock x 2 x bus width), as the
+// vendor's datasheets give it; 0 when it cannot be read.
+double memory_bandwidth_bytes(int device);
+
 // Usable devices; 0 when there is no driver or no visible device (the error is cleared).
 int device_count();
 

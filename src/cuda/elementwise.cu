@@ -29,7 +29,61 @@ __global__ void fill_kernel(void* dst, DType dt, Strided ds, std::int64_t n, dou
     store_d(dst, dt, ds.offset(i), value);
 }
 
+// The same three with 32-bit indices (VINF_GPU_KERNELS=index32; exec/index32.hpp).
+template <class T>
+__global__ void copy_same_kernel32(const T* src, T* dst, exec::Index32<2> ix) {
+  for (std::uint32_t i = thread_index32(); i < ix.count; i += grid_step32()) {
+    std::uint32_t off[2];
+    ix.offsets(i, off);
+    dst[off[1]] = src[off[0]];
+  }
+}
+
+__global__ void copy_cast_kernel32(const void* src, DType st, void* dst, DType dt, exec::Index32<2> ix) {
+  for (std::uint32_t i = thread_index32(); i < ix.count; i += grid_step32()) {
+    std::uint32_t off[2];
+    ix.offsets(i, off);
+    store_d(dst, dt, off[1], load_d(src, st, off[0]));
+  }
+}
+
+__global__ void fill_kernel32(void* dst, DType dt, exec::Index32<1> ix, double value) {
+  for (std::uint32_t i = thread_index32(); i < ix.count; i += grid_step32()) {
+    std::uint32_t off[1];
+    ix.offsets(i, off);
+    store_d(dst, dt, off[0], value);
+  }
+}
+
 enum class Pointwise { axpby, mul, silu, gelu, quick_gelu, gelu_tanh, geglu };
+
+__device__ __forceinline__ float pointwise_value(Pointwise op, float alpha, float beta, float x, float y) {
+  switch (op) {
+    case Pointwise::axpby: return beta == 0.f ? alpha * x : alpha * x + beta * y;
+    case Pointwise::mul: return x * y;
+    case Pointwise::silu: return exec::silu(x);
+    case Pointwise::gelu: return exec::gelu(x);
+    case Pointwise::quick_gelu: return exec::quick_gelu(x);
+    case Pointwise::gelu_tanh: return exec::gelu_tanh(x);
+    default: return x * exec::gelu(y);  // geglu: a = value, b = gate
+  }
+}
+
+// Whether the op reads b (the 64-bit kernel reads it only then, too).
+__device__ __forceinline__ bool reads_b(Pointwise op, float beta) {
+  return (op == Pointwise::axpby && beta != 0.f) || op == Pointwise::mul || op == Pointwise::geglu;
+}
+
+__global__ void pointwise_kernel32(Pointwise op, float alpha, float beta, const void* a, DType at, const void* b,
+                                   DType bt, void* out, DType ot, exec::Index32<3> ix) {
+  for (std::uint32_t i = thread_index32(); i < ix.count; i += grid_step32()) {
+    std::uint32_t off[3];
+    ix.offsets(i, off);
+    const float x = load_f(a, at, off[0]);
+    const float y = reads_b(op, beta) ? load_f(b, bt, off[1]) : 0.f;
+    store_f(out, ot, off[2], pointwise_value(op, alpha, beta, x, y));
+  }
+}
 
 __global__ void pointwise_kernel(Pointwise op, float alpha, float beta, const void* a, DType at, Strided as,
                                  const void* b, DType bt, Strided bs, void* out, DType ot, Strided os, std::int64_t n) {
@@ -52,9 +106,16 @@ __global__ void pointwise_kernel(Pointwise op, float alpha, float beta, const vo
 
 void launch_pointwise(ExecContext& ctx, Pointwise op, float alpha, float beta, const Tensor& a, const Tensor& b,
                       const Tensor& out) {
-  const auto s = joint_strided<3>({&a, &b, &out});
   const std::int64_t n = out.numel();
   if (n == 0) return;
+  exec::Index32<3> ix;
+  if (joint_index32<3>({&a, &b, &out}, ix)) {
+    pointwise_kernel32<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(op, alpha, beta, a.data, a.dtype, b.data, b.dtype,
+                                                                      out.data, out.dtype, ix);
+    VINF_CHECK_LAUNCH();
+    return;
+  }
+  const auto s = joint_strided<3>({&a, &b, &out});
   pointwise_kernel<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(op, alpha, beta, a.data, a.dtype, s[0], b.data, b.dtype,
                                                                   s[1], out.data, out.dtype, s[2], n);
   VINF_CHECK_LAUNCH();
@@ -70,6 +131,22 @@ void copy_on_device(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
     return;
   }
   const unsigned grid = grid_for(n);
+  exec::Index32<2> ix;
+  if (joint_index32<2>({&src, &dst}, ix)) {
+    if (src.dtype != dst.dtype)
+      copy_cast_kernel32<<<grid, kThreads, 0, stream_of(ctx)>>>(src.data, src.dtype, dst.data, dst.dtype, ix);
+    else if (dtype_size(src.dtype) == 2)
+      copy_same_kernel32<<<grid, kThreads, 0, stream_of(ctx)>>>(static_cast<const std::uint16_t*>(src.data),
+                                                                static_cast<std::uint16_t*>(dst.data), ix);
+    else if (dtype_size(src.dtype) == 4)
+      copy_same_kernel32<<<grid, kThreads, 0, stream_of(ctx)>>>(static_cast<const std::uint32_t*>(src.data),
+                                                                static_cast<std::uint32_t*>(dst.data), ix);
+    else
+      copy_same_kernel32<<<grid, kThreads, 0, stream_of(ctx)>>>(static_cast<const std::uint64_t*>(src.data),
+                                                                static_cast<std::uint64_t*>(dst.data), ix);
+    VINF_CHECK_LAUNCH();
+    return;
+  }
   if (src.dtype == dst.dtype) {
     switch (dtype_size(src.dtype)) {
       case 2:
@@ -143,6 +220,12 @@ void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
 void fill(ExecContext& ctx, const Tensor& dst, double value) {
   const std::int64_t n = dst.numel();
   if (n == 0) return;
+  exec::Index32<1> ix;
+  if (joint_index32<1>({&dst}, ix)) {
+    fill_kernel32<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dst.data, dst.dtype, ix, value);
+    VINF_CHECK_LAUNCH();
+    return;
+  }
   const auto s = joint_strided<1>({&dst});
   fill_kernel<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dst.data, dst.dtype, s[0], n, value);
   VINF_CHECK_LAUNCH();

@@ -551,6 +551,8 @@ OpCase attention_case(std::string name, AttnShape s, ops::AttentionParams p, boo
           }};
   c.head_dim = s.D;
   c.value_dim = s.Dv;
+  c.traffic = static_cast<double>(s.B * s.H) *
+              static_cast<double>(s.Lq * s.D + (s.Lk + s.G) * (s.D + s.Dv) + s.Lq * s.Dv);
   return c;
 }
 
@@ -583,6 +585,10 @@ void add_attention(std::vector<OpCase>& v) {
   v.push_back(attention_case("attention banded token-count scale base 16", {2, 2, 13, 19, 4, 16, 16}, tn));
   v.push_back(attention_case("attention long rows Lq150 Lk300 d40 dv24 band [-20,50] G5", {1, 2, 150, 300, 5, 40, 24},
                              banded(0.15f, -20, 50, 1.f, -1.f)));
+  // The temporal layers' shape: 24 own frames, p = 4 on both sides, 8 global keys, head dim 64
+  // (one block per (row, head) with VINF_GPU_KERNELS=temporal-attention).
+  v.push_back(attention_case("attention temporal F24 p4 G8 d64", {16, 4, 24, 32, 8, 64, 64},
+                             banded(0.125f, 0, 8, 0.f, 10.f)));
   v.push_back(attention_case("attention empty band rows (global keys only)", {1, 1, 9, 4, 3, 8, 8},
                              banded(0.3f, 2, 3, 0.f, 0.f)));
   v.push_back(attention_case("attention one head d512 37x37 (VAE mid-block)", {1, 1, 37, 37, 0, 512, 512},

@@ -65,6 +65,9 @@ struct OpCase {
   std::vector<std::pair<DType, Tolerance>> tolerance = {};
   std::string tolerance_reason = {};
   std::int64_t head_dim = 0, value_dim = 0;  // attention's D and Dv (which CPU kernel runs)
+  // Elements the op must at least move: its inputs read once and its output written once (0: not
+  // given). The op benchmark turns it into GB/s and a fraction of the GPU's memory bandwidth.
+  double traffic = 0;
 };
 
 // Whether `filter` selects the case, as `vinf selfcheck --filter` and VINF_OPS_FILTER in the

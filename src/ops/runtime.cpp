@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.hpp"
+#include "exec/gpu_kernels.hpp"
 #include "cpu/context.hpp"
 #include "cpu/cpu.hpp"
 
@@ -65,6 +66,15 @@ std::unique_ptr<RawMemory> pinned_host_memory() {
 #endif
 }
 
+double memory_bandwidth_bytes(const Device& device) {
+  if (device.is_cpu()) return 0.0;
+#if VINF_WITH_CUDA
+  return cuda::memory_bandwidth_bytes(device.index);
+#else
+  return 0.0;
+#endif
+}
+
 double memory_capacity_bytes(const Device& device) {
   if (device.is_cpu()) {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -86,6 +96,7 @@ void synchronize(ExecContext& ctx) {
 }
 
 Runtime::Runtime(Device device, CpuImpl cpu_impl) {
+  load_gpu_kernels_from_environment();  // a bad VINF_GPU_KERNELS is an input error, on the CPU too
   ctx_.device = device;
   ctx_.cpu_impl = cpu_impl;
   if (device.is_cpu()) {
@@ -110,5 +121,10 @@ Runtime::~Runtime() {
 }
 
 void Runtime::synchronize() { vinf::synchronize(ctx_); }
+
+std::string gpu_kernels_note(const Device& device) {
+  if (!device.is_cuda() || gpu_kernels() == 0) return {};
+  return " (VINF_GPU_KERNELS: " + gpu_kernels_text(gpu_kernels()) + ")";
+}
 
 }  // namespace vinf

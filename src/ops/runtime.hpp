@@ -43,6 +43,10 @@ inline bool tf32_in_effect(const Device& device, DType dtype) {
   return allow_tf32() && device.is_cuda() && dtype == DType::f32;
 }
 
+// For a run's log line on `device`: " (VINF_GPU_KERNELS: temporal-attention,index32)" when kernels
+// that are off by default are on (exec/gpu_kernels.hpp) and the device is CUDA, else "".
+std::string gpu_kernels_note(const Device& device);
+
 // Number of usable CUDA devices: 0 when this build has no CUDA, when no driver is installed or
 // when no device is visible. Never throws.
 int cuda_device_count();
@@ -66,6 +70,9 @@ std::unique_ptr<RawMemory> pinned_host_memory();
 // How much memory `device` has in all: the node's physical memory for the CPU, the GPU's memory for
 // CUDA; 0 when it cannot be told.
 double memory_capacity_bytes(const Device& device);
+// A GPU's peak memory bandwidth in bytes per second (what the op benchmark's "% of HBM" divides
+// by); 0 for the CPU or when it cannot be told.
+double memory_bandwidth_bytes(const Device& device);
 // Waits for the work queued on the context's device (nothing to wait for on the CPU).
 void synchronize(ExecContext& ctx);
 

@@ -13,6 +13,12 @@ expect 2 "--device must be cpu, cuda or all, got 'tpu'" -- "$vinf" selfcheck --d
 expect 2 "unrecognised option '--no-such-flag'" -- "$vinf" selfcheck --no-such-flag
 expect 0 "checks passed" -- "$vinf" selfcheck --device cpu --filter conv2d
 expect 0 "attention banded" -- "$vinf" selfcheck --list
+# The kernels that are off by default: scripts/gpu-check's selfcheck.kernels command line (on a
+# CPU build the CUDA part skips), and a name it does not know.
+expect 0 "cuda kernels off by default, on here: temporal-attention,index32" -- \
+  env VINF_GPU_KERNELS=all "$vinf" selfcheck --device all --filter "attention temporal"
+expect 2 "VINF_GPU_KERNELS: no kernel is called 'flash'; the names are" -- \
+  env VINF_GPU_KERNELS=index32,flash "$vinf" selfcheck --device all --filter conv2d
 expect 2 "--filter 'no such op' matches no op case" -- "$vinf" selfcheck --device cpu --filter "no such op"
 out=$("$vinf" selfcheck --list --filter upsample_nearest 2>&1)
 if [[ "$out" == *"upsample 2x"* && "$out" != *conv2d* ]]; then echo "ok: selfcheck --list --filter lists the family's cases only"

@@ -119,7 +119,7 @@ chmod +x "$work/fake-bin/nvidia-smi"
 expect 77 "no GPU" -- env PATH="$work/fake-bin:$PATH" "$check" --run "$work/b" "$work/out"
 grep -q "the bundled programs load" <<< "$(PATH="$work/fake-bin:$PATH" "$check" --run "$work/b" "$work/out2" 2>&1)" \
   && echo "ok: --run checked that the bundled programs load before stopping" || { echo "FAIL: --run did not check loading"; fails=$((fails + 1)); }
-expect 0 "bench.vc2.np1" -- "$check" --run "$archive" "$work/out3" --list
+expect 0 "bench.vc2.np1.kernels" -- "$check" --run "$archive" "$work/out3" --list
 
 echo "test_bundle: $(($(date +%s) - t0)) s"
 [ "$fails" -eq 0 ] && echo "all bundle checks passed" || echo "$fails bundle check(s) failed"

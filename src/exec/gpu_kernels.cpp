@@ -1,0 +1,74 @@
+#include "exec/gpu_kernels.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+
+#include "core/error.hpp"
+
+namespace vinf {
+namespace {
+
+std::atomic<unsigned> enabled{0};
+
+struct Named {
+  const char* name;
+  GpuKernel kernel;
+};
+constexpr Named kNames[] = {{"temporal-attention", GpuKernel::temporal_attention}, {"index32", GpuKernel::index32}};
+
+std::string known_names() {
+  std::string s;
+  for (const Named& n : kNames) s += std::string(n.name) + ", ";
+  return s + "all, none";
+}
+
+}  // namespace
+
+bool gpu_kernel_enabled(GpuKernel k) {
+  return (enabled.load(std::memory_order_relaxed) & static_cast<unsigned>(k)) != 0;
+}
+unsigned gpu_kernels() { return enabled.load(std::memory_order_relaxed); }
+void set_gpu_kernels(unsigned mask) { enabled.store(mask & kAllGpuKernels, std::memory_order_relaxed); }
+
+unsigned parse_gpu_kernels(std::string_view list) {
+  unsigned mask = 0;
+  while (!list.empty()) {
+    const std::size_t comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item.empty() || item == "none") continue;
+    if (item == "all") {
+      mask = kAllGpuKernels;
+      continue;
+    }
+    bool found = false;
+    for (const Named& n : kNames) {
+      if (item != n.name) continue;
+      mask |= static_cast<unsigned>(n.kernel);
+      found = true;
+    }
+    VINF_INPUT_CHECK(found, "VINF_GPU_KERNELS: no kernel is called '", item, "'; the names are ", known_names(),
+                     " (a comma-separated list; unset it for the default kernels)");
+  }
+  return mask;
+}
+
+std::string gpu_kernels_text(unsigned mask) {
+  std::string s;
+  for (const Named& n : kNames)
+    if (mask & static_cast<unsigned>(n.kernel)) s += (s.empty() ? "" : ",") + std::string(n.name);
+  return s.empty() ? "none" : s;
+}
+
+void load_gpu_kernels_from_environment() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("VINF_GPU_KERNELS");
+    if (env) set_gpu_kernels(parse_gpu_kernels(env));
+  });
+}
+
+}  // namespace vinf

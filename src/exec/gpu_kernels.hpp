@@ -1,0 +1,35 @@
+// CUDA kernels that no GPU has checked yet stay off by default, beside the kernels they would
+// replace; the environment variable VINF_GPU_KERNELS turns them on by name, for scripts/gpu-check
+// (which runs the op table and the benchmarks with them, against the CPU reference) and for
+// trying them. A comma-separated list of:
+//   temporal-attention  banded + global attention with one block per (sample, head) and up to 32
+//                       query rows, every key and value row staged once (the temporal layers:
+//                       about 24 queries against at most 56 keys)
+//   index32             32-bit index arithmetic (division by multiply-high) in copies, fills and
+//                       pointwise kernels when every offset of every view fits in 31 bits
+//   all, none
+// Process-wide. Read once, when the first Runtime is made; a name it does not know is an input
+// error (exit status 2). No effect on the CPU.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace vinf {
+
+enum class GpuKernel : unsigned { temporal_attention = 1u << 0, index32 = 1u << 1 };
+inline constexpr unsigned kAllGpuKernels = 0x3;
+
+// Whether the kernel is on (VINF_GPU_KERNELS, or set_gpu_kernels).
+bool gpu_kernel_enabled(GpuKernel k);
+unsigned gpu_kernels();
+void set_gpu_kernels(unsigned mask);
+// A list as VINF_GPU_KERNELS takes it; throws InputError naming the entry it does not know and
+// the names it does.
+unsigned parse_gpu_kernels(std::string_view list);
+// "none", or the names of the kernels that are on ("temporal-attention,index32").
+std::string gpu_kernels_text(unsigned mask);
+// Reads VINF_GPU_KERNELS the first time it is called (later calls do nothing).
+void load_gpu_kernels_from_environment();
+
+}  // namespace vinf

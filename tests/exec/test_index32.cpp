@@ -1,0 +1,126 @@
+// The 32-bit index arithmetic of the CUDA kernels (exec/index32.hpp), checked on the host where
+// the same code runs: division by multiply-high against the hardware's division, and 32-bit
+// offsets of joint layouts against the 64-bit ones. The switch that turns those kernels on.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+#include "exec/gpu_kernels.hpp"
+#include "exec/index32.hpp"
+
+using namespace vinf;
+
+namespace {
+
+// Counts the dividends where FastDivmod differs from / and %.
+std::uint64_t divmod_errors(std::uint32_t d, const std::vector<std::uint32_t>& ns) {
+  const exec::FastDivmod f(d);
+  std::uint64_t wrong = 0;
+  for (std::uint32_t n : ns) {
+    std::uint32_t q, r;
+    f.divmod(n, q, r);
+    wrong += q != n / d || r != n % d;
+  }
+  return wrong;
+}
+
+// 64-bit offsets of element `linear` of a joint layout, as the 64-bit kernels compute them.
+template <int N>
+std::int64_t offset64(const exec::JointLayout<N>& l, int k, std::int64_t linear) {
+  std::int64_t off = 0;
+  for (int d = l.rank - 1; d >= 0; --d) {
+    off += (linear % l.size[d]) * l.stride[k][d];
+    linear /= l.size[d];
+  }
+  return off;
+}
+
+}  // namespace
+
+TEST_CASE("FastDivmod: n / d and n % d for every d up to 2048 and chosen n, and random d up to 2^31") {
+  constexpr std::uint32_t kMax = (std::uint32_t{1} << 31) - 1;  // the largest dividend allowed
+  std::mt19937 rng(7);
+  std::uint64_t wrong = 0, checked = 0;
+  for (std::uint32_t d = 1; d <= 2048; ++d) {
+    std::vector<std::uint32_t> ns;
+    for (std::uint32_t n = 0; n < 4096; ++n) ns.push_back(n);
+    for (std::uint32_t m : {kMax / d, kMax / d - 1, kMax / d / 2}) {  // multiples near the top, +-1
+      const std::uint64_t base = static_cast<std::uint64_t>(m) * d;
+      for (std::int64_t e = -1; e <= 1; ++e)
+        if (base + e <= kMax && static_cast<std::int64_t>(base) + e >= 0) ns.push_back(static_cast<std::uint32_t>(base + e));
+    }
+    ns.push_back(kMax);
+    for (int i = 0; i < 200; ++i) ns.push_back(rng() & kMax);
+    wrong += divmod_errors(d, ns);
+    checked += ns.size();
+  }
+  std::vector<std::uint32_t> big_d{kMax, kMax + 1u, 1u << 30, (1u << 30) + 1, 3u << 29, 46341, 65537};
+  for (int i = 0; i < 2000; ++i) big_d.push_back(1 + (rng() & kMax));
+  for (std::uint32_t d : big_d) {
+    std::vector<std::uint32_t> ns{0, kMax, d - 1, d <= kMax ? d : 0};
+    for (int i = 0; i < 200; ++i) ns.push_back(rng() & kMax);
+    wrong += divmod_errors(d, ns);
+    checked += ns.size();
+  }
+  CAPTURE(checked);
+  CHECK(wrong == 0);
+  CHECK(checked > 8'000'000);
+}
+
+TEST_CASE("Index32: 32-bit offsets of joint layouts equal the 64-bit ones, and too large a view keeps 64 bits") {
+  std::vector<float> buf(2 * 3 * 5 * 7);
+  const Tensor a = Tensor::wrap(buf.data(), DType::f32, Device::cpu(), {2, 3, 5, 7});
+  // A permuted view, a sliced one, a broadcast one and a contiguous output: each a different walk.
+  const Tensor p = a.permute({3, 1, 0, 2}).slice(0, 1, 5);                    // [5, 3, 2, 5]
+  const Tensor s = a.slice(3, 2, 5).permute({3, 1, 0, 2});                    // [5, 3, 2, 5]
+  const Tensor b = a.select(0, 1).select(0, 2).select(0, 3).slice(0, 0, 5);  // [5], stride 1
+  std::vector<float> out_buf(5 * 3 * 2 * 5);
+  const Tensor out = Tensor::wrap(out_buf.data(), DType::f32, Device::cpu(), {5, 3, 2, 5});
+  const Tensor bx = b.unsqueeze(1).unsqueeze(2).unsqueeze(3).expand({5, 3, 2, 5});
+  const auto l = exec::joint_layout<4>({&p, &s, &bx, &out});
+  exec::Index32<4> ix;
+  REQUIRE(exec::to_index32(l, ix));
+  CHECK(ix.count == 150);
+  std::uint64_t wrong = 0;
+  for (std::uint32_t i = 0; i < ix.count; ++i) {
+    std::uint32_t off[4];
+    ix.offsets(i, off);
+    for (int k = 0; k < 4; ++k) wrong += off[k] != offset64(l, k, i);
+  }
+  CHECK(wrong == 0);
+
+  // 2^31 elements (a layout only: nothing is allocated), and a view whose last offset is 2^31.
+  exec::JointLayout<1> huge;
+  huge.rank = 2;
+  huge.size = {1 << 16, 1 << 15};
+  huge.stride[0] = {1 << 15, 1};
+  exec::Index32<1> unused;
+  CHECK_FALSE(exec::to_index32(huge, unused));
+  huge.size = {1 << 16, (1 << 15) - 1};
+  CHECK(exec::to_index32(huge, unused));
+  huge.stride[0] = {(std::int64_t{1} << 31) / ((1 << 16) - 1) + 1, 1};  // (2^16 - 1) x that >= 2^31
+  CHECK_FALSE(exec::to_index32(huge, unused));
+}
+
+TEST_CASE("VINF_GPU_KERNELS: names, all and none, and an unknown name is an input error that lists the names") {
+  CHECK(parse_gpu_kernels("") == 0);
+  CHECK(parse_gpu_kernels("none") == 0);
+  CHECK(parse_gpu_kernels("all") == kAllGpuKernels);
+  CHECK(parse_gpu_kernels(" index32 , temporal-attention") == kAllGpuKernels);
+  CHECK(parse_gpu_kernels("index32") == static_cast<unsigned>(GpuKernel::index32));
+  CHECK(gpu_kernels_text(0) == "none");
+  CHECK(gpu_kernels_text(kAllGpuKernels) == "temporal-attention,index32");
+  CHECK(parse_gpu_kernels(gpu_kernels_text(kAllGpuKernels)) == kAllGpuKernels);
+  CHECK_THROWS_WITH_AS(parse_gpu_kernels("index32,flash"),
+                       doctest::Contains("no kernel is called 'flash'; the names are temporal-attention, index32, all, none"),
+                       InputError);
+  const unsigned before = gpu_kernels();
+  set_gpu_kernels(static_cast<unsigned>(GpuKernel::temporal_attention));
+  CHECK(gpu_kernel_enabled(GpuKernel::temporal_attention));
+  CHECK_FALSE(gpu_kernel_enabled(GpuKernel::index32));
+  set_gpu_kernels(before);
+}
