@@ -42,6 +42,20 @@ CudaContext::~CudaContext() {
 
 void CudaContext::synchronize() { VINF_CHECK_CUDA(cudaStreamSynchronize(stream_.get())); }
 
+void* CudaContext::stage(std::size_t n) {
+  if (n > kStagingLargest || !staging_.fits(n)) return nullptr;
+  if (!staging_memory_) VINF_CHECK_CUDA(cudaHostAlloc(staging_memory_.put(), kStagingBytes, cudaHostAllocDefault));
+  return static_cast<char*>(staging_memory_.get()) + staging_.acquire(n);
+}
+
+void CudaContext::staged() {
+  cudaEvent_t e = nullptr;
+  VINF_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  EventFence fence{std::shared_ptr<CUevent_st>(e, [](cudaEvent_t x) { (void)cudaEventDestroy(x); })};
+  VINF_CHECK_CUDA(cudaEventRecord(e, stream_.get()));
+  staging_.hold(std::move(fence));
+}
+
 namespace {
 
 class DeviceMemory final : public RawMemory {

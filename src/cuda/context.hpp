@@ -13,12 +13,20 @@
 
 #include "core/arena.hpp"
 #include "cuda/owned.hpp"
+#include "exec/staging_ring.hpp"
 
 namespace vinf::cuda {
 
 struct ConvAlgo {
   cudnnConvolutionFwdAlgo_t algo;
   std::size_t workspace = 0;
+};
+
+// A point on a stream for the staging ring (exec/staging_ring.hpp): an event recorded there.
+struct EventFence {
+  std::shared_ptr<CUevent_st> event;
+  bool done() const { return cudaEventQuery(event.get()) != cudaErrorNotReady; }  // an error surfaces later
+  void wait() const { (void)cudaEventSynchronize(event.get()); }
 };
 
 class CudaContext {
@@ -35,6 +43,12 @@ class CudaContext {
   const cudaDeviceProp& properties() const { return props_; }
   std::unordered_map<std::string, ConvAlgo>& conv_algos() { return conv_algos_; }
   void synchronize();
+  // Page-locked space for a host-to-device copy of n bytes (VINF_GPU_KERNELS=staged-uploads),
+  // so that the host does not wait for it: nullptr when n is over kStagingLargest. Fill it, queue
+  // the copy from it on stream(), then call staged().
+  void* stage(std::size_t n);
+  void staged();
+  static constexpr std::size_t kStagingBytes = 1 << 20, kStagingLargest = 64 << 10;
 
  private:
   int device_;
@@ -45,6 +59,8 @@ class CudaContext {
   Owned<cublasHandle_t, cublasDestroy> cublas_;
   Owned<cudnnHandle_t, cudnnDestroy> cudnn_;
   std::unordered_map<std::string, ConvAlgo> conv_algos_;
+  Owned<void*, cudaFreeHost> staging_memory_;  // made on first use
+  exec::StagingRing<EventFence> staging_{kStagingBytes};
 };
 
 // cudaMalloc-backed memory for an Arena on `device`.

@@ -15,7 +15,9 @@ struct Named {
   const char* name;
   GpuKernel kernel;
 };
-constexpr Named kNames[] = {{"temporal-attention", GpuKernel::temporal_attention}, {"index32", GpuKernel::index32}};
+constexpr Named kNames[] = {{"temporal-attention", GpuKernel::temporal_attention},
+                            {"index32", GpuKernel::index32},
+                            {"staged-uploads", GpuKernel::staged_uploads}};
 
 std::string known_names() {
   std::string s;

@@ -7,6 +7,9 @@
 //                       about 24 queries against at most 56 keys)
 //   index32             32-bit index arithmetic (division by multiply-high) in copies, fills and
 //                       pointwise kernels when every offset of every view fits in 31 bits
+//   staged-uploads      host-to-device copies of up to 64 KiB through a page-locked ring of the
+//                       context, so that the host does not wait for them (the timesteps and
+//                       other small inputs of every model call); not a kernel, but unrun as well
 //   all, none
 // Process-wide. Read once, when the first Runtime is made; a name it does not know is an input
 // error (exit status 2). No effect on the CPU.
@@ -17,8 +20,8 @@
 
 namespace vinf {
 
-enum class GpuKernel : unsigned { temporal_attention = 1u << 0, index32 = 1u << 1 };
-inline constexpr unsigned kAllGpuKernels = 0x3;
+enum class GpuKernel : unsigned { temporal_attention = 1u << 0, index32 = 1u << 1, staged_uploads = 1u << 2 };
+inline constexpr unsigned kAllGpuKernels = 0x7;
 
 // Whether the kernel is on (VINF_GPU_KERNELS, or set_gpu_kernels).
 bool gpu_kernel_enabled(GpuKernel k);

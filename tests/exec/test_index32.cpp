@@ -110,13 +110,14 @@ TEST_CASE("VINF_GPU_KERNELS: names, all and none, and an unknown name is an inpu
   CHECK(parse_gpu_kernels("") == 0);
   CHECK(parse_gpu_kernels("none") == 0);
   CHECK(parse_gpu_kernels("all") == kAllGpuKernels);
-  CHECK(parse_gpu_kernels(" index32 , temporal-attention") == kAllGpuKernels);
+  CHECK(parse_gpu_kernels(" index32 , temporal-attention,staged-uploads") == kAllGpuKernels);
   CHECK(parse_gpu_kernels("index32") == static_cast<unsigned>(GpuKernel::index32));
   CHECK(gpu_kernels_text(0) == "none");
-  CHECK(gpu_kernels_text(kAllGpuKernels) == "temporal-attention,index32");
+  CHECK(gpu_kernels_text(kAllGpuKernels) == "temporal-attention,index32,staged-uploads");
   CHECK(parse_gpu_kernels(gpu_kernels_text(kAllGpuKernels)) == kAllGpuKernels);
   CHECK_THROWS_WITH_AS(parse_gpu_kernels("index32,flash"),
-                       doctest::Contains("no kernel is called 'flash'; the names are temporal-attention, index32, all, none"),
+                       doctest::Contains("no kernel is called 'flash'; the names are temporal-attention, index32, "
+                                                         "staged-uploads, all, none"),
                        InputError);
   const unsigned before = gpu_kernels();
   set_gpu_kernels(static_cast<unsigned>(GpuKernel::temporal_attention));
