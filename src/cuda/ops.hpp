@@ -32,6 +32,10 @@ void upsample_nearest(ExecContext& ctx, const Tensor& x, const Tensor& y);
 void timestep_embedding(ExecContext& ctx, const Tensor& t, const Tensor& out, const exec::TimestepEmbeddingParams& p);
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
                const Tensor& out, const exec::AttentionParams& p, const Tensor* lse = nullptr);
+// Full attention on the tensor cores, no score matrix (flash_attention.cu): the arguments that
+// ops::fused_attention_applies accepts, out in q's dtype.
+void flash_attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                     float scale);
 void normal(ExecContext& ctx, const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset);
 
 // The optimizer (ops/optim.hpp): AdamW on contiguous f32 buffers (step = lr / c1), and the sum of

@@ -7,6 +7,9 @@
 //                       about 24 queries against at most 56 keys)
 //   index32             32-bit index arithmetic (division by multiply-high) in copies, fills and
 //                       pointwise kernels when every offset of every view fits in 31 bits
+//   flash-attention     full attention (spatial, cross, Wan) on the tensor cores with an online
+//                       softmax, no score matrix in memory, f16/bf16 and head dims 16-128 (in
+//                       place of two GEMMs and a softmax, or of the banded kernel)
 //   staged-uploads      host-to-device copies of up to 64 KiB through a page-locked ring of the
 //                       context, so that the host does not wait for them (the timesteps and
 //                       other small inputs of every model call); not a kernel, but unrun as well
@@ -20,8 +23,13 @@
 
 namespace vinf {
 
-enum class GpuKernel : unsigned { temporal_attention = 1u << 0, index32 = 1u << 1, staged_uploads = 1u << 2 };
-inline constexpr unsigned kAllGpuKernels = 0x7;
+enum class GpuKernel : unsigned {
+  temporal_attention = 1u << 0,
+  index32 = 1u << 1,
+  staged_uploads = 1u << 2,
+  flash_attention = 1u << 3,
+};
+inline constexpr unsigned kAllGpuKernels = 0xf;
 
 // Whether the kernel is on (VINF_GPU_KERNELS, or set_gpu_kernels).
 bool gpu_kernel_enabled(GpuKernel k);

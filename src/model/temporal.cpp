@@ -99,8 +99,12 @@ void attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
             const ops::AttentionParams& p, AttentionPath path) {
   const std::int64_t rows = q.size(0), heads = q.size(1), lq = q.size(2), lk = k.size(2);
   const bool plain = p.band_lo <= -lk && p.band_hi >= lq + lk && p.local_bias == 0.f && p.token_count_log_base <= 0.f;
+  // On CUDA, long plain attention goes through two GEMMs (the score matrix in memory), unless the
+  // fused kernel takes it (VINF_GPU_KERNELS=flash-attention).
   if (path == AttentionPath::automatic)
-    path = plain && ctx.device.is_cuda() && lq * lk >= 4096 ? AttentionPath::gemm : AttentionPath::kernel;
+    path = plain && ctx.device.is_cuda() && lq * lk >= 4096 && !ops::fused_attention_applies(ctx, q, k, v, nullptr, p, nullptr)
+               ? AttentionPath::gemm
+               : AttentionPath::kernel;
   VINF_CHECK(path == AttentionPath::kernel || plain, "attend: the GEMM path computes plain full attention only");
   if (path == AttentionPath::kernel) {
     ops::attention(ctx, q, k, v, nullptr, nullptr, out, p);

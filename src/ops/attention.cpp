@@ -1,5 +1,6 @@
 #include "ops/attention.hpp"
 
+#include "exec/gpu_kernels.hpp"
 #include "ops/dispatch.hpp"
 
 namespace vinf::ops {
@@ -45,11 +46,27 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
     check_on_device(ctx, op, "lse", *lse);
   }
   if (ctx.device.is_cuda()) {
+    if (fused_attention_applies(ctx, q, k, v, kg, p, lse) && out.dtype == q.dtype) {
+      VINF_ON_CUDA(cuda::flash_attention(ctx, q, k, v, out, p.scale));
+      return;
+    }
     VINF_ON_CUDA(cuda::attention(ctx, q, k, v, kg, vg, out, p, lse));
     return;
   }
   detail::reference(ctx) ? cpu::ref::attention(q, k, v, kg, vg, out, p, lse)
                          : cpu::fast::attention(ctx, q, k, v, kg, vg, out, p, lse);
+}
+
+bool fused_attention_applies(const ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor* kg, const AttentionParams& p, const Tensor* lse) {
+  if (!ctx.device.is_cuda() || !gpu_kernel_enabled(GpuKernel::flash_attention)) return false;
+  if (q.dtype != DType::f16 && q.dtype != DType::bf16) return false;
+  if (k.dtype != q.dtype || v.dtype != q.dtype || kg || lse) return false;
+  const std::int64_t d = q.size(3), lq = q.size(2), lk = k.size(2);
+  if (v.size(3) != d || (d != 16 && d != 32 && d != 64 && d != 128) || lk == 0) return false;
+  // Every row sees every key: row 0 reaches the last key and the last row the first.
+  const bool all_visible = p.band_hi >= lk - 1 && p.band_lo <= -(lq - 1);
+  return all_visible && p.local_bias == 0.f && p.token_count_log_base == 0.f;
 }
 
 std::size_t attention_workspace_bytes(const ExecContext& ctx, const Tensor& q, const Tensor& v) {

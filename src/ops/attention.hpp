@@ -36,6 +36,14 @@ using exec::attention_band;
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg,
                const Tensor* vg, const Tensor& out, const AttentionParams& p, const Tensor* lse = nullptr);
 
+// Whether attention() runs these arguments through the fused tensor-core kernel (CUDA,
+// VINF_GPU_KERNELS=flash-attention): f16 or bf16 operands, head dims 16, 32, 64 or 128 equal for
+// keys and values, at least one key, every key visible to every row, no global keys, biases,
+// token-count scale or log-sum-exp. Callers that would otherwise form the score matrix (the GEMM
+// path of model::attend) ask it first.
+bool fused_attention_applies(const ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor* kg, const AttentionParams& p, const Tensor* lse);
+
 // The workspace attention() takes from ctx.arena for these arguments. It depends on head sizes and
 // thread count only, not on the numbers of rows or keys.
 std::size_t attention_workspace_bytes(const ExecContext& ctx, const Tensor& q, const Tensor& v);

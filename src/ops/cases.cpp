@@ -585,6 +585,11 @@ void add_attention(std::vector<OpCase>& v) {
   v.push_back(attention_case("attention banded token-count scale base 16", {2, 2, 13, 19, 4, 16, 16}, tn));
   v.push_back(attention_case("attention long rows Lq150 Lk300 d40 dv24 band [-20,50] G5", {1, 2, 150, 300, 5, 40, 24},
                              banded(0.15f, -20, 50, 1.f, -1.f)));
+  // Full attention over several query and key tiles with partial ones (flash-attention's 64-row
+  // tiles), head dims 64 and 128.
+  v.push_back(attention_case("attention full 2x2 100x77 d64", {2, 2, 100, 77, 0, 64, 64}, full(0.125f)));
+  v.push_back(attention_case("attention full split-head 1x2 70x130 d128", {1, 2, 70, 130, 0, 128, 128},
+                             full(0.088f), true));
   // The temporal layers' shape: 24 own frames, p = 4 on both sides, 8 global keys, head dim 64
   // (one block per (row, head) with VINF_GPU_KERNELS=temporal-attention).
   v.push_back(attention_case("attention temporal F24 p4 G8 d64", {16, 4, 24, 32, 8, 64, 64},

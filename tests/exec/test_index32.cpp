@@ -1,6 +1,7 @@
 // The 32-bit index arithmetic of the CUDA kernels (exec/index32.hpp), checked on the host where
 // the same code runs: division by multiply-high against the hardware's division, and 32-bit
-// offsets of joint layouts against the 64-bit ones. The switch that turns those kernels on.
+// offsets of joint layouts against the 64-bit ones. The switch that turns those kernels on, and
+// which attention calls the fused kernel takes.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -10,7 +11,9 @@
 #include "core/error.hpp"
 #include "core/tensor.hpp"
 #include "exec/gpu_kernels.hpp"
+#include "exec/context.hpp"
 #include "exec/index32.hpp"
+#include "ops/attention.hpp"
 
 using namespace vinf;
 
@@ -110,18 +113,60 @@ TEST_CASE("VINF_GPU_KERNELS: names, all and none, and an unknown name is an inpu
   CHECK(parse_gpu_kernels("") == 0);
   CHECK(parse_gpu_kernels("none") == 0);
   CHECK(parse_gpu_kernels("all") == kAllGpuKernels);
-  CHECK(parse_gpu_kernels(" index32 , temporal-attention,staged-uploads") == kAllGpuKernels);
+  CHECK(parse_gpu_kernels(" index32 , temporal-attention,staged-uploads, flash-attention") == kAllGpuKernels);
   CHECK(parse_gpu_kernels("index32") == static_cast<unsigned>(GpuKernel::index32));
   CHECK(gpu_kernels_text(0) == "none");
-  CHECK(gpu_kernels_text(kAllGpuKernels) == "temporal-attention,index32,staged-uploads");
+  CHECK(gpu_kernels_text(kAllGpuKernels) == "temporal-attention,index32,staged-uploads,flash-attention");
   CHECK(parse_gpu_kernels(gpu_kernels_text(kAllGpuKernels)) == kAllGpuKernels);
   CHECK_THROWS_WITH_AS(parse_gpu_kernels("index32,flash"),
                        doctest::Contains("no kernel is called 'flash'; the names are temporal-attention, index32, "
-                                                         "staged-uploads, all, none"),
+                                                         "staged-uploads, flash-attention, all, none"),
                        InputError);
   const unsigned before = gpu_kernels();
   set_gpu_kernels(static_cast<unsigned>(GpuKernel::temporal_attention));
   CHECK(gpu_kernel_enabled(GpuKernel::temporal_attention));
   CHECK_FALSE(gpu_kernel_enabled(GpuKernel::index32));
+  set_gpu_kernels(before);
+}
+
+TEST_CASE("flash-attention takes only full attention in f16 or bf16 with head dims 16 to 128, on CUDA, when switched on") {
+  // fused_attention_applies reads shapes, dtypes and parameters only: host tensors and a context
+  // that names a GPU are enough to check which calls the fused kernel would take.
+  std::vector<std::uint16_t> buf(2 * 2 * 300 * 128);
+  auto t = [&](DType dt, std::int64_t l, std::int64_t d) { return Tensor::wrap(buf.data(), dt, Device::cpu(), {2, 2, l, d}); };
+  ExecContext gpu;
+  gpu.device = Device::cuda(0);
+  ExecContext cpu;
+  const Tensor q = t(DType::bf16, 100, 64), k = t(DType::bf16, 77, 64), v = t(DType::bf16, 77, 64);
+  ops::AttentionParams full;
+  const unsigned before = gpu_kernels();
+  set_gpu_kernels(0);
+  CHECK_FALSE(ops::fused_attention_applies(gpu, q, k, v, nullptr, full, nullptr));  // off by default
+  set_gpu_kernels(static_cast<unsigned>(GpuKernel::flash_attention));
+  CHECK(ops::fused_attention_applies(gpu, q, k, v, nullptr, full, nullptr));
+  CHECK_FALSE(ops::fused_attention_applies(cpu, q, k, v, nullptr, full, nullptr));
+  CHECK(ops::fused_attention_applies(gpu, t(DType::f16, 5, 128), t(DType::f16, 300, 128), t(DType::f16, 300, 128),
+                                     nullptr, full, nullptr));
+  CHECK_FALSE(ops::fused_attention_applies(gpu, t(DType::f32, 100, 64), t(DType::f32, 77, 64), t(DType::f32, 77, 64),
+                                           nullptr, full, nullptr));
+  CHECK_FALSE(ops::fused_attention_applies(gpu, t(DType::bf16, 100, 40), t(DType::bf16, 77, 40),
+                                           t(DType::bf16, 77, 40), nullptr, full, nullptr));  // head dim 40
+  CHECK_FALSE(ops::fused_attention_applies(gpu, q, k, t(DType::bf16, 77, 32), nullptr, full, nullptr));  // dv != d
+  CHECK_FALSE(ops::fused_attention_applies(gpu, q, k, v, &k, full, nullptr));  // global keys
+  CHECK_FALSE(ops::fused_attention_applies(gpu, q, k, v, nullptr, full, &q));  // log-sum-exp wanted
+  // A band that still shows every key to every row (100 rows, 77 keys) is full attention; one
+  // that hides a key from a row is not.
+  ops::AttentionParams band = full;
+  band.band_lo = -99;
+  band.band_hi = 76;
+  CHECK(ops::fused_attention_applies(gpu, q, k, v, nullptr, band, nullptr));
+  band.band_lo = -98;
+  CHECK_FALSE(ops::fused_attention_applies(gpu, q, k, v, nullptr, band, nullptr));
+  band.band_lo = -99;
+  band.band_hi = 75;
+  CHECK_FALSE(ops::fused_attention_applies(gpu, q, k, v, nullptr, band, nullptr));
+  ops::AttentionParams scaled = full;
+  scaled.token_count_log_base = 16.f;
+  CHECK_FALSE(ops::fused_attention_applies(gpu, q, k, v, nullptr, scaled, nullptr));
   set_gpu_kernels(before);
 }
