@@ -7,7 +7,6 @@
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
-#include "exec/gpu_kernels.hpp"
 #include "ops/runtime.hpp"
 #include "ops/verify.hpp"
 

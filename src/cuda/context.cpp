@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "cuda/check.hpp"
+#include "cuda/ops.hpp"
 
 namespace vinf::cuda {
 
@@ -42,18 +43,31 @@ CudaContext::~CudaContext() {
 
 void CudaContext::synchronize() { VINF_CHECK_CUDA(cudaStreamSynchronize(stream_.get())); }
 
+std::size_t shared_memory_optin(const ExecContext& ctx) { return ctx.cuda->properties().sharedMemPerBlockOptin; }
+
+cublasLtHandle_t CudaContext::cublas_lt() {
+  if (!cublas_lt_) VINF_CHECK_CUBLAS(cublasLtCreate(cublas_lt_.put()));
+  return cublas_lt_.get();
+}
+
 void* CudaContext::stage(std::size_t n) {
   if (n > kStagingLargest || !staging_.fits(n)) return nullptr;
-  if (!staging_memory_) VINF_CHECK_CUDA(cudaHostAlloc(staging_memory_.put(), kStagingBytes, cudaHostAllocDefault));
+  VINF_CHECK_CUDA(cudaSetDevice(device_));  // the event of staged() belongs to this device
+  if (!staging_memory_) VINF_CHECK_CUDA(cudaHostAlloc(staging_memory_.put(), kStagingBytes, cudaHostAllocPortable));
   return static_cast<char*>(staging_memory_.get()) + staging_.acquire(n);
 }
 
-void CudaContext::staged() {
+void CudaContext::staged() noexcept {
   cudaEvent_t e = nullptr;
-  VINF_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  EventFence fence{std::shared_ptr<CUevent_st>(e, [](cudaEvent_t x) { (void)cudaEventDestroy(x); })};
-  VINF_CHECK_CUDA(cudaEventRecord(e, stream_.get()));
-  staging_.hold(std::move(fence));
+  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess && cudaEventRecord(e, stream_.get()) == cudaSuccess) {
+    staging_.hold(EventFence{std::shared_ptr<CUevent_st>(e, [](cudaEvent_t x) { (void)cudaEventDestroy(x); })});
+    return;
+  }
+  // No event: wait for the copy itself, so that the piece can be handed out again at once (the
+  // error surfaces at the next CUDA call that checks).
+  if (e) (void)cudaEventDestroy(e);
+  (void)cudaStreamSynchronize(stream_.get());
+  staging_.drop();
 }
 
 namespace {

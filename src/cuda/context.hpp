@@ -3,6 +3,7 @@
 // relies on a current device or the default stream.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -40,14 +41,16 @@ class CudaContext {
   cudaStream_t stream() const { return stream_.get(); }
   cublasHandle_t cublas() const { return cublas_.get(); }
   cudnnHandle_t cudnn() const { return cudnn_.get(); }
+  // cuBLASLt's handle, made on first use (the GEMM epilogues of VINF_GPU_KERNELS=gemm-epilogues).
+  cublasLtHandle_t cublas_lt();
   const cudaDeviceProp& properties() const { return props_; }
   std::unordered_map<std::string, ConvAlgo>& conv_algos() { return conv_algos_; }
   void synchronize();
   // Page-locked space for a host-to-device copy of n bytes (VINF_GPU_KERNELS=staged-uploads),
   // so that the host does not wait for it: nullptr when n is over kStagingLargest. Fill it, queue
-  // the copy from it on stream(), then call staged().
+  // the copy from it on stream(), then call staged(), also when something failed in between.
   void* stage(std::size_t n);
-  void staged();
+  void staged() noexcept;
   static constexpr std::size_t kStagingBytes = 1 << 20, kStagingLargest = 64 << 10;
 
  private:
@@ -60,6 +63,7 @@ class CudaContext {
   Owned<cudnnHandle_t, cudnnDestroy> cudnn_;
   std::unordered_map<std::string, ConvAlgo> conv_algos_;
   Owned<void*, cudaFreeHost> staging_memory_;  // made on first use
+  Owned<cublasLtHandle_t, cublasLtDestroy> cublas_lt_;  // made on first use
   exec::StagingRing<EventFence> staging_{kStagingBytes};
 };
 

@@ -183,10 +183,18 @@ void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
     // copy into the destination view (cast and strides) unless the transfer already landed there.
     std::vector<char> host;
     const void* image = src.data;
+    const bool cast = !(dst.dtype == src.dtype && dst.is_contiguous());
+    OwnedTensor staged = cast ? ctx.arena->empty(src.dtype, src.shape) : OwnedTensor{};
     // With staged-uploads, a small source goes through the context's page-locked ring: the copy
     // from there is queued and the host goes on (from pageable memory the driver may make the host
     // wait). The piece is held until the copy has passed (CudaContext::staged).
     void* pinned = gpu_kernel_enabled(GpuKernel::staged_uploads) ? ctx.cuda->stage(src.nbytes()) : nullptr;
+    struct Held {  // staged() on every way out once stage() gave space, failures included
+      CudaContext* c;
+      ~Held() {
+        if (c) c->staged();
+      }
+    } held{pinned ? ctx.cuda : nullptr};
     if (pinned) {
       exec::copy_host(src, Tensor::wrap(pinned, src.dtype, Device::cpu(), src.shape));
       image = pinned;
@@ -195,14 +203,11 @@ void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
       exec::copy_host(src, Tensor::wrap(host.data(), src.dtype, Device::cpu(), src.shape));
       image = host.data();
     }
-    if (dst.dtype == src.dtype && dst.is_contiguous()) {
+    if (!cast) {
       VINF_CHECK_CUDA(cudaMemcpyAsync(dst.data, image, dst.nbytes(), cudaMemcpyHostToDevice, stream_of(ctx)));
-      if (pinned) ctx.cuda->staged();
       return;
     }
-    OwnedTensor staged = ctx.arena->empty(src.dtype, src.shape);
     VINF_CHECK_CUDA(cudaMemcpyAsync(staged.data, image, staged.nbytes(), cudaMemcpyHostToDevice, stream_of(ctx)));
-    if (pinned) ctx.cuda->staged();
     copy_on_device(ctx, staged, dst);
     return;
   }

@@ -181,7 +181,7 @@ FlashOperand flash_operand(const Tensor& t) { return {t.data, t.stride(0), t.str
 template <class T, int D>
 void launch_flash(const FlashArgs& a, cudaStream_t stream) {
   constexpr std::size_t shared = flash_shared_bytes<D>();
-  static_assert(shared <= 227 * 1024, "flash attention: too much shared memory for one block");
+  static_assert(shared <= 163 * 1024, "flash attention: more shared memory than an sm_80 block may have");
   VINF_CHECK_CUDA(cudaFuncSetAttribute(flash_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(shared)));
   const std::int64_t blocks = (a.Lq + kBlockRows - 1) / kBlockRows * a.H * a.B;
@@ -200,6 +200,16 @@ void launch_flash_dim(const FlashArgs& a, std::int64_t d, cudaStream_t stream) {
 }
 
 }  // namespace
+
+std::size_t flash_attention_shared_bytes(std::int64_t head_dim) {
+  switch (head_dim) {
+    case 16: return flash_shared_bytes<16>();
+    case 32: return flash_shared_bytes<32>();
+    case 64: return flash_shared_bytes<64>();
+    case 128: return flash_shared_bytes<128>();
+    default: return 0;
+  }
+}
 
 void flash_attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                      float scale) {

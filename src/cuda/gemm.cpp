@@ -3,10 +3,13 @@
 // when allow_tf32()).
 #include "cuda/gemm.hpp"
 
+#include <cublasLt.h>
+
 #include "core/error.hpp"
 #include "cuda/check.hpp"
 #include "cuda/context.hpp"
 #include "cuda/ops.hpp"
+#include "exec/gpu_kernels.hpp"
 #include "exec/layout.hpp"
 #include "exec/tf32.hpp"
 
@@ -58,6 +61,46 @@ GemmOperand operand(ExecContext& ctx, const Tensor& m3, OwnedTensor& hold) {
   return {src.data, bm.transposed, bm.ld, src.size(0) > 1 ? src.stride(0) : 0};
 }
 
+template <class Value>
+void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const Value& value) {
+  VINF_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+}
+
+// y (M x N, row stride ldc) = x w^T + bias in one cuBLASLt call, the bias added by the GEMM's
+// epilogue instead of a broadcast copy that the GEMM then reads back (VINF_GPU_KERNELS=
+// gemm-epilogues). The same column-major mapping as gemm_rowmajor: D (N x M) = op(w) op(x), the
+// bias a column of N added to every one of D's M columns. False, with nothing queued, where
+// cuBLASLt has no kernel for the combination (the caller takes the two-pass way).
+bool linear_bias_epilogue(ExecContext& ctx, DType dtype, std::int64_t M, std::int64_t N, std::int64_t K,
+                          const GemmOperand& a, const GemmOperand& b, const Tensor& bias, void* out, std::int64_t ldc) {
+  if (bias.dtype != dtype || !bias.is_contiguous() || M == 0 || N == 0) return false;
+  const cudaDataType_t t = cuda_dtype(dtype);
+  const cublasComputeType_t compute =
+      dtype == DType::f32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  Owned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> desc;
+  VINF_CHECK_CUBLAS(cublasLtMatmulDescCreate(desc.put(), compute, CUDA_R_32F));
+  const cublasOperation_t op_w = b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, op_x = a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, op_w);
+  set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, op_x);
+  set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+  set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias.data));
+  set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(t));
+  // The stored matrices, before their transposes: w is N x K (or K x N), x is K x M (or M x K).
+  Owned<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> lw, lx, ly;
+  const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+  VINF_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(lw.put(), t, op_w == CUBLAS_OP_N ? u(N) : u(K),
+                                               op_w == CUBLAS_OP_N ? u(K) : u(N), b.ld));
+  VINF_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(lx.put(), t, op_x == CUBLAS_OP_N ? u(K) : u(M),
+                                               op_x == CUBLAS_OP_N ? u(M) : u(K), a.ld));
+  VINF_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(ly.put(), t, u(N), u(M), std::max<std::int64_t>(ldc, 1)));
+  const float alpha = 1.f, beta = 0.f;
+  const cublasStatus_t s = cublasLtMatmul(ctx.cuda->cublas_lt(), desc.get(), &alpha, b.data, lw.get(), a.data, lx.get(),
+                                          &beta, out, ly.get(), out, ly.get(), nullptr, nullptr, 0, ctx.cuda->stream());
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  VINF_CHECK_CUBLAS(s);
+  return true;
+}
+
 void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
   const DType d = (*ts.begin())->dtype;
   for (const Tensor* t : ts)
@@ -77,6 +120,11 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
   if (!(y.stride(1) == 1 && (M == 1 || y.stride(0) >= N))) {
     hy = ctx.arena->empty(y.dtype, y.shape);
     out = hy;
+  }
+  if (bias && gpu_kernel_enabled(GpuKernel::gemm_epilogues) &&
+      linear_bias_epilogue(ctx, y.dtype, M, N, K, a, b, *bias, out.data, M == 1 ? N : out.stride(0))) {
+    if (out.data != y.data) cuda::copy(ctx, out, y);
+    return;
   }
   float beta = 0.f;
   if (bias) {

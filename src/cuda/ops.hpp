@@ -36,6 +36,10 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
 // ops::fused_attention_applies accepts, out in q's dtype.
 void flash_attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                      float scale);
+// The shared memory one block of it takes at head dim d (0 for a head dim it does not take).
+std::size_t flash_attention_shared_bytes(std::int64_t head_dim);
+// The most shared memory a block may opt in to on the context's device.
+std::size_t shared_memory_optin(const ExecContext& ctx);
 void normal(ExecContext& ctx, const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset);
 
 // The optimizer (ops/optim.hpp): AdamW on contiguous f32 buffers (step = lr / c1), and the sum of

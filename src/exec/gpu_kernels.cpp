@@ -18,7 +18,8 @@ struct Named {
 constexpr Named kNames[] = {{"temporal-attention", GpuKernel::temporal_attention},
                             {"index32", GpuKernel::index32},
                             {"staged-uploads", GpuKernel::staged_uploads},
-                            {"flash-attention", GpuKernel::flash_attention}};
+                            {"flash-attention", GpuKernel::flash_attention},
+                            {"gemm-epilogues", GpuKernel::gemm_epilogues}};
 
 std::string known_names() {
   std::string s;

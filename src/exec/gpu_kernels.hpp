@@ -10,6 +10,8 @@
 //   flash-attention     full attention (spatial, cross, Wan) on the tensor cores with an online
 //                       softmax, no score matrix in memory, f16/bf16 and head dims 16-128 (in
 //                       place of two GEMMs and a softmax, or of the banded kernel)
+//   gemm-epilogues      a linear layer's bias added by cuBLASLt's GEMM epilogue, not by a broadcast
+//                       copy into the output that the GEMM then reads back
 //   staged-uploads      host-to-device copies of up to 64 KiB through a page-locked ring of the
 //                       context, so that the host does not wait for them (the timesteps and
 //                       other small inputs of every model call); not a kernel, but unrun as well
@@ -28,8 +30,9 @@ enum class GpuKernel : unsigned {
   index32 = 1u << 1,
   staged_uploads = 1u << 2,
   flash_attention = 1u << 3,
+  gemm_epilogues = 1u << 4,
 };
-inline constexpr unsigned kAllGpuKernels = 0xf;
+inline constexpr unsigned kAllGpuKernels = 0x1f;
 
 // Whether the kernel is on (VINF_GPU_KERNELS, or set_gpu_kernels).
 bool gpu_kernel_enabled(GpuKernel k);

@@ -64,13 +64,13 @@ struct Index32 {
   }
 };
 
-// Fills `out` and returns true when the layout has fewer than 2^31 elements and every view's
+// Fills `out` and returns true when the layout has between 1 and 2^31 - 1 elements and every view's
 // offsets (all strides >= 0) stay below 2^31; false: the kernels keep 64-bit indices.
 template <int N>
 bool to_index32(const JointLayout<N>& l, Index32<N>& out) {
   std::int64_t count = 1;
   for (int d = 0; d < l.rank; ++d) count *= l.size[d];
-  if (count >= kIndex32Limit) return false;
+  if (count == 0 || count >= kIndex32Limit) return false;
   for (int k = 0; k < N; ++k) {
     std::int64_t last = 0;
     for (int d = 0; d < l.rank; ++d) {

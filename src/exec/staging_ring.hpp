@@ -49,6 +49,8 @@ class StagingRing {
     pending_ = false;
     held_.push_back({last_.begin, last_.end, std::move(fence)});
   }
+  // Gives back the bytes acquired last without holding them: only when nothing will read them.
+  void drop() { pending_ = false; }
   // Pieces still held (for the tests).
   std::size_t held() const { return held_.size(); }
 

@@ -117,6 +117,9 @@ void Communicator::settle_before_destruction() noexcept {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vinf: warning: while closing the %s: %s\n", label_.c_str(), e.what());
   }
+  // What a failure left: no longer watched (the watchdog would ask a transport that is going).
+  for (const Unsettled& u : unsettled_) unwatch_call(u.watch);
+  unsettled_.clear();
 }
 
 void Communicator::check_placement(const ExecContext& ctx, CommOp op, const char* arg, const Tensor& t) const {
@@ -195,7 +198,9 @@ void Communicator::finish(Pending& p) {
   }
   if (std::isnan(held)) {
     // The transfer may still run (the compute stream waits for it, not the host): watched until
-    // settled, its seconds counted then.
+    // it has ended (the request lives until it is unwatched), its seconds counted when settled.
+    const CommRequest* r = request.get();
+    watch_until(p.watch_, [r] { return r->passed(); });
     unsettled_.push_back({std::move(request), p.op_, p.watch_, p.seconds_});
     return;
   }

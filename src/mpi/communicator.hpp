@@ -104,6 +104,9 @@ class CommRequest {
   // After wait() returned `later`: the seconds the computation was held up once the transfer is
   // done, nothing while it runs. Never blocks; throws the transport's error.
   virtual std::optional<double> poll() { return 0.0; }
+  // After wait() returned `later`: whether the transfer has ended, asked from the watchdog's
+  // thread (a call that has ended does not time out while it waits to be settled). Never blocks.
+  virtual bool passed() const { return false; }
 };
 
 // Asks a transport, from the watchdog's thread, whether it has failed on its own (NCCL's
@@ -225,7 +228,7 @@ class Communicator {
   // by default).
   virtual AsyncProbe async_probe() { return {}; }
   // For a transport's destructor, before the requests lose what they refer to: settles what is
-  // left, reporting (not throwing) a failure.
+  // left, reporting (not throwing) a failure, and forgets what could not be settled.
   void settle_before_destruction() noexcept;
   // An internal error (naming the collective and the group) unless t is on the context's device.
   void check_placement(const ExecContext& ctx, CommOp op, const char* arg, const Tensor& t) const;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <utility>
 
 #include "core/error.hpp"
 #include "cuda/context.hpp"
@@ -94,6 +95,7 @@ class NcclRequest final : public CommRequest {
  public:
   double wait(ExecContext& ctx) override;
   std::optional<double> poll() override;
+  bool passed() const override { return cudaEventQuery(done.get()) == cudaSuccess; }
   Event done{true};     // the transfer's end, on the communication stream
   Event reached{true};  // where the compute stream starts waiting for it
   OwnedTensor scratch;  // a buffer of the collective's own, kept until the compute stream waited for it
@@ -113,10 +115,11 @@ class NcclCommunicator final : public Communicator {
     }
   }
   ~NcclCommunicator() override {
-    settle_before_destruction();
+    settle_before_destruction();  // after it, no call of this group is watched: no probe runs
     if (comm_) {
       cudaStreamSynchronize(stream_);
       ncclCommDestroy(comm_);
+      comm_ = nullptr;
     }
     cudaStreamDestroy(stream_);
   }
@@ -125,15 +128,16 @@ class NcclCommunicator final : public Communicator {
   // Raises the asynchronous error of a failed peer (aborting the communicator first).
   void check_async_error() {
     std::string failed;
+    ncclComm_t aborted = nullptr;
     {
       std::lock_guard lock(m_);
       VINF_CHECK(comm_, "NCCL: the ", label(), " was aborted after an earlier error");
       failed = async_failure();
-      if (!failed.empty()) {
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
-      }
+      if (!failed.empty()) aborted = std::exchange(comm_, nullptr);
     }
+    // Outside the lock: an abort that hangs must not hold the watchdog's probe (and with it the
+    // watchdog) as well.
+    if (aborted) ncclCommAbort(aborted);
     if (!failed.empty()) VINF_FAIL(failed);
   }
   static cudaStream_t compute_stream(ExecContext& ctx) {
@@ -223,9 +227,12 @@ class NcclCommunicator final : public Communicator {
       calls();
       group.end();
     } catch (...) {
-      std::lock_guard lock(m_);
-      if (comm_) ncclCommAbort(comm_);
-      comm_ = nullptr;
+      ncclComm_t aborted = nullptr;
+      {
+        std::lock_guard lock(m_);
+        aborted = std::exchange(comm_, nullptr);
+      }
+      if (aborted) ncclCommAbort(aborted);
       throw;
     }
   }

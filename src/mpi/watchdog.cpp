@@ -60,6 +60,11 @@ class Watchdog {
     std::lock_guard lock(m_);
     active_.erase(id);
   }
+  void until(std::uint64_t id, std::function<bool()> ended) {
+    std::lock_guard lock(m_);
+    const auto it = active_.find(id);
+    if (it != active_.end()) it->second.ended = std::move(ended);
+  }
   std::size_t watched() {
     std::lock_guard lock(m_);
     return active_.size();
@@ -79,6 +84,7 @@ class Watchdog {
     Clock::time_point start;
     std::string what;
     std::function<std::string()> probe;
+    std::function<bool()> ended;  // set for a call that finish() left running
   };
   void loop() {
     for (;;) {
@@ -97,6 +103,7 @@ class Watchdog {
               break;
             }
           }
+          if (a.ended && a.ended()) continue;
           const double waited = std::chrono::duration<double>(Clock::now() - a.start).count();
           if (waited > timeout_) {
             char secs[32];
@@ -154,6 +161,7 @@ std::uint64_t watch_call(std::string what, std::function<std::string()> probe) {
   return Watchdog::get().arm(std::move(what), std::move(probe));
 }
 void unwatch_call(std::uint64_t id) { Watchdog::get().disarm(id); }
+void watch_until(std::uint64_t id, std::function<bool()> ended) { Watchdog::get().until(id, std::move(ended)); }
 std::size_t watched_calls() { return Watchdog::get().watched(); }
 
 void set_comm_timeout(double seconds, std::string setting) { Watchdog::get().set_timeout(seconds, std::move(setting)); }

@@ -21,6 +21,9 @@ int world_rank_or_minus_one();
 std::uint64_t watch_call(std::string what, std::function<std::string()> probe = {});
 // Stops watching the call (it finished, or failed with an error of its own).
 void unwatch_call(std::uint64_t id);
+// From now on the call counts as finished (no timeout) once `ended` says so, though it stays
+// watched (its probe asked) until unwatch_call. Asked from the watchdog's thread.
+void watch_until(std::uint64_t id, std::function<bool()> ended);
 // How many calls are watched now (for the tests).
 std::size_t watched_calls();
 

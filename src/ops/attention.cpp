@@ -63,7 +63,13 @@ bool fused_attention_applies(const ExecContext& ctx, const Tensor& q, const Tens
   if (q.dtype != DType::f16 && q.dtype != DType::bf16) return false;
   if (k.dtype != q.dtype || v.dtype != q.dtype || kg || lse) return false;
   const std::int64_t d = q.size(3), lq = q.size(2), lk = k.size(2);
-  if (v.size(3) != d || (d != 16 && d != 32 && d != 64 && d != 128) || lk == 0) return false;
+  // Its blocks take 64 rows: shorter sequences (the temporal layers') stay with the banded kernel.
+  if (v.size(3) != d || (d != 16 && d != 32 && d != 64 && d != 128) || lk == 0 || lq < 64) return false;
+#if VINF_WITH_CUDA
+  // Head dim 128 takes 137 KiB of shared memory per block: more than sm_86/sm_89 GPUs allow.
+  // (Without a CUDA context, as in the host-side tests, the shapes alone decide.)
+  if (ctx.cuda && cuda::flash_attention_shared_bytes(d) > cuda::shared_memory_optin(ctx)) return false;
+#endif
   // Every row sees every key: row 0 reaches the last key and the last row the first.
   const bool all_visible = p.band_hi >= lk - 1 && p.band_lo <= -(lq - 1);
   return all_visible && p.local_bias == 0.f && p.token_count_log_base == 0.f;

@@ -38,8 +38,9 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
 
 // Whether attention() runs these arguments through the fused tensor-core kernel (CUDA,
 // VINF_GPU_KERNELS=flash-attention): f16 or bf16 operands, head dims 16, 32, 64 or 128 equal for
-// keys and values, at least one key, every key visible to every row, no global keys, biases,
-// token-count scale or log-sum-exp. Callers that would otherwise form the score matrix (the GEMM
+// keys and values (128 where the GPU gives a block 137 KiB of shared memory: sm_80, sm_90), at
+// least 64 rows and one key, every key visible to every row, no global keys, biases, token-count
+// scale or log-sum-exp. Callers that would otherwise form the score matrix (the GEMM
 // path of model::attend) ask it first.
 bool fused_attention_applies(const ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor* kg, const AttentionParams& p, const Tensor* lse);

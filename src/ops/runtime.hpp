@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "exec/gpu_kernels.hpp"
 #include "exec/tf32.hpp"
 #include "ops/context.hpp"
 

@@ -15,7 +15,7 @@ expect 0 "checks passed" -- "$vinf" selfcheck --device cpu --filter conv2d
 expect 0 "attention banded" -- "$vinf" selfcheck --list
 # The kernels that are off by default: scripts/gpu-check's selfcheck.kernels command line (on a
 # CPU build the CUDA part skips), and a name it does not know.
-expect 0 "cuda kernels off by default, on here: temporal-attention,index32,staged-uploads,flash-attention" -- \
+expect 0 "cuda kernels off by default, on here: temporal-attention,index32,staged-uploads,flash-attention,gemm-epilogues" -- \
   env VINF_GPU_KERNELS=all "$vinf" selfcheck --device all --filter "attention temporal"
 expect 2 "VINF_GPU_KERNELS: no kernel is called 'flash'; the names are" -- \
   env VINF_GPU_KERNELS=index32,flash "$vinf" selfcheck --device all --filter conv2d

@@ -113,14 +113,15 @@ TEST_CASE("VINF_GPU_KERNELS: names, all and none, and an unknown name is an inpu
   CHECK(parse_gpu_kernels("") == 0);
   CHECK(parse_gpu_kernels("none") == 0);
   CHECK(parse_gpu_kernels("all") == kAllGpuKernels);
-  CHECK(parse_gpu_kernels(" index32 , temporal-attention,staged-uploads, flash-attention") == kAllGpuKernels);
+  CHECK(parse_gpu_kernels(" index32 , temporal-attention,staged-uploads, flash-attention,gemm-epilogues") ==
+        kAllGpuKernels);
   CHECK(parse_gpu_kernels("index32") == static_cast<unsigned>(GpuKernel::index32));
   CHECK(gpu_kernels_text(0) == "none");
-  CHECK(gpu_kernels_text(kAllGpuKernels) == "temporal-attention,index32,staged-uploads,flash-attention");
+  CHECK(gpu_kernels_text(kAllGpuKernels) == "temporal-attention,index32,staged-uploads,flash-attention,gemm-epilogues");
   CHECK(parse_gpu_kernels(gpu_kernels_text(kAllGpuKernels)) == kAllGpuKernels);
   CHECK_THROWS_WITH_AS(parse_gpu_kernels("index32,flash"),
                        doctest::Contains("no kernel is called 'flash'; the names are temporal-attention, index32, "
-                                                         "staged-uploads, flash-attention, all, none"),
+                                                         "staged-uploads, flash-attention, gemm-epilogues, all, none"),
                        InputError);
   const unsigned before = gpu_kernels();
   set_gpu_kernels(static_cast<unsigned>(GpuKernel::temporal_attention));
@@ -145,8 +146,10 @@ TEST_CASE("flash-attention takes only full attention in f16 or bf16 with head di
   set_gpu_kernels(static_cast<unsigned>(GpuKernel::flash_attention));
   CHECK(ops::fused_attention_applies(gpu, q, k, v, nullptr, full, nullptr));
   CHECK_FALSE(ops::fused_attention_applies(cpu, q, k, v, nullptr, full, nullptr));
-  CHECK(ops::fused_attention_applies(gpu, t(DType::f16, 5, 128), t(DType::f16, 300, 128), t(DType::f16, 300, 128),
+  CHECK(ops::fused_attention_applies(gpu, t(DType::f16, 64, 128), t(DType::f16, 300, 128), t(DType::f16, 300, 128),
                                      nullptr, full, nullptr));
+  CHECK_FALSE(ops::fused_attention_applies(gpu, t(DType::f16, 63, 128), t(DType::f16, 300, 128),
+                                           t(DType::f16, 300, 128), nullptr, full, nullptr));  // under a block of rows
   CHECK_FALSE(ops::fused_attention_applies(gpu, t(DType::f32, 100, 64), t(DType::f32, 77, 64), t(DType::f32, 77, 64),
                                            nullptr, full, nullptr));
   CHECK_FALSE(ops::fused_attention_applies(gpu, t(DType::bf16, 100, 40), t(DType::bf16, 77, 40),

@@ -78,4 +78,12 @@ TEST_CASE("StagingRing: pieces in order, aligned, and the host waits only for th
   ring.hold(f[6]);
   CHECK_THROWS_AS(ring.hold(f[6]), Error);
   CHECK_THROWS_AS(ring.acquire(2048), Error);
+
+  // A piece given back unheld (its copy never queued, or already waited for) is free at once.
+  exec::StagingRing<TestFence> small(512);
+  CHECK(small.acquire(512) == 0);
+  small.drop();
+  CHECK(small.held() == 0);
+  CHECK(small.acquire(256) == 0);
+  small.hold(TestFence{});
 }

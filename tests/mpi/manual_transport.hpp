@@ -33,6 +33,7 @@ class ManualRequest final : public mpi::CommRequest {
     if (!t_->done) return std::nullopt;
     return t_->exposed.load();
   }
+  bool passed() const override { return t_->done; }
 
  private:
   std::shared_ptr<ManualTransfer> t_;

@@ -41,4 +41,11 @@ expect_mode "an unsettled collective times out" unsettled \
   "vinf: error: barrier on the probe group (rank 0 of 2, manual) has waited"
 expect_mode "an asynchronous failure ends the job" async \
   "vinf: error: barrier on the probe group (rank 0 of 2, manual): the manual transport broke; ending the job"
+out=$(timeout 30 "$probe" ended 2>&1)
+rc=$?
+if [ "$rc" -eq 0 ] && grep -qF "the watchdog let the ended barrier be" <<<"$out"; then
+  echo "ok: a collective that has ended does not time out while it waits to be settled"
+else
+  echo "FAIL: an ended, unsettled collective: exit $rc (want 0):"; echo "$out"; fails=$((fails + 1))
+fi
 [ "$fails" -eq 0 ] || exit 1
