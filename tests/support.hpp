@@ -15,6 +15,7 @@
 
 #include "core/tensor.hpp"
 #include "mpi/communicator.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
 
 namespace vinf::test {
@@ -112,5 +113,15 @@ struct HostTensor {
   }
   operator const Tensor&() const { return t; }
 };
+
+// A tensor's values as f32 on the host (any device, any float dtype), once the device has them.
+inline std::vector<float> download(Runtime& rt, const Tensor& t) {
+  HostTensor h(t.shape);
+  ops::copy(rt.ctx(), t, h);
+  rt.synchronize();
+  return h.data;
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace vinf::test

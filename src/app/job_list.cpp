@@ -14,14 +14,14 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string trim(const std::string& s) {
+std::string trim_field(const std::string& s) {
   const std::size_t a = s.find_first_not_of(" \t\r");
   if (a == std::string::npos) return "";
   return s.substr(a, s.find_last_not_of(" \t\r") + 1 - a);
 }
 
 bool skipped(const std::string& line) {
-  const std::string t = trim(line);
+  const std::string t = trim_field(line);
   return t.empty() || t.front() == '#';
 }
 
@@ -40,13 +40,13 @@ bool split_csv(const std::string& line, std::vector<std::string>& fields) {
     } else if (c == '"') {
       quoted = true;
     } else if (c == ',') {
-      fields.push_back(trim(field));
+      fields.push_back(trim_field(field));
       field.clear();
     } else if (c != '\r') {
       field += c;
     }
   }
-  fields.push_back(trim(field));
+  fields.push_back(trim_field(field));
   return !quoted;
 }
 
@@ -135,7 +135,7 @@ bool is_csv(const std::string& path, const std::vector<std::string>& lines) {
   if (ends(".csv")) return true;
   if (ends(".jsonl") || ends(".json") || ends(".ndjson")) return false;
   for (const std::string& l : lines)
-    if (!skipped(l)) return trim(l).front() != '{';
+    if (!skipped(l)) return trim_field(l).front() != '{';
   return false;
 }
 
@@ -181,7 +181,7 @@ std::vector<JobSpec> read_job_list(const std::string& path) {
     JobSpec job = csv ? parse_csv_row(header, row, where) : parse_json_line(lines[i], where);
     job.index = static_cast<int>(jobs.size());
     job.line = static_cast<int>(i + 1);
-    job.text = trim(lines[i]);
+    job.text = trim_field(lines[i]);
     if (job.out.empty()) job.out = "job-" + std::to_string(job.index);
     jobs.push_back(std::move(job));
   }

@@ -7,30 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/utf8.hpp"
 #include "io/json_file.hpp"
 #include "io/path_query.hpp"
 
 namespace vinf::model {
 
 namespace {
-
-void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
-}
 
 // The code point at s[i] and its length in bytes; a byte that starts no well-formed sequence is
 // returned as itself (length 1), so text that is not UTF-8 passes through unchanged.

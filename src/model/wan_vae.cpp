@@ -53,9 +53,9 @@ Tensor as_time_series(const Tensor& t) {
 
 // One video through one half: the layers over chunks of frames (frame-major, (T, C, H, W)) and
 // what each causal layer keeps from one chunk for the next.
-class Pass {
+class VaePass {
  public:
-  Pass(const Weights& w, ExecContext& ctx) : w_(w), ctx_(ctx), dtype_(w.dtype()) {}
+  VaePass(const Weights& w, ExecContext& ctx) : w_(w), ctx_(ctx), dtype_(w.dtype()) {}
 
   Act empty(const Shape& s) const { return std::make_shared<OwnedTensor>(ctx_.arena->empty(dtype_, s)); }
   const Tensor& w(const std::string& name) const { return w_.get(name); }
@@ -434,7 +434,7 @@ void WanVae::encode(ExecContext& ctx, const Tensor& video, const Tensor& mean, c
              logvar->shape.str());
   const std::vector<WanVaeLayer> layers = wan_vae_encoder_layers(c);
   for (std::int64_t i = 0; i < n; ++i) {
-    Pass pass(weights_, ctx);
+    VaePass pass(weights_, ctx);
     Act x = pass.empty({frames, c.in_channels, h, wd});
     ops::copy(ctx, video.select(0, i).permute({1, 0, 2, 3}), *x);
     Act enc = pass.empty({want[2], 2 * static_cast<std::int64_t>(c.z_dim), want[3], want[4]});
@@ -486,7 +486,7 @@ void WanVae::decode_part(ExecContext& ctx, const Tensor& latents, std::int64_t f
   VINF_INPUT_CHECK(tile >= 0, "the VAE tile must be 0 (off) or a positive number of latent pixels, got ", tile);
   const bool tiled = tile > 0 && (h > tile || wd > tile);
   const std::vector<WanVaeLayer> layers = wan_vae_decoder_layers(c);
-  Pass pass(weights_, ctx);
+  VaePass pass(weights_, ctx);
   pass.take_history(std::move(memory.frames));
   Act z = pass.empty({lf, c.z_dim, h, wd});
   ops::copy(ctx, latents.select(0, 0).permute({1, 0, 2, 3}), *z);

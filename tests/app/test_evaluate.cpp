@@ -15,7 +15,7 @@ using namespace vinf::app;
 
 namespace {
 
-constexpr std::int64_t kW = 64, kH = 48;
+constexpr std::int64_t kFrameW = 64, kFrameH = 48;
 
 // A hashed gray texture, so that every shift of a block looks different.
 float texture(std::int64_t x, std::int64_t y) {
@@ -26,19 +26,19 @@ float texture(std::int64_t x, std::int64_t y) {
 
 // The texture moved `shift` pixels right and `brighter` added, as RGB bytes.
 std::vector<std::uint8_t> shifted(std::int64_t shift, float brighter = 0) {
-  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(kW * kH * 3));
-  for (std::int64_t y = 0; y < kH; ++y)
-    for (std::int64_t x = 0; x < kW; ++x)
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(kFrameW * kFrameH * 3));
+  for (std::int64_t y = 0; y < kFrameH; ++y)
+    for (std::int64_t x = 0; x < kFrameW; ++x)
       for (int c = 0; c < 3; ++c)
-        rgb[static_cast<std::size_t>((y * kW + x) * 3 + c)] = static_cast<std::uint8_t>(texture(x - shift, y) + brighter);
+        rgb[static_cast<std::size_t>((y * kFrameW + x) * 3 + c)] = static_cast<std::uint8_t>(texture(x - shift, y) + brighter);
   return rgb;
 }
 
 Series measure(const std::vector<std::vector<std::uint8_t>>& frames) {
   Series s;
   for (std::size_t i = 1; i < frames.size(); ++i) {
-    s.frame_difference.push_back(mean_abs_difference(frames[i - 1].data(), frames[i].data(), kW * kH * 3));
-    s.motion.push_back(block_motion(gray_from_rgb8(frames[i - 1].data(), kW, kH), gray_from_rgb8(frames[i].data(), kW, kH)));
+    s.frame_difference.push_back(mean_abs_difference(frames[i - 1].data(), frames[i].data(), kFrameW * kFrameH * 3));
+    s.motion.push_back(block_motion(gray_from_rgb8(frames[i - 1].data(), kFrameW, kFrameH), gray_from_rgb8(frames[i].data(), kFrameW, kFrameH)));
   }
   return s;
 }
@@ -63,13 +63,13 @@ TEST_CASE("evaluate: a texture moving 2 pixels per frame has motion 2") {
   MotionSettings small;
   small.max_side = 32;
   small.search = 4;
-  CHECK(block_motion(gray_from_rgb8(frames[0].data(), kW, kH), gray_from_rgb8(frames[1].data(), kW, kH), small) ==
+  CHECK(block_motion(gray_from_rgb8(frames[0].data(), kFrameW, kFrameH), gray_from_rgb8(frames[1].data(), kFrameW, kFrameH), small) ==
         2.0);
 }
 
 TEST_CASE("evaluate: a flicker alternates the frame difference and lowers the flicker score") {
   std::vector<std::vector<std::uint8_t>> frames;
-  for (int f = 0; f < 6; ++f) frames.emplace_back(static_cast<std::size_t>(kW * kH * 3), f % 2 ? 180 : 60);
+  for (int f = 0; f < 6; ++f) frames.emplace_back(static_cast<std::size_t>(kFrameW * kFrameH * 3), f % 2 ? 180 : 60);
   const Series s = measure(frames);
   double sum = 0;
   for (double d : s.frame_difference) {

@@ -17,6 +17,7 @@
 #include "ops/norm.hpp"
 
 using namespace vinf;
+using test::download;
 
 namespace {
 
@@ -37,12 +38,6 @@ Uploaded upload(Runtime& rt, const Tensor& host) {
   ops::copy(rt.ctx(), host, u.owned);
   u.t = u.owned;
   return u;
-}
-
-std::vector<float> download(Runtime& rt, const Tensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  ops::copy(rt.ctx(), t, Tensor::wrap(v.data(), DType::f32, Device::cpu(), t.shape));
-  return v;
 }
 
 double max_abs_diff(const std::vector<float>& a, const Tensor& ref) {

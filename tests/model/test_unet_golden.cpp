@@ -34,12 +34,6 @@ model::UNet3D load_tiny(Runtime& rt, DType dtype, bool fps = true) {
   return model::UNet3D(c, model::Weights(wf, model::unet_parameters(c), rt, dtype, !fps, nullptr));
 }
 
-std::vector<float> to_host(Runtime& rt, const Tensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  ops::copy(rt.ctx(), t, Tensor::wrap(v.data(), DType::f32, Device::cpu(), t.shape));
-  return v;
-}
-
 double max_abs_diff(const std::vector<float>& a, const Tensor& ref) {
   REQUIRE(static_cast<std::int64_t>(a.size()) == ref.numel());
   double worst = 0;
@@ -60,7 +54,7 @@ std::vector<float> run(Runtime& rt, const model::UNet3D& unet, Golden& g, std::s
   model::PlainTemporalContext plain;
   const double fps = static_cast<double>(g.inputs.tensor("fps").ptr<std::int64_t>()[0]);
   unet.forward(rt.ctx(), sample, t, fps, text, out, plain, observe);
-  return to_host(rt, out);
+  return test::download(rt, out);
 }
 
 std::vector<float> run(Runtime& rt, const model::UNet3D& unet, Golden& g, std::int64_t t,
@@ -73,8 +67,8 @@ void check_stages_and_outputs(Runtime& rt, DType dtype, double tol) {
   const model::UNet3D unet = load_tiny(rt, dtype);
   std::map<std::string, double> errors;
   const auto observe = [&](const std::string& name, const Tensor& t) {
-    if (g.stages.contains(name + ".out")) errors[name + ".out"] = max_abs_diff(to_host(rt, t), g.stages.tensor(name + ".out"));
-    else if (g.stages.contains(name)) errors[name] = max_abs_diff(to_host(rt, t), g.stages.tensor(name));
+    if (g.stages.contains(name + ".out")) errors[name + ".out"] = max_abs_diff(test::download(rt, t), g.stages.tensor(name + ".out"));
+    else if (g.stages.contains(name)) errors[name] = max_abs_diff(test::download(rt, t), g.stages.tensor(name));
   };
   const std::vector<float> t900 = run(rt, unet, g, 900, observe);
   CHECK(errors.size() == g.stages.entries().size());  // every recorded module input and output was seen
@@ -127,11 +121,11 @@ TEST_CASE("one timestep per frame: all equal is the one-timestep call, each fram
   std::map<std::int64_t, std::vector<float>> single;
   for (std::int64_t t : {900, 500})
     run(rt, unet, g, t, [&](const std::string& name, const Tensor& x) {
-      if (name == "time_embedding") single[t] = to_host(rt, x);
+      if (name == "time_embedding") single[t] = test::download(rt, x);
     });
   std::vector<float> rows;
   const std::vector<float> out = run(rt, unet, g, mixed, [&](const std::string& name, const Tensor& x) {
-    if (name == "time_embedding") rows = to_host(rt, x);
+    if (name == "time_embedding") rows = test::download(rt, x);
   });
   const std::size_t e = single[900].size() / static_cast<std::size_t>(b);
   REQUIRE(rows.size() == static_cast<std::size_t>(b * f) * e);

@@ -28,13 +28,6 @@ double max_diff(const Tensor& want, const std::vector<float>& got) {
   return worst;
 }
 
-std::vector<float> to_host(Runtime& rt, const Tensor& t) {
-  test::HostTensor h(t.shape);
-  ops::copy(rt.ctx(), t, h);
-  rt.synchronize();
-  return h.data;
-}
-
 // Runs the fixture's transformer at timesteps[index] and checks the prediction (and, at index 0,
 // every recorded intermediate) to `tol`.
 void check_fixture(Device device, std::int64_t index, double tol) {
@@ -56,10 +49,10 @@ void check_fixture(Device device, std::int64_t index, double tol) {
   std::vector<float> ts(static_cast<std::size_t>(B), tv);
   ops::copy(rt.ctx(), Tensor::wrap(ts.data(), DType::f32, Device::cpu(), {B}), td);
   std::map<std::string, std::vector<float>> seen;
-  model::WanProbe probe = [&](const std::string& name, const Tensor& v) { seen[name] = to_host(rt, v); };
+  model::WanProbe probe = [&](const std::string& name, const Tensor& v) { seen[name] = test::download(rt, v); };
   wan.forward(rt.ctx(), xd, td, ed, out, index == 0 ? probe : model::WanProbe{});
   const std::string key = "noise_pred.t" + std::to_string(index);
-  const double pred = max_diff(ref.tensor(key), to_host(rt, out));
+  const double pred = max_diff(ref.tensor(key), test::download(rt, out));
   INFO(device.name() << " " << key << ": max |diff| " << pred);
   CHECK(pred < tol);
   if (index != 0) return;

@@ -17,22 +17,14 @@
 #include "core/error.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5file.hpp"
+#include "world.hpp"
 
 using namespace vinf;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using test::world_rank;
+using test::world_size;
 
 // A directory every rank names alike (rank 0's process id), removed at the end.
 struct SharedDir {
@@ -60,7 +52,7 @@ std::string long_config(std::size_t bytes) {
   return j + "]}}";
 }
 
-constexpr std::int64_t kC = 2, kH = 3, kW = 5, kPerFrame = kC * kH * kW;
+constexpr std::int64_t kLatentC = 2, kLatentH = 3, kLatentW = 5, kPerFrame = kLatentC * kLatentH * kLatentW;
 
 float value_at(std::int64_t frame, std::int64_t i, float sign) {
   return sign * (static_cast<float>(frame) + 0.001f * static_cast<float>(i));
@@ -75,7 +67,7 @@ void write_test_checkpoint(const std::string& path, const io::RunStamp& stamp, s
       lat[static_cast<std::size_t>(f * kPerFrame + i)] = value_at(first + f, i, 1.f);
       prev[static_cast<std::size_t>(f * kPerFrame + i)] = value_at(first + f, i, -1.f);
     }
-  const io::FramePart part{{frames, kC, kH, kW}, first, nf};
+  const io::FramePart part{{frames, kLatentC, kLatentH, kLatentW}, first, nf};
   const io::SolverState state{3, {900, 600, 300, 1}, {1.0, 0.7, 0.4, 0.1, 0.0}};
   io::TextCache text{1, 2, 3, {1, 2, 3, 4, 5, 6}, {}};
   io::write_checkpoint(MPI_COMM_WORLD, path, stamp, part, lat.data(), prev.data(), state, text);
@@ -148,7 +140,7 @@ void write_plain_v1(const std::string& path, Edit edit) {
   for (const char* key : {"model_fingerprint", "noise_mode", "scheduler"}) text_attr(file, key, "x");
   for (const char* key : {"seed", "world_size", "cfg_size", "clip_size"}) int_attr(file, key, 1);
   const std::vector<float> frames(static_cast<std::size_t>(2 * kPerFrame), 0.5f);
-  dataset("/latents", H5T_IEEE_F32LE, {2, kC, kH, kW}, frames.data(), H5T_NATIVE_FLOAT);
+  dataset("/latents", H5T_IEEE_F32LE, {2, kLatentC, kLatentH, kLatentW}, frames.data(), H5T_NATIVE_FLOAT);
   const hid_t state = H5Gcreate2(file, "/state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   int_attr(state, "step", 1);
   H5Gclose(state);
@@ -156,7 +148,7 @@ void write_plain_v1(const std::string& path, Edit edit) {
   const float sigmas[3] = {1.f, 0.5f, 0.f}, embeds[6] = {1, 2, 3, 4, 5, 6};
   dataset("/state/timesteps", H5T_STD_I64LE, {2}, timesteps, H5T_NATIVE_INT64);
   dataset("/state/sigmas", H5T_IEEE_F32LE, {3}, sigmas, H5T_NATIVE_FLOAT);
-  dataset("/state/previous_x0", H5T_IEEE_F32LE, {2, kC, kH, kW}, frames.data(), H5T_NATIVE_FLOAT);
+  dataset("/state/previous_x0", H5T_IEEE_F32LE, {2, kLatentC, kLatentH, kLatentW}, frames.data(), H5T_NATIVE_FLOAT);
   H5Gclose(H5Gcreate2(file, "/text", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
   dataset("/text/prompt_embeds", H5T_IEEE_F32LE, {1, 2, 3}, embeds, H5T_NATIVE_FLOAT);
   edit(file);
@@ -189,7 +181,7 @@ TEST_CASE("checkpoint files: a configuration over 64 KiB is written and read bac
   CHECK(info.stamp.config_json == stamp.config_json);
   CHECK(info.stamp.numerics_json == stamp.numerics_json);
   CHECK(info.state.step == 3);
-  CHECK(info.full == Shape{frames, kC, kH, kW});
+  CHECK(info.full == Shape{frames, kLatentC, kLatentH, kLatentW});
   // The frames come back exactly, each rank its own.
   std::vector<float> lat(static_cast<std::size_t>(2 * kPerFrame)), prev(lat.size());
   io::read_checkpoint_frames(MPI_COMM_WORLD, path, 2 * world_rank(), 2, lat.data(), prev.data());
@@ -198,7 +190,7 @@ TEST_CASE("checkpoint files: a configuration over 64 KiB is written and read bac
   CHECK(prev.back() == value_at(2 * world_rank() + 1, kPerFrame - 1, -1.f));
   // The same holds for latents.h5.
   const std::string latents = dir.path + "/latents.h5";
-  io::write_latents(MPI_COMM_WORLD, latents, stamp, {{frames, kC, kH, kW}, 2 * world_rank(), 2}, lat.data());
+  io::write_latents(MPI_COMM_WORLD, latents, stamp, {{frames, kLatentC, kLatentH, kLatentW}, 2 * world_rank(), 2}, lat.data());
   const io::H5File f = io::H5File::open(MPI_COMM_SELF, latents);
   CHECK(f.read_text("/run/config") == stamp.config_json);
 }
@@ -285,14 +277,14 @@ TEST_CASE("checkpoint files: format version 1 (configuration in attributes, no c
     for (const char* key : {"model_fingerprint", "noise_mode", "scheduler", "vinf_version"}) f.set_text("/", key, "x");
     for (const char* key : {"seed", "world_size", "cfg_size", "clip_size"}) f.set_int("/", key, 1);
     const std::vector<float> frames(static_cast<std::size_t>(2 * kPerFrame), 0.5f);
-    f.write_frames("/latents", {2, kC, kH, kW}, 0, 0, 2, frames.data());
+    f.write_frames("/latents", {2, kLatentC, kLatentH, kLatentW}, 0, 0, 2, frames.data());
     f.create_group("/state");
     f.set_int("/state", "step", 1);
     const std::int64_t timesteps[2] = {500, 1};
     const float sigmas[3] = {1.f, 0.5f, 0.f};
     f.write_small("/state/timesteps", DType::i64, {2}, timesteps);
     f.write_small("/state/sigmas", DType::f32, {3}, sigmas);
-    f.write_frames("/state/previous_x0", {2, kC, kH, kW}, 0, 0, 2, frames.data());
+    f.write_frames("/state/previous_x0", {2, kLatentC, kLatentH, kLatentW}, 0, 0, 2, frames.data());
     f.create_group("/text");
     const std::vector<float> embeds(6, 1.f);
     f.write_small("/text/prompt_embeds", DType::f32, {1, 2, 3}, embeds.data());

@@ -11,16 +11,11 @@
 #include "mpi/communicator.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
+#include "world.hpp"
 
 using namespace vinf;
 
-namespace {
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-}  // namespace
+using test::world_rank;
 
 TEST_CASE("VINF_CHECK_MPI reports the failed call with MPI's own text") {
   set_process_rank(world_rank());

@@ -18,16 +18,10 @@
 #include "ops/runtime.hpp"
 
 using namespace vinf;
+using test::download;
 using test::HostTensor;
 
 namespace {
-
-std::vector<float> download(Runtime& rt, const Tensor& t) {
-  HostTensor h(t.shape);
-  ops::copy(rt.ctx(), t, h);
-  rt.synchronize();
-  return h.data;
-}
 
 OwnedTensor upload(Runtime& rt, const HostTensor& host, DType dtype) {
   OwnedTensor t = rt.arena().empty(dtype, host.t.shape);

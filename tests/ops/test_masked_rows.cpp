@@ -17,6 +17,7 @@
 #include "ops/softmax.hpp"
 
 using namespace vinf;
+using test::download;
 using test::HostTensor;
 
 namespace {
@@ -55,13 +56,6 @@ OwnedTensor upload(Runtime& rt, HostTensor& host, DType dtype) {
   ops::copy(rt.ctx(), host, t);
   ops::copy(rt.ctx(), t, host);
   return t;
-}
-
-std::vector<float> download(Runtime& rt, const Tensor& t) {
-  HostTensor h(t.shape);
-  ops::copy(rt.ctx(), t, h);
-  rt.synchronize();
-  return h.data;
 }
 
 // Softmax of a row in double; all -inf gives zeros.

@@ -13,6 +13,7 @@
 #include "ops/norm.hpp"
 
 using namespace vinf;
+using test::contains;
 using test::HostTensor;
 
 namespace {
@@ -27,7 +28,6 @@ std::string error_of(Fn fn) {
   return "(no error)";
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
 

@@ -17,6 +17,7 @@
 #include "ops/verify.hpp"
 
 using namespace vinf;
+using test::contains;
 
 namespace {
 
@@ -60,7 +61,6 @@ Selection selection_from_env() {
   return make_selection(env("VINF_OPS_FILTER"), env("VINF_OPS_BACKEND"), env("VINF_OPS_DTYPE"));
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // The selection for a test of backend `b` in `dt`: fails the test when the selection is unusable,
 // false (with a message) when it leaves this test out.
