@@ -36,9 +36,12 @@ inline void run_on_threads_rt(int n, const std::function<void(int, mpi::Communic
   auto group = mpi::make_thread_group(n);
   std::vector<std::string> errors(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
+  // The ranks share this thread's CPU threads: n pools as large would run n times the cores.
+  const int per_rank = cpu_threads_per_rank(n);
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
+        set_cpu_threads(per_rank);
         Runtime rt(device);
         fn(r, *group[static_cast<std::size_t>(r)], rt);
       } catch (const std::exception& e) {

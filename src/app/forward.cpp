@@ -364,10 +364,12 @@ ForwardResults run_emulated(const ForwardOptions& o, const ForwardJob& f) {
   std::vector<PieceResult> res(static_cast<std::size_t>(n));
   std::vector<std::string> errors(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
+  const int per_clip = cpu_threads_per_rank(n);  // the clips share this process's CPU threads
   for (int c = 0; c < n; ++c) {
     group[static_cast<std::size_t>(c)]->set_label("emulated clip group");
     threads.emplace_back([&, c] {
       try {
+        set_cpu_threads(per_clip);
         Runtime trt(f.job->device());
         auto tc = temporal_context(o.vi, group[static_cast<std::size_t>(c)].get(), f.split);
         res[static_cast<std::size_t>(c)] =

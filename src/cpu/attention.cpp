@@ -802,4 +802,5 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
 
 namespace vinf::cpu {
 int thread_count() { return omp_get_max_threads(); }
+void set_thread_count(int n) { omp_set_num_threads(n > 0 ? n : 1); }
 }  // namespace vinf::cpu

@@ -18,8 +18,10 @@
 
 namespace vinf::cpu {
 
-// The OpenMP pool's size: the threads of every fast path.
+// The OpenMP pool's size: the threads of every fast path the calling thread runs.
 int thread_count();
+// Sets it for the calling thread (and the kernels it runs from now on), at least 1.
+void set_thread_count(int n);
 
 // Whether this CPU multiplies bf16 natively (AVX-512 BF16, which the AMX-BF16 CPUs also have):
 // what --dtype bf16 on the CPU needs. VINF_CPU_LEVEL=v3 or baseline hides it, as it hides AVX-512,

@@ -3,10 +3,15 @@
 // implement are rejected by name when the file is read.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace vinf::model {
+
+// The UNet's feed-forward runs in chunks of rows whose GEGLU projection (8 x inner per row) holds at
+// most this many elements: what unet3d.cpp computes at once and footprint.cpp estimates.
+inline constexpr std::int64_t kFeedForwardChunkElements = std::int64_t{1} << 24;
 
 struct UNetConfig {
   int in_channels = 4;

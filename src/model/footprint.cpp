@@ -60,8 +60,6 @@ constexpr double kVaeBlockReuse = 1.3;
 // cases upper bounds again (1.08x, 1.25x and 1.05x of the measured peaks); they are calibrated on
 // that one machine and preset.
 constexpr double kCudaF32Calls = 1.6, kCuda16BitCalls = 1.1, kCudaVae = 1.25;
-// unet3d.cpp's bound on the elements of one feed-forward chunk's GEGLU projection.
-constexpr double kFeedForwardElements = 1 << 24;
 // oneDNN's matmul scratchpad (cpu/blas.cpp hands it an arena block): its brgemm kernels on
 // AVX-512 copy a block of 64 columns of B per thread, K x 64 floats, plus about 1 KiB (measured
 // on a Zen 4 for K 32 to 256 at 2 threads: exactly 256 K + 1280 bytes per thread pair); the AVX2
@@ -163,7 +161,7 @@ double Walker::attend_workspace(double heads, double lq, double lk, double head_
 // by), the gated activations (in bf16 on the CPU with bf16 weights) and the output.
 void Walker::feed_forward(double width, double m) {
   const double ff = std::ceil(4 * width / s_.tensor_size);
-  const double rows = std::max(1.0, std::min(m, std::floor(kFeedForwardElements / (2 * ff))));
+  const double rows = std::max(1.0, std::min(m, std::floor(static_cast<double>(kFeedForwardChunkElements) / (2 * ff))));
   // The chunk's output only under tensor parallelism: otherwise the product adds itself onto the rows.
   const double partials = s_.tensor_size > 1 ? bytes(rows * width, elt_) : 0;
   const double projection = s_.cuda ? bytes(rows * 2 * ff, elt_) : bytes(rows * ff, 4);

@@ -23,7 +23,7 @@ namespace vinf::model {
 
 namespace {
 
-constexpr int kMaxSize = 1 << 20, kMaxLayers = 256;
+constexpr int kMaxT5Size = 1 << 20, kMaxT5Layers = 256;
 
 }  // namespace
 
@@ -76,10 +76,10 @@ Umt5Config load_umt5_config(const std::string& path) {
                                std::pair{"d_kv", c.d_kv}, std::pair{"d_ff", c.d_ff}, std::pair{"num_heads", c.heads},
                                std::pair{"relative_attention_max_distance", c.max_distance},
                                std::pair{"relative_attention_num_buckets", c.num_buckets}})
-    VINF_INPUT_CHECK(v < kMaxSize, path, ": ", key, " ", v, " is more than ", kMaxSize - 1);
-  VINF_INPUT_CHECK(static_cast<std::int64_t>(c.heads) * c.d_kv < kMaxSize, path, ": num_heads x d_kv is more than ",
-                   kMaxSize - 1);
-  VINF_INPUT_CHECK(c.layers <= kMaxLayers, path, ": num_layers ", c.layers, " is more than ", kMaxLayers);
+    VINF_INPUT_CHECK(v < kMaxT5Size, path, ": ", key, " ", v, " is more than ", kMaxT5Size - 1);
+  VINF_INPUT_CHECK(static_cast<std::int64_t>(c.heads) * c.d_kv < kMaxT5Size, path, ": num_heads x d_kv is more than ",
+                   kMaxT5Size - 1);
+  VINF_INPUT_CHECK(c.layers <= kMaxT5Layers, path, ": num_layers ", c.layers, " is more than ", kMaxT5Layers);
   // A quarter of the buckets are exact distances on each side; the logarithmic ones need room above them.
   VINF_INPUT_CHECK(c.num_buckets >= 4 && c.max_distance > c.num_buckets / 4, path,
                    ": relative_attention_num_buckets must be at least 4 and relative_attention_max_distance more "

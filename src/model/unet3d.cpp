@@ -32,9 +32,6 @@ namespace {
 // An activation: owned by whoever still needs it (the current layer, the skip stack).
 using Act = std::shared_ptr<OwnedTensor>;
 
-// Rows of the feed-forward computed at once: bounds the 8 x inner GEGLU projection.
-constexpr std::int64_t kFeedForwardElements = std::int64_t{1} << 24;
-
 // One forward call's state: where it runs, the clip's batch and frame counts, the hooks.
 class Forward {
  public:
@@ -230,7 +227,7 @@ class Forward {
   // shard's columns under tensor parallelism).
   void feed_forward(const Tensor& x, const std::string& p) const {
     const std::int64_t m = x.size(0), inner = x.size(1), ff = w(p + ".ff.net.2.weight").size(1);
-    const std::int64_t rows = std::max<std::int64_t>(1, std::min(m, kFeedForwardElements / (2 * ff)));
+    const std::int64_t rows = std::max<std::int64_t>(1, std::min(m, kFeedForwardChunkElements / (2 * ff)));
     // The normalised rows and the gated activations only feed products: stored in the weights'
     // dtype (bf16 on the CPU under --dtype bf16, where the products would round them anyway).
     const Tensor& proj_w = w(p + ".ff.net.0.proj.weight");

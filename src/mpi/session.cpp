@@ -80,6 +80,10 @@ Session::Session(int* argc, char*** argv) {
   gpu_turn_ = gpu_turn(node, visible_gpus_);
   MPI_Comm_free(&node);
   set_process_rank(size_ > 1 ? rank_ : -1);
+  // OpenMP's default pool is every core this process may run on; ranks sharing a node's cores
+  // would together run as many times more threads than cores. Unless OMP_NUM_THREADS says how
+  // many, each takes its share (a rank bound to its own core already sees one).
+  if (local_size_ > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) set_cpu_threads(cpu_threads_per_rank(local_size_));
 }
 
 Session::Session(const Session& parent, int color) : visible_gpus_(parent.visible_gpus_), gpu_turn_(parent.gpu_turn_) {

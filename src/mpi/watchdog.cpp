@@ -53,7 +53,7 @@ class Watchdog {
       std::thread([this] { loop(); }).detach();
     }
     const std::uint64_t id = next_++;
-    active_.emplace(id, Active{Clock::now(), std::move(what), std::move(probe)});
+    active_.emplace(id, Active{Clock::now(), std::move(what), std::move(probe), nullptr});
     return id;
   }
   void disarm(std::uint64_t id) {

@@ -23,6 +23,8 @@ bool built_with_cuda() { return VINF_WITH_CUDA != 0; }
 
 int cpu_threads() { return cpu::thread_count(); }
 
+void set_cpu_threads(int n) { cpu::set_thread_count(n); }
+
 bool cpu_bf16() { return cpu::bf16_supported(); }
 
 bool cpu_has_bf16_hardware() { return cpu::bf16_hardware(); }

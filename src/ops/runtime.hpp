@@ -53,8 +53,19 @@ std::string gpu_kernels_note(const Device& device);
 int cuda_device_count();
 // True when this build contains the CUDA backend.
 bool built_with_cuda();
-// The OpenMP threads every CPU kernel of this process runs on (OMP_NUM_THREADS, else the cores).
+// The OpenMP threads the CPU kernels run on (OMP_NUM_THREADS, else the cores this process may use),
+// as the calling thread sees it.
 int cpu_threads();
+// Sets the calling thread's: the kernels it runs from now on use n threads (at least 1). Threads
+// started later begin with the process's default again.
+void set_cpu_threads(int n);
+// The threads each of `ranks` ranks sharing the calling thread's gets (ranks on threads of one
+// process, or ranks of one node sharing its cores): an equal share, at least 1, so that together
+// they run no more threads than there are cores.
+inline int cpu_threads_per_rank(int ranks) {
+  const int all = cpu_threads();
+  return ranks > 1 ? (all / ranks > 0 ? all / ranks : 1) : all;
+}
 // Whether the CPU multiplies bf16 (AVX-512 BF16): what --dtype bf16 on the CPU needs.
 bool cpu_bf16();
 // Whether the CPU has AVX-512 BF16 whatever VINF_CPU_LEVEL says (cpu_bf16 honours the cap).

@@ -91,9 +91,11 @@ TEST_CASE("tensor parallelism over 1-4 threads: the tiny UNet equals the referen
     std::vector<std::size_t> split(static_cast<std::size_t>(t));
     std::vector<std::string> errors(static_cast<std::size_t>(t));
     std::vector<std::thread> threads;
+    const int per_rank = cpu_threads_per_rank(t);
     for (int r = 0; r < t; ++r)
       threads.emplace_back([&, r] {
         try {
+          set_cpu_threads(per_rank);
           Runtime rt(Device::cpu());
           model::UNet3D unet(c, model::Weights(wf, params, rt, DType::f32, false, nullptr, {r, t}));
           infinity::CommTensorGroup tg(*group[static_cast<std::size_t>(r)]);

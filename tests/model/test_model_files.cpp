@@ -50,13 +50,13 @@ std::string read_text(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-struct TempDir {
+struct ScratchDir {
   fs::path path;
-  TempDir() {
+  ScratchDir() {
     path = fs::temp_directory_path() / ("vinf-model-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
     fs::create_directories(path);
   }
-  ~TempDir() { fs::remove_all(path); }
+  ~ScratchDir() { fs::remove_all(path); }
   static int& counter() {
     static int n = 0;
     return n;
@@ -146,7 +146,7 @@ TEST_CASE("config values the runtime does not support are rejected by name") {
 }
 
 TEST_CASE("a key of the wrong type in any config file names the file, the key and the type it must have") {
-  TempDir dir;
+  ScratchDir dir;
   // Writes `base` with `key` set to `value` (a JSON text) and returns the reader's message.
   auto refused = [&](const std::function<void(const std::string&)>& read, const std::string& base,
                      const std::string& key, const std::string& value) {
@@ -205,7 +205,7 @@ TEST_CASE("a key of the wrong type in any config file names the file, the key an
 }
 
 TEST_CASE("sharded weights with an index load the same as one file, f16 weights convert to f32") {
-  TempDir dir;
+  ScratchDir dir;
   const auto src = model::find_model_files(test::fixture("tiny-unet3d"));
   const io::SafetensorsFile whole(src.weights.front());
   // Two shards, alternating tensors, plus the index diffusers writes.
@@ -241,7 +241,7 @@ TEST_CASE("sharded weights with an index load the same as one file, f16 weights 
             .find("names shard diffusion_pytorch_model-00002-of-00002.safetensors, which is not in") != std::string::npos);
 
   // make-model as f16: the loader widens to f32 exactly.
-  TempDir f16dir;
+  ScratchDir f16dir;
   model::write_random_model(model::preset_config("tiny"), 3, DType::f16, f16dir.path.string());
   const auto f16files = model::find_model_files(f16dir.path.string());
   const model::WeightFiles f16w(f16files);
@@ -258,7 +258,7 @@ TEST_CASE("sharded weights with an index load the same as one file, f16 weights 
 }
 
 TEST_CASE("a model directory may be a pipeline root with unet/") {
-  TempDir dir;
+  ScratchDir dir;
   fs::create_directories(dir.path / "unet");
   fs::copy_file(test::fixture("tiny-unet3d/config.json"), dir.path / "unet/config.json");
   fs::copy_file(test::fixture("tiny-unet3d/diffusion_pytorch_model.safetensors"),
@@ -281,7 +281,7 @@ TEST_CASE("one VideoCrafter2 UNet call at 320x512, 24 frames, CFG batch 2 is abo
 }
 
 TEST_CASE("in-memory random weights are the weights make-model writes for the same seed") {
-  TempDir dir;
+  ScratchDir dir;
   const model::UNetConfig c = model::preset_config("tiny");
   const auto params = model::unet_parameters(c);
   model::write_random_model(c, 42, DType::f32, dir.path.string());

@@ -28,7 +28,7 @@ namespace {
 
 // Both CPU implementations run every check.
 template <class Fn>
-void for_each_cpu_impl(Fn fn) {
+void for_each_cpu_context(Fn fn) {
   for (CpuImpl impl : {CpuImpl::reference, CpuImpl::fast}) {
     CAPTURE(impl == CpuImpl::reference ? "reference" : "fast");
     Runtime rt(Device::cpu(), impl);
@@ -46,7 +46,7 @@ HostTensor random(ExecContext& ctx, const Shape& s, std::uint64_t seed, float sc
 }  // namespace
 
 TEST_CASE("conv2d on a hand-computed example (stride 2, padding 1, bias)") {
-  for_each_cpu_impl([](ExecContext& ctx) {
+  for_each_cpu_context([](ExecContext& ctx) {
     // x = 1..16 on a 4x4 grid, kernel [[1,0,-1],[2,0,-2],[1,0,-1]] (Sobel-x), bias 0.5.
     std::vector<float> xv(16);
     for (int i = 0; i < 16; ++i) xv[static_cast<std::size_t>(i)] = static_cast<float>(i + 1);
@@ -60,7 +60,7 @@ TEST_CASE("conv2d on a hand-computed example (stride 2, padding 1, bias)") {
 }
 
 TEST_CASE("temporal conv equals a 3x1x1 Conv3d written out by hand") {
-  for_each_cpu_impl([](ExecContext& ctx) {
+  for_each_cpu_context([](ExecContext& ctx) {
     // One channel, one pixel, frames 1..5, kernel (1, 2, 3), bias 1, padding 1:
     // y[t] = 1 + x[t-1] + 2 x[t] + 3 x[t+1] with zeros outside.
     HostTensor x({1, 1, 5, 1}, {1, 2, 3, 4, 5}), w({1, 1, 3}, {1, 2, 3}), b({1}, {1}), y({1, 1, 5, 1});
@@ -70,7 +70,7 @@ TEST_CASE("temporal conv equals a 3x1x1 Conv3d written out by hand") {
 }
 
 TEST_CASE("group norm output has zero mean and unit variance per (sample, group), affine applied after") {
-  for_each_cpu_impl([](ExecContext& ctx) {
+  for_each_cpu_context([](ExecContext& ctx) {
     HostTensor x = random(ctx, {3, 8, 2, 10}, 1, 3.f);
     for (float& v : x.data) v += 5.f;
     HostTensor g({8}, std::vector<float>(8, 1.f)), b({8}, std::vector<float>(8, 0.f)), y({3, 8, 2, 10});
@@ -94,7 +94,7 @@ TEST_CASE("group norm output has zero mean and unit variance per (sample, group)
 }
 
 TEST_CASE("layer norm, softmax and activations at known points") {
-  for_each_cpu_impl([](ExecContext& ctx) {
+  for_each_cpu_context([](ExecContext& ctx) {
     HostTensor x({1, 4}, {1, 2, 3, 4}), g({4}, {1, 1, 1, 2}), b({4}, {0, 0, 0, 1}), y({1, 4});
     ops::layer_norm(ctx, x, g, b, y, 0.f);
     const float s = 1.f / std::sqrt(1.25f);
@@ -160,7 +160,7 @@ TEST_CASE("f32 to bf16 copies round to nearest even bit for bit, denormals and N
 // f32 result rounded to nearest even, on both CPU implementations (a row of 37 takes the vector
 // body and the scalar tail).
 TEST_CASE("layer norm into a bf16 y is the f32 result rounded to bf16") {
-  for_each_cpu_impl([](ExecContext& ctx) {
+  for_each_cpu_context([](ExecContext& ctx) {
     const HostTensor x = random(ctx, {5, 37}, 11, 2.f), g = random(ctx, {37}, 12), b = random(ctx, {37}, 13);
     HostTensor y({5, 37});
     ops::layer_norm(ctx, x, g, b, y, 1e-5f);
@@ -178,7 +178,7 @@ TEST_CASE("layer norm into a bf16 y is the f32 result rounded to bf16") {
 }
 
 TEST_CASE("timestep embedding: diffusers' layout and frequencies") {
-  for_each_cpu_impl([](ExecContext& ctx) {
+  for_each_cpu_context([](ExecContext& ctx) {
     std::vector<std::int64_t> tv{0, 900};
     const Tensor t = Tensor::wrap(tv.data(), DType::i64, Device::cpu(), {2});
     HostTensor y({2, 8});
@@ -196,7 +196,7 @@ TEST_CASE("timestep embedding: diffusers' layout and frequencies") {
 }
 
 TEST_CASE("nearest upsampling copies each pixel into a 2x2 block") {
-  for_each_cpu_impl([](ExecContext& ctx) {
+  for_each_cpu_context([](ExecContext& ctx) {
     HostTensor x({1, 1, 2, 2}, {1, 2, 3, 4}), y({1, 1, 4, 4});
     ops::upsample_nearest(ctx, x, y);
     CHECK(y.data == std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4});
@@ -205,7 +205,7 @@ TEST_CASE("nearest upsampling copies each pixel into a 2x2 block") {
 
 TEST_CASE("banded attention equals dense attention with an explicit mask and bias") {
   // Dense composition: scores = q k^T * scale (bmm) + bias, -inf outside the band, softmax, @ v.
-  for_each_cpu_impl([](ExecContext& ctx) {
+  for_each_cpu_context([](ExecContext& ctx) {
     const std::int64_t Lq = 9, Lk = 13, G = 3, D = 8;
     ops::AttentionParams p;
     p.scale = 0.3f;
@@ -242,7 +242,7 @@ TEST_CASE("banded attention equals dense attention with an explicit mask and bia
 
 TEST_CASE("GroupNorm from externally reduced sums of two parts equals GroupNorm of the whole") {
   // What the distributed temporal GroupNorm relies on: partial sums over frame ranges add up.
-  for_each_cpu_impl([](ExecContext& ctx) {
+  for_each_cpu_context([](ExecContext& ctx) {
     HostTensor x = random(ctx, {2, 8, 6, 5}, 9, 2.f), g = random(ctx, {8}, 10), b = random(ctx, {8}, 11);
     HostTensor whole({2, 8, 6, 5}), split({2, 8, 6, 5});
     ops::group_norm(ctx, x, g, b, whole, {4, 1e-5f, ops::Activation::silu});
