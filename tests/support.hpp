@@ -6,6 +6,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -126,5 +128,14 @@ inline std::vector<float> download(Runtime& rt, const Tensor& t) {
 }
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The largest |a[i] - ref[i]| of host values against an f32 host tensor of as many elements.
+inline double max_abs_diff(const std::vector<float>& a, const Tensor& ref) {
+  REQUIRE(static_cast<std::int64_t>(a.size()) == ref.numel());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - ref.ptr<float>()[i]));
+  return worst;
+}
 
 }  // namespace vinf::test

@@ -87,7 +87,7 @@ Tensor require_float(const io::SafetensorsFile& f, const char* name, int rank, c
   return t;
 }
 
-StepInputs read_inputs(const io::SafetensorsFile& f, const model::UNetConfig& c, const std::string& config_path) {
+StepInputs read_step_inputs(const io::SafetensorsFile& f, const model::UNetConfig& c, const std::string& config_path) {
   StepInputs in;
   in.x0 = require_float(f, "x0", 5, "[B,C,F,H,W]");
   in.eps = require_float(f, "eps", 5, "[B,C,F,H,W]");
@@ -150,7 +150,7 @@ int train_step(const std::vector<std::string>& args) {
   std::vector<std::string> warnings;
   const model::UNetConfig config = model::load_unet_config(files.config, &warnings);
   const io::SafetensorsFile in_file(o.inputs_path);
-  const StepInputs in = read_inputs(in_file, config, files.config);
+  const StepInputs in = read_step_inputs(in_file, config, files.config);
   train::AdamWSettings adamw = fallback;
   std::string adamw_source = "the [train] options";
   if (const auto it = in_file.metadata().find("adamw"); it != in_file.metadata().end()) {

@@ -17,6 +17,7 @@
 #include "ops/norm.hpp"
 
 using namespace vinf;
+using test::max_abs_diff;
 using test::download;
 
 namespace {
@@ -38,13 +39,6 @@ Uploaded upload(Runtime& rt, const Tensor& host) {
   ops::copy(rt.ctx(), host, u.owned);
   u.t = u.owned;
   return u;
-}
-
-double max_abs_diff(const std::vector<float>& a, const Tensor& ref) {
-  const float* r = ref.ptr<float>();
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - r[i]));
-  return worst;
 }
 
 // linear_2(silu(linear_1(sinusoid(value)))), the shape of both the time and the fps MLP.

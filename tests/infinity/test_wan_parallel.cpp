@@ -113,13 +113,13 @@ Inputs random_inputs(const model::WanTransformerConfig& c, std::int64_t B, std::
 }
 
 // The reference's transformer, its inputs (the first timestep) and diffusers' prediction there.
-struct Fixture {
+struct WanFixture {
   std::string dir = test::fixture("wan-tiny/transformer");
   model::WanTransformerConfig config = model::load_wan_transformer_config(dir + "/config.json");
   MakeWan weights = [d = dir](Runtime& rt) { return model::WanTransformer::load(d, rt, DType::f32, false, nullptr); };
   Inputs in;
   std::vector<float> noise_pred;
-  Fixture() {
+  WanFixture() {
     const io::SafetensorsFile f(test::fixture("wan-tiny/inputs.safetensors"));
     in = {host_copy(f.tensor("hidden_states")), host_copy(f.tensor("encoder_hidden_states")), {},
           f.tensor("hidden_states").shape, f.tensor("encoder_hidden_states").shape};
@@ -131,7 +131,7 @@ struct Fixture {
 }  // namespace
 
 TEST_CASE("Wan exact mode: frames over 1-4 ranks give diffusers' prediction and one rank's") {
-  const Fixture fx;
+  const WanFixture fx;
   const model::WanTransformerConfig& c = fx.config;
   const MakeWan& weights = fx.weights;
   const Inputs& in = fx.in;
@@ -362,7 +362,7 @@ TEST_CASE("Wan windows: 1-4 ranks give the one-process emulation's numbers, with
 }
 
 TEST_CASE("Wan windows on the transformer: 1-4 ranks as the emulation, a window over the whole video is the plain model") {
-  const Fixture fx;
+  const WanFixture fx;
   const model::WanTransformerConfig& c = fx.config;
   const MakeWan& weights = fx.weights;
   const Inputs& in = fx.in;
@@ -440,7 +440,7 @@ std::uint64_t tensor_bytes(const model::WanTransformerConfig& c, const Inputs& i
 // The reference's 2 heads on 2 ranks against diffusers; 4 heads on 2, 3 (shares 1, 1, 2 of the
 // heads and uneven shares of the feed-forward) and 4 ranks against one rank.
 TEST_CASE("Wan tensor parallelism: 2-4 ranks' shares of the heads and the feed-forward give one rank's prediction") {
-  const Fixture fx;
+  const WanFixture fx;
   const MakeShard reference = [d = fx.dir](Runtime& rt, model::TensorShard shard) {
     return model::WanTransformer::load(d, rt, DType::f32, false, nullptr, shard);
   };
@@ -482,7 +482,7 @@ TEST_CASE("Wan tensor parallelism: 2-4 ranks' shares of the heads and the feed-f
 }
 
 TEST_CASE("Wan tensor parallelism: more tensor ranks than heads is refused with the limit") {
-  const Fixture fx;  // 2 heads
+  const WanFixture fx;  // 2 heads
   Runtime rt(Device::cpu());
   try {
     model::WanTransformer::load(fx.dir, rt, DType::f32, false, nullptr, {0, 3});

@@ -17,6 +17,7 @@
 #include "ops/elementwise.hpp"
 
 using namespace vinf;
+using test::max_abs_diff;
 
 namespace {
 
@@ -32,14 +33,6 @@ model::UNet3D load_tiny(Runtime& rt, DType dtype, bool fps = true) {
   c.fps_cond = fps;
   const model::WeightFiles wf(files);
   return model::UNet3D(c, model::Weights(wf, model::unet_parameters(c), rt, dtype, !fps, nullptr));
-}
-
-double max_abs_diff(const std::vector<float>& a, const Tensor& ref) {
-  REQUIRE(static_cast<std::int64_t>(a.size()) == ref.numel());
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - ref.ptr<float>()[i]));
-  return worst;
 }
 
 // Runs the model on the fixture inputs at timestep t (one, or one per frame); returns the noise

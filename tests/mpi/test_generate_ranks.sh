@@ -9,11 +9,13 @@
 # - the demo config (inputs/demo.ini, fewer steps) at 4 ranks: latents.h5 and run.json complete;
 # - frames that do not divide over the ranks are refused on every rank before any work;
 # - a rank that dies mid-run leaves no latents.h5 or run.json behind.
-# usage: test_generate_ranks.sh MPIEXEC VINF TEST_TOOL FIXTURE_MODEL_DIR N
+# The one-rank runs are made once for every N (tests/mpi/refs.sh).
+# usage: test_generate_ranks.sh MPIEXEC VINF TEST_TOOL FIXTURE_MODEL_DIR N|refs
 set -u
 mpiexec=$1 vinf=$2 tool=$3 n=$5
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../cli/expect.sh"
+source "$here/refs.sh"
 require_test_device "$vinf"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -33,6 +35,19 @@ check() {  # check DESCRIPTION command... : counts a failure when the command fa
   if out=$("$@" 2>&1); then echo "ok: $what ($(tail -1 <<< "$out"))"; else echo "FAIL: $what"; echo "$out" | tail -8; fails=$((fails + 1)); fi
 }
 
+# The one-rank runs the ranks are compared with: every scheduler below (DIR/NAME.ref), and the
+# plain model over 23 frames (DIR/plain).
+make_generate_refs() {
+  local d=$1 sched
+  for sched in dpmpp-sde "ddim --sampler.eta 0.5" dpmpp-sde-karras dpmpp; do
+    # shellcheck disable=SC2086
+    gen 1 "$d/${sched%% *}.ref" --sampler.scheduler $sched || { echo "FAIL: one rank, $sched"; return 1; }
+  done
+  "$mpiexec" -np 1 "$vinf" generate "${common[@]}" --video.frames 23 --quiet --out "$d/plain" --vi.mode off \
+    || { echo "FAIL: the plain model on one rank"; return 1; }
+}
+shared_refs "$work" "$n" make_generate_refs
+
 # 1. invariant: the video does not depend on the number of ranks (float tolerance: the GroupNorm
 #    sums are reduced in another order, and guidance 12 amplifies the differences). What depends
 #    on the ranks is the noise, keyed by frame: dpmpp-sde and ddim with eta draw it in their own
@@ -43,8 +58,8 @@ schedulers=(dpmpp-sde "ddim --sampler.eta 0.5")
 for sched in "${schedulers[@]}"; do
   name=${sched%% *}
   # shellcheck disable=SC2086
-  if gen 1 "$work/$name.ref" --sampler.scheduler $sched && gen "$n" "$work/$name.$n" --sampler.scheduler $sched; then
-    check "invariant $name: $n ranks = 1 rank" "$tool" h5-compare "$work/$name.$n/latents.h5" "$work/$name.ref/latents.h5" 3e-5
+  if gen "$n" "$work/$name.$n" --sampler.scheduler $sched; then
+    check "invariant $name: $n ranks = 1 rank" "$tool" h5-compare "$work/$name.$n/latents.h5" "$refs/$name.ref/latents.h5" 3e-5
   else
     echo "FAIL: invariant $name run"; fails=$((fails + 1))
   fi
@@ -67,10 +82,9 @@ fi
 
 # 2b. Exact mode: the unmodified model over the ranks equals it on one rank (--vi.mode off), for
 #     23 frames that do not divide over 2, 3 or 4 ranks. Float tolerance as in 1.
-if gen1=$("$mpiexec" -np 1 "$vinf" generate "${common[@]}" --video.frames 23 --quiet --out "$work/plain" --vi.mode off 2>&1) \
-   && genn=$("$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --video.frames 23 --quiet --out "$work/exact" --vi.mode exact 2>&1); then
+if genn=$("$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --video.frames 23 --quiet --out "$work/exact" --vi.mode exact 2>&1); then
   check "exact: $n ranks over 23 frames = the plain model on 1 rank" \
-    "$tool" h5-compare "$work/exact/latents.h5" "$work/plain/latents.h5" 3e-5
+    "$tool" h5-compare "$work/exact/latents.h5" "$refs/plain/latents.h5" 3e-5
   if [ "$have_ffmpeg" -eq 1 ]; then
     got=$(ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames -of csv=p=0 \
             "$work/exact/video.mp4" 2>&1)
@@ -89,14 +103,14 @@ if gen1=$("$mpiexec" -np 1 "$vinf" generate "${common[@]}" --video.frames 23 --q
     fi
   fi
 else
-  echo "FAIL: exact mode runs"; echo "$gen1" | tail -3; echo "$genn" | tail -5; fails=$((fails + 1))
+  echo "FAIL: exact mode runs"; echo "$genn" | tail -5; fails=$((fails + 1))
 fi
 
 # 2c. Tensor parallelism: the transformer blocks split over 2 ranks (x N/2 clips) equal one rank
 #     holding them whole, invariant mode (random weights drawn whole, then sliced).
 if [ $((n % 2)) -eq 0 ]; then
   if gen "$n" "$work/tp.$n" --parallel.tensor 2; then
-    ref=$work/dpmpp-sde.ref
+    ref=$refs/dpmpp-sde.ref
     check "--parallel.tensor 2 on $n ranks = 1 rank" "$tool" h5-compare "$work/tp.$n/latents.h5" "$ref/latents.h5" 3e-5
     grep -q '"tensor_rank": 1' "$work/tp.$n/run.json" || { echo "FAIL: run.json lists no tensor rank 1"; fails=$((fails + 1)); }
   else

@@ -16,11 +16,13 @@
 # With VINF_TEST_DEVICE=cuda the same command lines run on the GPU (auto: bf16 there). The CUDA
 # backward passes add with atomics, so a run does not repeat itself bit for bit: what is equal on
 # the CPU is compared there to bf16's precision.
-# usage: test_train_ranks.sh MPIEXEC VINF TEST_TOOL FIXTURE_MODEL_DIR N
+# The data and the one-process runs are made once for every N (tests/mpi/refs.sh).
+# usage: test_train_ranks.sh MPIEXEC VINF TEST_TOOL FIXTURE_MODEL_DIR N|refs
 set -u
 mpiexec=$1 vinf=$2 tool=$3 fixture=$4 n=$5
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../cli/expect.sh"
+source "$here/refs.sh"
 require_test_device "$vinf"
 # Tolerances: of N ranks against one process (losses, gradient norms, parameters), and of a run
 # against itself resumed ("0 0" and 0: bit for bit). On CUDA the products are bf16 by default.
@@ -29,10 +31,23 @@ if [ "$test_device" = cuda ]; then near=(1e-3 1e-2) same=(1e-3 1e-2) same_rel=1e
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-"$tool" train-data "$work/data.h5" 6 4 32 || { echo "FAIL: train-data"; exit 1; }
-setup=(--model "$fixture" --data "$work/data.h5" --train.steps 4 --train.bucket-mb 0.05)
-common=("${setup[@]}" --train.batch 4 --train.lr 1e-3)
 params=model/diffusion_pytorch_model.safetensors
+train_settings() {  # train_settings DIR: the settings of every run, on the data in DIR
+  setup=(--model "$fixture" --data "$1/data.h5" --train.steps 4 --train.bucket-mb 0.05)
+  common=("${setup[@]}" --train.batch 4 --train.lr 1e-3)
+}
+# The data and the one-process runs the ranks are compared with: f32, the temporal layers alone,
+# and bf16 (mixed precision).
+make_train_refs() {
+  local d=$1
+  "$tool" train-data "$d/data.h5" 6 4 32 || { echo "FAIL: train-data"; return 1; }
+  train_settings "$d"
+  "$vinf" train "${common[@]}" --out "$d/one" 2>"$d/one.log" || { echo "FAIL: one process exited $?"; tail -5 "$d/one.log"; return 1; }
+  "$vinf" train "${common[@]}" --train.params temporal --out "$d/t1" 2>/dev/null || { echo "FAIL: temporal, one process"; return 1; }
+  "$vinf" train "${common[@]}" --dtype bf16 --out "$d/b1" 2>/dev/null || { echo "FAIL: bf16, one process"; return 1; }
+}
+shared_refs "$work" "$n" make_train_refs
+train_settings "$refs"
 
 # losses and gradient norms of two log.csv files, to relative tolerances (0 0: equal as printed).
 same_log() {
@@ -48,12 +63,11 @@ same_params() {
     || { echo "FAIL: $1 and $2 differ in their parameters"; grep FAIL "$work/compare.log" | head -5; fails=$((fails + 1)); }
 }
 
-"$vinf" train "${common[@]}" --out "$work/one" 2>"$work/one.log" || { echo "FAIL: one process exited $?"; tail -5 "$work/one.log"; exit 1; }
 for z in 0 1 2; do
   "$mpiexec" -np "$n" "$vinf" train "${common[@]}" --train.micro-batch 1 --train.zero "$z" --out "$work/z$z" --checkpoint.every 2 \
     2>"$work/z$z.log" || { echo "FAIL: mpirun -np $n vinf train --train.zero $z exited $?"; tail -5 "$work/z$z.log"; exit 1; }
-  same_log "$work/z$z" "$work/one" "${near[@]}"
-  same_params "$work/z$z" "$work/one" 4e-3
+  same_log "$work/z$z" "$refs/one" "${near[@]}"
+  same_params "$work/z$z" "$refs/one" 4e-3
   [ -f "$work/z$z/checkpoints/step-000002.h5" ] && [ -f "$work/z$z/checkpoints/step-000004.h5" ] \
     || { echo "FAIL: --checkpoint.every 2 did not write steps 2 and 4"; fails=$((fails + 1)); }
   jq -e ".layout.ranks == $n and .layout.zero == $z" "$work/z$z/run.json" > /dev/null \
@@ -75,17 +89,16 @@ fi
 # training, and the buckets still started as the re-run blocks complete their gradients.
 "$mpiexec" -np "$n" "$vinf" train "${common[@]}" --train.micro-batch 1 --train.checkpoint-activations --out "$work/ca" \
   2>/dev/null || { echo "FAIL: checkpointed activations over $n ranks"; exit 1; }
-same_log "$work/ca" "$work/one" "${near[@]}"
+same_log "$work/ca" "$refs/one" "${near[@]}"
 jq -e '.layout.buckets_started_in_backward == .layout.buckets_started' "$work/ca/run.json" > /dev/null \
   && echo "ok: with checkpointed activations too" || { echo "FAIL: checkpointed activations: buckets not started by the backward pass"; fails=$((fails + 1)); }
 
 # Frozen parameters: only the temporal layers trained, and only their gradients sent (ZeRO 0's
 # all-reduces carry the trained gradients and the loss's sum, 8 bytes, each step).
-"$vinf" train "${common[@]}" --train.params temporal --out "$work/t1" 2>/dev/null || { echo "FAIL: temporal, one process"; exit 1; }
 "$mpiexec" -np "$n" "$vinf" train "${common[@]}" --train.params temporal --train.micro-batch 1 --train.zero 0 --out "$work/tn" \
   2>/dev/null || { echo "FAIL: temporal over $n ranks"; exit 1; }
-same_log "$work/tn" "$work/t1" "${near[@]}"
-same_params "$work/tn" "$work/t1" 4e-3
+same_log "$work/tn" "$refs/t1" "${near[@]}"
+same_params "$work/tn" "$refs/t1" 4e-3
 trained=$(jq .trained_parameters "$work/tn/train.json")
 sent=$(jq '.communication_rank0["all-reduce"].bytes // 0' "$work/tn/run.json")
 # (On CUDA the loss's sum goes through the host's communicator, not the gradients'.)
@@ -100,11 +113,10 @@ want=$((n > 1 ? 4 * (4 * trained + 8) : 0))
 # activation flips its bf16 rounding now and then (2^-8 of it), so N ranks follow one process to
 # bf16's precision, not f32's: losses to 1e-3, gradient norms to 1e-2 (measured at 2 ranks: 2e-4
 # and 1.2e-3 after 4 steps); the exported f32 master weights to 4e-3 as above.
-"$vinf" train "${common[@]}" --dtype bf16 --out "$work/b1" 2>/dev/null || { echo "FAIL: bf16, one process"; exit 1; }
 "$mpiexec" -np "$n" "$vinf" train "${common[@]}" --dtype bf16 --train.micro-batch 1 --train.zero 2 --out "$work/bn" \
   2>/dev/null || { echo "FAIL: bf16 over $n ranks"; exit 1; }
-same_log "$work/bn" "$work/b1" 1e-3 1e-2
-same_params "$work/bn" "$work/b1" 4e-3
+same_log "$work/bn" "$refs/b1" 1e-3 1e-2
+same_params "$work/bn" "$refs/b1" 4e-3
 trained=$(jq .trained_parameters "$work/bn/train.json")
 jq -e --argjson t "$trained" '.layout.precision == "bf16" and .memory_per_rank.trained_parameter_bytes == 2 * $t and
        .memory_per_rank.master_weight_bytes * 2 == .memory_per_rank.optimizer_state_bytes' "$work/bn/run.json" > /dev/null \

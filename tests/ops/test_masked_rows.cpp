@@ -47,7 +47,7 @@ void for_each_cuda_dtype(const char* what, Fn fn) {
 
 // Largest |error| allowed against a double reference of magnitude <= ~3, by storage dtype: the
 // result is computed in f32 and rounded once to the dtype (f16 2^-11, bf16 2^-8 relative).
-double tolerance(DType dt) { return dt == DType::f32 ? 1e-5 : dt == DType::f16 ? 4e-3 : 3e-2; }
+double masked_tolerance(DType dt) { return dt == DType::f32 ? 1e-5 : dt == DType::f16 ? 4e-3 : 3e-2; }
 
 // `host` on rt's device in `dtype`, with host's values replaced by what the dtype kept, so the
 // reference sees exactly the inputs the backend sees.
@@ -100,7 +100,7 @@ void check_softmax(Runtime& rt, DType dt) {
     const std::vector<double> ref =
         softmax_ref(std::vector<float>(x.data.begin() + m * D, x.data.begin() + (m + 1) * D));
     const std::vector<float> got(y.begin() + m * D, y.begin() + (m + 1) * D);
-    check_close(got, ref, tolerance(dt));
+    check_close(got, ref, masked_tolerance(dt));
   }
 }
 
@@ -181,7 +181,7 @@ void check_attention(Runtime& rt, DType dt) {
     ops::attention(rt.ctx(), qd, kd, vd, c.global ? &kgd.view() : nullptr, c.global ? &vgd.view() : nullptr, out, c.p);
     const std::vector<float> got = download(rt, out);
     const std::vector<double> ref = attention_ref(q, k, v, c.global ? &kg : nullptr, c.global ? &vg : nullptr, c.p);
-    check_close(got, ref, tolerance(dt));
+    check_close(got, ref, masked_tolerance(dt));
   }
 }
 
