@@ -127,6 +127,14 @@ while IFS= read -r line; do
   [ -f "$path" ] || die "cannot resolve $name for the bundle ($line)"
   [ -e "$P/lib/$name" ] || cp -L "$path" "$P/lib/$name"
 done < <(elves | xargs ldd 2> /dev/null | grep '=>' | grep -v 'not found' | sort -u)
+# cuBLAS and cuBLASLt are not linked but loaded when vinf first needs them (src/cuda/cublas_loader.cpp),
+# under the soname of CUDA's major version, as libcudart's.
+for name in "${!cuda_libs[@]}"; do
+  if [[ $name =~ ^libcudart\.so\.([0-9]+)$ ]]; then
+    cuda_libs[libcublas.so.${BASH_REMATCH[1]}]=1
+    cuda_libs[libcublasLt.so.${BASH_REMATCH[1]}]=1
+  fi
+done
 
 # ICU: vinf calls only u_strFromUTF8WithSub, u_charType/U_GET_GC_MASK, u_isUWhiteSpace,
 # unorm2_getNFCInstance/unorm2_normalize and u_strToLower (root locale); their data (character
