@@ -20,20 +20,26 @@
 #include <cublas_v2.h>
 #pragma GCC visibility pop
 
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "core/error.hpp"
 
 namespace vinf::cuda {
 namespace {
 
+// One of the two libraries: opened on the first lookup (a failed open is tried again next time).
 struct CublasLibrary {
+  CublasLibrary(const char* w, std::string name) : what(w), soname(std::move(name)) {}
   const char* what;
   std::string soname;
+  std::once_flag opened;
+  void* handle = nullptr;
 };
 
-const CublasLibrary kBlas{"cuBLAS", "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR)};
-const CublasLibrary kBlasLt{"cuBLASLt", "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR)};
+CublasLibrary kBlas{"cuBLAS", "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR)};
+CublasLibrary kBlasLt{"cuBLASLt", "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR)};
 
 // The directory of the libcudart this process runs with ("" when it cannot be told).
 std::string cudart_directory() {
@@ -57,18 +63,10 @@ void* open_library(const CublasLibrary& lib) {
                              ": install cuBLAS or add its directory to LD_LIBRARY_PATH."));
 }
 
-void* library_handle(const CublasLibrary& lib) {
-  if (&lib == &kBlas) {
-    static void* const h = open_library(kBlas);
-    return h;
-  }
-  static void* const h = open_library(kBlasLt);
-  return h;
-}
-
 template <typename Fn>
-Fn* find_symbol(const CublasLibrary& lib, const char* name) {
-  void* sym = dlsym(library_handle(lib), name);
+Fn* find_symbol(CublasLibrary& lib, const char* name) {
+  std::call_once(lib.opened, [&] { lib.handle = open_library(lib); });
+  void* sym = dlsym(lib.handle, name);
   if (sym == nullptr) {
     throw Error(detail::concat(lib.what, " (", lib.soname, ") lacks ", name,
                                ": this vinf was built against cuBLAS ", CUBLAS_VER_MAJOR, ".", CUBLAS_VER_MINOR,
