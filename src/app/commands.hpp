@@ -23,6 +23,11 @@ void parse_options(const std::vector<std::string>& args, const boost::program_op
 void read_config_file(const std::string& path, const boost::program_options::options_description& opts,
                       boost::program_options::variables_map& vm, const std::string& command);
 
+// message, with the --config file and line of each option it names that the file set ("--video.height
+// must be ... (--video.height is set by --config run.ini line 4)"): for the checks made after the
+// options are read, wherever they are.
+std::string with_option_origins(const std::string& message);
+
 // The help of the --config FILE option every command has.
 extern const char* const kConfigOptionHelp;
 // The help of --parallel.tensor, and how the ranks of a job are laid out (forward, generate and

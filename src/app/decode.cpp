@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/option_values.hpp"
 #include "app/generate_support.hpp"
 #include "app/wan_pipeline.hpp"
 #include "core/error.hpp"
+#include "io/atomic_file.hpp"
 #include "infinity/config.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5file.hpp"
@@ -46,13 +48,12 @@ Shape run_latents_shape(const io::H5File& f, const std::string& path) {
   return f.shape("/latents");
 }
 
-// Creates dir for a video; refuses to replace its video.mp4 unless overwrite.
-void video_dir(const std::string& dir, bool overwrite) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  VINF_INPUT_CHECK(!ec, "cannot create ", dir, ": ", ec.message());
+// Refuses to replace dir's video.mp4 unless overwrite, then creates dir (and what is missing above
+// it): removed again, while empty, when the decoding fails before the video is written.
+std::unique_ptr<io::NewDirectory> video_dir(const std::string& dir, bool overwrite) {
   VINF_INPUT_CHECK(overwrite || !io::path_exists(dir + "/video.mp4"), dir,
                    "/video.mp4 exists; choose another --out or --overwrite");
+  return std::make_unique<io::NewDirectory>(dir, "vinf decode: --out");
 }
 
 // A vinf HDF5 file's /latents to DIR/video.mp4, contact.png and PNG frames, one chunk of frames
@@ -65,7 +66,7 @@ int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::stri
   const model::VaeConfig& c = vae.config();
   VINF_INPUT_CHECK(full.rank() == 4 && full[1] == c.latent_channels, path, ": /latents ", full.str(),
                    " does not fit the VAE's ", c.latent_channels, " latent channels");
-  video_dir(dir, overwrite);
+  const std::unique_ptr<io::NewDirectory> made = video_dir(dir, overwrite);
   const std::int64_t frames = full[0], h = full[2] * c.upscale(), w = full[3] * c.upscale();
   io::FrameWriter writer(dir, frames, w, h, settings);
   const std::int64_t per_frame = full[1] * full[2] * full[3], out_frame = c.out_channels * h * w;
@@ -89,6 +90,7 @@ int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::stri
   }
   const std::string error = writer.finish();
   if (!error.empty()) throw Error(error);
+  made->keep();
   std::string listed;
   for (const std::string& file : writer.files()) listed += (listed.empty() ? "" : ", ") + file;
   std::cerr << "vinf decode: " << frames << " frame(s) " << w << "x" << h << " from " << path << "; wrote " << listed
@@ -163,7 +165,7 @@ int decode_wan_checkpoint(job::Job& job, const std::string& vae_dir, const std::
                    " ranks that would decode them in parts; use at most ", full[0], " ranks");
   const std::string refused = decided_by_root(session, [&]() -> std::string {
     try {
-      video_dir(dir, overwrite);
+      video_dir(dir, overwrite)->keep();  // the ranks write into it: kept (one process decides)
     } catch (const InputError& e) {
       return e.what();
     }
@@ -222,24 +224,26 @@ int decode(const std::vector<std::string>& args) {
       "rank 0 writes the frames, those of one rank.\n\n"
       "Options come from the command line and from --config FILE (INI: `vae = DIR`; `[output] png = true`\n"
       "is --output.png true); the command line wins.\n\nOptions");
-  opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)(
-      "vae", po::value(&vae_dir), "VAE directory (config.json + diffusion_pytorch_model.safetensors), or a pipeline "
-                                  "root with vae/")("latents", po::value(&latents_path), "input latents (safetensors)")(
-      "checkpoint", po::value(&checkpoint_path), "a checkpoint or latents.h5 of vinf generate")(
-      "out", po::value(&out_path), "output file (safetensors); written under a temporary name, then renamed")(
+  opts.add_options()("help,h", "show this help")("config", path_value(&config_file, PathKind::file), kConfigOptionHelp)(
+      "vae", path_value(&vae_dir, PathKind::directory), "VAE directory (config.json + diffusion_pytorch_model.safetensors), or a pipeline "
+                                  "root with vae/")("latents", path_value(&latents_path, PathKind::file), "input latents (safetensors)")(
+      "checkpoint", path_value(&checkpoint_path, PathKind::file), "a checkpoint or latents.h5 of vinf generate")(
+      "out", po::value(&out_path)->value_name("OUT"),
+      "with --latents: the output file (safetensors; written under a temporary name, then renamed); with "
+      "--checkpoint: the directory of video.mp4")(
       "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda")(
       "dtype", po::value(&dtype_opt)->default_value(dtype_opt), kDtypeOptionHelp)(
       "tf32", po::bool_switch(&tf32), kTf32OptionHelp)(
-      "frames-per-call", po::value(&frames_per_call)->default_value(frames_per_call),
+      "frames-per-call", ranged(&frames_per_call, 1, 4096)->default_value(frames_per_call),
       "images decoded at once (bounds the memory; the numbers do not depend on it)")(
-      "vae.tile", po::value(&tile)->default_value(tile),
+      "vae.tile", zero_or(&tile, 1, 2048)->default_value(tile),
       "run the convolutions of images larger than N x N latent pixels over N x N tiles (8N x 8N pixels at "
       "full size) with whole-image GroupNorm statistics (a Wan VAE's RMS norms are per pixel): the same pixels "
       "as whole-image decoding, with the convolutions' working memory bounded by the tile; 0: whole images; "
       "e.g. 16")(
       "output.video", po::value(&video.video)->default_value(video.video)->implicit_value(true),
       "with --checkpoint: write DIR/video.mp4")(
-      "output.fps", po::value(&video.fps)->default_value(video.fps), "frame rate of video.mp4")(
+      "output.fps", ranged_above(&video.fps, 0, 1000)->default_value(video.fps), "frame rate of video.mp4")(
       "output.png", po::value(&video.png)->default_value(video.png)->implicit_value(true),
       "with --checkpoint: also write DIR/frames/frame-NNNNNN.png")(
       "output.ffmpeg", po::value(&video.ffmpeg)->default_value(video.ffmpeg), "the ffmpeg program")(
@@ -256,9 +260,8 @@ int decode(const std::vector<std::string>& args) {
   VINF_INPUT_CHECK(!out_path.empty(), "vinf decode: --out is empty: give the output file");
   VINF_INPUT_CHECK(vm.count("latents") + vm.count("checkpoint") == 1,
                    "vinf decode: give either --latents IN.safetensors or --checkpoint X.h5 (see vinf decode --help)");
-  VINF_INPUT_CHECK(video.fps > 0 && video.fps <= 1000, "--output.fps must be in (0, 1000], got ", video.fps);
-  VINF_INPUT_CHECK(frames_per_call >= 1, "--frames-per-call must be >= 1, got ", frames_per_call);
-  VINF_INPUT_CHECK(tile >= 0, "--vae.tile must be 0 (off) or a positive number of latent pixels, got ", tile);
+  const std::string out_problem = path_problem(out_path, latents_path.empty() ? PathKind::out_dir : PathKind::new_file);
+  VINF_INPUT_CHECK(out_problem.empty(), "vinf decode: --out ", out_path, " ", out_problem);
   job::JobPlan plan;  // one job of its own on each rank: no group communicators
   plan.dtype = job::parse_dtype_choice(dtype_opt);
   plan.device = job::parse_device_choice(device_opt);

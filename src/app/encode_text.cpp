@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/option_values.hpp"
 #include "core/error.hpp"
 #include "core/utf8.hpp"
 #include "io/safetensors.hpp"
@@ -114,19 +115,19 @@ int encode_text(const std::vector<std::string>& args) {
       "whitespace runs made one space, ends stripped; ftfy's repairs are not made).\n\n"
       "Options come from the command line and from --config FILE (INI: `model = DIR`, one `prompt = TEXT`\n"
       "line per prompt); the command line wins.\n\nOptions");
-  opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)(
-      "text-encoder", po::value(&encoder_dir),
+  opts.add_options()("help,h", "show this help")("config", path_value(&config_file, PathKind::file), kConfigOptionHelp)(
+      "text-encoder", path_value(&encoder_dir, PathKind::directory),
       "text encoder directory (config.json + model.safetensors, transformers' CLIPTextModel or UMT5EncoderModel)")(
-      "tokenizer", po::value(&tokenizer_dir),
+      "tokenizer", path_value(&tokenizer_dir, PathKind::directory),
       "tokenizer directory (CLIP: vocab.json, merges.txt, tokenizer_config.json; T5: spiece.model)")(
-      "model", po::value(&model_dir), "a pipeline directory: the defaults for the two above (MODEL/text_encoder, "
+      "model", path_value(&model_dir, PathKind::directory), "a pipeline directory: the defaults for the two above (MODEL/text_encoder, "
                                       "MODEL/tokenizer)")(
       "prompt", po::value(&prompts), "a prompt (repeatable; may be empty)")(
-      "prompt-file", po::value(&prompt_file), "more prompts, one per line (UTF-8), after the --prompt ones")(
+      "prompt-file", path_value(&prompt_file, PathKind::file), "more prompts, one per line (UTF-8), after the --prompt ones")(
       "negative", po::value(&negative), "the negative prompt (may be empty: --negative '')")(
-      "max-length", po::value(&max_length_opt), "tokens per prompt: T5 default 512; CLIP only its tokenizer's 77")(
+      "max-length", ranged(&max_length_opt, 1, kMaxT5Length), "tokens per prompt: T5 default 512; CLIP only its tokenizer's 77")(
       "clean", po::bool_switch(&clean), "apply the Wan pipeline's prompt_clean to the prompts and the negative")(
-      "out", po::value(&out_path), "output file (safetensors); written under a temporary name, then renamed")(
+      "out", path_value(&out_path, PathKind::new_file), "output file (safetensors); written under a temporary name, then renamed")(
       "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda (computes in f32)")(
       "quiet,q", po::bool_switch(&quiet), "print only errors");
   po::variables_map vm;
@@ -186,7 +187,7 @@ int encode_text(const std::vector<std::string>& args) {
       const std::string name = i < prompts.size() ? "prompt " + std::to_string(i) : "the negative prompt";
       if (t.truncated())
         std::cerr << "vinf encode-text: warning: " << name << " has " << t.length << " tokens; the text encoder takes "
-                  << length << ", so these are dropped: '" << t.dropped << "'\n";
+                  << length << ", so these are dropped: '" << excerpt(t.dropped) << "'\n";
       if (i < prompts.size()) ids.insert(ids.end(), t.ids.begin(), t.ids.end());
     }
   } else {

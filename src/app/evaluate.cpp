@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "app/commands.hpp"
+#include "app/option_values.hpp"
 #include "app/evaluate.hpp"
 #include "core/error.hpp"
 #include "infinity/config.hpp"
@@ -264,10 +265,7 @@ void evaluate_file(const std::string& input, const std::string& out_dir,
   } else if (!clip_vision_dir.empty()) {
     clip = std::make_unique<ClipEmbedder>(clip_vision_dir);  // its errors before the video is read
   }
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  VINF_INPUT_CHECK(!ec && io::is_directory(out_dir), "vinf evaluate: cannot create --out ", out_dir, ": ",
-                   ec ? ec.message() : "a file has that name");
+  io::NewDirectory out(out_dir, "vinf evaluate: --out");  // removed again if the input is refused
 
   PairMeasures measures;
   Input in;
@@ -302,6 +300,7 @@ void evaluate_file(const std::string& input, const std::string& out_dir,
   std::int64_t width = 0, height = 0;
   const std::vector<std::uint8_t> plot = plot_series(s, in.space, chosen, width, height);
   io::write_png(out_dir + "/evaluate.png", plot.data(), width, height);
+  out.keep();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!quiet)
     std::cerr << "vinf evaluate: " << in.frames << " frame(s) " << in.width << "x" << in.height << " (" << in.space
@@ -315,7 +314,7 @@ po::options_description evaluate_options(std::string& boundaries, std::string& c
                      "the frames where a new clip or window starts, comma-separated, strictly increasing, in "
                      "1..F-1 (default: for a latents.h5 the run's recorded ones, else its clips' starts; none "
                      "for a video)")(
-      "clip-vision", po::value(&clip_vision_dir),
+      "clip-vision", path_value(&clip_vision_dir, PathKind::directory),
       "a transformers CLIPVisionModelWithProjection directory (config.json + model.safetensors): adds the CLIP "
       "similarities (video input only; frames resized with PIL's bicubic filter in floats, centre-cropped)");
   return opts;
@@ -332,9 +331,9 @@ int evaluate(const std::vector<std::string>& args) {
       "gets evaluate.json (input, space, frames, width, height, definitions, series, summary, boundaries,\n"
       "seam; replaced when it exists) and evaluate.png (each series in its own panel against the pair\n"
       "index, top to bottom as below, boundaries as red vertical lines).\n\nOptions");
-  opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)(
-      "input", po::value(&input), "the video file or latents.h5 (also the first positional argument)")(
-      "out", po::value(&out_dir), "the output directory")("quiet,q", po::bool_switch(&quiet), "print only errors");
+  opts.add_options()("help,h", "show this help")("config", path_value(&config_file, PathKind::file), kConfigOptionHelp)(
+      "input", path_value(&input, PathKind::file), "the video file or latents.h5 (also the first positional argument)")(
+      "out", path_value(&out_dir, PathKind::out_dir), "the output directory (created when missing)")("quiet,q", po::bool_switch(&quiet), "print only errors");
   opts.add(evaluate_options(boundary_list, clip_vision_dir));
   po::positional_options_description positional;
   positional.add("input", 1);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "app/commands.hpp"
+#include "app/option_values.hpp"
 #include "app/forward_wan.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
@@ -190,25 +191,26 @@ po::options_description forward_option_table(ForwardOptions& o) {
       "cfg x N x T). --vi.conv-halo, halo and sync-groupnorm are the UNet's.\n\n"
       "Options come from the command line and from --config FILE (INI: `inputs = IN.safetensors`;\n"
       "`[vi] mode = compat` is --vi.mode compat); the command line wins.\n\nOptions");
-  opts.add_options()("help,h", "show this help")("config", po::value(&o.config_file), kConfigOptionHelp)(
-      "model", po::value(&o.model_dir), "UNet directory in diffusers layout (config.json + diffusion_pytorch_model"
+  opts.add_options()("help,h", "show this help")("config", path_value(&o.config_file, PathKind::file), kConfigOptionHelp)(
+      "model", path_value(&o.model_dir, PathKind::directory), "UNet directory in diffusers layout (config.json + diffusion_pytorch_model"
                                         ".safetensors or sharded with an index), or a pipeline root with unet/")(
-      "inputs", po::value(&o.inputs_path), "input tensors (safetensors)")(
-      "out", po::value(&o.out_path), "output file (safetensors); written under a temporary name, then renamed")(
+      "inputs", path_value(&o.inputs_path, PathKind::file), "input tensors (safetensors)")(
+      "out", path_value(&o.out_path, PathKind::new_file), "output file (safetensors); written under a temporary name, then renamed")(
       "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
       "dtype", po::value(&o.dtype)->default_value(o.dtype), kDtypeOptionHelp)(
       "tf32", po::bool_switch(&o.tf32), kTf32OptionHelp)(
-      "parallel.cfg", po::value(&o.cfg)->default_value(o.cfg),
+      "parallel.cfg", ranged(&o.cfg, 1, 2)->default_value(o.cfg),
       "1: every rank computes the whole batch of its clip; 2: rank pairs split the batch (CFG parallelism; "
       "ranks = 2 x clips)")(
-      "parallel.tensor", po::value(&o.tensor)->default_value(o.tensor), kTensorOptionHelp)(
+      "parallel.tensor", ranged(&o.tensor, 1, 4096)->default_value(o.tensor), kTensorOptionHelp)(
       "comm-backend", po::value(&o.comm_backend)->default_value(o.comm_backend),
       "auto | mpi | nccl (auto: NCCL on GPUs, MPI on the CPU)")(
-      "comm-timeout", po::value(&o.timeout)->default_value(o.timeout),
-      "seconds a collective may wait before the job is ended with a message (0: wait forever)")(
-      "vi.emulate-clips", po::value(&o.emulate)->default_value(o.emulate),
+      "comm-timeout", zero_or(&o.timeout, 1, 604800)->default_value(o.timeout),
+      "seconds a collective may wait before the job is ended with a message (0: wait forever; at least 1 s "
+      "otherwise)")(
+      "vi.emulate-clips", ranged(&o.emulate, 0, 1024)->default_value(o.emulate),
       "run N clips in this one process (threads instead of ranks): the single-process reference for an N-rank run")(
-      "dump-temporal", po::value(&o.dump),
+      "dump-temporal", po::value(&o.dump)->value_name("PREFIX"),
       "write every module's output at the first timestep (temporal modules: input and output) to "
       "PREFIX.rank<r>.safetensors, one file per rank")(
       "ignore-unexpected-weights", po::bool_switch(&o.ignore_unexpected),

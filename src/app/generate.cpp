@@ -231,6 +231,7 @@ void partition(Run& r) {
     VINF_INPUT_CHECK(e->dtype == DType::f32 && e->shape == want, "--latents-init ", r.o.latents_init,
                      ": 'latents_init' is ", io::safetensors_dtype_name(e->dtype), e->shape.str(), " but this video's ",
                      "latents are F32", want.str(), " (1, channels, frames, height / ", scale, ", width / ", scale, ")");
+    f.tensor("latents_init");  // a NaN or infinity is refused now, before any output exists
   }
 }
 
@@ -316,6 +317,8 @@ bool choose_outputs(Run& r) {
   // checkpoints go once this run's checks have passed, so a later --resume auto cannot pick them.
   r.finished = decided_by_root(mpi, [&] { return fs::exists(r.out_dir + "/run.json") ? "1" : ""; }) == "1";
   if (r.finished && o.resume == "auto" && !o.overwrite) {
+    identify(r);
+    check_finished_run(r.out_dir, r.stamp, mpi);  // another prompt or seed is refused, not "done"
     if (r.root)
       std::cerr << "vinf generate: " << r.out_dir << " holds a finished run (run.json): nothing to do; "
                 << "--overwrite runs it again from the start\n" << std::flush;
@@ -364,6 +367,8 @@ sampling::TextEmbeddings prepare_text(Run& r) {
   VINF_INPUT_CHECK(o.prompts.empty() || static_cast<std::int64_t>(o.prompts.size()) == text.prompts,
                    "--prompt.text is given ", o.prompts.size(), " times but ", text.source, " holds ", text.prompts,
                    " prompt embeddings");
+  const PromptParts parts = prompt_parts(o, r.clips);
+  sampling::check_prompts_used(text.prompts, parts.count, parts.name, text.source);
   return text;
 }
 
@@ -556,14 +561,12 @@ void prepare_out_dir(const Run& r) {
   VINF_INPUT_CHECK(mkdir_error.empty(), "cannot create the output directory ", r.ckpt_dir, ": ", mkdir_error);
   io::check_run_files(mpi.world(), r.ckpt_dir, r.stamp);
   if (r.root && r.replace_previous) {
-    // The previous run's marker first: from here on the directory holds an unfinished run.
-    std::error_code ec;
-    fs::remove(r.out_dir + "/run.json", ec);
-    const std::vector<std::string> old = io::list_checkpoints(r.ckpt_dir);
-    for (const std::string& c : old) fs::remove(c, ec);
-    if (r.finished || !old.empty())
-      r.log("--overwrite: the previous run's run.json and " + std::to_string(old.size()) + " checkpoint(s) in " +
-            r.out_dir + " are removed; its other files are replaced as this run writes them");
+    const std::vector<std::string> removed = remove_run_outputs(r.out_dir);
+    if (!removed.empty()) {
+      std::string list;
+      for (const std::string& name : removed) list += (list.empty() ? "" : ", ") + name;
+      r.log("--overwrite: removed the previous run's outputs in " + r.out_dir + ": " + list);
+    }
   }
 }
 
@@ -1011,6 +1014,11 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
   for (const std::string& f : video.files) listed += ", " + f;
   if (evaluated) listed += ", evaluate.json, evaluate.png";
   std::cout << "vinf generate: outputs in " << r.out_dir << "/ (" << listed << ", run.json)\n" << std::flush;
+  // A stop signal after the last step (while the latents, the video or run.json were written) does
+  // not cut the outputs short: they are finished, and the run says so instead of saying nothing.
+  if (stop_signal() != 0)
+    r.log(std::string("received ") + signal_name(stop_signal()) + " after the last step: the outputs were finished " +
+          "(the run is complete; nothing to resume)");
 }
 
 // --evaluate: vinf evaluate on rank 0 over the video (latents.h5 without one) with the run's

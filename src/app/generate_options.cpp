@@ -8,12 +8,14 @@
 #include <tuple>
 
 #include "app/commands.hpp"
+#include "app/option_values.hpp"
 #include "core/error.hpp"
 #include "core/utf8.hpp"
 #include "io/path_query.hpp"
 #include "app/vi_options.hpp"
 #include "model/wan_transformer.hpp"
 #include "ops/runtime.hpp"
+#include "sampling/conditioning.hpp"
 #include "sampling/scheduler.hpp"
 
 namespace po = boost::program_options;
@@ -24,6 +26,8 @@ namespace vinf::app {
 namespace {
 
 constexpr std::int64_t kMaxPixels = 16384;
+// Seeds up to 2^53 - 1: run.json and job lists keep them as JSON numbers, exact up to there.
+constexpr double kMaxSeed = 9007199254740991.0;
 constexpr unsigned kHelpWidth = 100, kHelpColumn = 44;  // wide enough that descriptions stay readable
 
 // The options as the command line and --config spell them, before they become typed values.
@@ -46,17 +50,17 @@ po::options_description run_options(RunPlan& o, Spelled& sp) {
       "Run",
       kHelpWidth, kHelpColumn);
   all.add_options()("help,h", "show this help")(
-      "config", po::value(&o.config_file), kConfigOptionHelp)(
-      "model", po::value(&o.model),
+      "config", path_value(&o.config_file, PathKind::file), kConfigOptionHelp)(
+      "model", path_value(&o.model, PathKind::directory, {"builtin:"}),
       "the model: a diffusers pipeline directory (unet/, vae/, text_encoder/, tokenizer/) or a UNet directory, "
       "or builtin:tiny / builtin:small (random weights made in memory from --model.seed, with a random text "
       "encoder over a byte-level tokenizer), or a Wan2.1 pipeline directory (transformer/, vae/, text_encoder/, "
       "tokenizer/, scheduler/; README: A second model family)")(
-      "out", po::value(&o.out),
+      "out", path_value(&o.out, PathKind::out_dir),
       "output directory (default outputs/<name>-<Slurm job id, or date-time>); an existing one is refused "
       "unless --overwrite")(
       "name", po::value(&o.name), "run name for the default output directory (default: the config file's name)")(
-      "jobs", po::value(&o.jobs_file),
+      "jobs", path_value(&o.jobs_file, PathKind::file),
       "a job list (JSON Lines or CSV, see jobs/README.md): many videos in one run, each with its own options "
       "(the line's win over the command line's, which win over --config's) writing OUT/<out> (or OUT/job-<k>); "
       "the replicas (--parallel.data) take them from a queue; finished jobs are recorded in OUT/jobs.json, and "
@@ -77,43 +81,44 @@ po::options_description run_options(RunPlan& o, Spelled& sp) {
       "tf32", po::bool_switch(&o.job.tf32), kTf32OptionHelp)(
       "comm-backend", po::value(&sp.comm_backend)->default_value(sp.comm_backend),
       "auto | mpi | nccl (auto: NCCL on GPUs, MPI on the CPU)")(
-      "comm-timeout", po::value(&o.job.comm_timeout)->default_value(o.job.comm_timeout),
-      "seconds a collective may wait before the job is ended with a message (0: wait forever)");
+      "comm-timeout", zero_or(&o.job.comm_timeout, 1, 604800)->default_value(o.job.comm_timeout),
+      "seconds a collective may wait before the job is ended with a message (0: wait forever; at least 1 s "
+      "otherwise)");
   return all;
 }
 
 po::options_description model_options(RunPlan& o) {
 
   po::options_description model("[model]", kHelpWidth, kHelpColumn);
-  model.add_options()("model.unet", po::value(&o.unet), "UNet directory, when it is not MODEL/unet")(
-      "model.vae", po::value(&o.vae),
+  model.add_options()("model.unet", path_value(&o.unet, PathKind::directory), "UNet directory, when it is not MODEL/unet")(
+      "model.vae", path_value(&o.vae, PathKind::directory),
       "VAE directory, when it is not MODEL/vae (without a VAE the run writes latents only; builtin: models "
       "have a random one)")(
-      "model.text-encoder", po::value(&o.text_encoder),
+      "model.text-encoder", path_value(&o.text_encoder, PathKind::directory),
       "text encoder directory (transformers' CLIPTextModel: config.json + model.safetensors), when it is not "
       "MODEL/text_encoder")(
-      "model.tokenizer", po::value(&o.tokenizer),
+      "model.tokenizer", path_value(&o.tokenizer, PathKind::directory),
       "CLIP tokenizer directory (vocab.json, merges.txt, tokenizer_config.json), when it is not MODEL/tokenizer")(
-      "model.scheduler-config", po::value(&o.scheduler_config),
+      "model.scheduler-config", path_value(&o.scheduler_config, PathKind::file_or_dir),
       "diffusers scheduler_config.json (file or directory; default MODEL/scheduler/ when present, else "
       "zeroscope's values)")(
-      "model.seed", po::value(&o.model_seed)->default_value(o.model_seed), "weights seed of a builtin: model")(
-      "model.lora", po::value(&o.lora),
+      "model.seed", ranged(&o.model_seed, 0, kMaxSeed)->default_value(o.model_seed), "weights seed of a builtin: model")(
+      "model.lora", path_value(&o.lora, PathKind::file),
       "a LoRA file in diffusers' layout (vinf train --train.lora writes one): its adapters of the attention "
       "projections are merged into the UNet's weights when they load")(
-      "model.lora-scale", po::value(&o.lora_scale)->default_value(o.lora_scale),
+      "model.lora-scale", ranged(&o.lora_scale, -100, 100)->default_value(o.lora_scale),
       "the LoRA's strength: W + scale * alpha / rank * B A (0 leaves the model as it is)");
   return model;
 }
 
 po::options_description video_options(RunPlan& o) {
   po::options_description video("[video]", kHelpWidth, kHelpColumn);
-  video.add_options()("video.frames", po::value(&o.frames)->default_value(o.frames),
+  video.add_options()("video.frames", ranged(&o.frames, 0, 1000000)->default_value(o.frames),
                       "frames of the whole video, divided evenly over the clip ranks (0: 24 per clip, or "
                       "--import-vi-config's num_frames per clip)")(
-      "video.height", po::value(&o.height)->default_value(o.height), "pixels, a multiple of 8")(
-      "video.width", po::value(&o.width)->default_value(o.width), "pixels, a multiple of 8")(
-      "video.fps", po::value(&o.fps)->default_value(o.fps),
+      "video.height", ranged(&o.height, 8, kMaxPixels)->default_value(o.height), "pixels, a multiple of 8")(
+      "video.width", ranged(&o.width, 8, kMaxPixels)->default_value(o.width), "pixels, a multiple of 8")(
+      "video.fps", ranged_above(&o.fps, 0, 1000)->default_value(o.fps),
       "the frame rate the UNet is conditioned on (a model input, as the released code's fps; the frame rate "
       "of video.mp4 is --output.fps)");
   return video;
@@ -125,11 +130,12 @@ po::options_description sampler_options(RunPlan& o, Spelled& sp) {
       "sampler.scheduler", po::value(&sp.scheduler)->default_value(sp.scheduler),
       "dpmpp-sde (DPM-Solver++ SDE, linspace timesteps: what the released code runs), dpmpp-sde-karras, "
       "dpmpp (ODE), ddim; for a Wan2.1 model: unipc (its pipeline's, the default there) or flow-euler, on the "
-      "flow sigmas of its scheduler/ (flow_shift)")("sampler.steps", po::value(&o.steps)->default_value(o.steps), "denoising steps")(
-      "sampler.guidance", po::value(&o.guidance)->default_value(o.guidance),
+      "flow sigmas of its scheduler/ (flow_shift)")("sampler.steps", ranged(&o.steps, 1, 1000)->default_value(o.steps), "denoising steps")(
+      "sampler.guidance", ranged(&o.guidance, 0, 100)->default_value(o.guidance),
       "classifier-free guidance scale (> 1 runs the negative and the positive branch; <= 1 only the positive)")(
-      "sampler.seed", po::value(&o.seed)->default_value(o.seed), "noise seed (>= 0)")(
-      "sampler.eta", po::value(&o.eta)->default_value(o.eta), "DDIM's noise scale in [0, 1]")(
+      "sampler.seed", ranged(&o.seed, 0, kMaxSeed)->default_value(o.seed), "noise seed")(
+      "sampler.eta", ranged(&o.eta, 0, 1)->default_value(o.eta),
+      "DDIM's noise scale (ddim only: the other schedulers have none)")(
       "sampler.noise", po::value(&sp.noise)->default_value(sp.noise),
       "invariant (keyed by global frame: the same video for any number of ranks), compat (one stream per clip "
       "seeded seed + clip, as the released code), auto (compat in --vi.mode compat, else invariant)");
@@ -138,14 +144,16 @@ po::options_description sampler_options(RunPlan& o, Spelled& sp) {
 
 po::options_description prompt_options(RunPlan& o) {
   po::options_description prompt("[prompt]", kHelpWidth, kHelpColumn);
-  prompt.add_options()("prompt.text", po::value(&o.prompts)->multitoken(),
-                       "prompt; repeat for a list: clip r of N gets prompt int(r / N * P) (as the released code; the video "
-                       "then depends on the number of clips, also in invariant mode)")(
-      "prompt.negative", po::value(&o.negative)->default_value(o.negative), "negative prompt (guidance > 1)")(
-      "prompt.embeddings", po::value(&o.embeddings),
+  prompt.add_options()("prompt.text", po::value(&o.prompts),
+                       "prompt (quote one with spaces); repeat the option for a list: clip r of N gets prompt "
+                       "int(r / N * P) (as the released code; the video then depends on the number of clips, also in "
+                       "invariant mode), so there may be at most as many prompts as clips")(
+      "prompt.negative", po::value(&o.negative)->default_value(o.negative),
+      "negative prompt (used when --sampler.guidance > 1)")(
+      "prompt.embeddings", path_value(&o.embeddings, PathKind::file),
       "safetensors with prompt_embeds [P, L, D] (one row per prompt) and negative_prompt_embeds [1, L, D], "
       "used instead of the text encoder (vinf encode-text --negative writes one)")(
-      "prompt.max-length", po::value(&o.max_text_length)->default_value(o.max_text_length),
+      "prompt.max-length", ranged(&o.max_text_length, 1, 16384)->default_value(o.max_text_length),
       "the Wan family: tokens per prompt (the pipeline's max_sequence_length; the UNet's CLIP takes 77)");
   return prompt;
 }
@@ -153,14 +161,14 @@ po::options_description prompt_options(RunPlan& o) {
 // [parallel], [vae] and [output], added to all.
 void add_output_options(po::options_description& all, RunPlan& o) {
   po::options_description parallel("[parallel]", kHelpWidth, kHelpColumn);
-  parallel.add_options()("parallel.cfg", po::value(&o.job.cfg)->default_value(o.job.cfg),
+  parallel.add_options()("parallel.cfg", ranged(&o.job.cfg, 1, 2)->default_value(o.job.cfg),
                          "1: each rank runs both guidance branches as a batch of 2; 2: rank pairs split them and "
                          "swap predictions every step (ranks = 2 x clips)")(
-      "parallel.tensor", po::value(&o.job.tensor)->default_value(o.job.tensor), kTensorOptionHelp)(
-      "parallel.data", po::value(&o.job.data)->default_value(o.job.data),
+      "parallel.tensor", ranged(&o.job.tensor, 1, 4096)->default_value(o.job.tensor), kTensorOptionHelp)(
+      "parallel.data", ranged(&o.job.data, 1, 65536)->default_value(o.job.data),
       "D: replicas, each a whole cfg x frame ranks x tensor layout (x pipeline stages) that loads the model once "
       "and takes the next job of --jobs from a queue kept by rank 0")(
-      "parallel.pipeline", po::value(&o.job.pipeline)->default_value(o.job.pipeline),
+      "parallel.pipeline", ranged(&o.job.pipeline, 1, 1000)->default_value(o.job.pipeline),
       "P: pipeline stages per replica: stage s runs steps [s S / P, (s + 1) S / P) of every job and hands the "
       "latents and the solver's memory to stage s + 1; with --jobs the pipeline fills (stage 0 starts the next "
       "job while stage 1 runs the previous one); the last stage writes the outputs");
@@ -168,14 +176,14 @@ void add_output_options(po::options_description& all, RunPlan& o) {
   po::options_description output("[output]", kHelpWidth, kHelpColumn);
   output.add_options()("output.video", po::value(&o.video)->default_value(o.video)->implicit_value(true),
                        "write OUT/video.mp4 (H.264 through ffmpeg) and OUT/contact.png (a grid of 16 thumbnails)")(
-      "output.fps", po::value(&o.output_fps)->default_value(o.output_fps),
+      "output.fps", ranged_above(&o.output_fps, 0, 1000)->default_value(o.output_fps),
       "frame rate of video.mp4 (the released code writes 8)")(
       "output.png", po::value(&o.png)->default_value(o.png)->implicit_value(true),
       "also write every frame as OUT/frames/frame-NNNNNN.png")(
       "output.ffmpeg", po::value(&o.ffmpeg)->default_value(o.ffmpeg), "the ffmpeg program (looked up in PATH)");
 
   po::options_description vae("[vae]", kHelpWidth, kHelpColumn);
-  vae.add_options()("vae.tile", po::value(&o.vae_tile)->default_value(o.vae_tile),
+  vae.add_options()("vae.tile", zero_or(&o.vae_tile, 1, kMaxPixels / 8)->default_value(o.vae_tile),
                     "run the VAE's convolutions of frames larger than N x N latent pixels over N x N "
                     "tiles (8N x 8N pixels at full size) with whole-frame GroupNorm statistics (a Wan VAE's RMS "
                     "norms are per pixel): the same pixels as whole-frame decoding, with the convolutions' working "
@@ -196,16 +204,16 @@ po::options_description long_options(RunPlan& o, Spelled& sp) {
       "frame; the clean frame at the head leaves, fresh noise enters at the tail). windows and fifo run the "
       "plain model on each window (the [vi] options are ignored), spread their windows over the ranks, and "
       "give the same video on any number of ranks")(
-      "long.window", po::value(&l.window)->default_value(l.window),
+      "long.window", ranged(&l.window, 1, 100000)->default_value(l.window),
       "windows: frames per window (the model's training length: 16 for VideoCrafter2)")(
-      "long.stride", po::value(&l.stride)->default_value(l.stride),
+      "long.stride", ranged(&l.stride, 1, 100000)->default_value(l.stride),
       "windows: frames from one window's start to the next (window - stride frames overlap)")(
       "long.blend", po::value(&sp.blend)->default_value(sp.blend),
       "windows: linear (a window's weight ramps across its overlaps) or uniform (the mean of the windows "
       "over a frame)")(
-      "long.fifo-window", po::value(&l.fifo_window)->default_value(l.fifo_window),
+      "long.fifo-window", ranged(&l.fifo_window, 1, 1000)->default_value(l.fifo_window),
       "fifo: f, frames per partition (the model's training length)")(
-      "long.fifo-partitions", po::value(&l.fifo_partitions)->default_value(l.fifo_partitions),
+      "long.fifo-partitions", ranged(&l.fifo_partitions, 1, 1000)->default_value(l.fifo_partitions),
       "fifo: n, partitions of the queue; the queue and the schedule have f x n levels (--sampler.steps is "
       "overridden), the partitions can run on up to n ranks")(
       "long.fifo-lookahead", po::value(&l.fifo_lookahead)->default_value(l.fifo_lookahead)->implicit_value(true),
@@ -216,16 +224,16 @@ po::options_description long_options(RunPlan& o, Spelled& sp) {
 
 po::options_description checkpoint_options(RunPlan& o) {
   po::options_description ckpt("[checkpoint] and resuming", kHelpWidth, kHelpColumn);
-  ckpt.add_options()("checkpoint.every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every),
+  ckpt.add_options()("checkpoint.every", ranged(&o.checkpoint_every, 0, 1000)->default_value(o.checkpoint_every),
                      "write OUT/checkpoints/step-NNNNNN.h5 every K steps (0: only at the end and on a stop signal)")(
-      "checkpoint.keep", po::value(&o.checkpoint_keep)->default_value(o.checkpoint_keep),
+      "checkpoint.keep", ranged(&o.checkpoint_keep, 1, 1000)->default_value(o.checkpoint_keep),
       "how many of the newest checkpoints to keep")(
-      "resume", po::value(&o.resume),
+      "resume", path_value(&o.resume, PathKind::file, {"auto"}),
       "auto: continue from the newest checkpoint in OUT/checkpoints that passes its checksums, falling back to "
       "older ones (a fresh start when there is none; refused when none is usable); PATH: from that checkpoint "
       "(OUT defaults to the run it belongs to). The settings that change the numbers must match; invariant mode "
       "may resume on another number of ranks")(
-      "latents-init", po::value(&o.latents_init),
+      "latents-init", path_value(&o.latents_init, PathKind::file),
       "start from the initial latents in FILE.safetensors (key latents_init, F32 [1,C,F,H,W] over the whole "
       "video, as diffusers' pipelines hold latents) instead of drawing them: to compare with a reference "
       "pipeline given the same latents. Each rank takes its frames; the clips method only")(
@@ -239,7 +247,7 @@ po::options_description checkpoint_options(RunPlan& o) {
       "evaluate", po::value(&o.evaluate)->default_value(o.evaluate)->implicit_value(true),
       "at the end, run vinf evaluate on the outputs (video.mp4, else latents.h5) with the run's clip or window "
       "boundaries: OUT/evaluate.json and OUT/evaluate.png")(
-      "evaluate.clip-vision", po::value(&o.evaluate_clip_vision),
+      "evaluate.clip-vision", path_value(&o.evaluate_clip_vision, PathKind::directory),
       "with --evaluate: a CLIPVisionModelWithProjection directory for the feature similarities");
   return ckpt;
 }
@@ -299,6 +307,7 @@ void import_pipe_configs(RunPlan& o, const po::variables_map& vm, Sources& from_
     } else {
       o.prompts = *r.prompts;
       from_file["prompt.text"] = path + ": pipe_configs.prompts";
+      o.prompts_source = "--import-vi-config " + from_file["prompt.text"];
     }
   }
 }
@@ -409,6 +418,10 @@ void check_text(RunPlan& o, const Labels& label) {
 void check_run(const RunPlan& o, const po::variables_map& vm) {
   VINF_INPUT_CHECK(!vm.count("out") || !o.out.empty(), "--out is empty: give a directory, or leave --out out for ",
                    "outputs/<name>-<date-time>");
+  VINF_INPUT_CHECK(!vm.count("name") || (!o.name.empty() && o.name != "." && o.name != ".." &&
+                                         o.name.find_first_of("/\\") == std::string::npos && o.name.size() <= 200),
+                   "--name '", o.name, "' is not a plain name: the run writes outputs/<name>-<id>, so a name may not ",
+                   "be empty, . or .., or hold a / (give --out DIR to write elsewhere)");
   VINF_INPUT_CHECK(o.vae_tile >= 0, "--vae.tile must be 0 (off) or a positive number of latent pixels, got ",
                    o.vae_tile);
   VINF_INPUT_CHECK(o.cfg() == 1 || o.cfg() == 2, "--parallel.cfg must be 1 or 2, got ", o.cfg());
@@ -514,6 +527,34 @@ void resolve_long_video(RunPlan& o, const Spelled& sp, const po::variables_map& 
   o.scheduler = sampling::SchedulerKind::ddim;
 }
 
+// Options that another option overrides. A conflict is refused (prompts given twice, a noise scale
+// for a scheduler without one); a setting that does not apply to this run is said in one line
+// (o.notes, printed at the start like the long modes' notices), never dropped without a word.
+void check_overridden(RunPlan& o, const po::variables_map& vm) {
+  VINF_INPUT_CHECK(o.prompts.empty() || o.embeddings.empty(), "--prompt.text and --prompt.embeddings both give the ",
+                   "prompts (the embeddings file holds them encoded): give one of them");
+  VINF_INPUT_CHECK(!given(vm, "prompt.negative") || o.embeddings.empty(), "--prompt.negative and --prompt.embeddings ",
+                   "both give the negative prompt (the file's negative_prompt_embeds): give one of them (vinf ",
+                   "encode-text --negative TEXT writes it into the file)");
+  const bool ddim = !o.wan && o.scheduler == sampling::SchedulerKind::ddim;
+  VINF_INPUT_CHECK(!given(vm, "sampler.eta") || ddim, "--sampler.eta is DDIM's noise scale, but this run's scheduler ",
+                   "has none (", o.wan ? "a Wan flow scheduler" : "--sampler.scheduler " + std::string(vm["sampler.scheduler"].as<std::string>()),
+                   "): use --sampler.scheduler ddim (or --long.mode fifo, which steps with DDIM), or leave --sampler.eta out");
+  const auto note = [&](bool applies, const char* option, const std::string& why) {
+    if (given(vm, option) && !applies) o.notes.push_back(std::string("--") + option + " is ignored: " + why);
+  };
+  const sampling::LongMode mode = o.long_video.mode;
+  for (const char* option : {"long.window", "long.stride", "long.blend"})
+    note(mode == sampling::LongMode::windows, option, "it applies to --long.mode windows");
+  for (const char* option : {"long.fifo-window", "long.fifo-partitions", "long.fifo-lookahead"})
+    note(mode == sampling::LongMode::fifo, option, "it applies to --long.mode fifo");
+  note(o.guidance > 1, "prompt.negative", "--sampler.guidance <= 1 runs the positive branch only");
+  note(o.builtin(), "model.seed", "it seeds the weights of a builtin: model, and --model is a directory");
+  note(!o.lora.empty(), "model.lora-scale", "it scales --model.lora, which is not given");
+  note(!o.dump_modules.empty(), "dump.steps", "it chooses the steps of --dump.modules, which is not given");
+  note(o.video, "output.fps", "--output.video=false writes no video.mp4");
+}
+
 void print_help(const po::options_description& opts) {
   std::cout << opts << "\n"
             << kRankLayoutHelp << "\nExit status: 0 on success, 2 for bad input (the message names the option, file or key), 1 for "
@@ -559,6 +600,7 @@ int parse_generate_options(const std::vector<std::string>& args, RunPlan& o, con
   // A Wan video runs the plain model unless --vi.mode asks for exact mode or the windows.
   if (o.wan && (!vm.count("vi.mode") || vm["vi.mode"].defaulted())) o.vi.mode = infinity::Mode::off;
   resolve_long_video(o, sp, vm);
+  check_overridden(o, vm);
   const bool compat_noise = sp.noise == "compat" || (sp.noise == "auto" && o.vi.mode == infinity::Mode::compat);
   o.noise = compat_noise ? sampling::NoiseMode::compat : sampling::NoiseMode::invariant;
   if (o.name.empty()) o.name = o.config_file.empty() ? "vinf" : fs::path(o.config_file).stem().string();
@@ -585,15 +627,25 @@ void check_long_ranks(const RunPlan& o, int ranks) {
 
 }  // namespace
 
+PromptParts prompt_parts(const RunPlan& o, int clips) {
+  const sampling::LongVideoConfig& l = o.long_video;
+  if (o.long_clips()) return {clips, "clip"};
+  if (l.mode == sampling::LongMode::windows)
+    return {static_cast<std::int64_t>(sampling::sliding_windows(o.frames, l.window, l.stride).size()), "window"};
+  return {1, "queue"};
+}
+
 void check_generate_job(RunPlan& o, int world_size) {
   VINF_INPUT_CHECK(world_size % o.cfg() == 0, "--parallel.cfg 2 needs an even number of ranks (2 x clips), got ",
                    world_size);
   const int clips = job::make_layout(o.job, world_size).clips;
   if (o.frames == 0) o.frames = o.frames_per_clip * clips;
-  if (!o.long_clips()) {
-    check_long_ranks(o, clips);
-    return;
+  if (!o.long_clips()) check_long_ranks(o, clips);
+  if (!o.wan) {
+    const PromptParts parts = prompt_parts(o, clips);
+    sampling::check_prompts_used(static_cast<std::int64_t>(o.prompts.size()), parts.count, parts.name, o.prompts_source);
   }
+  if (!o.long_clips()) return;
   VINF_INPUT_CHECK(o.frames >= clips, "--video.frames ", o.frames, " is fewer than the ", clips,
                    " clip ranks; use at most ", o.frames, " ranks or more frames");
   try {

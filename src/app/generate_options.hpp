@@ -38,6 +38,7 @@ struct RunPlan {
   std::int64_t seed = 123;
   // [prompt]
   std::vector<std::string> prompts;
+  std::string prompts_source = "--prompt.text";  // or the --import-vi-config field they came from
   std::string negative, embeddings;
   // [parallel] and the job: device, dtype, TF32, the CFG layout, the transport, the timeout
   job::JobPlan job;
@@ -106,8 +107,16 @@ int parse_plan_options(const std::vector<std::string>& args, RunPlan& o,
 // script requeues it, and `--resume auto` continues.
 inline constexpr int kExitStopped = 75;
 
-// Checks against the job: clip ranks and the frames, CFG, the partition. Throws vinf::InputError.
+// Checks against the job: clip ranks and the frames, CFG, the partition, a clip (or window) for
+// every prompt. Throws vinf::InputError.
 void check_generate_job(RunPlan& o, int world_size);
+
+// What the prompts are spread over: the clips, the windows, or FIFO's one queue.
+struct PromptParts {
+  std::int64_t count;
+  const char* name;  // "clip", "window", "queue"
+};
+PromptParts prompt_parts(const RunPlan& o, int clips);
 
 // The line that says which fields of --import-vi-config's file this run ignores (given the dtype
 // the run computes in and its clip ranks), or "" when there is no file or it uses every field.

@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "core/error.hpp"
+#include "core/utf8.hpp"
 #include "io/atomic_file.hpp"
 #include "model/clip_text.hpp"
 #include "model/presets.hpp"
@@ -107,7 +108,7 @@ sampling::TextEmbeddings encode_prompts_on_root(const RunPlan& o, std::int64_t w
       if (ids[i].truncated())
         warnings.push_back((i < o.prompts.size() ? "prompt " + std::to_string(i) : std::string("the negative prompt")) +
                            " has " + std::to_string(ids[i].length) + " tokens; the text encoder takes " +
-                           std::to_string(tokens) + ", so these are dropped: '" + ids[i].dropped + "'");
+                           std::to_string(tokens) + ", so these are dropped: '" + excerpt(ids[i].dropped) + "'");
     return "tokenizer " + tokenizer.source() + ", text encoder " + encoder_source;
   });
   job.world().broadcast(job.host(), Tensor::wrap(&tokens, DType::i64, Device::cpu(), {1}), 0);
@@ -268,30 +269,67 @@ json long_json(const sampling::LongVideoConfig& l) {
   return j;
 }
 
-void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, const std::vector<std::int64_t>& timesteps) {
-  VINF_INPUT_CHECK(info.stamp.model_fingerprint == now.model_fingerprint, "checkpoint ", info.path,
-                   " was written for another model (fingerprint ", info.stamp.model_fingerprint, " there, ",
-                   now.model_fingerprint, " here)");
-  std::map<std::string, std::string> there, here;
+std::string settings_differences(const io::RunStamp& there, const io::RunStamp& here, const std::string& path) {
+  if (there.model_fingerprint != here.model_fingerprint)
+    return "written for another model (fingerprint " + there.model_fingerprint + " there, " + here.model_fingerprint + " here)";
+  std::map<std::string, std::string> old_values, new_values;
   try {
-    flatten(json::parse(info.stamp.numerics_json), "", there);
+    flatten(json::parse(there.numerics_json), "", old_values);
   } catch (const json::exception& e) {
-    VINF_INPUT_FAIL("checkpoint ", info.path, ": its 'numerics' attribute is not JSON: ", e.what());
+    VINF_INPUT_FAIL(path, ": its 'numerics' record is not JSON: ", e.what());
   }
-  flatten(json::parse(now.numerics_json), "", here);
+  flatten(json::parse(here.numerics_json), "", new_values);
   std::string diffs;
   int n = 0;
-  for (const auto& [key, value] : here) {
-    const auto it = there.find(key);
-    const std::string old = it == there.end() ? "(not set)" : it->second;
+  for (const auto& [key, value] : new_values) {
+    const auto it = old_values.find(key);
+    const std::string old = it == old_values.end() ? "(not set)" : it->second;
     if (old != value && n++ < 4) diffs += (diffs.empty() ? "" : "; ") + key + " " + old + " there, " + value + " here";
   }
-  for (const auto& [key, value] : there)
-    if (!here.count(key) && n++ < 4) diffs += (diffs.empty() ? "" : "; ") + key + " " + value + " there, not set here";
+  for (const auto& [key, value] : old_values)
+    if (!new_values.count(key) && n++ < 4) diffs += (diffs.empty() ? "" : "; ") + key + " " + value + " there, not set here";
+  if (n > 4) diffs += "; and " + std::to_string(n - 4) + " more";
+  return diffs;
+}
+
+void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, const std::vector<std::int64_t>& timesteps) {
+  const std::string diffs = settings_differences(info.stamp, now, "checkpoint " + info.path);
   VINF_INPUT_CHECK(diffs.empty(), "checkpoint ", info.path, " belongs to a run with other settings (", diffs,
                    "); resume with the settings it was written with, or start a new run in another --out");
   VINF_INPUT_CHECK(info.state.timesteps == timesteps, "checkpoint ", info.path,
                    " was written with another schedule (a different scheduler config?)");
+}
+
+void check_finished_run(const std::string& out_dir, const io::RunStamp& now, const mpi::Session& mpi) {
+  const std::string problem = decided_by_root(mpi, [&]() -> std::string {
+    const std::string latents = out_dir + "/latents.h5";
+    std::string diffs;
+    try {
+      diffs = settings_differences(io::read_run_stamp(latents), now, latents);
+    } catch (const InputError& e) {
+      return out_dir + " holds a finished run (run.json) whose settings cannot be read (" + e.what() +
+             "), so this run cannot tell whether it is the same one; choose another --out, or --overwrite to replace it";
+    }
+    if (diffs.empty()) return "";
+    return out_dir + " holds a finished run with other settings (" + diffs + "): its video is not the one asked for; " +
+           "choose another --out, or add --overwrite to replace it";
+  });
+  VINF_INPUT_CHECK(problem.empty(), problem);
+}
+
+std::vector<std::string> remove_run_outputs(const std::string& out_dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  // run.json first: from here on the directory holds no finished run.
+  for (const char* name : {"run.json", "latents.h5", "video.mp4", "contact.png", "evaluate.json", "evaluate.png",
+                           "activations.h5", "frames"}) {
+    const std::string path = out_dir + "/" + name;
+    if (!fs::exists(path, ec)) continue;
+    if (fs::remove_all(path, ec) > 0 && !ec) removed.push_back(name);
+  }
+  for (const std::string& c : io::list_checkpoints(out_dir + "/checkpoints"))
+    if (fs::remove(c, ec)) removed.push_back("checkpoints/" + fs::path(c).filename().string());
+  return removed;
 }
 
 json counters_json(const mpi::CommCounters& c) {

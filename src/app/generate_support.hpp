@@ -66,6 +66,17 @@ ResumePoint choose_checkpoint(const RunPlan& o, const std::string& out_dir, cons
 json numerics_json(const RunPlan& o, int clips, DType dtype, const Device& device);
 // Throws vinf::InputError naming the checkpoint and the first differences.
 void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, const std::vector<std::int64_t>& timesteps);
+// What differs between the settings of a run file (`there`, read from path) and this run's: the
+// model, or up to four numerics keys with both values; "" when they are the same run.
+std::string settings_differences(const io::RunStamp& there, const io::RunStamp& here, const std::string& path);
+// --resume auto over a finished run: "nothing to do" only when it is the same run (its latents.h5
+// has this run's model and numerics); otherwise an InputError listing the differences, on every rank.
+void check_finished_run(const std::string& out_dir, const io::RunStamp& now, const mpi::Session& mpi);
+
+// --overwrite: removes every output a previous run left in out_dir (run.json first, then latents.h5,
+// video.mp4, contact.png, frames/, evaluate.*, activations.h5 and the checkpoints), so that nothing
+// of it stays beside the new run's files. One process. Returns the names removed.
+std::vector<std::string> remove_run_outputs(const std::string& out_dir);
 
 json counters_json(const mpi::CommCounters& c);
 json vi_json(const infinity::Config& v);

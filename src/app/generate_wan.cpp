@@ -28,6 +28,7 @@
 #include "model/t5_tokenizer.hpp"
 #include "model/umt5.hpp"
 #include "model/wan_vae.hpp"
+#include "model/weights.hpp"
 #include "model/wan_transformer.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
@@ -74,6 +75,18 @@ void check_wan_plan(const RunPlan& o) {
                      "the transformer's patch of 2)");
   for (const char* part : {"transformer", "text_encoder", "tokenizer", "scheduler"})
     VINF_INPUT_CHECK(io::is_directory(o.model + "/" + part), what, "needs its ", part, "/ directory, which is missing");
+  // The VAE decodes after the last step: its class, config and weights' shapes are checked now, so
+  // that a wrong vae/ (a UNet pipeline's AutoencoderKL) is refused before the denoising, not after.
+  const std::string vae_dir = o.model + "/vae";
+  if ((o.video || o.png) && io::is_directory(vae_dir)) {
+    const model::WanVaeConfig vc = model::load_wan_vae_config(vae_dir + "/config.json");
+    model::check_weights(model::WeightFiles(model::find_model_files(vae_dir)), model::wan_vae_decoder_parameters(vc),
+                         true, nullptr);
+    const model::WanTransformerConfig tc =
+        model::load_wan_transformer_config(model::find_wan_transformer_config(o.model), nullptr);
+    VINF_INPUT_CHECK(vc.z_dim == tc.out_channels, vae_dir, ": the VAE's z_dim ", vc.z_dim, " is not the transformer's ",
+                     tc.out_channels, " latent channels: the two parts are not of one pipeline");
+  }
 }
 
 namespace {
@@ -142,6 +155,7 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
     VINF_INPUT_CHECK(e->dtype == DType::f32 && e->shape == want, "--latents-init ", o.latents_init, ": 'latents_init' is ",
                      io::safetensors_dtype_name(e->dtype), e->shape.str(), " but this video's latents are F32",
                      want.str(), " (1, channels, (frames - 1) / 4 + 1, height / 8, width / 8)");
+    f.tensor("latents_init");  // a NaN or infinity is refused now, before any output exists
   }
   json config = {{"family", "wan"},
                  {"model", dir},
@@ -176,6 +190,7 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   const std::string out_dir = choose_out_dir(o, world), ckpt_dir = out_dir + "/checkpoints";
   // A finished run (its run.json is there) that is asked to resume has nothing left to do.
   if (!o.resume.empty() && decided_by_root(world, [&] { return io::path_exists(out_dir + "/run.json") ? "done" : ""; }) == "done") {
+    check_finished_run(out_dir, stamp, world);  // another prompt or seed is refused, not "done"
     log(out_dir + " holds a finished run (run.json); nothing to resume");
     return {VideoEnd::finished_before, 0, out_dir, {}};
   }
@@ -186,8 +201,7 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
       fs::create_directories(ckpt_dir, ec);
       if (ec) mkdir_error = ec.message();
       fs::remove(out_dir + "/run.json", ec);  // from here on the directory holds an unfinished run
-      if (o.resume.empty())
-        for (const std::string& c : io::list_checkpoints(ckpt_dir)) fs::remove(c, ec);  // --overwrite's old run
+      if (o.resume.empty()) remove_run_outputs(out_dir);  // --overwrite: nothing of the old run stays
     }
     world.broadcast(mkdir_error);
     VINF_INPUT_CHECK(mkdir_error.empty(), "cannot create the output directory ", ckpt_dir, ": ", mkdir_error);
@@ -494,6 +508,9 @@ VideoOutcome run_wan_video(const RunPlan& o, job::Job& job_ref) {
   log("outputs in " + out_dir + "/ (" + listed + ", run.json); " + std::to_string(denoise_seconds).substr(0, 6) +
       " s denoising (latent frame-steps/s " + std::to_string(denoised / std::max(denoise_seconds, 1e-9)).substr(0, 6) +
       "), peak memory " + format_mib(peak) + (peaks.size() > 1 ? " on the largest rank" : ""));
+  if (stop_signal() != 0)
+    log(std::string("received ") + signal_name(stop_signal()) + " after the last step: the outputs were finished " +
+        "(the run is complete; nothing to resume)");
   if (!evaluate_error.empty()) {
     const std::string why = "--evaluate: " + evaluate_error + " (the run's outputs are complete; vinf evaluate " +
                             out_dir + "/video.mp4 --out " + out_dir + " evaluates them again)";

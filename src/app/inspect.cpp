@@ -7,6 +7,7 @@
 #include <string>
 
 #include "app/commands.hpp"
+#include "app/option_values.hpp"
 #include "core/error.hpp"
 #include "io/h5file.hpp"
 #include "io/path_query.hpp"
@@ -42,6 +43,18 @@ std::string grouped(std::int64_t n) {  // 1413284420 -> "1,413,284,420"
 std::string string_key(const nlohmann::json& j, const char* key) {
   if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return "";
   return j[key].get<std::string>();
+}
+
+// Reads every stored tensor: one that holds a NaN or an infinity is refused by the reader, with the
+// file, the tensor and the element (exit status 2); "describe and check" must not call it fine.
+void check_values(const model::WeightFiles& wf, const char* indent = "  ") {
+  try {
+    for (const auto& [name, found] : wf.all()) found.file->tensor(name);
+  } catch (const InputError&) {
+    std::cout << indent << "values: FAILED\n";
+    throw;
+  }
+  std::cout << indent << "values: every stored number is finite\n";
 }
 
 int inspect_model(const std::string& dir) {
@@ -84,6 +97,7 @@ int inspect_model(const std::string& dir) {
     std::cout << "  check: FAILED\n";
     throw;
   }
+  check_values(wf);
   return 0;
 }
 
@@ -101,6 +115,7 @@ void report_check(const model::WeightFiles& wf, const std::vector<model::ParamSp
   }
   std::cout << indent << params.size() << " tensors, " << grouped(model::parameter_count(params))
             << " parameters; check: every parameter the config implies is present with its shape\n";
+  check_values(wf, indent);
 }
 
 int inspect_part(const std::string& dir) {
@@ -232,6 +247,8 @@ int inspect_safetensors(const std::string& path) {
   }
   std::cout << f.entries().size() << " tensors, " << grouped(total) << " elements\n";
   for (const auto& [k, v] : f.metadata()) std::cout << "metadata " << k << ": " << v << "\n";
+  for (const auto& e : f.entries()) f.tensor(e.name);  // a NaN or infinity is refused there (exit status 2)
+  std::cout << "check: every stored number is finite\n";
   return 0;
 }
 
@@ -276,7 +293,16 @@ int inspect_hdf5(const std::string& path) {
   if (!settings.empty()) std::printf("  settings %s\n", settings.c_str());
   std::printf("  datasets:\n");
   for (const std::string& line : f.describe()) std::printf("    %s\n", line.c_str());
-  return 0;
+  const std::vector<std::string> problems = f.verify();
+  if (problems.empty()) {
+    std::printf("  check: every dataset reads back with its checksum, every number finite\n");
+    return 0;
+  }
+  std::printf("  check: FAILED\n");
+  std::fflush(stdout);
+  std::string list;
+  for (const std::string& p : problems) list += "\n  " + p;
+  VINF_INPUT_FAIL(path, " is damaged (", problems.size(), " dataset(s)); do not resume from it or decode it:", list);
 }
 
 int inspect(const std::vector<std::string>& args) {
@@ -286,7 +312,8 @@ int inspect(const std::vector<std::string>& args) {
       "all of them), a safetensors file, or an HDF5 file (latents.h5, a checkpoint, activations.h5)\n\nusage: vinf inspect PATH\n\n"
       "Options come from the command line and from --config FILE (INI: `path = PATH`); the command line\n"
       "wins.\n\nOptions");
-  opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)("path", po::value(&path), "model directory, .safetensors or .h5 file");
+  opts.add_options()("help,h", "show this help")("config", path_value(&config_file, PathKind::file), kConfigOptionHelp)(
+      "path", path_value(&path, PathKind::file_or_dir), "model directory, .safetensors or .h5 file");
   po::positional_options_description pos;
   pos.add("path", 1);
   po::variables_map vm;

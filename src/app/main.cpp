@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
   try {
     return vinf::app::main(argc, argv);
   } catch (const vinf::InputError& e) {
-    vinf::mpi::fatal(e, 2);  // bad input: the message says which file, key or option
+    // Bad input: the message says which file, key or option (and where a --config file set it).
+    vinf::mpi::fatal(vinf::InputError(vinf::app::with_option_origins(e.what())), 2);
   } catch (const std::exception& e) {
     vinf::mpi::fatal(e);
   }

@@ -1,5 +1,6 @@
 // `vinf make-model`: a random-weight UNet or Wan transformer, or a whole pipeline of either family,
 // in the diffusers directory layout, for tests, demos and benchmarks without real weights.
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <filesystem>
 #include <functional>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/option_values.hpp"
 #include "core/error.hpp"
 #include "model/params.hpp"
 #include "model/presets.hpp"
@@ -49,9 +51,10 @@ int make_model(const std::vector<std::string>& args) {
       "flow_shift 3.0 as Wan2.1 uses for 480p; its 720p videos use 5.0) and model_index.json.\n\n"
       "Options come from the command line and from --config FILE (INI: `preset = tiny`, `seed = 5`); the\n"
       "command line wins.\n\nOptions");
-  opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)("preset", po::value(&preset), "tiny | small | vc2 | wan-tiny | wan-1.3b | wan-14b")(
-      "seed", po::value(&seed)->default_value(0), "random seed (the same seed gives the same weights)")(
-      "out", po::value(&out), "model directory to create")(
+  opts.add_options()("help,h", "show this help")("config", path_value(&config_file, PathKind::file), kConfigOptionHelp)(
+      "preset", po::value(&preset), "tiny | small | vc2 | wan-tiny | wan-1.3b | wan-14b")(
+      "seed", ranged(&seed, 0, 9007199254740991.0)->default_value(0), "random seed (the same seed gives the same weights)")(
+      "out", path_value(&out, PathKind::out_dir), "model directory to create")(
       "layout", po::value(&layout)->default_value(layout), "unet (DIR is a UNet directory) | pipeline")(
       "dtype", po::value(&dtype_opt), "weight dtype f32 | f16 | bf16 (default: f16 for vc2, bf16 for wan-1.3b and wan-14b, f32 otherwise;\n"
                                    "a Wan pipeline's VAE is f32)")(
@@ -64,6 +67,9 @@ int make_model(const std::vector<std::string>& args) {
   }
   for (const char* required : {"preset", "out"})
     VINF_INPUT_CHECK(vm.count(required), "vinf make-model: --", required, " is required (see vinf make-model --help)");
+  const std::vector<std::string> presets{"tiny", "small", "vc2", "wan-tiny", "wan-1.3b", "wan-14b"};
+  VINF_INPUT_CHECK(std::find(presets.begin(), presets.end(), preset) != presets.end(), "--preset '", preset,
+                   "' is not a preset; the presets are tiny, small, vc2, wan-tiny, wan-1.3b and wan-14b");
   const bool wan = preset.rfind("wan-", 0) == 0;
   const model::WanTransformerConfig wan_config = wan ? model::wan_transformer_preset(preset) : model::WanTransformerConfig{};
   const model::UNetConfig config = wan ? model::UNetConfig{} : model::preset_config(preset);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/option_values.hpp"
 #include "app/generate_options.hpp"
 #include "app/plan_estimate.hpp"
 #include "core/error.hpp"
@@ -53,13 +54,13 @@ const char* const kPlanUsage =
 
 po::options_description plan_options(PlanArgs& p) {
   po::options_description own("Plan", 100, 44);
-  own.add_options()("ranks", po::value(&p.ranks),
+  own.add_options()("ranks", ranged(&p.ranks, 1, 1000000),
                     "ranks of the job (default: the launcher's: SLURM_NTASKS in a Slurm allocation, "
                     "Open MPI's or PMI's world size under mpirun; else 1)")(
-      "ranks-per-node", po::value(&p.ranks_per_node),
+      "ranks-per-node", ranged(&p.ranks_per_node, 1, 4096),
       "ranks on each node, one device each (default: SLURM_NTASKS_PER_NODE's first number, or Open MPI's "
       "local size; else all ranks on one node)")(
-      "device-memory", po::value(&p.device_memory_gib),
+      "device-memory", ranged_above(&p.device_memory_gib, 0, 1048576),
       "GiB of memory each rank's device has (default: the GPU's with --device cuda or auto where one is "
       "visible; else the host's memory shared by the ranks of a node)")(
       "json", po::bool_switch(&p.json), "print the plan as JSON (every rank) instead of the table");

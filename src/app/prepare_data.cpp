@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/option_values.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "core/utf8.hpp"
@@ -38,7 +39,7 @@ namespace {
 struct PrepareOptions {
   std::string videos_dir, captions, out_path, model_dir, device = "auto";
   std::int64_t width = 512, height = 320, frames = 16, frame_step = 1, clip_step = 0, max_clips = 0;
-  bool strict = false, quiet = false;
+  bool strict = false, quiet = false, overwrite = false;
 };
 
 struct Caption {
@@ -101,19 +102,21 @@ int prepare_data(const std::vector<std::string>& args) {
       "A video that cannot be read, is too short or has no caption, and a caption that names no video\n"
       "or is malformed, is reported by name and skipped (--strict: refused, exit 2). The file is\n"
       "written under a temporary name and renamed at the end; the clips stay in memory until then.\n\nOptions");
-  opts.add_options()("help,h", "show this help")("config", po::value<std::string>(), kConfigOptionHelp)(
-      "videos", po::value(&o.videos_dir), "the folder of the videos (also the first positional argument)")(
-      "captions", po::value(&o.captions), "the captions file (also the second positional argument)")(
-      "model", po::value(&o.model_dir), "a pipeline directory with vae/ (with its encoder), text_encoder/ and tokenizer/")(
-      "out", po::value(&o.out_path), "the training data file to write (HDF5)")(
-      "data.width", po::value(&o.width)->default_value(o.width), "frame width in pixels (a multiple of the VAE's scale)")(
-      "data.height", po::value(&o.height)->default_value(o.height), "frame height in pixels (likewise)")(
-      "data.frames", po::value(&o.frames)->default_value(o.frames), "frames per clip")(
-      "data.frame-step", po::value(&o.frame_step)->default_value(o.frame_step),
+  opts.add_options()("help,h", "show this help")("config", path_value(nullptr, PathKind::file), kConfigOptionHelp)(
+      "videos", path_value(&o.videos_dir, PathKind::directory), "the folder of the videos (also the first positional argument)")(
+      "captions", path_value(&o.captions, PathKind::file), "the captions file (also the second positional argument)")(
+      "model", path_value(&o.model_dir, PathKind::directory), "a pipeline directory with vae/ (with its encoder), text_encoder/ and tokenizer/")(
+      "out", path_value(&o.out_path, PathKind::new_file),
+      "the training data file to write (HDF5); an existing one is refused unless --overwrite")(
+      "overwrite", po::bool_switch(&o.overwrite), "replace an existing --out file (only once the new one is complete)")(
+      "data.width", ranged(&o.width, 8, 16384)->default_value(o.width), "frame width in pixels (a multiple of the VAE's scale)")(
+      "data.height", ranged(&o.height, 8, 16384)->default_value(o.height), "frame height in pixels (likewise)")(
+      "data.frames", ranged(&o.frames, 1, 10000)->default_value(o.frames), "frames per clip")(
+      "data.frame-step", ranged(&o.frame_step, 1, 10000)->default_value(o.frame_step),
       "take every N-th decoded frame (2 halves the frame rate)")(
-      "data.clip-step", po::value(&o.clip_step)->default_value(o.clip_step),
+      "data.clip-step", ranged(&o.clip_step, 0, 1000000)->default_value(o.clip_step),
       "decoded frames between the starts of two clips of a video (0: frames x frame-step, clips side by side)")(
-      "data.max-clips", po::value(&o.max_clips)->default_value(o.max_clips), "at most this many clips per video (0: all)")(
+      "data.max-clips", ranged(&o.max_clips, 0, 1000000)->default_value(o.max_clips), "at most this many clips per video (0: all)")(
       "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (the encoders compute in f32)")(
       "strict", po::bool_switch(&o.strict), "refuse (exit 2) on any bad video or caption instead of skipping it")(
       "quiet,q", po::bool_switch(&o.quiet), "print only warnings and errors");
@@ -135,6 +138,9 @@ int prepare_data(const std::vector<std::string>& args) {
                    "--data.frames and --data.frame-step must be >= 1, --data.clip-step and --data.max-clips >= 0");
   if (o.clip_step == 0) o.clip_step = o.frames * o.frame_step;
   VINF_INPUT_CHECK(!o.out_path.empty(), "vinf prepare-data: --out is empty: give the data file");
+  // Refused before any work: an existing file is replaced only when asked.
+  VINF_INPUT_CHECK(o.overwrite || !io::path_exists(o.out_path), "vinf prepare-data: --out ", o.out_path,
+                   " exists; give --overwrite to replace it, or another file name");
 
   job::JobPlan plan;
   plan.device = job::parse_device_choice(o.device);
@@ -234,7 +240,7 @@ int prepare_data(const std::vector<std::string>& args) {
     if (tokens[i].truncated())
       std::cerr << "vinf prepare-data: warning: the caption of " << video_names[i] << " has " << tokens[i].length
                 << " tokens; the text encoder takes " << tokenizer.max_length() << ", so these are dropped: '"
-                << tokens[i].dropped << "'\n";
+                << excerpt(tokens[i].dropped) << "'\n";
   const std::int64_t length = tokenizer.max_length(), width = text_encoder.config().hidden_size;
   const auto row = static_cast<std::size_t>(length * width);
   for (std::int64_t v : clip_video) {

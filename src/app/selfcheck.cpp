@@ -6,6 +6,7 @@
 #include <string>
 
 #include "app/commands.hpp"
+#include "app/option_values.hpp"
 #include "core/error.hpp"
 #include "ops/runtime.hpp"
 #include "ops/verify.hpp"
@@ -31,7 +32,7 @@ int selfcheck(const std::vector<std::string>& args) {
       "vinf selfcheck: every op on every backend against the CPU reference\n\n"
       "Options come from the command line and from --config FILE (INI: `device = cpu`); the command line\n"
       "wins.\n\nOptions");
-  opts.add_options()("help,h", "show this help")("config", po::value(&config_file), kConfigOptionHelp)(
+  opts.add_options()("help,h", "show this help")("config", path_value(&config_file, PathKind::file), kConfigOptionHelp)(
       "device", po::value(&device)->default_value(device),
       "cpu, cuda or all (cuda is skipped with a message when no GPU is visible)")(
       "filter", po::value(&filter),

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/option_values.hpp"
 #include "app/evaluate.hpp"
 #include "app/generate_options.hpp"
 #include "app/generate_support.hpp"
@@ -93,22 +94,23 @@ po::options_description train_option_table(TrainRunOptions& o) {
       "weights (sharded with --train.zero 1 and 2); gradients and their reductions are f32. The CPU runs the\n"
       "same bf16 products on f32 kernels (operands rounded to bf16): the numbers of a GPU run, not its speed.\n\n"
       "Options");
-  opts.add_options()("help,h", "show this help")("config", po::value(&o.config_file), kConfigOptionHelp)(
-      "model", po::value(&o.model_dir), "the model to fine-tune: a pipeline directory (unet/, ...) or a UNet directory")(
-      "data", po::value(&o.data_path), "the training data (vinf prepare-data's HDF5 file)")(
-      "out", po::value(&o.out_dir), "the run directory (an existing non-empty one is refused unless --overwrite)")(
-      "export", po::value(&o.export_dir), "where the trained model goes (default RUN_DIR/model)")(
+  opts.add_options()("help,h", "show this help")("config", path_value(&o.config_file, PathKind::file), kConfigOptionHelp)(
+      "model", path_value(&o.model_dir, PathKind::directory), "the model to fine-tune: a pipeline directory (unet/, ...) or a UNet directory")(
+      "data", path_value(&o.data_path, PathKind::file), "the training data (vinf prepare-data's HDF5 file)")(
+      "out", path_value(&o.out_dir, PathKind::out_dir), "the run directory (an existing non-empty one is refused unless --overwrite)")(
+      "export", path_value(&o.export_dir, PathKind::out_dir), "where the trained model goes (default RUN_DIR/model)")(
       "overwrite", po::bool_switch(&o.overwrite), "write into an existing run directory and export directory")(
-      "resume", po::value(&o.resume),
+      "resume", path_value(&o.resume, PathKind::file, {"auto"}),
       "auto: continue from the newest checkpoint in RUN_DIR/checkpoints that passes its checksums, falling back "
       "to older ones (a fresh start in RUN_DIR when there is none); PATH: from that checkpoint. The settings "
       "that change the numbers must match; the number of ranks, --train.zero and --train.micro-batch may differ")(
-      "checkpoint.every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every),
+      "checkpoint.every", ranged(&o.checkpoint_every, 0, 100000000)->default_value(o.checkpoint_every),
       "write RUN_DIR/checkpoints/step-NNNNNN.h5 every K steps (0: only on a stop signal)")(
-      "checkpoint.keep", po::value(&o.checkpoint_keep)->default_value(o.checkpoint_keep),
+      "checkpoint.keep", ranged(&o.checkpoint_keep, 1, 1000)->default_value(o.checkpoint_keep),
       "how many of the newest checkpoints to keep")(
-      "comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout),
-      "seconds a collective may wait before the job is ended with a message (0: wait forever)")(
+      "comm-timeout", zero_or(&o.comm_timeout, 1, 604800)->default_value(o.comm_timeout),
+      "seconds a collective may wait before the job is ended with a message (0: wait forever; at least 1 s "
+      "otherwise)")(
       "device", po::value(&o.device)->default_value(o.device),
       "auto | cpu | cuda (auto: the GPUs when every rank has one, else the CPU)")(
       "dtype", po::value(&o.dtype)->default_value(o.dtype),
@@ -119,34 +121,34 @@ po::options_description train_option_table(TrainRunOptions& o) {
       "MPI on the CPU and between ranks that share a GPU)")(
       "quiet,q", po::bool_switch(&o.quiet), "print only warnings, errors and the result");
   po::options_description t("[train]");
-  t.add_options()("train.steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps")(
-      "train.batch", po::value(&o.batch)->default_value(o.batch), "clips per optimizer step")(
-      "train.micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
+  t.add_options()("train.steps", ranged(&o.steps, 1, 100000000)->default_value(o.steps), "optimizer steps")(
+      "train.batch", ranged(&o.batch, 1, 1000000)->default_value(o.batch), "clips per optimizer step")(
+      "train.micro-batch", ranged(&o.micro_batch, 0, 1000000)->default_value(o.micro_batch),
       "clips per forward and backward pass (0: the whole batch over the ranks); the batch must be a multiple of "
       "it, with at least one micro-batch per rank")(
-      "train.zero", po::value(&o.zero)->default_value(o.zero),
+      "train.zero", ranged(&o.zero, 0, 2)->default_value(o.zero),
       "ZeRO stage over the ranks: 0 gradients all-reduced, every rank holds the whole optimizer state; 1 "
       "the optimizer state sharded (1/N per rank), each rank steps its shard and the parameters are "
       "all-gathered; 2 as 1 with the gradients reduce-scattered (half the traffic)")(
-      "train.bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb),
+      "train.bucket-mb", ranged_above(&o.bucket_mb, 0, 1048576)->default_value(o.bucket_mb),
       "gradients are summed over the ranks in buckets of at least this many MiB, each sent as soon as the "
       "backward pass completes it")(
-      "train.warmup-steps", po::value(&o.warmup)->default_value(o.warmup), "steps of linear learning-rate warm-up")(
+      "train.warmup-steps", ranged(&o.warmup, 0, 100000000)->default_value(o.warmup), "steps of linear learning-rate warm-up")(
       "train.schedule", po::value(&o.schedule)->default_value(o.schedule), "cosine | constant (after the warm-up)")(
-      "train.min-lr", po::value(&o.min_lr_ratio)->default_value(o.min_lr_ratio),
+      "train.min-lr", ranged(&o.min_lr_ratio, 0, 1)->default_value(o.min_lr_ratio),
       "the cosine's final learning rate, as a fraction of --train.lr")(
       "train.params", po::value(&o.params)->default_value(o.params),
       "what is trained: all | temporal (transformer_in and every temp_* module) | comma-separated globs over "
       "parameter names ('*.temp_attentions.*,conv_out.*'); the rest is frozen")(
-      "train.seed", po::value(&o.seed)->default_value(o.seed), "seed of the clip order, the timesteps and the noise")(
-      "train.fps", po::value(&o.fps)->default_value(o.fps), "the fps conditioning of the training clips")(
-      "train.log-every", po::value(&o.log_every)->default_value(o.log_every),
+      "train.seed", ranged(&o.seed, 0, 9007199254740991.0)->default_value(o.seed), "seed of the clip order, the timesteps and the noise")(
+      "train.fps", ranged_above(&o.fps, 0, 1000)->default_value(o.fps), "the fps conditioning of the training clips")(
+      "train.log-every", ranged(&o.log_every, 1, 100000000)->default_value(o.log_every),
       "print the loss every N steps (every step goes to log.csv)")(
-      "train.lora", po::value(&o.lora)->default_value(o.lora),
+      "train.lora", ranged(&o.lora, 0, 4096)->default_value(o.lora),
       "train LoRA adapters of this rank on every attention projection (to_q, to_k, to_v, to_out.0) instead of "
       "the model's parameters; written to RUN_DIR/lora.safetensors (diffusers' layout) for generate --model.lora "
       "(0: off)")(
-      "train.lora-alpha", po::value(&o.lora_alpha)->default_value(o.lora_alpha),
+      "train.lora-alpha", ranged(&o.lora_alpha, 0, 65536)->default_value(o.lora_alpha),
       "the adapters' alpha: they add alpha / rank * B A (0: alpha = rank)")(
       "train.checkpoint-activations", po::bool_switch(&o.checkpoint_activations),
       "keep only each block's input in the forward pass and run the block again in the backward pass: "

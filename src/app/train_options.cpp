@@ -1,5 +1,6 @@
 #include "app/train_options.hpp"
 
+#include "app/option_values.hpp"
 #include "core/error.hpp"
 
 namespace po = boost::program_options;
@@ -7,14 +8,14 @@ namespace po = boost::program_options;
 namespace vinf::app {
 
 void TrainOptimizerOptions::add_to(po::options_description& opts) {
-  opts.add_options()("train.lr", po::value(&values.lr)->default_value(values.lr),
+  opts.add_options()("train.lr", ranged(&values.lr, 0, 10)->default_value(values.lr),
                      "AdamW learning rate (the peak, after warm-up, for vinf train)")(
-      "train.adam-beta1", po::value(&values.beta1)->default_value(values.beta1), "AdamW beta1 (first moment decay)")(
-      "train.adam-beta2", po::value(&values.beta2)->default_value(values.beta2), "AdamW beta2 (second moment decay)")(
-      "train.adam-eps", po::value(&values.eps)->default_value(values.eps), "AdamW epsilon")(
-      "train.weight-decay", po::value(&values.weight_decay)->default_value(values.weight_decay),
+      "train.adam-beta1", ranged_below(&values.beta1, 0, 1)->default_value(values.beta1), "AdamW beta1 (first moment decay)")(
+      "train.adam-beta2", ranged_below(&values.beta2, 0, 1)->default_value(values.beta2), "AdamW beta2 (second moment decay)")(
+      "train.adam-eps", ranged_above(&values.eps, 0, 1)->default_value(values.eps), "AdamW epsilon")(
+      "train.weight-decay", ranged(&values.weight_decay, 0, 10)->default_value(values.weight_decay),
       "decoupled weight decay (AdamW)")(
-      "train.clip-grad-norm", po::value(&values.clip_grad_norm)->default_value(values.clip_grad_norm),
+      "train.clip-grad-norm", ranged(&values.clip_grad_norm, 0, 1e6)->default_value(values.clip_grad_norm),
       "clip the gradients' global L2 norm to this (0: no clipping)");
 }
 

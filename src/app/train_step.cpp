@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/option_values.hpp"
 #include "app/train_options.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
@@ -52,14 +53,15 @@ po::options_description step_option_table(StepOptions& o) {
       "parameter and grad.x0 (before clipping), grad_norm [1] (their global L2 norm) and\n"
       "adamw.<parameter>, the parameters after clipping and one AdamW step.\n\n"
       "Training computes in f32 on the CPU.\n\nOptions");
-  opts.add_options()("help,h", "show this help")("config", po::value(&o.config_file), kConfigOptionHelp)(
-      "model", po::value(&o.model_dir), "UNet directory in diffusers layout, or a pipeline root with unet/")(
-      "inputs", po::value(&o.inputs_path), "input tensors (safetensors)")(
-      "out", po::value(&o.out_path), "output file (safetensors); written under a temporary name, then renamed")(
+  opts.add_options()("help,h", "show this help")("config", path_value(&o.config_file, PathKind::file), kConfigOptionHelp)(
+      "model", path_value(&o.model_dir, PathKind::directory), "UNet directory in diffusers layout, or a pipeline root with unet/")(
+      "inputs", path_value(&o.inputs_path, PathKind::file), "input tensors (safetensors)")(
+      "out", path_value(&o.out_path, PathKind::new_file), "output file (safetensors); written under a temporary name, then renamed")(
       "device", po::value(&o.device)->default_value(o.device), "auto | cpu (training runs on the CPU)")(
       "dtype", po::value(&o.dtype)->default_value(o.dtype), "auto | f32 (training computes in f32)")(
-      "comm-timeout", po::value(&o.timeout)->default_value(o.timeout),
-      "seconds a collective may wait before the job is ended with a message (0: wait forever)")(
+      "comm-timeout", zero_or(&o.timeout, 1, 604800)->default_value(o.timeout),
+      "seconds a collective may wait before the job is ended with a message (0: wait forever; at least 1 s "
+      "otherwise)")(
       "ignore-unexpected-weights", po::bool_switch(&o.ignore_unexpected),
       "load a weight file that holds tensors the model does not use (they are listed as a warning)");
   po::options_description train_opts("Optimizer (used when IN has no `adamw` metadata)");

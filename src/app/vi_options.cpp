@@ -3,6 +3,8 @@
 #include <type_traits>
 #include <variant>
 
+#include "app/option_values.hpp"
+
 namespace po = boost::program_options;
 
 namespace vinf::app {
@@ -26,7 +28,10 @@ void ViOptions::add_to(po::options_description& opts, const char* import_help) {
           if constexpr (std::is_same_v<T, bool>)
             opts.add_options()(name.c_str(), po::value<bool>()->default_value(*p)->implicit_value(true), f.help);
           else if constexpr (kNumber<T>)
-            opts.add_options()(name.c_str(), po::value<T>()->default_value(*p), f.help);
+            opts.add_options()(name.c_str(),
+                               (f.lo_open ? ranged_above<T>(nullptr, f.lo, f.hi) : ranged<T>(nullptr, f.lo, f.hi))
+                                   ->default_value(*p),
+                               f.help);
           else
             opts.add_options()(name.c_str(), po::value<std::string>()->default_value(infinity::choice_name(f, defaults)),
                                f.help);

@@ -61,4 +61,37 @@ inline void append_utf8(std::string& out, char32_t c) {
   }
 }
 
+// User text quoted in a message: at most about max_bytes of it, control characters and bytes that
+// are not UTF-8 shown as \xNN, and the length said when it is cut ("... (104857 bytes in all)"), so
+// that a 100 KB prompt or a binary file does not flood the terminal.
+inline std::string excerpt(std::string_view s, std::size_t max_bytes = 80) {
+  std::string out;
+  std::size_t i = 0;
+  const auto hex = [&out](unsigned char c) {
+    static const char digits[] = "0123456789abcdef";
+    out += "\\x";
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  };
+  while (i < s.size() && i < max_bytes) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7F) hex(c);
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    const std::size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    if (i + len <= s.size() && first_invalid_utf8(s.substr(i, len)) == std::string::npos) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      hex(c);
+      ++i;
+    }
+  }
+  if (i < s.size()) out += "... (" + std::to_string(s.size()) + " bytes in all)";
+  return out;
+}
+
 }  // namespace vinf

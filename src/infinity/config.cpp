@@ -53,29 +53,29 @@ const std::vector<Field>& fields() {
        "conv-halo, halo and sync-groupnorm do not apply)",
        nullptr, [](Config& c) -> FieldRef { return &c.mode; }},
       {"local-frames", "p: attention window half-width in frames, taken from each neighbouring clip", "attn.padding",
-       [](Config& c) -> FieldRef { return &c.local_frames; }},
+       [](Config& c) -> FieldRef { return &c.local_frames; }, 0, 100000},
       {"global-frames", "G: frames sampled across the video that every frame attends to", "attn.top_k",
-       [](Config& c) -> FieldRef { return &c.global_frames; }},
+       [](Config& c) -> FieldRef { return &c.global_frames; }, 0, 100000},
       {"conv-halo", "c: frames of each neighbouring clip around a temporal-conv layer", "conv_layer.padding",
-       [](Config& c) -> FieldRef { return &c.conv_halo; }},
+       [](Config& c) -> FieldRef { return &c.conv_halo; }, 0, 100000},
       {"attn-scale", "factor on the attention logits", "attn.attn_scale",
-       [](Config& c) -> FieldRef { return &c.attn_scale; }},
+       [](Config& c) -> FieldRef { return &c.attn_scale; }, 0, 1000, true},
       {"token-num-scale", "scale each query's logits by log(visible keys) / log(16)", "attn.token_num_scale",
        [](Config& c) -> FieldRef { return &c.token_num_scale; }},
       {"dynamic-bias", "add the phase biases below to the local / global columns", "attn.dynamic_scale",
        [](Config& c) -> FieldRef { return &c.dynamic_bias; }},
       {"local-phase-t", "local phase: applies while t < this", "attn.local_phase.t",
-       [](Config& c) -> FieldRef { return &c.local_phase.t; }},
+       [](Config& c) -> FieldRef { return &c.local_phase.t; }, 0, 1000},
       {"local-phase-local-bias", "local phase: the bias on the logits of the local (halo and own) frames",
-       "attn.local_phase.local_biase", [](Config& c) -> FieldRef { return &c.local_phase.local_bias; }},
+       "attn.local_phase.local_biase", [](Config& c) -> FieldRef { return &c.local_phase.local_bias; }, -1000, 1000},
       {"local-phase-global-bias", "local phase: the bias on the logits of the global frames",
-       "attn.local_phase.global_biase", [](Config& c) -> FieldRef { return &c.local_phase.global_bias; }},
+       "attn.local_phase.global_biase", [](Config& c) -> FieldRef { return &c.local_phase.global_bias; }, -1000, 1000},
       {"global-phase-t", "global phase: applies while t >= this", "attn.global_phase.t",
-       [](Config& c) -> FieldRef { return &c.global_phase.t; }},
+       [](Config& c) -> FieldRef { return &c.global_phase.t; }, 0, 1000},
       {"global-phase-local-bias", "global phase: the bias on the logits of the local (halo and own) frames",
-       "attn.global_phase.local_biase", [](Config& c) -> FieldRef { return &c.global_phase.local_bias; }},
+       "attn.global_phase.local_biase", [](Config& c) -> FieldRef { return &c.global_phase.local_bias; }, -1000, 1000},
       {"global-phase-global-bias", "global phase: the bias on the logits of the global frames",
-       "attn.global_phase.global_biase", [](Config& c) -> FieldRef { return &c.global_phase.global_bias; }},
+       "attn.global_phase.global_biase", [](Config& c) -> FieldRef { return &c.global_phase.global_bias; }, -1000, 1000},
       {"sync-groupnorm",
        "compat mode: the paper's synchronised temporal GroupNorm (mean of per-rank means, variance about it); "
        "invariant mode always uses whole-video statistics",
@@ -122,17 +122,20 @@ std::string choice_name(const Field& f, const Config& c) {
 }
 
 void validate(const Config& c) {
-  VINF_INPUT_CHECK(c.local_frames >= 0, "--vi.local-frames must be >= 0, got ", c.local_frames);
-  VINF_INPUT_CHECK(c.global_frames >= 0, "--vi.global-frames must be >= 0, got ", c.global_frames);
-  VINF_INPUT_CHECK(c.conv_halo >= 0, "--vi.conv-halo must be >= 0, got ", c.conv_halo);
-  // Boost reads "nan" and "inf" as floats: every scale and bias must be a finite number.
-  VINF_INPUT_CHECK(c.attn_scale > 0.f && std::isfinite(c.attn_scale), "--vi.attn-scale must be a finite number > 0, got ",
-                   c.attn_scale);
-  for (const auto& [option, bias] : {std::pair{"--vi.local-phase-local-bias", c.local_phase.local_bias},
-                                     std::pair{"--vi.local-phase-global-bias", c.local_phase.global_bias},
-                                     std::pair{"--vi.global-phase-local-bias", c.global_phase.local_bias},
-                                     std::pair{"--vi.global-phase-global-bias", c.global_phase.global_bias}})
-    VINF_INPUT_CHECK(std::isfinite(bias), option, " must be a finite number, got ", bias);
+  // Each number in its field's range, wherever it came from (the options check theirs when they
+  // are read; the released file's values arrive here unchecked). NaN and infinity are outside.
+  Config copy = c;
+  for (const Field& f : fields())
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+            const auto v = static_cast<double>(*p);
+            const bool ok = std::isfinite(v) && (f.lo_open ? v > f.lo : v >= f.lo) && v <= f.hi;
+            VINF_INPUT_CHECK(ok, "--vi.", f.name, " must be in ", f.lo_open ? "(" : "[", f.lo, ", ", f.hi, "], got ", *p);
+          }
+        },
+        f.ref(copy));
   VINF_INPUT_CHECK(!(c.sync_groupnorm && (c.mode == Mode::invariant || c.mode == Mode::exact)),
                    "--vi.sync-groupnorm is a compat-mode option (", mode_name(c.mode),
                    " mode always normalises over the whole video); drop it or use --vi.mode compat");

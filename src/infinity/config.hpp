@@ -52,6 +52,8 @@ struct Field {
   const char* help;
   const char* released;  // its key under the released config's plugin_configs ("attn.padding"), or nullptr
   FieldRef (*ref)(Config&);
+  double lo = 0, hi = 0;  // a number's range: [lo, hi], or (lo, hi] with lo_open
+  bool lo_open = false;
 };
 const std::vector<Field>& fields();
 

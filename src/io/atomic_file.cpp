@@ -55,4 +55,22 @@ void commit_partial(MPI_Comm comm, const std::string& partial, const std::string
   if (!ok) throw Error("cannot sync and rename " + partial + " to " + path + " (disk full or the directory not writable?)");
 }
 
+NewDirectory::NewDirectory(const std::string& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::path p = fs::path(path).lexically_normal(); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    created_.push_back(p.string());
+    if (p == p.parent_path()) break;
+  }
+  fs::create_directories(path, ec);
+  VINF_INPUT_CHECK(!ec && fs::is_directory(path, ec), option, " ", path, ": cannot create the directory (",
+                   ec ? ec.message() : "a file has that name", ")");
+}
+
+NewDirectory::~NewDirectory() {
+  std::error_code ec;
+  for (const std::string& dir : created_)
+    if (!std::filesystem::remove(dir, ec)) break;  // not empty (or gone): it and its parents stay
+}
+
 }  // namespace vinf::io

@@ -98,6 +98,33 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const RunStamp& st
   });
 }
 
+namespace {
+
+// The stamp stored by stamp_file. Version 1 kept the configuration in root attributes.
+RunStamp stored_stamp(const H5File& f, std::int64_t version) {
+  RunStamp s;
+  s.config_json = version == 1 ? f.text("/", "config") : f.read_text("/run/config");
+  s.numerics_json = version == 1 ? f.text("/", "numerics") : f.read_text("/run/numerics");
+  s.model_fingerprint = f.text("/", "model_fingerprint");
+  s.noise_mode = f.text("/", "noise_mode");
+  s.scheduler = f.text("/", "scheduler");
+  s.seed = f.integer("/", "seed");
+  s.world_size = f.integer("/", "world_size");
+  s.cfg_size = f.integer("/", "cfg_size");
+  s.clip_size = f.integer("/", "clip_size");
+  return s;
+}
+
+}  // namespace
+
+RunStamp read_run_stamp(const std::string& path) {
+  const H5File f = H5File::open(MPI_COMM_SELF, path);
+  const std::string format = f.has_attribute("/", "format") ? f.text("/", "format") : "";
+  VINF_INPUT_CHECK(format == kLatentsFormat || format == kCheckpointFormat, path, " is not a vinf run file (format '",
+                   format, "')");
+  return stored_stamp(f, f.integer("/", "format_version"));
+}
+
 CheckpointInfo read_checkpoint_info(const std::string& path) {
   const H5File f = H5File::open(MPI_COMM_SELF, path);
   VINF_INPUT_CHECK(f.has_attribute("/", "format") && f.text("/", "format") == kCheckpointFormat, path,
@@ -108,17 +135,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   CheckpointInfo info;
   info.path = path;
   info.format_version = version;
-  RunStamp& s = info.stamp;
-  // Version 1 kept the configuration in root attributes, and no checksums.
-  s.config_json = version == 1 ? f.text("/", "config") : f.read_text("/run/config");
-  s.numerics_json = version == 1 ? f.text("/", "numerics") : f.read_text("/run/numerics");
-  s.model_fingerprint = f.text("/", "model_fingerprint");
-  s.noise_mode = f.text("/", "noise_mode");
-  s.scheduler = f.text("/", "scheduler");
-  s.seed = f.integer("/", "seed");
-  s.world_size = f.integer("/", "world_size");
-  s.cfg_size = f.integer("/", "cfg_size");
-  s.clip_size = f.integer("/", "clip_size");
+  info.stamp = stored_stamp(f, version);  // version 1 has no checksums
   info.state.step = f.integer("/state", "step");
   info.state.timesteps = f.read_i64("/state/timesteps");
   const std::vector<float> sig = f.read_f32("/state/sigmas");

@@ -97,6 +97,10 @@ struct CheckpointInfo {
   TextCache text;
 };
 
+// The stamp of a run file (latents.h5 or a checkpoint), one process: what a finished run is
+// compared with. Throws vinf::InputError naming the file when it is not one of vinf's run files.
+RunStamp read_run_stamp(const std::string& path);
+
 // Reads and checks a checkpoint's metadata and text cache (one process). Throws vinf::InputError
 // naming the file for a missing, damaged, truncated or foreign file.
 CheckpointInfo read_checkpoint_info(const std::string& path);

@@ -4,6 +4,7 @@
 #include <exception>
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include "core/error.hpp"
 #include "io/hdf5_check.hpp"
@@ -497,6 +498,44 @@ std::vector<std::string> H5File::describe() const {
   };
   if (H5Ovisit(id_, H5_INDEX_NAME, H5_ITER_INC, visit, &lines) < 0) throw_read_failure("the list of objects", path_, "");
   return lines;
+}
+
+std::vector<std::string> H5File::verify() const {
+  std::vector<std::string> problems;
+  auto visit = [](hid_t obj, const char* name, const H5O_info_t* info, void* data) -> herr_t {
+    if (info->type != H5O_TYPE_DATASET) return 0;
+    auto* out = static_cast<std::vector<std::string>*>(data);
+    const std::string where = std::string("/") + name;
+    const hid_t set = H5Dopen2(obj, name, H5P_DEFAULT);
+    const hid_t space = H5Dget_space(set), file_type = H5Dget_type(set);
+    const hid_t type = H5Tget_native_type(file_type, H5T_DIR_ASCEND);  // floats in this machine's order
+    const hssize_t count = H5Sget_simple_extent_npoints(space);
+    const std::size_t size = H5Tget_size(type);
+    // Variable-length data (not in vinf's files) would be read as pointers to free: not read here.
+    const bool variable = H5Tis_variable_str(type) > 0 || H5Tget_class(type) == H5T_VLEN;
+    std::vector<unsigned char> bytes(variable ? 0 : static_cast<std::size_t>(std::max<hssize_t>(count, 0)) * size);
+    if (!variable && count > 0) {
+      if (H5Dread(set, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) < 0) {
+        const bool checksum = hdf5_checksum_failed();
+        const std::string why = hdf5_error_text();
+        out->push_back(where + (checksum ? ": its checksum does not match (the stored bytes changed after they were "
+                                           "written)"
+                                         : ": cannot be read (" + why + ")"));
+      } else if (H5Tget_class(type) == H5T_FLOAT && (size == 4 || size == 8)) {
+        const Tensor t = Tensor::wrap(bytes.data(), size == 4 ? DType::f32 : DType::f64, Device::cpu(),
+                                      Shape{static_cast<std::int64_t>(count)});
+        const std::int64_t bad = first_non_finite(t);
+        if (bad >= 0) out->push_back(where + ": holds a NaN or infinity (element " + std::to_string(bad) + ")");
+      }
+    }
+    H5Tclose(type);
+    H5Tclose(file_type);
+    H5Sclose(space);
+    H5Dclose(set);
+    return 0;
+  };
+  if (H5Ovisit(id_, H5_INDEX_NAME, H5_ITER_INC, visit, &problems) < 0) throw_read_failure("the list of objects", path_, "");
+  return problems;
 }
 
 }  // namespace vinf::io

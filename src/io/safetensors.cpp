@@ -156,7 +156,14 @@ const SafetensorsFile::Entry* SafetensorsFile::find(const std::string& name) con
 Tensor SafetensorsFile::tensor(const std::string& name) const {
   const Entry* e = find(name);
   VINF_INPUT_CHECK(e != nullptr, path_, ": no tensor named '", name, "'");
-  return Tensor::wrap(const_cast<char*>(data_ + e->offset), e->dtype, Device::cpu(), e->shape);
+  Tensor t = Tensor::wrap(const_cast<char*>(data_ + e->offset), e->dtype, Device::cpu(), e->shape);
+  // Every tensor vinf reads from a file it is given (weights, inputs, latents, embeddings) is
+  // checked here, once per read: a NaN would otherwise surface steps later as all-NaN output.
+  const std::int64_t bad = first_non_finite(t);
+  VINF_INPUT_CHECK(bad < 0, path_, ": tensor '", name, "' holds a NaN or infinity (element ", bad, " of ", t.numel(),
+                   "): vinf computes with finite numbers only, so the file is damaged (an interrupted download or a ",
+                   "broken conversion) or was written from a run that diverged; write or fetch it again");
+  return t;
 }
 
 }  // namespace vinf::io

@@ -32,6 +32,6 @@ if [[ "$out" == *layer_norm* && "$out" != *conv2d* ]]; then echo "ok: selfcheck 
 else echo "FAIL: selfcheck --config precedence"; echo "$out" | tail -5; fails=$((fails + 1)); fi
 printf 'device = cpu\nfiltre = conv2d\n' > "$work/typo.ini"
 expect 2 "--config $work/typo.ini line 2: unknown key 'filtre' (vinf selfcheck has no option --filtre" -- "$vinf" selfcheck --config "$work/typo.ini"
-expect 0 "--config arg" -- "$vinf" selfcheck --help
+expect 0 "--config FILE" -- "$vinf" selfcheck --help
 
 [ "$fails" -eq 0 ] || { echo "$fails CLI check(s) failed"; exit 1; }

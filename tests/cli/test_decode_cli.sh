@@ -27,7 +27,7 @@ for t in 1 3; do
   expect 0 "wrote" -- "$vinf" decode --device cpu --vae "$vae" --latents "$ref" --out "$work/t$t.safetensors" --vae.tile $t
   expect 0 "ok decoded" -- "$tool" compare "$work/t$t.safetensors" "$ref" 1e-4 decoded
 done
-expect 2 "--vae.tile must be 0 (off) or a positive number" -- "$vinf" decode --device cpu --vae "$vae" --latents "$ref" --out "$work/t6.safetensors" --vae.tile -6
+expect 2 "option '--vae.tile' must be 0 or in [1, 2048], got '-6'" -- "$vinf" decode --device cpu --vae "$vae" --latents "$ref" --out "$work/t6.safetensors" --vae.tile -6
 # A file from the diffusers <= 0.16 era: query/key/value/proj_attn, [C, C, 1, 1] weights. Exact:
 # the loader renames and reshapes them into the same tensors, and the decode is the same calls.
 expect 0 "" -- "$tool" vae-old-names "$vae" "$work/old-vae"
@@ -66,7 +66,7 @@ EOF
 expect 0 "contact.png in $work/dec-ini" -- "$vinf" decode --config "$work/decode.ini" --out "$work/dec-ini"
 cmp -s "$work/dec/contact.png" "$work/dec-ini/contact.png" && [ "$(ls "$work/dec-ini/frames" | wc -l)" -eq 8 ] && [ ! -e "$work/not-this" ] \
   && echo "ok: decode --config decodes as the command line does" || { echo "FAIL: decode --config"; fails=$((fails + 1)); }
-expect 0 "--config arg" -- "$vinf" decode --help
+expect 0 "--config FILE" -- "$vinf" decode --help
 printf 'vae = %s\n[output]\npngs = true\n' "$vae" > "$work/typo.ini"
 expect 2 "--config $work/typo.ini line 3: unknown key 'pngs' in [output] (vinf decode has no option --output.pngs" -- \
   "$vinf" decode --config "$work/typo.ini" --checkpoint "$work/run/latents.h5" --out "$work/x"
@@ -85,7 +85,7 @@ expect 0 "--tf32 " -- "$vinf" decode --help
 expect 2 "--vae is required" -- "$vinf" decode --latents "$ref" --out "$work/x.safetensors"
 expect 2 "does not exist" -- "$vinf" decode --device cpu --vae "$work/nowhere" --latents "$ref" --out "$work/x.safetensors"
 expect 2 "has no tensor 'latents'" -- "$vinf" decode --device cpu --vae "$vae" --latents "$work/a.safetensors" --out "$work/x.safetensors"
-expect 2 "--frames-per-call must be >= 1" -- "$vinf" decode --device cpu --vae "$vae" --latents "$ref" --out "$work/x.safetensors" --frames-per-call 0
+expect 2 "option '--frames-per-call' must be in [1, 4096], got '0'" -- "$vinf" decode --device cpu --vae "$vae" --latents "$ref" --out "$work/x.safetensors" --frames-per-call 0
 mkdir -p "$work/no-weights" && cp "$vae/config.json" "$work/no-weights/"
 expect 2 "has neither diffusion_pytorch_model.safetensors" -- "$vinf" decode --device cpu --vae "$work/no-weights" --latents "$ref" --out "$work/x.safetensors"
 expect 2 "has neither diffusion_pytorch_model.safetensors" -- "$vinf" inspect "$work/no-weights"

@@ -10,7 +10,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/expect.sh"
 
-expect 0 "--text-encoder arg" -- "$vinf" encode-text --help
+expect 0 "--text-encoder DIR" -- "$vinf" encode-text --help
 expect 0 "encode-text" -- "$vinf" --help
 beagle="A beagle wearing diving goggles swimming in the ocean while the camera is moving, coral reefs in the background."
 
@@ -56,7 +56,7 @@ EOF
 expect 0 "wrote $work/emb-ini.safetensors" -- "$vinf" encode-text --config "$work/encode.ini" --out "$work/emb-ini.safetensors"
 expect 0 "max |diff| 0 " -- "$tool" compare "$work/emb-ini.safetensors" "$work/emb.safetensors" 0 prompt_embeds negative_prompt_embeds
 [ ! -e "$work/not-this.safetensors" ] || { echo "FAIL: the file's out was written"; fails=$((fails + 1)); }
-expect 0 "--config arg" -- "$vinf" encode-text --help
+expect 0 "--config FILE" -- "$vinf" encode-text --help
 printf 'model = %s\nprompts = a kite\n' "$work/pipe" > "$work/typo.ini"
 expect 2 "--config $work/typo.ini line 2: unknown key 'prompts' (vinf encode-text has no option --prompts" -- \
   "$vinf" encode-text --config "$work/typo.ini" --out "$work/refused.safetensors"
@@ -82,10 +82,10 @@ bad() {  # bad TEXT options...
 }
 bad "no prompt" --model "$work/pipe"
 bad "give --text-encoder DIR and --tokenizer DIR" --prompt x
-bad "tokenizer $work/none: no such directory" --text-encoder "$work/pipe/text_encoder" --tokenizer "$work/none" --prompt x
+bad "option '--tokenizer': '$work/none' does not exist" --text-encoder "$work/pipe/text_encoder" --tokenizer "$work/none" --prompt x
 long_name=$work/$(printf 'd%.0s' {1..300})  # longer than a file name may be: the lookup fails, not only misses
-bad "tokenizer $long_name: no such directory" --text-encoder "$work/pipe/text_encoder" --tokenizer "$long_name" --prompt x
-bad "text encoder directory $long_name does not exist" --text-encoder "$long_name" --tokenizer "$work/pipe/tokenizer" --prompt x
+bad "option '--tokenizer': '$long_name' does not exist" --text-encoder "$work/pipe/text_encoder" --tokenizer "$long_name" --prompt x
+bad "option '--text-encoder': '$long_name' does not exist" --text-encoder "$long_name" --tokenizer "$work/pipe/tokenizer" --prompt x
 mkdir -p "$work/tok" && cp "$work/pipe/tokenizer/merges.txt" "$work/tok/"
 bad "tokenizer $work/tok: no vocab.json" --text-encoder "$work/pipe/text_encoder" --tokenizer "$work/tok" --prompt x
 cp "$work/pipe/tokenizer/vocab.json" "$work/tok/"
@@ -95,11 +95,11 @@ printf '{"a": ' > "$work/tok/vocab.json"
 bad "$work/tok/vocab.json is not valid JSON" --text-encoder "$work/pipe/text_encoder" --tokenizer "$work/tok" --prompt x
 mkdir -p "$work/enc" && cp "$work/pipe/text_encoder/config.json" "$work/enc/"
 bad "text encoder directory $work/enc has no model.safetensors" --text-encoder "$work/enc" --tokenizer "$work/pipe/tokenizer" --prompt x
-bad "--prompt-file $work/none.txt: cannot read" --model "$work/pipe" --prompt-file "$work/none.txt"
+bad "option '--prompt-file': '$work/none.txt' does not exist" --model "$work/pipe" --prompt-file "$work/none.txt"
 printf 'a kite\ncaf\xe9 au lait\n' > "$work/latin1.txt"
 bad "--prompt-file $work/latin1.txt line 2 is not valid UTF-8 (byte 3 of the line)" --model "$work/pipe" --prompt-file "$work/latin1.txt"
 bad "--prompt number 1 is not valid UTF-8 (byte 1)" --model "$work/pipe" --prompt $'a\x80'
-expect 2 "--out is empty" -- "$vinf" encode-text --model "$work/pipe" --prompt x --out ''
+expect 2 "option '--out': '' is empty: give a path" -- "$vinf" encode-text --model "$work/pipe" --prompt x --out ''
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -10,7 +10,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/expect.sh"
 
-expect 0 "--max-length arg" -- "$vinf" encode-text --help
+expect 0 "--max-length [1, 16384]" -- "$vinf" encode-text --help
 expect 0 "--clean" -- "$vinf" encode-text --help
 expect 0 "wrote the pipeline" -- "$vinf" make-model --preset tiny --layout pipeline --out "$work/pipe"
 
@@ -20,8 +20,8 @@ bad() {  # bad TEXT options...: status 2, the text in the message, nothing writt
   expect 2 "$text" -- "$vinf" encode-text "$@" --out "$work/refused.safetensors"
   if [ -e "$work/refused.safetensors" ]; then echo "FAIL: a refused run wrote a file"; fails=$((fails + 1)); rm -f "$work/refused.safetensors"; fi
 }
-bad "--max-length must be at least 1, got 0" --model "$work/pipe" --prompt x --max-length 0
-bad "--max-length must be at least 1, got -3" --model "$work/pipe" --prompt x --max-length=-3
+bad "option '--max-length' must be in [1, 16384], got '0'" --model "$work/pipe" --prompt x --max-length 0
+bad "option '--max-length' must be in [1, 16384], got '-3'" --model "$work/pipe" --prompt x --max-length=-3
 bad "--max-length 30 differs from the CLIP tokenizer's 77 tokens" --model "$work/pipe" --prompt x --max-length 30
 
 
@@ -62,7 +62,7 @@ bad "is a T5 encoder (UMT5), which takes a SentencePiece tokenizer (spiece.model
   --text-encoder "$wan/text_encoder" --tokenizer "$work/pipe/tokenizer" --prompt x
 bad "is a CLIP encoder, which takes a CLIP tokenizer (vocab.json, merges.txt), but the tokenizer $wan/tokenizer is a SentencePiece one" \
   --text-encoder "$work/pipe/text_encoder" --tokenizer "$wan/tokenizer" --prompt x
-bad "--max-length must be at least 1, got 0" --model "$wan" --prompt x --max-length 0
+bad "option '--max-length' must be in [1, 16384], got '0'" --model "$wan" --prompt x --max-length 0
 
 # On a GPU the same embeddings, from the same ops on CUDA (skipped where none is visible).
 if "$vinf" --version 2>/dev/null | grep -q 'CUDA backend: yes' && [ "$(visible_gpus)" -gt 0 ]; then

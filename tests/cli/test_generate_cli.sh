@@ -16,8 +16,8 @@ small=(--model builtin:tiny --device cpu --video.frames 8 --video.height 32 --vi
        --prompt.text "a kite" --vi.local-frames 2 --vi.global-frames 4)
 
 # Help: every option with its default.
-expect 0 "--sampler.steps arg (=30)" -- "$vinf" generate --help
-expect 0 "--vi.global-frames arg (=16)" -- "$vinf" generate --help
+expect 0 "--sampler.steps [1, 1000] (=30)" -- "$vinf" generate --help
+expect 0 "--vi.global-frames [0, 100000] (=16)" -- "$vinf" generate --help
 expect 0 "--tf32 " -- "$vinf" generate --help
 expect 0 "generate" -- "$vinf" --help
 
@@ -60,10 +60,10 @@ expect 2 "holds a finished run (run.json), which resuming would overwrite" -- \
   "$vinf" generate "${small[@]}" --out "$work/a" --resume "$last"
 [ "$(md5sum < "$work/a/latents.h5")" = "$sum_a" ] && echo "ok: the finished run's latents are untouched" \
   || { echo "FAIL: the finished run's latents.h5 changed"; fails=$((fails + 1)); }
-# --overwrite starts again and leaves none of the previous run's checkpoints for a later --resume
-# auto (step-000099.h5 stands for a later step of an older, longer run).
+# --overwrite starts again and leaves none of the previous run's outputs, checkpoints included, for
+# a later --resume auto (step-000099.h5 stands for a later step of an older, longer run).
 cp "$last" "$work/a/checkpoints/step-000099.h5"
-expect 0 "the previous run's run.json and 2 checkpoint(s) in $work/a are removed" -- \
+expect 0 "removed the previous run's outputs in $work/a: run.json, latents.h5, video.mp4, contact.png, checkpoints/step-000002.h5, checkpoints/step-000099.h5" -- \
   "$vinf" generate "${small[@]}" --out "$work/a" --overwrite
 [ ! -e "$work/a/checkpoints/step-000099.h5" ] && [ -f "$work/a/checkpoints/step-000002.h5" ] && [ -f "$work/a/run.json" ] \
   && echo "ok: --overwrite left only this run's checkpoint" || { echo "FAIL: checkpoints after --overwrite"; ls "$work/a/checkpoints"; fails=$((fails + 1)); }
@@ -71,7 +71,7 @@ expect 0 "holds a finished run, which this run replaces from the start" -- \
   "$vinf" generate "${small[@]}" --out "$work/a" --overwrite --resume auto
 expect 0 '"resumed_from": null' -- cat "$work/a/run.json"
 touch "$work/plain-file"
-expect 2 "exists and is not a directory" -- "$vinf" generate "${small[@]}" --out "$work/plain-file" --overwrite
+expect 2 "option '--out': '$work/plain-file' is a file, not a directory" -- "$vinf" generate "${small[@]}" --out "$work/plain-file" --overwrite
 
 # The INI file: sections are dotted names, a key before any section is top-level, the command
 # line wins over the file.
@@ -87,6 +87,10 @@ scheduler = ddim
 [prompt]
 text = a kite
 text = a boat
+[long]
+mode = windows
+window = 4
+stride = 4
 [vi]
 local-frames = 2
 global-frames = 4
@@ -120,8 +124,8 @@ expect 0 "outputs" -- "$vinf" generate --model "$work/tiny5" --prompt.embeddings
 expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/c/latents.h5" "$work/b/latents.h5" 0
 # A prompt over 77 tokens runs, truncated, and says what it dropped.
 long="a kite over the sea $(printf 'and a boat %.0s' {1..30})at dawn"
-expect 0 "prompt 1 has 263 tokens; the text encoder takes 77, so these are dropped: 'boat and a boat" -- \
-  "$vinf" generate "${small[@]}" --prompt.text "$long" --out "$work/long"
+expect 0 "prompt 0 has 263 tokens; the text encoder takes 77, so these are dropped: 'boat and a boat" -- \
+  "$vinf" generate "${small[@]/a kite/$long}" --out "$work/long"
 
 # Rejected inputs: the message names the option (or file), status 2, no output directory.
 bad() {  # bad TEXT options...
@@ -132,50 +136,51 @@ bad() {  # bad TEXT options...
 }
 bad "unrecognised option '--bogus'" "${small[@]}" --bogus 1
 bad "--sampler.steps" --model builtin:tiny --prompt.text x --sampler.steps many
-bad "--sampler.steps must be in [1, 1000], got 0" --model builtin:tiny --prompt.text x --sampler.steps 0
+bad "option '--sampler.steps' must be in [1, 1000], got '0'" --model builtin:tiny --prompt.text x --sampler.steps 0
 bad "no model: give --model" --prompt.text x
-bad "$work/nowhere: no such directory" --model "$work/nowhere" --prompt.text x
+bad "'$work/nowhere' does not exist (no such directory)" --model "$work/nowhere" --prompt.text x
 long_name=$(printf 'd%.0s' {1..300})  # longer than a file name may be: the lookup fails, not only misses
-bad "--model $long_name: no such directory" --model "$long_name" --prompt.text x
+bad "option '--model': '$long_name' does not exist" --model "$long_name" --prompt.text x
 bad "--model $work/tiny5 has no text_encoder/: give --model.text-encoder DIR" --model "$work/tiny5" --prompt.text x
-bad "--model.tokenizer $work/nowhere: no such directory" --model "$work/pipe5" --model.tokenizer "$work/nowhere" --prompt.text x
+bad "option '--model.tokenizer': '$work/nowhere' does not exist" --model "$work/pipe5" --model.tokenizer "$work/nowhere" --prompt.text x
 bad "cannot be combined with a built-in model" "${small[@]}" --model.tokenizer "$work/pipe5/tokenizer"
 mkdir -p "$work/broken-tok" && cp "$work/pipe5/tokenizer/vocab.json" "$work/broken-tok/"
 bad "tokenizer $work/broken-tok: no merges.txt" --model "$work/pipe5" --model.tokenizer "$work/broken-tok" --prompt.text x
 bad "--video.height must be a multiple of 8" --model builtin:tiny --prompt.text x --video.height 100
-bad "--vae.tile must be 0 (off) or a positive number" "${small[@]}" --vae.tile -5
-bad "--video.width must be in [8, 16384]" --model builtin:tiny --prompt.text x --video.width 0
+bad "option '--vae.tile' must be 0 or in [1, 2048], got '-5'" "${small[@]}" --vae.tile -5
+bad "option '--video.width' must be in [8, 16384], got '0'" --model builtin:tiny --prompt.text x --video.width 0
 bad "--parallel.cfg 2 needs an even number of ranks" "${small[@]}" --parallel.cfg 2
 bad "--parallel.cfg 2 splits the two guidance branches" "${small[@]}" --parallel.cfg 2 --sampler.guidance 1
 bad "--sampler.scheduler 'euler' is not one of" "${small[@]}" --sampler.scheduler euler
 bad "--sampler.noise must be auto, invariant or compat" "${small[@]}" --sampler.noise loud
-bad "--sampler.seed must be >= 0" "${small[@]}" --sampler.seed -1
+bad "option '--sampler.seed' must be in [0, 9007199254740991], got '-1'" "${small[@]}" --sampler.seed -1
 bad "no prompt" --model builtin:tiny
 # Job lists and the outer layout: refused before MPI starts or anything is created.
 bad "--parallel.data 2 makes replicas that take jobs from a list: give --jobs FILE" "${small[@]}" --parallel.data 2
-bad "--parallel.pipeline must be >= 1, got 0" "${small[@]}" --parallel.pipeline 0
-bad "--jobs $work/nowhere.jsonl: cannot read the file" "${small[@]}" --jobs "$work/nowhere.jsonl"
+bad "option '--parallel.pipeline' must be in [1, 1000], got '0'" "${small[@]}" --parallel.pipeline 0
+bad "option '--jobs': '$work/nowhere.jsonl' does not exist" "${small[@]}" --jobs "$work/nowhere.jsonl"
 printf '{"seed": 1}\n{"seed": 2, "model": "builtin:small"}\n' > "$work/badlist.jsonl"
 bad "badlist.jsonl line 2: 'model' cannot be set per job" "${small[@]}" --jobs "$work/badlist.jsonl"
 printf '{"seed": 1}\n' > "$work/list1.jsonl"
+touch "$work/x.h5"
 bad "--resume $work/x.h5 with --jobs: every job resumes from its own checkpoints" "${small[@]}" \
   --jobs "$work/list1.jsonl" --resume "$work/x.h5"
 bad "1 rank(s) cannot be laid out as 1 replica(s) x 2 pipeline stage(s)" "${small[@]}" --parallel.pipeline 2
 # A video that cannot fit in memory is refused before anything is created.
 bad "the layout does not fit: rank 0 needs about" --model builtin:tiny \
-  --device cpu --prompt.text x --video.frames 1000000000000 --video.height 32 --video.width 32
+  --device cpu --prompt.text x --video.frames 1000000 --video.height 32 --video.width 32
 # Prompts end up in run.json and the checkpoints, which hold UTF-8 only.
 bad "--prompt.text number 2 is not valid UTF-8 (byte 3)" "${small[@]}" --prompt.text $'caf\xe9'
 bad "--prompt.negative is not valid UTF-8 (byte 0)" "${small[@]}" --prompt.negative $'\xff'
 printf 'model = builtin:tiny\n[prompt]\ntext = ok\ntext = \xc3(\n' > "$work/latin1.ini"
 bad "--prompt.text number 2 is not valid UTF-8 (byte 0)" --config "$work/latin1.ini"
-expect 2 "--out is empty" -- "$vinf" generate --model builtin:tiny --prompt.text x --out ''
+expect 2 "option '--out': '' is empty: give a path" -- "$vinf" generate --model builtin:tiny --prompt.text x --out ''
 bad "the built-in models are builtin:tiny and builtin:small" --model builtin:huge --prompt.text x
 bad "--vi.mode must be invariant, compat, exact or off" "${small[@]}" --vi.mode sideways
 bad "--vi.local-frames 9 is larger than the 8 frames per clip" --model builtin:tiny --prompt.text x --video.frames 8 --vi.local-frames 9
 "$tool" text-embeddings "$work/wide.safetensors" 0 77 64 "" x
 bad "cross_attention_dim is 32" --model "$work/tiny5" --prompt.embeddings "$work/wide.safetensors"
-bad "--config $work/none.ini: cannot read" --config "$work/none.ini"
+bad "option '--config': '$work/none.ini' does not exist" --config "$work/none.ini"
 printf 'model = builtin:tiny\n[video]\nframez = 8\n' > "$work/typo.ini"
 bad "--config $work/typo.ini line 3: unknown key 'framez' in [video] (vinf generate has no option --video.framez" \
   --config "$work/typo.ini" --prompt.text x
@@ -225,7 +230,7 @@ expect 0 "outputs" -- "$vinf" generate "${init_run[@]}" --sampler.seed 1 --out "
 expect 1 "FAIL" -- "$tool" h5-compare "$work/li0/latents.h5" "$work/li1/latents.h5" 1e-3
 expect 2 "'latents_init' is F32[1,4,6,4,4] but this video's latents are F32[1,4,8,4,4]" -- "$vinf" generate "${init_run[@]}" --latents-init "$work/init6.safetensors" --out "$work/li3"
 expect 2 "has no tensor 'latents_init'" -- "$vinf" generate "${init_run[@]}" --latents-init "$work/other.safetensors" --out "$work/li3"
-expect 2 "--latents-init $work/none.safetensors: no such file" -- "$vinf" generate "${init_run[@]}" --latents-init "$work/none.safetensors" --out "$work/li3"
+expect 2 "option '--latents-init': '$work/none.safetensors' does not exist" -- "$vinf" generate "${init_run[@]}" --latents-init "$work/none.safetensors" --out "$work/li3"
 expect 2 "--latents-init gives the clips method's latents" -- "$vinf" generate "${init_run[@]}" --latents-init "$work/init.safetensors" --long.mode windows --out "$work/li3"
 [ ! -e "$work/li3" ] || { echo "FAIL: a refused run left $work/li3"; fails=$((fails + 1)); }
 

@@ -118,17 +118,23 @@ expect 0 "outputs in" -- "$mpiexec" -np 4 "$vinf" generate --model "$work/pipe" 
   --prompt.text "a lighthouse at dusk, waves rolling in" "${device_args[@]}" --output.video=false --out "$work/four.opt"
 same four four.opt
 
-# 4. Eight prompts over 8 GPUs, run on 2 ranks: all prompts reach the run, clip r of N gets prompt
-#    int(r / N * 8), the video has 2 x num_frames frames, and the line says the file listed 8 GPUs.
+# 4. A config for 8 GPUs run on 2 ranks: with eight prompts, clip r of N would take prompt
+#    int(r / N * 8) and six prompts would never be used: refused, naming the file's field. With two
+#    prompts every prompt reaches a clip, the video has 2 x num_frames frames, and the line says the
+#    file listed 8 GPUs.
 config eight "[0, 1, 2, 3, 4, 5, 6, 7]" 4 torch.float16 "a puppy in the rain" "a girl finds the puppy" \
   "they walk home" "they play in the garden" "they run under cherry trees" "a rest in the grass" \
   "a festival with lanterns" "a walk on the beach at sunset"
+expect 2 "--import-vi-config $work/eight.json: pipe_configs.prompts: 8 prompts for 2 clips" -- \
+  "$mpiexec" -np 2 "$vinf" generate --model "$work/pipe" --import-vi-config "$work/eight.json" "${device_args[@]}" \
+  --output.video=false --out "$work/eight"
+config eight "[0, 1, 2, 3, 4, 5, 6, 7]" 4 torch.float16 "a puppy in the rain" "a walk on the beach at sunset"
 log=$("$mpiexec" -np 2 "$vinf" generate --model "$work/pipe" --import-vi-config "$work/eight.json" "${device_args[@]}" \
         --output.video=false --verbose --out "$work/eight" 2>&1)
-for want in "clip 1 (frames 4-7): prompt 4" "ignored: devices (8 listed, this run has 2 clip ranks), dtype (f16;"; do
+for want in "clip 1 (frames 4-7): prompt 1" "ignored: devices (8 listed, this run has 2 clip ranks), dtype (f16;"; do
   grep -qF "$want" <<< "$log" && echo "ok: eight: $want" || { echo "FAIL: eight: no '$want'"; echo "$log" | tail; fails=$((fails + 1)); }
 done
-field "$work/eight" '.config.prompt.text | [length, .[0], .[7]]' '[8,"a puppy in the rain","a walk on the beach at sunset"]'
+field "$work/eight" '.config.prompt.text | [length, .[0], .[1]]' '[2,"a puppy in the rain","a walk on the beach at sunset"]'
 field "$work/eight" '.config.video.frames' '8'
 
 # 5. Wrong types and values: exit 2 naming the field, nothing written.

@@ -63,10 +63,10 @@ bad() {  # bad TEXT options...: exit 2 with TEXT, no output directory
 bad "--long.mode must be clips (Video-Infinity), windows" --long.mode sliding
 bad "--long.blend must be linear or uniform" --long.mode windows --long.blend cosine
 bad "--long.stride must be in [1, --long.window = 4]" --long.mode windows --long.window 4 --long.stride 5
-bad "--long.window must be at least 1 frame" --long.mode windows --long.window 0
+bad "option '--long.window' must be in [1, 100000], got '0'" --long.mode windows --long.window 0
 bad "--long.fifo-window must be even" --long.mode fifo --long.fifo-window 5
 bad "--long.fifo-window must be at least 2 frames" --long.mode fifo --long.fifo-window 1 --long.fifo-lookahead=false
-bad "--long.fifo-partitions must be at least 1" --long.mode fifo --long.fifo-partitions 0
+bad "option '--long.fifo-partitions' must be in [1, 1000], got '0'" --long.mode fifo --long.fifo-partitions 0
 bad "makes at least --long.fifo-window = 16 frames" --long.mode fifo
 bad "denoises one queue with one prompt" --long.mode fifo --long.fifo-window 4 --prompt.text "a second prompt"
 bad "--parallel.cfg, --parallel.tensor and --parallel.pipeline must be 1" --long.mode windows --parallel.tensor 2

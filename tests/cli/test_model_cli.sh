@@ -37,7 +37,7 @@ if grep -qw avx512_bf16 /proc/cpuinfo && [ -z "${VINF_CPU_LEVEL:-}${ONEDNN_MAX_C
   expect 0 "ok noise_pred.t500" -- "$tool" compare "$work/bf16.safetensors" "$ref" 0.06 noise_pred.t900 noise_pred.t500
   expect 1 "FAIL noise_pred.t500" -- "$tool" compare "$work/bf16.safetensors" "$work/x.safetensors" 1e-3 noise_pred.t500
 else
-  echo "skipped: bf16 on the CPU (this CPU lacks avx512_bf16, or VINF_CPU_LEVEL / ONEDNN_MAX_CPU_ISA hide it)"
+  echo "skipped: bf16 on the CPU (this CPU x avx512_bf16, or VINF_CPU_LEVEL / ONEDNN_MAX_CPU_ISA hide it)"
 fi
 expect 0 " as f32 on cpu" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/auto.safetensors" --vi.mode off --device cpu --dtype auto
 # --tf32 concerns CUDA's f32 GEMMs and convolutions only: on the CPU the numbers do not move.
@@ -47,7 +47,7 @@ expect 0 "ok noise_pred.t500" -- "$tool" compare "$work/tf32.safetensors" "$work
 expect 2 "--device must be auto, cpu or cuda, got 'tpu'" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off --device tpu
 expect 2 "has no tensor 'sample'" -- "$vinf" forward --model "$fixture" --inputs "$ref" --out "$work/z.safetensors" --vi.mode off
 expect 2 "does not exist" -- "$vinf" forward --model "$work/nowhere" --inputs "$inputs" --out "$work/z.safetensors" --vi.mode off
-expect 2 "cannot open $work/none.safetensors" -- "$vinf" forward --model "$fixture" --inputs "$work/none.safetensors" --out "$work/z.safetensors" --vi.mode off
+expect 2 "option '--inputs': '$work/none.safetensors' does not exist" -- "$vinf" forward --model "$fixture" --inputs "$work/none.safetensors" --out "$work/z.safetensors" --vi.mode off
 [ ! -e "$work/z.safetensors" ] || { echo "FAIL: a failed run left $work/z.safetensors"; fails=$((fails + 1)); }
 
 # --config FILE: the long option names as keys, [vi] for --vi.*; the command line wins over the
@@ -66,7 +66,7 @@ expect 0 "max |diff| 0 " -- "$tool" compare "$work/cfg.safetensors" "$work/x.saf
 [ ! -e "$work/not-this.safetensors" ] && echo "ok: --out on the command line wins over the file" \
   || { echo "FAIL: the file's out was written"; fails=$((fails + 1)); }
 expect 0 "--vi.mode invariant, 1 clip(s)" -- "$vinf" forward --config "$work/forward.ini" --out "$work/cfg2.safetensors" --vi.mode invariant
-expect 0 "--config arg" -- "$vinf" forward --help
+expect 0 "--config FILE" -- "$vinf" forward --help
 printf 'model = %s\n[vi]\nmdoe = off\n' "$fixture" > "$work/typo.ini"
 expect 2 "--config $work/typo.ini line 3: unknown key 'mdoe' in [vi] (vinf forward has no option --vi.mdoe; see vinf forward --help" -- \
   "$vinf" forward --config "$work/typo.ini" --inputs "$inputs" --out "$work/z.safetensors"
@@ -79,7 +79,7 @@ expect 2 "--config $work/twice.ini lines 1, 3: option 'out' cannot be specified 
 printf 'model %s\n' "$fixture" > "$work/syntax.ini"
 expect 2 "--config $work/syntax.ini line 1: expected \`key = value\` or a [section] header" -- \
   "$vinf" forward --config "$work/syntax.ini" --inputs "$inputs" --out "$work/z.safetensors"
-expect 2 "--config $work/none.ini: cannot read the file" -- "$vinf" forward --config "$work/none.ini"
+expect 2 "option '--config': '$work/none.ini' does not exist" -- "$vinf" forward --config "$work/none.ini"
 [ ! -e "$work/z.safetensors" ] || { echo "FAIL: a refused run left $work/z.safetensors"; fails=$((fails + 1)); }
 
 # Every kind of broken model is refused with the file and the key named.
@@ -118,7 +118,7 @@ expect 0 "wrote" -- "$vinf" make-model --preset tiny --seed 7 --out "$work/tiny-
 cmp -s "$work/tiny/diffusion_pytorch_model.safetensors" "$work/tiny-again/diffusion_pytorch_model.safetensors" \
   && echo "ok: the same seed gives the same weights" || { echo "FAIL: make-model is not deterministic"; fails=$((fails + 1)); }
 expect 0 "wrote" -- "$vinf" forward --model "$work/tiny" --inputs "$inputs" --out "$work/t.safetensors" --vi.mode off
-expect 2 "unknown model preset 'huge'; the presets are tiny, small and vc2" -- "$vinf" make-model --preset huge --out "$work/h"
+expect 2 "--preset 'huge' is not a preset; the presets are tiny, small, vc2, wan-tiny, wan-1.3b and wan-14b" -- "$vinf" make-model --preset huge --out "$work/h"
 expect 2 "--preset is required" -- "$vinf" make-model --out "$work/h"
 expect 0 "F16 (470 tensors)" -- bash -c "'$vinf' make-model --preset tiny --dtype f16 --out '$work/tiny16' && '$vinf' inspect '$work/tiny16'"
 expect 0 "wrote" -- "$vinf" forward --model "$work/tiny16" --inputs "$inputs" --out "$work/t16.safetensors" --vi.mode off
@@ -131,13 +131,13 @@ cmp -s "$work/tiny/diffusion_pytorch_model.safetensors" "$work/tiny-ini/diffusio
 printf 'preset = tiny\nlayers = pipeline\n' > "$work/make-typo.ini"
 expect 2 "--config $work/make-typo.ini line 2: unknown key 'layers' (vinf make-model has no option --layers" -- \
   "$vinf" make-model --config "$work/make-typo.ini" --out "$work/h"
-expect 0 "--config arg" -- "$vinf" make-model --help
+expect 0 "--config FILE" -- "$vinf" make-model --help
 printf 'path = %s\n' "$ref" > "$work/inspect.ini"
 expect 0 "noise_pred.t900" -- "$vinf" inspect --config "$work/inspect.ini"
 printf 'file = %s\n' "$ref" > "$work/inspect-typo.ini"
 expect 2 "--config $work/inspect-typo.ini line 1: unknown key 'file' (vinf inspect has no option --file" -- \
   "$vinf" inspect --config "$work/inspect-typo.ini"
-expect 0 "--config arg" -- "$vinf" inspect --help
+expect 0 "--config FILE" -- "$vinf" inspect --help
 
 # inspect.
 expect 0 "total                       470        1,349,636" -- "$vinf" inspect "$fixture"

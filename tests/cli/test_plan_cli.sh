@@ -15,8 +15,8 @@ launcher_vars=(-u SLURM_NTASKS -u SLURM_NTASKS_PER_NODE -u OMPI_COMM_WORLD_SIZE 
 plan() { env "${launcher_vars[@]}" "$vinf" plan "$@"; }
 tiny=(--model builtin:tiny --device cpu --video.height 64 --video.width 64)
 
-expect 0 "--ranks-per-node arg" -- plan --help
-expect 0 "--parallel.pipeline arg (=1)" -- plan --help
+expect 0 "--ranks-per-node [1, 4096]" -- plan --help
+expect 0 "--parallel.pipeline [1, 1000] (=1)" -- plan --help
 expect 0 "plan " -- "$vinf" --help
 # --dtype bf16 on the CPU plans for nodes that may have AVX-512 BF16 whatever this one has
 # (VINF_CPU_LEVEL=v3 hides it here): half the weights' bytes.
@@ -48,8 +48,8 @@ expect 2 "rank node local" -- plan "${tiny[@]}" --video.frames 64 --device-memor
 expect 2 "use devices with more memory" -- plan "${tiny[@]}" --video.frames 64 --device-memory 0.001
 # Layouts the ranks cannot make, and bad options: exit 2 naming the option.
 expect 2 "launch a multiple of 2 ranks" -- plan "${tiny[@]}" --ranks 3 --parallel.data 2
-expect 2 "--ranks must be >= 1, got 0" -- plan "${tiny[@]}" --ranks 0
-expect 2 "--device-memory must be > 0 GiB" -- plan "${tiny[@]}" --device-memory 0
+expect 2 "option '--ranks' must be in [1, 1000000], got '0'" -- plan "${tiny[@]}" --ranks 0
+expect 2 "option '--device-memory' must be in (0, 1048576], got '0'" -- plan "${tiny[@]}" --device-memory 0
 expect 2 "--parallel.tensor 5 splits every attention's heads" -- plan "${tiny[@]}" --ranks 5 --parallel.tensor 5
 expect 2 "unrecognised option '--bogus' (see vinf plan --help)" -- plan --bogus 1
 expect 2 "--vi.global-frames 16 is larger than the video (8 frames)" -- plan "${tiny[@]}" --video.frames 8

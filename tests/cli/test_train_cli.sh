@@ -43,8 +43,8 @@ printf 'short.mp4\ttoo short\n' > "$work/only_short.tsv"
 expect 2 "no clip was made" -- "$vinf" prepare-data "$work/videos" "$work/only_short.tsv" --model "$work/pipe" --out "$work/none.h5" "${size[@]}"
 expect 2 "must be positive multiples of the VAE's scale 8" -- "$vinf" prepare-data "$work/videos" "$work/captions.tsv" \
   --model "$work/pipe" --out "$work/x.h5" --data.width 60 --data.height 64
-expect 2 "cannot be read" -- "$vinf" prepare-data "$work/videos" "$work/nope.tsv" --model "$work/pipe" --out "$work/x.h5" "${size[@]}"
-expect 2 "is not a folder of videos" -- "$vinf" prepare-data "$work/nope" "$work/captions.tsv" --model "$work/pipe" --out "$work/x.h5"
+expect 2 "option '--captions': '$work/nope.tsv' does not exist" -- "$vinf" prepare-data "$work/videos" "$work/nope.tsv" --model "$work/pipe" --out "$work/x.h5" "${size[@]}"
+expect 2 "option '--videos': '$work/nope' does not exist" -- "$vinf" prepare-data "$work/nope" "$work/captions.tsv" --model "$work/pipe" --out "$work/x.h5"
 for f in strict.h5 none.h5 x.h5 strict.h5.partial none.h5.partial; do
   [ -e "$work/$f" ] && { echo "FAIL: a refused run left $f"; fails=$((fails + 1)); }
 done

@@ -71,7 +71,7 @@ expect 0 "40,864 parameters; check: every parameter" -- "$vinf" inspect "$work/r
 expect 0 "wrote $work/rand.safetensors" -- "$vinf" forward --model "$work/rand" --inputs "$inputs" --out "$work/rand.safetensors" --device cpu
 expect 1 "FAIL noise_pred.t0" -- "$tool" compare "$work/rand.safetensors" "$ref" 1e-4 noise_pred.t0
 expect 2 "already exists" -- "$vinf" make-model --preset wan-tiny --out "$work/rand"
-expect 2 "wan-tiny, wan-1.3b, wan-14b" -- "$vinf" make-model --preset wan-7b --out "$work/w7"
+expect 2 "wan-tiny, wan-1.3b and wan-14b" -- "$vinf" make-model --preset wan-7b --out "$work/w7"
 expect 0 "UniPCMultistepScheduler" -- "$vinf" inspect "$fixture"
 
 # generate on the pipeline directory: the prompt and the negative one through the tokenizer and
@@ -227,7 +227,7 @@ expect 0 "ok decoded" -- "$tool" compare "$work/dec.safetensors" "$fixture/ref_v
 expect 0 "wrote $work/tiled.safetensors" -- "$vinf" decode --vae "$fixture/vae" --latents "$work/mean.safetensors" --out "$work/tiled.safetensors" --device cpu --vae.tile 3
 expect 0 "ok decoded" -- "$tool" compare "$work/tiled.safetensors" "$fixture/ref_vae.safetensors" 1e-4 decoded
 expect 0 "ok decoded" -- "$tool" compare "$work/tiled.safetensors" "$work/dec.safetensors" 2e-5 decoded
-expect 2 "--vae.tile must be 0 (off)" -- "$vinf" decode --vae "$fixture/vae" --latents "$work/mean.safetensors" --out "$work/r.safetensors" --device cpu --vae.tile -2
+expect 2 "option '--vae.tile' must be 0 or in [1, 2048]" -- "$vinf" decode --vae "$fixture/vae" --latents "$work/mean.safetensors" --out "$work/r.safetensors" --device cpu --vae.tile -2
 expect 2 "has no tensor 'latents' [N, C, F, h, w]" -- "$vinf" decode --vae "$fixture/vae" --latents "$fixture/inputs.safetensors" --out "$work/r.safetensors" --device cpu
 # A Wan run's latents.h5 as its own job: the run's video again, frame for frame (the same numbers
 # through the same code).

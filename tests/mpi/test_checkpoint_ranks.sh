@@ -219,16 +219,20 @@ expect 1 "made the latents NaN or infinite on rank $last (first in frame $((last
   && [ ! -e "$work/nan/latents.h5" ] && [ ! -e "$work/nan/run.json" ] \
   && echo "ok: the NaN step left only the step-2 checkpoint" || { echo "FAIL: files after the NaN step"; ls -R "$work/nan"; fails=$((fails + 1)); }
 
-# 10. A configuration of any size: 300 prompts of ~270 bytes make the configuration that every
-# checkpoint and latents.h5 carry about 80 KB, more than an HDF5 object header (64 KiB) holds.
-# Stopped after step 1 and resumed: the checkpoints and latents.h5 are written, the resume compares
-# the whole stored prompt list with this run's, and the result equals an uninterrupted run.
+# 10. A configuration of any size: one long prompt per clip (300 sentences of ~270 bytes over the
+# clips; each is truncated to the text encoder's tokens, with a warning) makes the configuration
+# that every checkpoint and latents.h5 carry about 80 KB, more than an HDF5 object header (64 KiB)
+# holds. Stopped after step 1 and resumed: the checkpoints and latents.h5 are written, the resume
+# compares the whole stored prompt list with this run's, and the result equals an uninterrupted run.
 if [ "$big_config" -eq 1 ]; then
   big=$work/prompts.ini
+  sentence="a slow pan across a harbour at dawn, fishing boats leaving one by one, gulls over the water, mist lifting from the hills behind the town, warm light on the wet stones of the quay, a dog asleep by the nets, bells from the church on the hill. "
   {
     echo "[prompt]"
-    for i in $(seq 300); do
-      echo "text = shot $i of a long story: a slow pan across a harbour at dawn, fishing boats leaving one by one, gulls over the water, mist lifting from the hills behind the town, warm light on the wet stones of the quay, a dog asleep by the nets, bells from the church on the hill"
+    for i in $(seq "$n"); do
+      printf 'text = part %d of a long story: ' "$i"
+      for _ in $(seq $((300 / n))); do printf '%s' "$sentence"; done
+      echo
     done
   } > "$big"
   big_args=(--model builtin:tiny "${device_args[@]}" --output.video=false --comm-timeout 60 --video.height 32 --video.width 32

@@ -40,7 +40,7 @@ small=(--model builtin:tiny --device cpu --video.height 32 --video.width 32 --sa
 
 # The same error everywhere: before MPI_Init (an option, a missing directory) and after it.
 job "$vinf" generate --model "$work/nowhere" --prompt.text x --out "$work/a"
-every_rank "a missing model on every rank" "vinf: error: --model $work/nowhere: no such directory"
+every_rank "a missing model on every rank" "vinf: error: option '--model': '$work/nowhere' does not exist (no such directory)"
 job "$vinf" forward --bogus 1
 every_rank "an unknown option on every rank" "unrecognised option '--bogus'"
 job "$vinf" generate "${small[@]}" --video.frames $((4 * n)) --dump.modules 'mid_blok' --out "$work/b"
@@ -78,7 +78,7 @@ exec "$vinf" generate "\${@/builtin:tiny/\$m}"
 WRAP
 chmod +x "$work/one_bad_rank.sh"
 job "$work/one_bad_rank.sh" "${small[@]}" --video.frames $((4 * n)) --out "$work/e"
-check "one bad rank names itself" "vinf: error: --model $work/nowhere: no such directory (a diffusers directory with config.json, or builtin:tiny) (rank $((n - 1)))" 1
+check "one bad rank names itself" "vinf: error: option '--model': '$work/nowhere' does not exist (no such directory) (see vinf generate --help) (rank $((n - 1)))" 1
 check "one bad rank: one error line" "vinf: error:" 1
 
 [ "$fails" -eq 0 ] && echo "every error printed once over $n ranks" || exit 1

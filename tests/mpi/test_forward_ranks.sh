@@ -82,7 +82,7 @@ WRAP
   chmod +x "$work/one_bad_rank.sh"
   out=$(timeout 120 "$mpiexec" -np "$n" "$work/one_bad_rank.sh" 2>&1)
   rc=$?
-  if [ "$rc" -ne 2 ] || [[ "$out" != *"no-such-model does not exist (rank $((n - 1)))"* ]] || [ -e "$work/bad.safetensors" ]; then
+  if [ "$rc" -ne 2 ] || [[ "$out" != *"no-such-model' does not exist (no such directory) (see vinf forward --help) (rank $((n - 1)))"* ]] || [ -e "$work/bad.safetensors" ]; then
     echo "FAIL: one bad rank of $n: exit $rc (want 2)"; echo "$out" | tail -5; fails=$((fails + 1))
   fi
 fi

@@ -118,8 +118,12 @@ if [ $((n % 2)) -eq 0 ]; then
   fi
 fi
 
-# 3. A prompt list goes to the clips in order (clip r of N: prompt int(r / N * P)).
-if log=$("$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --video.frames 24 --out "$work/prompts" --verbose \
+# 3. A prompt list goes to the clips in order (clip r of N: prompt int(r / N * P)); with fewer clips
+#    than prompts some would never be used, and the run is refused saying how many clips there are.
+if [ "$n" -lt 3 ]; then
+  expect 2 "--prompt.text: 3 prompts for $n clip" -- "$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --video.frames 24 \
+    --out "$work/prompts" --prompt.text "a second prompt" --prompt.text "a third"
+elif log=$("$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --video.frames 24 --out "$work/prompts" --verbose \
           --prompt.text "a second prompt" --prompt.text "a third" 2>&1); then
   want="clip $((n - 1)) (frames $((24 - 24 / n))-23): prompt $(( (n - 1) * 3 / n ))"
   grep -qF "$want" <<< "$log" && echo "ok: $want" || { echo "FAIL: no '$want'"; echo "$log" | grep clip; fails=$((fails + 1)); }

@@ -44,7 +44,7 @@ q() { python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval
 cat > "$work/list.jsonl" <<'EOF'
 # seed, steps and prompts per job; out names the directory
 {"seed": 1, "steps": 3, "prompt": "a kite over the dunes", "out": "kite"}
-{"sampler.seed": 2, "steps": 4, "prompt": ["a boat", "a harbour"], "vi.local-frames": 4}
+{"sampler.seed": 2, "steps": 4, "prompt": ["a boat in a harbour"], "vi.local-frames": 4}
 {"seed": 3, "steps": 3, "prompt": "bad size", "video.height": 36}
 {"seed": 4, "steps": 2, "prompt": "a lighthouse", "sampler.scheduler": "ddim", "out": "lighthouse"}
 EOF
@@ -54,7 +54,7 @@ ref() {  # ref NAME options...
   run 1 --out "$work/ref/$name" "$@" || fail "reference run $name"
 }
 ref kite --sampler.seed 1 --sampler.steps 3 --prompt.text "a kite over the dunes"
-ref job-1 --sampler.seed 2 --sampler.steps 4 --prompt.text "a boat" --prompt.text "a harbour" --vi.local-frames 4
+ref job-1 --sampler.seed 2 --sampler.steps 4 --prompt.text "a boat in a harbour" --vi.local-frames 4
 ref lighthouse --sampler.seed 4 --sampler.steps 2 --prompt.text "a lighthouse" --sampler.scheduler ddim
 good=(kite job-1 lighthouse)
 
@@ -87,8 +87,8 @@ if [ "$n" -ge 2 ]; then
   else
     fail "pipeline with a job list"
   fi
-  if run "$n" --parallel.pipeline "$n" --out "$work/pipe1" --sampler.seed 2 --sampler.steps 4 --prompt.text "a boat" \
-       --prompt.text "a harbour" --vi.local-frames 4; then
+  if run "$n" --parallel.pipeline "$n" --out "$work/pipe1" --sampler.seed 2 --sampler.steps 4 \
+       --prompt.text "a boat in a harbour" --vi.local-frames 4; then
     same "pipeline of $n stages, one video = one rank" "$work/pipe1/latents.h5" "$work/ref/job-1/latents.h5"
     [ ! -e "$work/pipe1/jobs.json" ] || fail "a single pipelined video wrote jobs.json"
   else

@@ -171,7 +171,7 @@ same_log "$work/fall" "$work/z2" "${same[@]}"
 # Refusals, on every rank alike.
 expect 2 "belongs to a run with other settings: lr was 0.001, now 0.002" -- "$mpiexec" -np "$n" "$vinf" train "${setup[@]}" \
   --train.batch 4 --train.micro-batch 1 --train.lr 2e-3 --out "$work/x2" --resume "$work/z2/checkpoints/step-000004.h5"
-expect 2 "--train.zero must be 0, 1 or 2, got 3" -- "$vinf" train "${common[@]}" --out "$work/x3" --train.zero 3
+expect 2 "option '--train.zero' must be in [0, 2], got '3'" -- "$vinf" train "${common[@]}" --out "$work/x3" --train.zero 3
 if [ "$n" -gt 1 ]; then
   expect 2 "fewer than the $n ranks" -- "$mpiexec" -np "$n" "$vinf" train "${setup[@]}" --out "$work/x4" --train.batch 1 \
     --train.micro-batch 1

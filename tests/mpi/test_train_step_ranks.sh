@@ -47,7 +47,7 @@ if [ "$n" -eq 1 ]; then
   expect 2 "has no tensor 'x0'" -- "$vinf" train-step --model "$fixture" --inputs "$fixture/inputs.safetensors" --out "$work/x.safetensors"
   expect 2 "this command checks training against the CPU" -- "$vinf" train-step --model "$fixture" --inputs "$ref" --out "$work/x.safetensors" --device cuda
   expect 2 "this command computes in f32" -- "$vinf" train-step --model "$fixture" --inputs "$ref" --out "$work/x.safetensors" --dtype bf16
-  expect 2 "the learning rate must be >= 0" -- "$vinf" train-step --model "$fixture" --inputs "$work/plain.safetensors" --out "$work/x.safetensors" --train.lr -1
+  expect 2 "option '--train.lr' must be in [0, 10], got '-1'" -- "$vinf" train-step --model "$fixture" --inputs "$work/plain.safetensors" --out "$work/x.safetensors" --train.lr -1
   expect 2 "--inputs is required" -- "$vinf" train-step --model "$fixture" --out "$work/x.safetensors"
   [ -e "$work/x.safetensors" ] && { echo "FAIL: a refused run left an output file"; fails=$((fails + 1)); }
 else

@@ -110,7 +110,7 @@ bad "is larger than the $per frames per clip" --inputs "$work/in.safetensors" --
 bad "--vi.conv-halo $((per + 1)) is larger than the $per frames per clip" --inputs "$work/in.safetensors" \
   --vi.mode compat --vi.local-frames 1 --vi.conv-halo $((per + 1))
 bad "is larger than the video ($frames frames)" --inputs "$work/in.safetensors" --vi.local-frames 1 --vi.global-frames $((frames + 1))
-bad "--parallel.cfg must be 1" --inputs "$work/in.safetensors" --parallel.cfg 3
+bad "option '--parallel.cfg' must be in [1, 2], got '3'" --inputs "$work/in.safetensors" --parallel.cfg 3
 bad "--vi.halo must be x or kv" --inputs "$work/in.safetensors" --vi.halo q
 bad "--vi.sync-groupnorm is a compat-mode option" --inputs "$work/in.safetensors" --vi.sync-groupnorm
 if [ "$n" -gt 1 ]; then

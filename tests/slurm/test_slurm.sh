@@ -369,7 +369,7 @@ jobs)
     "$vinf" generate --config inputs/demo.ini --video.frames 32 "$@" --out "outputs/alone-$name" -q >/dev/null 2>&1
   }
   alone kite --sampler.seed 1 --sampler.steps 2 --prompt.text "a kite over the dunes" &
-  alone lighthouse --sampler.seed 2 --sampler.steps 2 --prompt.text "a lighthouse" --prompt.text "a lighthouse in a storm" \
+  alone lighthouse --sampler.seed 2 --sampler.steps 2 --prompt.text "a lighthouse in a storm" \
     --vi.local-frames 4 &
   alone harbour --sampler.seed 4 --sampler.steps 3 --prompt.text "a harbour at dawn" --sampler.scheduler ddim &
   out=outputs/jl-$a log=outputs/jl-$a.log
