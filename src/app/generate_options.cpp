@@ -15,7 +15,6 @@
 #include "app/vi_options.hpp"
 #include "model/wan_transformer.hpp"
 #include "ops/runtime.hpp"
-#include "sampling/conditioning.hpp"
 #include "sampling/scheduler.hpp"
 
 namespace po = boost::program_options;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/error.hpp"
@@ -261,16 +262,23 @@ bool same_shape(const Tensor& a, const Tensor& b) { return a.shape == b.shape; }
 std::int64_t first_non_finite(const Tensor& t) {
   VINF_CHECK(t.device.is_cpu(), "first_non_finite: the tensor must be on the host, got ", t.describe());
   const std::int64_t n = t.numel();
-  const auto scan = [n](const auto* p, auto mask) -> std::int64_t {
-    for (std::int64_t i = 0; i < n; ++i)
-      if ((p[i] & mask) == mask) return i;  // exponent bits all ones: infinity or NaN
+  // Loaded through memcpy: a tensor mapped from a file need not be aligned (a safetensors header
+  // may have any length).
+  const auto* bytes = static_cast<const unsigned char*>(t.data);
+  const auto scan = [n, bytes](auto mask) -> std::int64_t {
+    using Bits = decltype(mask);
+    for (std::int64_t i = 0; i < n; ++i) {
+      Bits v;
+      std::memcpy(&v, bytes + static_cast<std::size_t>(i) * sizeof(Bits), sizeof(Bits));
+      if ((v & mask) == mask) return i;  // exponent bits all ones: infinity or NaN
+    }
     return -1;
   };
   switch (t.dtype) {
-    case DType::f64: return scan(static_cast<const std::uint64_t*>(t.data), std::uint64_t{0x7FF0000000000000});
-    case DType::f32: return scan(static_cast<const std::uint32_t*>(t.data), std::uint32_t{0x7F800000});
-    case DType::f16: return scan(static_cast<const std::uint16_t*>(t.data), std::uint16_t{0x7C00});
-    case DType::bf16: return scan(static_cast<const std::uint16_t*>(t.data), std::uint16_t{0x7F80});
+    case DType::f64: return scan(std::uint64_t{0x7FF0000000000000});
+    case DType::f32: return scan(std::uint32_t{0x7F800000});
+    case DType::f16: return scan(std::uint16_t{0x7C00});
+    case DType::bf16: return scan(std::uint16_t{0x7F80});
     default: return -1;
   }
 }

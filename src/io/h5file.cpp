@@ -358,6 +358,13 @@ void H5File::read_frames(const std::string& name, int axis, std::int64_t first, 
     throw_read_failure(name, path_,
                        "slices " + std::to_string(first) + " to " + std::to_string(first + count - 1) + " along axis " +
                            std::to_string(axis));
+  // Latents and training data read back must be finite, as every tensor vinf is given: a NaN in a
+  // file (written by another tool, or a diverged run's) is refused here, naming the dataset.
+  const std::int64_t n = full[axis] > 0 ? full.numel() / full[axis] * count : 0;
+  const std::int64_t bad = first_non_finite(Tensor::wrap(data, DType::f32, Device::cpu(), Shape{n}));
+  VINF_INPUT_CHECK(bad < 0, path_, ": dataset ", name, " holds a NaN or infinity (element ", bad, " of slices [", first,
+                   ", ", first + count, ") along axis ", axis, "): vinf computes with finite numbers only; write the ",
+                   "file again");
 }
 
 void H5File::write_small(const std::string& name, DType dtype, const Shape& shape, const void* data) {

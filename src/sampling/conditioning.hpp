@@ -13,11 +13,6 @@ namespace vinf::sampling {
 
 // The released code's mapping: clip r of N gets prompt int(r / N * P) (Python float arithmetic).
 int prompt_for_clip(int clip, int clips, int prompts);
-// Every prompt must reach a clip (or window: `parts` names them): with more prompts than parts some
-// would be dropped without a word. Throws vinf::InputError saying how many parts there are. `from`
-// says where the prompts come from ("--prompt.text", or an embeddings file).
-void check_prompts_used(std::int64_t prompts, std::int64_t parts, const std::string& part_name,
-                        const std::string& from);
 
 // Prompt and negative embeddings, one layout from the file or encoder to the device and checkpoint.
 using TextEmbeddings = io::TextEmbeddings;

@@ -100,4 +100,13 @@ FifoPlan::FifoPlan(int window, int partitions, bool lookahead) : f_(window), n_(
 
 int FifoPlan::base_frame(int q) const { return std::max(0, level(q) - (steps() - f_)); }
 
+void check_prompts_used(std::int64_t prompts, std::int64_t parts, const std::string& part_name,
+                        const std::string& from) {
+  // P <= N reaches every prompt: int(r / N * P) steps by P / N <= 1 as r counts up.
+  VINF_INPUT_CHECK(prompts <= parts, from, ": ", prompts, " prompts for ", parts, " ", part_name, parts == 1 ? "" : "s",
+                   ": ", part_name, " r of ", parts, " takes prompt int(r / ", parts, " x ", prompts, "), so ",
+                   prompts - parts, " prompt(s) would never be used; give at most ", parts, " (one per ", part_name,
+                   "), or run on more ranks. A prompt with spaces is one value: quote it");
+}
+
 }  // namespace vinf::sampling

@@ -104,4 +104,11 @@ class FifoPlan {
   std::vector<FrameSpan> windows_, kept_;
 };
 
+// The prompts over the parts of a video (clips, windows, FIFO's one queue): part r of N takes
+// prompt int(r / N * P), as the released code maps prompts to clips. Every prompt must reach a part:
+// with more prompts than parts some would be dropped without a word. Throws vinf::InputError saying
+// how many parts there are; `from` says where the prompts come from ("--prompt.text", a file).
+void check_prompts_used(std::int64_t prompts, std::int64_t parts, const std::string& part_name,
+                        const std::string& from);
+
 }  // namespace vinf::sampling

@@ -4,9 +4,9 @@
 # classes that cover every command or option are checked by walking each command's --help, so that
 # an option added later is covered too: words outside options, path options (FILE must not be a
 # directory, DIR must not be a file), numeric options (a value outside the range --help states).
-# usage: test_bad_input_cli.sh VINF
+# usage: test_bad_input_cli.sh VINF TEST_TOOL
 set -u
-vinf=$1
+vinf=$1 tool=$2
 . "$(dirname "$0")/expect.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -158,6 +158,13 @@ PY
 expect 2 "nan-inputs.safetensors: tensor 'sample' holds a NaN or infinity (element 3 of" -- \
   "$vinf" forward --model "$fixtures/tiny-unet3d" --inputs nan-inputs.safetensors --out f.safetensors --vi.mode off --device cpu
 [ ! -e f.safetensors ] && [ ! -e e2 ] && [ ! -e i2 ] && echo "ok: no output for the refused tensors" || { echo "FAIL: e2/i2 left"; ls -R e2 i2; fails=$((fails + 1)); }
+
+# Latents read from an HDF5 file are checked too (evaluate's input, decode --checkpoint, training
+# data), and inspect finds the NaN.
+"$tool" latents-h5 nan.h5 8 1 - nan > /dev/null 2>&1
+expect 2 "nan.h5: dataset /latents holds a NaN or infinity (element 10" -- "$vinf" evaluate nan.h5 --out evn
+expect 2 "/latents: holds a NaN or infinity (element 10)" -- "$vinf" inspect nan.h5
+[ ! -e evn ] && echo "ok: no --out folder for the refused latents" || { echo "FAIL: evn left"; fails=$((fails + 1)); }
 
 # 9. A Wan pipeline whose vae/ is a UNet pipeline's AutoencoderKL is refused before the first step.
 cp -r "$fixtures/wan-tiny" wanbad && rm -rf wanbad/vae

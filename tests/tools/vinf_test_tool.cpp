@@ -38,6 +38,7 @@
 //   latents-h5 OUT F CLIP_SIZE LIST a latents.h5 (one process) of F frames [4, 8, 8]: frame f is
 //                                   0.1 f everywhere, 5 more from frame F/2 on (a seam there);
 //                                   root clip_size CLIP_SIZE; /run/boundaries LIST ("-": none)
+//                                   (a 5th word `nan`: element 10 is a NaN)
 //   video-frames OUT KIND F W H     raw rgb24 frames for ffmpeg: KIND still (one texture), flicker
 //                                   (brightness alternating 60 / 180), shift (a texture moving 2
 //                                   pixels right per frame) or seam (shift, jumping 20 pixels at F/2)
@@ -622,7 +623,7 @@ int broken_models(int argc, char** argv) {
 }
 
 int latents_h5(int argc, char** argv) {
-  if (argc != 6) return 2;
+  if (argc != 6 && !(argc == 7 && std::string(argv[6]) == "nan")) return 2;
   const std::int64_t frames = std::atoll(argv[3]), c = 4, h = 8, w = 8;
   std::vector<std::int64_t> boundaries;
   for (const char* p = argv[5]; *p && std::string(argv[5]) != "-";) {
@@ -635,6 +636,7 @@ int latents_h5(int argc, char** argv) {
     const auto f = static_cast<std::int64_t>(i) / (c * h * w);
     latents[i] = 0.1f * static_cast<float>(f) + (f >= frames / 2 ? 5.f : 0.f);
   }
+  if (argc == 7) latents[10] = std::numeric_limits<float>::quiet_NaN();  // a damaged file as another tool might write it
   MPI_Init(&argc, &argv);
   io::RunStamp stamp;
   stamp.config_json = stamp.numerics_json = "{}";
