@@ -144,10 +144,6 @@ int encode_text(const std::vector<std::string>& args) {
                    "vinf encode-text: give --text-encoder DIR and --tokenizer DIR, or --model PIPELINE");
   VINF_INPUT_CHECK(negative.size() <= 1, "vinf encode-text: --negative is given ", negative.size(), " times");
   const bool max_length_given = vm.count("max-length") > 0;
-  VINF_INPUT_CHECK(!max_length_given || max_length_opt >= 1, "vinf encode-text: --max-length must be at least 1, got ",
-                   max_length_opt);
-  VINF_INPUT_CHECK(max_length_opt <= kMaxT5Length, "vinf encode-text: --max-length ", max_length_opt,
-                   " is more than ", kMaxT5Length);
   add_prompt_file(prompt_file, prompts);
   check_utf8(prompts, negative);
   VINF_INPUT_CHECK(!prompts.empty(), "vinf encode-text: no prompt: give --prompt TEXT (repeatable) or --prompt-file FILE");

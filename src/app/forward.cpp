@@ -239,14 +239,11 @@ bool parse_forward_options(const std::vector<std::string>& args, ForwardOptions&
     if (name.rfind("vi.", 0) == 0 && name != "vi.emulate-clips" && !value.defaulted())
       (name == "vi.mode" ? o.vi_mode_given : o.vi_given) = true;
   o.plan.dtype = job::parse_dtype_choice(o.dtype);
-  VINF_INPUT_CHECK(o.timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.timeout);
-  VINF_INPUT_CHECK(o.emulate >= 0, "--vi.emulate-clips must be >= 0, got ", o.emulate);
   o.plan.device = job::parse_device_choice(o.device);
   o.plan.transport = job::parse_transport(o.comm_backend);
   o.plan.tf32 = o.tf32;
   o.plan.cfg = o.cfg;
   o.plan.tensor = o.tensor;
-  VINF_INPUT_CHECK(o.tensor >= 1, "--parallel.tensor must be >= 1, got ", o.tensor);
   o.plan.comm_timeout = o.timeout;
   // Emulated clips talk over a group of threads made later; a job of ranks talks over its clip group.
   o.plan.clip_group = o.vi.mode != infinity::Mode::off && o.emulate == 0;

@@ -421,23 +421,14 @@ void check_run(const RunPlan& o, const po::variables_map& vm) {
                                          o.name.find_first_of("/\\") == std::string::npos && o.name.size() <= 200),
                    "--name '", o.name, "' is not a plain name: the run writes outputs/<name>-<id>, so a name may not ",
                    "be empty, . or .., or hold a / (give --out DIR to write elsewhere)");
-  VINF_INPUT_CHECK(o.vae_tile >= 0, "--vae.tile must be 0 (off) or a positive number of latent pixels, got ",
-                   o.vae_tile);
-  VINF_INPUT_CHECK(o.cfg() == 1 || o.cfg() == 2, "--parallel.cfg must be 1 or 2, got ", o.cfg());
-  VINF_INPUT_CHECK(o.job.tensor >= 1, "--parallel.tensor must be >= 1, got ", o.job.tensor);
-  VINF_INPUT_CHECK(o.job.data >= 1, "--parallel.data must be >= 1, got ", o.job.data);
-  VINF_INPUT_CHECK(o.job.pipeline >= 1, "--parallel.pipeline must be >= 1, got ", o.job.pipeline);
+  // The single values' ranges are checked as they are read (option_values.hpp); here, how they combine.
   VINF_INPUT_CHECK(o.job.data == 1 || !o.jobs_file.empty(), "--parallel.data ", o.job.data,
                    " makes replicas that take jobs from a list: give --jobs FILE (see jobs/README.md)");
   VINF_INPUT_CHECK(o.jobs_file.empty() || o.resume.empty() || o.resume == "auto", "--resume ", o.resume,
                    " with --jobs: every job resumes from its own checkpoints; give --resume auto or leave it out");
   VINF_INPUT_CHECK(o.cfg() == 1 || o.guidance > 1, "--parallel.cfg 2 splits the two guidance branches, but ",
                    "--sampler.guidance ", o.guidance, " <= 1 runs only one; use --parallel.cfg 1");
-  VINF_INPUT_CHECK(o.job.comm_timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.job.comm_timeout);
   VINF_INPUT_CHECK(!(o.quiet && o.verbose), "--quiet and --verbose exclude each other");
-  VINF_INPUT_CHECK(o.checkpoint_every >= 0, "--checkpoint.every must be >= 0 (0: only at the end), got ",
-                   o.checkpoint_every);
-  VINF_INPUT_CHECK(o.checkpoint_keep >= 1, "--checkpoint.keep must be >= 1, got ", o.checkpoint_keep);
   if (!o.evaluate_clip_vision.empty()) {
     VINF_INPUT_CHECK(o.evaluate, "--evaluate.clip-vision is for --evaluate's similarities: add --evaluate");
     for (const char* f : {"config.json", "model.safetensors"})
@@ -717,9 +708,8 @@ int parse_plan_options(const std::vector<std::string>& args, RunPlan& o, const p
   o.scheduler = sampling::parse_scheduler(sp.scheduler);
   // A plan reads no text, and its replicas need no job list: the rest is checked as generate does.
   RunPlan checked = o;
-  checked.job.data = std::min(o.job.data, 1);
+  checked.job.data = 1;
   check_run(checked, vm);
-  VINF_INPUT_CHECK(o.job.data >= 1, "--parallel.data must be >= 1, got ", o.job.data);
   o.job.device = job::parse_device_choice(sp.device);
   o.job.dtype = job::parse_dtype_choice(sp.dtype);
   o.job.transport = job::parse_transport(sp.comm_backend);

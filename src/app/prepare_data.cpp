@@ -133,9 +133,6 @@ int prepare_data(const std::vector<std::string>& args) {
     VINF_INPUT_CHECK(vm.count(required), "vinf prepare-data: ", required == std::string("videos") ? "VIDEOS_DIR" :
                      required == std::string("captions") ? "CAPTIONS" : std::string("--") + required,
                      " is required (see vinf prepare-data --help)");
-  VINF_INPUT_CHECK(fs::is_directory(o.videos_dir), "vinf prepare-data: ", o.videos_dir, " is not a folder of videos");
-  VINF_INPUT_CHECK(o.frames >= 1 && o.frame_step >= 1 && o.clip_step >= 0 && o.max_clips >= 0,
-                   "--data.frames and --data.frame-step must be >= 1, --data.clip-step and --data.max-clips >= 0");
   if (o.clip_step == 0) o.clip_step = o.frames * o.frame_step;
   VINF_INPUT_CHECK(!o.out_path.empty(), "vinf prepare-data: --out is empty: give the data file");
   // Refused before any work: an existing file is replaced only when asked.

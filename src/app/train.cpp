@@ -303,28 +303,17 @@ int train(const std::vector<std::string>& args) {
   }
   for (const char* required : {"model", "data", "out"})
     VINF_INPUT_CHECK(vm.count(required), "vinf train: --", required, " is required (see vinf train --help)");
-  VINF_INPUT_CHECK(o.steps >= 1, "--train.steps must be >= 1, got ", o.steps);
-  VINF_INPUT_CHECK(o.batch >= 1, "--train.batch must be >= 1, got ", o.batch);
-  VINF_INPUT_CHECK(o.micro_batch >= 0, "--train.micro-batch must be >= 0, got ", o.micro_batch);
+  // The single values' ranges are checked as they are read (option_values.hpp); here, how they combine.
   VINF_INPUT_CHECK(o.micro_batch == 0 || o.batch % o.micro_batch == 0, "--train.batch ", o.batch,
                    " must be a multiple of --train.micro-batch ", o.micro_batch);
-  VINF_INPUT_CHECK(o.warmup >= 0 && o.log_every >= 1, "--train.warmup-steps must be >= 0 and --train.log-every >= 1");
   VINF_INPUT_CHECK(o.schedule == "cosine" || o.schedule == "constant", "--train.schedule '", o.schedule,
                    "' is not cosine or constant");
-  VINF_INPUT_CHECK(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, "--train.min-lr must be in [0, 1], got ", o.min_lr_ratio);
-  VINF_INPUT_CHECK(std::isfinite(o.fps) && o.fps > 0, "--train.fps must be positive, got ", o.fps);
   const train::AdamWSettings adamw = o.optimizer.resolve();
-  VINF_INPUT_CHECK(o.lora >= 0 && o.lora_alpha >= 0, "--train.lora and --train.lora-alpha must be >= 0");
   VINF_INPUT_CHECK(o.lora == 0 || vm["train.params"].defaulted(), "--train.lora trains the adapters alone; ",
                    "--train.params ", o.params, " does not apply with it");
   // With LoRA the run's result is the adapters; the merged model only when --export asks for it.
   const bool export_model = o.lora == 0 || !o.export_dir.empty();
   if (o.export_dir.empty()) o.export_dir = o.out_dir + "/model";
-  VINF_INPUT_CHECK(o.zero >= 0 && o.zero <= 2, "--train.zero must be 0, 1 or 2, got ", o.zero);
-  VINF_INPUT_CHECK(std::isfinite(o.bucket_mb) && o.bucket_mb > 0, "--train.bucket-mb must be positive, got ", o.bucket_mb);
-  VINF_INPUT_CHECK(o.checkpoint_every >= 0 && o.checkpoint_keep >= 1,
-                   "--checkpoint.every must be >= 0 and --checkpoint.keep >= 1");
-  VINF_INPUT_CHECK(o.comm_timeout >= 0, "--comm-timeout must be >= 0 seconds, got ", o.comm_timeout);
   if (!o.resume.empty() && o.resume != "auto") {
     VINF_INPUT_CHECK(fs::is_regular_file(o.resume), "--resume ", o.resume, ": no such checkpoint file (or use ",
                      "--resume auto)");
