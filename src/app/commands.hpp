@@ -35,9 +35,6 @@ extern const char* const kConfigOptionHelp;
 extern const char* const kTensorOptionHelp;
 extern const char* const kRankLayoutHelp;
 
-// "12.3 MiB", for memory and file sizes in messages.
-std::string format_mib(double bytes);
-
 int selfcheck(const std::vector<std::string>& args);
 int generate(const std::vector<std::string>& args);
 int plan(const std::vector<std::string>& args);

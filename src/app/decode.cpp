@@ -15,7 +15,7 @@
 #include "app/commands.hpp"
 #include "app/option_values.hpp"
 #include "app/generate_support.hpp"
-#include "app/wan_pipeline.hpp"
+#include "pipeline/wan_denoise.hpp"
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
 #include "infinity/config.hpp"
@@ -179,14 +179,14 @@ int decode_wan_checkpoint(job::Job& job, const std::string& vae_dir, const std::
   OwnedTensor latents = rt.arena().empty(DType::f32, {1, full[1], mine.count, full[2], full[3]});
   ops::copy(rt.ctx(), Tensor::wrap(host.data(), DType::f32, Device::cpu(), part).permute({1, 0, 2, 3}).unsqueeze(0),
             latents);
-  WanVideoParts parts;
+  pipeline::WanVideoParts parts;
   if (ranks > 1) {
     parts.session = &session;
     for (int k = 0; k < ranks; ++k) parts.ranks.push_back(k);
     parts.index = me;
     parts.total = full[0];
   }
-  WanVideoFiles video = wan_write_video(rt, vae, latents, dir, settings, tile, parts);
+  pipeline::WanVideoFiles video = pipeline::wan_write_video(rt, vae, latents, dir, settings, tile, parts);
   session.broadcast(video.error);
   if (!video.error.empty()) throw Error(video.error);
   video.seconds = session.max(video.seconds);

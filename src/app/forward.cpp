@@ -323,7 +323,7 @@ void load_model(const ForwardOptions& o, ForwardJob& f) {
         (grid.tensor_size() > 1 ? " on each of " + std::to_string(grid.tensor_size()) + " tensor ranks" : "") + ", " +
         format_mib(static_cast<double>(unet.weights().bytes())) + " as " + model::precision_name(dtype, device) +
         (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + gpu_kernels_note(device) + " (loaded in " +
-        std::to_string(seconds_since(t_load)).substr(0, 5) + " s)");
+        format_number(seconds_since(t_load), 5) + " s)");
   f.log(std::string("--vi.mode ") + infinity::mode_name(o.vi.mode) + ", " + std::to_string(f.split.clips) +
         (o.emulate > 0 ? " emulated clip(s)" : " clip(s)") + (o.cfg == 2 ? " x 2 CFG branches" : "") +
         (o.tensor > 1 ? " x " + std::to_string(o.tensor) + " tensor ranks" : "") + ", " +
@@ -456,7 +456,7 @@ void write_results(const ForwardOptions& o, const ForwardJob& f, const ForwardRe
   const std::vector<std::int64_t>& timesteps = f.in.timesteps;
   const bool root = f.job->root();
   for (std::size_t i = 0; i < timesteps.size(); ++i)
-    f.log("t=" + std::to_string(timesteps[i]) + ": " + std::to_string(r.seconds[i]).substr(0, 6) + " s");
+    f.log("t=" + std::to_string(timesteps[i]) + ": " + format_number(r.seconds[i]) + " s");
   f.log("peak memory " + format_mib(r.peak) + " per rank (max over ranks; the weights are " +
         format_mib(static_cast<double>(f.unet->weights().bytes())) + " of it)");
   if (!root) return;

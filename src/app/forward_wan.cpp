@@ -125,7 +125,7 @@ int forward_wan(const WanForwardRequest& r) {
   log("Wan transformer " + r.model_dir + ": " + std::to_string(wan.weights().count()) + " parameters" +
       (tensor > 1 ? " on each of " + std::to_string(tensor) + " tensor ranks" : "") + ", " +
       format_mib(static_cast<double>(wan.weights().bytes())) + " as " + model::precision_name(dtype, rt.device()) +
-      " on " + rt.device().name() + " (loaded in " + std::to_string(seconds_since(t_load)).substr(0, 5) + " s); " +
+      " on " + rt.device().name() + " (loaded in " + format_number(seconds_since(t_load), 5) + " s); " +
       std::to_string(timesteps.size()) + " timestep(s)" +
       (exact ? "; --vi.mode exact, " + std::to_string(F) + " latent frames over " + std::to_string(ranks) + " rank(s)"
              : "") +
@@ -196,7 +196,7 @@ int forward_wan(const WanForwardRequest& r) {
                                           {B, c.out_channels, sk.count, x.size(3), x.size(4)}),
                 whole.slice(0, branch * B, B).slice(2, sk.first, sk.count));
     }
-    log("t[" + std::to_string(i) + "] = " + std::to_string(timesteps[i]) + ": " + std::to_string(seconds).substr(0, 6) +
+    log("t[" + std::to_string(i) + "] = " + std::to_string(timesteps[i]) + ": " + format_number(seconds) +
         " s");
   }
   std::map<std::string, std::string> meta = {{"generator", std::string("vinf ") + VINF_VERSION + " forward"},

@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "app/commands.hpp"
-#include "app/evaluate.hpp"
+#include "evaluate/evaluate.hpp"
 #include "app/generate_options.hpp"
 #include "app/generate_long.hpp"
 #include "app/generate_run.hpp"
 #include "app/generate_support.hpp"
-#include "app/generate_wan.hpp"
+#include "pipeline/wan_video.hpp"
 #include "app/generate_video.hpp"
 #include "app/plan_estimate.hpp"
 #include "core/error.hpp"
@@ -43,6 +43,8 @@
 #include "model/vae.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
+#include "pipeline/step_control.hpp"
+#include "pipeline/stop_signals.hpp"
 #include "sampling/conditioning.hpp"
 #include "sampling/long_video.hpp"
 #include "sampling/noise.hpp"
@@ -523,7 +525,7 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
   const std::string size = std::to_string(r.frames) + " frames of " + std::to_string(o.width) + "x" +
                            std::to_string(o.height);
   const std::string sampler = sampling::scheduler_name(o.scheduler) + std::string(" ") + std::to_string(o.steps) +
-                              " steps, guidance " + std::to_string(o.guidance).substr(0, 5) + ", noise " +
+                              " steps, guidance " + format_number(o.guidance, 5) + ", noise " +
                               sampling::noise_mode_name(o.noise) + " seed " + std::to_string(o.seed);
   if (r.long_method)
     r.log(size + ", " + long_method_summary(r) + ", over " + std::to_string(r.clips) + " rank(s); " + sampler);
@@ -844,7 +846,8 @@ int Denoiser::run() {
   Progress progress(r_.prefix(), end - start, work, "frame-steps/s", r_.root && !o.quiet, o.verbose ? 0.0 : 10.0);
   std::vector<double> step_seconds;
   const auto t_denoise = Clock::now();
-  const double pace = test_step_seconds();
+  const pipeline::StepControl control(mpi, r_.job.world_session().rank(),
+                                      {total, o.checkpoint_every, true, r_.fifo ? "iteration" : "step"});
   for (int i = start; i < end; ++i) {
     const auto t0 = Clock::now();
     step(i);
@@ -859,25 +862,17 @@ int Denoiser::run() {
                                  : std::string()) +
                           "t=" + std::to_string(r_.scheduler->timesteps()[static_cast<std::size_t>(i)]));
     }
-    if (pace > 0) std::this_thread::sleep_until(t0 + std::chrono::duration<double>(pace));
-    if (step_fault(r_.job.world_session().rank(), i + 1)) ops::fill(ctx_, sampler_.latents().select(2, r_.nf / 2), std::nan(""));
+    control.pace(t0);
+    if (control.fault(i + 1)) ops::fill(ctx_, sampler_.latents().select(2, r_.nf / 2), std::nan(""));
     stop_if_not_finite(i);
-    // Every rank learns whether any rank was asked to stop, and they stop together.
-    // The end of the job, or of this pipeline stage's steps (the next stage starts from there, so
-    // a stop before it has run loses nothing).
+    // Every rank learns whether any rank was asked to stop, and they stop together. The end of
+    // the job, or of this pipeline stage's steps (the next stage starts from there, so a stop
+    // before it has run loses nothing).
     const bool last = i + 1 == total, handing_on = i + 1 == end && !last;
-    const int stopped_by = last ? 0 : static_cast<int>(mpi.max(static_cast<double>(stop_signal())));
-    if (last || handing_on || stopped_by != 0 || (o.checkpoint_every > 0 && (i + 1) % o.checkpoint_every == 0))
-      write_checkpoint(i + 1);
+    const int stopped_by = last ? 0 : control.agreed_stop();
+    if (handing_on || control.checkpoint_due(i + 1, stopped_by)) write_checkpoint(i + 1);
     if (stopped_by != 0) {
-      // The time the slowest rank took from its signal to here (the rest of a step, the
-      // checkpoint): what a Slurm grace time or --signal lead must cover, with margin.
-      char took[64];
-      std::snprintf(took, sizeof took, "%.1f s", mpi.max(seconds_since_stop_signal()));
-      r_.log(std::string("received ") + signal_name(stopped_by) + ": stopped after " + (r_.fifo ? "iteration " : "step ") +
-             std::to_string(i + 1) + " of " + std::to_string(total) + ", checkpoint " + checkpoints_written.back() + ", " + took +
-             " after the signal; run again with --resume auto to continue (exit status " +
-             std::to_string(kExitStopped) + ")");
+      r_.log(control.stop_line(stopped_by, i + 1, checkpoints_written.back()));
       return stopped_by;
     }
   }
@@ -1009,16 +1004,14 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
               {"outputs", outputs}};
   io::write_file_atomically(r.out_dir + "/run.json", run.dump(2) + "\n");
   r.log("denoised " + std::to_string(run_steps) + (r.fifo ? " iteration(s) in " : " step(s) in ") + format_duration(denoise) + " (" +
-        std::to_string(rate).substr(0, 6) + " frame-steps/s); peak memory " + format_mib(peak) + " per rank");
+        format_number(rate) + " frame-steps/s); peak memory " + format_mib(peak) + " per rank");
   std::string listed = "latents.h5";
   for (const std::string& f : video.files) listed += ", " + f;
   if (evaluated) listed += ", evaluate.json, evaluate.png";
   std::cout << "vinf generate: outputs in " << r.out_dir << "/ (" << listed << ", run.json)\n" << std::flush;
   // A stop signal after the last step (while the latents, the video or run.json were written) does
   // not cut the outputs short: they are finished, and the run says so instead of saying nothing.
-  if (stop_signal() != 0)
-    r.log(std::string("received ") + signal_name(stop_signal()) + " after the last step: the outputs were finished " +
-          "(the run is complete; nothing to resume)");
+  if (const std::string late = pipeline::late_stop_line(); !late.empty()) r.log(late);
 }
 
 // --evaluate: vinf evaluate on rank 0 over the video (latents.h5 without one) with the run's
@@ -1045,7 +1038,7 @@ Evaluated evaluate_outputs(const Run& r, const VideoResult& video, Timings& time
   if (r.root) {
     r.log("evaluating " + std::string(mp4 ? "video.mp4" : "latents.h5") + " into evaluate.json and evaluate.png");
     try {
-      evaluate_file(input, r.out_dir, boundaries, r.o.evaluate_clip_vision, r.o.quiet);
+      evaluate::evaluate_file(input, r.out_dir, boundaries, r.o.evaluate_clip_vision, r.o.quiet);
     } catch (const InputError& x) {
       e.error = x.what();
       kind = "input";
@@ -1173,17 +1166,17 @@ VideoOutcome run_video(RunPlan& o, job::Job& job, ModelCache& cache, const Stage
 }
 
 int generate(const std::vector<std::string>& args) {
-  hold_stop_signals();  // before any thread starts: they all inherit the block
+  pipeline::hold_stop_signals();  // before any thread starts: they all inherit the block
   RunPlan o;
   if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
   // A job list is read (and refused) before MPI starts, on every rank alike.
   const std::vector<JobSpec> list = o.jobs_file.empty() ? std::vector<JobSpec>{} : read_job_list(o.jobs_file);
   const std::unique_ptr<job::Job> job = job::start_job(job_plan(o), [&](int world) {
-    if (list.empty() && o.wan) check_wan_job(o, world);
+    if (list.empty() && o.wan) pipeline::check_wan_job(o, world);
     else if (list.empty()) check_generate_job(o, world);
     else job::make_layout(o.job, world);
   });
-  install_stop_signals();  // after MPI's own set-up, so that this handler is the one in place
+  pipeline::install_stop_signals();  // after MPI's own set-up, so that this handler is the one in place
   if (o.verbose) {
     const std::vector<std::string> lines = job->world_session().gather_on_root(job->world_session().placement(job->device()));
     if (!o.quiet)
@@ -1191,7 +1184,7 @@ int generate(const std::vector<std::string>& args) {
   }
   if (!list.empty() || o.job.pipeline > 1) return run_job_list(args, o, list, *job);
   ModelCache cache;
-  const VideoOutcome outcome = o.wan ? run_wan_video(o, *job) : run_video(o, *job, cache, nullptr);
+  const VideoOutcome outcome = o.wan ? pipeline::run_wan_video(o, *job) : run_video(o, *job, cache, nullptr);
   return outcome.end == VideoEnd::stopped ? kExitStopped : 0;
 }
 

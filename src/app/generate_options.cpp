@@ -10,6 +10,7 @@
 #include "app/commands.hpp"
 #include "app/option_values.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "core/utf8.hpp"
 #include "io/path_query.hpp"
 #include "app/vi_options.hpp"
@@ -512,7 +513,7 @@ void resolve_long_video(RunPlan& o, const Spelled& sp, const po::variables_map& 
                       " steps, one queue level each: --sampler.steps " + std::to_string(o.steps) + " is overridden");
   o.steps = plan.steps();
   if (o.scheduler != sampling::SchedulerKind::ddim)
-    o.notes.push_back(mode + " steps every frame with DDIM (eta " + std::to_string(o.eta).substr(0, 4) +
+    o.notes.push_back(mode + " steps every frame with DDIM (eta " + format_number(o.eta, 4) +
                       ", --sampler.eta): --sampler.scheduler " + sp.scheduler + " is not used");
   o.scheduler = sampling::SchedulerKind::ddim;
 }

@@ -9,85 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "infinity/config.hpp"
-#include "job/plan.hpp"
-#include "sampling/long_video.hpp"
-#include "sampling/noise.hpp"
-#include "sampling/flow_scheduler.hpp"
-#include "sampling/scheduler.hpp"
+#include "pipeline/generate_spec.hpp"
+#include "pipeline/stop_signals.hpp"
 
 namespace vinf::app {
 
-struct RunPlan {
-  std::string config_file;
-  // [model] (the top-level `model` is a directory or builtin:<preset>)
-  std::string model, unet, vae, text_encoder, tokenizer, scheduler_config;  // resolved from MODEL when not given
-  std::int64_t model_seed = 0;
-  std::string lora;        // --model.lora: a LoRA file merged into the UNet's weights at load
-  double lora_scale = 1;   // times the file's alpha / rank
-  // [video]
-  std::int64_t frames = 0;  // 0: frames_per_clip per clip
-  std::int64_t frames_per_clip = 24;  // --import-vi-config's pipe_configs.num_frames
-  std::int64_t height = 320, width = 512;
-  double fps = 24;
-  // [sampler]
-  sampling::SchedulerKind scheduler = sampling::SchedulerKind::dpmpp_sde;
-  sampling::NoiseMode noise = sampling::NoiseMode::invariant;  // --sampler.noise auto resolved by --vi.mode
-  int steps = 30;
-  double guidance = 12, eta = 0;
-  std::int64_t seed = 123;
-  // [prompt]
-  std::vector<std::string> prompts;
-  std::string prompts_source = "--prompt.text";  // or the --import-vi-config field they came from
-  std::string negative, embeddings;
-  // [parallel] and the job: device, dtype, TF32, the CFG layout, the transport, the timeout
-  job::JobPlan job;
-  // [vae]
-  std::int64_t vae_tile = 0;  // latent pixels; 0: whole frames
-  // [output]
-  double output_fps = 8;
-  bool video = true, png = false;
-  std::string ffmpeg = "ffmpeg";
-  // [checkpoint], resume, [dump]
-  int checkpoint_every = 10, checkpoint_keep = 2;
-  std::string resume;  // "", "auto" or a checkpoint file
-  std::string latents_init;  // --latents-init FILE: the initial latents instead of a draw
-  // The model family: the Wan2.1 pipeline (a directory with transformer/) instead of a UNet.
-  bool wan = false;
-  sampling::FlowSolver flow_solver = sampling::FlowSolver::unipc;  // Wan's scheduler
-  int max_text_length = 512;  // --prompt.max-length: the T5 tokenizer's max_sequence_length (Wan)
-  bool vi_given = false;      // a [vi] option was given (a Wan video says it does not use them)
-  std::string dump_modules, dump_steps = "1";
-  std::vector<std::string> dump_globs;  // parsed from dump_modules
-  std::vector<int> dump_step_list;      // parsed from dump_steps
-  // output and run
-  std::string out, name;
-  std::string jobs_file;  // --jobs FILE: many videos in one run
-  std::string job_label;  // a job list's job, in the log's lines ("" for a single run)
-  bool overwrite = false, quiet = false, verbose = false;
-  bool debug = false;  // --debug: check every UNet module's output, to name the first non-finite one
-  std::string vi_import;  // --import-vi-config FILE
-  infinity::Config vi;     // off with --long.mode windows or fifo
-  // [long]: the method that makes the long video (clips: Video-Infinity)
-  sampling::LongVideoConfig long_video;
-  bool long_clips() const { return long_video.mode == sampling::LongMode::clips; }
-  // --evaluate: vinf evaluate on the outputs at the end, with --evaluate.clip-vision's model
-  bool evaluate = false;
-  std::string evaluate_clip_vision;
-  // One line each for the log: what the long-video method overrides or ignores.
-  std::vector<std::string> notes;
-  // --import-vi-config FILE: the fields of the file this run does not use (dotted names, with the
-  // option that overrides a field), and the file's dtype and GPU count, for one line in the log.
-  struct Imported {
-    std::vector<std::string> ignored;
-    std::string dtype;  // f16, bf16, f32 or "" when the file has none
-    int devices = 0;    // 0: the file lists none
-  } imported;
-
-  int cfg() const { return job.cfg; }
-  bool builtin() const { return model.rfind("builtin:", 0) == 0; }
-  std::string builtin_preset() const { return model.substr(8); }
-};
+// The typed plan of one video (pipeline/generate_spec.hpp); the options below fill it.
+using RunPlan = pipeline::GenerateSpec;
 
 // Parses and checks what does not need the job's size. job_args, when given, are a job list's line
 // (as --name=value tokens) and win over args, which win over --config's file; without them, a
@@ -103,9 +31,7 @@ int parse_generate_options(const std::vector<std::string>& args, RunPlan& o,
 int parse_plan_options(const std::vector<std::string>& args, RunPlan& o,
                        const boost::program_options::options_description& own, const std::string& usage);
 
-// The exit status of a run that stopped on SIGTERM/SIGUSR1 after writing a checkpoint: the job
-// script requeues it, and `--resume auto` continues.
-inline constexpr int kExitStopped = 75;
+using pipeline::kExitStopped;
 
 // Checks against the job: clip ranks and the frames, CFG, the partition, a clip (or window) for
 // every prompt. Throws vinf::InputError.

@@ -1,5 +1,6 @@
-// The pieces of `vinf generate` around the denoising loop: where the outputs go, which checkpoint a
-// run continues from and whether it may, stop signals, activation dumps, run.json's parts.
+// The pieces of `vinf generate` around the UNet's denoising loop: the prompts' encoding on rank 0,
+// --debug's watch and the activation dumps. The run's directory, checkpoints and run.json's shared
+// parts are in pipeline/run_dir, the run control in pipeline/step_control.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "app/stop_signals.hpp"
 #include "app/generate_options.hpp"
 #include "core/arena.hpp"
 #include "io/checkpoint.hpp"
@@ -20,15 +20,26 @@
 #include "mpi/communicator.hpp"
 #include "mpi/session.hpp"
 #include "ops/context.hpp"
+#include "pipeline/run_dir.hpp"
+#include "pipeline/step_control.hpp"
 #include "sampling/conditioning.hpp"
 
 namespace vinf::app {
 
 using json = nlohmann::ordered_json;
-
-// Runs fn on rank 0; its result, or the message of the vinf::InputError it threw, reaches every
-// rank (which then all throw it), so a decision that reads the file system is the same everywhere.
-std::string decided_by_root(const mpi::Session& mpi, const std::function<std::string()>& fn);
+using pipeline::check_finished_run;
+using pipeline::check_resumable;
+using pipeline::choose_checkpoint;
+using pipeline::choose_out_dir;
+using pipeline::counters_json;
+using pipeline::decided_by_root;
+using pipeline::default_out_dir;
+using pipeline::long_json;
+using pipeline::numerics_json;
+using pipeline::remove_run_outputs;
+using pipeline::ResumePoint;
+using pipeline::settings_differences;
+using pipeline::vi_json;
 
 // The prompts (and with guidance the negative prompt) through the tokenizer and text encoder:
 // --model.tokenizer / --model.text-encoder, or the built-in model's byte-level tokenizer and random
@@ -36,57 +47,6 @@ std::string decided_by_root(const mpi::Session& mpi, const std::function<std::st
 // prompts and defaults the tokenizer files left open. Throws vinf::InputError on every rank.
 sampling::TextEmbeddings encode_prompts_on_root(const RunPlan& o, std::int64_t width, bool guided, job::Job& job,
                                                 std::vector<std::string>& warnings);
-
-// outputs/<name>-<Slurm job id (array: <array job id>_<task>), or the date and time>.
-std::string default_out_dir(const std::string& name);
-// The output directory: --out, or the run a --resume PATH belongs to, or outputs/<name>-<id>.
-// Refused when it exists, unless --overwrite or --resume.
-std::string choose_out_dir(const RunPlan& o, const mpi::Session& mpi);
-// The checkpoint a run continues from, with this rank's frames already read and their checksums
-// checked (none: a fresh start).
-struct ResumePoint {
-  std::unique_ptr<io::CheckpointInfo> info;
-  std::vector<float> latents, previous_x0;  // frames [first, first + count), frame-major
-  std::vector<std::vector<float>> memories;  // the extra solver memories asked for, in that order
-};
-// Collective. --resume PATH: that checkpoint, which must be readable, belong to this run
-// (check_resumable) and pass its checksums, else vinf::InputError on every rank. --resume auto:
-// the newest checkpoint in OUT/checkpoints that does; a damaged one is skipped with a warning that
-// names the file and what failed (the dataset whose checksum does not match), and the next older
-// one is tried, with a warning that says so. Checkpoints present but none usable: InputError
-// (never a silent start from the beginning); none present: a fresh start.
-// `memories` names the solver's datasets under /state beyond previous_x0 (the flow UniPC's).
-ResumePoint choose_checkpoint(const RunPlan& o, const std::string& out_dir, const mpi::Session& mpi,
-                              const io::RunStamp& stamp, const std::vector<std::int64_t>& timesteps,
-                              const Shape& full, std::int64_t first, std::int64_t count,
-                              const std::vector<std::string>& memories = {});
-
-// The settings that change the numbers, which a resumed run must share with the checkpoint (the
-// number of clips only outside invariant mode).
-json numerics_json(const RunPlan& o, int clips, DType dtype, const Device& device);
-// Throws vinf::InputError naming the checkpoint and the first differences.
-void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, const std::vector<std::int64_t>& timesteps);
-// What differs between the settings of a run file (`there`, read from path) and this run's: the
-// model, or up to four numerics keys with both values; "" when they are the same run.
-std::string settings_differences(const io::RunStamp& there, const io::RunStamp& here, const std::string& path);
-// --resume auto over a finished run: "nothing to do" only when it is the same run (its latents.h5
-// has this run's model and numerics); otherwise an InputError listing the differences, on every rank.
-void check_finished_run(const std::string& out_dir, const io::RunStamp& now, const mpi::Session& mpi);
-
-// --overwrite: removes every output a previous run left in out_dir (run.json first, then latents.h5,
-// video.mp4, contact.png, frames/, evaluate.*, activations.h5 and the checkpoints), so that nothing
-// of it stays beside the new run's files. One process. Returns the names removed.
-std::vector<std::string> remove_run_outputs(const std::string& out_dir);
-
-json counters_json(const mpi::CommCounters& c);
-json vi_json(const infinity::Config& v);
-// The [long] settings that apply to the mode, for run.json and the numerics a resume must share.
-json long_json(const sampling::LongVideoConfig& l);
-
-// Test hook: VINF_TEST_STEP_SECONDS=S makes every step last at least S seconds, so that a test of a
-// Slurm time limit or preemption knows the run is still going when Slurm acts, however fast the
-// machine is at the moment. 0 when unset.
-double test_step_seconds();
 
 // --debug: watches the module outputs of a UNet call and keeps the name of the first one that holds
 // a NaN or infinity. Each output is read back to the host, so a step is slower; the run stays the same.

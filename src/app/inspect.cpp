@@ -9,6 +9,7 @@
 #include "app/commands.hpp"
 #include "app/option_values.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "io/h5file.hpp"
 #include "io/path_query.hpp"
 #include "io/safetensors.hpp"

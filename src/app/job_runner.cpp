@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "app/generate_run.hpp"
-#include "app/generate_wan.hpp"
+#include "pipeline/wan_video.hpp"
 #include "app/generate_support.hpp"
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
@@ -160,7 +160,7 @@ RunPlan plan_job(const std::vector<std::string>& args, const RunPlan& base, cons
   o.name = spec.out;
   o.job_label = spec.out;
   if (o.resume.empty()) o.resume = "auto";  // a job list resumes its interrupted jobs
-  if (o.wan) check_wan_plan(o);
+  if (o.wan) pipeline::check_wan_plan(o);
   else check_generate_job(o, world);
   return o;
 }
@@ -235,7 +235,7 @@ class Stage {
 
  private:
   bool stopping() {
-    stopped_ = stopped_ || job_.session().max(static_cast<double>(stop_signal())) > 0;
+    stopped_ = stopped_ || job_.session().max(static_cast<double>(pipeline::stop_signal())) > 0;
     return stopped_;
   }
   int next_job() {
@@ -253,14 +253,14 @@ class Stage {
     if (!in) report(k, "running", "", 0);
     try {
       RunPlan o = plan_job(args_, base_, spec, list_dir_, job_.world_session().size());
-      const VideoOutcome v = o.wan ? run_wan_video(o, job_) : run_video(o, job_, models_, in);
+      const VideoOutcome v = o.wan ? pipeline::run_wan_video(o, job_) : run_video(o, job_, models_, in);
       const double took = seconds_since(t0);
       switch (v.end) {
         case VideoEnd::complete: report(k, "done", "", took); break;
         case VideoEnd::finished_before: report(k, "skipped", "", took); break;
         case VideoEnd::stopped:
           stopped_ = true;
-          report(k, "stopped", std::string("stopped by ") + signal_name(v.stop_signal) + " after a checkpoint", took);
+          report(k, "stopped", std::string("stopped by ") + pipeline::signal_name(v.stop_signal) + " after a checkpoint", took);
           break;
         case VideoEnd::handed_on:
           report(k, "handed-on", "", took);

@@ -15,12 +15,6 @@
 
 namespace vinf::app {
 
-std::string format_mib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
-  return buf;
-}
-
 namespace {
 
 struct Command {

@@ -14,6 +14,7 @@
 #include "app/commands.hpp"
 #include "app/option_values.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "model/params.hpp"
 #include "model/presets.hpp"
 #include "model/wan_config.hpp"

@@ -225,7 +225,7 @@ int prepare_data(const std::vector<std::string>& args) {
     caption_texts.push_back(c.text);
     say("video " + std::to_string(vi + 1) + "/" + std::to_string(captions.size()) + " " + c.video + ": " +
         std::to_string(n) + " frames, " + std::to_string(firsts.size()) + " clip(s) (" +
-        std::to_string(seconds_since(t0)).substr(0, 6) + " s)");
+        format_number(seconds_since(t0)) + " s)");
   }
   VINF_INPUT_CHECK(!clip_video.empty(), "vinf prepare-data: no clip was made (", problems.size(),
                    " video(s) or caption(s) skipped, listed above); nothing written");
@@ -277,7 +277,7 @@ int prepare_data(const std::vector<std::string>& args) {
   std::cerr << "vinf prepare-data: wrote " << o.out_path << ": " << clips << " clip(s) of " << o.frames << " frames ("
             << lat_c << "x" << lh << "x" << lw << " latents) from " << video_names.size() << " video(s)"
             << (problems.empty() ? std::string() : ", " + std::to_string(problems.size()) + " problem(s) skipped")
-            << " in " << std::to_string(seconds_since(t0)).substr(0, 6) << " s\n";
+            << " in " << format_number(seconds_since(t0)) << " s\n";
   return 0;
 }
 

@@ -18,7 +18,7 @@
 
 #include "app/commands.hpp"
 #include "app/option_values.hpp"
-#include "app/evaluate.hpp"
+#include "evaluate/evaluate.hpp"
 #include "app/generate_options.hpp"
 #include "app/generate_support.hpp"
 #include "app/train_options.hpp"
@@ -34,6 +34,8 @@
 #include "model/weights.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/random.hpp"
+#include "pipeline/step_control.hpp"
+#include "pipeline/stop_signals.hpp"
 #include "sampling/scheduler.hpp"
 #include "train/adamw.hpp"
 #include "train/checkpoint.hpp"
@@ -288,7 +290,7 @@ std::vector<double> losses_of_log(const std::string& csv) {
 }  // namespace
 
 int train(const std::vector<std::string>& args) {
-  hold_stop_signals();  // before any thread starts: they all inherit the block
+  pipeline::hold_stop_signals();  // before any thread starts: they all inherit the block
   TrainRunOptions o;
   const po::options_description opts = train_option_table(o);
   po::variables_map vm;
@@ -331,7 +333,7 @@ int train(const std::vector<std::string>& args) {
   plan.comm_timeout = o.comm_timeout;
   plan.clip_group = true;  // the gradients' communicator: every rank, on the device
   std::unique_ptr<job::Job> job = job::start_job(plan);
-  install_stop_signals();  // after MPI's own set-up, so that this handler is the one in place
+  pipeline::install_stop_signals();  // after MPI's own set-up, so that this handler is the one in place
   mpi::Session& session = job->session();
   const int ranks = job->size(), rank = job->rank();
   const DType precision = training_precision(dtype_choice, job->device());
@@ -528,7 +530,8 @@ int train(const std::vector<std::string>& args) {
   // The same from the second step of this start on: the first one also waits for the ranks' start.
   double later_wait = 0, later_backward = 0;
   const auto t_start = Clock::now();
-  const double pace = test_step_seconds();
+  const pipeline::StepControl control(session, job->world_session().rank(),
+                                      {static_cast<int>(o.steps), static_cast<int>(o.checkpoint_every), o.checkpoint_every > 0});
   std::int64_t step = first_step;
   int stopped_by = 0;
   for (; step <= o.steps; ++step) {
@@ -583,18 +586,16 @@ int train(const std::vector<std::string>& args) {
       std::snprintf(line, sizeof line, "loss %.5f lr %.3g grad norm %.3g", loss, lr, norm);
       progress.update(static_cast<int>(step - resumed.step), line);
     }
-    if (pace > 0) std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, pace - seconds_since(t_step))));
-    step_fault(job->world_session().rank(), static_cast<int>(step));
-    stopped_by = static_cast<int>(session.max(static_cast<double>(stop_signal())));
-    const bool last = step == o.steps;
-    if (stopped_by != 0 || (o.checkpoint_every > 0 && (step % o.checkpoint_every == 0 || last))) write_checkpoint(step);
+    control.pace(t_step);
+    control.fault(static_cast<int>(step));  // a signal only: training has no latents to spoil
+    stopped_by = control.agreed_stop();
+    if (control.checkpoint_due(static_cast<int>(step), stopped_by)) write_checkpoint(step);
     if (stopped_by != 0) break;
   }
   const std::int64_t done = std::min(step, o.steps);
   const double run_seconds = seconds_since(t_start);
   if (stopped_by != 0 && job->root())
-    std::cerr << "vinf train: stopped by " << signal_name(stopped_by) << " after step " << done << " of " << o.steps
-              << "; wrote " << ckpt_dir << "/" << io::checkpoint_name(done) << " (run again with --resume auto)\n";
+    std::cerr << "vinf train: " << control.stopped_by_line(stopped_by, static_cast<int>(done), ckpt_dir + "/" + io::checkpoint_name(done)) << "\n";
 
   // The trained values back into the model's tensors, for exporting: the f32 master weights.
   if (flat.dtype() == DType::f32) {
@@ -613,7 +614,7 @@ int train(const std::vector<std::string>& args) {
   if (!job->root()) return stopped_by != 0 ? kExitStopped : 0;
 
   std::int64_t w = 0, h = 0;
-  const std::vector<std::uint8_t> png = plot_curve("loss per step", losses, 1, w, h);
+  const std::vector<std::uint8_t> png = evaluate::plot_curve("loss per step", losses, 1, w, h);
   io::write_png(o.out_dir + "/loss.png", png.data(), w, h);
 
   // The adapters, and (unless they are the result alone) the trained model: a pipeline (the other
@@ -683,7 +684,7 @@ int train(const std::vector<std::string>& args) {
                          {"backward_seconds_max", most(later_backwards)}}}};
   run["communication_rank0"] = counters_json(comm);
   run["resumed_from"] = resumed.path.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(resumed.path);
-  run["stopped_by"] = stopped_by != 0 ? signal_name(stopped_by) : "";
+  run["stopped_by"] = stopped_by != 0 ? pipeline::signal_name(stopped_by) : "";
   run["loss_curve"] = losses;
   io::write_file_atomically(o.out_dir + "/run.json", run.dump(2) + "\n");
   std::cerr << "vinf train: " << done - resumed.step << " step(s) in " << format_duration(run_seconds) << " on "

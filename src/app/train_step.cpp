@@ -210,7 +210,7 @@ int train_step(const std::vector<std::string>& args) {
   const double norm = train::global_norm(ctx, grads);
   const double step_seconds = job->session().max(seconds_since(t_step));
   log("loss " + std::to_string(loss) + ", gradient norm " + std::to_string(norm) + " (forward and backward in " +
-      std::to_string(step_seconds).substr(0, 6) + " s)");
+      format_number(step_seconds) + " s)");
 
   // The gradients as computed go to the file; the step clips as it reads them.
   std::vector<float> grads_host;
@@ -241,7 +241,7 @@ int train_step(const std::vector<std::string>& args) {
                            {"ranks", std::to_string(ranks)},
                            {"adamw", adamw_json},
                            {"loss", "mean((unet(sqrt(abar_t) x0 + sqrt(1 - abar_t) eps, t, text) - eps)^2)"}});
-    log("wrote " + o.out_path + " (" + std::to_string(seconds_since(t_start)).substr(0, 5) + " s in all)");
+    log("wrote " + o.out_path + " (" + format_number(seconds_since(t_start), 5) + " s in all)");
   }
   return 0;
 }

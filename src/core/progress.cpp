@@ -6,6 +6,16 @@
 
 namespace vinf {
 
+std::string format_number(double x, int chars) {
+  return std::to_string(x).substr(0, static_cast<std::size_t>(chars));
+}
+
+std::string format_mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return buf;
+}
+
 std::string format_duration(double s) {
   char buf[48];
   if (!std::isfinite(s) || s < 0) return "?";

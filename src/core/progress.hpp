@@ -35,5 +35,10 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // "1.5 s", "2 min 05 s", "1 h 02 min".
 std::string format_duration(double seconds);
+// A number in a message, in at most `chars` characters: std::to_string's fixed six decimals cut
+// there ("0.1234", "12.345"), as every line of vinf has shown them.
+std::string format_number(double x, int chars = 6);
+// "12.3 MiB", for memory and file sizes in messages.
+std::string format_mib(double bytes);
 
 }  // namespace vinf

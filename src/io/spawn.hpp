@@ -1,5 +1,5 @@
 // posix_spawn attributes for the helper programs vinf starts (ffmpeg, ffprobe): the child begins
-// with no signal blocked. vinf's own threads block SIGTERM and SIGUSR1 (app/stop_signals.hpp); a
+// with no signal blocked. vinf's own threads block SIGTERM and SIGUSR1 (pipeline/stop_signals.hpp); a
 // signal mask survives exec, and a child that inherited it would not end on a job's SIGTERM.
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "app/wan_pipeline.hpp"
+#include "pipeline/wan_denoise.hpp"
 
 #include <chrono>
 #include <algorithm>
@@ -14,7 +14,7 @@
 #include "ops/runtime.hpp"
 #include "sampling/sampler.hpp"
 
-namespace vinf::app {
+namespace vinf::pipeline {
 
 void wan_denoise(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& sampler) {
   ExecContext& ctx = rt.ctx();
@@ -160,4 +160,4 @@ WanVideoFiles wan_write_video(Runtime& rt, const model::WanVae& vae, const Tenso
   return result;
 }
 
-}  // namespace vinf::app
+}  // namespace vinf::pipeline

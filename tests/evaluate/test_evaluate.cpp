@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "app/evaluate.hpp"
+#include "evaluate/evaluate.hpp"
 #include "core/error.hpp"
 
 using namespace vinf;
-using namespace vinf::app;
+using namespace vinf::evaluate;
 
 namespace {
 

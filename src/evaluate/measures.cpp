@@ -5,10 +5,10 @@
 #include <cstdlib>
 #include <limits>
 
-#include "app/evaluate.hpp"
+#include "evaluate/evaluate.hpp"
 #include "core/error.hpp"
 
-namespace vinf::app {
+namespace vinf::evaluate {
 
 Plane gray_from_rgb8(const std::uint8_t* hwc, std::int64_t width, std::int64_t height) {
   Plane p{width, height, std::vector<float>(static_cast<std::size_t>(width * height))};
@@ -152,4 +152,4 @@ SeamValue seam_value(const std::vector<double>& series, const std::vector<std::i
   return s;
 }
 
-}  // namespace vinf::app
+}  // namespace vinf::evaluate

@@ -1,4 +1,4 @@
-#include "app/stop_signals.hpp"
+#include "pipeline/stop_signals.hpp"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include <string>
 #include <thread>
 
-namespace vinf::app {
+namespace vinf::pipeline {
 
 namespace {
 
@@ -110,4 +110,4 @@ bool step_fault(int world_rank, int completed_steps) {
   return false;
 }
 
-}  // namespace vinf::app
+}  // namespace vinf::pipeline

@@ -22,7 +22,7 @@ class Communicator;
 class Session;
 }
 
-namespace vinf::app {
+namespace vinf::pipeline {
 
 struct WanDenoise {
   const model::WanTransformer& transformer;
@@ -82,4 +82,4 @@ WanVideoFiles wan_write_video(Runtime& rt, const model::WanVae& vae, const Tenso
                               const io::FrameWriter::Settings& settings, std::int64_t tile,
                               const WanVideoParts& parts = {});
 
-}  // namespace vinf::app
+}  // namespace vinf::pipeline

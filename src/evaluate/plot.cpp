@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "app/evaluate.hpp"
+#include "evaluate/evaluate.hpp"
 
-namespace vinf::app {
+namespace vinf::evaluate {
 
 namespace {
 
@@ -199,4 +199,4 @@ std::vector<std::uint8_t> plot_curve(const std::string& title, const std::vector
   return std::move(canvas.pixels());
 }
 
-}  // namespace vinf::app
+}  // namespace vinf::evaluate

@@ -18,12 +18,12 @@
 #include <string>
 #include <thread>
 
-#include "app/stop_signals.hpp"
+#include "pipeline/stop_signals.hpp"
 #include "io/spawn.hpp"
 
 namespace {
 
-using vinf::app::stop_signal;
+using vinf::pipeline::stop_signal;
 
 bool blocks_stop_signals() {
   sigset_t now;
@@ -57,8 +57,8 @@ int in_child(F child) {
 
 TEST_CASE("Stop signals: blocked in the run's threads, taken by a thread of their own") {
   const int failed = in_child([] {
-    vinf::app::hold_stop_signals();
-    vinf::app::install_stop_signals();
+    vinf::pipeline::hold_stop_signals();
+    vinf::pipeline::install_stop_signals();
     if (!blocks_stop_signals()) return 1;  // the thread that computes
     bool inherited = false;
     std::thread([&] { inherited = blocks_stop_signals(); }).join();
@@ -76,11 +76,11 @@ TEST_CASE("Stop signals: blocked in the run's threads, taken by a thread of thei
 
 TEST_CASE("Stop signals: one that comes before the handler waits for it") {
   const int failed = in_child([] {
-    vinf::app::hold_stop_signals();
+    vinf::pipeline::hold_stop_signals();
     kill(getpid(), SIGTERM);  // while MPI starts: held, not fatal
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (stop_signal() != 0) return 1;
-    vinf::app::install_stop_signals();
+    vinf::pipeline::install_stop_signals();
     return stop_signal_becomes(SIGTERM) ? 0 : 2;
   });
   CHECK(failed == 0);
@@ -88,13 +88,13 @@ TEST_CASE("Stop signals: one that comes before the handler waits for it") {
 
 TEST_CASE("Stop signals: the VINF_FAULT_STEP test hook signals the process") {
   const int failed = in_child([] {
-    vinf::app::hold_stop_signals();
-    vinf::app::install_stop_signals();
+    vinf::pipeline::hold_stop_signals();
+    vinf::pipeline::install_stop_signals();
     setenv("VINF_FAULT_STEP", "rank=1,step=3,signal=USR1", 1);
-    if (vinf::app::step_fault(0, 3) || vinf::app::step_fault(1, 2)) return 1;  // other ranks and steps
+    if (vinf::pipeline::step_fault(0, 3) || vinf::pipeline::step_fault(1, 2)) return 1;  // other ranks and steps
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (stop_signal() != 0) return 2;
-    if (vinf::app::step_fault(1, 3)) return 3;  // a signal, not NAN
+    if (vinf::pipeline::step_fault(1, 3)) return 3;  // a signal, not NAN
     return stop_signal_becomes(SIGUSR1) ? 0 : 4;
   });
   CHECK(failed == 0);
@@ -105,8 +105,8 @@ TEST_CASE("Stop signals: the VINF_FAULT_STEP test hook signals the process") {
 TEST_CASE("Stop signals: a program vinf starts begins with no signal blocked") {
   const std::string status = "/tmp/vinf-test-spawn-status-" + std::to_string(getpid());
   const int failed = in_child([&] {
-    vinf::app::hold_stop_signals();
-    vinf::app::install_stop_signals();
+    vinf::pipeline::hold_stop_signals();
+    vinf::pipeline::install_stop_signals();
     const std::string script = "grep SigBlk /proc/self/status > " + status;
     std::string sh = "sh", c = "-c", cmd = script;
     char* argv[] = {sh.data(), c.data(), cmd.data(), nullptr};

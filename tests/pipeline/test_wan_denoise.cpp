@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "../support.hpp"
-#include "app/wan_pipeline.hpp"
+#include "pipeline/wan_denoise.hpp"
 #include "core/error.hpp"
 #include "model/wan_vae.hpp"
 #include "io/safetensors.hpp"
@@ -31,7 +31,7 @@ TEST_CASE("golden: Wan denoising loop equals diffusers' WanPipeline (4 UniPC ste
   ops::copy(rt.ctx(), ref.tensor("prompt_embeds"), prompt);
   ops::copy(rt.ctx(), ref.tensor("negative_prompt_embeds"), negative);
   int steps_seen = 0;
-  app::wan_denoise(rt, {wan, sched, prompt, negative, 5.f, [&](int) {
+  pipeline::wan_denoise(rt, {wan, sched, prompt, negative, 5.f, [&](int) {
                                                   ++steps_seen;
                                                   return true;
                                                 }}, sampler);
@@ -55,7 +55,7 @@ TEST_CASE("golden: Wan latents to video equal diffusers' WanPipeline") {
   const Tensor latents = ref.tensor("latents"), want = ref.tensor("video");
   OwnedTensor z = rt.arena().empty(DType::f32, latents.shape);
   ops::copy(rt.ctx(), latents, z);
-  app::wan_latents_for_vae(rt, vae.config(), z, z);
+  pipeline::wan_latents_for_vae(rt, vae.config(), z, z);
   const std::int64_t F = want.size(1), C = want.size(2), H = want.size(3), W = want.size(4);
   OwnedTensor video = rt.arena().empty(DType::f32, {1, C, F, H, W});
   vae.decode(rt.ctx(), z, video);
@@ -71,5 +71,5 @@ TEST_CASE("golden: Wan latents to video equal diffusers' WanPipeline") {
   CHECK(worst < 1e-4);
   // Channels that do not match the VAE's statistics are refused.
   OwnedTensor four = rt.arena().empty(DType::f32, {1, 4, 3, 4, 4});
-  CHECK_THROWS_AS(app::wan_latents_for_vae(rt, vae.config(), four, four), InputError);
+  CHECK_THROWS_AS(pipeline::wan_latents_for_vae(rt, vae.config(), four, four), InputError);
 }

@@ -6,21 +6,21 @@
 // pipeline's num_frames (1 + 4k video frames, (frames - 1) / 4 + 1 latent frames).
 #pragma once
 
-#include "app/generate_options.hpp"
-#include "app/generate_run.hpp"
 #include "job/job.hpp"
+#include "pipeline/generate_spec.hpp"
+#include "pipeline/outcome.hpp"
 
-namespace vinf::app {
+namespace vinf::pipeline {
 
 // The options are ones the Wan path runs (InputError naming the option otherwise).
-void check_wan_plan(const RunPlan& o);
+void check_wan_plan(const GenerateSpec& o);
 
 // The world's size fits a Wan video (its ranks: one, or two with --parallel.cfg 2) and the options
 // are ones the Wan path runs; InputError naming the option otherwise. Before MPI starts its work.
-void check_wan_job(const RunPlan& o, int world);
+void check_wan_job(const GenerateSpec& o, int world);
 
 // One Wan video on the job's unit (a single run's world, or a replica taking jobs from a list):
 // collective over job.session(). Throws vinf::InputError on every rank of the unit for bad input.
-VideoOutcome run_wan_video(const RunPlan& o, job::Job& job);
+VideoOutcome run_wan_video(const GenerateSpec& o, job::Job& job);
 
-}  // namespace vinf::app
+}  // namespace vinf::pipeline

@@ -2,7 +2,11 @@
 // preemption (SIGTERM) asks the run to stop after its current step, with a checkpoint.
 #pragma once
 
-namespace vinf::app {
+namespace vinf::pipeline {
+
+// The exit status of a run that stopped on SIGTERM/SIGUSR1 after writing a checkpoint: the job
+// script requeues it, and `--resume auto` continues.
+inline constexpr int kExitStopped = 75;
 
 // SIGTERM and SIGUSR1 (what Slurm sends before a time limit or a preemption) set a flag that the
 // loop checks after every step; SIGXFSZ is ignored so that a full quota is an error message.
@@ -22,4 +26,4 @@ const char* signal_name(int sig);
 // Returns true for NAN at this rank and step.
 bool step_fault(int world_rank, int completed_steps);
 
-}  // namespace vinf::app
+}  // namespace vinf::pipeline

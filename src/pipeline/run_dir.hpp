@@ -1,0 +1,79 @@
+// A run's directory, for every family: where the outputs go, which checkpoint a run continues from
+// and whether it may (every rank agreeing), what a finished run there means, the removal of a
+// previous run's outputs, and the parts of run.json the families share.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+#include "infinity/config.hpp"
+#include "io/checkpoint.hpp"
+#include "mpi/communicator.hpp"
+#include "mpi/session.hpp"
+#include "pipeline/generate_spec.hpp"
+#include "sampling/long_video.hpp"
+
+namespace vinf::pipeline {
+
+using json = nlohmann::ordered_json;
+
+// Runs fn on rank 0; its result, or the message of the vinf::InputError it threw, reaches every
+// rank (which then all throw it), so a decision that reads the file system is the same everywhere.
+std::string decided_by_root(const mpi::Session& mpi, const std::function<std::string()>& fn);
+
+// outputs/<name>-<Slurm job id (array: <array job id>_<task>), or the date and time>.
+std::string default_out_dir(const std::string& name);
+// The output directory: --out, or the run a --resume PATH belongs to, or outputs/<name>-<id>.
+// Refused when it exists, unless --overwrite or --resume.
+std::string choose_out_dir(const GenerateSpec& o, const mpi::Session& mpi);
+// The checkpoint a run continues from, with this rank's frames already read and their checksums
+// checked (none: a fresh start).
+struct ResumePoint {
+  std::unique_ptr<io::CheckpointInfo> info;
+  std::vector<float> latents, previous_x0;  // frames [first, first + count), frame-major
+  std::vector<std::vector<float>> memories;  // the extra solver memories asked for, in that order
+};
+// Collective. --resume PATH: that checkpoint, which must be readable, belong to this run
+// (check_resumable) and pass its checksums, else vinf::InputError on every rank. --resume auto:
+// the newest checkpoint in OUT/checkpoints that does; a damaged one is skipped with a warning that
+// names the file and what failed (the dataset whose checksum does not match), and the next older
+// one is tried, with a warning that says so. Checkpoints present but none usable: InputError
+// (never a silent start from the beginning); none present: a fresh start.
+// `memories` names the solver's datasets under /state beyond previous_x0 (the flow UniPC's).
+ResumePoint choose_checkpoint(const GenerateSpec& o, const std::string& out_dir, const mpi::Session& mpi,
+                              const io::RunStamp& stamp, const std::vector<std::int64_t>& timesteps,
+                              const Shape& full, std::int64_t first, std::int64_t count,
+                              const std::vector<std::string>& memories = {});
+
+// The settings that change the numbers, which a resumed run must share with the checkpoint (the
+// number of clips only outside invariant mode).
+json numerics_json(const GenerateSpec& o, int clips, DType dtype, const Device& device);
+// Throws vinf::InputError naming the checkpoint and the first differences.
+void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, const std::vector<std::int64_t>& timesteps);
+// What differs between the settings of a run file (`there`, read from path) and this run's: the
+// model, or up to four numerics keys with both values; "" when they are the same run.
+std::string settings_differences(const io::RunStamp& there, const io::RunStamp& here, const std::string& path);
+// --resume auto over a finished run: "nothing to do" only when it is the same run (its latents.h5
+// has this run's model and numerics); otherwise an InputError listing the differences, on every rank.
+void check_finished_run(const std::string& out_dir, const io::RunStamp& now, const mpi::Session& mpi);
+
+// --overwrite: removes every output a previous run left in out_dir (run.json first, then latents.h5,
+// video.mp4, contact.png, frames/, evaluate.*, activations.h5 and the checkpoints), so that nothing
+// of it stays beside the new run's files. One process. Returns the names removed.
+std::vector<std::string> remove_run_outputs(const std::string& out_dir);
+
+json counters_json(const mpi::CommCounters& c);
+json vi_json(const infinity::Config& v);
+// The [long] settings that apply to the mode, for run.json and the numerics a resume must share.
+json long_json(const sampling::LongVideoConfig& l);
+
+// The message of the lowest rank whose `mine` is not empty, on every rank ("" when none): what
+// every rank reports when some could not read a file.
+std::string first_rank_error(const mpi::Session& mpi, const std::string& mine);
+
+}  // namespace vinf::pipeline

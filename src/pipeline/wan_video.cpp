@@ -1,0 +1,656 @@
+#include "pipeline/wan_video.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "evaluate/evaluate.hpp"
+#include "core/progress.hpp"
+#include "infinity/wan_exact.hpp"
+#include "infinity/wan_windows.hpp"
+#include "io/atomic_file.hpp"
+#include "io/checkpoint.hpp"
+#include "mpi/session.hpp"
+#include "io/image.hpp"
+#include "io/video.hpp"
+#include "io/path_query.hpp"
+#include "io/safetensors.hpp"
+#include "job/job.hpp"
+#include "model/t5_tokenizer.hpp"
+#include "model/umt5.hpp"
+#include "model/wan_vae.hpp"
+#include "model/weights.hpp"
+#include "model/wan_transformer.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/runtime.hpp"
+#include "pipeline/run_dir.hpp"
+#include "pipeline/step_control.hpp"
+#include "pipeline/stop_signals.hpp"
+#include "pipeline/wan_denoise.hpp"
+#include "sampling/noise.hpp"
+
+namespace fs = std::filesystem;
+
+namespace vinf::pipeline {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::ordered_json;
+
+}  // namespace
+
+// What this version of the Wan path refuses, with the option named: the layouts that split the
+// model, the UNet family's methods and files (the rank counts: check_wan_job).
+void check_wan_plan(const GenerateSpec& o) {
+  const std::string what = "--model " + o.model + " is a Wan2.1 pipeline, which ";
+  VINF_INPUT_CHECK(o.job.tensor == 1 && o.job.pipeline == 1, what,
+                   "runs a video on one rank, two with --parallel.cfg 2, or its frames over ranks with --vi.mode exact ",
+                   "or invariant in this version: drop --parallel.tensor and --parallel.pipeline");
+  VINF_INPUT_CHECK(o.vi.mode != infinity::Mode::compat, what, "has no --vi.mode compat (it reproduces the released ",
+                   "Video-Infinity's UNet); --vi.mode exact spreads its frames over ranks, --vi.mode invariant runs ",
+                   "Video-Infinity's windows over them");
+  VINF_INPUT_CHECK(o.long_clips(), what, "makes one clip in this version: drop --long.mode");
+  VINF_INPUT_CHECK(o.embeddings.empty(), what, "encodes its prompts with its own UMT5: drop --prompt.embeddings");
+  VINF_INPUT_CHECK(o.prompts.size() == 1, what, "takes one prompt (--prompt.text once), got ", o.prompts.size());
+  VINF_INPUT_CHECK(o.lora.empty() && o.dump_modules.empty() && !o.debug, what,
+                   "has no --model.lora, --dump.modules or --debug in this version (they name the UNet's modules)");
+  VINF_INPUT_CHECK(!o.evaluate || (o.video && io::is_directory(o.model + "/vae")), what,
+                   "evaluates its video.mp4 with --evaluate (its latents are not pictures): keep --output.video and the ",
+                   "pipeline's vae/");
+  VINF_INPUT_CHECK(o.vae.empty(), what, "decodes with its own vae/: drop --model.vae");
+  for (const auto& [dir, option, sub] : {std::tuple{&o.text_encoder, "--model.text-encoder", "text_encoder"},
+                                         std::tuple{&o.tokenizer, "--model.tokenizer", "tokenizer"}})
+    VINF_INPUT_CHECK(dir->empty() || *dir == o.model + "/" + sub, what, "reads its own ", sub, "/: drop ", option);
+  VINF_INPUT_CHECK(o.frames >= 1 && (o.frames - 1) % 4 == 0, "--video.frames ", o.frames,
+                   ": a Wan video has 1 + 4k frames (the VAE keeps the first frame and packs 4 per latent frame); "
+                   "use ", (o.frames - 1) / 4 * 4 + 1, " or ", ((o.frames - 1) / 4 + 1) * 4 + 1);
+  for (const auto& [name, v] : {std::pair{"video.height", o.height}, std::pair{"video.width", o.width}})
+    VINF_INPUT_CHECK(v % 16 == 0, "--", name, " ", v, " must be a multiple of 16 for a Wan model (the VAE's 8 times ",
+                     "the transformer's patch of 2)");
+  for (const char* part : {"transformer", "text_encoder", "tokenizer", "scheduler"})
+    VINF_INPUT_CHECK(io::is_directory(o.model + "/" + part), what, "needs its ", part, "/ directory, which is missing");
+  // The VAE decodes after the last step: its class, config and weights' shapes are checked now, so
+  // that a wrong vae/ (a UNet pipeline's AutoencoderKL) is refused before the denoising, not after.
+  const std::string vae_dir = o.model + "/vae";
+  if ((o.video || o.png) && io::is_directory(vae_dir)) {
+    const model::WanVaeConfig vc = model::load_wan_vae_config(vae_dir + "/config.json");
+    model::check_weights(model::WeightFiles(model::find_model_files(vae_dir)), model::wan_vae_decoder_parameters(vc),
+                         true, nullptr);
+    const model::WanTransformerConfig tc =
+        model::load_wan_transformer_config(model::find_wan_transformer_config(o.model), nullptr);
+    VINF_INPUT_CHECK(vc.z_dim == tc.out_channels, vae_dir, ": the VAE's z_dim ", vc.z_dim, " is not the transformer's ",
+                     tc.out_channels, " latent channels: the two parts are not of one pipeline");
+  }
+}
+
+namespace {
+
+// The ranks per guidance branch a Wan video runs on: one, or its latent frames over `clips` in
+// exact mode or with Video-Infinity's windows (at most one rank per latent frame; the windows'
+// halo within every rank's frames).
+void check_wan_clips(const GenerateSpec& o, int clips, int world) {
+  const std::string what = "--model " + o.model + " is a Wan2.1 pipeline, which ";
+  const bool windows = o.vi.mode == infinity::Mode::invariant;
+  VINF_INPUT_CHECK(clips == 1 || o.vi.mode == infinity::Mode::exact || windows, what, "runs on ", o.job.cfg,
+                   o.job.cfg == 1 ? " rank" : " ranks (--parallel.cfg 2: one per guidance branch)", ", or with ",
+                   "--vi.mode exact or invariant its latent frames over more, but ", world,
+                   " were started without (more ranks also take jobs from a list: --jobs FILE with --parallel.data)");
+  const std::int64_t latent_frames = (o.frames - 1) / 4 + 1;
+  VINF_INPUT_CHECK(clips <= latent_frames, what, "has ", latent_frames, " latent frames at --video.frames ", o.frames,
+                   ", fewer than the ", clips, " ranks they would be split over; use at most ", latent_frames,
+                   " ranks per guidance branch");
+  if (windows) infinity::check_wan_windows(o.vi, latent_frames, clips);
+}
+
+}  // namespace
+
+void check_wan_job(const GenerateSpec& o, int world) {
+  check_wan_plan(o);
+  VINF_INPUT_CHECK(world % o.job.cfg == 0, "--model ", o.model, " is a Wan2.1 pipeline, which takes 2 x N ranks ",
+                   "with --parallel.cfg 2 (one guidance branch each), got ", world);
+  check_wan_clips(o, world / o.job.cfg, world);
+}
+
+namespace {
+
+// What the phases of one Wan video share: the spec, the job, the shape and this rank's part of it,
+// the schedule, the run's identity in its files, and the times run.json reports. The phases:
+// plan (every check before anything is written), outputs (the directory, the checkpoint to resume
+// from), text, denoise, outputs written.
+struct WanRun {
+  const GenerateSpec& o;
+  job::Job& job;
+  Runtime& rt;
+  mpi::Session& world;
+  Clock::time_point start = Clock::now();
+  bool root = false;
+  // The shape: latent frames, and the latent's height and width at the VAE's 8x; --vi.mode exact
+  // or invariant: the latent frames split over the clip ranks of each guidance branch.
+  std::int64_t lf = 0, lh = 0, lw = 0;
+  int clips = 1;
+  bool windows = false, writer = false, guided = false;
+  infinity::FrameRange part;
+  Shape frame_major, mine_major;
+  sampling::FlowScheduleConfig sched_config;
+  std::unique_ptr<sampling::FlowScheduler> scheduler;
+  std::optional<model::T5Tokenizer> tokenizer;
+  std::string transformer_config;
+  model::WanTransformerConfig tc;
+  std::vector<std::string> warnings;
+  json config;
+  io::RunStamp stamp;
+  std::string out_dir, ckpt_dir;
+  // The text: the prompt's (and the negative prompt's) embeddings, [texts, max_length, width].
+  std::vector<float> embeds;
+  std::int64_t width = 0;
+  // What run.json reports.
+  double text_seconds = 0, load_seconds = 0, denoise_seconds = 0, checkpoint_seconds = 0, write_seconds = 0;
+  std::vector<double> step_seconds;
+  int start_step = 0;
+  std::string resumed_from;
+
+  WanRun(const GenerateSpec& spec, job::Job& j) : o(spec), job(j), rt(j.runtime()), world(j.session()), root(j.root()) {}
+  void log(const std::string& line) const {
+    if (root && !o.quiet) std::cerr << "vinf generate: " << line << "\n" << std::flush;
+  }
+};
+
+// -- plan: the shape, the schedule, the model's config and the given latents, before any output -
+
+void plan_wan(WanRun& r) {
+  const GenerateSpec& o = r.o;
+  r.lf = (o.frames - 1) / 4 + 1;
+  r.lh = o.height / 8;
+  r.lw = o.width / 8;
+  r.clips = r.job.grid().clip_size();
+  check_wan_clips(o, r.clips, r.job.size());  // a job list's jobs come here without check_wan_job
+  VINF_INPUT_CHECK(r.clips == 1 || r.job.clip_comm() != nullptr, "--model ", o.model, ": --vi.mode ",
+                   infinity::mode_name(o.vi.mode), " spreads a Wan video's frames only when the whole run has it: ",
+                   "give it on the command line, not per job");
+  r.windows = o.vi.mode == infinity::Mode::invariant;
+  r.part = infinity::clip_frames(r.lf, r.clips, r.job.grid().clip_index());
+  r.writer = r.job.grid().cfg_index() == 0;  // branch 0's ranks write the frames they hold
+  r.sched_config = sampling::read_flow_schedule_config(o.model + "/scheduler");
+  r.scheduler = std::make_unique<sampling::FlowScheduler>(o.flow_solver, r.sched_config, o.steps);
+  r.tokenizer.emplace(model::T5Tokenizer::load(o.model + "/tokenizer"));
+  r.transformer_config = model::find_wan_transformer_config(o.model);
+  r.tc = model::load_wan_transformer_config(r.transformer_config, &r.warnings);
+  r.frame_major = {r.lf, r.tc.in_channels, r.lh, r.lw};
+  r.mine_major = {r.part.count, r.tc.in_channels, r.lh, r.lw};
+  if (o.latents_init.empty()) return;
+  const io::SafetensorsFile f(o.latents_init);
+  const auto* e = f.find("latents_init");
+  VINF_INPUT_CHECK(e != nullptr, "--latents-init ", o.latents_init, " has no tensor 'latents_init' (F32 [1,C,F,H,W])");
+  const Shape want{1, r.tc.in_channels, r.lf, r.lh, r.lw};
+  VINF_INPUT_CHECK(e->dtype == DType::f32 && e->shape == want, "--latents-init ", o.latents_init, ": 'latents_init' is ",
+                   io::safetensors_dtype_name(e->dtype), e->shape.str(), " but this video's latents are F32",
+                   want.str(), " (1, channels, (frames - 1) / 4 + 1, height / 8, width / 8)");
+  f.tensor("latents_init");  // a NaN or infinity is refused now, before any output exists
+}
+
+// What identifies the run in its files: run.json's config, and the stamp a resumed run must match.
+void identify_wan(WanRun& r) {
+  const GenerateSpec& o = r.o;
+  r.config = {{"family", "wan"},
+              {"model", o.model},
+              {"latents-init", o.latents_init},
+              {"video", {{"frames", o.frames}, {"latent-frames", r.lf}, {"height", o.height}, {"width", o.width}}},
+              {"sampler",
+               {{"scheduler", sampling::flow_solver_name(o.flow_solver)}, {"steps", o.steps},
+                {"guidance", o.guidance}, {"seed", o.seed}, {"flow-shift", r.sched_config.flow_shift}}},
+              {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"max-length", o.max_text_length}}},
+              {"device", r.rt.device().name()},
+              {"dtype", dtype_name(r.job.dtype())}};
+  // Video-Infinity's windows change the numbers (not the ranks they run on).
+  if (r.windows) r.config["vi"] = vi_json(o.vi);
+  io::RunStamp& stamp = r.stamp;
+  // Not in the numerics: the layout (exact mode, the windows and CFG parallelism compute the same
+  // numbers on any ranks, to float rounding), so a run resumes on other ranks.
+  stamp.numerics_json = r.config.dump();
+  const char* mode = r.windows ? "invariant" : r.clips > 1 ? "exact" : "off";
+  r.config["parallel"] = {{"cfg", o.job.cfg},       {"world", r.world.size()},
+                          {"frame-ranks", r.clips}, {"vi-mode", mode},
+                          {"clips", 1},             {"frames-per-clip", o.frames}};
+  r.config["vae"] = {{"tile", o.vae_tile}};  // not in the numerics: a resume may decode otherwise
+  stamp.config_json = r.config.dump();
+  stamp.model_fingerprint =
+      model::model_fingerprint(model::find_model_files(fs::path(r.transformer_config).parent_path().string()));
+  stamp.noise_mode = "invariant";
+  stamp.scheduler = sampling::flow_solver_name(o.flow_solver);
+  stamp.seed = o.seed;
+  stamp.world_size = r.world.size();
+  stamp.cfg_size = o.job.cfg;
+  stamp.clip_size = r.clips;
+}
+
+// The output directory and its checkpoints folder; false when a finished run there leaves nothing
+// to do.
+bool prepare_wan_outputs(WanRun& r) {
+  const GenerateSpec& o = r.o;
+  r.out_dir = choose_out_dir(o, r.world);
+  r.ckpt_dir = r.out_dir + "/checkpoints";
+  // A finished run (its run.json is there) that is asked to resume has nothing left to do.
+  if (!o.resume.empty() &&
+      decided_by_root(r.world, [&] { return io::path_exists(r.out_dir + "/run.json") ? "done" : ""; }) == "done") {
+    check_finished_run(r.out_dir, r.stamp, r.world);  // another prompt or seed is refused, not "done"
+    r.log(r.out_dir + " holds a finished run (run.json); nothing to resume");
+    return false;
+  }
+  std::string mkdir_error;
+  if (r.root) {
+    std::error_code ec;
+    fs::create_directories(r.ckpt_dir, ec);
+    if (ec) mkdir_error = ec.message();
+    fs::remove(r.out_dir + "/run.json", ec);  // from here on the directory holds an unfinished run
+    if (o.resume.empty()) remove_run_outputs(r.out_dir);  // --overwrite: nothing of the old run stays
+  }
+  r.world.broadcast(mkdir_error);
+  VINF_INPUT_CHECK(mkdir_error.empty(), "cannot create the output directory ", r.ckpt_dir, ": ", mkdir_error);
+  io::check_run_files(r.world.world(), r.ckpt_dir, r.stamp);
+  for (const std::string& w : r.warnings) r.log("warning: " + w);
+  if (o.vi_given && !r.windows)
+    r.log(std::string("note: the [vi] settings but the mode are for Video-Infinity's windows (--vi.mode invariant) ") +
+          "and do not change a Wan video in mode " + infinity::mode_name(o.vi.mode));
+  if (o.vi_given && r.windows)
+    r.log("note: [vi] conv-halo, halo and sync-groupnorm are for the UNet family (a Wan transformer has no temporal "
+          "convolutions or group norms, and its windows carry keys and values)");
+  return true;
+}
+
+// -- text: the prompt and the negative one, cleaned as the pipeline cleans them, through UMT5;
+// rows past each prompt's tokens zeroed as the pipeline pads them --------------------------------
+
+void encode_wan_text(WanRun& r) {
+  const GenerateSpec& o = r.o;
+  const auto t_text = Clock::now();
+  r.guided = o.guidance > 1.0;  // as the pipeline: guidance 1 or below runs the prompt alone
+  std::vector<std::string> texts = {model::wan_prompt_clean(o.prompts[0])};
+  if (r.guided) texts.push_back(model::wan_prompt_clean(o.negative));
+  {
+    const model::Umt5Encoder encoder = model::Umt5Encoder::load(o.model + "/text_encoder", r.rt, DType::f32);
+    r.width = encoder.config().d_model;
+    std::vector<model::T5TokenizedText> tokens;
+    r.embeds = model::encode_prompts(r.rt, *r.tokenizer, encoder, texts, o.max_text_length, &tokens);
+    std::vector<std::int64_t> lengths;
+    for (const model::T5TokenizedText& t : tokens) {
+      lengths.push_back(t.length);
+      if (t.truncated())
+        r.log("warning: the prompt \"" + texts[lengths.size() - 1].substr(0, 60) + "\" has " +
+              std::to_string(t.length) + " tokens; kept " + std::to_string(o.max_text_length));
+    }
+    for (std::int64_t& l : lengths) l = std::min<std::int64_t>(l, o.max_text_length);
+    model::zero_past_length(r.embeds, static_cast<std::int64_t>(texts.size()), o.max_text_length, r.width, lengths);
+  }
+  VINF_INPUT_CHECK(r.width == r.tc.text_dim, "the text encoder of ", o.model, " gives ", r.width,
+                   "-wide embeddings but its transformer takes text_dim = ", r.tc.text_dim);
+  r.text_seconds = seconds_since(t_text);
+}
+
+// The text as a checkpoint caches it.
+io::TextCache wan_text_cache(const WanRun& r) {
+  const auto per = static_cast<std::ptrdiff_t>(r.o.max_text_length * r.width);
+  io::TextCache text_cache;
+  text_cache.prompts = 1;
+  text_cache.tokens = r.o.max_text_length;
+  text_cache.width = r.width;
+  text_cache.prompt_embeds.assign(r.embeds.begin(), r.embeds.begin() + per);
+  if (r.guided) text_cache.negative_prompt_embeds.assign(r.embeds.begin() + per, r.embeds.end());
+  return text_cache;
+}
+
+// -- denoise -------------------------------------------------------------------------------
+
+// This rank's latents or a solver memory, frame-major on the host.
+std::vector<float> frames_on_host(const WanRun& r, const Tensor& t) {
+  std::vector<float> h(static_cast<std::size_t>(t.numel()));
+  ops::copy(r.rt.ctx(), t.select(0, 0).permute({1, 0, 2, 3}),
+            Tensor::wrap(h.data(), DType::f32, Device::cpu(), r.mine_major));
+  r.rt.synchronize();
+  return h;
+}
+
+// The initial latents (given, or the seed's standard normal draw keyed by frame, as every vinf run
+// draws them: this rank's frames of them), or --resume's checkpoint with UniPC's memories.
+void start_wan_latents(WanRun& r, sampling::FlowSampler& sampler) {
+  const GenerateSpec& o = r.o;
+  ExecContext& ctx = r.rt.ctx();
+  if (o.latents_init.empty()) {
+    sampling::NoiseSource(sampling::NoiseMode::invariant, static_cast<std::uint64_t>(o.seed), 0, r.part.first)
+        .initial(ctx, r.rt.arena(), sampler.latents());
+  } else {
+    ops::copy(ctx, io::SafetensorsFile(o.latents_init).tensor("latents_init").slice(2, r.part.first, r.part.count),
+              sampler.latents());
+  }
+  const std::vector<std::string> memories = {"last_corrected", "second_previous_x0"};
+  ResumePoint resume = choose_checkpoint(o, r.out_dir, r.world, r.stamp, r.scheduler->timesteps(), r.frame_major,
+                                         r.part.first, r.part.count, memories);
+  if (!resume.info) return;
+  auto put = [&](std::vector<float>& host) {
+    return Tensor::wrap(host.data(), DType::f32, Device::cpu(), r.mine_major).permute({1, 0, 2, 3}).unsqueeze(0);
+  };
+  sampler.restore(ctx, static_cast<int>(resume.info->state.step), put(resume.latents), put(resume.memories[0]),
+                  put(resume.previous_x0), put(resume.memories[1]));
+  r.rt.synchronize();
+  r.start_step = static_cast<int>(resume.info->state.step);
+  r.resumed_from = resume.info->path;
+  r.log("resuming from " + resume.info->path + " after step " + std::to_string(resume.info->state.step) + " of " +
+        std::to_string(o.steps));
+}
+
+void log_wan_plan(const WanRun& r, const model::WanTransformer& wan) {
+  const GenerateSpec& o = r.o;
+  r.log("Wan2.1 " + o.model + ": " + std::to_string(wan.weights().count()) + " transformer parameters as " +
+        model::precision_name(r.job.dtype(), r.rt.device()) + " on " + r.rt.device().name() + "; " +
+        std::to_string(o.frames) + " frames (" + std::to_string(r.lf) + " latent) at " + std::to_string(o.height) +
+        "x" + std::to_string(o.width) + ", " + std::to_string(o.steps) + " " +
+        sampling::flow_solver_name(o.flow_solver) + " steps, guidance " + format_number(o.guidance, 5) +
+        (o.latents_init.empty() ? ", seed " + std::to_string(o.seed) : ", latents from " + o.latents_init) +
+        (r.windows ? "; --vi.mode invariant, windows of +-" + std::to_string(o.vi.local_frames) +
+                         " latent frames and " + std::to_string(o.vi.global_frames) + " global frame(s)"
+                   : "") +
+        (r.clips > 1 ? std::string(r.windows ? "," : "; --vi.mode exact,") + " the latent frames over " +
+                           std::to_string(r.clips) + " ranks"
+                     : ""));
+}
+
+// The self-attention that sees the other ranks' frames: Video-Infinity's windows, exact mode's
+// all-to-alls, or none (the plain model's).
+std::unique_ptr<model::WanSelfAttention> wan_attention(const WanRun& r) {
+  const std::int64_t per_frame = (r.lh / r.tc.patch_size[1]) * (r.lw / r.tc.patch_size[2]);
+  if (r.windows)
+    return std::make_unique<infinity::WanWindowAttention>(r.o.vi, r.clips > 1 ? r.job.clip_comm() : nullptr,
+                                                          infinity::clip_frame_counts(r.lf, r.clips), per_frame);
+  if (r.clips == 1) return nullptr;
+  std::vector<std::int64_t> tokens = infinity::clip_frame_counts(r.lf, r.clips);
+  for (std::int64_t& n : tokens) n *= per_frame;
+  return std::make_unique<infinity::WanExactAttention>(*r.job.clip_comm(), tokens);
+}
+
+// After step `done`: the latents and UniPC's memories into a checkpoint (refused when they are no
+// longer finite: the last good one stays).
+std::string write_wan_checkpoint(WanRun& r, const sampling::FlowSampler& sampler, const io::TextCache& text, int done) {
+  const auto t_ckpt = Clock::now();
+  std::vector<float> x = frames_on_host(r, sampler.latents()), m1 = frames_on_host(r, sampler.previous_x0()),
+                     last = frames_on_host(r, sampler.last_corrected()),
+                     m2 = frames_on_host(r, sampler.second_previous_x0());
+  for (float v : x)
+    VINF_CHECK(std::isfinite(v), "the Wan latents are no longer finite after step ", done,
+               ": no checkpoint written (the last good one stays)");
+  io::SolverState state{done, r.scheduler->timesteps(),
+                        std::vector<double>(r.scheduler->sigmas().begin(), r.scheduler->sigmas().end())};
+  const std::string path = r.ckpt_dir + "/" + io::checkpoint_name(done);
+  io::write_checkpoint(r.world.world(), path, r.stamp,
+                       io::FramePart{r.frame_major, r.part.first, r.writer ? r.part.count : 0}, x.data(), m1.data(),
+                       state, text, {{"last_corrected", last.data()}, {"second_previous_x0", m2.data()}});
+  if (r.root) io::prune_checkpoints(r.ckpt_dir, r.o.checkpoint_keep);
+  r.checkpoint_seconds += seconds_since(t_ckpt);
+  return path;
+}
+
+// The guided loop with the run control after every step; the stop signal that ended it, or 0.
+int denoise_wan(WanRun& r, const model::WanTransformer& wan, const Tensor& prompt, const Tensor& negative,
+                sampling::FlowSampler& sampler) {
+  const GenerateSpec& o = r.o;
+  const auto t_denoise = Clock::now();
+  const std::unique_ptr<model::WanSelfAttention> attention = wan_attention(r);
+  WanDenoise d{wan,
+               *r.scheduler,
+               prompt,
+               negative,
+               static_cast<float>(r.guided ? o.guidance : 1.0),
+               nullptr,
+               o.job.cfg == 2 ? r.job.cfg_comm() : nullptr,
+               r.job.grid().cfg_index(),
+               {r.part.first, r.lf},
+               attention.get()};
+  const io::TextCache text_cache = wan_text_cache(r);
+  auto t_step = Clock::now();
+  int stopped = 0;
+  std::string last_checkpoint;
+  const StepControl control(r.world, r.world.rank(), {o.steps, o.checkpoint_every});
+  d.after_step = [&](int i) {
+    r.rt.synchronize();
+    const int done = i + 1;
+    control.pace(t_step);
+    r.step_seconds.push_back(seconds_since(t_step));
+    if (control.fault(done)) ops::fill(r.rt.ctx(), sampler.latents(), std::nan(""));
+    const int sig = control.agreed_stop();  // every rank stops alike, after the last step too
+    if (control.checkpoint_due(done, sig)) last_checkpoint = write_wan_checkpoint(r, sampler, text_cache, done);
+    if (sig != 0) {
+      stopped = sig;
+      r.log(control.stop_line(sig, done, last_checkpoint));
+      return false;
+    }
+    if (!o.quiet && (o.verbose || i + 1 == o.steps || (i + 1) % std::max(1, o.steps / 10) == 0))
+      r.log("step " + std::to_string(i + 1) + "/" + std::to_string(o.steps) + " (t=" +
+            std::to_string(r.scheduler->timesteps()[static_cast<std::size_t>(i)]) +
+            "): " + format_number(r.step_seconds.back()) + " s");
+    t_step = Clock::now();
+    return true;
+  };
+  wan_denoise(r.rt, d, sampler);
+  r.rt.synchronize();
+  r.denoise_seconds = seconds_since(t_denoise);
+  return stopped;
+}
+
+// -- outputs -------------------------------------------------------------------------------
+
+// latents.h5: the latent frames [F, C, H, W]; the guidance branches hold the same latents, and the
+// first writes them.
+void write_wan_latents(WanRun& r, const sampling::FlowSampler& sampler) {
+  std::vector<float> host = frames_on_host(r, sampler.latents());
+  for (float v : host)
+    VINF_CHECK(std::isfinite(v), "the Wan latents are no longer finite after ", r.o.steps,
+               " steps: nothing was written");
+  const auto t_write = Clock::now();
+  io::write_latents(r.world.world(), r.out_dir + "/latents.h5", r.stamp,
+                    io::FramePart{r.frame_major, r.part.first, r.writer ? r.part.count : 0}, host.data());
+  r.write_seconds = seconds_since(t_write);
+}
+
+// The video, when the pipeline has its VAE and a video or frames are asked for. With the frames
+// over ranks, branch 0's frame ranks decode theirs in turn, the VAE's causal memory handed from
+// each to the next, and the first writes the frames.
+WanVideoFiles write_wan_video(WanRun& r, const sampling::FlowSampler& sampler) {
+  const GenerateSpec& o = r.o;
+  WanVideoFiles video;
+  const bool has_vae = io::is_directory(o.model + "/vae");
+  if (!has_vae) r.log("note: " + o.model + " has no vae/: latents.h5 only");
+  if (has_vae && (o.video || o.png) && r.writer) {
+    const model::WanVae vae = model::WanVae::load(o.model + "/vae", r.rt, DType::f32, model::WanVae::decoder);
+    WanVideoParts parts;
+    if (r.clips > 1) {
+      parts.session = &r.world;
+      for (int c = 0; c < r.clips; ++c) parts.ranks.push_back(r.job.grid().world_rank(0, c, 0));
+      parts.index = r.job.grid().clip_index();
+      parts.total = r.lf;
+    }
+    video = wan_write_video(r.rt, vae, sampler.latents(), r.out_dir, {o.video, o.png, o.output_fps, o.ffmpeg},
+                            o.vae_tile, parts);
+  }
+  r.world.broadcast(video.error);
+  if (!video.error.empty()) throw Error(video.error + " (latents.h5 is written and complete)");
+  video.seconds = r.world.max(video.seconds);
+  if (has_vae && (o.video || o.png) && r.clips > 1)
+    r.log("decoded the video over " + std::to_string(r.clips) + " ranks, each its own latent frames after the VAE's " +
+          "causal memory from the rank before, in " + format_number(video.seconds) + " s");
+  return video;
+}
+
+// --evaluate: vinf evaluate on the video (one clip: no boundaries). Its failure is said after
+// run.json, as the run itself is complete: the message and whether it was bad input.
+struct WanEvaluation {
+  std::string error, kind;
+  double seconds = 0;
+};
+
+WanEvaluation evaluate_wan_video(const WanRun& r, WanVideoFiles& video) {
+  WanEvaluation e;
+  if (!r.o.evaluate) return e;
+  const auto t_eval = Clock::now();
+  if (r.root) {
+    r.log("evaluating video.mp4 into evaluate.json and evaluate.png");
+    try {
+      evaluate::evaluate_file(r.out_dir + "/video.mp4", r.out_dir, std::vector<std::int64_t>{},
+                              r.o.evaluate_clip_vision, r.o.quiet);
+      video.files.insert(video.files.end(), {"evaluate.json", "evaluate.png"});
+    } catch (const InputError& x) {
+      e.error = x.what();
+      e.kind = "input";
+    } catch (const std::exception& x) {
+      e.error = x.what();
+    }
+  }
+  r.world.broadcast(e.error);
+  r.world.broadcast(e.kind);
+  e.seconds = r.world.max(seconds_since(t_eval));
+  return e;
+}
+
+// run.json's ranks: each rank's part, the bytes it received per group and collective kind and per
+// step against the analytic count (the attention's per block: exact mode's all-to-alls, the
+// windows' halos and global frames; --parallel.cfg's all-gather of the other branch's prediction),
+// its peak memory. Collective; the list on rank 0.
+json wan_ranks_json(const WanRun& r, std::vector<double>& peaks) {
+  const GenerateSpec& o = r.o;
+  const int steps_run = o.steps - r.start_step;
+  const mpi::CommCounters none;
+  const mpi::CommCounters& clip_counted = r.job.clip_comm() ? r.job.clip_comm()->counters() : none;
+  const mpi::CommCounters& cfg_counted = o.job.cfg == 2 ? r.job.cfg_comm()->counters() : none;
+  const std::int64_t rows = (r.guided && o.job.cfg == 1 ? 2 : 1) * r.tc.heads;
+  const std::int64_t per_frame = (r.lh / r.tc.patch_size[1]) * (r.lw / r.tc.patch_size[2]);
+  const std::vector<std::int64_t> frame_counts = infinity::clip_frame_counts(r.lf, r.clips);
+  std::vector<std::int64_t> tokens = frame_counts;
+  for (std::int64_t& n : tokens) n *= per_frame;
+  const int clip = r.job.grid().clip_index();
+  const std::int64_t attention_elements =
+      r.windows ? infinity::WanWindowAttention::received_elements(o.vi, frame_counts, clip, per_frame, rows,
+                                                                  r.tc.head_dim)
+      : r.clips > 1 ? infinity::WanExactAttention::received_elements(tokens, clip, rows, r.tc.head_dim)
+                    : 0;
+  const auto element = static_cast<double>(dtype_size(r.job.dtype()));
+  auto total_bytes = [](const mpi::CommCounters& c) {
+    double b = 0;
+    for (std::uint64_t x : c.bytes) b += static_cast<double>(x);
+    return b;
+  };
+  const double cfg_analytic =
+      o.job.cfg == 2 ? static_cast<double>(r.tc.out_channels * r.part.count * r.lh * r.lw) * element : 0.0;
+  const json mine = {
+      {"clip_group", counters_json(clip_counted)},
+      {"cfg_group", counters_json(cfg_counted)},
+      {"per_step",
+       {{"clip_group",
+         {{"counted", steps_run > 0 ? total_bytes(clip_counted) / steps_run : 0.0},
+          {"analytic", static_cast<double>(r.tc.layers * attention_elements) * element}}},
+        {"cfg_group",
+         {{"counted", steps_run > 0 ? total_bytes(cfg_counted) / steps_run : 0.0}, {"analytic", cfg_analytic}}}}}};
+  const std::vector<std::string> received = r.world.gather_on_root(mine.dump());
+  json ranks = json::array();
+  for (std::size_t k = 0; k < peaks.size(); ++k) {
+    const json got = json::parse(received[k]);
+    const infinity::FrameRange held = infinity::clip_frames(r.lf, r.clips, static_cast<int>(k) % r.clips);
+    ranks.push_back({{"rank", k}, {"cfg_branch", static_cast<int>(k) / r.clips}, {"clip", static_cast<int>(k) % r.clips},
+                     {"latent_frames", {held.first, held.first + held.count}},
+                     {"bytes_received", {{"clip_group", got["clip_group"]}, {"cfg_group", got["cfg_group"]}}},
+                     {"bytes_received_per_step", got["per_step"]},
+                     {"peak_memory_bytes", peaks[k]}});
+  }
+  return ranks;
+}
+
+// run.json as the UNet family's runs write it (jobs/summarize reads both): the settings, where it
+// resumed, the schedule, the times (the slowest rank's steps), each rank's peak memory. Written
+// last: its presence marks a finished run.
+void write_wan_run_json(WanRun& r, const WanVideoFiles& video, const WanEvaluation& evaluation) {
+  const GenerateSpec& o = r.o;
+  const std::vector<double> per_step = r.world.max(r.step_seconds);
+  const double peak_here = static_cast<double>(r.rt.arena().stats().peak_in_use);
+  std::vector<double> peaks = r.world.gather_values_on_root(peak_here);
+  const json ranks = wan_ranks_json(r, peaks);
+  json outputs = {"latents.h5"};
+  for (const std::string& c : io::list_checkpoints(r.ckpt_dir)) outputs.push_back(fs::relative(c, r.out_dir).string());
+  std::string listed = "latents.h5";
+  for (const std::string& f : video.files) {
+    outputs.push_back(f);
+    if (f.find('/') == std::string::npos) listed += ", " + f;
+  }
+  const double denoised = static_cast<double>(r.lf) * (o.steps - r.start_step);
+  json run = {{"format", "vinf-run"},
+              {"format_version", 1},
+              {"vinf_version", VINF_VERSION},
+              {"status", "complete"},
+              {"out", r.out_dir},
+              {"config", r.config},
+              {"resumed_from", r.resumed_from.empty() ? json(nullptr) : json(r.resumed_from)},
+              {"start_step", r.start_step},
+              {"schedule", {{"timesteps", r.scheduler->timesteps()}, {"sigmas", r.scheduler->sigmas()}}},
+              {"times_s",
+               {{"load", r.load_seconds},
+                {"text", r.text_seconds},
+                {"denoise", r.denoise_seconds},
+                {"denoise_per_step", per_step},
+                {"checkpoint", r.checkpoint_seconds},
+                {"write", r.write_seconds},
+                {"decode", video.seconds},
+                {"evaluate", evaluation.seconds},
+                {"total", seconds_since(r.start)}}},
+              {"frame_steps_per_s", r.denoise_seconds > 0 ? denoised / r.denoise_seconds : 0.0},
+              {"ranks", ranks},
+              {"outputs", outputs}};
+  const double peak = peaks.empty() ? peak_here : *std::max_element(peaks.begin(), peaks.end());
+  if (r.root) io::write_file_atomically(r.out_dir + "/run.json", run.dump(2) + "\n");
+  r.log("outputs in " + r.out_dir + "/ (" + listed + ", run.json); " + format_number(r.denoise_seconds) +
+        " s denoising (latent frame-steps/s " + format_number(denoised / std::max(r.denoise_seconds, 1e-9)) +
+        "), peak memory " + format_mib(peak) + (peaks.size() > 1 ? " on the largest rank" : ""));
+  if (const std::string late = late_stop_line(); !late.empty()) r.log(late);
+}
+
+}  // namespace
+
+VideoOutcome run_wan_video(const GenerateSpec& o, job::Job& job) {
+  check_wan_plan(o);
+  WanRun r(o, job);
+  plan_wan(r);
+  identify_wan(r);
+  if (!prepare_wan_outputs(r)) return {VideoEnd::finished_before, 0, r.out_dir, {}};
+  encode_wan_text(r);
+
+  ExecContext& ctx = r.rt.ctx();
+  const auto t_load = Clock::now();
+  const model::WanTransformer wan = model::WanTransformer::load(o.model, r.rt, job.dtype(), false, &r.warnings);
+  r.load_seconds = seconds_since(t_load);
+  const Shape text_shape{1, o.max_text_length, r.width};
+  OwnedTensor prompt = r.rt.arena().empty(DType::f32, text_shape), negative = r.rt.arena().empty(DType::f32, text_shape);
+  const auto per = static_cast<std::size_t>(text_shape.numel());
+  ops::copy(ctx, Tensor::wrap(r.embeds.data(), DType::f32, Device::cpu(), text_shape), prompt);
+  if (r.guided) ops::copy(ctx, Tensor::wrap(r.embeds.data() + per, DType::f32, Device::cpu(), text_shape), negative);
+  sampling::FlowSampler sampler(*r.scheduler, r.rt.arena(), Shape{1, r.tc.in_channels, r.part.count, r.lh, r.lw});
+  start_wan_latents(r, sampler);
+  log_wan_plan(r, wan);
+
+  if (const int stopped = denoise_wan(r, wan, prompt, negative, sampler); stopped != 0)
+    return {VideoEnd::stopped, stopped, r.out_dir, {}};
+  write_wan_latents(r, sampler);
+  WanVideoFiles video = write_wan_video(r, sampler);
+  const WanEvaluation evaluation = evaluate_wan_video(r, video);
+  write_wan_run_json(r, video, evaluation);
+  if (!evaluation.error.empty()) {
+    const std::string why = "--evaluate: " + evaluation.error + " (the run's outputs are complete; vinf evaluate " +
+                            r.out_dir + "/video.mp4 --out " + r.out_dir + " evaluates them again)";
+    if (evaluation.kind == "input") throw InputError(why);
+    throw Error(why);
+  }
+  return {VideoEnd::complete, 0, r.out_dir, {}};
+}
+
+}  // namespace vinf::pipeline
