@@ -89,6 +89,72 @@ TextFamily text_family(const std::string& encoder_dir, const std::string& tokeni
   return t5_encoder ? TextFamily::t5 : TextFamily::clip;
 }
 
+// What the text encoder made of the prompts (and the negative one, last): the token ids and mask
+// of the prompts, the encoder's output, and (T5 with a negative prompt) the pipeline's embeddings.
+struct Encoded {
+  std::int64_t length = 0, width = 0;
+  std::vector<std::int64_t> ids, mask;
+  std::vector<float> hidden, embeds;  // embeds: what the pipeline hands the denoiser, when it differs from hidden
+  std::string tokenizer_source;
+};
+
+Encoded encode_clip_texts(Runtime& rt, const std::string& encoder_dir, const std::string& tokenizer_dir,
+                          const std::vector<std::string>& all, std::size_t prompts, bool max_length_given,
+                          int max_length_opt) {
+  Encoded e;
+  const model::ClipTokenizer tokenizer = model::ClipTokenizer::load(tokenizer_dir);
+  for (const std::string& w : tokenizer.warnings()) std::cerr << "vinf encode-text: warning: " << w << "\n";
+  VINF_INPUT_CHECK(!max_length_given || max_length_opt == tokenizer.max_length(), "vinf encode-text: --max-length ",
+                   max_length_opt, " differs from the CLIP tokenizer's ", tokenizer.max_length(),
+                   " tokens (", tokenizer.source(), "): CLIP's length is fixed by its position embeddings");
+  const model::ClipTextModel encoder = model::ClipTextModel::load(encoder_dir, rt, DType::f32);
+  std::vector<model::TokenizedText> tokens;
+  e.hidden = model::encode_prompts(rt, tokenizer, encoder, all, &tokens);
+  e.length = tokenizer.max_length();
+  e.width = encoder.config().hidden_size;
+  e.tokenizer_source = tokenizer.source();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const model::TokenizedText& t = tokens[i];
+    const std::string name = i < prompts ? "prompt " + std::to_string(i) : "the negative prompt";
+    if (t.truncated())
+      std::cerr << "vinf encode-text: warning: " << name << " has " << t.length << " tokens; the text encoder takes "
+                << e.length << ", so these are dropped: '" << excerpt(t.dropped) << "'\n";
+    if (i < prompts) e.ids.insert(e.ids.end(), t.ids.begin(), t.ids.end());
+  }
+  return e;
+}
+
+Encoded encode_t5_texts(Runtime& rt, const std::string& encoder_dir, const std::string& tokenizer_dir,
+                        const std::vector<std::string>& all, std::size_t prompts, bool negative, std::int64_t length) {
+  Encoded e;
+  e.length = length;
+  const model::T5Tokenizer tokenizer = model::T5Tokenizer::load(tokenizer_dir);
+  const model::Umt5Encoder encoder = model::Umt5Encoder::load(encoder_dir, rt, DType::f32);
+  e.width = encoder.config().d_model;
+  e.tokenizer_source = tokenizer.source();
+  std::vector<model::T5TokenizedText> tokens;
+  e.hidden = model::encode_prompts(rt, tokenizer, encoder, all, static_cast<int>(length), &tokens);
+  std::vector<std::int64_t> lengths;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const model::T5TokenizedText& t = tokens[i];
+    const std::string name = i < prompts ? "prompt " + std::to_string(i) : "the negative prompt";
+    if (t.truncated())
+      std::cerr << "vinf encode-text: warning: " << name << " has " << t.length
+                << " tokens with eos; --max-length is " << length << ", so its last " << t.length - length
+                << " tokens are dropped\n";
+    if (i < prompts) {
+      e.ids.insert(e.ids.end(), t.ids.begin(), t.ids.end());
+      e.mask.insert(e.mask.end(), t.mask.begin(), t.mask.end());
+    }
+    lengths.push_back(std::count(t.mask.begin(), t.mask.end(), std::int64_t{1}));
+  }
+  if (negative) {
+    e.embeds = e.hidden;
+    model::zero_past_length(e.embeds, static_cast<std::int64_t>(all.size()), length, e.width, lengths);
+  }
+  return e;
+}
+
 }  // namespace
 
 int encode_text(const std::vector<std::string>& args) {
@@ -162,72 +228,25 @@ int encode_text(const std::vector<std::string>& args) {
   Runtime& rt = job->runtime();
   const auto t0 = std::chrono::steady_clock::now();
   const auto n = static_cast<std::int64_t>(prompts.size());
-  std::int64_t length = 0, width = 0;
-  std::vector<std::int64_t> ids, mask;
-  std::vector<float> hidden, embeds;  // embeds: what the pipeline hands the denoiser, when it differs from hidden
-  std::string tokenizer_source;
-  if (family == TextFamily::clip) {
-    const model::ClipTokenizer tokenizer = model::ClipTokenizer::load(tokenizer_dir);
-    for (const std::string& w : tokenizer.warnings()) std::cerr << "vinf encode-text: warning: " << w << "\n";
-    VINF_INPUT_CHECK(!max_length_given || max_length_opt == tokenizer.max_length(), "vinf encode-text: --max-length ",
-                     max_length_opt, " differs from the CLIP tokenizer's ", tokenizer.max_length(),
-                     " tokens (", tokenizer.source(), "): CLIP's length is fixed by its position embeddings");
-    const model::ClipTextModel encoder = model::ClipTextModel::load(encoder_dir, rt, DType::f32);
-    std::vector<model::TokenizedText> tokens;
-    hidden = model::encode_prompts(rt, tokenizer, encoder, all, &tokens);
-    length = tokenizer.max_length();
-    width = encoder.config().hidden_size;
-    tokenizer_source = tokenizer.source();
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      const model::TokenizedText& t = tokens[i];
-      const std::string name = i < prompts.size() ? "prompt " + std::to_string(i) : "the negative prompt";
-      if (t.truncated())
-        std::cerr << "vinf encode-text: warning: " << name << " has " << t.length << " tokens; the text encoder takes "
-                  << length << ", so these are dropped: '" << excerpt(t.dropped) << "'\n";
-      if (i < prompts.size()) ids.insert(ids.end(), t.ids.begin(), t.ids.end());
-    }
-  } else {
-    const model::T5Tokenizer tokenizer = model::T5Tokenizer::load(tokenizer_dir);
-    const model::Umt5Encoder encoder = model::Umt5Encoder::load(encoder_dir, rt, DType::f32);
-    length = max_length_given ? max_length_opt : kDefaultT5Length;
-    width = encoder.config().d_model;
-    tokenizer_source = tokenizer.source();
-    std::vector<model::T5TokenizedText> tokens;
-    hidden = model::encode_prompts(rt, tokenizer, encoder, all, static_cast<int>(length), &tokens);
-    std::vector<std::int64_t> lengths;
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      const model::T5TokenizedText& t = tokens[i];
-      const std::string name = i < prompts.size() ? "prompt " + std::to_string(i) : "the negative prompt";
-      if (t.truncated())
-        std::cerr << "vinf encode-text: warning: " << name << " has " << t.length
-                  << " tokens with eos; --max-length is " << length << ", so its last " << t.length - length
-                  << " tokens are dropped\n";
-      if (i < prompts.size()) {
-        ids.insert(ids.end(), t.ids.begin(), t.ids.end());
-        mask.insert(mask.end(), t.mask.begin(), t.mask.end());
-      }
-      lengths.push_back(std::count(t.mask.begin(), t.mask.end(), std::int64_t{1}));
-    }
-    if (!negative.empty()) {
-      embeds = hidden;
-      model::zero_past_length(embeds, static_cast<std::int64_t>(all.size()), length, width, lengths);
-    }
-  }
+  const Encoded e = family == TextFamily::clip
+                        ? encode_clip_texts(rt, encoder_dir, tokenizer_dir, all, prompts.size(), max_length_given, max_length_opt)
+                        : encode_t5_texts(rt, encoder_dir, tokenizer_dir, all, prompts.size(), !negative.empty(),
+                                          max_length_given ? max_length_opt : kDefaultT5Length);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  const std::size_t row = static_cast<std::size_t>(length * width);
-  std::vector<io::TensorToWrite> tensors = {{"input_ids", DType::i64, {n, length}, ids.data(), {}}};
-  if (!mask.empty()) tensors.push_back({"attention_mask", DType::i64, {n, length}, mask.data(), {}});
-  tensors.push_back({"last_hidden_state", DType::f32, {n, length, width}, hidden.data(), {}});
+  const std::size_t row = static_cast<std::size_t>(e.length * e.width);
+  std::vector<io::TensorToWrite> tensors = {{"input_ids", DType::i64, {n, e.length}, e.ids.data(), {}}};
+  if (!e.mask.empty()) tensors.push_back({"attention_mask", DType::i64, {n, e.length}, e.mask.data(), {}});
+  tensors.push_back({"last_hidden_state", DType::f32, {n, e.length, e.width}, e.hidden.data(), {}});
   if (!negative.empty()) {
-    const float* e = embeds.empty() ? hidden.data() : embeds.data();
-    tensors.push_back({"prompt_embeds", DType::f32, {n, length, width}, e, {}});
-    tensors.push_back({"negative_prompt_embeds", DType::f32, {1, length, width}, e + n * row, {}});
+    const float* embeds = e.embeds.empty() ? e.hidden.data() : e.embeds.data();
+    tensors.push_back({"prompt_embeds", DType::f32, {n, e.length, e.width}, embeds, {}});
+    tensors.push_back({"negative_prompt_embeds", DType::f32, {1, e.length, e.width}, embeds + n * row, {}});
   }
   nlohmann::json meta_prompts = prompts;
   std::map<std::string, std::string> meta = {{"generator", std::string("vinf ") + VINF_VERSION + " encode-text"},
                                              {"text_encoder", encoder_dir},
-                                             {"tokenizer", tokenizer_source},
+                                             {"tokenizer", e.tokenizer_source},
                                              {"prompts", meta_prompts.dump()}};
   if (family == TextFamily::t5) meta["family"] = "t5";
   if (clean) meta["prompt_clean"] = "wan";
@@ -235,7 +254,7 @@ int encode_text(const std::vector<std::string>& args) {
   io::write_safetensors(out_path, tensors, meta);
   if (!quiet)
     std::cerr << "vinf encode-text: " << n << " prompt(s)" << (negative.empty() ? "" : " and the negative") << ", "
-              << length << " tokens x " << width << " on " << device.name() << " in " << seconds << " s; wrote "
+              << e.length << " tokens x " << e.width << " on " << device.name() << " in " << seconds << " s; wrote "
               << out_path << "\n";
   return 0;
 }

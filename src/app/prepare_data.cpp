@@ -87,10 +87,7 @@ struct VideoClips {
   std::vector<float> latents;  // per clip (C, F, h, w)
 };
 
-}  // namespace
-
-int prepare_data(const std::vector<std::string>& args) {
-  PrepareOptions o;
+po::options_description prepare_option_table(PrepareOptions& o) {
   po::options_description opts(
       "vinf prepare-data: videos and captions to a training data file (VAE latents and text embeddings)\n\n"
       "usage: vinf prepare-data VIDEOS_DIR CAPTIONS --model PIPELINE --out data.h5 [options]\n\n"
@@ -120,6 +117,156 @@ int prepare_data(const std::vector<std::string>& args) {
       "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (the encoders compute in f32)")(
       "strict", po::bool_switch(&o.strict), "refuse (exit 2) on any bad video or caption instead of skipping it")(
       "quiet,q", po::bool_switch(&o.quiet), "print only warnings and errors");
+  return opts;
+}
+
+// What the phases of prepare-data share: the options, the encoders, the problems skipped so far,
+// and the clips made.
+struct Prepared {
+  const PrepareOptions& o;
+  Runtime& rt;
+  std::vector<std::string> problems;
+  std::unique_ptr<model::VaeEncoder> vae;
+  std::int64_t lat_c = 0, lh = 0, lw = 0;
+  std::vector<float> all_latents, all_text;
+  std::vector<std::int64_t> clip_video, clip_first;
+  std::vector<std::string> video_names, caption_texts;
+  std::int64_t length = 0, width = 0;
+
+  // A bad video or caption: refused with --strict, else said and skipped.
+  void problem(const std::string& what) {
+    VINF_INPUT_CHECK(!o.strict, what, " (--strict refuses every bad video and caption)");
+    std::cerr << "vinf prepare-data: warning: " << what << "; skipped\n";
+    problems.push_back(what);
+  }
+  void say(const std::string& line) const {
+    if (!o.quiet) std::cerr << "vinf prepare-data: " << line << "\n" << std::flush;
+  }
+};
+
+// The captions, and the videos in the folder without one (one line each, not silently ignored).
+std::vector<Caption> read_all_captions(Prepared& d) {
+  const PrepareOptions& o = d.o;
+  std::vector<std::string> caption_problems;
+  std::vector<Caption> captions = read_captions(o.captions, caption_problems);
+  for (const std::string& p : caption_problems) d.problem(p);
+  std::set<std::string> listed;
+  for (const Caption& c : captions) listed.insert(c.video);
+  for (const auto& e : fs::recursive_directory_iterator(o.videos_dir)) {
+    if (!e.is_regular_file()) continue;
+    const std::string rel = fs::relative(e.path(), o.videos_dir).generic_string();
+    if (!listed.count(rel)) d.problem("video " + rel + " has no caption in " + o.captions);
+  }
+  return captions;
+}
+
+// One captioned video: decoded (every frame kept, w x h x 3 bytes each), cut into clips, each
+// clip through the VAE encoder. False when it was skipped.
+bool encode_video(Prepared& d, const Caption& c, std::size_t vi, std::size_t videos,
+                  std::chrono::steady_clock::time_point t0) {
+  const PrepareOptions& o = d.o;
+  const std::string path = (fs::path(o.videos_dir) / c.video).string();
+  if (!io::is_regular_file(path)) {
+    d.problem(o.captions + " line " + std::to_string(c.line) + " names " + c.video + ", which is not a file in " +
+              o.videos_dir);
+    return false;
+  }
+  std::vector<std::vector<std::uint8_t>> decoded;
+  std::vector<std::uint8_t> frame(static_cast<std::size_t>(o.width * o.height * 3));
+  try {
+    io::probe_video(path);
+    io::VideoReader reader(path, o.width, o.height);
+    while (reader.read(frame.data())) decoded.push_back(frame);
+  } catch (const InputError& e) {
+    d.problem("video " + c.video + ": " + e.what());
+    return false;
+  }
+  const auto n = static_cast<std::int64_t>(decoded.size());
+  const std::int64_t span = (o.frames - 1) * o.frame_step + 1;
+  if (n < span) {
+    d.problem("video " + c.video + " has " + std::to_string(n) + " frames, fewer than a clip's " + std::to_string(span));
+    return false;
+  }
+  std::vector<std::int64_t> firsts;
+  for (std::int64_t f0 = 0;
+       f0 + span <= n && (o.max_clips == 0 || static_cast<std::int64_t>(firsts.size()) < o.max_clips);
+       f0 += o.clip_step)
+    firsts.push_back(f0);
+  const std::int64_t per_clip = d.lat_c * o.frames * d.lh * d.lw;
+  for (std::int64_t f0 : firsts) {
+    std::vector<const std::uint8_t*> clip;
+    for (std::int64_t k = 0; k < o.frames; ++k)
+      clip.push_back(decoded[static_cast<std::size_t>(f0 + k * o.frame_step)].data());
+    const std::size_t at = d.all_latents.size();
+    d.all_latents.resize(at + static_cast<std::size_t>(per_clip));
+    train::encode_clip(d.rt.ctx(), *d.vae, clip, o.width, o.height, d.all_latents.data() + at);
+    d.clip_video.push_back(static_cast<std::int64_t>(d.video_names.size()));
+    d.clip_first.push_back(f0);
+  }
+  d.video_names.push_back(c.video);
+  d.caption_texts.push_back(c.text);
+  d.say("video " + std::to_string(vi + 1) + "/" + std::to_string(videos) + " " + c.video + ": " + std::to_string(n) +
+        " frames, " + std::to_string(firsts.size()) + " clip(s) (" + format_number(seconds_since(t0)) + " s)");
+  return true;
+}
+
+// Each caption once through the text encoder, then one row per clip.
+void encode_captions(Prepared& d, const model::ClipTokenizer& tokenizer, const model::ClipTextModel& text_encoder) {
+  std::vector<model::TokenizedText> tokens;
+  const std::vector<float> hidden = model::encode_prompts(d.rt, tokenizer, text_encoder, d.caption_texts, &tokens);
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i].truncated())
+      std::cerr << "vinf prepare-data: warning: the caption of " << d.video_names[i] << " has " << tokens[i].length
+                << " tokens; the text encoder takes " << tokenizer.max_length() << ", so these are dropped: '"
+                << excerpt(tokens[i].dropped) << "'\n";
+  d.length = tokenizer.max_length();
+  d.width = text_encoder.config().hidden_size;
+  const auto row = static_cast<std::size_t>(d.length * d.width);
+  for (std::int64_t v : d.clip_video) {
+    const float* src = hidden.data() + static_cast<std::size_t>(v) * row;
+    d.all_text.insert(d.all_text.end(), src, src + row);
+  }
+}
+
+// The data file, under a temporary name renamed at the end: nothing half-written is left behind.
+void write_data_file(const Prepared& d, job::Job& job) {
+  const PrepareOptions& o = d.o;
+  const auto clips = static_cast<std::int64_t>(d.clip_video.size());
+  const std::string partial = o.out_path + ".partial";
+  try {
+    io::H5File f = io::H5File::create(job.session().world(), partial);  // the one process: size 1
+    f.write_frames("/latents", {clips, d.lat_c, o.frames, d.lh, d.lw}, 0, 0, clips, d.all_latents.data());
+    f.write_frames("/text", {clips, d.length, d.width}, 0, 0, clips, d.all_text.data());
+    f.write_small("/clip_video", DType::i64, {clips}, d.clip_video.data());
+    f.write_small("/clip_first_frame", DType::i64, {clips}, d.clip_first.data());
+    f.write_text("/videos", nlohmann::json(d.video_names).dump());
+    f.write_text("/captions", nlohmann::json(d.caption_texts).dump());
+    f.set_text("/", "format", train::kDataFormat);
+    f.set_int("/", "frames", o.frames);
+    f.set_int("/", "frame_step", o.frame_step);
+    f.set_int("/", "clip_step", o.clip_step);
+    f.set_int("/", "width", o.width);
+    f.set_int("/", "height", o.height);
+    f.set_text("/", "scaling_factor", std::to_string(d.vae->config().scaling_factor));
+    f.set_text("/", "vae", o.model_dir + "/vae");
+    f.set_text("/", "text_encoder", o.model_dir + "/text_encoder");
+    f.set_text("/", "generator", std::string("vinf ") + VINF_VERSION + " prepare-data");
+    f.close();
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(partial, ignored);
+    throw;
+  }
+  std::error_code ec;
+  fs::rename(partial, o.out_path, ec);
+  VINF_CHECK(!ec, "cannot rename ", partial, " to ", o.out_path, ": ", ec.message());
+}
+
+}  // namespace
+
+int prepare_data(const std::vector<std::string>& args) {
+  PrepareOptions o;
+  const po::options_description opts = prepare_option_table(o);
   po::positional_options_description positional;
   positional.add("videos", 1).add("captions", 1);
   po::variables_map vm;
@@ -146,137 +293,27 @@ int prepare_data(const std::vector<std::string>& args) {
   const std::unique_ptr<job::Job> job = job::start_job(plan);
   VINF_INPUT_CHECK(job->size() == 1, "vinf prepare-data runs in one process; launch it without mpirun (got ",
                    job->size(), " ranks)");
-  Runtime& rt = job->runtime();
-  ExecContext& ctx = rt.ctx();
-  auto say = [&](const std::string& line) {
-    if (!o.quiet) std::cerr << "vinf prepare-data: " << line << "\n" << std::flush;
-  };
-  std::vector<std::string> problems;
-  auto problem = [&](const std::string& what) {
-    VINF_INPUT_CHECK(!o.strict, what, " (--strict refuses every bad video and caption)");
-    std::cerr << "vinf prepare-data: warning: " << what << "; skipped\n";
-    problems.push_back(what);
-  };
-
-  const model::VaeEncoder vae = model::VaeEncoder::load(o.model_dir, rt, DType::f32);
-  const std::int64_t up = vae.config().upscale();
+  Prepared d{o, job->runtime()};
+  d.vae = std::make_unique<model::VaeEncoder>(model::VaeEncoder::load(o.model_dir, d.rt, DType::f32));
+  const std::int64_t up = d.vae->config().upscale();
   VINF_INPUT_CHECK(o.width % up == 0 && o.height % up == 0 && o.width > 0 && o.height > 0, "--data.width ", o.width,
                    " and --data.height ", o.height, " must be positive multiples of the VAE's scale ", up);
   const model::ClipTokenizer tokenizer = model::ClipTokenizer::load(o.model_dir + "/tokenizer");
-  const model::ClipTextModel text_encoder = model::ClipTextModel::load(o.model_dir, rt, DType::f32);
-
-  std::vector<std::string> caption_problems;
-  std::vector<Caption> captions = read_captions(o.captions, caption_problems);
-  for (const std::string& p : caption_problems) problem(p);
-  // Videos in the folder without a caption are reported (one line each), not silently ignored.
-  std::set<std::string> listed;
-  for (const Caption& c : captions) listed.insert(c.video);
-  for (const auto& e : fs::recursive_directory_iterator(o.videos_dir)) {
-    if (!e.is_regular_file()) continue;
-    const std::string rel = fs::relative(e.path(), o.videos_dir).generic_string();
-    if (!listed.count(rel)) problem("video " + rel + " has no caption in " + o.captions);
-  }
-
-  const std::int64_t lat_c = vae.config().latent_channels, lh = o.height / up, lw = o.width / up;
-  const std::int64_t per_clip = lat_c * o.frames * lh * lw;
-  std::vector<float> all_latents, all_text;
-  std::vector<std::int64_t> clip_video, clip_first;
-  std::vector<std::string> video_names, caption_texts;
-  std::vector<std::uint8_t> frame(static_cast<std::size_t>(o.width * o.height * 3));
+  const model::ClipTextModel text_encoder = model::ClipTextModel::load(o.model_dir, d.rt, DType::f32);
+  const std::vector<Caption> captions = read_all_captions(d);
+  d.lat_c = d.vae->config().latent_channels;
+  d.lh = o.height / up;
+  d.lw = o.width / up;
   const auto t0 = std::chrono::steady_clock::now();
-  for (std::size_t vi = 0; vi < captions.size(); ++vi) {
-    const Caption& c = captions[vi];
-    const std::string path = (fs::path(o.videos_dir) / c.video).string();
-    if (!io::is_regular_file(path)) {
-      problem(o.captions + " line " + std::to_string(c.line) + " names " + c.video + ", which is not a file in " +
-              o.videos_dir);
-      continue;
-    }
-    // Every decoded frame kept (w x h x 3 bytes each); the clips are cut from them.
-    std::vector<std::vector<std::uint8_t>> decoded;
-    try {
-      io::probe_video(path);
-      io::VideoReader reader(path, o.width, o.height);
-      while (reader.read(frame.data())) decoded.push_back(frame);
-    } catch (const InputError& e) {
-      problem("video " + c.video + ": " + e.what());
-      continue;
-    }
-    const auto n = static_cast<std::int64_t>(decoded.size());
-    const std::int64_t span = (o.frames - 1) * o.frame_step + 1;
-    if (n < span) {
-      problem("video " + c.video + " has " + std::to_string(n) + " frames, fewer than a clip's " + std::to_string(span));
-      continue;
-    }
-    std::vector<std::int64_t> firsts;
-    for (std::int64_t f0 = 0; f0 + span <= n && (o.max_clips == 0 || static_cast<std::int64_t>(firsts.size()) < o.max_clips);
-         f0 += o.clip_step)
-      firsts.push_back(f0);
-    for (std::int64_t f0 : firsts) {
-      std::vector<const std::uint8_t*> clip;
-      for (std::int64_t k = 0; k < o.frames; ++k) clip.push_back(decoded[static_cast<std::size_t>(f0 + k * o.frame_step)].data());
-      const std::size_t at = all_latents.size();
-      all_latents.resize(at + static_cast<std::size_t>(per_clip));
-      train::encode_clip(ctx, vae, clip, o.width, o.height, all_latents.data() + at);
-      clip_video.push_back(static_cast<std::int64_t>(video_names.size()));
-      clip_first.push_back(f0);
-    }
-    video_names.push_back(c.video);
-    caption_texts.push_back(c.text);
-    say("video " + std::to_string(vi + 1) + "/" + std::to_string(captions.size()) + " " + c.video + ": " +
-        std::to_string(n) + " frames, " + std::to_string(firsts.size()) + " clip(s) (" +
-        format_number(seconds_since(t0)) + " s)");
-  }
-  VINF_INPUT_CHECK(!clip_video.empty(), "vinf prepare-data: no clip was made (", problems.size(),
+  for (std::size_t vi = 0; vi < captions.size(); ++vi) encode_video(d, captions[vi], vi, captions.size(), t0);
+  VINF_INPUT_CHECK(!d.clip_video.empty(), "vinf prepare-data: no clip was made (", d.problems.size(),
                    " video(s) or caption(s) skipped, listed above); nothing written");
-
-  // Each caption once through the text encoder, then one row per clip.
-  std::vector<model::TokenizedText> tokens;
-  const std::vector<float> hidden = model::encode_prompts(rt, tokenizer, text_encoder, caption_texts, &tokens);
-  for (std::size_t i = 0; i < tokens.size(); ++i)
-    if (tokens[i].truncated())
-      std::cerr << "vinf prepare-data: warning: the caption of " << video_names[i] << " has " << tokens[i].length
-                << " tokens; the text encoder takes " << tokenizer.max_length() << ", so these are dropped: '"
-                << excerpt(tokens[i].dropped) << "'\n";
-  const std::int64_t length = tokenizer.max_length(), width = text_encoder.config().hidden_size;
-  const auto row = static_cast<std::size_t>(length * width);
-  for (std::int64_t v : clip_video) {
-    const float* src = hidden.data() + static_cast<std::size_t>(v) * row;
-    all_text.insert(all_text.end(), src, src + row);
-  }
-
-  const auto clips = static_cast<std::int64_t>(clip_video.size());
-  const std::string partial = o.out_path + ".partial";
-  try {
-    io::H5File f = io::H5File::create(job->session().world(), partial);  // the one process: size 1
-    f.write_frames("/latents", {clips, lat_c, o.frames, lh, lw}, 0, 0, clips, all_latents.data());
-    f.write_frames("/text", {clips, length, width}, 0, 0, clips, all_text.data());
-    f.write_small("/clip_video", DType::i64, {clips}, clip_video.data());
-    f.write_small("/clip_first_frame", DType::i64, {clips}, clip_first.data());
-    f.write_text("/videos", nlohmann::json(video_names).dump());
-    f.write_text("/captions", nlohmann::json(caption_texts).dump());
-    f.set_text("/", "format", train::kDataFormat);
-    f.set_int("/", "frames", o.frames);
-    f.set_int("/", "frame_step", o.frame_step);
-    f.set_int("/", "clip_step", o.clip_step);
-    f.set_int("/", "width", o.width);
-    f.set_int("/", "height", o.height);
-    f.set_text("/", "scaling_factor", std::to_string(vae.config().scaling_factor));
-    f.set_text("/", "vae", o.model_dir + "/vae");
-    f.set_text("/", "text_encoder", o.model_dir + "/text_encoder");
-    f.set_text("/", "generator", std::string("vinf ") + VINF_VERSION + " prepare-data");
-    f.close();
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove(partial, ignored);  // nothing half-written is left behind
-    throw;
-  }
-  std::error_code ec;
-  fs::rename(partial, o.out_path, ec);
-  VINF_CHECK(!ec, "cannot rename ", partial, " to ", o.out_path, ": ", ec.message());
-  std::cerr << "vinf prepare-data: wrote " << o.out_path << ": " << clips << " clip(s) of " << o.frames << " frames ("
-            << lat_c << "x" << lh << "x" << lw << " latents) from " << video_names.size() << " video(s)"
-            << (problems.empty() ? std::string() : ", " + std::to_string(problems.size()) + " problem(s) skipped")
+  encode_captions(d, tokenizer, text_encoder);
+  write_data_file(d, *job);
+  std::cerr << "vinf prepare-data: wrote " << o.out_path << ": " << d.clip_video.size() << " clip(s) of " << o.frames
+            << " frames (" << d.lat_c << "x" << d.lh << "x" << d.lw << " latents) from " << d.video_names.size()
+            << " video(s)"
+            << (d.problems.empty() ? std::string() : ", " + std::to_string(d.problems.size()) + " problem(s) skipped")
             << " in " << format_number(seconds_since(t0)) << " s\n";
   return 0;
 }

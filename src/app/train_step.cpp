@@ -120,6 +120,34 @@ StepInputs read_step_inputs(const io::SafetensorsFile& f, const model::UNetConfi
   return in;
 }
 
+// The step's results: the loss, the gradients' norm, grad.x0, every gradient as computed and every
+// parameter after the AdamW step, with the settings in the metadata.
+void write_step_file(const std::string& out_path, const std::string& model_dir, int ranks,
+                     const train::AdamWSettings& adamw, double loss, double norm, const Tensor& grad_x0,
+                     const train::ParamGrads& grads, const std::vector<float>& grads_host,
+                     const std::vector<model::ParamSpec>& specs, const model::Weights& weights) {
+  const float loss_f = static_cast<float>(loss), norm_f = static_cast<float>(norm);
+  std::vector<io::TensorToWrite> out{{"loss", DType::f32, {1}, &loss_f, {}},
+                                     {"grad_norm", DType::f32, {1}, &norm_f, {}},
+                                     {"grad.x0", DType::f32, grad_x0.shape, grad_x0.data, {}}};
+  std::int64_t at = 0;
+  for (const auto& [name, g] : grads.list()) {
+    out.push_back({"grad." + name, DType::f32, g.shape, grads_host.data() + at, {}});
+    at += g.numel();
+  }
+  for (const auto& p : specs) out.push_back({"adamw." + p.name, DType::f32, p.shape, weights.get(p.name).data, {}});
+  char adamw_json[256];
+  std::snprintf(adamw_json, sizeof adamw_json,
+                "{\"lr\": %.9g, \"betas\": [%.9g, %.9g], \"eps\": %.9g, \"weight_decay\": %.9g, \"clip_grad_norm\": %.9g}",
+                adamw.lr, adamw.beta1, adamw.beta2, adamw.eps, adamw.weight_decay, adamw.clip_grad_norm);
+  io::write_safetensors(out_path, out,
+                        {{"generator", std::string("vinf ") + VINF_VERSION + " train-step"},
+                         {"model", model_dir},
+                         {"ranks", std::to_string(ranks)},
+                         {"adamw", adamw_json},
+                         {"loss", "mean((unet(sqrt(abar_t) x0 + sqrt(1 - abar_t) eps, t, text) - eps)^2)"}});
+}
+
 }  // namespace
 
 int train_step(const std::vector<std::string>& args) {
@@ -221,26 +249,7 @@ int train_step(const std::vector<std::string>& args) {
   train::AdamW opt(rt.arena(), ctx, grads);
   opt.step(ctx, grads, lookup, adamw, adamw.lr, train::clip_scale(norm, adamw.clip_grad_norm));
   if (job->root()) {
-    const float loss_f = static_cast<float>(loss), norm_f = static_cast<float>(norm);
-    std::vector<io::TensorToWrite> out{{"loss", DType::f32, {1}, &loss_f, {}},
-                                       {"grad_norm", DType::f32, {1}, &norm_f, {}},
-                                       {"grad.x0", DType::f32, grad_x0.shape, grad_x0.data, {}}};
-    std::int64_t at = 0;
-    for (const auto& [name, g] : grads.list()) {
-      out.push_back({"grad." + name, DType::f32, g.shape, grads_host.data() + at, {}});
-      at += g.numel();
-    }
-    for (const auto& p : specs) out.push_back({"adamw." + p.name, DType::f32, p.shape, weights.get(p.name).data, {}});
-    char adamw_json[256];
-    std::snprintf(adamw_json, sizeof adamw_json,
-                  "{\"lr\": %.9g, \"betas\": [%.9g, %.9g], \"eps\": %.9g, \"weight_decay\": %.9g, \"clip_grad_norm\": %.9g}",
-                  adamw.lr, adamw.beta1, adamw.beta2, adamw.eps, adamw.weight_decay, adamw.clip_grad_norm);
-    io::write_safetensors(o.out_path, out,
-                          {{"generator", std::string("vinf ") + VINF_VERSION + " train-step"},
-                           {"model", files.dir},
-                           {"ranks", std::to_string(ranks)},
-                           {"adamw", adamw_json},
-                           {"loss", "mean((unet(sqrt(abar_t) x0 + sqrt(1 - abar_t) eps, t, text) - eps)^2)"}});
+    write_step_file(o.out_path, files.dir, ranks, adamw, loss, norm, grad_x0, grads, grads_host, specs, weights);
     log("wrote " + o.out_path + " (" + format_number(seconds_since(t_start), 5) + " s in all)");
   }
   return 0;

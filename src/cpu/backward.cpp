@@ -624,35 +624,40 @@ VINF_VEC_INLINE V dot_splat_rev(const float* x, const float* xt) {
   return acc;
 }
 
+// small_pair's scratch (see small_pair_scratch), laid out for lq rows and L lanes.
+struct SmallPairTiles {
+  std::int64_t lqp;
+  float *qt, *gt, *dqt, *lse, *dd, *kb, *vb, *pt, *dst, *qc;
+};
+
+template <class V, int D>
+SmallPairTiles small_pair_tiles(const SmallPair& a) {
+  constexpr int L = vec::lanes_of<V>;
+  SmallPairTiles t;
+  t.lqp = round_up(a.lq, L);
+  t.qt = a.scratch;
+  t.gt = t.qt + D * t.lqp;
+  t.dqt = t.gt + D * t.lqp;
+  t.lse = t.dqt + D * t.lqp;
+  t.dd = t.lse + t.lqp;
+  t.kb = t.dd + t.lqp;  // kb[e * L + j]: channel e of the block's key j (zeros past the last)
+  t.vb = t.kb + D * L;
+  t.pt = t.vb + D * L;  // pt[r * L + j]: p of row r0 + r and key j0 + j; dst likewise ds
+  t.dst = t.pt + L * L;
+  t.qc = t.dst + L * L;  // qc[i * D + e] = q c
+  return t;
+}
+
+// 1. lse and D, rows in lanes (D from out when given).
 template <class V, vec::Level Lv, int D, bool HaveOut>
-VINF_VEC_INLINE void small_pair(const SmallPair& a) {
+VINF_VEC_INLINE void small_pair_rows(const SmallPair& a, const SmallPairTiles& t) {
   constexpr int L = vec::lanes_of<V>;
   constexpr int kChunk = 8;
-  const std::int64_t lq = a.lq, lk = a.lk, lqp = round_up(lq, L);
-  float* qt = a.scratch;
-  float* gt = qt + D * lqp;
-  float* dqt = gt + D * lqp;
-  float* lse = dqt + D * lqp;
-  float* dd = lse + lqp;
-  float* kb = dd + lqp;  // kb[e * L + j]: channel e of the block's key j (zeros past the last)
-  float* vb = kb + D * L;
-  float* pt = vb + D * L;  // pt[r * L + j]: p of row r0 + r and key j0 + j; dst likewise ds
-  float* dst = pt + L * L;
-  float* qc = dst + L * L;  // qc[i * D + e] = q c
-  std::fill(qt, dd + lqp, 0.f);
-  for (std::int64_t i = 0; i < lq; ++i)
-    for (int e = 0; e < D; ++e) {
-      qc[i * D + e] = qt[e * lqp + i] = a.q[i * a.ldq + e] * a.c;
-      gt[e * lqp + i] = a.g[i * a.ldg + e];
-    }
-  // 1. lse and D, rows in lanes (D from out when given).
-  if constexpr (HaveOut) {
-    for (std::int64_t i = 0; i < lq; ++i) {
-      float sum = 0;
-      for (int e = 0; e < D; ++e) sum += a.g[i * a.ldg + e] * a.o[i * a.ldo + e];
-      dd[i] = sum;
-    }
-  }
+  const std::int64_t lq = a.lq, lk = a.lk, lqp = t.lqp;
+  const float* qt = t.qt;
+  const float* gt = t.gt;
+  float* lse = t.lse;
+  float* dd = t.dd;
   for (std::int64_t r0 = 0; r0 < lq; r0 += L) {
     V qv[D], gv[D];
 #pragma GCC unroll 16
@@ -698,7 +703,21 @@ VINF_VEC_INLINE void small_pair(const SmallPair& a) {
       if constexpr (!HaveOut) dd[r0 + r] = al[r] / ll[r];
     }
   }
-  // 2. Keys in lanes: dK and dV per block of keys, dq per tile.
+}
+
+// 2. Keys in lanes: dK and dV per block of keys, dq per tile.
+template <class V, vec::Level Lv, int D>
+VINF_VEC_INLINE void small_pair_keys(const SmallPair& a, const SmallPairTiles& t) {
+  constexpr int L = vec::lanes_of<V>;
+  const std::int64_t lq = a.lq, lk = a.lk, lqp = t.lqp;
+  float* kb = t.kb;
+  float* vb = t.vb;
+  float* pt = t.pt;
+  float* dst = t.dst;
+  float* dqt = t.dqt;
+  const float* qc = t.qc;
+  const float* lse = t.lse;
+  const float* dd = t.dd;
   for (std::int64_t j0 = 0; j0 < lk; j0 += L) {
     float live[L];  // 1 for the keys that exist, 0 for the block's padding
     for (int j = 0; j < L; ++j) {
@@ -756,8 +775,29 @@ VINF_VEC_INLINE void small_pair(const SmallPair& a) {
     for (std::int64_t j = 0; j < L && j0 + j < lk; ++j)
       for (int e = 0; e < D; ++e) a.dv[(j0 + j) * a.lddv + e] += out[e][j];
   }
+}
+
+template <class V, vec::Level Lv, int D, bool HaveOut>
+VINF_VEC_INLINE void small_pair(const SmallPair& a) {
+  const SmallPairTiles t = small_pair_tiles<V, D>(a);
+  const std::int64_t lq = a.lq, lqp = t.lqp;
+  std::fill(t.qt, t.dd + lqp, 0.f);
   for (std::int64_t i = 0; i < lq; ++i)
-    for (int e = 0; e < D; ++e) a.dq[i * a.lddq + e] += a.c * dqt[e * lqp + i];
+    for (int e = 0; e < D; ++e) {
+      t.qc[i * D + e] = t.qt[e * lqp + i] = a.q[i * a.ldq + e] * a.c;
+      t.gt[e * lqp + i] = a.g[i * a.ldg + e];
+    }
+  if constexpr (HaveOut) {
+    for (std::int64_t i = 0; i < lq; ++i) {
+      float sum = 0;
+      for (int e = 0; e < D; ++e) sum += a.g[i * a.ldg + e] * a.o[i * a.ldo + e];
+      t.dd[i] = sum;
+    }
+  }
+  small_pair_rows<V, Lv, D, HaveOut>(a, t);
+  small_pair_keys<V, Lv, D>(a, t);
+  for (std::int64_t i = 0; i < lq; ++i)
+    for (int e = 0; e < D; ++e) a.dq[i * a.lddq + e] += a.c * t.dqt[e * lqp + i];
 }
 
 template <class V, vec::Level Lv>

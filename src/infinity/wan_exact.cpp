@@ -39,6 +39,22 @@ std::int64_t WanExactAttention::received_elements(const std::vector<std::int64_t
   return (3 * mine * (group - here) + 2 * mine * (total - group) + (rows - mine) * here) * head_dim;
 }
 
+namespace {
+
+// The tokens of each Ulysses group of u consecutive ranks, and where each group's start.
+void group_spans(const std::vector<std::int64_t>& tokens, int u, std::vector<std::int64_t>& group_tokens,
+                 std::vector<std::int64_t>& group_first) {
+  const int size = static_cast<int>(tokens.size()), r = size / u;
+  group_tokens.assign(static_cast<std::size_t>(r), 0);
+  group_first.assign(static_cast<std::size_t>(r), 0);
+  for (int k = 0; k < size; ++k) group_tokens[static_cast<std::size_t>(k / u)] += tokens[static_cast<std::size_t>(k)];
+  for (int k = 1; k < r; ++k)
+    group_first[static_cast<std::size_t>(k)] =
+        group_first[static_cast<std::size_t>(k - 1)] + group_tokens[static_cast<std::size_t>(k - 1)];
+}
+
+}  // namespace
+
 void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                const ops::AttentionParams& p) {
   const int size = comm_.size(), me = comm_.rank();
@@ -50,10 +66,8 @@ void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& 
   // group's tokens; the r = N / u groups pass their keys and values round a ring.
   const int u = ulysses_degree(size, R), r = size / u, g = me / u, j = me % u;
   const std::int64_t rows = R / u;
-  std::vector<std::int64_t> group_tokens(static_cast<std::size_t>(r), 0), group_first(static_cast<std::size_t>(r), 0);
-  for (int k2 = 0; k2 < size; ++k2) group_tokens[static_cast<std::size_t>(k2 / u)] += tokens_[static_cast<std::size_t>(k2)];
-  for (int k2 = 1; k2 < r; ++k2)
-    group_first[static_cast<std::size_t>(k2)] = group_first[static_cast<std::size_t>(k2 - 1)] + group_tokens[static_cast<std::size_t>(k2 - 1)];
+  std::vector<std::int64_t> group_tokens, group_first;
+  group_spans(tokens_, u, group_tokens, group_first);
   const std::int64_t tg = group_tokens[static_cast<std::size_t>(g)];
   // Where rank k's tokens sit among its group's.
   auto offset_in_group = [&](int k2) { return token_first_[static_cast<std::size_t>(k2)] - group_first[static_cast<std::size_t>(k2 / u)]; };

@@ -124,6 +124,41 @@ struct Pass {
   }
 };
 
+// Conditioning: the timestep's sinusoids through two products (temb), its six modulation rows
+// (timestep_proj), and the text through two products with a tanh-GELU between. The intermediate
+// tensors stay held with the results, as long as the call.
+struct Conditioning {
+  OwnedTensor sinus, t1, temb, tproj, e1, enc;
+};
+
+Conditioning condition(Pass& ps, const Tensor& t, const Tensor& text) {
+  const WanTransformerConfig& c = ps.c;
+  ExecContext& ctx = ps.ctx;
+  const std::int64_t B = ps.B, D = ps.D;
+  const std::string ce = "condition_embedder.";
+  Conditioning r;
+  r.sinus = ps.empty({B, c.freq_dim});
+  ops::timestep_embedding(ctx, t, r.sinus, {true, 0.f, 10000.f});
+  r.t1 = ps.empty({B, D});
+  r.temb = ps.empty({B, D});
+  r.tproj = ps.empty({B, 6 * D});
+  ps.linear(ce + "time_embedder.linear_1", r.sinus, r.t1);
+  ops::activation(ctx, ops::Activation::silu, r.t1, r.t1);
+  ps.linear(ce + "time_embedder.linear_2", r.t1, r.temb);
+  ops::activation(ctx, ops::Activation::silu, r.temb, r.t1);
+  ps.linear(ce + "time_proj", r.t1, r.tproj);
+  ps.show(ce + "temb", r.temb);
+  ps.show(ce + "timestep_proj", r.tproj);
+  const std::int64_t Lt = text.size(1);
+  r.e1 = ps.empty({B, Lt, D});
+  r.enc = ps.empty({B, Lt, D});
+  ps.linear(ce + "text_embedder.linear_1", text, r.e1);
+  ops::activation(ctx, ops::Activation::gelu_tanh, r.e1, r.e1);
+  ps.linear(ce + "text_embedder.linear_2", r.e1, r.enc);
+  ps.show(ce + "encoder_hidden_states", r.enc);
+  return r;
+}
+
 }  // namespace
 
 WanTransformer::WanTransformer(WanTransformerConfig config, Weights weights)
@@ -217,25 +252,8 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
               h);
   if (probe) probe("patch_embedding.out", h.view().reshape({B, Fp, Hp, Wp, D}).permute({0, 4, 1, 2, 3}));
 
-  // Conditioning: the timestep's sinusoids through two products (temb), its six modulation rows
-  // (timestep_proj), and the text through two products with a tanh-GELU between.
-  const std::string ce = "condition_embedder.";
-  OwnedTensor sinus = ps.empty({B, c.freq_dim});
-  ops::timestep_embedding(ctx, t, sinus, {true, 0.f, 10000.f});
-  OwnedTensor t1 = ps.empty({B, D}), temb = ps.empty({B, D}), tproj = ps.empty({B, 6 * D});
-  ps.linear(ce + "time_embedder.linear_1", sinus, t1);
-  ops::activation(ctx, ops::Activation::silu, t1, t1);
-  ps.linear(ce + "time_embedder.linear_2", t1, temb);
-  ops::activation(ctx, ops::Activation::silu, temb, t1);
-  ps.linear(ce + "time_proj", t1, tproj);
-  ps.show(ce + "temb", temb);
-  ps.show(ce + "timestep_proj", tproj);
-  const std::int64_t Lt = text.size(1);
-  OwnedTensor e1 = ps.empty({B, Lt, D}), enc = ps.empty({B, Lt, D});
-  ps.linear(ce + "text_embedder.linear_1", text, e1);
-  ops::activation(ctx, ops::Activation::gelu_tanh, e1, e1);
-  ps.linear(ce + "text_embedder.linear_2", e1, enc);
-  ps.show(ce + "encoder_hidden_states", enc);
+  const Conditioning cond = condition(ps, t, text);
+  const OwnedTensor &temb = cond.temb, &tproj = cond.tproj, &enc = cond.enc;
 
   OwnedTensor n = ps.empty({B, L, D}), y = ps.empty({B, L, D}), mod = ps.empty({B, 6, D});
   const TensorShard& shard = weights_.shard();

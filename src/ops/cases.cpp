@@ -293,7 +293,8 @@ void add_norms(std::vector<OpCase>& v) {
 
 // --- GEMMs ---------------------------------------------------------------------------------------
 
-void add_gemms(std::vector<OpCase>& v) {
+// Products over contiguous, transposed and strided operands, and linear_add onto a residual.
+void add_plain_linear_cases(std::vector<OpCase>& v) {
   v.push_back({"linear", "linear 3x7x33 -> 19 +bias", 2.0 * 21 * 33 * 19, [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({3, 7, 33});
                  const Tensor w = e.weight({19, 33}, 0.2f), b = e.input({19});
@@ -330,6 +331,10 @@ void add_gemms(std::vector<OpCase>& v) {
                    ops::linear_add(e.ctx, x, w, nullptr, y);
                  };
                }});
+}
+
+// The temporal layers' layouts, and the products fused with a gate or fed by a norm.
+void add_layout_linear_cases(std::vector<OpCase>& v) {
   // The temporal layers' layouts: a permuted activation read in place (one sequence of frames per
   // pixel), a product written back transposed onto a residual, and a view no product can read.
   v.push_back({"linear", "linear on frames' pixels as rows 2x5x3x6 -> 7 +bias", 2.0 * 30 * 6 * 7,
@@ -400,6 +405,10 @@ void add_gemms(std::vector<OpCase>& v) {
                {{DType::bf16, {4e-2, 2e-2}}},
                "with bf16 weights on the CPU the normalised rows are stored in bf16 for the product (2^-9 "
                "relative), which the f32 reference does not do; on CUDA the dtype's own bound"});
+}
+
+// Batched products, and wide ones past the small kernels' blocking.
+void add_bmm_and_wide_cases(std::vector<OpCase>& v) {
   v.push_back({"bmm", "bmm 5x17x33 @ 5x33x9", 2.0 * 5 * 17 * 33 * 9, [](CaseEnv& e) -> Runner {
                  const Tensor a = e.input({5, 17, 33}), b = e.input({5, 33, 9}, 0.2f);
                  const Tensor y = e.output({5, 17, 9});
@@ -438,6 +447,12 @@ void add_gemms(std::vector<OpCase>& v) {
                    ops::bmm(e.ctx, a, b, y, 0.5f, 2.f);
                  };
                }});
+}
+
+void add_gemms(std::vector<OpCase>& v) {
+  add_plain_linear_cases(v);
+  add_layout_linear_cases(v);
+  add_bmm_and_wide_cases(v);
 }
 
 // --- convolutions --------------------------------------------------------------------------------

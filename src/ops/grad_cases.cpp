@@ -68,10 +68,8 @@ void add_conv2d(std::vector<GradCase>& cs, const Shape& x, std::int64_t cout, st
                 }});
 }
 
-}  // namespace
-
-std::vector<GradCase> grad_cases() {
-  std::vector<GradCase> cs;
+// The activations and GEGLU, on contiguous and transposed views.
+void add_activation_cases(std::vector<GradCase>& cs) {
   add_activation(cs, Activation::silu, {3, 37});
   add_activation(cs, Activation::gelu, {5, 11});
   cs.push_back({"activation", "activation silu transposed view [6,5]", {{"x", {5, 6}, 2.f}}, {{6, 5}},
@@ -92,7 +90,10 @@ std::vector<GradCase> grad_cases() {
                 [](ExecContext& ctx, const Ins& in, const Ins& dout, const Grads& d) {
                   geglu_backward(ctx, in[0].transpose(0, 1), dout[0], d[0]->transpose(0, 1));
                 }});
+}
 
+// The linear layers, the 2-D convolutions and the temporal one.
+void add_conv_cases(std::vector<GradCase>& cs) {
   add_linear(cs, {2, 5, 6}, 4, true);
   add_linear(cs, {13, 7}, 9, false);
 
@@ -109,7 +110,10 @@ std::vector<GradCase> grad_cases() {
                   const Tensor dx = clip_view(*d[0], 2);
                   temporal_conv_backward(ctx, clip_view(in[0], 2), in[1], clip_view(dout[0], 2), 1, &dx, d[1], d[2]);
                 }});
+}
 
+// The group and layer norms over contiguous, clip and strided views, and softmax.
+void add_norm_cases(std::vector<GradCase>& cs) {
   cs.push_back({"group_norm", "group_norm silu 2 groups [2,4,3,5]",
                 {{"x", {2, 4, 3, 5}, 1.5f, 0.3f}, {"gamma", {4}, 0.3f, 1.f}, {"beta", {4}, 0.3f}}, {{2, 4, 3, 5}},
                 [](ExecContext& ctx, const Ins& in, const Ins& out) {
@@ -163,7 +167,10 @@ std::vector<GradCase> grad_cases() {
                   softmax(ctx, in[0], y);
                   softmax_backward(ctx, y, dout[0], *d[0]);
                 }});
+}
 
+// Attention: plain, the small-head kernel, given the forward's output, token-count scaling, a band, rows without keys.
+void add_attention_cases(std::vector<GradCase>& cs) {
   // with_out: the backward is given the forward's output (computed again here).
   auto attention_case = [&](const std::string& name, std::int64_t r, std::int64_t h, std::int64_t lq, std::int64_t lk,
                             std::int64_t d, std::int64_t dv, AttentionParams p, bool with_out = false) {
@@ -209,7 +216,10 @@ std::vector<GradCase> grad_cases() {
   empty_rows.band_lo = 3;
   empty_rows.band_hi = 4;
   attention_case("attention rows without keys 5x4 d3", 1, 2, 5, 4, 3, 2, empty_rows);
+}
 
+// Nearest upsampling, and the sums of broadcasts and transposed views.
+void add_shape_cases(std::vector<GradCase>& cs) {
   cs.push_back({"upsample_nearest", "upsample_nearest 2x [1,2,3,4]", {{"x", {1, 2, 3, 4}}}, {{1, 2, 6, 8}},
                 [](ExecContext& ctx, const Ins& in, const Ins& out) { upsample_nearest(ctx, in[0], out[0]); },
                 [](ExecContext& ctx, const Ins&, const Ins& dout, const Grads& d) {
@@ -237,6 +247,17 @@ std::vector<GradCase> grad_cases() {
                 [](ExecContext& ctx, const Ins&, const Ins& dout, const Grads& d) {
                   accumulate(ctx, dout[0], d[0]->transpose(0, 1));
                 }});
+}
+
+}  // namespace
+
+std::vector<GradCase> grad_cases() {
+  std::vector<GradCase> cs;
+  add_activation_cases(cs);
+  add_conv_cases(cs);
+  add_norm_cases(cs);
+  add_attention_cases(cs);
+  add_shape_cases(cs);
   return cs;
 }
 

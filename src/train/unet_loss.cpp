@@ -149,13 +149,8 @@ class UNetGraph {
   Var temb_act_;
 };
 
-}  // namespace
-
-LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& c,
-                              const ParamLookup& params, ParamGrads& grads,
-                              const std::vector<float>& alphas_cumprod, const LossBatch& batch,
-                              std::int64_t loss_elements, const Tensor* grad_x0, bool checkpoint_activations,
-                              float lora_scale, Graph::Profile* profile, DType products) {
+// The batch fits the model: latents, noise of their shape, a timestep per sample, the text.
+void check_loss_batch(const model::UNetConfig& c, const LossBatch& batch, std::int64_t loss_elements) {
   const Tensor& x0 = batch.x0;
   VINF_INPUT_CHECK(x0.rank() == 5 && x0.size(1) == c.in_channels, "training takes latents (B, ", c.in_channels,
                    ", F, H, W); got ", x0.shape.str());
@@ -163,13 +158,26 @@ LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& c,
                    x0.shape.str());
   VINF_INPUT_CHECK(c.out_channels == c.in_channels, "training predicts the noise: the model needs out_channels = ",
                    "in_channels, got ", c.out_channels, " and ", c.in_channels);
-  const std::int64_t b = x0.size(0), f = x0.size(2), h = x0.size(3), w = x0.size(4), ch = x0.size(1);
+  const std::int64_t b = x0.size(0);
   VINF_INPUT_CHECK(static_cast<std::int64_t>(batch.timesteps.size()) == b, "training takes one timestep per sample (",
                    b, "); got ", batch.timesteps.size());
   VINF_INPUT_CHECK(batch.text.rank() == 3 && batch.text.size(0) == b && batch.text.size(2) == c.cross_attention_dim,
                    "the text embeddings must be (B = ", b, ", L, ", c.cross_attention_dim, "); got ",
                    batch.text.shape.str());
   VINF_CHECK(loss_elements > 0, "unet_loss_backward: the loss's element count must be positive");
+
+}
+
+}  // namespace
+
+LossResult unet_loss_backward(ExecContext& ctx, const model::UNetConfig& c,
+                              const ParamLookup& params, ParamGrads& grads,
+                              const std::vector<float>& alphas_cumprod, const LossBatch& batch,
+                              std::int64_t loss_elements, const Tensor* grad_x0, bool checkpoint_activations,
+                              float lora_scale, Graph::Profile* profile, DType products) {
+  check_loss_batch(c, batch, loss_elements);
+  const Tensor& x0 = batch.x0;
+  const std::int64_t b = x0.size(0), f = x0.size(2), h = x0.size(3), w = x0.size(4), ch = x0.size(1);
 
   // noisy = sqrt(abar_t) x0 + sqrt(1 - abar_t) eps, per sample.
   std::vector<float> sqrt_abar(static_cast<std::size_t>(b)), sqrt_rest(static_cast<std::size_t>(b));
