@@ -14,7 +14,7 @@
 
 #include "app/commands.hpp"
 #include "app/option_values.hpp"
-#include "app/generate_support.hpp"
+#include "pipeline/run_dir.hpp"
 #include "pipeline/wan_denoise.hpp"
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
@@ -163,7 +163,7 @@ int decode_wan_checkpoint(job::Job& job, const std::string& vae_dir, const std::
   const int ranks = session.size(), me = session.rank();
   VINF_INPUT_CHECK(full[0] >= ranks, path, " holds ", full[0], " latent frame(s), fewer than the ", ranks,
                    " ranks that would decode them in parts; use at most ", full[0], " ranks");
-  const std::string refused = decided_by_root(session, [&]() -> std::string {
+  const std::string refused = pipeline::decided_by_root(session, [&]() -> std::string {
     try {
       video_dir(dir, overwrite)->keep();  // the ranks write into it: kept (one process decides)
     } catch (const InputError& e) {

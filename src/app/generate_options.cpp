@@ -618,14 +618,6 @@ void check_long_ranks(const RunPlan& o, int ranks) {
 
 }  // namespace
 
-PromptParts prompt_parts(const RunPlan& o, int clips) {
-  const sampling::LongVideoConfig& l = o.long_video;
-  if (o.long_clips()) return {clips, "clip"};
-  if (l.mode == sampling::LongMode::windows)
-    return {static_cast<std::int64_t>(sampling::sliding_windows(o.frames, l.window, l.stride).size()), "window"};
-  return {1, "queue"};
-}
-
 void check_generate_job(RunPlan& o, int world_size) {
   VINF_INPUT_CHECK(world_size % o.cfg() == 0, "--parallel.cfg 2 needs an even number of ranks (2 x clips), got ",
                    world_size);
@@ -649,23 +641,6 @@ void check_generate_job(RunPlan& o, int world_size) {
                     "conv_layer.padding --vi.conv-halo, and the frames are pipe_configs.num_frames x clip ranks, "
                     "unless the options are given)");
   }
-}
-
-std::string imported_fields_note(const RunPlan& o, const std::string& run_dtype, int clips) {
-  if (o.vi_import.empty()) return "";
-  std::vector<std::string> items;
-  const int devices = o.imported.devices;
-  if (devices > 0)
-    items.push_back(devices == clips ? std::string("devices")
-                                     : "devices (" + std::to_string(devices) + " listed, this run has " +
-                                           std::to_string(clips) + " clip rank" + (clips == 1 ? "" : "s") + ")");
-  if (!o.imported.dtype.empty() && o.imported.dtype != run_dtype)
-    items.push_back("dtype (" + o.imported.dtype + "; this run computes in " + run_dtype + ", --dtype chooses)");
-  items.insert(items.end(), o.imported.ignored.begin(), o.imported.ignored.end());
-  if (items.empty()) return "";
-  std::string line = "--import-vi-config " + o.vi_import + ": ignored: ";
-  for (std::size_t i = 0; i < items.size(); ++i) line += (i ? ", " : "") + items[i];
-  return line;
 }
 
 // -- vinf plan: generate's options, for a plan of the same run -----------------------------------

@@ -37,15 +37,8 @@ using pipeline::kExitStopped;
 // every prompt. Throws vinf::InputError.
 void check_generate_job(RunPlan& o, int world_size);
 
-// What the prompts are spread over: the clips, the windows, or FIFO's one queue.
-struct PromptParts {
-  std::int64_t count;
-  const char* name;  // "clip", "window", "queue"
-};
-PromptParts prompt_parts(const RunPlan& o, int clips);
-
-// The line that says which fields of --import-vi-config's file this run ignores (given the dtype
-// the run computes in and its clip ranks), or "" when there is no file or it uses every field.
-std::string imported_fields_note(const RunPlan& o, const std::string& run_dtype, int clips);
+using pipeline::imported_fields_note;
+using pipeline::prompt_parts;
+using pipeline::PromptParts;
 
 }  // namespace vinf::app

@@ -1,6 +1,6 @@
-// One video on this rank's unit (design.md §5): the phases of `vinf generate` (plan, text,
-// models, denoise, outputs) for this unit's pipeline stage. A single run is one call; a job list
-// (job_runner) makes one call per job and stage, with the models loaded once.
+// A job list and pipeline stages of `vinf generate` (job_runner): each job's options over the
+// command line's, each job and stage one call of a family's run (pipeline/unet_video,
+// pipeline/wan_video), the models loaded once.
 #pragma once
 
 #include <memory>
@@ -12,37 +12,14 @@
 #include "io/checkpoint.hpp"
 #include "job/job.hpp"
 #include "pipeline/outcome.hpp"
+#include "pipeline/unet_video.hpp"
 
 namespace vinf::app {
 
+using pipeline::ModelCache;
 using pipeline::StageState;
 using pipeline::VideoEnd;
 using pipeline::VideoOutcome;
-
-// The models a process has loaded, kept from one video to the next.
-struct LoadedModels;
-class ModelCache {
- public:
-  ModelCache();
-  ~ModelCache();
-  LoadedModels* find(const std::string& key);
-  LoadedModels& keep(const std::string& key, std::unique_ptr<LoadedModels> models);
-
- private:
-  std::string key_;
-  std::unique_ptr<LoadedModels> models_;
-};
-
-// Runs one video, or this stage's share of it: steps [first, end) of the schedule (the whole
-// schedule without a pipeline). `in`: the previous stage's state (stages after the first); the
-// first stage starts from the noise or from the newest checkpoint of its output directory.
-// Collective over the job's unit. Throws vinf::InputError for bad input (on every rank of the unit).
-VideoOutcome run_video(RunPlan& o, job::Job& job, ModelCache& models, const StageState* in);
-
-// Loads the models of `base` into the cache before the first video reaches this unit (a later
-// pipeline stage would otherwise load them only when its predecessor hands the first job on).
-// Collective over the job's unit. Throws vinf::InputError for a model that cannot be read.
-void load_models_ahead(const RunPlan& base, job::Job& job, ModelCache& cache);
 
 // A job list (or, with an empty list, the one video of `base` through a pipeline): the replicas
 // take the jobs from the queue, each job runs through the replica's pipeline stages, and

@@ -13,8 +13,10 @@
 #include <optional>
 
 #include "app/generate_run.hpp"
+#include "pipeline/run_dir.hpp"
+#include "pipeline/stop_signals.hpp"
+#include "pipeline/unet_video.hpp"
 #include "pipeline/wan_video.hpp"
-#include "app/generate_support.hpp"
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
 #include "job/queue.hpp"
@@ -26,6 +28,7 @@ namespace vinf::app {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using json = nlohmann::ordered_json;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -214,7 +217,7 @@ class Stage {
 
   // Runs every job that reaches this stage; true when a stop signal ended it early.
   bool run() {
-    load_models_ahead(base_, job_, models_);
+    pipeline::load_models_ahead(base_, job_, models_);
     if (from_ < 0) {
       while (!stopping()) {
         const int k = next_job();
@@ -253,7 +256,7 @@ class Stage {
     if (!in) report(k, "running", "", 0);
     try {
       RunPlan o = plan_job(args_, base_, spec, list_dir_, job_.world_session().size());
-      const VideoOutcome v = o.wan ? pipeline::run_wan_video(o, job_) : run_video(o, job_, models_, in);
+      const VideoOutcome v = o.wan ? pipeline::run_wan_video(o, job_) : pipeline::run_unet_video(o, job_, models_, in);
       const double took = seconds_since(t0);
       switch (v.end) {
         case VideoEnd::complete: report(k, "done", "", took); break;
@@ -291,8 +294,8 @@ class Stage {
 // The list's directory (--out, or outputs/<name>-<id>), made on world rank 0; an existing one is
 // where an earlier start of the same list left off.
 std::string list_directory(const RunPlan& base, job::Job& job) {
-  return decided_by_root(job.world_session(), [&] {
-    const std::string dir = base.out.empty() ? default_out_dir(base.name) : base.out;
+  return pipeline::decided_by_root(job.world_session(), [&] {
+    const std::string dir = base.out.empty() ? pipeline::default_out_dir(base.name) : base.out;
     std::error_code ec;
     fs::create_directories(dir, ec);
     VINF_INPUT_CHECK(!ec && fs::is_directory(dir), "cannot create the job list's output directory ", dir, ": ",

@@ -15,7 +15,7 @@
 #include "app/commands.hpp"
 #include "app/option_values.hpp"
 #include "app/generate_options.hpp"
-#include "app/plan_estimate.hpp"
+#include "pipeline/plan_estimate.hpp"
 #include "core/error.hpp"
 #include "infinity/config.hpp"
 #include "model/config.hpp"
@@ -32,6 +32,17 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace vinf::app {
+
+using pipeline::check_plan_fits;
+using pipeline::estimate_plan;
+using pipeline::format_size;
+using pipeline::kPlanHeadroom;
+using pipeline::node_spans;
+using pipeline::NodeSpans;
+using pipeline::PlanEstimate;
+using pipeline::rank_place;
+using pipeline::RankEstimate;
+using pipeline::RankPlace;
 
 namespace {
 

@@ -379,7 +379,7 @@ double VaeWalker::run(double held, std::int64_t h, std::int64_t w) {
 double vae_decode_footprint(const VaeConfig& c, std::int64_t frames, std::int64_t height, std::int64_t width,
                             std::size_t elt, std::int64_t tile, bool cuda) {
   if (frames <= 0) return 0;
-  // app/generate_video: the clip's latents in f32, one call's decoded images in f32, 4 frames a call.
+  // pipeline/video_files: the clip's latents in f32, one call's decoded images in f32, 4 frames a call.
   constexpr std::int64_t kFramesPerCall = 4;
   const double images = static_cast<double>(std::min(frames, kFramesPerCall));
   const double out_px = static_cast<double>(height * width) * c.upscale() * c.upscale();

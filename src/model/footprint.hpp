@@ -66,7 +66,7 @@ struct ForwardFootprint {
 
 ForwardFootprint unet_footprint(const UNetConfig& c, const ForwardShape& s, const TemporalCost& temporal);
 
-// Peak bytes of decoding `frames` latents (h x w) in calls of 4 frames (app/generate_video),
+// Peak bytes of decoding `frames` latents (h x w) in calls of 4 frames (pipeline/video_files),
 // beyond the VAE's weights; tile > 0: the convolutions over tile x tile latent pixels.
 double vae_decode_footprint(const VaeConfig& c, std::int64_t frames, std::int64_t height, std::int64_t width,
                             std::size_t elt, std::int64_t tile, bool cuda);

@@ -88,4 +88,16 @@ struct GenerateSpec {
   std::string builtin_preset() const { return model.substr(8); }
 };
 
+
+// What the prompts are spread over: the clips, the windows, or FIFO's one queue.
+struct PromptParts {
+  std::int64_t count;
+  const char* name;  // "clip", "window", "queue"
+};
+PromptParts prompt_parts(const GenerateSpec& o, int clips);
+
+// The line that says which fields of --import-vi-config's file this run ignores (given the dtype
+// the run computes in and its clip ranks), or "" when there is no file or it uses every field.
+std::string imported_fields_note(const GenerateSpec& o, const std::string& run_dtype, int clips);
+
 }  // namespace vinf::pipeline

@@ -7,7 +7,7 @@
 //            frame at the head leaves, fresh noise enters at the tail; latent partitioning splits
 //            the queue into blocks of the model's length, lookahead denoising overlaps them by half.
 // This file holds their arithmetic only (which frames each model call sees, at which step, with
-// which weight), so that it can be checked without a model; app/generate_long runs them.
+// which weight), so that it can be checked without a model; pipeline/long_methods runs them.
 #pragma once
 
 #include <cstdint>

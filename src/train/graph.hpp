@@ -70,7 +70,7 @@ class Graph {
  public:
   // `params(name)` gives a parameter's value (null when the model has none of that name); grads,
   // when given, receives the trainable ones' gradients. A linear layer whose parameters include
-  // LoRA adapters (`<prefix>.lora_A.weight`, `.lora_B.weight`, train/lora.hpp) adds
+  // LoRA adapters (`<prefix>.lora_A.weight`, `.lora_B.weight`, model/lora.hpp) adds
   // lora_scale * B A x to its output.
   Graph(ExecContext& ctx, ParamLookup params, ParamGrads* grads, float lora_scale = 1.f);
 

@@ -36,7 +36,7 @@
 #include "train/checkpoint.hpp"
 #include "train/data.hpp"
 #include "train/data_parallel.hpp"
-#include "train/lora.hpp"
+#include "model/lora.hpp"
 #include "train/unet_loss.hpp"
 
 namespace fs = std::filesystem;
@@ -46,6 +46,7 @@ namespace vinf::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using model::LoraAdapters;
 
 // The parameters --train.params selects, in the model's order. Each glob must select something.
 std::vector<std::pair<std::string, Shape>> trainable_parameters(const std::vector<model::ParamSpec>& specs,

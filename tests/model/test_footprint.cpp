@@ -82,7 +82,7 @@ TEST_CASE("footprint: a VAE decoding's estimate bounds the arena's peak within 3
     const model::VaeDecoder vae(c, model::Weights::random(model::vae_decoder_parameters(c), rt, DType::f32, 1));
     const double before = static_cast<double>(rt.arena().stats().in_use);
     rt.arena().reset_peak();
-    // As app/generate_video decodes a clip: its latents, then 4 frames a call.
+    // As pipeline/video_files decodes a clip: its latents, then 4 frames a call.
     OwnedTensor z = rt.arena().empty(DType::f32, {n, c.latent_channels, h, w});
     ops::fill(rt.ctx(), z, 0.1);
     for (std::int64_t f0 = 0; f0 < n; f0 += 4) {

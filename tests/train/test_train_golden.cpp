@@ -16,7 +16,7 @@
 #include "ops/random.hpp"
 #include "sampling/scheduler.hpp"
 #include "train/adamw.hpp"
-#include "train/lora.hpp"
+#include "model/lora.hpp"
 #include "train/unet_loss.hpp"
 
 using namespace vinf;
@@ -173,9 +173,9 @@ TEST_CASE("training: LoRA adapters train through the graph as the merged weights
   TinyTraining tt;
   const train::LossBatch batch = tt.batch();
   const auto abar = sampling::make_alphas_cumprod(sampling::NoiseScheduleConfig{});
-  train::LoraAdapters lora(tt.rt.arena(), tt.rt.ctx(), tt.specs, 4, 8.f, 5);  // scale alpha / rank = 2
-  CHECK(lora.parameters().size() == 2 * train::lora_targets(tt.specs).size());
-  CHECK(train::lora_targets(tt.specs).size() == 72);  // 18 attention modules x to_q, to_k, to_v, to_out.0
+  model::LoraAdapters lora(tt.rt.arena(), tt.rt.ctx(), tt.specs, 4, 8.f, 5);  // scale alpha / rank = 2
+  CHECK(lora.parameters().size() == 2 * model::lora_targets(tt.specs).size());
+  CHECK(model::lora_targets(tt.specs).size() == 72);  // 18 attention modules x to_q, to_k, to_v, to_out.0
   const auto lookup = [&](const std::string& n) {
     const Tensor* t = lora.find(n);
     return t ? t : tt.weights.find(n);
@@ -191,7 +191,7 @@ TEST_CASE("training: LoRA adapters train through the graph as the merged weights
                                                 nullptr, false, lora.scale()).sum_squares;
   CHECK(with == doctest::Approx(base).epsilon(1e-6));
   double worst = 0;
-  for (const auto& t : train::lora_targets(tt.specs)) {
+  for (const auto& t : model::lora_targets(tt.specs)) {
     const std::string m = t.name.substr(0, t.name.size() - 7);
     const Tensor& a = *lora.find(m + ".lora_A.weight");
     const Tensor& ga = *g.find(m + ".lora_A.weight");

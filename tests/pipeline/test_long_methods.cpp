@@ -1,4 +1,4 @@
-// The model side of the long-video methods (app/generate_long.hpp) on the tiny fixture UNet:
+// The model side of the long-video methods (pipeline/long_methods.hpp) on the tiny fixture UNet:
 // FIFO-Diffusion against an independent step-by-step computation written here (host loops over
 // the queue, DDIM's formula, the UNet called window by window), and sliding windows against the
 // blend done by hand.
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "../support.hpp"
-#include "app/generate_long.hpp"
+#include "pipeline/long_methods.hpp"
 #include "model/presets.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/random.hpp"
@@ -109,8 +109,8 @@ TEST_CASE("FIFO-Diffusion equals a step-by-step computation of its queue (tiny U
     std::vector<OwnedTensor> texts;
     texts.push_back(rt.arena().empty(DType::f32, text.shape));
     ops::copy(rt.ctx(), text, texts.back());
-    const app::GuidedModel model(unet, 24.0, kGuidance, std::move(texts));
-    app::FifoQueue fifo(model, nullptr, plan, sched, noise, frames);
+    const pipeline::GuidedModel model(unet, 24.0, kGuidance, std::move(texts));
+    pipeline::FifoQueue fifo(model, nullptr, plan, sched, noise, frames);
     OwnedTensor state = rt.arena().empty(DType::f32, {1, kC, frames + Q, kH, kW});
     fifo.start(rt.ctx(), state, {});
     const std::int64_t iterations = frames + S - f;
@@ -183,13 +183,13 @@ TEST_CASE("sliding windows: the prediction is each window's UNet output blended 
   std::vector<OwnedTensor> texts;
   texts.push_back(rt.arena().empty(DType::f32, text.shape));
   ops::copy(rt.ctx(), text, texts.back());
-  const app::GuidedModel model(unet, 24.0, kGuidance, std::move(texts));
+  const pipeline::GuidedModel model(unet, 24.0, kGuidance, std::move(texts));
   sampling::LongVideoConfig c;
   c.mode = sampling::LongMode::windows;
   c.window = 4;
   c.stride = 3;
   const std::int64_t frames = 10;  // windows [0, 4), [3, 7), [6, 10)
-  app::SlidingWindows windows(model, nullptr, c, frames);
+  pipeline::SlidingWindows windows(model, nullptr, c, frames);
   REQUIRE(windows.windows().size() == 3);
   OwnedTensor x = rt.arena().empty(DType::f32, {1, kC, frames, kH, kW}), eps = rt.arena().empty(DType::f32, x.shape);
   ops::normal(rt.ctx(), x, 5, 0, 0);

@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "app/generate_options.hpp"
+#include "pipeline/generate_spec.hpp"
 #include "core/tensor.hpp"
 #include "job/plan.hpp"
 #include "model/config.hpp"
 #include "model/vae_config.hpp"
 
-namespace vinf::app {
+namespace vinf::pipeline {
 
 // The share of the device memory an estimate may fill: the rest is for what it does not count
 // (allocator fragmentation, the CUDA context, cuBLAS/cuDNN handles, the text encoder's run).
@@ -73,7 +73,7 @@ struct PlanEstimate {
 
   // What it was made from, so that check_plan_fits can try other sizes.
   struct Inputs {
-    RunPlan run;
+    GenerateSpec run;
     model::UNetConfig unet;
     std::optional<model::VaeConfig> vae;
   } inputs;
@@ -83,7 +83,7 @@ struct PlanEstimate {
 // settings) on `device` computing in `dtype`; `vae` when the run decodes. The frames are o.frames,
 // or o.frames_per_clip per clip when 0. The caller has checked the layout and the partition
 // (make_layout, infinity::check_partition, model::check_tensor_split).
-PlanEstimate estimate_plan(const RunPlan& o, const model::UNetConfig& ucfg, const std::optional<model::VaeConfig>& vae,
+PlanEstimate estimate_plan(const GenerateSpec& o, const model::UNetConfig& ucfg, const std::optional<model::VaeConfig>& vae,
                            const job::Layout& layout, DType dtype, const Device& device = Device::cpu());
 
 // Throws vinf::InputError when the largest rank needs more than kPlanHeadroom x capacity_bytes of
@@ -104,4 +104,4 @@ struct NodeSpans {
 };
 NodeSpans node_spans(const job::Layout& l, int ranks_per_node);
 
-}  // namespace vinf::app
+}  // namespace vinf::pipeline

@@ -1,4 +1,4 @@
-#include "train/lora.hpp"
+#include "model/lora.hpp"
 
 #include <cmath>
 #include <map>
@@ -9,7 +9,7 @@
 #include "ops/gemm.hpp"
 #include "ops/random.hpp"
 
-namespace vinf::train {
+namespace vinf::model {
 namespace {
 
 constexpr const char* kFilePrefix = "unet.";
@@ -23,8 +23,8 @@ std::string module_of(const std::string& weight) { return weight.substr(0, weigh
 
 }  // namespace
 
-std::vector<model::ParamSpec> lora_targets(const std::vector<model::ParamSpec>& params) {
-  std::vector<model::ParamSpec> out;
+std::vector<ParamSpec> lora_targets(const std::vector<ParamSpec>& params) {
+  std::vector<ParamSpec> out;
   for (const auto& p : params) {
     const bool attention = p.name.find(".attn1.") != std::string::npos || p.name.find(".attn2.") != std::string::npos;
     if (!attention || p.shape.rank() != 2) continue;
@@ -45,7 +45,7 @@ void LoraAdapters::allocate(Arena& arena) {
   }
 }
 
-LoraAdapters::LoraAdapters(Arena& arena, ExecContext& ctx, const std::vector<model::ParamSpec>& params, int rank,
+LoraAdapters::LoraAdapters(Arena& arena, ExecContext& ctx, const std::vector<ParamSpec>& params, int rank,
                            float alpha, std::uint64_t seed)
     : rank_(rank), alpha_(alpha) {
   VINF_INPUT_CHECK(rank >= 1, "--train.lora: the rank must be >= 1, got ", rank);
@@ -66,7 +66,7 @@ LoraAdapters::LoraAdapters(Arena& arena, ExecContext& ctx, const std::vector<mod
 }
 
 LoraAdapters LoraAdapters::load(Arena& arena, ExecContext& ctx, const std::string& path,
-                                const std::vector<model::ParamSpec>& params) {
+                                const std::vector<ParamSpec>& params) {
   const io::SafetensorsFile f(path);
   std::map<std::string, Shape> targets;
   for (const auto& t : lora_targets(params)) targets[module_of(t.name)] = t.shape;
@@ -141,7 +141,7 @@ void LoraAdapters::save(ExecContext& ctx, const std::string& path) const {
                          {"generator", std::string("vinf ") + VINF_VERSION + " train"}});
 }
 
-void LoraAdapters::merge_into(ExecContext& ctx, const model::Weights& weights, float s) const {
+void LoraAdapters::merge_into(ExecContext& ctx, const Weights& weights, float s) const {
   for (std::size_t i = 0; i < specs_.size(); i += 2) {
     const std::string module = specs_[i].first.substr(0, specs_[i].first.size() - 14);
     const Tensor& w = weights.get(module + ".weight");
@@ -155,4 +155,4 @@ void LoraAdapters::merge_into(ExecContext& ctx, const model::Weights& weights, f
   }
 }
 
-}  // namespace vinf::train
+}  // namespace vinf::model

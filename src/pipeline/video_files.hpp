@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "app/generate_options.hpp"
+#include "pipeline/generate_spec.hpp"
 #include "model/vae.hpp"
 #include "job/job.hpp"
 
-namespace vinf::app {
+namespace vinf::pipeline {
 
 struct VideoResult {
   double decode_seconds = 0, write_seconds = 0;
@@ -20,7 +20,7 @@ struct VideoResult {
 
 // Collective over the world. latents: this rank's (1, C, F_clip, h, w) on rt's device. Throws the
 // same vinf::Error on every rank when ffmpeg or a file failed (latents.h5 is written before).
-VideoResult write_video_outputs(const RunPlan& o, job::Job& job, const model::VaeDecoder& vae,
+VideoResult write_video_outputs(const GenerateSpec& o, job::Job& job, const model::VaeDecoder& vae,
                                 const Tensor& latents, std::int64_t frames, const std::string& out_dir);
 
-}  // namespace vinf::app
+}  // namespace vinf::pipeline

@@ -1,4 +1,4 @@
-#include "app/plan_estimate.hpp"
+#include "pipeline/plan_estimate.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -16,7 +16,7 @@
 #include "ops/runtime.hpp"
 #include "sampling/long_video.hpp"
 
-namespace vinf::app {
+namespace vinf::pipeline {
 
 namespace {
 
@@ -40,7 +40,7 @@ double weight_bytes(const std::vector<model::ParamSpec>& params, int rank, int s
 // solver's two memories, the frame-major copy, the UNet's prediction, the guided prediction, the
 // step's noise and the text; the UNet's input batch (guidance in one batch) and both branches'
 // predictions (CFG parallelism).
-double sampler_bytes(const RunPlan& o, double latent, int batch, double text) {
+double sampler_bytes(const GenerateSpec& o, double latent, int batch, double text) {
   const auto a = [](double b) { return model::arena_bytes(b); };
   double bytes = 4 * a(latent) + a(batch * latent) + 2 * a(latent) + a(text);
   if (batch > 1) bytes += a(batch * latent);
@@ -56,7 +56,7 @@ struct Shapes {
 // of the windows) and holds the whole state: the sampler's buffers over every frame (FIFO: the
 // video so far and the queue) and every window's gathered prediction.
 void estimate_long_method(const PlanEstimate& e, const Shapes& sh, RankEstimate& r) {
-  const RunPlan& o = e.inputs.run;
+  const GenerateSpec& o = e.inputs.run;
   const model::UNetConfig& u = e.inputs.unet;
   const sampling::LongVideoConfig& l = o.long_video;
   std::int64_t window = 0, windows = 0, state = sh.frames;
@@ -93,7 +93,7 @@ void estimate_long_method(const PlanEstimate& e, const Shapes& sh, RankEstimate&
 }
 
 RankEstimate estimate_rank(const PlanEstimate& e, const Shapes& sh, int rank) {
-  const RunPlan& o = e.inputs.run;
+  const GenerateSpec& o = e.inputs.run;
   const model::UNetConfig& u = e.inputs.unet;
   const job::Layout& l = e.layout;
   RankEstimate r;
@@ -130,7 +130,7 @@ RankEstimate estimate_rank(const PlanEstimate& e, const Shapes& sh, int rank) {
   return r;
 }
 
-Shapes shapes_of(const RunPlan& o, const std::optional<model::VaeConfig>& vae, const job::Layout& l) {
+Shapes shapes_of(const GenerateSpec& o, const std::optional<model::VaeConfig>& vae, const job::Layout& l) {
   Shapes s;
   s.frames = o.frames > 0 ? o.frames : o.frames_per_clip * l.clips;
   const std::int64_t scale = vae ? vae->upscale() : 8;  // generate's scale when there is no VAE
@@ -142,7 +142,7 @@ Shapes shapes_of(const RunPlan& o, const std::optional<model::VaeConfig>& vae, c
 // The most any rank of a changed layout needs: the ranks that differ (first and last tensor
 // ranks, the clips at the ends and inside, the one with the most frames) of branch 0 of the last
 // stage, where the decoding is.
-double largest_need(const PlanEstimate& base, const RunPlan& o, const job::Layout& l, DType dtype) {
+double largest_need(const PlanEstimate& base, const GenerateSpec& o, const job::Layout& l, DType dtype) {
   PlanEstimate e;
   e.layout = l;
   e.inputs = {o, base.inputs.unet, base.inputs.vae};
@@ -158,7 +158,7 @@ double largest_need(const PlanEstimate& base, const RunPlan& o, const job::Layou
   return most;
 }
 
-bool partition_ok(const RunPlan& o, std::int64_t frames, int clips) {
+bool partition_ok(const GenerateSpec& o, std::int64_t frames, int clips) {
   if (frames < clips) return false;
   try {
     infinity::check_partition(o.vi, frames, clips);
@@ -169,9 +169,9 @@ bool partition_ok(const RunPlan& o, std::int64_t frames, int clips) {
 }
 
 // The most frames per clip (this layout) that fit, by bisection: memory grows with the frames.
-std::string fewer_frames(const PlanEstimate& e, const RunPlan& base, double usable) {
+std::string fewer_frames(const PlanEstimate& e, const GenerateSpec& base, double usable) {
   const job::Layout& l = e.layout;
-  RunPlan o = base;
+  GenerateSpec o = base;
   const auto fits = [&](std::int64_t per_clip) {
     o.frames = per_clip * l.clips;
     return partition_ok(o, o.frames, l.clips) && largest_need(e, o, l, e.dtype) <= usable;
@@ -186,10 +186,10 @@ std::string fewer_frames(const PlanEstimate& e, const RunPlan& base, double usab
 }
 
 // The fewest frame ranks (the same frames) that fit.
-std::string more_clips(const PlanEstimate& e, const RunPlan& base, double usable) {
+std::string more_clips(const PlanEstimate& e, const GenerateSpec& base, double usable) {
   job::Layout l = e.layout;
   const int first = l.clips;
-  RunPlan o = base;
+  GenerateSpec o = base;
   o.frames = e.frames;
   for (int clips = first + 1; clips <= std::min<std::int64_t>(e.frames, 16 * first + 64); ++clips) {
     l.clips = clips;
@@ -201,7 +201,7 @@ std::string more_clips(const PlanEstimate& e, const RunPlan& base, double usable
 }
 
 // The fewest tensor ranks that fit, up to the model's fewest heads.
-std::string more_tensor_ranks(const PlanEstimate& e, const RunPlan& base, double usable) {
+std::string more_tensor_ranks(const PlanEstimate& e, const GenerateSpec& base, double usable) {
   job::Layout l = e.layout;
   const int first = l.tensor;
   for (int t = first + 1; t <= model::fewest_heads(e.inputs.unet); ++t) {
@@ -213,12 +213,12 @@ std::string more_tensor_ranks(const PlanEstimate& e, const RunPlan& base, double
 }
 
 // A 16-bit dtype, CFG parallelism: other settings of the same video that shrink what a rank holds.
-std::vector<std::string> other_settings(const PlanEstimate& e, const RunPlan& o, double usable) {
+std::vector<std::string> other_settings(const PlanEstimate& e, const GenerateSpec& o, double usable) {
   std::vector<std::string> out;
   if (e.device.is_cuda() && e.dtype == DType::f32 && largest_need(e, o, e.layout, DType::bf16) <= usable)
     out.push_back("--dtype bf16");
   if (o.cfg() == 1 && o.guidance > 1) {
-    RunPlan split = o;
+    GenerateSpec split = o;
     split.job.cfg = 2;
     job::Layout l = e.layout;
     l.cfg = 2;
@@ -231,7 +231,7 @@ std::vector<std::string> other_settings(const PlanEstimate& e, const RunPlan& o,
 // Each change alone that makes the layout fit; where none does and the VAE decodes whole frames,
 // each together with VAE tiles.
 std::vector<std::string> what_would_fit(const PlanEstimate& e, double usable) {
-  RunPlan o = e.inputs.run;
+  GenerateSpec o = e.inputs.run;
   std::vector<std::string> fits;
   for (int tiled = 0; tiled < 2 && fits.empty(); ++tiled) {
     if (tiled) {
@@ -302,7 +302,7 @@ const RankEstimate& PlanEstimate::largest() const {
                            [](const RankEstimate& a, const RankEstimate& b) { return a.total() < b.total(); });
 }
 
-PlanEstimate estimate_plan(const RunPlan& o, const model::UNetConfig& ucfg, const std::optional<model::VaeConfig>& vae,
+PlanEstimate estimate_plan(const GenerateSpec& o, const model::UNetConfig& ucfg, const std::optional<model::VaeConfig>& vae,
                            const job::Layout& layout, DType dtype, const Device& device) {
   PlanEstimate e;
   e.layout = layout;
@@ -343,4 +343,4 @@ NodeSpans node_spans(const job::Layout& l, int ranks_per_node) {
   return s;
 }
 
-}  // namespace vinf::app
+}  // namespace vinf::pipeline

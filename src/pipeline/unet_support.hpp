@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "app/generate_options.hpp"
+#include "pipeline/generate_spec.hpp"
 #include "core/arena.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5file.hpp"
@@ -24,28 +24,15 @@
 #include "pipeline/step_control.hpp"
 #include "sampling/conditioning.hpp"
 
-namespace vinf::app {
+namespace vinf::pipeline {
 
 using json = nlohmann::ordered_json;
-using pipeline::check_finished_run;
-using pipeline::check_resumable;
-using pipeline::choose_checkpoint;
-using pipeline::choose_out_dir;
-using pipeline::counters_json;
-using pipeline::decided_by_root;
-using pipeline::default_out_dir;
-using pipeline::long_json;
-using pipeline::numerics_json;
-using pipeline::remove_run_outputs;
-using pipeline::ResumePoint;
-using pipeline::settings_differences;
-using pipeline::vi_json;
 
 // The prompts (and with guidance the negative prompt) through the tokenizer and text encoder:
 // --model.tokenizer / --model.text-encoder, or the built-in model's byte-level tokenizer and random
 // encoder. Rank 0 encodes and every rank gets the embeddings; `warnings` (rank 0) gets truncated
 // prompts and defaults the tokenizer files left open. Throws vinf::InputError on every rank.
-sampling::TextEmbeddings encode_prompts_on_root(const RunPlan& o, std::int64_t width, bool guided, job::Job& job,
+sampling::TextEmbeddings encode_prompts_on_root(const GenerateSpec& o, std::int64_t width, bool guided, job::Job& job,
                                                 std::vector<std::string>& warnings);
 
 // --debug: watches the module outputs of a UNet call and keeps the name of the first one that holds
@@ -65,13 +52,13 @@ class FiniteWatch {
 // --dump.modules against the model, before anything is computed or created: every glob must match
 // a module the UNet reports (a typo would otherwise give an empty activations.h5), and the ranks
 // must hold both guidance branches. Throws vinf::InputError naming the glob and the module names.
-void check_dump_modules(const RunPlan& o, const model::UNetConfig& c);
+void check_dump_modules(const GenerateSpec& o, const model::UNetConfig& c);
 
 // --dump.modules: the outputs of the selected modules over the whole video, collected on the
 // dump steps and written collectively to OUT/activations.h5 as /activations/step<k>/<module>.
 class ActivationDump {
  public:
-  ActivationDump(const RunPlan& o, std::int64_t batch, std::int64_t clip_frames, std::int64_t first_frame,
+  ActivationDump(const GenerateSpec& o, std::int64_t batch, std::int64_t clip_frames, std::int64_t first_frame,
                  std::int64_t frames);
   bool enabled() const { return !globs_.empty(); }
   bool wanted(int step) const;  // 1-based
@@ -95,4 +82,4 @@ class ActivationDump {
   std::unique_ptr<io::H5File> file_;
 };
 
-}  // namespace vinf::app
+}  // namespace vinf::pipeline

@@ -18,7 +18,7 @@
 #include "sampling/noise.hpp"
 #include "sampling/scheduler.hpp"
 
-namespace vinf::app {
+namespace vinf::pipeline {
 
 // One guided prediction of the plain model: eps (1, C, F, H, W) f32 for latents x of that shape,
 // at one timestep or one per frame, with prompt p's text batch ([negative, prompt] with guidance).
@@ -85,4 +85,4 @@ class FifoQueue {
   std::int64_t frames_;
 };
 
-}  // namespace vinf::app
+}  // namespace vinf::pipeline

@@ -1,23 +1,23 @@
-// `vinf plan`'s estimate (app/plan_estimate): where the ranks of a layout go, the bytes each
+// `vinf plan`'s estimate (pipeline/plan_estimate): where the ranks of a layout go, the bytes each
 // receives per step (against what vinf generate's counters reported for the same runs), how the
 // memory follows the video and the layout, and the refusal of a layout that does not fit.
 #include <doctest/doctest.h>
 
 #include <string>
 
-#include "app/plan_estimate.hpp"
+#include "pipeline/plan_estimate.hpp"
 #include "core/error.hpp"
 #include "infinity/exchange_cost.hpp"
 #include "model/presets.hpp"
 
 using namespace vinf;
-using namespace vinf::app;
+using namespace vinf::pipeline;
 
 namespace {
 
 // builtin:tiny at 64x64 (latent 8x8), guidance 12, f32 on the CPU: generate's defaults otherwise.
-RunPlan tiny_run(std::int64_t frames, std::int64_t size = 64) {
-  RunPlan o;
+GenerateSpec tiny_run(std::int64_t frames, std::int64_t size = 64) {
+  GenerateSpec o;
   o.model = "builtin:tiny";
   o.frames = frames;
   o.height = o.width = size;
@@ -25,7 +25,7 @@ RunPlan tiny_run(std::int64_t frames, std::int64_t size = 64) {
   return o;
 }
 
-PlanEstimate estimate(const RunPlan& o, int world, DType dtype = DType::f32, Device device = Device::cpu()) {
+PlanEstimate estimate(const GenerateSpec& o, int world, DType dtype = DType::f32, Device device = Device::cpu()) {
   const model::UNetConfig u = model::preset_config("tiny");
   const std::optional<model::VaeConfig> vae =
       o.video ? std::optional<model::VaeConfig>(model::vae_preset("tiny")) : std::nullopt;
@@ -103,33 +103,33 @@ TEST_CASE("plan: the bytes each rank receives per step are those vinf generate c
   CHECK(four.ranks[1].clip_bytes == 4334848);
   CHECK(four.ranks[2].clip_bytes == 4334848);
   CHECK(four.ranks[3].clip_bytes == 3253504);
-  RunPlan compat = tiny_run(24);
+  GenerateSpec compat = tiny_run(24);
   compat.vi.mode = infinity::Mode::compat;
   const PlanEstimate three = estimate(compat, 3);
   CHECK(three.ranks[0].clip_bytes == 3244032);
   CHECK(three.ranks[1].clip_bytes == 5046272);
   CHECK(three.ranks[2].clip_bytes == 3244032);
-  RunPlan kv = tiny_run(32);
+  GenerateSpec kv = tiny_run(32);
   kv.vi.halo = infinity::HaloData::kv;
   CHECK(estimate(kv, 2).ranks[1].clip_bytes == 6137088);
-  RunPlan exact = tiny_run(25);
+  GenerateSpec exact = tiny_run(25);
   exact.vi.mode = infinity::Mode::exact;
   const PlanEstimate uneven = estimate(exact, 3);
   CHECK(uneven.ranks[0].clip_bytes == 2341632);
   CHECK(uneven.ranks[1].clip_bytes == 2718208);
   CHECK(uneven.ranks[2].clip_bytes == 2416640);
-  RunPlan tensor = tiny_run(32);
+  GenerateSpec tensor = tiny_run(32);
   tensor.job.tensor = 2;
   const PlanEstimate split = estimate(tensor, 2);
   CHECK(split.ranks[0].tensor_bytes == 14155776);
   CHECK(split.ranks[0].clip_bytes == 0);
-  RunPlan cfg = tiny_run(32);
+  GenerateSpec cfg = tiny_run(32);
   cfg.job.cfg = 2;
   const PlanEstimate branches = estimate(cfg, 2);
   CHECK(branches.ranks[1].cfg_bytes == 32768);  // the other branch's prediction: 4 x 32 x 8 x 8 floats
   CHECK(branches.ranks[1].batch == 1);
   // A pipeline stage receives the latents, the solver's memory and the text once per job.
-  RunPlan pipe = tiny_run(32);
+  GenerateSpec pipe = tiny_run(32);
   pipe.job.pipeline = 2;
   const PlanEstimate stages = estimate(pipe, 2);
   CHECK(stages.ranks[0].handoff_bytes == 0);
@@ -138,24 +138,24 @@ TEST_CASE("plan: the bytes each rank receives per step are those vinf generate c
 }
 
 TEST_CASE("plan: memory grows with the frames and the size, shrinks with frame ranks and tensor ranks") {
-  const auto need = [](const RunPlan& o, int world) { return estimate(o, world).largest().total(); };
+  const auto need = [](const GenerateSpec& o, int world) { return estimate(o, world).largest().total(); };
   CHECK(need(tiny_run(16), 1) < need(tiny_run(32), 1));
   CHECK(need(tiny_run(32), 1) < need(tiny_run(64), 1));
   CHECK(need(tiny_run(32, 64), 1) < need(tiny_run(32, 128), 1));
   CHECK(need(tiny_run(64), 2) < need(tiny_run(64), 1));
   CHECK(need(tiny_run(64), 4) < need(tiny_run(64), 2));
-  RunPlan tensor = tiny_run(32);
+  GenerateSpec tensor = tiny_run(32);
   tensor.job.tensor = 2;
   CHECK(estimate(tensor, 2).ranks[0].weights < estimate(tiny_run(32), 1).ranks[0].weights);
-  RunPlan unguided = tiny_run(32);
+  GenerateSpec unguided = tiny_run(32);
   unguided.guidance = 1;
   CHECK(need(unguided, 1) < need(tiny_run(32), 1));
   // 16-bit weights and activations on CUDA take less than f32.
-  const RunPlan o = tiny_run(32);
+  const GenerateSpec o = tiny_run(32);
   CHECK(estimate(o, 1, DType::bf16, Device::cuda(0)).largest().total() <
         estimate(o, 1, DType::f32, Device::cuda(0)).largest().total());
   // Only the ranks that decode hold the VAE's working set.
-  RunPlan video = tiny_run(32);
+  GenerateSpec video = tiny_run(32);
   video.video = true;
   video.job.cfg = 2;
   const PlanEstimate decoded = estimate(video, 2);
@@ -168,7 +168,7 @@ TEST_CASE("plan: windows and FIFO hold one window's activations whatever the len
   for (sampling::LongMode mode : {sampling::LongMode::windows, sampling::LongMode::fifo}) {
     CAPTURE(sampling::long_mode_name(mode));
     const auto run = [&](std::int64_t frames) {
-      RunPlan o = tiny_run(frames);
+      GenerateSpec o = tiny_run(frames);
       o.long_video.mode = mode;
       o.long_video.window = o.long_video.fifo_window = 16;
       o.vi.mode = infinity::Mode::off;

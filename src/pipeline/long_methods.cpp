@@ -1,4 +1,4 @@
-#include "app/generate_long.hpp"
+#include "pipeline/long_methods.hpp"
 
 #include <cmath>
 #include <utility>
@@ -8,7 +8,7 @@
 #include "sampling/conditioning.hpp"
 #include "sampling/sampler.hpp"
 
-namespace vinf::app {
+namespace vinf::pipeline {
 
 GuidedModel::GuidedModel(const model::UNet3D& unet, double fps, double guidance, std::vector<OwnedTensor> texts)
     : unet_(unet), fps_(fps), guidance_(static_cast<float>(guidance)), texts_(std::move(texts)) {}
@@ -150,4 +150,4 @@ void FifoQueue::iterate(ExecContext& ctx, std::int64_t i, const Tensor& state) {
   ops::copy(ctx, tail, queue.slice(2, length - 1, 1));
 }
 
-}  // namespace vinf::app
+}  // namespace vinf::pipeline

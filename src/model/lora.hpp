@@ -15,23 +15,22 @@
 #include "core/arena.hpp"
 #include "model/params.hpp"
 #include "model/weights.hpp"
-#include "train/graph.hpp"
 
-namespace vinf::train {
+namespace vinf::model {
 
 // The base weights LoRA adapts: every attention projection's weight among `params`.
-std::vector<model::ParamSpec> lora_targets(const std::vector<model::ParamSpec>& params);
+std::vector<ParamSpec> lora_targets(const std::vector<ParamSpec>& params);
 
 class LoraAdapters {
  public:
   // New adapters of `rank` for every target, drawn from `seed` (A) and zero (B), on the arena's device.
-  LoraAdapters(Arena& arena, ExecContext& ctx, const std::vector<model::ParamSpec>& params, int rank, float alpha,
+  LoraAdapters(Arena& arena, ExecContext& ctx, const std::vector<ParamSpec>& params, int rank, float alpha,
                std::uint64_t seed);
   // The adapters of a LoRA file, checked against the model's parameters: every key must name an
   // attention projection of the model with matching shapes. Throws vinf::InputError naming the
   // file and key otherwise.
   static LoraAdapters load(Arena& arena, ExecContext& ctx, const std::string& path,
-                           const std::vector<model::ParamSpec>& params);
+                           const std::vector<ParamSpec>& params);
 
   int rank() const { return rank_; }
   float alpha() const { return alpha_; }
@@ -43,7 +42,7 @@ class LoraAdapters {
   // Writes the file (F32, the layout above) from host-visible memory.
   void save(ExecContext& ctx, const std::string& path) const;
   // W += scale * B A for every adapted weight of `weights` (any of its dtypes, on its device).
-  void merge_into(ExecContext& ctx, const model::Weights& weights, float scale) const;
+  void merge_into(ExecContext& ctx, const Weights& weights, float scale) const;
 
  private:
   LoraAdapters() = default;
@@ -55,4 +54,4 @@ class LoraAdapters {
   float alpha_ = 0;
 };
 
-}  // namespace vinf::train
+}  // namespace vinf::model

@@ -1,4 +1,4 @@
-#include "app/generate_support.hpp"
+#include "pipeline/unet_support.hpp"
 
 #include <fnmatch.h>
 
@@ -26,9 +26,9 @@
 
 namespace fs = std::filesystem;
 
-namespace vinf::app {
+namespace vinf::pipeline {
 
-sampling::TextEmbeddings encode_prompts_on_root(const RunPlan& o, std::int64_t width, bool guided, job::Job& job,
+sampling::TextEmbeddings encode_prompts_on_root(const GenerateSpec& o, std::int64_t width, bool guided, job::Job& job,
                                                 std::vector<std::string>& warnings) {
   const mpi::Session& mpi = job.session();
   const Device device = job.device();
@@ -79,7 +79,7 @@ sampling::TextEmbeddings encode_prompts_on_root(const RunPlan& o, std::int64_t w
   return text;
 }
 
-void check_dump_modules(const RunPlan& o, const model::UNetConfig& c) {
+void check_dump_modules(const GenerateSpec& o, const model::UNetConfig& c) {
   if (o.dump_globs.empty()) return;
   VINF_INPUT_CHECK(o.cfg() == 1, "--dump.modules needs --parallel.cfg 1 (every rank then holds ",
                    "both guidance branches of its frames)");
@@ -108,7 +108,7 @@ void check_dump_modules(const RunPlan& o, const model::UNetConfig& c) {
   }
 }
 
-ActivationDump::ActivationDump(const RunPlan& o, std::int64_t batch, std::int64_t clip_frames,
+ActivationDump::ActivationDump(const GenerateSpec& o, std::int64_t batch, std::int64_t clip_frames,
                                std::int64_t first_frame, std::int64_t frames)
     : globs_(o.dump_globs),
       steps_(o.dump_step_list),
@@ -186,4 +186,4 @@ void ActivationDump::finish(const mpi::Session& mpi, const std::string& path) {
   io::commit_partial(comm, path + ".partial", path);
 }
 
-}  // namespace vinf::app
+}  // namespace vinf::pipeline

@@ -1,8 +1,8 @@
-#include "app/generate_video.hpp"
+#include "pipeline/video_files.hpp"
 
 #include <chrono>
 
-#include "app/generate_support.hpp"
+#include "pipeline/unet_support.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "infinity/config.hpp"
@@ -10,9 +10,9 @@
 #include "io/video.hpp"
 #include "ops/elementwise.hpp"
 
-namespace vinf::app {
+namespace vinf::pipeline {
 
-VideoResult write_video_outputs(const RunPlan& o, job::Job& job, const model::VaeDecoder& vae,
+VideoResult write_video_outputs(const GenerateSpec& o, job::Job& job, const model::VaeDecoder& vae,
                                 const Tensor& latents, std::int64_t frames, const std::string& out_dir) {
   const mpi::Session& mpi = job.session();
   const mpi::ProcessGrid& grid = job.grid();
@@ -79,4 +79,4 @@ VideoResult write_video_outputs(const RunPlan& o, job::Job& job, const model::Va
   return result;
 }
 
-}  // namespace vinf::app
+}  // namespace vinf::pipeline
