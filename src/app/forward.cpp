@@ -322,7 +322,7 @@ void load_model(const ForwardOptions& o, ForwardJob& f) {
   f.log("model " + f.files.dir + ": " + std::to_string(unet.weights().count()) + " parameters" +
         (grid.tensor_size() > 1 ? " on each of " + std::to_string(grid.tensor_size()) + " tensor ranks" : "") + ", " +
         format_mib(static_cast<double>(unet.weights().bytes())) + " as " + model::precision_name(dtype, device) +
-        (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + gpu_kernels_note(device) + " (loaded in " +
+        (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + gpu_kernels_note(f.job->runtime().ctx()) + " (loaded in " +
         format_number(seconds_since(t_load), 5) + " s)");
   f.log(std::string("--vi.mode ") + infinity::mode_name(o.vi.mode) + ", " + std::to_string(f.split.clips) +
         (o.emulate > 0 ? " emulated clip(s)" : " clip(s)") + (o.cfg == 2 ? " x 2 CFG branches" : "") +

@@ -88,8 +88,8 @@ int selfcheck(const std::vector<std::string>& args) {
     }
   }
   // The CUDA kernels that are off by default and that this run turns on (VINF_GPU_KERNELS).
-  load_gpu_kernels_from_environment();
-  if (device != "cpu") std::cout << "cuda kernels off by default, on here: " << gpu_kernels_text(gpu_kernels()) << "\n";
+  const unsigned kernels = gpu_kernels_from_environment();
+  if (device != "cpu") std::cout << "cuda kernels off by default, on here: " << gpu_kernels_text(kernels) << "\n";
 
   Runtime ref_rt(Device::cpu(), CpuImpl::reference);
   std::unique_ptr<Runtime> cpu_rt, gpu_rt;

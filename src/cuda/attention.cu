@@ -185,7 +185,7 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
   a.lse = lse ? static_cast<float*>(lse->data) : nullptr;
   const std::int64_t width = std::max(a.D, a.Dv);
   VINF_CHECK(width <= 512, "attention: head dims up to 512 are supported on CUDA, got ", width);
-  const bool wide = gpu_kernel_enabled(GpuKernel::temporal_attention) && width <= 32 * kWideMaxDpl;
+  const bool wide = gpu_kernel_enabled(ctx, GpuKernel::temporal_attention) && width <= 32 * kWideMaxDpl;
   const int warps = wide ? static_cast<int>(std::clamp<std::int64_t>(a.Lq, 1, kWideWarps)) : kWarps;
   const std::int64_t fit = kSharedBytes / (sizeof(float) * (a.D + a.Dv));
   a.tile_keys = static_cast<int>(std::min<std::int64_t>(wide ? 1024 : 64, fit));

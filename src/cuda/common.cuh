@@ -55,8 +55,8 @@ std::array<Strided, N> joint_strided(const std::array<const Tensor*, N>& ts) {
 // The 32-bit form of the joint layout (exec/index32.hpp), when VINF_GPU_KERNELS has index32 on
 // and every offset fits; false: the caller launches its 64-bit kernel.
 template <int N>
-bool joint_index32(const std::array<const Tensor*, N>& ts, exec::Index32<N>& out) {
-  return gpu_kernel_enabled(GpuKernel::index32) && exec::to_index32(exec::joint_layout<N>(ts), out);
+bool joint_index32(const ExecContext& ctx, const std::array<const Tensor*, N>& ts, exec::Index32<N>& out) {
+  return gpu_kernel_enabled(ctx, GpuKernel::index32) && exec::to_index32(exec::joint_layout<N>(ts), out);
 }
 
 // The linear index of the calling thread in a grid-stride loop, and the loop's step.

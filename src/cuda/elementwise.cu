@@ -109,7 +109,7 @@ void launch_pointwise(ExecContext& ctx, Pointwise op, float alpha, float beta, c
   const std::int64_t n = out.numel();
   if (n == 0) return;
   exec::Index32<3> ix;
-  if (joint_index32<3>({&a, &b, &out}, ix)) {
+  if (joint_index32<3>(ctx, {&a, &b, &out}, ix)) {
     pointwise_kernel32<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(op, alpha, beta, a.data, a.dtype, b.data, b.dtype,
                                                                       out.data, out.dtype, ix);
     VINF_CHECK_LAUNCH();
@@ -132,7 +132,7 @@ void copy_on_device(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
   }
   const unsigned grid = grid_for(n);
   exec::Index32<2> ix;
-  if (joint_index32<2>({&src, &dst}, ix)) {
+  if (joint_index32<2>(ctx, {&src, &dst}, ix)) {
     if (src.dtype != dst.dtype)
       copy_cast_kernel32<<<grid, kThreads, 0, stream_of(ctx)>>>(src.data, src.dtype, dst.data, dst.dtype, ix);
     else if (dtype_size(src.dtype) == 2)
@@ -188,7 +188,7 @@ void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
     // With staged-uploads, a small source goes through the context's page-locked ring: the copy
     // from there is queued and the host goes on (from pageable memory the driver may make the host
     // wait). The piece is held until the copy has passed (CudaContext::staged).
-    void* pinned = gpu_kernel_enabled(GpuKernel::staged_uploads) ? ctx.cuda->stage(src.nbytes()) : nullptr;
+    void* pinned = gpu_kernel_enabled(ctx, GpuKernel::staged_uploads) ? ctx.cuda->stage(src.nbytes()) : nullptr;
     struct Held {  // staged() on every way out once stage() gave space, failures included
       CudaContext* c;
       ~Held() {
@@ -235,7 +235,7 @@ void fill(ExecContext& ctx, const Tensor& dst, double value) {
   const std::int64_t n = dst.numel();
   if (n == 0) return;
   exec::Index32<1> ix;
-  if (joint_index32<1>({&dst}, ix)) {
+  if (joint_index32<1>(ctx, {&dst}, ix)) {
     fill_kernel32<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(dst.data, dst.dtype, ix, value);
     VINF_CHECK_LAUNCH();
     return;

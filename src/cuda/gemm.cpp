@@ -121,7 +121,7 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
     hy = ctx.arena->empty(y.dtype, y.shape);
     out = hy;
   }
-  if (bias && gpu_kernel_enabled(GpuKernel::gemm_epilogues) &&
+  if (bias && gpu_kernel_enabled(ctx, GpuKernel::gemm_epilogues) &&
       linear_bias_epilogue(ctx, y.dtype, M, N, K, a, b, *bias, out.data, M == 1 ? N : out.stride(0))) {
     if (out.data != y.data) cuda::copy(ctx, out, y);
     return;

@@ -1,15 +1,11 @@
 #include "exec/gpu_kernels.hpp"
 
-#include <atomic>
 #include <cstdlib>
-#include <mutex>
 
 #include "core/error.hpp"
 
 namespace vinf {
 namespace {
-
-std::atomic<unsigned> enabled{0};
 
 struct Named {
   const char* name;
@@ -28,12 +24,6 @@ std::string known_names() {
 }
 
 }  // namespace
-
-bool gpu_kernel_enabled(GpuKernel k) {
-  return (enabled.load(std::memory_order_relaxed) & static_cast<unsigned>(k)) != 0;
-}
-unsigned gpu_kernels() { return enabled.load(std::memory_order_relaxed); }
-void set_gpu_kernels(unsigned mask) { enabled.store(mask & kAllGpuKernels, std::memory_order_relaxed); }
 
 unsigned parse_gpu_kernels(std::string_view list) {
   unsigned mask = 0;
@@ -67,12 +57,9 @@ std::string gpu_kernels_text(unsigned mask) {
   return s.empty() ? "none" : s;
 }
 
-void load_gpu_kernels_from_environment() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const char* env = std::getenv("VINF_GPU_KERNELS");
-    if (env) set_gpu_kernels(parse_gpu_kernels(env));
-  });
+unsigned gpu_kernels_from_environment() {
+  const char* env = std::getenv("VINF_GPU_KERNELS");
+  return env ? parse_gpu_kernels(env) : 0;
 }
 
 }  // namespace vinf

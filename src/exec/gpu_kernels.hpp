@@ -16,12 +16,15 @@
 //                       context, so that the host does not wait for them (the timesteps and
 //                       other small inputs of every model call); not a kernel, but unrun as well
 //   all, none
-// Process-wide. Read once, when the first Runtime is made; a name it does not know is an input
-// error (exit status 2). No effect on the CPU.
+// A switch of the execution context (ExecContext::gpu_kernels), which each Runtime sets from the
+// environment when it is made; a name it does not know is an input error (exit status 2). No
+// effect on the CPU.
 #pragma once
 
 #include <string>
 #include <string_view>
+
+#include "exec/context.hpp"
 
 namespace vinf {
 
@@ -34,16 +37,16 @@ enum class GpuKernel : unsigned {
 };
 inline constexpr unsigned kAllGpuKernels = 0x1f;
 
-// Whether the kernel is on (VINF_GPU_KERNELS, or set_gpu_kernels).
-bool gpu_kernel_enabled(GpuKernel k);
-unsigned gpu_kernels();
-void set_gpu_kernels(unsigned mask);
+// Whether the kernel is on for calls on `ctx`.
+inline bool gpu_kernel_enabled(const ExecContext& ctx, GpuKernel k) {
+  return (ctx.gpu_kernels & static_cast<unsigned>(k)) != 0;
+}
 // A list as VINF_GPU_KERNELS takes it; throws InputError naming the entry it does not know and
 // the names it does.
 unsigned parse_gpu_kernels(std::string_view list);
 // "none", or the names of the kernels that are on ("temporal-attention,index32").
 std::string gpu_kernels_text(unsigned mask);
-// Reads VINF_GPU_KERNELS the first time it is called (later calls do nothing).
-void load_gpu_kernels_from_environment();
+// The kernels VINF_GPU_KERNELS turns on; throws InputError for a name it does not know.
+unsigned gpu_kernels_from_environment();
 
 }  // namespace vinf

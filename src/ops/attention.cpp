@@ -59,7 +59,7 @@ void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor&
 
 bool fused_attention_applies(const ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor* kg, const AttentionParams& p, const Tensor* lse) {
-  if (!ctx.device.is_cuda() || !gpu_kernel_enabled(GpuKernel::flash_attention)) return false;
+  if (!ctx.device.is_cuda() || !gpu_kernel_enabled(ctx, GpuKernel::flash_attention)) return false;
   if (q.dtype != DType::f16 && q.dtype != DType::bf16) return false;
   if (k.dtype != q.dtype || v.dtype != q.dtype || kg || lse) return false;
   const std::int64_t d = q.size(3), lq = q.size(2), lk = k.size(2);

@@ -98,7 +98,7 @@ void synchronize(ExecContext& ctx) {
 }
 
 Runtime::Runtime(Device device, CpuImpl cpu_impl) {
-  load_gpu_kernels_from_environment();  // a bad VINF_GPU_KERNELS is an input error, on the CPU too
+  ctx_.gpu_kernels = gpu_kernels_from_environment();  // a bad VINF_GPU_KERNELS is an input error, on the CPU too
   ctx_.device = device;
   ctx_.cpu_impl = cpu_impl;
   if (device.is_cpu()) {
@@ -124,9 +124,9 @@ Runtime::~Runtime() {
 
 void Runtime::synchronize() { vinf::synchronize(ctx_); }
 
-std::string gpu_kernels_note(const Device& device) {
-  if (!device.is_cuda() || gpu_kernels() == 0) return {};
-  return " (VINF_GPU_KERNELS: " + gpu_kernels_text(gpu_kernels()) + ")";
+std::string gpu_kernels_note(const ExecContext& ctx) {
+  if (!ctx.device.is_cuda() || ctx.gpu_kernels == 0) return {};
+  return " (VINF_GPU_KERNELS: " + gpu_kernels_text(ctx.gpu_kernels) + ")";
 }
 
 }  // namespace vinf

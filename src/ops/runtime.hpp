@@ -46,7 +46,7 @@ inline bool tf32_in_effect(const Device& device, DType dtype) {
 
 // For a run's log line on `device`: " (VINF_GPU_KERNELS: temporal-attention,index32)" when kernels
 // that are off by default are on (exec/gpu_kernels.hpp) and the device is CUDA, else "".
-std::string gpu_kernels_note(const Device& device);
+std::string gpu_kernels_note(const ExecContext& ctx);
 
 // Number of usable CUDA devices: 0 when this build has no CUDA, when no driver is installed or
 // when no device is visible. Never throws.

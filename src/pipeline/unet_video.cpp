@@ -517,7 +517,7 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
   for (const std::string& w : r.warnings) r.log("warning: " + w);
   r.log("model " + (o.builtin() ? o.model + " (seed " + std::to_string(o.model_seed) + ")" : r.files.dir) + ": " +
         std::to_string(m.unet->weights().count()) + " parameters as " + model::precision_name(dtype, device) +
-        (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + gpu_kernels_note(device) +
+        (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + gpu_kernels_note(r.job.runtime().ctx()) +
         (o.lora.empty() ? std::string() : ", LoRA " + o.lora + " merged at scale " + std::to_string(o.lora_scale)) +
         (m.kept ? ", kept from an earlier video" : ", loaded in " + format_duration(m.load_seconds)));
   const std::string size = std::to_string(r.frames) + " frames of " + std::to_string(o.width) + "x" +

@@ -123,11 +123,10 @@ TEST_CASE("VINF_GPU_KERNELS: names, all and none, and an unknown name is an inpu
                        doctest::Contains("no kernel is called 'flash'; the names are temporal-attention, index32, "
                                                          "staged-uploads, flash-attention, gemm-epilogues, all, none"),
                        InputError);
-  const unsigned before = gpu_kernels();
-  set_gpu_kernels(static_cast<unsigned>(GpuKernel::temporal_attention));
-  CHECK(gpu_kernel_enabled(GpuKernel::temporal_attention));
-  CHECK_FALSE(gpu_kernel_enabled(GpuKernel::index32));
-  set_gpu_kernels(before);
+  ExecContext ctx;
+  ctx.gpu_kernels = static_cast<unsigned>(GpuKernel::temporal_attention);
+  CHECK(gpu_kernel_enabled(ctx, GpuKernel::temporal_attention));
+  CHECK_FALSE(gpu_kernel_enabled(ctx, GpuKernel::index32));
 }
 
 TEST_CASE("flash-attention takes only full attention in f16 or bf16 with head dims 16 to 128, on CUDA, when switched on") {
@@ -140,10 +139,9 @@ TEST_CASE("flash-attention takes only full attention in f16 or bf16 with head di
   ExecContext cpu;
   const Tensor q = t(DType::bf16, 100, 64), k = t(DType::bf16, 77, 64), v = t(DType::bf16, 77, 64);
   ops::AttentionParams full;
-  const unsigned before = gpu_kernels();
-  set_gpu_kernels(0);
   CHECK_FALSE(ops::fused_attention_applies(gpu, q, k, v, nullptr, full, nullptr));  // off by default
-  set_gpu_kernels(static_cast<unsigned>(GpuKernel::flash_attention));
+  gpu.gpu_kernels = static_cast<unsigned>(GpuKernel::flash_attention);
+  cpu.gpu_kernels = gpu.gpu_kernels;
   CHECK(ops::fused_attention_applies(gpu, q, k, v, nullptr, full, nullptr));
   CHECK_FALSE(ops::fused_attention_applies(cpu, q, k, v, nullptr, full, nullptr));
   CHECK(ops::fused_attention_applies(gpu, t(DType::f16, 64, 128), t(DType::f16, 300, 128), t(DType::f16, 300, 128),
@@ -171,5 +169,4 @@ TEST_CASE("flash-attention takes only full attention in f16 or bf16 with head di
   ops::AttentionParams scaled = full;
   scaled.token_count_log_base = 16.f;
   CHECK_FALSE(ops::fused_attention_applies(gpu, q, k, v, nullptr, scaled, nullptr));
-  set_gpu_kernels(before);
 }
