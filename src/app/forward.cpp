@@ -46,11 +46,9 @@ struct ForwardInputs {
 };
 
 Tensor require_tensor(const io::SafetensorsFile& f, const char* name, int rank, const char* layout) {
-  const auto* e = f.find(name);
-  VINF_INPUT_CHECK(e != nullptr, f.path(), " has no tensor '", name, "' (vinf forward needs sample ",
-                   "[B,C,F,H,W], encoder_hidden_states [B,L,D] and timesteps I64 [T]; fps I64 [1] is optional)");
-  VINF_INPUT_CHECK(e->shape.rank() == rank, f.path(), ": '", name, "' must be ", layout, ", got shape ", e->shape.str());
-  return f.tensor(name);
+  return io::require_tensor(f, name, rank, layout,
+                            "vinf forward needs sample [B,C,F,H,W], encoder_hidden_states [B,L,D] and timesteps I64 "
+                            "[T]; fps I64 [1] is optional");
 }
 
 ForwardInputs read_inputs(const io::SafetensorsFile& f, const model::UNetConfig& c, const std::string& config_path) {
@@ -273,9 +271,7 @@ struct ForwardJob {
   std::unique_ptr<model::UNet3D> unet;
   std::unique_ptr<infinity::CommTensorGroup> tensor_group;  // with --parallel.tensor T > 1
 
-  void log(const std::string& line) const {
-    if (job->root()) std::cerr << "vinf forward: " << line << "\n" << std::flush;
-  }
+  Reporter report;
 };
 
 // Starts the job and checks the model's config and the inputs against it and the job's size:
@@ -286,6 +282,7 @@ ForwardJob start_forward(const ForwardOptions& o) {
     VINF_INPUT_CHECK(o.emulate == 0 || (world == 1 && o.cfg == 1 && o.tensor == 1), "--vi.emulate-clips runs in one ",
                      "process; launch it without mpirun (and without --parallel.cfg 2 or --parallel.tensor)");
   });
+  f.report = Reporter("vinf forward:", f.job->root());
   f.files = model::find_model_files(o.model_dir);
   f.config = model::load_unet_config(f.files.config, &f.warnings);
   model::check_tensor_split(f.config, o.tensor, f.files.config);
@@ -318,13 +315,13 @@ void load_model(const ForwardOptions& o, ForwardJob& f) {
     f.unet->set_tensor_group(f.tensor_group.get());
   }
   const model::UNet3D& unet = *f.unet;
-  for (const std::string& wn : f.warnings) f.log("warning: " + wn);
-  f.log("model " + f.files.dir + ": " + std::to_string(unet.weights().count()) + " parameters" +
+  for (const std::string& wn : f.warnings) f.report.say("warning: " + wn);
+  f.report.say("model " + f.files.dir + ": " + std::to_string(unet.weights().count()) + " parameters" +
         (grid.tensor_size() > 1 ? " on each of " + std::to_string(grid.tensor_size()) + " tensor ranks" : "") + ", " +
         format_mib(static_cast<double>(unet.weights().bytes())) + " as " + model::precision_name(dtype, device) +
         (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + gpu_kernels_note(f.job->runtime().ctx()) + " (loaded in " +
         format_number(seconds_since(t_load), 5) + " s)");
-  f.log(std::string("--vi.mode ") + infinity::mode_name(o.vi.mode) + ", " + std::to_string(f.split.clips) +
+  f.report.say(std::string("--vi.mode ") + infinity::mode_name(o.vi.mode) + ", " + std::to_string(f.split.clips) +
         (o.emulate > 0 ? " emulated clip(s)" : " clip(s)") + (o.cfg == 2 ? " x 2 CFG branches" : "") +
         (o.tensor > 1 ? " x " + std::to_string(o.tensor) + " tensor ranks" : "") + ", " +
         std::to_string(f.split.frames) + " frames, " + std::to_string(f.split.piece(0, 0).nf) + " on the first clip, " +
@@ -456,8 +453,8 @@ void write_results(const ForwardOptions& o, const ForwardJob& f, const ForwardRe
   const std::vector<std::int64_t>& timesteps = f.in.timesteps;
   const bool root = f.job->root();
   for (std::size_t i = 0; i < timesteps.size(); ++i)
-    f.log("t=" + std::to_string(timesteps[i]) + ": " + format_number(r.seconds[i]) + " s");
-  f.log("peak memory " + format_mib(r.peak) + " per rank (max over ranks; the weights are " +
+    f.report.say("t=" + std::to_string(timesteps[i]) + ": " + format_number(r.seconds[i]) + " s");
+  f.report.say("peak memory " + format_mib(r.peak) + " per rank (max over ranks; the weights are " +
         format_mib(static_cast<double>(f.unet->weights().bytes())) + " of it)");
   if (!root) return;
   std::map<std::string, std::string> meta = {
@@ -471,11 +468,11 @@ void write_results(const ForwardOptions& o, const ForwardJob& f, const ForwardRe
       {"device", f.job->device().name()},
       {"dtype", dtype_name(f.job->dtype())}};
   if (o.vi.mode != infinity::Mode::off || o.tensor > 1) {
-    f.log("communication per rank over " + std::to_string(timesteps.size()) +
+    f.report.say("communication per rank over " + std::to_string(timesteps.size()) +
           " UNet call(s) (bytes received from other ranks):");
     for (std::size_t q = 0; q < r.counters.size(); ++q) {
       const std::string line = r.counters[q].summary();
-      f.log("  " + std::string(o.emulate > 0 ? "clip " : "rank ") + std::to_string(q) + ": " + line);
+      f.report.say("  " + std::string(o.emulate > 0 ? "clip " : "rank ") + std::to_string(q) + ": " + line);
       meta["comm." + std::to_string(q)] = line;
     }
   }
@@ -489,7 +486,7 @@ void write_results(const ForwardOptions& o, const ForwardJob& f, const ForwardRe
   }
   meta["timesteps"] = ts_list;
   io::write_safetensors(o.out_path, out, meta);
-  f.log("wrote " + o.out_path);
+  f.report.say("wrote " + o.out_path);
 }
 
 }  // namespace

@@ -29,15 +29,7 @@ const char* const kWanInputs =
     "timesteps F32 [T]";
 
 Tensor wan_input(const io::SafetensorsFile& f, const char* name, int rank, const char* layout) {
-  const auto* e = f.find(name);
-  VINF_INPUT_CHECK(e != nullptr, f.path(), " has no tensor '", name, "' (", kWanInputs, ")");
-  VINF_INPUT_CHECK(e->shape.rank() == rank, f.path(), ": '", name, "' must be ", layout, ", got shape ", e->shape.str());
-  VINF_INPUT_CHECK(e->shape.numel() > 0, f.path(), ": '", name, "' ", e->shape.str(), " is empty");
-  const Tensor t = f.tensor(name);
-  VINF_INPUT_CHECK(t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16 ||
-                       (rank == 1 && t.dtype == DType::i64),
-                   f.path(), ": '", name, "' must be F32 (or F16/BF16), got ", io::safetensors_dtype_name(t.dtype));
-  return t;
+  return io::require_values(f, name, rank, layout, kWanInputs, rank == 1);
 }
 
 }  // namespace
@@ -60,11 +52,10 @@ struct WanForward {
   std::unique_ptr<infinity::CommTensorGroup> tensor_group;
   std::unique_ptr<io::SafetensorsFile> in;
 
+  Reporter report;
+
   explicit WanForward(const WanForwardRequest& request)
       : r(request), what("vinf forward: " + request.model_dir + " is a Wan transformer, "), mode(request.vi.mode) {}
-  void log(const std::string& line) const {
-    if (job->root()) std::cerr << "vinf forward: " << line << "\n" << std::flush;
-  }
 };
 
 // The modes a Wan call has, and the job over a world that fits them.
@@ -93,11 +84,12 @@ void start_wan_forward(WanForward& f) {
                      "over more (", world, " ranks were started): add --vi.mode exact, or launch it ",
                      fixed == 1 ? std::string("without mpirun") : "on " + std::to_string(fixed) + " ranks");
   });
+  f.report = Reporter("vinf forward:", f.job->root());
   if (r.vi_given && !f.windows)
-    f.log(std::string("note: the --vi.* settings but the mode are for Video-Infinity's windows (--vi.mode invariant) ") +
+    f.report.say(std::string("note: the --vi.* settings but the mode are for Video-Infinity's windows (--vi.mode invariant) ") +
           "and do not change a Wan call in mode " + infinity::mode_name(f.mode));
   if (r.vi_given && f.windows)
-    f.log("note: --vi.conv-halo, --vi.halo and --vi.sync-groupnorm are for the UNet family (a Wan transformer has no "
+    f.report.say("note: --vi.conv-halo, --vi.halo and --vi.sync-groupnorm are for the UNet family (a Wan transformer has no "
           "temporal convolutions or group norms, and its windows carry keys and values)");
 }
 
@@ -146,7 +138,7 @@ void load_wan_for_forward(WanForward& f) {
     f.wan->set_tensor_group(f.tensor_group.get());
   }
   const model::WanTransformerConfig& c = f.wan->config();
-  for (const std::string& w : warnings) f.log("warning: " + w);
+  for (const std::string& w : warnings) f.report.say("warning: " + w);
   VINF_INPUT_CHECK(f.x.size(1) == c.in_channels, r.inputs_path, ": 'hidden_states' has ", f.x.size(1),
                    " channels but the transformer takes in_channels = ", c.in_channels);
   VINF_INPUT_CHECK(f.text.size(2) == c.text_dim, r.inputs_path, ": 'encoder_hidden_states' has width ", f.text.size(2),
@@ -155,7 +147,7 @@ void load_wan_for_forward(WanForward& f) {
   VINF_INPUT_CHECK(pt == 1 || f.ranks == 1, f.what, "and its patch spans ", pt,
                    " frames: its frames are not split over ranks in this version");
   const std::string F = std::to_string(f.F), ranks = std::to_string(f.ranks);
-  f.log("Wan transformer " + r.model_dir + ": " + std::to_string(f.wan->weights().count()) + " parameters" +
+  f.report.say("Wan transformer " + r.model_dir + ": " + std::to_string(f.wan->weights().count()) + " parameters" +
         (f.tensor > 1 ? " on each of " + std::to_string(f.tensor) + " tensor ranks" : "") + ", " +
         format_mib(static_cast<double>(f.wan->weights().bytes())) + " as " + model::precision_name(dtype, rt.device()) +
         " on " + rt.device().name() + " (loaded in " + format_number(seconds_since(t_load), 5) + " s); " +
@@ -235,7 +227,7 @@ std::vector<std::vector<float>> run_wan_calls(WanForward& f, const Shape& out_sh
                                             {B, c.out_channels, sk.count, x.size(3), x.size(4)}),
                 whole.slice(0, branch * B, B).slice(2, sk.first, sk.count));
     }
-    f.log("t[" + std::to_string(i) + "] = " + std::to_string(f.timesteps[i]) + ": " + format_number(seconds) + " s");
+    f.report.say("t[" + std::to_string(i) + "] = " + std::to_string(f.timesteps[i]) + ": " + format_number(seconds) + " s");
   }
   return preds;
 }
@@ -263,10 +255,10 @@ void write_wan_forward(WanForward& f, const Shape& out_shape, std::vector<std::v
     if (f.job->clip_comm()) mine = f.job->clip_comm()->counters();
     if (f.job->tensor_comm()) mine.add(f.job->tensor_comm()->counters());
     const std::vector<mpi::CommCounters> counted = f.job->session().gather_values_on_root(mine);
-    f.log("communication per rank over " + std::to_string(f.timesteps.size()) +
+    f.report.say("communication per rank over " + std::to_string(f.timesteps.size()) +
           " call(s) (bytes received from other ranks):");
     for (std::size_t q = 0; q < counted.size(); ++q) {
-      f.log("  rank " + std::to_string(q) + ": " + counted[q].summary());
+      f.report.say("  rank " + std::to_string(q) + ": " + counted[q].summary());
       meta["comm." + std::to_string(q)] = counted[q].summary();
     }
   }
@@ -280,7 +272,7 @@ void write_wan_forward(WanForward& f, const Shape& out_shape, std::vector<std::v
   }
   meta["timesteps"] = list;
   io::write_safetensors(r.out_path, out, meta);
-  f.log("peak memory " + format_mib(peak) + (f.ranks > 1 ? " per rank (max over ranks)" : "") + "; wrote " +
+  f.report.say("peak memory " + format_mib(peak) + (f.ranks > 1 ? " per rank (max over ranks)" : "") + "; wrote " +
         r.out_path);
 }
 

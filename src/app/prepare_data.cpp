@@ -133,14 +133,13 @@ struct Prepared {
   std::vector<std::string> video_names, caption_texts;
   std::int64_t length = 0, width = 0;
 
+  Reporter report{"vinf prepare-data:", true, o.quiet};
+
   // A bad video or caption: refused with --strict, else said and skipped.
   void problem(const std::string& what) {
     VINF_INPUT_CHECK(!o.strict, what, " (--strict refuses every bad video and caption)");
-    std::cerr << "vinf prepare-data: warning: " << what << "; skipped\n";
+    report.warn(what + "; skipped");
     problems.push_back(what);
-  }
-  void say(const std::string& line) const {
-    if (!o.quiet) std::cerr << "vinf prepare-data: " << line << "\n" << std::flush;
   }
 };
 
@@ -205,7 +204,7 @@ bool encode_video(Prepared& d, const Caption& c, std::size_t vi, std::size_t vid
   }
   d.video_names.push_back(c.video);
   d.caption_texts.push_back(c.text);
-  d.say("video " + std::to_string(vi + 1) + "/" + std::to_string(videos) + " " + c.video + ": " + std::to_string(n) +
+  d.report.say("video " + std::to_string(vi + 1) + "/" + std::to_string(videos) + " " + c.video + ": " + std::to_string(n) +
         " frames, " + std::to_string(firsts.size()) + " clip(s) (" + format_number(seconds_since(t0)) + " s)");
   return true;
 }

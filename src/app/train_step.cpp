@@ -78,15 +78,9 @@ struct StepInputs {
 };
 
 Tensor require_float(const io::SafetensorsFile& f, const char* name, int rank, const char* layout) {
-  const auto* e = f.find(name);
-  VINF_INPUT_CHECK(e != nullptr, f.path(), " has no tensor '", name, "' (vinf train-step needs x0 [B,C,F,H,W], eps, ",
-                   "timesteps I64 [B] and encoder_hidden_states [B,L,D]; see vinf train-step --help)");
-  VINF_INPUT_CHECK(e->shape.rank() == rank, f.path(), ": '", name, "' must be ", layout, ", got shape ", e->shape.str());
-  const Tensor t = f.tensor(name);
-  VINF_INPUT_CHECK(t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16, f.path(), ": '", name,
-                   "' must be F32 (or F16/BF16), got ", io::safetensors_dtype_name(t.dtype));
-  VINF_INPUT_CHECK(t.numel() > 0, f.path(), ": '", name, "' ", t.shape.str(), " is empty");
-  return t;
+  return io::require_values(f, name, rank, layout,
+                            "vinf train-step needs x0 [B,C,F,H,W], eps, timesteps I64 [B] and encoder_hidden_states "
+                            "[B,L,D]; see vinf train-step --help");
 }
 
 StepInputs read_step_inputs(const io::SafetensorsFile& f, const model::UNetConfig& c, const std::string& config_path) {
@@ -173,9 +167,7 @@ int train_step(const std::vector<std::string>& args) {
 
   const auto t_start = Clock::now();
   std::unique_ptr<job::Job> job = job::start_job(plan);
-  auto log = [&](const std::string& line) {
-    if (job->root()) std::cerr << "vinf train-step: " << line << "\n" << std::flush;
-  };
+  const Reporter report("vinf train-step:", job->root());
   const model::ModelFiles files = model::find_model_files(o.model_dir);
   std::vector<std::string> warnings;
   const model::UNetConfig config = model::load_unet_config(files.config, &warnings);
@@ -197,8 +189,8 @@ int train_step(const std::vector<std::string>& args) {
   const model::WeightFiles weight_files(files);
   const std::vector<model::ParamSpec> specs = model::unet_parameters(config);
   model::Weights weights(weight_files, specs, rt, DType::f32, o.ignore_unexpected, &warnings);
-  for (const std::string& w : warnings) log("warning: " + w);
-  log("model " + files.dir + ": " + std::to_string(weights.count()) + " parameters, f32 on " + job->device().name() +
+  for (const std::string& w : warnings) report.say("warning: " + w);
+  report.say("model " + files.dir + ": " + std::to_string(weights.count()) + " parameters, f32 on " + job->device().name() +
       "; batch " + std::to_string(batch) + " over " + std::to_string(ranks) + " rank(s); AdamW lr " +
       std::to_string(adamw.lr) + " from " + adamw_source);
 
@@ -237,7 +229,7 @@ int train_step(const std::vector<std::string>& args) {
   const double loss = sums.ptr<double>()[0] / static_cast<double>(in.x0.numel());
   const double norm = train::global_norm(ctx, grads);
   const double step_seconds = job->session().max(seconds_since(t_step));
-  log("loss " + std::to_string(loss) + ", gradient norm " + std::to_string(norm) + " (forward and backward in " +
+  report.say("loss " + std::to_string(loss) + ", gradient norm " + std::to_string(norm) + " (forward and backward in " +
       format_number(step_seconds) + " s)");
 
   // The gradients as computed go to the file; the step clips as it reads them.
@@ -250,7 +242,7 @@ int train_step(const std::vector<std::string>& args) {
   opt.step(ctx, grads, lookup, adamw, adamw.lr, train::clip_scale(norm, adamw.clip_grad_norm));
   if (job->root()) {
     write_step_file(o.out_path, files.dir, ranks, adamw, loss, norm, grad_x0, grads, grads_host, specs, weights);
-    log("wrote " + o.out_path + " (" + format_number(seconds_since(t_start), 5) + " s in all)");
+    report.say("wrote " + o.out_path + " (" + format_number(seconds_since(t_start), 5) + " s in all)");
   }
   return 0;
 }

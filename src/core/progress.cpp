@@ -1,10 +1,16 @@
 #include "core/progress.hpp"
 
+#include <iostream>
+
 #include <unistd.h>
 
 #include <cmath>
 
 namespace vinf {
+
+void Reporter::print(const std::string& line) const {
+  std::cerr << prefix_ << " " << line << "\n" << std::flush;
+}
 
 std::string format_number(double x, int chars) {
   return std::to_string(x).substr(0, static_cast<std::size_t>(chars));

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 namespace vinf {
 
@@ -32,6 +33,32 @@ class Progress {
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// One voice for a command's messages on stderr, each line flushed: "<prefix> line", the prefix
+// "vinf COMMAND:" (or with a job's label, "vinf generate [kite, stage 2/4]:"). Only the process
+// that speaks for the job prints (rank 0). say: the run's lines, silent under --quiet; detail:
+// --verbose's lines; warn: "<prefix> warning: line", also under --quiet.
+class Reporter {
+ public:
+  Reporter() = default;
+  Reporter(std::string prefix, bool speaks, bool quiet = false, bool verbose = false)
+      : prefix_(std::move(prefix)), speaks_(speaks), quiet_(quiet), verbose_(verbose) {}
+  void say(const std::string& line) const {
+    if (speaks_ && !quiet_) print(line);
+  }
+  void detail(const std::string& line) const {
+    if (speaks_ && verbose_) print(line);
+  }
+  void warn(const std::string& line) const {
+    if (speaks_) print("warning: " + line);
+  }
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  void print(const std::string& line) const;
+  std::string prefix_;
+  bool speaks_ = false, quiet_ = false, verbose_ = false;
+};
 
 // "1.5 s", "2 min 05 s", "1 h 02 min".
 std::string format_duration(double seconds);

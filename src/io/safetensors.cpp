@@ -252,4 +252,22 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   tmp.done = true;
 }
 
+Tensor require_tensor(const SafetensorsFile& f, const std::string& name, int rank, const std::string& layout,
+                      const std::string& needs) {
+  const SafetensorsFile::Entry* e = f.find(name);
+  VINF_INPUT_CHECK(e != nullptr, f.path(), " has no tensor '", name, "' (", needs, ")");
+  VINF_INPUT_CHECK(e->shape.rank() == rank, f.path(), ": '", name, "' must be ", layout, ", got shape ", e->shape.str());
+  return f.tensor(name);
+}
+
+Tensor require_values(const SafetensorsFile& f, const std::string& name, int rank, const std::string& layout,
+                      const std::string& needs, bool int64_too) {
+  const Tensor t = require_tensor(f, name, rank, layout, needs);
+  VINF_INPUT_CHECK(t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16 ||
+                       (int64_too && t.dtype == DType::i64),
+                   f.path(), ": '", name, "' must be F32 (or F16/BF16), got ", safetensors_dtype_name(t.dtype));
+  VINF_INPUT_CHECK(t.numel() > 0, f.path(), ": '", name, "' ", t.shape.str(), " is empty");
+  return t;
+}
+
 }  // namespace vinf::io

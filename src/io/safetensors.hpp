@@ -47,6 +47,16 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// A command's input `name` of f: there ("<path> has no tensor '<name>' (<needs>)") and of `rank`
+// dimensions ("<path>: '<name>' must be <layout>, got shape [..]"); its values checked finite.
+// Throws vinf::InputError.
+Tensor require_tensor(const SafetensorsFile& f, const std::string& name, int rank, const std::string& layout,
+                      const std::string& needs);
+// The same for numbers the model computes on: F32, F16 or BF16 (I64 too where `int64_too`), not
+// empty ("<path>: '<name>' [..] is empty").
+Tensor require_values(const SafetensorsFile& f, const std::string& name, int rank, const std::string& layout,
+                      const std::string& needs, bool int64_too = false);
+
 // "F32" -> f32 etc.; false for types vinf does not handle.
 bool parse_safetensors_dtype(const std::string& s, DType& out);
 const char* safetensors_dtype_name(DType t);  // f32 -> "F32"

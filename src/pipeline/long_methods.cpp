@@ -1,5 +1,7 @@
 #include "pipeline/long_methods.hpp"
 
+#include "pipeline/guidance.hpp"
+
 #include <cmath>
 #include <utility>
 
@@ -23,8 +25,7 @@ void GuidedModel::eps(ExecContext& ctx, const Tensor& x, std::span<const std::in
   for (std::int64_t b = 0; b < batch; ++b) ops::copy(ctx, x, in.slice(0, b, 1));
   model::PlainTemporalContext plain;
   unet_.forward(ctx, in, timesteps, fps_, text, pred, plain, observe_);
-  if (batch == 1) ops::copy(ctx, pred, out);
-  else sampling::guide(ctx, pred.slice(0, 0, 1), pred.slice(0, 1, 1), guidance_, out);
+  Guidance::of(batch > 1, guidance_, nullptr).combine(ctx, pred, Tensor{}, out);
 }
 
 void gather_windows(ExecContext& ctx, mpi::Communicator* group, std::int64_t windows, const Tensor& all,

@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "core/error.hpp"
+#include "io/safetensors.hpp"
 #include "model/weights.hpp"
 
 namespace fs = std::filesystem;
@@ -291,6 +292,16 @@ json vi_json(const infinity::Config& v) {
         },
         f.ref(c));
   return j;
+}
+
+void check_latents_init(const std::string& path, const Shape& want, const std::string& layout) {
+  const io::SafetensorsFile f(path);
+  const auto* e = f.find("latents_init");
+  VINF_INPUT_CHECK(e != nullptr, "--latents-init ", path, " has no tensor 'latents_init' (F32 [1,C,F,H,W])");
+  VINF_INPUT_CHECK(e->dtype == DType::f32 && e->shape == want, "--latents-init ", path, ": 'latents_init' is ",
+                   io::safetensors_dtype_name(e->dtype), e->shape.str(), " but this video's latents are F32",
+                   want.str(), " ", layout);
+  f.tensor("latents_init");  // a NaN or infinity is refused now, before any output exists
 }
 
 }  // namespace vinf::pipeline

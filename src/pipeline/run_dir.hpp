@@ -72,6 +72,10 @@ json vi_json(const infinity::Config& v);
 // The [long] settings that apply to the mode, for run.json and the numerics a resume must share.
 json long_json(const sampling::LongVideoConfig& l);
 
+// --latents-init FILE: its tensor 'latents_init' is F32 of the video's latent shape `want` (`layout`
+// says how it is made), with finite values; checked before any output exists. Throws InputError.
+void check_latents_init(const std::string& path, const Shape& want, const std::string& layout);
+
 // The message of the lowest rank whose `mine` is not empty, on every rank ("" when none): what
 // every rank reports when some could not read a file.
 std::string first_rank_error(const mpi::Session& mpi, const std::string& mine);

@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "evaluate/evaluate.hpp"
+#include "pipeline/denoise_loop.hpp"
+#include "pipeline/guidance.hpp"
 #include "pipeline/long_methods.hpp"
 #include "pipeline/plan_estimate.hpp"
 #include "pipeline/run_dir.hpp"
@@ -123,12 +125,7 @@ struct Run {
                std::to_string(job.layout().pipeline);
     return where.empty() ? "vinf generate:" : "vinf generate [" + where + "]:";
   }
-  void log(const std::string& line) const {
-    if (root && !o.quiet) std::cerr << prefix() << " " << line << "\n" << std::flush;
-  }
-  void detail(const std::string& line) const {
-    if (root && o.verbose) std::cerr << prefix() << " " << line << "\n" << std::flush;
-  }
+  Reporter report;  // the run's voice, with prefix()
   const io::CheckpointInfo* resumed() const { return resume.info.get(); }
   // This rank's frames in the files: branch 1 and tensor ranks other than the first hold the same
   // numbers as the first of branch 0 and write none.
@@ -224,14 +221,9 @@ void partition(Run& r) {
   if (!r.o.latents_init.empty()) {
     VINF_INPUT_CHECK(!r.long_method, "--latents-init gives the clips method's latents; --long.mode ",
                      sampling::long_mode_name(r.o.long_video.mode), " draws its own (leave one of them out)");
-    const io::SafetensorsFile f(r.o.latents_init);
-    const auto* e = f.find("latents_init");
-    VINF_INPUT_CHECK(e != nullptr, "--latents-init ", r.o.latents_init, " has no tensor 'latents_init' (F32 [1,C,F,H,W])");
-    const Shape want{1, r.ucfg.in_channels, r.frames, r.lh, r.lw};
-    VINF_INPUT_CHECK(e->dtype == DType::f32 && e->shape == want, "--latents-init ", r.o.latents_init,
-                     ": 'latents_init' is ", io::safetensors_dtype_name(e->dtype), e->shape.str(), " but this video's ",
-                     "latents are F32", want.str(), " (1, channels, frames, height / ", scale, ", width / ", scale, ")");
-    f.tensor("latents_init");  // a NaN or infinity is refused now, before any output exists
+    check_latents_init(r.o.latents_init, Shape{1, r.ucfg.in_channels, r.frames, r.lh, r.lw},
+                       "(1, channels, frames, height / " + std::to_string(scale) + ", width / " +
+                           std::to_string(scale) + ")");
   }
 }
 
@@ -337,9 +329,9 @@ bool choose_outputs(Run& r) {
                    " is after step ", r.resumed() ? r.resumed()->state.step : 0, " of a run of ", r.total_steps(),
                    r.fifo ? " iterations" : " steps", "; resume it with the settings it was written with");
   if (!r.resumed() && r.replace_previous && !o.resume.empty()) {
-    r.log("--resume auto with --overwrite: " + r.out_dir + " holds a finished run, which this run replaces from the start");
+    r.report.say("--resume auto with --overwrite: " + r.out_dir + " holds a finished run, which this run replaces from the start");
   } else if (!r.resumed() && !o.resume.empty()) {
-    r.log("--resume auto: no checkpoint in " + r.ckpt_dir + ", starting from the beginning");
+    r.report.say("--resume auto: no checkpoint in " + r.ckpt_dir + ", starting from the beginning");
   }
   return true;
 }
@@ -482,7 +474,7 @@ Models& load_models(Run& r, ModelCache& cache) {
   }
   if (!kept || m->vae_key != (r.vae_config ? r.vae_source : "")) read_vae(r, *m);
   if (!r.vae_config && (r.o.video || r.o.png))
-    r.log("no VAE (no --model.vae and no " + r.o.model + "/vae): writing latents only");
+    r.report.say("no VAE (no --model.vae and no " + r.o.model + "/vae): writing latents only");
   m->kept = kept;
   m->load_seconds = r.job.session().max(seconds_since(t_load));
   return *m;
@@ -514,8 +506,8 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
   const GenerateSpec& o = r.o;
   const Device& device = r.job.device();
   const DType dtype = r.job.dtype();
-  for (const std::string& w : r.warnings) r.log("warning: " + w);
-  r.log("model " + (o.builtin() ? o.model + " (seed " + std::to_string(o.model_seed) + ")" : r.files.dir) + ": " +
+  for (const std::string& w : r.warnings) r.report.say("warning: " + w);
+  r.report.say("model " + (o.builtin() ? o.model + " (seed " + std::to_string(o.model_seed) + ")" : r.files.dir) + ": " +
         std::to_string(m.unet->weights().count()) + " parameters as " + model::precision_name(dtype, device) +
         (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + gpu_kernels_note(r.job.runtime().ctx()) +
         (o.lora.empty() ? std::string() : ", LoRA " + o.lora + " merged at scale " + std::to_string(o.lora_scale)) +
@@ -526,21 +518,21 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
                               " steps, guidance " + format_number(o.guidance, 5) + ", noise " +
                               sampling::noise_mode_name(o.noise) + " seed " + std::to_string(o.seed);
   if (r.long_method)
-    r.log(size + ", " + long_method_summary(r) + ", over " + std::to_string(r.clips) + " rank(s); " + sampler);
+    r.report.say(size + ", " + long_method_summary(r) + ", over " + std::to_string(r.clips) + " rank(s); " + sampler);
   else
-    r.log(size + " over " + std::to_string(r.clips) + " clip(s) of " + clip_sizes(r) +
+    r.report.say(size + " over " + std::to_string(r.clips) + " clip(s) of " + clip_sizes(r) +
           (o.cfg() == 2 ? " x 2 guidance branches" : "") +
           (o.job.tensor > 1 ? " x " + std::to_string(o.job.tensor) + " tensor ranks" : "") + ", --vi.mode " +
           infinity::mode_name(o.vi.mode) + ", " + sampler);
-  r.detail("scheduler config: " + r.sched_source + "; text embeddings: " + text.source);
+  r.report.detail("scheduler config: " + r.sched_source + "; text embeddings: " + text.source);
   std::string ts;
   for (std::size_t i = 0; i < r.scheduler->timesteps().size(); ++i)
     ts += (i ? " " : "") + std::to_string(r.scheduler->timesteps()[i]);
-  r.detail("timesteps: " + ts);
+  r.report.detail("timesteps: " + ts);
   for (int c = 0; c < (r.long_method ? 0 : r.clips); ++c) {
     const int p = sampling::prompt_for_clip(c, r.clips, static_cast<int>(text.prompts));
     const infinity::FrameRange range = infinity::clip_frames(r.frames, r.clips, c);
-    r.detail("clip " + std::to_string(c) + " (frames " + std::to_string(range.first) + "-" +
+    r.report.detail("clip " + std::to_string(c) + " (frames " + std::to_string(range.first) + "-" +
              std::to_string(range.first + range.count - 1) + "): prompt " + std::to_string(p) +
              (o.prompts.empty() ? "" : " '" + o.prompts[static_cast<std::size_t>(p)] + "'"));
   }
@@ -565,7 +557,7 @@ void prepare_out_dir(const Run& r) {
     if (!removed.empty()) {
       std::string list;
       for (const std::string& name : removed) list += (list.empty() ? "" : ", ") + name;
-      r.log("--overwrite: removed the previous run's outputs in " + r.out_dir + ": " + list);
+      r.report.say("--overwrite: removed the previous run's outputs in " + r.out_dir + ": " + list);
     }
   }
 }
@@ -601,6 +593,7 @@ class Denoiser {
   void long_method_step(int i);
   void start_long_method(const sampling::TextEmbeddings& text);
   void stop_if_not_finite(int i);
+  void progress_line(Progress& progress, int i, int start) const;
   void write_checkpoint(int completed);
   model::UNet3D::Observer observer(bool dumping);
 
@@ -734,7 +727,7 @@ void Denoiser::restore_or_draw() {
   if (r_.in) return;
   resume.latents = {};
   resume.previous_x0 = {};
-  r_.log("resuming from " + r_.resume_path + " (written by " + std::to_string(r_.resumed()->stamp.world_size) +
+  r_.report.say("resuming from " + r_.resume_path + " (written by " + std::to_string(r_.resumed()->stamp.world_size) +
          " rank(s)) after " + (r_.fifo ? "iteration " : "step ") + std::to_string(r_.start_step()) + " of " +
          std::to_string(r_.total_steps()));
 }
@@ -778,14 +771,8 @@ void Denoiser::step(int i) {
   const bool dumping = dump_.wanted(i + 1);
   m_.unet->forward(ctx_, batch_ > 1 ? unet_in_.view() : x, t, o.fps, text_, pred_, *temporal_, observer(dumping));
   if (dumping) dump_.write_step(r_.job.session(), r_.out_dir + "/activations.h5", i + 1);
-  if (!r_.guided) {
-    ops::copy(ctx_, pred_, eps_);
-  } else if (o.cfg() == 2) {
-    r_.job.cfg_comm()->all_gather(ctx_, pred_, both_);  // [uncond, cond]: cfg index 0 runs the negative prompt
-    sampling::guide(ctx_, both_.slice(0, 0, 1), both_.slice(0, 1, 1), static_cast<float>(o.guidance), eps_);
-  } else {
-    sampling::guide(ctx_, pred_.slice(0, 0, 1), pred_.slice(0, 1, 1), static_cast<float>(o.guidance), eps_);
-  }
+  Guidance::of(r_.guided, static_cast<float>(o.guidance), o.cfg() == 2 ? r_.job.cfg_comm() : nullptr)
+      .combine(ctx_, pred_, both_, eps_);
   if (r_.scheduler->stochastic()) noise_.step(ctx_, rt_.arena(), i, z_);
   sampler_.step(ctx_, i, eps_, z_);
   rt_.synchronize();
@@ -832,7 +819,21 @@ void Denoiser::write_checkpoint(int completed) {
   if (r_.root) io::prune_checkpoints(r_.ckpt_dir, r_.o.checkpoint_keep);
   checkpoints_written.push_back(path);
   checkpoint_seconds += mpi.max(seconds_since(t0));
-  r_.detail("checkpoint " + path + " (" + format_duration(seconds_since(t0)) + ")");
+  r_.report.detail("checkpoint " + path + " (" + format_duration(seconds_since(t0)) + ")");
+}
+
+// The progress line after step i: the frames through FIFO's queue, or the step's timestep.
+void Denoiser::progress_line(Progress& progress, int i, int start) const {
+  if (r_.fifo) {
+    const std::int64_t done = std::clamp<std::int64_t>(r_.fifo->output_frame(i) + 1, 0, r_.frames);
+    progress.update(i + 1 - start, "frames " + std::to_string(done) + "/" + std::to_string(r_.frames) +
+                                       (done == 0 ? " (warm-up: the base video's copies leave first)" : ""));
+    return;
+  }
+  progress.update(i + 1 - start,
+                  (start > 0 ? "(" + std::to_string(i + 1) + "/" + std::to_string(r_.o.steps) + " of the run) "
+                             : std::string()) +
+                      "t=" + std::to_string(r_.scheduler->timesteps()[static_cast<std::size_t>(i)]));
 }
 
 int Denoiser::run() {
@@ -842,40 +843,22 @@ int Denoiser::run() {
   // A FIFO iteration steps every position of the queue once.
   const double work = r_.fifo ? static_cast<double>(r_.fifo->steps()) : static_cast<double>(r_.frames);
   Progress progress(r_.prefix(), end - start, work, "frame-steps/s", r_.root && !o.quiet, o.verbose ? 0.0 : 10.0);
-  std::vector<double> step_seconds;
   const auto t_denoise = Clock::now();
   const StepControl control(mpi, r_.job.world_session().rank(),
-                                      {total, o.checkpoint_every, true, r_.fifo ? "iteration" : "step"});
-  for (int i = start; i < end; ++i) {
-    const auto t0 = Clock::now();
-    step(i);
-    step_seconds.push_back(seconds_since(t0));
-    if (r_.fifo) {
-      const std::int64_t done = std::clamp<std::int64_t>(r_.fifo->output_frame(i) + 1, 0, r_.frames);
-      progress.update(i + 1 - start, "frames " + std::to_string(done) + "/" + std::to_string(r_.frames) +
-                                         (done == 0 ? " (warm-up: the base video's copies leave first)" : ""));
-    } else {
-      progress.update(i + 1 - start,
-                      (start > 0 ? "(" + std::to_string(i + 1) + "/" + std::to_string(o.steps) + " of the run) "
-                                 : std::string()) +
-                          "t=" + std::to_string(r_.scheduler->timesteps()[static_cast<std::size_t>(i)]));
-    }
-    control.pace(t0);
-    if (control.fault(i + 1)) ops::fill(ctx_, sampler_.latents().select(2, r_.nf / 2), std::nan(""));
-    stop_if_not_finite(i);
-    // Every rank learns whether any rank was asked to stop, and they stop together. The end of
-    // the job, or of this pipeline stage's steps (the next stage starts from there, so a stop
-    // before it has run loses nothing).
-    const bool last = i + 1 == total, handing_on = i + 1 == end && !last;
-    const int stopped_by = last ? 0 : control.agreed_stop();
-    if (handing_on || control.checkpoint_due(i + 1, stopped_by)) write_checkpoint(i + 1);
-    if (stopped_by != 0) {
-      r_.log(control.stop_line(stopped_by, i + 1, checkpoints_written.back()));
-      return stopped_by;
-    }
-  }
+                            {total, o.checkpoint_every, true, r_.fifo ? "iteration" : "step"});
+  DenoiseHooks hooks;
+  hooks.step = [this](int i) { step(i); };
+  hooks.progress = [&](int i, double) { progress_line(progress, i, start); };
+  hooks.spoil = [this](int) { ops::fill(ctx_, sampler_.latents().select(2, r_.nf / 2), std::nan("")); };
+  hooks.check = [this](int i) { stop_if_not_finite(i); };
+  hooks.checkpoint = [this](int done) {
+    write_checkpoint(done);
+    return checkpoints_written.back();
+  };
+  const DenoiseEnd ended = denoise_loop(control, {start, end, false}, hooks, r_.report);
+  if (ended.stop_signal != 0) return ended.stop_signal;
   denoise_seconds = mpi.max(seconds_since(t_denoise)) + base_seconds;
-  step_max = mpi.max(step_seconds);
+  step_max = mpi.max(ended.step_seconds);
   dump_.finish(mpi, r_.out_dir + "/activations.h5");
   return 0;
 }
@@ -944,7 +927,7 @@ json ranks_json(const Run& r, const json& reports, double& peak) {
                      {"peak_memory_bytes", rep["arena_peak"]},
                      {"max_rss_bytes", rep["max_rss"]}});
     peak = std::max(peak, rep["arena_peak"].get<double>());
-    r.detail("rank " + std::to_string(k) + " received: clip group " + rep["clip_summary"].get<std::string>() +
+    r.report.detail("rank " + std::to_string(k) + " received: clip group " + rep["clip_summary"].get<std::string>() +
              (o.cfg() == 2 ? "; cfg group " + rep["cfg_summary"].get<std::string>() : "") +
              (o.job.tensor > 1 ? "; tensor group " + rep["tensor_summary"].get<std::string>() : "") + "; peak memory " +
              format_mib(rep["arena_peak"].get<double>()));
@@ -1001,7 +984,7 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
               {"ranks", ranks},
               {"outputs", outputs}};
   io::write_file_atomically(r.out_dir + "/run.json", run.dump(2) + "\n");
-  r.log("denoised " + std::to_string(run_steps) + (r.fifo ? " iteration(s) in " : " step(s) in ") + format_duration(denoise) + " (" +
+  r.report.say("denoised " + std::to_string(run_steps) + (r.fifo ? " iteration(s) in " : " step(s) in ") + format_duration(denoise) + " (" +
         format_number(rate) + " frame-steps/s); peak memory " + format_mib(peak) + " per rank");
   std::string listed = "latents.h5";
   for (const std::string& f : video.files) listed += ", " + f;
@@ -1009,7 +992,7 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
   std::cout << "vinf generate: outputs in " << r.out_dir << "/ (" << listed << ", run.json)\n" << std::flush;
   // A stop signal after the last step (while the latents, the video or run.json were written) does
   // not cut the outputs short: they are finished, and the run says so instead of saying nothing.
-  if (const std::string late = late_stop_line(); !late.empty()) r.log(late);
+  if (const std::string late = late_stop_line(); !late.empty()) r.report.say(late);
 }
 
 // --evaluate: vinf evaluate on rank 0 over the video (latents.h5 without one) with the run's
@@ -1034,7 +1017,7 @@ Evaluated evaluate_outputs(const Run& r, const VideoResult& video, Timings& time
               (r.o.evaluate_clip_vision.empty() ? "" : " --clip-vision " + r.o.evaluate_clip_vision);
   std::string kind;
   if (r.root) {
-    r.log("evaluating " + std::string(mp4 ? "video.mp4" : "latents.h5") + " into evaluate.json and evaluate.png");
+    r.report.say("evaluating " + std::string(mp4 ? "video.mp4" : "latents.h5") + " into evaluate.json and evaluate.png");
     try {
       evaluate::evaluate_file(input, r.out_dir, boundaries, r.o.evaluate_clip_vision, r.o.quiet);
     } catch (const InputError& x) {
@@ -1105,20 +1088,22 @@ void load_models_ahead(const GenerateSpec& base, job::Job& job, ModelCache& cach
   GenerateSpec o = base;
   Run r{o, job, Clock::now()};
   r.root = job.root();
+  r.report = Reporter(r.prefix(), r.root, o.quiet, o.verbose);
   read_model_shape(r);
   load_models(r, cache);
-  for (const std::string& w : r.warnings) r.log("warning: " + w);
+  for (const std::string& w : r.warnings) r.report.say("warning: " + w);
 }
 
 VideoOutcome run_unet_video(GenerateSpec& o, job::Job& job, ModelCache& cache, const StageState* in) {
   const auto t_start = Clock::now();
   Run r{o, job, t_start};
   r.root = job.root();
+  r.report = Reporter(r.prefix(), r.root, o.quiet, o.verbose);
   r.in = in;
   r.steps = job::stage_steps(o.steps, job.layout().pipeline, job.stage());
   if (const std::string note = imported_fields_note(o, dtype_name(job.dtype()), job.grid().clip_size()); !note.empty())
-    r.log(note);
-  for (const std::string& note : o.notes) r.log(note);
+    r.report.say(note);
+  for (const std::string& note : o.notes) r.report.say(note);
   read_model_shape(r);
   partition(r);
   if (r.fifo) r.steps = {0, r.total_steps()};  // its iterations (a pipeline is refused with it)

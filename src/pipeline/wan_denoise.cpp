@@ -12,53 +12,60 @@
 #include "mpi/session.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
+#include "pipeline/guidance.hpp"
 #include "sampling/sampler.hpp"
 
 namespace vinf::pipeline {
 
-void wan_denoise(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& sampler) {
+WanStepper::WanStepper(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& sampler)
+    : rt_(rt), d_(d), sampler_(sampler), guidance_(Guidance::of(d.guidance > 1.f, d.guidance, d.cfg_group)) {
   ExecContext& ctx = rt.ctx();
   const Tensor& x = sampler.latents();
   VINF_CHECK(x.rank() == 5 && x.size(0) == 1, "wan_denoise: latents ", x.describe(), " must be [1, C, F, H, W]");
-  const bool cfg = d.guidance > 1.f, split = cfg && d.cfg_group != nullptr;
-  const std::int64_t B = cfg && !split ? 2 : 1, L = d.prompt.size(1), D = d.prompt.size(2);
+  const bool cfg = guidance_.layout != Guidance::Layout::none;
+  const bool split = guidance_.layout == Guidance::Layout::across_ranks;
+  const std::int64_t B = guidance_.batch(), L = d.prompt.size(1), D = d.prompt.size(2);
   VINF_CHECK(!cfg || (d.negative.rank() == 3 && d.negative.size(1) == L && d.negative.size(2) == D),
              "wan_denoise: the negative prompt's embeddings ", d.negative.describe(), " must match the prompt's ",
              d.prompt.describe());
   // The batch [negative, prompt] (the UNet family's order), the latents twice.
   const DType dt = d.transformer.weights().dtype();
-  Shape batch_shape = x.shape;
-  batch_shape[0] = B;
-  OwnedTensor text = rt.arena().empty(dt, {B, L, D}), in = rt.arena().empty(dt, batch_shape),
-              pred = rt.arena().empty(dt, batch_shape), t = rt.arena().empty(DType::f32, {B});
+  batch_shape_ = x.shape;
+  batch_shape_[0] = B;
+  text_ = rt.arena().empty(dt, {B, L, D});
+  in_ = rt.arena().empty(dt, batch_shape_);
+  pred_ = rt.arena().empty(dt, batch_shape_);
+  t_ = rt.arena().empty(DType::f32, {B});
   if (split) {
-    ops::copy(ctx, d.cfg_index == 0 ? d.negative : d.prompt, text);
+    ops::copy(ctx, d.cfg_index == 0 ? d.negative : d.prompt, text_);
   } else if (cfg) {
-    ops::copy(ctx, d.negative, text.view().slice(0, 0, 1));
-    ops::copy(ctx, d.prompt, text.view().slice(0, 1, 1));
+    ops::copy(ctx, d.negative, text_.view().slice(0, 0, 1));
+    ops::copy(ctx, d.prompt, text_.view().slice(0, 1, 1));
   } else {
-    ops::copy(ctx, d.prompt, text);
+    ops::copy(ctx, d.prompt, text_);
   }
-  OwnedTensor v = rt.arena().empty(DType::f32, x.shape);
+  v_ = rt.arena().empty(DType::f32, x.shape);
   Shape both_shape = x.shape;
   both_shape[0] = 2;
-  OwnedTensor both = split ? rt.arena().empty(dt, both_shape) : OwnedTensor{};
+  if (split) both_ = rt.arena().empty(dt, both_shape);
+}
+
+void WanStepper::step(int i) {
+  ExecContext& ctx = rt_.ctx();
+  const float tv = static_cast<float>(d_.scheduler.timesteps()[static_cast<std::size_t>(i)]);
+  float ts[2] = {tv, tv};
+  ops::copy(ctx, Tensor::wrap(ts, DType::f32, Device::cpu(), {batch_shape_[0]}), t_);
+  ops::copy(ctx, sampler_.latents().expand(batch_shape_), in_);
+  if (d_.self_attention) d_.self_attention->begin_call(tv);
+  d_.transformer.forward(ctx, in_, t_, text_, pred_, nullptr, d_.frames, d_.self_attention);
+  guidance_.combine(ctx, pred_, both_, v_);
+  sampler_.step(ctx, i, v_);
+}
+
+void wan_denoise(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& sampler) {
+  WanStepper stepper(rt, d, sampler);
   for (int i = sampler.steps_done(); i < d.scheduler.steps(); ++i) {
-    const float tv = static_cast<float>(d.scheduler.timesteps()[static_cast<std::size_t>(i)]);
-    float ts[2] = {tv, tv};
-    ops::copy(ctx, Tensor::wrap(ts, DType::f32, Device::cpu(), {B}), t);
-    ops::copy(ctx, x.expand(batch_shape), in);
-    if (d.self_attention) d.self_attention->begin_call(tv);
-    d.transformer.forward(ctx, in, t, text, pred, nullptr, d.frames, d.self_attention);
-    if (split) {
-      d.cfg_group->all_gather(ctx, pred, both);  // [negative, prompt], by cfg index
-      sampling::guide(ctx, both.view().slice(0, 0, 1), both.view().slice(0, 1, 1), d.guidance, v);
-    } else if (cfg) {
-      sampling::guide(ctx, pred.view().slice(0, 0, 1), pred.view().slice(0, 1, 1), d.guidance, v);
-    } else {
-      ops::copy(ctx, pred, v);
-    }
-    sampler.step(ctx, i, v);
+    stepper.step(i);
     if (d.after_step && !d.after_step(i)) return;
   }
 }

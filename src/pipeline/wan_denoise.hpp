@@ -12,6 +12,7 @@
 #include "model/wan_transformer.hpp"
 #include "model/wan_vae.hpp"
 #include "model/wan_vae_config.hpp"
+#include "pipeline/guidance.hpp"
 #include "sampling/flow_sampler.hpp"
 
 namespace vinf {
@@ -45,7 +46,24 @@ struct WanDenoise {
   model::WanSelfAttention* self_attention = nullptr;
 };
 
-// Runs steps [sampler.steps_done(), scheduler.steps()) on sampler's latents [1, C, F, H, W].
+// One step of the loop at a time, on sampler's latents [1, C, F, H, W]: the batch of prompts and
+// the buffers made once, then each step's model call(s), guidance and the scheduler's update.
+class WanStepper {
+ public:
+  WanStepper(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& sampler);
+  void step(int i);
+
+ private:
+  Runtime& rt_;
+  const WanDenoise& d_;
+  sampling::FlowSampler& sampler_;
+  Guidance guidance_;
+  Shape batch_shape_;
+  OwnedTensor text_, in_, pred_, t_, v_, both_;
+};
+
+// Runs steps [sampler.steps_done(), scheduler.steps()) on sampler's latents [1, C, F, H, W],
+// calling d.after_step after each.
 void wan_denoise(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& sampler);
 
 // What the pipeline hands its VAE: z = latents * latents_std + latents_mean, per channel (the

@@ -30,6 +30,7 @@
 #include "model/wan_transformer.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
+#include "pipeline/denoise_loop.hpp"
 #include "pipeline/run_dir.hpp"
 #include "pipeline/step_control.hpp"
 #include "pipeline/stop_signals.hpp"
@@ -157,10 +158,10 @@ struct WanRun {
   int start_step = 0;
   std::string resumed_from;
 
-  WanRun(const GenerateSpec& spec, job::Job& j) : o(spec), job(j), rt(j.runtime()), world(j.session()), root(j.root()) {}
-  void log(const std::string& line) const {
-    if (root && !o.quiet) std::cerr << "vinf generate: " << line << "\n" << std::flush;
-  }
+  Reporter report;
+
+  WanRun(const GenerateSpec& spec, job::Job& j)
+      : o(spec), job(j), rt(j.runtime()), world(j.session()), root(j.root()), report("vinf generate:", root, spec.quiet) {}
 };
 
 // -- plan: the shape, the schedule, the model's config and the given latents, before any output -
@@ -185,15 +186,9 @@ void plan_wan(WanRun& r) {
   r.tc = model::load_wan_transformer_config(r.transformer_config, &r.warnings);
   r.frame_major = {r.lf, r.tc.in_channels, r.lh, r.lw};
   r.mine_major = {r.part.count, r.tc.in_channels, r.lh, r.lw};
-  if (o.latents_init.empty()) return;
-  const io::SafetensorsFile f(o.latents_init);
-  const auto* e = f.find("latents_init");
-  VINF_INPUT_CHECK(e != nullptr, "--latents-init ", o.latents_init, " has no tensor 'latents_init' (F32 [1,C,F,H,W])");
-  const Shape want{1, r.tc.in_channels, r.lf, r.lh, r.lw};
-  VINF_INPUT_CHECK(e->dtype == DType::f32 && e->shape == want, "--latents-init ", o.latents_init, ": 'latents_init' is ",
-                   io::safetensors_dtype_name(e->dtype), e->shape.str(), " but this video's latents are F32",
-                   want.str(), " (1, channels, (frames - 1) / 4 + 1, height / 8, width / 8)");
-  f.tensor("latents_init");  // a NaN or infinity is refused now, before any output exists
+  if (!o.latents_init.empty())
+    check_latents_init(o.latents_init, Shape{1, r.tc.in_channels, r.lf, r.lh, r.lw},
+                       "(1, channels, (frames - 1) / 4 + 1, height / 8, width / 8)");
 }
 
 // What identifies the run in its files: run.json's config, and the stamp a resumed run must match.
@@ -241,7 +236,7 @@ bool prepare_wan_outputs(WanRun& r) {
   if (!o.resume.empty() &&
       decided_by_root(r.world, [&] { return io::path_exists(r.out_dir + "/run.json") ? "done" : ""; }) == "done") {
     check_finished_run(r.out_dir, r.stamp, r.world);  // another prompt or seed is refused, not "done"
-    r.log(r.out_dir + " holds a finished run (run.json); nothing to resume");
+    r.report.say(r.out_dir + " holds a finished run (run.json); nothing to resume");
     return false;
   }
   std::string mkdir_error;
@@ -255,12 +250,12 @@ bool prepare_wan_outputs(WanRun& r) {
   r.world.broadcast(mkdir_error);
   VINF_INPUT_CHECK(mkdir_error.empty(), "cannot create the output directory ", r.ckpt_dir, ": ", mkdir_error);
   io::check_run_files(r.world.world(), r.ckpt_dir, r.stamp);
-  for (const std::string& w : r.warnings) r.log("warning: " + w);
+  for (const std::string& w : r.warnings) r.report.say("warning: " + w);
   if (o.vi_given && !r.windows)
-    r.log(std::string("note: the [vi] settings but the mode are for Video-Infinity's windows (--vi.mode invariant) ") +
+    r.report.say(std::string("note: the [vi] settings but the mode are for Video-Infinity's windows (--vi.mode invariant) ") +
           "and do not change a Wan video in mode " + infinity::mode_name(o.vi.mode));
   if (o.vi_given && r.windows)
-    r.log("note: [vi] conv-halo, halo and sync-groupnorm are for the UNet family (a Wan transformer has no temporal "
+    r.report.say("note: [vi] conv-halo, halo and sync-groupnorm are for the UNet family (a Wan transformer has no temporal "
           "convolutions or group norms, and its windows carry keys and values)");
   return true;
 }
@@ -283,7 +278,7 @@ void encode_wan_text(WanRun& r) {
     for (const model::T5TokenizedText& t : tokens) {
       lengths.push_back(t.length);
       if (t.truncated())
-        r.log("warning: the prompt \"" + texts[lengths.size() - 1].substr(0, 60) + "\" has " +
+        r.report.say("warning: the prompt \"" + texts[lengths.size() - 1].substr(0, 60) + "\" has " +
               std::to_string(t.length) + " tokens; kept " + std::to_string(o.max_text_length));
     }
     for (std::int64_t& l : lengths) l = std::min<std::int64_t>(l, o.max_text_length);
@@ -329,7 +324,9 @@ void start_wan_latents(WanRun& r, sampling::FlowSampler& sampler) {
     ops::copy(ctx, io::SafetensorsFile(o.latents_init).tensor("latents_init").slice(2, r.part.first, r.part.count),
               sampler.latents());
   }
-  const std::vector<std::string> memories = {"last_corrected", "second_previous_x0"};
+  std::vector<std::string> memories;  // the solver's beside previous_x0
+  for (const auto& [name, t] : sampler.memories())
+    if (name != "previous_x0") memories.push_back(name);
   ResumePoint resume = choose_checkpoint(o, r.out_dir, r.world, r.stamp, r.scheduler->timesteps(), r.frame_major,
                                          r.part.first, r.part.count, memories);
   if (!resume.info) return;
@@ -341,13 +338,13 @@ void start_wan_latents(WanRun& r, sampling::FlowSampler& sampler) {
   r.rt.synchronize();
   r.start_step = static_cast<int>(resume.info->state.step);
   r.resumed_from = resume.info->path;
-  r.log("resuming from " + resume.info->path + " after step " + std::to_string(resume.info->state.step) + " of " +
+  r.report.say("resuming from " + resume.info->path + " after step " + std::to_string(resume.info->state.step) + " of " +
         std::to_string(o.steps));
 }
 
 void log_wan_plan(const WanRun& r, const model::WanTransformer& wan) {
   const GenerateSpec& o = r.o;
-  r.log("Wan2.1 " + o.model + ": " + std::to_string(wan.weights().count()) + " transformer parameters as " +
+  r.report.say("Wan2.1 " + o.model + ": " + std::to_string(wan.weights().count()) + " transformer parameters as " +
         model::precision_name(r.job.dtype(), r.rt.device()) + " on " + r.rt.device().name() + "; " +
         std::to_string(o.frames) + " frames (" + std::to_string(r.lf) + " latent) at " + std::to_string(o.height) +
         "x" + std::to_string(o.width) + ", " + std::to_string(o.steps) + " " +
@@ -374,13 +371,15 @@ std::unique_ptr<model::WanSelfAttention> wan_attention(const WanRun& r) {
   return std::make_unique<infinity::WanExactAttention>(*r.job.clip_comm(), tokens);
 }
 
-// After step `done`: the latents and UniPC's memories into a checkpoint (refused when they are no
-// longer finite: the last good one stays).
-std::string write_wan_checkpoint(WanRun& r, const sampling::FlowSampler& sampler, const io::TextCache& text, int done) {
+// After step `done`: the latents and the solver's memories, by their names, into a checkpoint
+// (refused when the latents are no longer finite: the last good one stays).
+std::string write_wan_checkpoint(WanRun& r, const sampling::Solver& solver, const io::TextCache& text, int done) {
   const auto t_ckpt = Clock::now();
-  std::vector<float> x = frames_on_host(r, sampler.latents()), m1 = frames_on_host(r, sampler.previous_x0()),
-                     last = frames_on_host(r, sampler.last_corrected()),
-                     m2 = frames_on_host(r, sampler.second_previous_x0());
+  const std::vector<float> x = frames_on_host(r, solver.latents());
+  std::vector<std::vector<float>> memories;  // "previous_x0" first
+  std::vector<io::StateFrames> extra;
+  for (const auto& [name, t] : solver.memories()) memories.push_back(frames_on_host(r, t));
+  for (std::size_t k = 1; k < memories.size(); ++k) extra.push_back({solver.memories()[k].first, memories[k].data()});
   for (float v : x)
     VINF_CHECK(std::isfinite(v), "the Wan latents are no longer finite after step ", done,
                ": no checkpoint written (the last good one stays)");
@@ -388,58 +387,51 @@ std::string write_wan_checkpoint(WanRun& r, const sampling::FlowSampler& sampler
                         std::vector<double>(r.scheduler->sigmas().begin(), r.scheduler->sigmas().end())};
   const std::string path = r.ckpt_dir + "/" + io::checkpoint_name(done);
   io::write_checkpoint(r.world.world(), path, r.stamp,
-                       io::FramePart{r.frame_major, r.part.first, r.writer ? r.part.count : 0}, x.data(), m1.data(),
-                       state, text, {{"last_corrected", last.data()}, {"second_previous_x0", m2.data()}});
+                       io::FramePart{r.frame_major, r.part.first, r.writer ? r.part.count : 0}, x.data(),
+                       memories[0].data(), state, text, extra);
   if (r.root) io::prune_checkpoints(r.ckpt_dir, r.o.checkpoint_keep);
   r.checkpoint_seconds += seconds_since(t_ckpt);
   return path;
 }
 
-// The guided loop with the run control after every step; the stop signal that ended it, or 0.
+// The guided loop through the denoising loop; the stop signal that ended it, or 0.
 int denoise_wan(WanRun& r, const model::WanTransformer& wan, const Tensor& prompt, const Tensor& negative,
                 sampling::FlowSampler& sampler) {
   const GenerateSpec& o = r.o;
   const auto t_denoise = Clock::now();
   const std::unique_ptr<model::WanSelfAttention> attention = wan_attention(r);
-  WanDenoise d{wan,
-               *r.scheduler,
-               prompt,
-               negative,
-               static_cast<float>(r.guided ? o.guidance : 1.0),
-               nullptr,
-               o.job.cfg == 2 ? r.job.cfg_comm() : nullptr,
-               r.job.grid().cfg_index(),
-               {r.part.first, r.lf},
-               attention.get()};
+  const WanDenoise d{wan,
+                     *r.scheduler,
+                     prompt,
+                     negative,
+                     static_cast<float>(r.guided ? o.guidance : 1.0),
+                     nullptr,
+                     o.job.cfg == 2 ? r.job.cfg_comm() : nullptr,
+                     r.job.grid().cfg_index(),
+                     {r.part.first, r.lf},
+                     attention.get()};
   const io::TextCache text_cache = wan_text_cache(r);
-  auto t_step = Clock::now();
-  int stopped = 0;
-  std::string last_checkpoint;
+  WanStepper stepper(r.rt, d, sampler);
   const StepControl control(r.world, r.world.rank(), {o.steps, o.checkpoint_every});
-  d.after_step = [&](int i) {
+  DenoiseHooks hooks;
+  hooks.step = [&](int i) {
+    stepper.step(i);
     r.rt.synchronize();
-    const int done = i + 1;
-    control.pace(t_step);
-    r.step_seconds.push_back(seconds_since(t_step));
-    if (control.fault(done)) ops::fill(r.rt.ctx(), sampler.latents(), std::nan(""));
-    const int sig = control.agreed_stop();  // every rank stops alike, after the last step too
-    if (control.checkpoint_due(done, sig)) last_checkpoint = write_wan_checkpoint(r, sampler, text_cache, done);
-    if (sig != 0) {
-      stopped = sig;
-      r.log(control.stop_line(sig, done, last_checkpoint));
-      return false;
-    }
-    if (!o.quiet && (o.verbose || i + 1 == o.steps || (i + 1) % std::max(1, o.steps / 10) == 0))
-      r.log("step " + std::to_string(i + 1) + "/" + std::to_string(o.steps) + " (t=" +
-            std::to_string(r.scheduler->timesteps()[static_cast<std::size_t>(i)]) +
-            "): " + format_number(r.step_seconds.back()) + " s");
-    t_step = Clock::now();
-    return true;
   };
-  wan_denoise(r.rt, d, sampler);
+  hooks.progress = [&](int i, double seconds) {
+    if (!o.quiet && (o.verbose || i + 1 == o.steps || (i + 1) % std::max(1, o.steps / 10) == 0))
+      r.report.say("step " + std::to_string(i + 1) + "/" + std::to_string(o.steps) + " (t=" +
+                   std::to_string(r.scheduler->timesteps()[static_cast<std::size_t>(i)]) +
+                   "): " + format_number(seconds) + " s");
+  };
+  hooks.spoil = [&](int) { ops::fill(r.rt.ctx(), sampler.latents(), std::nan("")); };
+  hooks.checkpoint = [&](int done) { return write_wan_checkpoint(r, sampler, text_cache, done); };
+  // Every rank stops alike, on a signal during the last step too.
+  const DenoiseEnd ended = denoise_loop(control, {sampler.steps_done(), o.steps, true}, hooks, r.report);
+  r.step_seconds = ended.step_seconds;
   r.rt.synchronize();
   r.denoise_seconds = seconds_since(t_denoise);
-  return stopped;
+  return ended.stop_signal;
 }
 
 // -- outputs -------------------------------------------------------------------------------
@@ -464,7 +456,7 @@ WanVideoFiles write_wan_video(WanRun& r, const sampling::FlowSampler& sampler) {
   const GenerateSpec& o = r.o;
   WanVideoFiles video;
   const bool has_vae = io::is_directory(o.model + "/vae");
-  if (!has_vae) r.log("note: " + o.model + " has no vae/: latents.h5 only");
+  if (!has_vae) r.report.say("note: " + o.model + " has no vae/: latents.h5 only");
   if (has_vae && (o.video || o.png) && r.writer) {
     const model::WanVae vae = model::WanVae::load(o.model + "/vae", r.rt, DType::f32, model::WanVae::decoder);
     WanVideoParts parts;
@@ -481,7 +473,7 @@ WanVideoFiles write_wan_video(WanRun& r, const sampling::FlowSampler& sampler) {
   if (!video.error.empty()) throw Error(video.error + " (latents.h5 is written and complete)");
   video.seconds = r.world.max(video.seconds);
   if (has_vae && (o.video || o.png) && r.clips > 1)
-    r.log("decoded the video over " + std::to_string(r.clips) + " ranks, each its own latent frames after the VAE's " +
+    r.report.say("decoded the video over " + std::to_string(r.clips) + " ranks, each its own latent frames after the VAE's " +
           "causal memory from the rank before, in " + format_number(video.seconds) + " s");
   return video;
 }
@@ -498,7 +490,7 @@ WanEvaluation evaluate_wan_video(const WanRun& r, WanVideoFiles& video) {
   if (!r.o.evaluate) return e;
   const auto t_eval = Clock::now();
   if (r.root) {
-    r.log("evaluating video.mp4 into evaluate.json and evaluate.png");
+    r.report.say("evaluating video.mp4 into evaluate.json and evaluate.png");
     try {
       evaluate::evaluate_file(r.out_dir + "/video.mp4", r.out_dir, std::vector<std::int64_t>{},
                               r.o.evaluate_clip_vision, r.o.quiet);
@@ -609,10 +601,10 @@ void write_wan_run_json(WanRun& r, const WanVideoFiles& video, const WanEvaluati
               {"outputs", outputs}};
   const double peak = peaks.empty() ? peak_here : *std::max_element(peaks.begin(), peaks.end());
   if (r.root) io::write_file_atomically(r.out_dir + "/run.json", run.dump(2) + "\n");
-  r.log("outputs in " + r.out_dir + "/ (" + listed + ", run.json); " + format_number(r.denoise_seconds) +
+  r.report.say("outputs in " + r.out_dir + "/ (" + listed + ", run.json); " + format_number(r.denoise_seconds) +
         " s denoising (latent frame-steps/s " + format_number(denoised / std::max(r.denoise_seconds, 1e-9)) +
         "), peak memory " + format_mib(peak) + (peaks.size() > 1 ? " on the largest rank" : ""));
-  if (const std::string late = late_stop_line(); !late.empty()) r.log(late);
+  if (const std::string late = late_stop_line(); !late.empty()) r.report.say(late);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "core/arena.hpp"
 #include "ops/context.hpp"
 #include "sampling/scheduler.hpp"
+#include "sampling/solver.hpp"
 
 namespace vinf::sampling {
 
@@ -23,20 +24,21 @@ void guide(ExecContext& ctx, const Tensor& uncond, const Tensor& cond, float sca
 void step_frames(ExecContext& ctx, const Scheduler& scheduler, const Tensor& x, const Tensor& eps, const Tensor& noise,
                  const std::vector<int>& steps, int frame_dim, Arena& arena);
 
-class Sampler {
+class Sampler : public Solver {
  public:
   // The latents and the solver memory, f32 tensors of `shape` from arena.
   Sampler(const Scheduler& scheduler, Arena& arena, const Shape& shape);
 
   // x: written by the caller before the first step (initial noise), updated by every step.
-  const Tensor& latents() const { return x_; }
+  const Tensor& latents() const override { return x_; }
   // The data prediction of the last step taken (the multistep memory a checkpoint keeps).
   const Tensor& previous_x0() const { return m0_; }
+  std::vector<std::pair<std::string, Tensor>> memories() const override { return {{"previous_x0", m0_}}; }
 
   // Step i: eps is the guided model output for latents() at timesteps()[i]; noise a standard
   // normal draw of the same shape when the scheduler is stochastic (ignored otherwise). Steps must
   // come in order; the first step of a resumed run needs previous_x0 restored through restore().
-  void step(ExecContext& ctx, int i, const Tensor& eps, const Tensor& noise);
+  void step(ExecContext& ctx, int i, const Tensor& eps, const Tensor& noise) override;
   // Sets the latents and the multistep memory (copies) for continuing after step `done - 1`.
   void restore(ExecContext& ctx, const Tensor& latents, const Tensor& previous_x0);
 

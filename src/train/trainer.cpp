@@ -184,7 +184,8 @@ class Trainer {
         rank_(job.rank()),
         // The gradients and parameters travel in the device's memory (NCCL between GPUs); the
         // host's world carries the loss and the checks.
-        grad_comm_(job.device().is_cuda() ? *job.clip_comm() : job.world()) {}
+        grad_comm_(job.device().is_cuda() ? *job.clip_comm() : job.world()),
+        report_("vinf train:", job.root(), o.quiet) {}
 
   int run() {
     set_up();
@@ -198,9 +199,6 @@ class Trainer {
   }
 
  private:
-  void say(const std::string& line) const {
-    if (!o.quiet && job_.root()) std::cerr << "vinf train: " << line << "\n" << std::flush;
-  }
   void set_up();
   void load();
   void parameters();
@@ -236,6 +234,7 @@ class Trainer {
   DType precision_;
   int ranks_, rank_;
   mpi::Communicator& grad_comm_;
+  Reporter report_;
   std::int64_t micro_batches_ = 0;
   // The model: a pipeline root (its UNet in unet/, its noise schedule in scheduler/) or a UNet.
   bool pipeline_ = false;
@@ -309,8 +308,7 @@ void Trainer::load() {
   specs_ = model::unet_parameters(config_);
   weight_files_ = std::make_unique<model::WeightFiles>(files_);
   weights_ = std::make_unique<model::Weights>(*weight_files_, specs_, rt_, DType::f32, false, &warnings);
-  if (job_.root())
-    for (const std::string& w : warnings) std::cerr << "vinf train: warning: " << w << "\n";
+  for (const std::string& w : warnings) report_.warn(w);
 }
 
 // What is trained (adapters, or the parameters --train.params selects), their gradients in
@@ -368,8 +366,7 @@ void Trainer::resume() {
   }
   VINF_INPUT_CHECK(candidates.empty() || !resumed_.path.empty(), "--resume ", o.resume, ": no usable checkpoint",
                    refusals);
-  if (!refusals.empty() && job_.root())
-    std::cerr << "vinf train: warning: skipped damaged or foreign checkpoints:" << refusals << "\n";
+  if (!refusals.empty()) report_.warn("skipped damaged or foreign checkpoints:" + refusals);
   if (!resumed_.path.empty()) {
     // The flat buffer was read over the model's values; stage 0 read every moment.
     opt_->set_steps(resumed_.optimizer_steps);
@@ -384,21 +381,21 @@ void Trainer::log_plan() {
   const std::string what = lora_ ? "LoRA adapters of rank " + std::to_string(o.lora) + " on " +
                                        std::to_string(trainable_.size() / 2) + " attention projections"
                                  : "--train.params " + o.params;
-  say("model " + files_.dir + ": " + std::to_string(weights_->count()) + " parameters, " +
+  report_.say("model " + files_.dir + ": " + std::to_string(weights_->count()) + " parameters, " +
       std::to_string(trained_count_) + " trained (" + what + "); data " + o.data_path + ": " +
       std::to_string(di.clips) + " clips of " + std::to_string(di.frames) + " frames " + std::to_string(di.height) +
       "x" + std::to_string(di.width) + " latents");
-  say(std::to_string(o.steps) + " steps of " + std::to_string(o.batch) + " clip(s)" +
+  report_.say(std::to_string(o.steps) + " steps of " + std::to_string(o.batch) + " clip(s)" +
       (o.micro_batch < o.batch ? " in micro-batches of " + std::to_string(o.micro_batch) : std::string()) +
       ", AdamW lr " + std::to_string(o.adamw.lr) + ", " + o.schedule + " after " + std::to_string(o.warmup) +
       " warm-up steps, clipping at " + std::to_string(o.adamw.clip_grad_norm) +
       (o.checkpoint_activations ? ", activations checkpointed per block" : ""));
   if (ranks_ > 1)
-    say(std::to_string(ranks_) + " data-parallel ranks, ZeRO stage " + std::to_string(o.zero) + ", " +
+    report_.say(std::to_string(ranks_) + " data-parallel ranks, ZeRO stage " + std::to_string(o.zero) + ", " +
         std::to_string(dp_->buckets()) + " gradient bucket(s); optimizer state " +
         std::to_string(dp_->optimizer_bytes() >> 10) + " KiB per rank");
   if (!resumed_.path.empty())
-    say("resuming from " + resumed_.path + " after step " + std::to_string(resumed_.step) + " (written by " +
+    report_.say("resuming from " + resumed_.path + " after step " + std::to_string(resumed_.step) + " (written by " +
         std::to_string(resumed_.world_size) + " rank(s), ZeRO " + std::to_string(resumed_.zero) + ")");
 }
 

@@ -1,0 +1,32 @@
+#include "pipeline/guidance.hpp"
+
+#include "mpi/communicator.hpp"
+#include "ops/elementwise.hpp"
+#include "sampling/sampler.hpp"
+
+namespace vinf::pipeline {
+
+Guidance Guidance::of(bool guided, float scale, mpi::Communicator* cfg_group) {
+  Guidance g;
+  g.scale = scale;
+  g.cfg_group = guided ? cfg_group : nullptr;
+  g.layout = !guided ? Layout::none : cfg_group ? Layout::across_ranks : Layout::batched;
+  return g;
+}
+
+void Guidance::combine(ExecContext& ctx, const Tensor& pred, const Tensor& both, const Tensor& out) const {
+  switch (layout) {
+    case Layout::none:
+      ops::copy(ctx, pred, out);
+      return;
+    case Layout::across_ranks:
+      cfg_group->all_gather(ctx, pred, both);  // [uncond, cond]: cfg index 0 runs the negative prompt
+      sampling::guide(ctx, both.slice(0, 0, 1), both.slice(0, 1, 1), scale, out);
+      return;
+    case Layout::batched:
+      sampling::guide(ctx, pred.slice(0, 0, 1), pred.slice(0, 1, 1), scale, out);
+      return;
+  }
+}
+
+}  // namespace vinf::pipeline
