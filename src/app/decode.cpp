@@ -14,6 +14,7 @@
 
 #include "app/commands.hpp"
 #include "app/option_values.hpp"
+#include "pipeline/family.hpp"
 #include "pipeline/run_dir.hpp"
 #include "pipeline/wan_denoise.hpp"
 #include "core/error.hpp"
@@ -101,16 +102,6 @@ int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::stri
 }  // namespace
 
 namespace {
-
-// Whether DIR (or DIR/vae) holds Wan2.1's AutoencoderKLWan.
-bool is_wan_vae(const std::string& dir) {
-  for (const std::string& p : {dir + "/config.json", dir + "/vae/config.json"})
-    if (io::path_exists(p)) {
-      const nlohmann::json j = io::read_json_file(p, "VAE config");
-      return j.is_object() && j.contains("_class_name") && j["_class_name"] == "AutoencoderKLWan";
-    }
-  return false;
-}
 
 // A Wan VAE's decoder on `latents` F32 [N, C, F, h, w] exactly as given, to `decoded` [N, 3,
 // 1 + 4 (F - 1), 8h, 8w] (clamped to [-1, 1], as diffusers' decode returns it), in f32.
@@ -272,7 +263,7 @@ int decode(const std::vector<std::string>& args) {
   const DType dtype = job->dtype();
   Runtime& rt = job->runtime();
 
-  if (is_wan_vae(vae_dir)) {
+  if (pipeline::vae_family(vae_dir) == pipeline::ModelFamily::wan) {
     if (!checkpoint_path.empty())
       return decode_wan_checkpoint(*job, vae_dir, checkpoint_path, out_path, video, overwrite, tile);
     return decode_wan(rt, vae_dir, latents_path, out_path, tile);

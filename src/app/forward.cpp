@@ -28,6 +28,7 @@
 #include "mpi/session.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
+#include "pipeline/family.hpp"
 
 namespace po = boost::program_options;
 
@@ -494,7 +495,7 @@ void write_results(const ForwardOptions& o, const ForwardJob& f, const ForwardRe
 int forward(const std::vector<std::string>& args) {
   ForwardOptions o;
   if (!parse_forward_options(args, o)) return 0;
-  if (!model::find_wan_transformer_config(o.model_dir).empty()) {
+  if (pipeline::model_family(o.model_dir) == pipeline::ModelFamily::wan) {
     WanForwardRequest r{o.model_dir, o.inputs_path, o.out_path, o.dump, o.plan, o.ignore_unexpected, o.cfg, o.tensor,
                         o.emulate, o.vi_given, o.vi};
     if (!o.vi_mode_given) r.vi.mode = infinity::Mode::off;

@@ -16,6 +16,7 @@
 #include "app/vi_options.hpp"
 #include "model/wan_transformer.hpp"
 #include "ops/runtime.hpp"
+#include "pipeline/family.hpp"
 #include "sampling/scheduler.hpp"
 
 namespace po = boost::program_options;
@@ -349,7 +350,7 @@ void check_model(RunPlan& o) {
 // at 480 x 832, 50 steps, guidance 5); the UNet family refuses the Wan-only settings.
 void resolve_family(RunPlan& o, const Spelled& sp, const po::variables_map& vm) {
   const auto given = [&](const char* name) { return vm.count(name) && !vm[name].defaulted(); };
-  o.wan = !o.builtin() && o.unet.empty() && !model::find_wan_transformer_config(o.model).empty();
+  o.wan = o.unet.empty() && pipeline::model_family(o.model) == pipeline::ModelFamily::wan;
   if (!o.wan) {
     VINF_INPUT_CHECK(!given("prompt.max-length"), "--prompt.max-length is for the Wan family's T5 tokenizer; ", o.model,
                      " is a UNet model, whose CLIP tokenizer takes 77 tokens");
@@ -677,7 +678,7 @@ int parse_plan_options(const std::vector<std::string>& args, RunPlan& o, const p
   if (!o.vi_import.empty()) import_pipe_configs(o, vm, from_file);
   const Labels label(from_file);
   check_model(o);
-  VINF_INPUT_CHECK(o.builtin() || !o.unet.empty() || model::find_wan_transformer_config(o.model).empty(),
+  VINF_INPUT_CHECK(!o.unet.empty() || pipeline::model_family(o.model) == pipeline::ModelFamily::unet,
                    "vinf plan: --model ", o.model, " is a Wan2.1 pipeline; plan estimates the UNet family's layouts ",
                    "(a Wan video runs on one rank, two with --parallel.cfg 2, or its frames over ranks with --vi.mode exact ", "or invariant)");
   check_video_and_sampler(o, label);

@@ -23,6 +23,7 @@
 #include "model/wan_transformer.hpp"
 #include "model/wan_vae_config.hpp"
 #include "model/weights.hpp"
+#include "pipeline/family.hpp"
 
 namespace po = boost::program_options;
 
@@ -183,8 +184,7 @@ int inspect_wan(const std::string& dir, const std::string& config_path) {
       continue;
     }
     const std::string config = p + "/config.json";
-    if (name == "vae" && io::path_exists(config) &&
-        string_key(io::read_json_file(config, "config"), "_class_name") == "AutoencoderKLWan") {
+    if (name == "vae" && io::path_exists(config) && pipeline::vae_family(p) == pipeline::ModelFamily::wan) {
       const model::WanVaeConfig c = model::load_wan_vae_config(config);
       std::cout << "vae " << p << " (AutoencoderKLWan): base " << c.base_dim;
       if (c.decoder_base_dim != c.base_dim) std::cout << " (decoder " << c.decoder_base_dim << ")";
@@ -327,7 +327,8 @@ int inspect(const std::vector<std::string>& args) {
   std::error_code ec;
   VINF_INPUT_CHECK(std::filesystem::exists(path, ec), path, " does not exist");
   if (std::filesystem::is_directory(path, ec)) {
-    if (const std::string wan = model::find_wan_transformer_config(path); !wan.empty()) return inspect_wan(path, wan);
+    if (pipeline::model_family(path) == pipeline::ModelFamily::wan)
+      return inspect_wan(path, model::find_wan_transformer_config(path));
     if (is_model_part(path)) return inspect_part(path);
     inspect_model(path);
     // A pipeline root: its other parts too.

@@ -15,7 +15,7 @@
 #include "app/generate_run.hpp"
 #include "pipeline/run_dir.hpp"
 #include "pipeline/stop_signals.hpp"
-#include "pipeline/unet_video.hpp"
+#include "pipeline/video_pipeline.hpp"
 #include "pipeline/wan_video.hpp"
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
@@ -208,7 +208,13 @@ class Stage {
  public:
   Stage(const std::vector<std::string>& args, const RunPlan& base, const std::vector<JobSpec>& list,
         std::string list_dir, job::Job& job, job::JobQueue& queue)
-      : args_(args), base_(base), list_(list), list_dir_(std::move(list_dir)), job_(job), queue_(queue) {
+      : args_(args),
+        base_(base),
+        list_(list),
+        list_dir_(std::move(list_dir)),
+        job_(job),
+        queue_(queue),
+        family_(pipeline::open_pipeline(base)) {
     const job::Layout& l = job.layout();
     const int w = job.world_session().rank(), u = l.unit_rank_of(w);
     if (job.stage() > 0) from_ = l.world_rank(job.replica(), job.stage() - 1, u);
@@ -217,7 +223,7 @@ class Stage {
 
   // Runs every job that reaches this stage; true when a stop signal ended it early.
   bool run() {
-    pipeline::load_models_ahead(base_, job_, models_);
+    family_->load_ahead(base_, job_);
     if (from_ < 0) {
       while (!stopping()) {
         const int k = next_job();
@@ -256,7 +262,7 @@ class Stage {
     if (!in) report(k, "running", "", 0);
     try {
       RunPlan o = plan_job(args_, base_, spec, list_dir_, job_.world_session().size());
-      const VideoOutcome v = o.wan ? pipeline::run_wan_video(o, job_) : pipeline::run_unet_video(o, job_, models_, in);
+      const VideoOutcome v = family_->run(o, job_, in);
       const double took = seconds_since(t0);
       switch (v.end) {
         case VideoEnd::complete: report(k, "done", "", took); break;
@@ -286,7 +292,7 @@ class Stage {
   std::string list_dir_;
   job::Job& job_;
   job::JobQueue& queue_;
-  ModelCache models_;
+  std::unique_ptr<pipeline::VideoPipeline> family_;  // the list's model family (one model per list)
   int from_ = -1, to_ = -1;
   bool stopped_ = false;
 };

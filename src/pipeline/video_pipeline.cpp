@@ -1,0 +1,53 @@
+#include "pipeline/video_pipeline.hpp"
+
+#include "pipeline/unet_video.hpp"
+#include "pipeline/wan_video.hpp"
+
+namespace vinf::pipeline {
+
+namespace {
+
+// The UNet family: Video-Infinity's clips over the clip group, or the windows and FIFO over it;
+// the models kept from one video to the next.
+class UnetPipeline final : public VideoPipeline {
+ public:
+  ModelFamily family() const override { return ModelFamily::unet; }
+  job::JobPlan job_plan(const GenerateSpec& o) const override {
+    job::JobPlan plan = o.job;
+    // Windows and FIFO share windows over the group.
+    plan.clip_group = o.vi.mode != infinity::Mode::off || !o.long_clips();
+    plan.cfg_group = o.cfg() == 2;
+    return plan;
+  }
+  void load_ahead(const GenerateSpec& o, job::Job& job) override { load_models_ahead(o, job, cache_); }
+  VideoOutcome run(GenerateSpec& o, job::Job& job, const StageState* in) override {
+    return run_unet_video(o, job, cache_, in);
+  }
+
+ private:
+  ModelCache cache_;
+};
+
+// The Wan family: one rank, the guidance branches over two, or the latent frames over the clip
+// group in exact mode or with Video-Infinity's windows.
+class WanPipeline final : public VideoPipeline {
+ public:
+  ModelFamily family() const override { return ModelFamily::wan; }
+  job::JobPlan job_plan(const GenerateSpec& o) const override {
+    job::JobPlan plan = o.job;
+    plan.clip_group = o.vi.mode == infinity::Mode::exact || o.vi.mode == infinity::Mode::invariant;
+    plan.cfg_group = o.cfg() == 2;
+    return plan;
+  }
+  void load_ahead(const GenerateSpec&, job::Job&) override {}  // a Wan video loads its models itself
+  VideoOutcome run(GenerateSpec& o, job::Job& job, const StageState*) override { return run_wan_video(o, job); }
+};
+
+}  // namespace
+
+std::unique_ptr<VideoPipeline> open_pipeline(const GenerateSpec& o) {
+  if (o.wan) return std::make_unique<WanPipeline>();
+  return std::make_unique<UnetPipeline>();
+}
+
+}  // namespace vinf::pipeline
