@@ -77,11 +77,13 @@ TextFamily text_family(const std::string& encoder_dir, const std::string& tokeni
   std::string config = encoder_dir + "/config.json";
   if (!io::path_exists(config)) config = encoder_dir + "/text_encoder/config.json";
   const bool t5_encoder = io::path_exists(config) && model::is_t5_family_config_file(config);
-  const bool spiece = in(tokenizer_dir, "tokenizer", "spiece.model"), vocab = in(tokenizer_dir, "tokenizer", "vocab.json");
+  const bool spiece = in(tokenizer_dir, "tokenizer", "spiece.model"),
+             vocab = in(tokenizer_dir, "tokenizer", "vocab.json");
   if (t5_encoder)
-    VINF_INPUT_CHECK(spiece || !vocab, "vinf encode-text: the text encoder ", encoder_dir,
-                     " is a T5 encoder (UMT5), which takes a SentencePiece tokenizer (spiece.model), but the tokenizer ",
-                     tokenizer_dir, " is a CLIP one (vocab.json, no spiece.model): they are not from the same model");
+    VINF_INPUT_CHECK(
+        spiece || !vocab, "vinf encode-text: the text encoder ", encoder_dir,
+        " is a T5 encoder (UMT5), which takes a SentencePiece tokenizer (spiece.model), but the tokenizer ",
+        tokenizer_dir, " is a CLIP one (vocab.json, no spiece.model): they are not from the same model");
   else
     VINF_INPUT_CHECK(!spiece || vocab, "vinf encode-text: the text encoder ", encoder_dir,
                      " is a CLIP encoder, which takes a CLIP tokenizer (vocab.json, merges.txt), but the tokenizer ",
@@ -105,8 +107,8 @@ Encoded encode_clip_texts(Runtime& rt, const std::string& encoder_dir, const std
   const model::ClipTokenizer tokenizer = model::ClipTokenizer::load(tokenizer_dir);
   for (const std::string& w : tokenizer.warnings()) std::cerr << "vinf encode-text: warning: " << w << "\n";
   VINF_INPUT_CHECK(!max_length_given || max_length_opt == tokenizer.max_length(), "vinf encode-text: --max-length ",
-                   max_length_opt, " differs from the CLIP tokenizer's ", tokenizer.max_length(),
-                   " tokens (", tokenizer.source(), "): CLIP's length is fixed by its position embeddings");
+                   max_length_opt, " differs from the CLIP tokenizer's ", tokenizer.max_length(), " tokens (",
+                   tokenizer.source(), "): CLIP's length is fixed by its position embeddings");
   const model::ClipTextModel encoder = model::ClipTextModel::load(encoder_dir, rt, DType::f32);
   std::vector<model::TokenizedText> tokens;
   e.hidden = model::encode_prompts(rt, tokenizer, encoder, all, &tokens);
@@ -139,9 +141,8 @@ Encoded encode_t5_texts(Runtime& rt, const std::string& encoder_dir, const std::
     const model::T5TokenizedText& t = tokens[i];
     const std::string name = i < prompts ? "prompt " + std::to_string(i) : "the negative prompt";
     if (t.truncated())
-      std::cerr << "vinf encode-text: warning: " << name << " has " << t.length
-                << " tokens with eos; --max-length is " << length << ", so its last " << t.length - length
-                << " tokens are dropped\n";
+      std::cerr << "vinf encode-text: warning: " << name << " has " << t.length << " tokens with eos; --max-length is "
+                << length << ", so its last " << t.length - length << " tokens are dropped\n";
     if (i < prompts) {
       e.ids.insert(e.ids.end(), t.ids.begin(), t.ids.end());
       e.mask.insert(e.mask.end(), t.mask.begin(), t.mask.end());
@@ -164,7 +165,8 @@ int encode_text(const std::vector<std::string>& args) {
   int max_length_opt = 0;  // 0: the family's default
   po::options_description opts(
       "vinf encode-text: prompts to a denoiser's text conditioning (CLIP, or Wan's T5 tokenizer + UMT5 encoder)\n\n"
-      "usage: vinf encode-text --text-encoder DIR --tokenizer DIR --prompt TEXT [--prompt TEXT ...] --out OUT.safetensors\n"
+      "usage: vinf encode-text --text-encoder DIR --tokenizer DIR --prompt TEXT [--prompt TEXT ...] --out "
+      "OUT.safetensors\n"
       "       vinf encode-text --model PIPELINE --prompt-file PROMPTS.txt --negative '' --out OUT.safetensors\n\n"
       "The family comes from the text encoder's config.json (model_type \"umt5\" or a T5 architecture: T5;\n"
       "otherwise CLIP) and must match the tokenizer's files (spiece.model: T5; vocab.json + merges.txt: CLIP).\n\n"
@@ -186,20 +188,24 @@ int encode_text(const std::vector<std::string>& args) {
       "text encoder directory (config.json + model.safetensors, transformers' CLIPTextModel or UMT5EncoderModel)")(
       "tokenizer", path_value(&tokenizer_dir, PathKind::directory),
       "tokenizer directory (CLIP: vocab.json, merges.txt, tokenizer_config.json; T5: spiece.model)")(
-      "model", path_value(&model_dir, PathKind::directory), "a pipeline directory: the defaults for the two above (MODEL/text_encoder, "
-                                      "MODEL/tokenizer)")(
-      "prompt", po::value(&prompts), "a prompt (repeatable; may be empty)")(
-      "prompt-file", path_value(&prompt_file, PathKind::file), "more prompts, one per line (UTF-8), after the --prompt ones")(
+      "model", path_value(&model_dir, PathKind::directory),
+      "a pipeline directory: the defaults for the two above (MODEL/text_encoder, "
+      "MODEL/tokenizer)")("prompt", po::value(&prompts), "a prompt (repeatable; may be empty)")(
+      "prompt-file", path_value(&prompt_file, PathKind::file),
+      "more prompts, one per line (UTF-8), after the --prompt ones")(
       "negative", po::value(&negative), "the negative prompt (may be empty: --negative '')")(
-      "max-length", ranged(&max_length_opt, 1, kMaxT5Length), "tokens per prompt: T5 default 512; CLIP only its tokenizer's 77")(
+      "max-length", ranged(&max_length_opt, 1, kMaxT5Length),
+      "tokens per prompt: T5 default 512; CLIP only its tokenizer's 77")(
       "clean", po::bool_switch(&clean), "apply the Wan pipeline's prompt_clean to the prompts and the negative")(
-      "out", path_value(&out_path, PathKind::new_file), "output file (safetensors); written under a temporary name, then renamed")(
+      "out", path_value(&out_path, PathKind::new_file),
+      "output file (safetensors); written under a temporary name, then renamed")(
       "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda (computes in f32)")(
       "quiet,q", po::bool_switch(&quiet), "print only errors");
   po::variables_map vm;
   parse_options(args, opts, vm, "encode-text");
   if (vm.count("help")) {
-    std::cout << opts << "\nExit status: 0 on success, 2 for bad input (the message names the file and key), 1 otherwise.\n";
+    std::cout << opts
+              << "\nExit status: 0 on success, 2 for bad input (the message names the file and key), 1 otherwise.\n";
     return 0;
   }
   VINF_INPUT_CHECK(vm.count("out"), "vinf encode-text: --out is required (see vinf encode-text --help)");
@@ -212,7 +218,8 @@ int encode_text(const std::vector<std::string>& args) {
   const bool max_length_given = vm.count("max-length") > 0;
   add_prompt_file(prompt_file, prompts);
   check_utf8(prompts, negative);
-  VINF_INPUT_CHECK(!prompts.empty(), "vinf encode-text: no prompt: give --prompt TEXT (repeatable) or --prompt-file FILE");
+  VINF_INPUT_CHECK(!prompts.empty(),
+                   "vinf encode-text: no prompt: give --prompt TEXT (repeatable) or --prompt-file FILE");
   const TextFamily family = text_family(encoder_dir, tokenizer_dir);
   std::vector<std::string> all = prompts;
   if (!negative.empty()) all.push_back(negative[0]);
@@ -228,10 +235,11 @@ int encode_text(const std::vector<std::string>& args) {
   Runtime& rt = job->runtime();
   const auto t0 = std::chrono::steady_clock::now();
   const auto n = static_cast<std::int64_t>(prompts.size());
-  const Encoded e = family == TextFamily::clip
-                        ? encode_clip_texts(rt, encoder_dir, tokenizer_dir, all, prompts.size(), max_length_given, max_length_opt)
-                        : encode_t5_texts(rt, encoder_dir, tokenizer_dir, all, prompts.size(), !negative.empty(),
-                                          max_length_given ? max_length_opt : kDefaultT5Length);
+  const Encoded e =
+      family == TextFamily::clip
+          ? encode_clip_texts(rt, encoder_dir, tokenizer_dir, all, prompts.size(), max_length_given, max_length_opt)
+          : encode_t5_texts(rt, encoder_dir, tokenizer_dir, all, prompts.size(), !negative.empty(),
+                            max_length_given ? max_length_opt : kDefaultT5Length);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const std::size_t row = static_cast<std::size_t>(e.length * e.width);

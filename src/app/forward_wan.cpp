@@ -65,8 +65,8 @@ void start_wan_forward(WanForward& f) {
   VINF_INPUT_CHECK(f.mode != infinity::Mode::compat, what, "and --vi.mode compat reproduces the released ",
                    "Video-Infinity's UNet: it has no meaning here; --vi.mode exact spreads the frames over ranks, ",
                    "--vi.mode invariant runs Video-Infinity's windows over them");
-  VINF_INPUT_CHECK(r.emulate == 0, what, "whose windows on one rank are the emulation of any number of ranks: ",
-                   "drop --vi.emulate-clips");
+  VINF_INPUT_CHECK(r.emulate == 0, what,
+                   "whose windows on one rank are the emulation of any number of ranks: ", "drop --vi.emulate-clips");
   VINF_INPUT_CHECK(r.dump.empty(), "vinf forward: --dump-temporal is for the UNet; a Wan transformer has no ",
                    "temporal modules");
   f.exact = f.mode == infinity::Mode::exact;
@@ -86,11 +86,13 @@ void start_wan_forward(WanForward& f) {
   });
   f.report = Reporter("vinf forward:", f.job->root());
   if (r.vi_given && !f.windows)
-    f.report.say(std::string("note: the --vi.* settings but the mode are for Video-Infinity's windows (--vi.mode invariant) ") +
-          "and do not change a Wan call in mode " + infinity::mode_name(f.mode));
+    f.report.say(
+        std::string("note: the --vi.* settings but the mode are for Video-Infinity's windows (--vi.mode invariant) ") +
+        "and do not change a Wan call in mode " + infinity::mode_name(f.mode));
   if (r.vi_given && f.windows)
-    f.report.say("note: --vi.conv-halo, --vi.halo and --vi.sync-groupnorm are for the UNet family (a Wan transformer has no "
-          "temporal convolutions or group norms, and its windows carry keys and values)");
+    f.report.say(
+        "note: --vi.conv-halo, --vi.halo and --vi.sync-groupnorm are for the UNet family (a Wan transformer has no "
+        "temporal convolutions or group norms, and its windows carry keys and values)");
 }
 
 // The inputs, checked against each other and the layout.
@@ -108,8 +110,8 @@ void read_wan_forward_inputs(WanForward& f) {
                      " is not a diffusion timestep");
     f.timesteps.push_back(static_cast<float>(v));
   }
-  VINF_INPUT_CHECK(f.text.size(0) == f.x.size(0), r.inputs_path, ": 'encoder_hidden_states' has batch ",
-                   f.text.size(0), " but 'hidden_states' has batch ", f.x.size(0));
+  VINF_INPUT_CHECK(f.text.size(0) == f.x.size(0), r.inputs_path, ": 'encoder_hidden_states' has batch ", f.text.size(0),
+                   " but 'hidden_states' has batch ", f.x.size(0));
   // The frames over the clip ranks of each branch; --parallel.cfg 2 splits the batch between two.
   f.ranks = f.job->grid().clip_size();
   f.me = f.job->grid().clip_index();
@@ -148,20 +150,21 @@ void load_wan_for_forward(WanForward& f) {
                    " frames: its frames are not split over ranks in this version");
   const std::string F = std::to_string(f.F), ranks = std::to_string(f.ranks);
   f.report.say("Wan transformer " + r.model_dir + ": " + std::to_string(f.wan->weights().count()) + " parameters" +
-        (f.tensor > 1 ? " on each of " + std::to_string(f.tensor) + " tensor ranks" : "") + ", " +
-        format_mib(static_cast<double>(f.wan->weights().bytes())) + " as " + model::precision_name(dtype, rt.device()) +
-        " on " + rt.device().name() + " (loaded in " + format_number(seconds_since(t_load), 5) + " s); " +
-        std::to_string(f.timesteps.size()) + " timestep(s)" +
-        (f.exact ? "; --vi.mode exact, " + F + " latent frames over " + ranks + " rank(s)" : "") +
-        (f.windows ? "; --vi.mode invariant, windows of +-" + std::to_string(r.vi.local_frames) +
-                         " latent frames and " + std::to_string(r.vi.global_frames) + " global frame(s), " + F +
-                         " latent frames over " + ranks + " rank(s)"
-                   : "") +
-        (f.cfg == 2 ? "; --parallel.cfg 2, the batch over 2 x " + ranks + " ranks" : "") +
-        (f.tensor > 1 ? "; --parallel.tensor " + std::to_string(f.tensor) + ", each rank " +
-                            std::to_string(f.wan->weights().get("blocks.0.attn1.to_q.weight").size(0) / c.head_dim) +
-                            " of " + std::to_string(c.heads) + " heads"
-                      : ""));
+               (f.tensor > 1 ? " on each of " + std::to_string(f.tensor) + " tensor ranks" : "") + ", " +
+               format_mib(static_cast<double>(f.wan->weights().bytes())) + " as " +
+               model::precision_name(dtype, rt.device()) + " on " + rt.device().name() + " (loaded in " +
+               format_number(seconds_since(t_load), 5) + " s); " + std::to_string(f.timesteps.size()) + " timestep(s)" +
+               (f.exact ? "; --vi.mode exact, " + F + " latent frames over " + ranks + " rank(s)" : "") +
+               (f.windows ? "; --vi.mode invariant, windows of +-" + std::to_string(r.vi.local_frames) +
+                                " latent frames and " + std::to_string(r.vi.global_frames) + " global frame(s), " + F +
+                                " latent frames over " + ranks + " rank(s)"
+                          : "") +
+               (f.cfg == 2 ? "; --parallel.cfg 2, the batch over 2 x " + ranks + " ranks" : "") +
+               (f.tensor > 1
+                    ? "; --parallel.tensor " + std::to_string(f.tensor) + ", each rank " +
+                          std::to_string(f.wan->weights().get("blocks.0.attn1.to_q.weight").size(0) / c.head_dim) +
+                          " of " + std::to_string(c.heads) + " heads"
+                    : ""));
 }
 
 // One call per timestep on this rank's frames and batch; every rank's piece gathered on the host
@@ -183,12 +186,12 @@ std::vector<std::vector<float>> run_wan_calls(WanForward& f, const Shape& out_sh
   if (f.exact) attention = std::make_unique<infinity::WanExactAttention>(*f.job->clip_comm(), tokens);
   if (f.windows)
     attention = std::make_unique<infinity::WanWindowAttention>(f.r.vi, f.ranks > 1 ? f.job->clip_comm() : nullptr,
-                                                                frame_counts, per_frame);
+                                                               frame_counts, per_frame);
   const DType dtype = f.job->dtype();
   const Shape piece{B, c.out_channels, mine.count, x.size(3), x.size(4)};
   OwnedTensor xd = rt.arena().empty(dtype, {B, x.size(1), mine.count, x.size(3), x.size(4)}),
-              ed = rt.arena().empty(dtype, {B, f.text.size(1), f.text.size(2)}),
-              td = rt.arena().empty(DType::f32, {B}), pred = rt.arena().empty(dtype, piece);
+              ed = rt.arena().empty(dtype, {B, f.text.size(1), f.text.size(2)}), td = rt.arena().empty(DType::f32, {B}),
+              pred = rt.arena().empty(dtype, piece);
   ops::copy(rt.ctx(), x.slice(0, b0, B).slice(2, mine.first, mine.count), xd);
   ops::copy(rt.ctx(), f.text.slice(0, b0, B), ed);
   std::vector<std::int64_t> counts;
@@ -223,11 +226,13 @@ std::vector<std::vector<float>> run_wan_calls(WanForward& f, const Shape& out_sh
       if (k % f.tensor != 0) continue;
       const int clip = k / f.tensor % f.ranks, branch = k / f.tensor / f.ranks;
       const infinity::FrameRange sk = infinity::clip_frames(f.F, f.ranks, clip);
-      ops::copy(f.job->host(), Tensor::wrap(gathered.data() + offset, DType::f32, Device::cpu(),
-                                            {B, c.out_channels, sk.count, x.size(3), x.size(4)}),
+      ops::copy(f.job->host(),
+                Tensor::wrap(gathered.data() + offset, DType::f32, Device::cpu(),
+                             {B, c.out_channels, sk.count, x.size(3), x.size(4)}),
                 whole.slice(0, branch * B, B).slice(2, sk.first, sk.count));
     }
-    f.report.say("t[" + std::to_string(i) + "] = " + std::to_string(f.timesteps[i]) + ": " + format_number(seconds) + " s");
+    f.report.say("t[" + std::to_string(i) + "] = " + std::to_string(f.timesteps[i]) + ": " + format_number(seconds) +
+                 " s");
   }
   return preds;
 }
@@ -256,7 +261,7 @@ void write_wan_forward(WanForward& f, const Shape& out_shape, std::vector<std::v
     if (f.job->tensor_comm()) mine.add(f.job->tensor_comm()->counters());
     const std::vector<mpi::CommCounters> counted = f.job->session().gather_values_on_root(mine);
     f.report.say("communication per rank over " + std::to_string(f.timesteps.size()) +
-          " call(s) (bytes received from other ranks):");
+                 " call(s) (bytes received from other ranks):");
     for (std::size_t q = 0; q < counted.size(); ++q) {
       f.report.say("  rank " + std::to_string(q) + ": " + counted[q].summary());
       meta["comm." + std::to_string(q)] = counted[q].summary();
@@ -273,7 +278,7 @@ void write_wan_forward(WanForward& f, const Shape& out_shape, std::vector<std::v
   meta["timesteps"] = list;
   io::write_safetensors(r.out_path, out, meta);
   f.report.say("peak memory " + format_mib(peak) + (f.ranks > 1 ? " per rank (max over ranks)" : "") + "; wrote " +
-        r.out_path);
+               r.out_path);
 }
 
 }  // namespace

@@ -24,13 +24,17 @@ int generate(const std::vector<std::string>& args) {
   const std::vector<JobSpec> list = o.jobs_file.empty() ? std::vector<JobSpec>{} : read_job_list(o.jobs_file);
   const std::unique_ptr<pipeline::VideoPipeline> family = pipeline::open_pipeline(o);
   const std::unique_ptr<job::Job> job = job::start_job(family->job_plan(o), [&](int world) {
-    if (list.empty() && o.wan) pipeline::check_wan_job(o, world);
-    else if (list.empty()) check_generate_job(o, world);
-    else job::make_layout(o.job, world);
+    if (list.empty() && o.wan)
+      pipeline::check_wan_job(o, world);
+    else if (list.empty())
+      check_generate_job(o, world);
+    else
+      job::make_layout(o.job, world);
   });
   pipeline::install_stop_signals();  // after MPI's own set-up, so that this handler is the one in place
   if (o.verbose) {
-    const std::vector<std::string> lines = job->world_session().gather_on_root(job->world_session().placement(job->device()));
+    const std::vector<std::string> lines =
+        job->world_session().gather_on_root(job->world_session().placement(job->device()));
     if (!o.quiet)
       for (const std::string& line : lines) std::cerr << "vinf generate: " << line << "\n" << std::flush;
   }

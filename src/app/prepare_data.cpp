@@ -100,21 +100,25 @@ po::options_description prepare_option_table(PrepareOptions& o) {
       "or is malformed, is reported by name and skipped (--strict: refused, exit 2). The file is\n"
       "written under a temporary name and renamed at the end; the clips stay in memory until then.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", path_value(nullptr, PathKind::file), kConfigOptionHelp)(
-      "videos", path_value(&o.videos_dir, PathKind::directory), "the folder of the videos (also the first positional argument)")(
+      "videos", path_value(&o.videos_dir, PathKind::directory),
+      "the folder of the videos (also the first positional argument)")(
       "captions", path_value(&o.captions, PathKind::file), "the captions file (also the second positional argument)")(
-      "model", path_value(&o.model_dir, PathKind::directory), "a pipeline directory with vae/ (with its encoder), text_encoder/ and tokenizer/")(
+      "model", path_value(&o.model_dir, PathKind::directory),
+      "a pipeline directory with vae/ (with its encoder), text_encoder/ and tokenizer/")(
       "out", path_value(&o.out_path, PathKind::new_file),
       "the training data file to write (HDF5); an existing one is refused unless --overwrite")(
       "overwrite", po::bool_switch(&o.overwrite), "replace an existing --out file (only once the new one is complete)")(
-      "data.width", ranged(&o.width, 8, 16384)->default_value(o.width), "frame width in pixels (a multiple of the VAE's scale)")(
+      "data.width", ranged(&o.width, 8, 16384)->default_value(o.width),
+      "frame width in pixels (a multiple of the VAE's scale)")(
       "data.height", ranged(&o.height, 8, 16384)->default_value(o.height), "frame height in pixels (likewise)")(
       "data.frames", ranged(&o.frames, 1, 10000)->default_value(o.frames), "frames per clip")(
       "data.frame-step", ranged(&o.frame_step, 1, 10000)->default_value(o.frame_step),
       "take every N-th decoded frame (2 halves the frame rate)")(
       "data.clip-step", ranged(&o.clip_step, 0, 1000000)->default_value(o.clip_step),
       "decoded frames between the starts of two clips of a video (0: frames x frame-step, clips side by side)")(
-      "data.max-clips", ranged(&o.max_clips, 0, 1000000)->default_value(o.max_clips), "at most this many clips per video (0: all)")(
-      "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda (the encoders compute in f32)")(
+      "data.max-clips", ranged(&o.max_clips, 0, 1000000)->default_value(o.max_clips),
+      "at most this many clips per video (0: all)")("device", po::value(&o.device)->default_value(o.device),
+                                                    "auto | cpu | cuda (the encoders compute in f32)")(
       "strict", po::bool_switch(&o.strict), "refuse (exit 2) on any bad video or caption instead of skipping it")(
       "quiet,q", po::bool_switch(&o.quiet), "print only warnings and errors");
   return opts;
@@ -183,7 +187,8 @@ bool encode_video(Prepared& d, const Caption& c, std::size_t vi, std::size_t vid
   const auto n = static_cast<std::int64_t>(decoded.size());
   const std::int64_t span = (o.frames - 1) * o.frame_step + 1;
   if (n < span) {
-    d.problem("video " + c.video + " has " + std::to_string(n) + " frames, fewer than a clip's " + std::to_string(span));
+    d.problem("video " + c.video + " has " + std::to_string(n) + " frames, fewer than a clip's " +
+              std::to_string(span));
     return false;
   }
   std::vector<std::int64_t> firsts;
@@ -204,8 +209,9 @@ bool encode_video(Prepared& d, const Caption& c, std::size_t vi, std::size_t vid
   }
   d.video_names.push_back(c.video);
   d.caption_texts.push_back(c.text);
-  d.report.say("video " + std::to_string(vi + 1) + "/" + std::to_string(videos) + " " + c.video + ": " + std::to_string(n) +
-        " frames, " + std::to_string(firsts.size()) + " clip(s) (" + format_number(seconds_since(t0)) + " s)");
+  d.report.say("video " + std::to_string(vi + 1) + "/" + std::to_string(videos) + " " + c.video + ": " +
+               std::to_string(n) + " frames, " + std::to_string(firsts.size()) + " clip(s) (" +
+               format_number(seconds_since(t0)) + " s)");
   return true;
 }
 
@@ -271,13 +277,16 @@ int prepare_data(const std::vector<std::string>& args) {
   po::variables_map vm;
   parse_options(args, opts, vm, "prepare-data", &positional);
   if (vm.count("help")) {
-    std::cout << opts << "\nExit status: 0 on success, 2 for bad input (the message names the file, video or line),\n"
-                         "1 for other failures. Runs in one process.\n";
+    std::cout << opts
+              << "\nExit status: 0 on success, 2 for bad input (the message names the file, video or line),\n"
+                 "1 for other failures. Runs in one process.\n";
     return 0;
   }
   for (const char* required : {"videos", "captions", "model", "out"})
-    VINF_INPUT_CHECK(vm.count(required), "vinf prepare-data: ", required == std::string("videos") ? "VIDEOS_DIR" :
-                     required == std::string("captions") ? "CAPTIONS" : std::string("--") + required,
+    VINF_INPUT_CHECK(vm.count(required), "vinf prepare-data: ",
+                     required == std::string("videos")     ? "VIDEOS_DIR"
+                     : required == std::string("captions") ? "CAPTIONS"
+                                                           : std::string("--") + required,
                      " is required (see vinf prepare-data --help)");
   if (o.clip_step == 0) o.clip_step = o.frames * o.frame_step;
   VINF_INPUT_CHECK(!o.out_path.empty(), "vinf prepare-data: --out is empty: give the data file");

@@ -64,10 +64,13 @@ po::options_description train_option_table(TrainRunOptions& o) {
       "weights (sharded with --train.zero 1 and 2); gradients and their reductions are f32. The CPU runs the\n"
       "same bf16 products on f32 kernels (operands rounded to bf16): the numbers of a GPU run, not its speed.\n\n"
       "Options");
-  opts.add_options()("help,h", "show this help")("config", path_value(&o.config_file, PathKind::file), kConfigOptionHelp)(
-      "model", path_value(&o.model_dir, PathKind::directory), "the model to fine-tune: a pipeline directory (unet/, ...) or a UNet directory")(
+  opts.add_options()("help,h", "show this help")("config", path_value(&o.config_file, PathKind::file),
+                                                 kConfigOptionHelp)(
+      "model", path_value(&o.model_dir, PathKind::directory),
+      "the model to fine-tune: a pipeline directory (unet/, ...) or a UNet directory")(
       "data", path_value(&o.data_path, PathKind::file), "the training data (vinf prepare-data's HDF5 file)")(
-      "out", path_value(&o.out_dir, PathKind::out_dir), "the run directory (an existing non-empty one is refused unless --overwrite)")(
+      "out", path_value(&o.out_dir, PathKind::out_dir),
+      "the run directory (an existing non-empty one is refused unless --overwrite)")(
       "export", path_value(&o.export_dir, PathKind::out_dir), "where the trained model goes (default RUN_DIR/model)")(
       "overwrite", po::bool_switch(&o.overwrite), "write into an existing run directory and export directory")(
       "resume", path_value(&o.resume, PathKind::file, {"auto"}),
@@ -80,16 +83,15 @@ po::options_description train_option_table(TrainRunOptions& o) {
       "how many of the newest checkpoints to keep")(
       "comm-timeout", zero_or(&o.comm_timeout, 1, 604800)->default_value(o.comm_timeout),
       "seconds a collective may wait before the job is ended with a message (0: wait forever; at least 1 s "
-      "otherwise)")(
-      "device", po::value(&o.device)->default_value(o.device),
-      "auto | cpu | cuda (auto: the GPUs when every rank has one, else the CPU)")(
+      "otherwise)")("device", po::value(&o.device)->default_value(o.device),
+                    "auto | cpu | cuda (auto: the GPUs when every rank has one, else the CPU)")(
       "dtype", po::value(&o.dtype)->default_value(o.dtype),
       "auto | f32 | bf16: bf16 is mixed precision (bf16 products, f32 master weights and reductions); auto is "
       "bf16 on CUDA and f32 on the CPU. A checkpoint resumes only at its own precision")(
       "comm-backend", po::value(&o.comm_backend)->default_value(o.comm_backend),
       "auto | mpi | nccl: how the gradients and parameters travel between the ranks (auto: NCCL between GPUs, "
-      "MPI on the CPU and between ranks that share a GPU)")(
-      "quiet,q", po::bool_switch(&o.quiet), "print only warnings, errors and the result");
+      "MPI on the CPU and between ranks that share a GPU)")("quiet,q", po::bool_switch(&o.quiet),
+                                                            "print only warnings, errors and the result");
   po::options_description t("[train]");
   t.add_options()("train.steps", ranged(&o.steps, 1, 100000000)->default_value(o.steps), "optimizer steps")(
       "train.batch", ranged(&o.batch, 1, 1000000)->default_value(o.batch), "clips per optimizer step")(
@@ -102,24 +104,24 @@ po::options_description train_option_table(TrainRunOptions& o) {
       "all-gathered; 2 as 1 with the gradients reduce-scattered (half the traffic)")(
       "train.bucket-mb", ranged_above(&o.bucket_mb, 0, 1048576)->default_value(o.bucket_mb),
       "gradients are summed over the ranks in buckets of at least this many MiB, each sent as soon as the "
-      "backward pass completes it")(
-      "train.warmup-steps", ranged(&o.warmup, 0, 100000000)->default_value(o.warmup), "steps of linear learning-rate warm-up")(
+      "backward pass completes it")("train.warmup-steps", ranged(&o.warmup, 0, 100000000)->default_value(o.warmup),
+                                    "steps of linear learning-rate warm-up")(
       "train.schedule", po::value(&o.schedule)->default_value(o.schedule), "cosine | constant (after the warm-up)")(
       "train.min-lr", ranged(&o.min_lr_ratio, 0, 1)->default_value(o.min_lr_ratio),
       "the cosine's final learning rate, as a fraction of --train.lr")(
       "train.params", po::value(&o.params)->default_value(o.params),
       "what is trained: all | temporal (transformer_in and every temp_* module) | comma-separated globs over "
       "parameter names ('*.temp_attentions.*,conv_out.*'); the rest is frozen")(
-      "train.seed", ranged(&o.seed, 0, 9007199254740991.0)->default_value(o.seed), "seed of the clip order, the timesteps and the noise")(
+      "train.seed", ranged(&o.seed, 0, 9007199254740991.0)->default_value(o.seed),
+      "seed of the clip order, the timesteps and the noise")(
       "train.fps", ranged_above(&o.fps, 0, 1000)->default_value(o.fps), "the fps conditioning of the training clips")(
       "train.log-every", ranged(&o.log_every, 1, 100000000)->default_value(o.log_every),
       "print the loss every N steps (every step goes to log.csv)")(
       "train.lora", ranged(&o.lora, 0, 4096)->default_value(o.lora),
       "train LoRA adapters of this rank on every attention projection (to_q, to_k, to_v, to_out.0) instead of "
       "the model's parameters; written to RUN_DIR/lora.safetensors (diffusers' layout) for generate --model.lora "
-      "(0: off)")(
-      "train.lora-alpha", ranged(&o.lora_alpha, 0, 65536)->default_value(o.lora_alpha),
-      "the adapters' alpha: they add alpha / rank * B A (0: alpha = rank)")(
+      "(0: off)")("train.lora-alpha", ranged(&o.lora_alpha, 0, 65536)->default_value(o.lora_alpha),
+                  "the adapters' alpha: they add alpha / rank * B A (0: alpha = rank)")(
       "train.checkpoint-activations", po::bool_switch(&o.checkpoint_activations),
       "keep only each block's input in the forward pass and run the block again in the backward pass: "
       "less memory (about 40% of it on the tiny model) for one more forward pass of time");
@@ -145,11 +147,15 @@ int train(const std::vector<std::string>& args) {
   po::variables_map vm;
   parse_options(args, opts, vm, "train");
   if (vm.count("help")) {
-    std::cout << opts << "\nA SIGTERM or SIGUSR1 (Slurm's time limit or a preemption) ends the run after the current\n"
-                         "step with a checkpoint (continue with --resume auto); the model trained so far is\n"
-                         "exported, and the exit status is " << kExitStopped << ". A failure on any rank ends every rank.\n"
-                         "Exit status: 0 on success, 2 for bad input (the message names the option or file), 1 for\n"
-                         "other failures, 3 when a collective timed out (--comm-timeout), " << kExitStopped << " after a stop signal.\n";
+    std::cout << opts
+              << "\nA SIGTERM or SIGUSR1 (Slurm's time limit or a preemption) ends the run after the current\n"
+                 "step with a checkpoint (continue with --resume auto); the model trained so far is\n"
+                 "exported, and the exit status is "
+              << kExitStopped
+              << ". A failure on any rank ends every rank.\n"
+                 "Exit status: 0 on success, 2 for bad input (the message names the option or file), 1 for\n"
+                 "other failures, 3 when a collective timed out (--comm-timeout), "
+              << kExitStopped << " after a stop signal.\n";
     return 0;
   }
   for (const char* required : {"model", "data", "out"})

@@ -53,17 +53,19 @@ po::options_description step_option_table(StepOptions& o) {
       "parameter and grad.x0 (before clipping), grad_norm [1] (their global L2 norm) and\n"
       "adamw.<parameter>, the parameters after clipping and one AdamW step.\n\n"
       "Training computes in f32 on the CPU.\n\nOptions");
-  opts.add_options()("help,h", "show this help")("config", path_value(&o.config_file, PathKind::file), kConfigOptionHelp)(
-      "model", path_value(&o.model_dir, PathKind::directory), "UNet directory in diffusers layout, or a pipeline root with unet/")(
+  opts.add_options()("help,h", "show this help")("config", path_value(&o.config_file, PathKind::file),
+                                                 kConfigOptionHelp)(
+      "model", path_value(&o.model_dir, PathKind::directory),
+      "UNet directory in diffusers layout, or a pipeline root with unet/")(
       "inputs", path_value(&o.inputs_path, PathKind::file), "input tensors (safetensors)")(
-      "out", path_value(&o.out_path, PathKind::new_file), "output file (safetensors); written under a temporary name, then renamed")(
+      "out", path_value(&o.out_path, PathKind::new_file),
+      "output file (safetensors); written under a temporary name, then renamed")(
       "device", po::value(&o.device)->default_value(o.device), "auto | cpu (training runs on the CPU)")(
       "dtype", po::value(&o.dtype)->default_value(o.dtype), "auto | f32 (training computes in f32)")(
       "comm-timeout", zero_or(&o.timeout, 1, 604800)->default_value(o.timeout),
       "seconds a collective may wait before the job is ended with a message (0: wait forever; at least 1 s "
-      "otherwise)")(
-      "ignore-unexpected-weights", po::bool_switch(&o.ignore_unexpected),
-      "load a weight file that holds tensors the model does not use (they are listed as a warning)");
+      "otherwise)")("ignore-unexpected-weights", po::bool_switch(&o.ignore_unexpected),
+                    "load a weight file that holds tensors the model does not use (they are listed as a warning)");
   po::options_description train_opts("Optimizer (used when IN has no `adamw` metadata)");
   o.optimizer.add_to(train_opts);
   opts.add(train_opts);
@@ -89,14 +91,15 @@ StepInputs read_step_inputs(const io::SafetensorsFile& f, const model::UNetConfi
   in.eps = require_float(f, "eps", 5, "[B,C,F,H,W]");
   in.text = require_float(f, "encoder_hidden_states", 3, "[B,L,D]");
   const Shape& s = in.x0.shape;
-  VINF_INPUT_CHECK(in.eps.shape == s, f.path(), ": 'eps' ", in.eps.shape.str(), " must have the shape of 'x0' ", s.str());
+  VINF_INPUT_CHECK(in.eps.shape == s, f.path(), ": 'eps' ", in.eps.shape.str(), " must have the shape of 'x0' ",
+                   s.str());
   VINF_INPUT_CHECK(s[1] == c.in_channels, f.path(), ": 'x0' has ", s[1], " channels but the model (", config_path,
                    ") takes in_channels = ", c.in_channels);
   VINF_INPUT_CHECK(in.text.size(0) == s[0], f.path(), ": 'encoder_hidden_states' has batch ", in.text.size(0),
                    " but 'x0' has batch ", s[0]);
   VINF_INPUT_CHECK(in.text.size(2) == c.cross_attention_dim, f.path(), ": 'encoder_hidden_states' has width ",
-                   in.text.size(2), " but the model (", config_path, ") has cross_attention_dim = ",
-                   c.cross_attention_dim);
+                   in.text.size(2), " but the model (", config_path,
+                   ") has cross_attention_dim = ", c.cross_attention_dim);
   const auto* te = f.find("timesteps");
   VINF_INPUT_CHECK(te != nullptr, f.path(), " has no tensor 'timesteps' (I64 [B], one per sample)");
   const Tensor ts = f.tensor("timesteps");
@@ -131,9 +134,10 @@ void write_step_file(const std::string& out_path, const std::string& model_dir, 
   }
   for (const auto& p : specs) out.push_back({"adamw." + p.name, DType::f32, p.shape, weights.get(p.name).data, {}});
   char adamw_json[256];
-  std::snprintf(adamw_json, sizeof adamw_json,
-                "{\"lr\": %.9g, \"betas\": [%.9g, %.9g], \"eps\": %.9g, \"weight_decay\": %.9g, \"clip_grad_norm\": %.9g}",
-                adamw.lr, adamw.beta1, adamw.beta2, adamw.eps, adamw.weight_decay, adamw.clip_grad_norm);
+  std::snprintf(
+      adamw_json, sizeof adamw_json,
+      "{\"lr\": %.9g, \"betas\": [%.9g, %.9g], \"eps\": %.9g, \"weight_decay\": %.9g, \"clip_grad_norm\": %.9g}",
+      adamw.lr, adamw.beta1, adamw.beta2, adamw.eps, adamw.weight_decay, adamw.clip_grad_norm);
   io::write_safetensors(out_path, out,
                         {{"generator", std::string("vinf ") + VINF_VERSION + " train-step"},
                          {"model", model_dir},
@@ -150,8 +154,9 @@ int train_step(const std::vector<std::string>& args) {
   po::variables_map vm;
   parse_options(args, opts, vm, "train-step");
   if (vm.count("help")) {
-    std::cout << opts << "\nExit status: 0 on success, 2 for bad input (the message names the file and key), 1 for\n"
-                         "other failures, 3 when a collective timed out. Under MPI a failure on any rank ends every rank.\n";
+    std::cout << opts
+              << "\nExit status: 0 on success, 2 for bad input (the message names the file and key), 1 for\n"
+                 "other failures, 3 when a collective timed out. Under MPI a failure on any rank ends every rank.\n";
     return 0;
   }
   for (const char* required : {"model", "inputs", "out"})
@@ -190,9 +195,9 @@ int train_step(const std::vector<std::string>& args) {
   const std::vector<model::ParamSpec> specs = model::unet_parameters(config);
   model::Weights weights(weight_files, specs, rt, DType::f32, o.ignore_unexpected, &warnings);
   for (const std::string& w : warnings) report.say("warning: " + w);
-  report.say("model " + files.dir + ": " + std::to_string(weights.count()) + " parameters, f32 on " + job->device().name() +
-      "; batch " + std::to_string(batch) + " over " + std::to_string(ranks) + " rank(s); AdamW lr " +
-      std::to_string(adamw.lr) + " from " + adamw_source);
+  report.say("model " + files.dir + ": " + std::to_string(weights.count()) + " parameters, f32 on " +
+             job->device().name() + "; batch " + std::to_string(batch) + " over " + std::to_string(ranks) +
+             " rank(s); AdamW lr " + std::to_string(adamw.lr) + " from " + adamw_source);
 
   // This rank's samples, copied into the runtime's memory.
   const std::int64_t b0 = rank * batch / ranks, nb = (rank + 1) * batch / ranks - b0;
@@ -230,7 +235,7 @@ int train_step(const std::vector<std::string>& args) {
   const double norm = train::global_norm(ctx, grads);
   const double step_seconds = job->session().max(seconds_since(t_step));
   report.say("loss " + std::to_string(loss) + ", gradient norm " + std::to_string(norm) + " (forward and backward in " +
-      format_number(step_seconds) + " s)");
+             format_number(step_seconds) + " s)");
 
   // The gradients as computed go to the file; the step clips as it reads them.
   std::vector<float> grads_host;

@@ -108,7 +108,8 @@ class PairMeasures {
 
 void progress(bool quiet, std::int64_t done, std::int64_t total) {
   if (quiet || (done % 64 != 0 && done != total)) return;
-  std::cerr << "vinf evaluate: " << done << (total > 0 ? " of " + std::to_string(total) : std::string()) << " frame(s) read and measured\n";
+  std::cerr << "vinf evaluate: " << done << (total > 0 ? " of " + std::to_string(total) : std::string())
+            << " frame(s) read and measured\n";
 }
 
 Input open_latents(const std::string& path) {
@@ -194,16 +195,19 @@ nlohmann::ordered_json report(const Input& in, const Series& s, const std::vecto
   j["height"] = in.height;
   if (in.space == "latents") j["channels"] = in.channels;
   j["definitions"] = {
-      {"frame_difference", "mean absolute difference of frames i and i+1 over all pixels and channels (0..255 "
-                           "for rgb, raw values for latents)"},
-      {"motion", "mean over 8x8 blocks of the length of the best block-matching shift (search +-8, sum of absolute "
-                 "differences, ties to the shortest) between grayscale frames i and i+1 averaged down to at most 256 "
-                 "pixels a side, in input pixels"},
+      {"frame_difference",
+       "mean absolute difference of frames i and i+1 over all pixels and channels (0..255 "
+       "for rgb, raw values for latents)"},
+      {"motion",
+       "mean over 8x8 blocks of the length of the best block-matching shift (search +-8, sum of absolute "
+       "differences, ties to the shortest) between grayscale frames i and i+1 averaged down to at most 256 "
+       "pixels a side, in input pixels"},
       {"clip_frame_similarity", "cosine similarity of the CLIP image embeddings of frames i and i+1"},
       {"clip_first_frame_similarity", "cosine similarity of the CLIP image embeddings of frames 0 and i+1"},
       {"seam", "per boundary b: the value at pair b-1, the mean over pairs that cross no boundary, their ratio"}};
   nlohmann::ordered_json series = {{"frame_difference", s.frame_difference}, {"motion", s.motion}};
-  nlohmann::ordered_json summary = {{"frame_difference_mean", mean(s.frame_difference)}, {"motion_mean", mean(s.motion)}};
+  nlohmann::ordered_json summary = {{"frame_difference_mean", mean(s.frame_difference)},
+                                    {"motion_mean", mean(s.motion)}};
   if (in.space == "rgb") summary["flicker_score"] = 1.0 - mean(s.frame_difference) / 255.0;
   if (!s.clip_frame_similarity.empty()) {
     series["clip_frame_similarity"] = s.clip_frame_similarity;
@@ -219,9 +223,13 @@ nlohmann::ordered_json report(const Input& in, const Series& s, const std::vecto
   nlohmann::ordered_json seams = nlohmann::ordered_json::array();
   for (std::int64_t b : boundaries) {
     const SeamValue d = seam_value(s.frame_difference, boundaries, b), m = seam_value(s.motion, boundaries, b);
-    seams.push_back({{"frame", b}, {"difference", d.value}, {"inside_mean", optional_number(d.inside_mean)},
-                     {"ratio", optional_number(d.ratio)}, {"motion", m.value},
-                     {"motion_inside_mean", optional_number(m.inside_mean)}, {"motion_ratio", optional_number(m.ratio)}});
+    seams.push_back({{"frame", b},
+                     {"difference", d.value},
+                     {"inside_mean", optional_number(d.inside_mean)},
+                     {"ratio", optional_number(d.ratio)},
+                     {"motion", m.value},
+                     {"motion_inside_mean", optional_number(m.inside_mean)},
+                     {"motion_ratio", optional_number(m.ratio)}});
   }
   j["seam"] = seams;
   return j;
@@ -240,7 +248,8 @@ void evaluate_file(const std::string& input, const std::string& out_dir,
   std::string clip_note;
   if (!clip_vision_dir.empty() && latents) {
     clip_note = "not computed: the input is latents, and CLIP compares images";
-    std::cerr << "vinf evaluate: --clip-vision ignored: " << input << " holds latents; CLIP similarities need a video\n";
+    std::cerr << "vinf evaluate: --clip-vision ignored: " << input
+              << " holds latents; CLIP similarities need a video\n";
   } else if (!clip_vision_dir.empty()) {
     clip = std::make_unique<ClipEmbedder>(clip_vision_dir);  // its errors before the video is read
   }
@@ -250,7 +259,9 @@ void evaluate_file(const std::string& input, const std::string& out_dir,
   Input in;
   if (latents) {
     in = open_latents(input);
-    if (!quiet) std::cerr << "vinf evaluate: " << input << ": " << in.frames << " latent frame(s) " << in.channels << "x" << in.height << "x" << in.width << "\n";
+    if (!quiet)
+      std::cerr << "vinf evaluate: " << input << ": " << in.frames << " latent frame(s) " << in.channels << "x"
+                << in.height << "x" << in.width << "\n";
     read_latents(in, measures, quiet);
   } else {
     in = read_video(input, measures, clip.get(), quiet);

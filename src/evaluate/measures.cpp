@@ -13,8 +13,7 @@ namespace vinf::evaluate {
 Plane gray_from_rgb8(const std::uint8_t* hwc, std::int64_t width, std::int64_t height) {
   Plane p{width, height, std::vector<float>(static_cast<std::size_t>(width * height))};
   for (std::int64_t i = 0; i < width * height; ++i)
-    p.values[static_cast<std::size_t>(i)] =
-        0.299f * hwc[3 * i] + 0.587f * hwc[3 * i + 1] + 0.114f * hwc[3 * i + 2];
+    p.values[static_cast<std::size_t>(i)] = 0.299f * hwc[3 * i] + 0.587f * hwc[3 * i + 1] + 0.114f * hwc[3 * i + 2];
   return p;
 }
 
@@ -115,9 +114,9 @@ std::vector<std::int64_t> parse_boundaries(const std::string& list, std::int64_t
     } catch (const std::exception&) {
       used = 0;
     }
-    const std::string range = frames > 0 ? " in 1.." + std::to_string(frames - 1) + " (the video has " +
-                                               std::to_string(frames) + " frames)"
-                                         : " (frames where a new clip starts)";
+    const std::string range =
+        frames > 0 ? " in 1.." + std::to_string(frames - 1) + " (the video has " + std::to_string(frames) + " frames)"
+                   : " (frames where a new clip starts)";
     VINF_INPUT_CHECK(!item.empty() && used == item.size() && item.find_first_of(" \t+") == std::string::npos,
                      "--boundaries: '", item, "' is not a frame number; give comma-separated integers", range,
                      ", e.g. --boundaries 16,32");

@@ -147,7 +147,9 @@ void draw_panel(Canvas& canvas, std::int64_t top, const std::vector<double>& v,
   lo = std::floor(lo / ystep) * ystep;
   hi = std::ceil(hi / ystep) * ystep;
   const auto n = static_cast<std::int64_t>(v.size());
-  auto px = [&](double i) { return x0 + std::llround(n > 1 ? i * static_cast<double>(x1 - x0) / static_cast<double>(n - 1) : 0.0); };
+  auto px = [&](double i) {
+    return x0 + std::llround(n > 1 ? i * static_cast<double>(x1 - x0) / static_cast<double>(n - 1) : 0.0);
+  };
   auto py = [&](double y) { return y1 - std::llround((y - lo) / (hi - lo) * static_cast<double>(y1 - y0)); };
   for (double y = lo; y <= hi + ystep * 1e-6; y += ystep) {
     canvas.line(x0, py(y), x1, py(y), kGrid);

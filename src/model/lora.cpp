@@ -45,8 +45,8 @@ void LoraAdapters::allocate(Arena& arena) {
   }
 }
 
-LoraAdapters::LoraAdapters(Arena& arena, ExecContext& ctx, const std::vector<ParamSpec>& params, int rank,
-                           float alpha, std::uint64_t seed)
+LoraAdapters::LoraAdapters(Arena& arena, ExecContext& ctx, const std::vector<ParamSpec>& params, int rank, float alpha,
+                           std::uint64_t seed)
     : rank_(rank), alpha_(alpha) {
   VINF_INPUT_CHECK(rank >= 1, "--train.lora: the rank must be >= 1, got ", rank);
   VINF_INPUT_CHECK(alpha > 0 && std::isfinite(alpha), "--train.lora-alpha must be positive, got ", alpha);

@@ -15,21 +15,21 @@
 namespace vinf::pipeline {
 
 struct DenoiseHooks {
-  std::function<void(int i)> step;                                // step i (0-based): model, guidance, solver
-  std::function<void(int i, double seconds)> progress;            // after step i (optional)
-  std::function<void(int done)> spoil;                            // the fault hook's NAN on this rank's latents
-  std::function<void(int i)> check;                               // after step i: the latents' check (optional)
-  std::function<std::string(int done)> checkpoint;                // write one after step `done`; its path
+  std::function<void(int i)> step;  // step i (0-based): model, guidance, solver
+  std::function<void(int i, double seconds)> progress;  // after step i (optional)
+  std::function<void(int done)> spoil;  // the fault hook's NAN on this rank's latents
+  std::function<void(int i)> check;  // after step i: the latents' check (optional)
+  std::function<std::string(int done)> checkpoint;  // write one after step `done`; its path
 };
 
 struct DenoiseRange {
-  int start = 0, end = 0;        // the steps this call runs: [start, end), of the run's control.settings().total
+  int start = 0, end = 0;  // the steps this call runs: [start, end), of the run's control.settings().total
   bool stop_after_last = false;  // also stop (with a checkpoint) on a signal during the run's last step
 };
 
 struct DenoiseEnd {
-  int stop_signal = 0;                // the signal every rank stopped on, or 0
-  std::vector<double> step_seconds;   // this rank's time of each step run
+  int stop_signal = 0;  // the signal every rank stopped on, or 0
+  std::vector<double> step_seconds;  // this rank's time of each step run
   std::vector<std::string> checkpoints;
 };
 

@@ -8,7 +8,7 @@ namespace vinf::pipeline {
 
 enum class ModelFamily {
   unet,  // VideoCrafter2 / ModelScope: UNet3DConditionModel, AutoencoderKL, CLIP; Video-Infinity's clips
-  wan,   // Wan2.1: WanTransformer3DModel, AutoencoderKLWan, UMT5
+  wan,  // Wan2.1: WanTransformer3DModel, AutoencoderKLWan, UMT5
 };
 
 // The family of a model directory: a pipeline root, a transformer's or a UNet's. A

@@ -22,8 +22,8 @@ struct GenerateSpec {
   // [model] (the top-level `model` is a directory or builtin:<preset>)
   std::string model, unet, vae, text_encoder, tokenizer, scheduler_config;  // resolved from MODEL when not given
   std::int64_t model_seed = 0;
-  std::string lora;        // --model.lora: a LoRA file merged into the UNet's weights at load
-  double lora_scale = 1;   // times the file's alpha / rank
+  std::string lora;  // --model.lora: a LoRA file merged into the UNet's weights at load
+  double lora_scale = 1;  // times the file's alpha / rank
   // [video]
   std::int64_t frames = 0;  // 0: frames_per_clip per clip
   std::int64_t frames_per_clip = 24;  // --import-vi-config's pipe_configs.num_frames
@@ -55,10 +55,10 @@ struct GenerateSpec {
   bool wan = false;
   sampling::FlowSolver flow_solver = sampling::FlowSolver::unipc;  // Wan's scheduler
   int max_text_length = 512;  // --prompt.max-length: the T5 tokenizer's max_sequence_length (Wan)
-  bool vi_given = false;      // a [vi] option was given (a Wan video says it does not use them)
+  bool vi_given = false;  // a [vi] option was given (a Wan video says it does not use them)
   std::string dump_modules, dump_steps = "1";
   std::vector<std::string> dump_globs;  // parsed from dump_modules
-  std::vector<int> dump_step_list;      // parsed from dump_steps
+  std::vector<int> dump_step_list;  // parsed from dump_steps
   // output and run
   std::string out, name;
   std::string jobs_file;  // --jobs FILE: many videos in one run
@@ -66,7 +66,7 @@ struct GenerateSpec {
   bool overwrite = false, quiet = false, verbose = false;
   bool debug = false;  // --debug: check every UNet module's output, to name the first non-finite one
   std::string vi_import;  // --import-vi-config FILE
-  infinity::Config vi;     // off with --long.mode windows or fifo
+  infinity::Config vi;  // off with --long.mode windows or fifo
   // [long]: the method that makes the long video (clips: Video-Infinity)
   sampling::LongVideoConfig long_video;
   bool long_clips() const { return long_video.mode == sampling::LongMode::clips; }
@@ -80,14 +80,13 @@ struct GenerateSpec {
   struct Imported {
     std::vector<std::string> ignored;
     std::string dtype;  // f16, bf16, f32 or "" when the file has none
-    int devices = 0;    // 0: the file lists none
+    int devices = 0;  // 0: the file lists none
   } imported;
 
   int cfg() const { return job.cfg; }
   bool builtin() const { return model.rfind("builtin:", 0) == 0; }
   std::string builtin_preset() const { return model.substr(8); }
 };
-
 
 // What the prompts are spread over: the clips, the windows, or FIFO's one queue.
 struct PromptParts {

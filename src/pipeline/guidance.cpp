@@ -16,16 +16,12 @@ Guidance Guidance::of(bool guided, float scale, mpi::Communicator* cfg_group) {
 
 void Guidance::combine(ExecContext& ctx, const Tensor& pred, const Tensor& both, const Tensor& out) const {
   switch (layout) {
-    case Layout::none:
-      ops::copy(ctx, pred, out);
-      return;
+    case Layout::none: ops::copy(ctx, pred, out); return;
     case Layout::across_ranks:
       cfg_group->all_gather(ctx, pred, both);  // [uncond, cond]: cfg index 0 runs the negative prompt
       sampling::guide(ctx, both.slice(0, 0, 1), both.slice(0, 1, 1), scale, out);
       return;
-    case Layout::batched:
-      sampling::guide(ctx, pred.slice(0, 0, 1), pred.slice(0, 1, 1), scale, out);
-      return;
+    case Layout::batched: sampling::guide(ctx, pred.slice(0, 0, 1), pred.slice(0, 1, 1), scale, out); return;
   }
 }
 

@@ -16,8 +16,8 @@ namespace vinf::pipeline {
 
 struct Guidance {
   enum class Layout {
-    none,          // the prompt alone (guidance 1 or below)
-    batched,       // [negative, prompt] as one batch of 2 on this rank
+    none,  // the prompt alone (guidance 1 or below)
+    batched,  // [negative, prompt] as one batch of 2 on this rank
     across_ranks,  // --parallel.cfg 2: this rank's branch (cfg index 0 the negative), all-gathered
   };
   Layout layout = Layout::none;

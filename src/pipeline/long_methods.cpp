@@ -129,7 +129,8 @@ void FifoQueue::iterate(ExecContext& ctx, std::int64_t i, const Tensor& state) {
   for (std::int64_t w = 0; w < count; ++w) {
     const sampling::FrameSpan& span = windows[static_cast<std::size_t>(w)];
     const sampling::FrameSpan& kept = plan_.kept()[static_cast<std::size_t>(w)];
-    ops::copy(ctx, all.slice(0, w, 1).slice(2, kept.first - span.first, kept.count), eps.slice(2, kept.first, kept.count));
+    ops::copy(ctx, all.slice(0, w, 1).slice(2, kept.first - span.first, kept.count),
+              eps.slice(2, kept.first, kept.count));
   }
   std::vector<int> step(static_cast<std::size_t>(length), -1);
   for (int q = plan_.context(); q < length; ++q) step[static_cast<std::size_t>(q)] = plan_.step_index(q);

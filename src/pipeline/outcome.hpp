@@ -23,9 +23,9 @@ struct StageState {
 };
 
 enum class VideoEnd {
-  complete,        // the outputs are written (the last stage)
-  handed_on,       // this stage's steps are done: `handoff` holds the state for the next stage
-  stopped,         // a stop signal ended it after a checkpoint
+  complete,  // the outputs are written (the last stage)
+  handed_on,  // this stage's steps are done: `handoff` holds the state for the next stage
+  stopped,  // a stop signal ended it after a checkpoint
   finished_before  // its directory holds a finished run: nothing to do
 };
 

@@ -35,7 +35,6 @@ double weight_bytes(const std::vector<model::ParamSpec>& params, int rank, int s
   return model::arena_bytes(bytes);
 }
 
-
 // The Denoiser's and Sampler's f32 buffers of one clip (app/generate.cpp): the latents and the
 // solver's two memories, the frame-major copy, the UNet's prediction, the guided prediction, the
 // step's noise and the text; the UNet's input batch (guidance in one batch) and both branches'
@@ -71,9 +70,15 @@ void estimate_long_method(const PlanEstimate& e, const Shapes& sh, RankEstimate&
     windows = static_cast<std::int64_t>(w.size());
   }
   const std::int64_t mine = sampling::share(windows, e.layout.clips, r.place.clip).count;
-  const model::ForwardShape fs{r.batch, window, sh.lh, sh.lw, kTextTokens,
-                               dtype_size(model::activation_dtype(e.dtype, e.device)), 1,
-                               e.device.is_cuda(), vinf::cpu_threads(),
+  const model::ForwardShape fs{r.batch,
+                               window,
+                               sh.lh,
+                               sh.lw,
+                               kTextTokens,
+                               dtype_size(model::activation_dtype(e.dtype, e.device)),
+                               1,
+                               e.device.is_cuda(),
+                               vinf::cpu_threads(),
                                model::activation_dtype(e.dtype, e.device) != e.dtype};
   const model::ForwardFootprint f = model::unet_footprint(u, fs, model::TemporalCost{});
   r.activations = f.activations;
@@ -102,10 +107,17 @@ RankEstimate estimate_rank(const PlanEstimate& e, const Shapes& sh, int rank) {
   const bool cuda = e.device.is_cuda();
   const std::size_t elt = dtype_size(model::activation_dtype(e.dtype, e.device));
   r.weights = weight_bytes(model::unet_parameters(u), r.place.tensor_rank, l.tensor, e.dtype, e.device);
-  if (e.inputs.vae)
-    r.vae_weights = weight_bytes(model::vae_decoder_parameters(*e.inputs.vae), 0, 1, e.dtype, e.device);
-  const model::ForwardShape fs{r.batch,         r.place.frames,      sh.lh, sh.lw, kTextTokens, elt, l.tensor, cuda,
-                               vinf::cpu_threads(), model::activation_dtype(e.dtype, e.device) != e.dtype};
+  if (e.inputs.vae) r.vae_weights = weight_bytes(model::vae_decoder_parameters(*e.inputs.vae), 0, 1, e.dtype, e.device);
+  const model::ForwardShape fs{r.batch,
+                               r.place.frames,
+                               sh.lh,
+                               sh.lw,
+                               kTextTokens,
+                               elt,
+                               l.tensor,
+                               cuda,
+                               vinf::cpu_threads(),
+                               model::activation_dtype(e.dtype, e.device) != e.dtype};
   const std::vector<std::int64_t> clips = infinity::clip_frame_counts(sh.frames, l.clips);
   const model::ForwardFootprint f =
       o.vi.mode == infinity::Mode::off
@@ -256,9 +268,9 @@ void check_plan_fits(const PlanEstimate& e, double capacity_bytes, const std::st
   std::string what;
   for (const std::string& f : what_would_fit(e, usable)) what += (what.empty() ? "" : ", or ") + f;
   const double call = r.activations + r.workspace + r.comm_buffers;
-  VINF_INPUT_FAIL("the layout does not fit: rank ", r.place.rank, " needs about ", format_size(r.total()),
-                  " (weights ", format_size(r.weights + r.vae_weights), ", a UNet call ", format_size(call),
-                  ", sampler ", format_size(r.sampler + r.handoff),
+  VINF_INPUT_FAIL("the layout does not fit: rank ", r.place.rank, " needs about ", format_size(r.total()), " (weights ",
+                  format_size(r.weights + r.vae_weights), ", a UNet call ", format_size(call), ", sampler ",
+                  format_size(r.sampler + r.handoff),
                   r.vae_decode > 0 ? ", VAE decoding " + format_size(r.vae_decode) : std::string(), ") but ",
                   device_name, " has ", format_size(capacity_bytes), ", of which ",
                   static_cast<int>(kPlanHeadroom * 100), "% is planned; ",
@@ -269,9 +281,12 @@ void check_plan_fits(const PlanEstimate& e, double capacity_bytes, const std::st
 
 std::string format_size(double bytes) {
   char buf[32];
-  if (bytes >= 1073741824.0) std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / 1073741824.0);
-  else if (bytes >= 1048576.0 || bytes == 0) std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
-  else std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
+  if (bytes >= 1073741824.0)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / 1073741824.0);
+  else if (bytes >= 1048576.0 || bytes == 0)
+    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 1024.0);
   return buf;
 }
 
@@ -302,8 +317,9 @@ const RankEstimate& PlanEstimate::largest() const {
                            [](const RankEstimate& a, const RankEstimate& b) { return a.total() < b.total(); });
 }
 
-PlanEstimate estimate_plan(const GenerateSpec& o, const model::UNetConfig& ucfg, const std::optional<model::VaeConfig>& vae,
-                           const job::Layout& layout, DType dtype, const Device& device) {
+PlanEstimate estimate_plan(const GenerateSpec& o, const model::UNetConfig& ucfg,
+                           const std::optional<model::VaeConfig>& vae, const job::Layout& layout, DType dtype,
+                           const Device& device) {
   PlanEstimate e;
   e.layout = layout;
   e.inputs = {o, ucfg, vae};
@@ -328,10 +344,11 @@ NodeSpans node_spans(const job::Layout& l, int ranks_per_node) {
         for (int c = 0; c < l.clips; ++c) {
           const int first = l.world_rank(rep, st, (b * l.clips + c) * l.tensor), last = first + l.tensor - 1;
           if (node(first) != node(last))
-            s.tensor_groups.push_back("tensor group of replica " + std::to_string(rep) + ", stage " + std::to_string(st) +
-                                      ", branch " + std::to_string(b) + ", clip " + std::to_string(c) + " (ranks " +
-                                      std::to_string(first) + "-" + std::to_string(last) + ") spans nodes " +
-                                      std::to_string(node(first)) + "-" + std::to_string(node(last)));
+            s.tensor_groups.push_back("tensor group of replica " + std::to_string(rep) + ", stage " +
+                                      std::to_string(st) + ", branch " + std::to_string(b) + ", clip " +
+                                      std::to_string(c) + " (ranks " + std::to_string(first) + "-" +
+                                      std::to_string(last) + ") spans nodes " + std::to_string(node(first)) + "-" +
+                                      std::to_string(node(last)));
         }
         for (int t = 0; t < l.tensor; ++t) {
           ++s.clip_groups;

@@ -34,8 +34,8 @@ inline constexpr double kPlanHeadroom = 0.9;
 struct RankPlace {
   int rank = 0, replica = 0, stage = 0, cfg_branch = 0, clip = 0, tensor_rank = 0;
   std::int64_t first_frame = 0, frames = 0;  // its clip: frames [first_frame, first_frame + frames)
-  job::StepRange steps;                      // the denoising steps its stage runs
-  bool decodes = false;                      // runs the VAE on its clip (branch 0, tensor rank 0, last stage)
+  job::StepRange steps;  // the denoising steps its stage runs
+  bool decodes = false;  // runs the VAE on its clip (branch 0, tensor rank 0, last stage)
 };
 RankPlace rank_place(const job::Layout& l, std::int64_t frames, int steps, int rank);
 
@@ -43,22 +43,22 @@ struct RankEstimate {
   RankPlace place;
   int batch = 1;  // the UNet's batch: 2 with guidance > 1 and --parallel.cfg 1
   // Device memory, bytes. The UNet call and the VAE decoding do not overlap.
-  double weights = 0;       // this rank's share of the UNet's weights, in the compute dtype
-  double vae_weights = 0;   // the VAE decoder (every rank loads it)
-  double activations = 0;   // one UNet call at its peak: the skip stack and the layer at work
-  double workspace = 0;     // ... attention and convolution workspace at that moment
+  double weights = 0;  // this rank's share of the UNet's weights, in the compute dtype
+  double vae_weights = 0;  // the VAE decoder (every rank loads it)
+  double activations = 0;  // one UNet call at its peak: the skip stack and the layer at work
+  double workspace = 0;  // ... attention and convolution workspace at that moment
   double comm_buffers = 0;  // ... Video-Infinity's exchanged frames in flight at that moment
-  double sampler = 0;       // latent-sized f32 buffers: latents, solver memory, prediction, guidance, noise, text
-  double handoff = 0;       // pipeline hand-off: 2 latent-sized f32 arrays (--parallel.pipeline > 1)
-  double vae_decode = 0;    // decoding this rank's clip, 4 frames a call (ranks that decode)
+  double sampler = 0;  // latent-sized f32 buffers: latents, solver memory, prediction, guidance, noise, text
+  double handoff = 0;  // pipeline hand-off: 2 latent-sized f32 arrays (--parallel.pipeline > 1)
+  double vae_decode = 0;  // decoding this rank's clip, 4 frames a call (ranks that decode)
   double total() const;
   // Bytes received per denoising step (one UNet call and its guidance), per group.
-  double clip_bytes = 0;    // the temporal layers' halos, global frames, statistics, all-to-alls
-  double cfg_bytes = 0;     // the other branch's noise prediction (--parallel.cfg 2)
+  double clip_bytes = 0;  // the temporal layers' halos, global frames, statistics, all-to-alls
+  double cfg_bytes = 0;  // the other branch's noise prediction (--parallel.cfg 2)
   double tensor_bytes = 0;  // the row-parallel projections' all-reduces (--parallel.tensor > 1)
   double step_bytes() const { return clip_bytes + cfg_bytes + tensor_bytes; }
   double handoff_bytes = 0;  // per job: the latents, solver memory and text from the previous stage
-  double flops = 0;          // per step: this rank's share of the UNet call
+  double flops = 0;  // per step: this rank's share of the UNet call
 };
 
 struct PlanEstimate {
@@ -83,8 +83,9 @@ struct PlanEstimate {
 // settings) on `device` computing in `dtype`; `vae` when the run decodes. The frames are o.frames,
 // or o.frames_per_clip per clip when 0. The caller has checked the layout and the partition
 // (make_layout, infinity::check_partition, model::check_tensor_split).
-PlanEstimate estimate_plan(const GenerateSpec& o, const model::UNetConfig& ucfg, const std::optional<model::VaeConfig>& vae,
-                           const job::Layout& layout, DType dtype, const Device& device = Device::cpu());
+PlanEstimate estimate_plan(const GenerateSpec& o, const model::UNetConfig& ucfg,
+                           const std::optional<model::VaeConfig>& vae, const job::Layout& layout, DType dtype,
+                           const Device& device = Device::cpu());
 
 // Throws vinf::InputError when the largest rank needs more than kPlanHeadroom x capacity_bytes of
 // `device_name`'s memory, naming the rank, its breakdown and what would fit: the most frames per

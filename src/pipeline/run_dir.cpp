@@ -39,7 +39,8 @@ namespace {
 // "a.b.c" -> value for every leaf of a JSON object.
 void flatten(const json& j, const std::string& prefix, std::map<std::string, std::string>& out) {
   if (j.is_object()) {
-    for (auto it = j.begin(); it != j.end(); ++it) flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+    for (auto it = j.begin(); it != j.end(); ++it)
+      flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
   } else {
     out[prefix] = j.dump();
   }
@@ -99,9 +100,8 @@ void warn(const mpi::Session& mpi, const std::string& line) {
 }  // namespace
 
 ResumePoint choose_checkpoint(const GenerateSpec& o, const std::string& out_dir, const mpi::Session& mpi,
-                              const io::RunStamp& stamp, const std::vector<std::int64_t>& timesteps,
-                              const Shape& full, std::int64_t first, std::int64_t count,
-                              const std::vector<std::string>& memories) {
+                              const io::RunStamp& stamp, const std::vector<std::int64_t>& timesteps, const Shape& full,
+                              std::int64_t first, std::int64_t count, const std::vector<std::string>& memories) {
   ResumePoint point;
   if (o.resume.empty()) return point;
   const bool automatic = o.resume == "auto";
@@ -146,7 +146,8 @@ ResumePoint choose_checkpoint(const GenerateSpec& o, const std::string& out_dir,
     for (std::size_t k = 0; k < memories.size(); ++k) extra.push_back({memories[k], point.memories[k].data()});
     std::string damaged;
     try {
-      io::read_checkpoint_frames(mpi.world(), path, first, count, point.latents.data(), point.previous_x0.data(), extra);
+      io::read_checkpoint_frames(mpi.world(), path, first, count, point.latents.data(), point.previous_x0.data(),
+                                 extra);
     } catch (const InputError& e) {
       damaged = e.what();
     }
@@ -174,13 +175,17 @@ ResumePoint choose_checkpoint(const GenerateSpec& o, const std::string& out_dir,
 
 json numerics_json(const GenerateSpec& o, int clips, DType dtype, const Device& device) {
   json vi = vi_json(o.vi);
-  vi.erase("halo");      // x and kv give the same numbers
+  vi.erase("halo");  // x and kv give the same numbers
   vi.erase("exchange");  // so do the exchange patterns
   if (o.vi.mode == infinity::Mode::exact) vi = {{"mode", "exact"}};  // the window settings do not apply
   json j = {{"video", {{"frames", o.frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
             {"sampler",
-             {{"scheduler", sampling::scheduler_name(o.scheduler)}, {"steps", o.steps}, {"guidance", o.guidance},
-              {"seed", o.seed}, {"eta", o.eta}, {"noise", sampling::noise_mode_name(o.noise)}}},
+             {{"scheduler", sampling::scheduler_name(o.scheduler)},
+              {"steps", o.steps},
+              {"guidance", o.guidance},
+              {"seed", o.seed},
+              {"eta", o.eta},
+              {"noise", sampling::noise_mode_name(o.noise)}}},
             {"prompt", {{"text", o.prompts}, {"negative", o.negative}}},
             {"vi", vi},
             // "bf16" on CUDA, "bf16 weights, f32 activations" on the CPU: other numbers.
@@ -201,13 +206,15 @@ json long_json(const sampling::LongVideoConfig& l) {
   if (l.mode == sampling::LongMode::windows)
     j.update({{"window", l.window}, {"stride", l.stride}, {"blend", sampling::blend_name(l.blend)}});
   if (l.mode == sampling::LongMode::fifo)
-    j.update({{"fifo-window", l.fifo_window}, {"fifo-partitions", l.fifo_partitions}, {"fifo-lookahead", l.fifo_lookahead}});
+    j.update(
+        {{"fifo-window", l.fifo_window}, {"fifo-partitions", l.fifo_partitions}, {"fifo-lookahead", l.fifo_lookahead}});
   return j;
 }
 
 std::string settings_differences(const io::RunStamp& there, const io::RunStamp& here, const std::string& path) {
   if (there.model_fingerprint != here.model_fingerprint)
-    return "written for another model (fingerprint " + there.model_fingerprint + " there, " + here.model_fingerprint + " here)";
+    return "written for another model (fingerprint " + there.model_fingerprint + " there, " + here.model_fingerprint +
+           " here)";
   std::map<std::string, std::string> old_values, new_values;
   try {
     flatten(json::parse(there.numerics_json), "", old_values);
@@ -223,12 +230,14 @@ std::string settings_differences(const io::RunStamp& there, const io::RunStamp& 
     if (old != value && n++ < 4) diffs += (diffs.empty() ? "" : "; ") + key + " " + old + " there, " + value + " here";
   }
   for (const auto& [key, value] : old_values)
-    if (!new_values.count(key) && n++ < 4) diffs += (diffs.empty() ? "" : "; ") + key + " " + value + " there, not set here";
+    if (!new_values.count(key) && n++ < 4)
+      diffs += (diffs.empty() ? "" : "; ") + key + " " + value + " there, not set here";
   if (n > 4) diffs += "; and " + std::to_string(n - 4) + " more";
   return diffs;
 }
 
-void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, const std::vector<std::int64_t>& timesteps) {
+void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now,
+                     const std::vector<std::int64_t>& timesteps) {
   const std::string diffs = settings_differences(info.stamp, now, "checkpoint " + info.path);
   VINF_INPUT_CHECK(diffs.empty(), "checkpoint ", info.path, " belongs to a run with other settings (", diffs,
                    "); resume with the settings it was written with, or start a new run in another --out");
@@ -244,7 +253,8 @@ void check_finished_run(const std::string& out_dir, const io::RunStamp& now, con
       diffs = settings_differences(io::read_run_stamp(latents), now, latents);
     } catch (const InputError& e) {
       return out_dir + " holds a finished run (run.json) whose settings cannot be read (" + e.what() +
-             "), so this run cannot tell whether it is the same one; choose another --out, or --overwrite to replace it";
+             "), so this run cannot tell whether it is the same one; choose another --out, or --overwrite to replace "
+             "it";
     }
     if (diffs.empty()) return "";
     return out_dir + " holds a finished run with other settings (" + diffs + "): its video is not the one asked for; " +

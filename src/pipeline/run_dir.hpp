@@ -46,15 +46,15 @@ struct ResumePoint {
 // (never a silent start from the beginning); none present: a fresh start.
 // `memories` names the solver's datasets under /state beyond previous_x0 (the flow UniPC's).
 ResumePoint choose_checkpoint(const GenerateSpec& o, const std::string& out_dir, const mpi::Session& mpi,
-                              const io::RunStamp& stamp, const std::vector<std::int64_t>& timesteps,
-                              const Shape& full, std::int64_t first, std::int64_t count,
-                              const std::vector<std::string>& memories = {});
+                              const io::RunStamp& stamp, const std::vector<std::int64_t>& timesteps, const Shape& full,
+                              std::int64_t first, std::int64_t count, const std::vector<std::string>& memories = {});
 
 // The settings that change the numbers, which a resumed run must share with the checkpoint (the
 // number of clips only outside invariant mode).
 json numerics_json(const GenerateSpec& o, int clips, DType dtype, const Device& device);
 // Throws vinf::InputError naming the checkpoint and the first differences.
-void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now, const std::vector<std::int64_t>& timesteps);
+void check_resumable(const io::CheckpointInfo& info, const io::RunStamp& now,
+                     const std::vector<std::int64_t>& timesteps);
 // What differs between the settings of a run file (`there`, read from path) and this run's: the
 // model, or up to four numerics keys with both values; "" when they are the same run.
 std::string settings_differences(const io::RunStamp& there, const io::RunStamp& here, const std::string& path);

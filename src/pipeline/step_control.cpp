@@ -41,7 +41,8 @@ std::string StepControl::stop_line(int signal, int done, const std::string& chec
   std::snprintf(took, sizeof took, "%.1f s", agree_.max(seconds_since_stop_signal()));
   return std::string("received ") + signal_name(signal) + ": stopped after " + settings_.unit + " " +
          std::to_string(done) + " of " + std::to_string(settings_.total) + ", checkpoint " + checkpoint + ", " + took +
-         " after the signal; run again with --resume auto to continue (exit status " + std::to_string(kExitStopped) + ")";
+         " after the signal; run again with --resume auto to continue (exit status " + std::to_string(kExitStopped) +
+         ")";
 }
 
 std::string StepControl::stopped_by_line(int signal, int done, const std::string& checkpoint) const {

@@ -24,10 +24,10 @@ class StepControl {
  public:
   using Clock = std::chrono::steady_clock;
   struct Settings {
-    int total = 0;                  // the run's steps (or FIFO's iterations)
-    int checkpoint_every = 0;       // a checkpoint after every K-th step (0: none on a cadence)
-    bool checkpoint_last = true;    // and one after the last step
-    const char* unit = "step";      // what a step is called in the stop line ("iteration")
+    int total = 0;  // the run's steps (or FIFO's iterations)
+    int checkpoint_every = 0;  // a checkpoint after every K-th step (0: none on a cadence)
+    bool checkpoint_last = true;  // and one after the last step
+    const char* unit = "step";  // what a step is called in the stop line ("iteration")
   };
   // `agree`: the ranks that stop together; `fault_rank`: this rank's number in VINF_FAULT_STEP.
   StepControl(const mpi::Session& agree, int fault_rank, Settings settings);

@@ -68,7 +68,9 @@ sampling::TextEmbeddings encode_prompts_on_root(const GenerateSpec& o, std::int6
   job.world().broadcast(job.host(), Tensor::wrap(&tokens, DType::i64, Device::cpu(), {1}), 0);
   const auto row = static_cast<std::size_t>(tokens * width);
   hidden.resize(row * texts.size());
-  job.world().broadcast(job.host(), Tensor::wrap(hidden.data(), DType::f32, Device::cpu(), {static_cast<std::int64_t>(hidden.size())}), 0);
+  job.world().broadcast(
+      job.host(), Tensor::wrap(hidden.data(), DType::f32, Device::cpu(), {static_cast<std::int64_t>(hidden.size())}),
+      0);
   sampling::TextEmbeddings text;
   text.prompts = static_cast<std::int64_t>(o.prompts.size());
   text.tokens = tokens;

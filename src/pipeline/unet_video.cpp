@@ -99,7 +99,8 @@ struct Run {
              " (t=" + std::to_string(scheduler->timesteps()[static_cast<std::size_t>(i)]) + ")";
     const std::int64_t out = fifo->output_frame(i);
     return "iteration " + std::to_string(i + 1) + " of " + std::to_string(total_steps()) +
-           (out >= 0 ? " (frame " + std::to_string(out + 1) + " of " + std::to_string(frames) + " done)" : " (warm-up)");
+           (out >= 0 ? " (frame " + std::to_string(out + 1) + " of " + std::to_string(frames) + " done)"
+                     : " (warm-up)");
   }
   // The model's shape (before any weight is read) and the schedule.
   model::UNetConfig ucfg;
@@ -213,17 +214,18 @@ void partition(Run& r) {
     }
   }
   const std::int64_t scale = r.vae_config ? r.vae_config->upscale() : kLatentScaleWithoutVae;
-  VINF_INPUT_CHECK(r.o.height % scale == 0 && r.o.width % scale == 0, "--video.width ", r.o.width, " and --video.height ",
-                   r.o.height, " must be multiples of ", scale, ", the VAE's scale (", r.vae_source, ")");
+  VINF_INPUT_CHECK(r.o.height % scale == 0 && r.o.width % scale == 0, "--video.width ", r.o.width,
+                   " and --video.height ", r.o.height, " must be multiples of ", scale, ", the VAE's scale (",
+                   r.vae_source, ")");
   r.lh = r.o.height / scale;
   r.lw = r.o.width / scale;
   r.guided = r.o.guidance > 1.0;
   if (!r.o.latents_init.empty()) {
     VINF_INPUT_CHECK(!r.long_method, "--latents-init gives the clips method's latents; --long.mode ",
                      sampling::long_mode_name(r.o.long_video.mode), " draws its own (leave one of them out)");
-    check_latents_init(r.o.latents_init, Shape{1, r.ucfg.in_channels, r.frames, r.lh, r.lw},
-                       "(1, channels, frames, height / " + std::to_string(scale) + ", width / " +
-                           std::to_string(scale) + ")");
+    check_latents_init(
+        r.o.latents_init, Shape{1, r.ucfg.in_channels, r.frames, r.lh, r.lw},
+        "(1, channels, frames, height / " + std::to_string(scale) + ", width / " + std::to_string(scale) + ")");
   }
 }
 
@@ -237,8 +239,9 @@ void check_memory(const Run& r) {
   double capacity = memory_capacity_bytes(device);
   if (!device.is_cuda()) capacity /= node_ranks;
   check_plan_fits(e, capacity,
-                  device.is_cuda() ? device.name()
-                                   : "the host's memory shared by the " + std::to_string(node_ranks) + " rank(s) of a node");
+                  device.is_cuda()
+                      ? device.name()
+                      : "the host's memory shared by the " + std::to_string(node_ranks) + " rank(s) of a node");
 }
 
 // What identifies this run in its files: the config recorded in run.json and the checkpoints, and
@@ -247,33 +250,41 @@ void identify(Run& r) {
   const GenerateSpec& o = r.o;
   const Device& device = r.job.device();
   const DType dtype = r.job.dtype();
-  r.config = {
-      {"model", o.model},
-      {"model.unet", o.builtin() ? "" : r.files.dir},
-      {"model.seed", o.model_seed},
-      {"model.scheduler-config", r.sched_source},
-      {"model.vae", o.vae},
-      {"model.text-encoder", o.text_encoder},
-      {"model.tokenizer", o.tokenizer},
-      {"latents-init", o.latents_init},
-      {"output", {{"video", o.video}, {"fps", o.output_fps}, {"png", o.png}}},
-      {"vae", {{"tile", o.vae_tile}}},
-      {"video", {{"frames", r.frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
-      {"sampler",
-       {{"scheduler", sampling::scheduler_name(o.scheduler)}, {"steps", o.steps}, {"guidance", o.guidance},
-        {"seed", o.seed}, {"eta", o.eta}, {"noise", sampling::noise_mode_name(o.noise)}}},
-      {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"embeddings", o.embeddings}}},
-      {"parallel",
-       {{"cfg", o.cfg()}, {"clips", r.clips}, {"tensor", o.job.tensor}, {"world", r.job.size()},
-        {"frames-per-clip", r.nf}, {"data", o.job.data}, {"pipeline", o.job.pipeline},
-        {"threads", cpu_threads()}}},
-      {"checkpoint", {{"every", o.checkpoint_every}, {"keep", o.checkpoint_keep}}},
-      {"vi", vi_json(o.vi)},
-      {"long", long_json(o.long_video)},
-      {"import-vi-config", o.vi_import},
-      {"device", device.name()},
-      {"dtype", dtype_name(dtype)},
-      {"tf32", tf32_in_effect(device, dtype)}};
+  r.config = {{"model", o.model},
+              {"model.unet", o.builtin() ? "" : r.files.dir},
+              {"model.seed", o.model_seed},
+              {"model.scheduler-config", r.sched_source},
+              {"model.vae", o.vae},
+              {"model.text-encoder", o.text_encoder},
+              {"model.tokenizer", o.tokenizer},
+              {"latents-init", o.latents_init},
+              {"output", {{"video", o.video}, {"fps", o.output_fps}, {"png", o.png}}},
+              {"vae", {{"tile", o.vae_tile}}},
+              {"video", {{"frames", r.frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
+              {"sampler",
+               {{"scheduler", sampling::scheduler_name(o.scheduler)},
+                {"steps", o.steps},
+                {"guidance", o.guidance},
+                {"seed", o.seed},
+                {"eta", o.eta},
+                {"noise", sampling::noise_mode_name(o.noise)}}},
+              {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"embeddings", o.embeddings}}},
+              {"parallel",
+               {{"cfg", o.cfg()},
+                {"clips", r.clips},
+                {"tensor", o.job.tensor},
+                {"world", r.job.size()},
+                {"frames-per-clip", r.nf},
+                {"data", o.job.data},
+                {"pipeline", o.job.pipeline},
+                {"threads", cpu_threads()}}},
+              {"checkpoint", {{"every", o.checkpoint_every}, {"keep", o.checkpoint_keep}}},
+              {"vi", vi_json(o.vi)},
+              {"long", long_json(o.long_video)},
+              {"import-vi-config", o.vi_import},
+              {"device", device.name()},
+              {"dtype", dtype_name(dtype)},
+              {"tf32", tf32_in_effect(device, dtype)}};
   // Only when one is given, so that the stamps of runs without a LoRA stay what they were.
   if (!o.lora.empty()) r.config["model.lora"] = {{"file", o.lora}, {"scale", o.lora_scale}};
   r.stamp.config_json = r.config.dump();
@@ -313,23 +324,27 @@ bool choose_outputs(Run& r) {
     check_finished_run(r.out_dir, r.stamp, mpi);  // another prompt or seed is refused, not "done"
     if (r.root)
       std::cerr << "vinf generate: " << r.out_dir << " holds a finished run (run.json): nothing to do; "
-                << "--overwrite runs it again from the start\n" << std::flush;
+                << "--overwrite runs it again from the start\n"
+                << std::flush;
     return false;
   }
   r.replace_previous = o.overwrite && (o.resume.empty() || o.resume == "auto") && (r.finished || o.resume.empty());
   identify(r);
   const Shape latent_full = r.part().full;
   if (!r.replace_previous)
-    r.resume = choose_checkpoint(o, r.out_dir, mpi, r.stamp, r.scheduler->timesteps(), latent_full, r.first_frame, r.nf);
+    r.resume =
+        choose_checkpoint(o, r.out_dir, mpi, r.stamp, r.scheduler->timesteps(), latent_full, r.first_frame, r.nf);
   VINF_INPUT_CHECK(!r.finished || o.resume.empty() || o.resume == "auto" || o.overwrite, "--resume ", o.resume, ": ",
-                   r.out_dir, " holds a finished run (run.json), which resuming would overwrite; choose another --out, ",
+                   r.out_dir,
+                   " holds a finished run (run.json), which resuming would overwrite; choose another --out, ",
                    "or add --overwrite to replace it");
   r.resume_path = r.resumed() ? r.resumed()->path : std::string();
   VINF_INPUT_CHECK(!r.resumed() || r.resumed()->state.step <= r.total_steps(), "checkpoint ", r.resume_path,
                    " is after step ", r.resumed() ? r.resumed()->state.step : 0, " of a run of ", r.total_steps(),
                    r.fifo ? " iterations" : " steps", "; resume it with the settings it was written with");
   if (!r.resumed() && r.replace_previous && !o.resume.empty()) {
-    r.report.say("--resume auto with --overwrite: " + r.out_dir + " holds a finished run, which this run replaces from the start");
+    r.report.say("--resume auto with --overwrite: " + r.out_dir +
+                 " holds a finished run, which this run replaces from the start");
   } else if (!r.resumed() && !o.resume.empty()) {
     r.report.say("--resume auto: no checkpoint in " + r.ckpt_dir + ", starting from the beginning");
   }
@@ -369,9 +384,12 @@ sampling::TextEmbeddings prepare_text(Run& r) {
 OwnedTensor text_on_device(Run& r, const sampling::TextEmbeddings& text, int p) {
   Runtime& rt = r.job.runtime();
   std::vector<const float*> rows;
-  if (!r.guided) rows = {text.prompt(p)};
-  else if (r.o.cfg() == 2) rows = {r.job.grid().cfg_index() == 0 ? text.negative_prompt_embeds.data() : text.prompt(p)};
-  else rows = {text.negative_prompt_embeds.data(), text.prompt(p)};
+  if (!r.guided)
+    rows = {text.prompt(p)};
+  else if (r.o.cfg() == 2)
+    rows = {r.job.grid().cfg_index() == 0 ? text.negative_prompt_embeds.data() : text.prompt(p)};
+  else
+    rows = {text.negative_prompt_embeds.data(), text.prompt(p)};
   const auto batch = static_cast<std::int64_t>(rows.size());
   OwnedTensor dev = rt.arena().empty(DType::f32, {batch, text.tokens, text.width});
   for (std::int64_t b = 0; b < batch; ++b)
@@ -391,7 +409,7 @@ struct LoadedModels {
   std::unique_ptr<infinity::CommTensorGroup> tensor_group;  // with --parallel.tensor T > 1
   std::unique_ptr<model::UNet3D> unet;
   std::unique_ptr<model::VaeDecoder> vae;  // none: latents only
-  std::string vae_key;                     // which VAE `vae` is ("" for none)
+  std::string vae_key;  // which VAE `vae` is ("" for none)
   double load_seconds = 0;
   bool kept = false;  // loaded for an earlier video of this process
 };
@@ -507,13 +525,15 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
   const Device& device = r.job.device();
   const DType dtype = r.job.dtype();
   for (const std::string& w : r.warnings) r.report.say("warning: " + w);
-  r.report.say("model " + (o.builtin() ? o.model + " (seed " + std::to_string(o.model_seed) + ")" : r.files.dir) + ": " +
-        std::to_string(m.unet->weights().count()) + " parameters as " + model::precision_name(dtype, device) +
-        (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() + gpu_kernels_note(r.job.runtime().ctx()) +
-        (o.lora.empty() ? std::string() : ", LoRA " + o.lora + " merged at scale " + std::to_string(o.lora_scale)) +
-        (m.kept ? ", kept from an earlier video" : ", loaded in " + format_duration(m.load_seconds)));
-  const std::string size = std::to_string(r.frames) + " frames of " + std::to_string(o.width) + "x" +
-                           std::to_string(o.height);
+  r.report.say(
+      "model " + (o.builtin() ? o.model + " (seed " + std::to_string(o.model_seed) + ")" : r.files.dir) + ": " +
+      std::to_string(m.unet->weights().count()) + " parameters as " + model::precision_name(dtype, device) +
+      (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() +
+      gpu_kernels_note(r.job.runtime().ctx()) +
+      (o.lora.empty() ? std::string() : ", LoRA " + o.lora + " merged at scale " + std::to_string(o.lora_scale)) +
+      (m.kept ? ", kept from an earlier video" : ", loaded in " + format_duration(m.load_seconds)));
+  const std::string size =
+      std::to_string(r.frames) + " frames of " + std::to_string(o.width) + "x" + std::to_string(o.height);
   const std::string sampler = sampling::scheduler_name(o.scheduler) + std::string(" ") + std::to_string(o.steps) +
                               " steps, guidance " + format_number(o.guidance, 5) + ", noise " +
                               sampling::noise_mode_name(o.noise) + " seed " + std::to_string(o.seed);
@@ -521,9 +541,9 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
     r.report.say(size + ", " + long_method_summary(r) + ", over " + std::to_string(r.clips) + " rank(s); " + sampler);
   else
     r.report.say(size + " over " + std::to_string(r.clips) + " clip(s) of " + clip_sizes(r) +
-          (o.cfg() == 2 ? " x 2 guidance branches" : "") +
-          (o.job.tensor > 1 ? " x " + std::to_string(o.job.tensor) + " tensor ranks" : "") + ", --vi.mode " +
-          infinity::mode_name(o.vi.mode) + ", " + sampler);
+                 (o.cfg() == 2 ? " x 2 guidance branches" : "") +
+                 (o.job.tensor > 1 ? " x " + std::to_string(o.job.tensor) + " tensor ranks" : "") + ", --vi.mode " +
+                 infinity::mode_name(o.vi.mode) + ", " + sampler);
   r.report.detail("scheduler config: " + r.sched_source + "; text embeddings: " + text.source);
   std::string ts;
   for (std::size_t i = 0; i < r.scheduler->timesteps().size(); ++i)
@@ -533,8 +553,8 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
     const int p = sampling::prompt_for_clip(c, r.clips, static_cast<int>(text.prompts));
     const infinity::FrameRange range = infinity::clip_frames(r.frames, r.clips, c);
     r.report.detail("clip " + std::to_string(c) + " (frames " + std::to_string(range.first) + "-" +
-             std::to_string(range.first + range.count - 1) + "): prompt " + std::to_string(p) +
-             (o.prompts.empty() ? "" : " '" + o.prompts[static_cast<std::size_t>(p)] + "'"));
+                    std::to_string(range.first + range.count - 1) + "): prompt " + std::to_string(p) +
+                    (o.prompts.empty() ? "" : " '" + o.prompts[static_cast<std::size_t>(p)] + "'"));
   }
 }
 
@@ -720,7 +740,8 @@ void Denoiser::restore_or_draw() {
   const float* latents = r_.in ? r_.in->latents.data() : resume.latents.data();
   const float* previous = r_.in ? r_.in->previous_x0.data() : resume.previous_x0.data();
   OwnedTensor prev_dev = rt_.arena().empty(DType::f32, frame_major_.shape);
-  ops::copy(ctx_, Tensor::wrap(const_cast<float*>(latents), DType::f32, Device::cpu(), frame_major_.shape), frame_major_);
+  ops::copy(ctx_, Tensor::wrap(const_cast<float*>(latents), DType::f32, Device::cpu(), frame_major_.shape),
+            frame_major_);
   ops::copy(ctx_, Tensor::wrap(const_cast<float*>(previous), DType::f32, Device::cpu(), frame_major_.shape), prev_dev);
   sampler_.restore(ctx_, frame_major_.permute({0, 2, 1, 3, 4}), prev_dev.permute({0, 2, 1, 3, 4}));
   rt_.synchronize();
@@ -728,8 +749,8 @@ void Denoiser::restore_or_draw() {
   resume.latents = {};
   resume.previous_x0 = {};
   r_.report.say("resuming from " + r_.resume_path + " (written by " + std::to_string(r_.resumed()->stamp.world_size) +
-         " rank(s)) after " + (r_.fifo ? "iteration " : "step ") + std::to_string(r_.start_step()) + " of " +
-         std::to_string(r_.total_steps()));
+                " rank(s)) after " + (r_.fifo ? "iteration " : "step ") + std::to_string(r_.start_step()) + " of " +
+                std::to_string(r_.total_steps()));
 }
 
 model::UNet3D::Observer Denoiser::observer(bool dumping) {
@@ -804,8 +825,8 @@ void Denoiser::stop_if_not_finite(int i) {
                    : "; the first UNet module whose output was not finite on that rank: " + watch_.first_bad();
     }
   }
-  VINF_FAIL(r_.step_words(i), " made the latents NaN or infinite on rank ", static_cast<int>(first_bad_rank), where, module,
-            "; the run stops here and keeps only the earlier checkpoints. Causes: --dtype f16 overflowing ",
+  VINF_FAIL(r_.step_words(i), " made the latents NaN or infinite on rank ", static_cast<int>(first_bad_rank), where,
+            module, "; the run stops here and keeps only the earlier checkpoints. Causes: --dtype f16 overflowing ",
             "(use bf16 or f32), damaged weights or embeddings, an unusual scheduler config");
 }
 
@@ -830,10 +851,10 @@ void Denoiser::progress_line(Progress& progress, int i, int start) const {
                                        (done == 0 ? " (warm-up: the base video's copies leave first)" : ""));
     return;
   }
-  progress.update(i + 1 - start,
-                  (start > 0 ? "(" + std::to_string(i + 1) + "/" + std::to_string(r_.o.steps) + " of the run) "
-                             : std::string()) +
-                      "t=" + std::to_string(r_.scheduler->timesteps()[static_cast<std::size_t>(i)]));
+  progress.update(
+      i + 1 - start,
+      (start > 0 ? "(" + std::to_string(i + 1) + "/" + std::to_string(r_.o.steps) + " of the run) " : std::string()) +
+          "t=" + std::to_string(r_.scheduler->timesteps()[static_cast<std::size_t>(i)]));
 }
 
 int Denoiser::run() {
@@ -884,14 +905,15 @@ std::vector<std::int64_t> video_boundaries(const Run& r) {
 json rank_report(Run& r) {
   job::Job& job = r.job;
   const mpi::CommCounters none;
-  json mine = {{"clip_group", counters_json(job.clip_comm() ? job.clip_comm()->counters() : none)},
-               {"cfg_group", counters_json(job.cfg_comm() ? job.cfg_comm()->counters() : none)},
-               {"tensor_group", counters_json(job.tensor_comm() ? job.tensor_comm()->counters() : none)},
-               {"tensor_summary", (job.tensor_comm() ? job.tensor_comm()->counters() : none).summary()},
-               {"clip_summary", job.clip_comm() ? job.clip_comm()->counters().summary() : mpi::CommCounters{}.summary()},
-               {"cfg_summary", job.cfg_comm() ? job.cfg_comm()->counters().summary() : mpi::CommCounters{}.summary()},
-               {"arena_peak", static_cast<double>(job.runtime().arena().stats().peak_in_use)},
-               {"max_rss", max_rss_bytes()}};
+  json mine = {
+      {"clip_group", counters_json(job.clip_comm() ? job.clip_comm()->counters() : none)},
+      {"cfg_group", counters_json(job.cfg_comm() ? job.cfg_comm()->counters() : none)},
+      {"tensor_group", counters_json(job.tensor_comm() ? job.tensor_comm()->counters() : none)},
+      {"tensor_summary", (job.tensor_comm() ? job.tensor_comm()->counters() : none).summary()},
+      {"clip_summary", job.clip_comm() ? job.clip_comm()->counters().summary() : mpi::CommCounters{}.summary()},
+      {"cfg_summary", job.cfg_comm() ? job.cfg_comm()->counters().summary() : mpi::CommCounters{}.summary()},
+      {"arena_peak", static_cast<double>(job.runtime().arena().stats().peak_in_use)},
+      {"max_rss", max_rss_bytes()}};
   json all = json::array();
   for (const std::string& line : job.session().gather_on_root(mine.dump())) all.push_back(json::parse(line));
   return all;
@@ -916,21 +938,21 @@ json ranks_json(const Run& r, const json& reports, double& peak) {
   for (int k = 0; k < r.job.size(); ++k) {
     const json& rep = reports[static_cast<std::size_t>(k)];
     const int tensor = r.job.grid().tensor_size(), clip = k / tensor % r.clips;
-    ranks.push_back({{"rank", k},
-                     {"clip", clip},
-                     {"cfg_branch", k / tensor / r.clips},
-                     {"tensor_rank", k % tensor},
-                     {"frames", frame_span(r, clip)},
-                     {"bytes_received",
-                      {{"clip_group", rep["clip_group"]}, {"cfg_group", rep["cfg_group"]},
-                       {"tensor_group", rep["tensor_group"]}}},
-                     {"peak_memory_bytes", rep["arena_peak"]},
-                     {"max_rss_bytes", rep["max_rss"]}});
+    ranks.push_back(
+        {{"rank", k},
+         {"clip", clip},
+         {"cfg_branch", k / tensor / r.clips},
+         {"tensor_rank", k % tensor},
+         {"frames", frame_span(r, clip)},
+         {"bytes_received",
+          {{"clip_group", rep["clip_group"]}, {"cfg_group", rep["cfg_group"]}, {"tensor_group", rep["tensor_group"]}}},
+         {"peak_memory_bytes", rep["arena_peak"]},
+         {"max_rss_bytes", rep["max_rss"]}});
     peak = std::max(peak, rep["arena_peak"].get<double>());
     r.report.detail("rank " + std::to_string(k) + " received: clip group " + rep["clip_summary"].get<std::string>() +
-             (o.cfg() == 2 ? "; cfg group " + rep["cfg_summary"].get<std::string>() : "") +
-             (o.job.tensor > 1 ? "; tensor group " + rep["tensor_summary"].get<std::string>() : "") + "; peak memory " +
-             format_mib(rep["arena_peak"].get<double>()));
+                    (o.cfg() == 2 ? "; cfg group " + rep["cfg_summary"].get<std::string>() : "") +
+                    (o.job.tensor > 1 ? "; tensor group " + rep["tensor_summary"].get<std::string>() : "") +
+                    "; peak memory " + format_mib(rep["arena_peak"].get<double>()));
   }
   return ranks;
 }
@@ -984,8 +1006,9 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
               {"ranks", ranks},
               {"outputs", outputs}};
   io::write_file_atomically(r.out_dir + "/run.json", run.dump(2) + "\n");
-  r.report.say("denoised " + std::to_string(run_steps) + (r.fifo ? " iteration(s) in " : " step(s) in ") + format_duration(denoise) + " (" +
-        format_number(rate) + " frame-steps/s); peak memory " + format_mib(peak) + " per rank");
+  r.report.say("denoised " + std::to_string(run_steps) + (r.fifo ? " iteration(s) in " : " step(s) in ") +
+               format_duration(denoise) + " (" + format_number(rate) + " frame-steps/s); peak memory " +
+               format_mib(peak) + " per rank");
   std::string listed = "latents.h5";
   for (const std::string& f : video.files) listed += ", " + f;
   if (evaluated) listed += ", evaluate.json, evaluate.png";
@@ -1017,7 +1040,8 @@ Evaluated evaluate_outputs(const Run& r, const VideoResult& video, Timings& time
               (r.o.evaluate_clip_vision.empty() ? "" : " --clip-vision " + r.o.evaluate_clip_vision);
   std::string kind;
   if (r.root) {
-    r.report.say("evaluating " + std::string(mp4 ? "video.mp4" : "latents.h5") + " into evaluate.json and evaluate.png");
+    r.report.say("evaluating " + std::string(mp4 ? "video.mp4" : "latents.h5") +
+                 " into evaluate.json and evaluate.png");
     try {
       evaluate::evaluate_file(input, r.out_dir, boundaries, r.o.evaluate_clip_vision, r.o.quiet);
     } catch (const InputError& x) {

@@ -88,7 +88,8 @@ void wan_latents_for_vae(Runtime& rt, const model::WanVaeConfig& vae, const Tens
 }
 
 WanVideoFiles wan_write_video(Runtime& rt, const model::WanVae& vae, const Tensor& latents, const std::string& out_dir,
-                              const io::FrameWriter::Settings& settings, std::int64_t tile, const WanVideoParts& parts) {
+                              const io::FrameWriter::Settings& settings, std::int64_t tile,
+                              const WanVideoParts& parts) {
   const auto t0 = std::chrono::steady_clock::now();
   ExecContext& ctx = rt.ctx();
   const model::WanVaeConfig& vc = vae.config();

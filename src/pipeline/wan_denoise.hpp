@@ -21,7 +21,7 @@ class Runtime;
 namespace vinf::mpi {
 class Communicator;
 class Session;
-}
+}  // namespace vinf::mpi
 
 namespace vinf::pipeline {
 
@@ -87,9 +87,9 @@ void wan_latents_for_vae(Runtime& rt, const model::WanVaeConfig& vae, const Tens
 // waits for the parts before it).
 struct WanVideoParts {
   const mpi::Session* session = nullptr;  // null: the whole video on this rank
-  std::vector<int> ranks;                 // the session ranks of the parts, in video order
-  int index = 0;                          // this rank's part
-  std::int64_t total = 0;                 // the video's latent frames
+  std::vector<int> ranks;  // the session ranks of the parts, in video order
+  int index = 0;  // this rank's part
+  std::int64_t total = 0;  // the video's latent frames
 };
 struct WanVideoFiles {
   double seconds = 0;

@@ -52,9 +52,10 @@ using json = nlohmann::ordered_json;
 // model, the UNet family's methods and files (the rank counts: check_wan_job).
 void check_wan_plan(const GenerateSpec& o) {
   const std::string what = "--model " + o.model + " is a Wan2.1 pipeline, which ";
-  VINF_INPUT_CHECK(o.job.tensor == 1 && o.job.pipeline == 1, what,
-                   "runs a video on one rank, two with --parallel.cfg 2, or its frames over ranks with --vi.mode exact ",
-                   "or invariant in this version: drop --parallel.tensor and --parallel.pipeline");
+  VINF_INPUT_CHECK(
+      o.job.tensor == 1 && o.job.pipeline == 1, what,
+      "runs a video on one rank, two with --parallel.cfg 2, or its frames over ranks with --vi.mode exact ",
+      "or invariant in this version: drop --parallel.tensor and --parallel.pipeline");
   VINF_INPUT_CHECK(o.vi.mode != infinity::Mode::compat, what, "has no --vi.mode compat (it reproduces the released ",
                    "Video-Infinity's UNet); --vi.mode exact spreads its frames over ranks, --vi.mode invariant runs ",
                    "Video-Infinity's windows over them");
@@ -63,16 +64,18 @@ void check_wan_plan(const GenerateSpec& o) {
   VINF_INPUT_CHECK(o.prompts.size() == 1, what, "takes one prompt (--prompt.text once), got ", o.prompts.size());
   VINF_INPUT_CHECK(o.lora.empty() && o.dump_modules.empty() && !o.debug, what,
                    "has no --model.lora, --dump.modules or --debug in this version (they name the UNet's modules)");
-  VINF_INPUT_CHECK(!o.evaluate || (o.video && io::is_directory(o.model + "/vae")), what,
-                   "evaluates its video.mp4 with --evaluate (its latents are not pictures): keep --output.video and the ",
-                   "pipeline's vae/");
+  VINF_INPUT_CHECK(
+      !o.evaluate || (o.video && io::is_directory(o.model + "/vae")), what,
+      "evaluates its video.mp4 with --evaluate (its latents are not pictures): keep --output.video and the ",
+      "pipeline's vae/");
   VINF_INPUT_CHECK(o.vae.empty(), what, "decodes with its own vae/: drop --model.vae");
   for (const auto& [dir, option, sub] : {std::tuple{&o.text_encoder, "--model.text-encoder", "text_encoder"},
                                          std::tuple{&o.tokenizer, "--model.tokenizer", "tokenizer"}})
     VINF_INPUT_CHECK(dir->empty() || *dir == o.model + "/" + sub, what, "reads its own ", sub, "/: drop ", option);
   VINF_INPUT_CHECK(o.frames >= 1 && (o.frames - 1) % 4 == 0, "--video.frames ", o.frames,
                    ": a Wan video has 1 + 4k frames (the VAE keeps the first frame and packs 4 per latent frame); "
-                   "use ", (o.frames - 1) / 4 * 4 + 1, " or ", ((o.frames - 1) / 4 + 1) * 4 + 1);
+                   "use ",
+                   (o.frames - 1) / 4 * 4 + 1, " or ", ((o.frames - 1) / 4 + 1) * 4 + 1);
   for (const auto& [name, v] : {std::pair{"video.height", o.height}, std::pair{"video.width", o.width}})
     VINF_INPUT_CHECK(v % 16 == 0, "--", name, " ", v, " must be a multiple of 16 for a Wan model (the VAE's 8 times ",
                      "the transformer's patch of 2)");
@@ -161,7 +164,12 @@ struct WanRun {
   Reporter report;
 
   WanRun(const GenerateSpec& spec, job::Job& j)
-      : o(spec), job(j), rt(j.runtime()), world(j.session()), root(j.root()), report("vinf generate:", root, spec.quiet) {}
+      : o(spec),
+        job(j),
+        rt(j.runtime()),
+        world(j.session()),
+        root(j.root()),
+        report("vinf generate:", root, spec.quiet) {}
 };
 
 // -- plan: the shape, the schedule, the model's config and the given latents, before any output -
@@ -173,9 +181,9 @@ void plan_wan(WanRun& r) {
   r.lw = o.width / 8;
   r.clips = r.job.grid().clip_size();
   check_wan_clips(o, r.clips, r.job.size());  // a job list's jobs come here without check_wan_job
-  VINF_INPUT_CHECK(r.clips == 1 || r.job.clip_comm() != nullptr, "--model ", o.model, ": --vi.mode ",
-                   infinity::mode_name(o.vi.mode), " spreads a Wan video's frames only when the whole run has it: ",
-                   "give it on the command line, not per job");
+  VINF_INPUT_CHECK(
+      r.clips == 1 || r.job.clip_comm() != nullptr, "--model ", o.model, ": --vi.mode ", infinity::mode_name(o.vi.mode),
+      " spreads a Wan video's frames only when the whole run has it: ", "give it on the command line, not per job");
   r.windows = o.vi.mode == infinity::Mode::invariant;
   r.part = infinity::clip_frames(r.lf, r.clips, r.job.grid().clip_index());
   r.writer = r.job.grid().cfg_index() == 0;  // branch 0's ranks write the frames they hold
@@ -199,8 +207,11 @@ void identify_wan(WanRun& r) {
               {"latents-init", o.latents_init},
               {"video", {{"frames", o.frames}, {"latent-frames", r.lf}, {"height", o.height}, {"width", o.width}}},
               {"sampler",
-               {{"scheduler", sampling::flow_solver_name(o.flow_solver)}, {"steps", o.steps},
-                {"guidance", o.guidance}, {"seed", o.seed}, {"flow-shift", r.sched_config.flow_shift}}},
+               {{"scheduler", sampling::flow_solver_name(o.flow_solver)},
+                {"steps", o.steps},
+                {"guidance", o.guidance},
+                {"seed", o.seed},
+                {"flow-shift", r.sched_config.flow_shift}}},
               {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"max-length", o.max_text_length}}},
               {"device", r.rt.device().name()},
               {"dtype", dtype_name(r.job.dtype())}};
@@ -211,9 +222,8 @@ void identify_wan(WanRun& r) {
   // numbers on any ranks, to float rounding), so a run resumes on other ranks.
   stamp.numerics_json = r.config.dump();
   const char* mode = r.windows ? "invariant" : r.clips > 1 ? "exact" : "off";
-  r.config["parallel"] = {{"cfg", o.job.cfg},       {"world", r.world.size()},
-                          {"frame-ranks", r.clips}, {"vi-mode", mode},
-                          {"clips", 1},             {"frames-per-clip", o.frames}};
+  r.config["parallel"] = {{"cfg", o.job.cfg}, {"world", r.world.size()},    {"frame-ranks", r.clips}, {"vi-mode", mode},
+                          {"clips", 1},       {"frames-per-clip", o.frames}};
   r.config["vae"] = {{"tile", o.vae_tile}};  // not in the numerics: a resume may decode otherwise
   stamp.config_json = r.config.dump();
   stamp.model_fingerprint =
@@ -252,11 +262,13 @@ bool prepare_wan_outputs(WanRun& r) {
   io::check_run_files(r.world.world(), r.ckpt_dir, r.stamp);
   for (const std::string& w : r.warnings) r.report.say("warning: " + w);
   if (o.vi_given && !r.windows)
-    r.report.say(std::string("note: the [vi] settings but the mode are for Video-Infinity's windows (--vi.mode invariant) ") +
-          "and do not change a Wan video in mode " + infinity::mode_name(o.vi.mode));
+    r.report.say(
+        std::string("note: the [vi] settings but the mode are for Video-Infinity's windows (--vi.mode invariant) ") +
+        "and do not change a Wan video in mode " + infinity::mode_name(o.vi.mode));
   if (o.vi_given && r.windows)
-    r.report.say("note: [vi] conv-halo, halo and sync-groupnorm are for the UNet family (a Wan transformer has no temporal "
-          "convolutions or group norms, and its windows carry keys and values)");
+    r.report.say(
+        "note: [vi] conv-halo, halo and sync-groupnorm are for the UNet family (a Wan transformer has no temporal "
+        "convolutions or group norms, and its windows carry keys and values)");
   return true;
 }
 
@@ -279,7 +291,7 @@ void encode_wan_text(WanRun& r) {
       lengths.push_back(t.length);
       if (t.truncated())
         r.report.say("warning: the prompt \"" + texts[lengths.size() - 1].substr(0, 60) + "\" has " +
-              std::to_string(t.length) + " tokens; kept " + std::to_string(o.max_text_length));
+                     std::to_string(t.length) + " tokens; kept " + std::to_string(o.max_text_length));
     }
     for (std::int64_t& l : lengths) l = std::min<std::int64_t>(l, o.max_text_length);
     model::zero_past_length(r.embeds, static_cast<std::int64_t>(texts.size()), o.max_text_length, r.width, lengths);
@@ -338,24 +350,24 @@ void start_wan_latents(WanRun& r, sampling::FlowSampler& sampler) {
   r.rt.synchronize();
   r.start_step = static_cast<int>(resume.info->state.step);
   r.resumed_from = resume.info->path;
-  r.report.say("resuming from " + resume.info->path + " after step " + std::to_string(resume.info->state.step) + " of " +
-        std::to_string(o.steps));
+  r.report.say("resuming from " + resume.info->path + " after step " + std::to_string(resume.info->state.step) +
+               " of " + std::to_string(o.steps));
 }
 
 void log_wan_plan(const WanRun& r, const model::WanTransformer& wan) {
   const GenerateSpec& o = r.o;
   r.report.say("Wan2.1 " + o.model + ": " + std::to_string(wan.weights().count()) + " transformer parameters as " +
-        model::precision_name(r.job.dtype(), r.rt.device()) + " on " + r.rt.device().name() + "; " +
-        std::to_string(o.frames) + " frames (" + std::to_string(r.lf) + " latent) at " + std::to_string(o.height) +
-        "x" + std::to_string(o.width) + ", " + std::to_string(o.steps) + " " +
-        sampling::flow_solver_name(o.flow_solver) + " steps, guidance " + format_number(o.guidance, 5) +
-        (o.latents_init.empty() ? ", seed " + std::to_string(o.seed) : ", latents from " + o.latents_init) +
-        (r.windows ? "; --vi.mode invariant, windows of +-" + std::to_string(o.vi.local_frames) +
-                         " latent frames and " + std::to_string(o.vi.global_frames) + " global frame(s)"
-                   : "") +
-        (r.clips > 1 ? std::string(r.windows ? "," : "; --vi.mode exact,") + " the latent frames over " +
-                           std::to_string(r.clips) + " ranks"
-                     : ""));
+               model::precision_name(r.job.dtype(), r.rt.device()) + " on " + r.rt.device().name() + "; " +
+               std::to_string(o.frames) + " frames (" + std::to_string(r.lf) + " latent) at " +
+               std::to_string(o.height) + "x" + std::to_string(o.width) + ", " + std::to_string(o.steps) + " " +
+               sampling::flow_solver_name(o.flow_solver) + " steps, guidance " + format_number(o.guidance, 5) +
+               (o.latents_init.empty() ? ", seed " + std::to_string(o.seed) : ", latents from " + o.latents_init) +
+               (r.windows ? "; --vi.mode invariant, windows of +-" + std::to_string(o.vi.local_frames) +
+                                " latent frames and " + std::to_string(o.vi.global_frames) + " global frame(s)"
+                          : "") +
+               (r.clips > 1 ? std::string(r.windows ? "," : "; --vi.mode exact,") + " the latent frames over " +
+                                  std::to_string(r.clips) + " ranks"
+                            : ""));
 }
 
 // The self-attention that sees the other ranks' frames: Video-Infinity's windows, exact mode's
@@ -420,8 +432,8 @@ int denoise_wan(WanRun& r, const model::WanTransformer& wan, const Tensor& promp
   };
   hooks.progress = [&](int i, double seconds) {
     if (!o.quiet && (o.verbose || i + 1 == o.steps || (i + 1) % std::max(1, o.steps / 10) == 0))
-      r.report.say("step " + std::to_string(i + 1) + "/" + std::to_string(o.steps) + " (t=" +
-                   std::to_string(r.scheduler->timesteps()[static_cast<std::size_t>(i)]) +
+      r.report.say("step " + std::to_string(i + 1) + "/" + std::to_string(o.steps) +
+                   " (t=" + std::to_string(r.scheduler->timesteps()[static_cast<std::size_t>(i)]) +
                    "): " + format_number(seconds) + " s");
   };
   hooks.spoil = [&](int) { ops::fill(r.rt.ctx(), sampler.latents(), std::nan("")); };
@@ -473,8 +485,9 @@ WanVideoFiles write_wan_video(WanRun& r, const sampling::FlowSampler& sampler) {
   if (!video.error.empty()) throw Error(video.error + " (latents.h5 is written and complete)");
   video.seconds = r.world.max(video.seconds);
   if (has_vae && (o.video || o.png) && r.clips > 1)
-    r.report.say("decoded the video over " + std::to_string(r.clips) + " ranks, each its own latent frames after the VAE's " +
-          "causal memory from the rank before, in " + format_number(video.seconds) + " s");
+    r.report.say("decoded the video over " + std::to_string(r.clips) +
+                 " ranks, each its own latent frames after the VAE's " + "causal memory from the rank before, in " +
+                 format_number(video.seconds) + " s");
   return video;
 }
 
@@ -525,8 +538,8 @@ json wan_ranks_json(const WanRun& r, std::vector<double>& peaks) {
   for (std::int64_t& n : tokens) n *= per_frame;
   const int clip = r.job.grid().clip_index();
   const std::int64_t attention_elements =
-      r.windows ? infinity::WanWindowAttention::received_elements(o.vi, frame_counts, clip, per_frame, rows,
-                                                                  r.tc.head_dim)
+      r.windows
+          ? infinity::WanWindowAttention::received_elements(o.vi, frame_counts, clip, per_frame, rows, r.tc.head_dim)
       : r.clips > 1 ? infinity::WanExactAttention::received_elements(tokens, clip, rows, r.tc.head_dim)
                     : 0;
   const auto element = static_cast<double>(dtype_size(r.job.dtype()));
@@ -551,7 +564,9 @@ json wan_ranks_json(const WanRun& r, std::vector<double>& peaks) {
   for (std::size_t k = 0; k < peaks.size(); ++k) {
     const json got = json::parse(received[k]);
     const infinity::FrameRange held = infinity::clip_frames(r.lf, r.clips, static_cast<int>(k) % r.clips);
-    ranks.push_back({{"rank", k}, {"cfg_branch", static_cast<int>(k) / r.clips}, {"clip", static_cast<int>(k) % r.clips},
+    ranks.push_back({{"rank", k},
+                     {"cfg_branch", static_cast<int>(k) / r.clips},
+                     {"clip", static_cast<int>(k) % r.clips},
                      {"latent_frames", {held.first, held.first + held.count}},
                      {"bytes_received", {{"clip_group", got["clip_group"]}, {"cfg_group", got["cfg_group"]}}},
                      {"bytes_received_per_step", got["per_step"]},
@@ -602,8 +617,8 @@ void write_wan_run_json(WanRun& r, const WanVideoFiles& video, const WanEvaluati
   const double peak = peaks.empty() ? peak_here : *std::max_element(peaks.begin(), peaks.end());
   if (r.root) io::write_file_atomically(r.out_dir + "/run.json", run.dump(2) + "\n");
   r.report.say("outputs in " + r.out_dir + "/ (" + listed + ", run.json); " + format_number(r.denoise_seconds) +
-        " s denoising (latent frame-steps/s " + format_number(denoised / std::max(r.denoise_seconds, 1e-9)) +
-        "), peak memory " + format_mib(peak) + (peaks.size() > 1 ? " on the largest rank" : ""));
+               " s denoising (latent frame-steps/s " + format_number(denoised / std::max(r.denoise_seconds, 1e-9)) +
+               "), peak memory " + format_mib(peak) + (peaks.size() > 1 ? " on the largest rank" : ""));
   if (const std::string late = late_stop_line(); !late.empty()) r.report.say(late);
 }
 
@@ -622,7 +637,8 @@ VideoOutcome run_wan_video(const GenerateSpec& o, job::Job& job) {
   const model::WanTransformer wan = model::WanTransformer::load(o.model, r.rt, job.dtype(), false, &r.warnings);
   r.load_seconds = seconds_since(t_load);
   const Shape text_shape{1, o.max_text_length, r.width};
-  OwnedTensor prompt = r.rt.arena().empty(DType::f32, text_shape), negative = r.rt.arena().empty(DType::f32, text_shape);
+  OwnedTensor prompt = r.rt.arena().empty(DType::f32, text_shape),
+              negative = r.rt.arena().empty(DType::f32, text_shape);
   const auto per = static_cast<std::size_t>(text_shape.numel());
   ops::copy(ctx, Tensor::wrap(r.embeds.data(), DType::f32, Device::cpu(), text_shape), prompt);
   if (r.guided) ops::copy(ctx, Tensor::wrap(r.embeds.data() + per, DType::f32, Device::cpu(), text_shape), negative);

@@ -75,8 +75,9 @@ std::vector<std::pair<std::string, Shape>> trainable_parameters(const std::vecto
     if (take) out.emplace_back(p.name, p.shape);
   }
   for (std::size_t i = 0; i < globs.size(); ++i)
-    VINF_INPUT_CHECK(used[i], "--train.params: the glob '", globs[i], "' matches no parameter of the model ",
-                     "(names as in diffusers, e.g. down_blocks.0.temp_attentions.0.proj_in.weight; vinf inspect lists them)");
+    VINF_INPUT_CHECK(
+        used[i], "--train.params: the glob '", globs[i], "' matches no parameter of the model ",
+        "(names as in diffusers, e.g. down_blocks.0.temp_attentions.0.proj_in.weight; vinf inspect lists them)");
   return out;
 }
 
@@ -149,8 +150,8 @@ std::string settings_differences(const std::string& stored, const nlohmann::orde
   std::string diff;
   for (const auto& [key, value] : now.items())
     if (!was.contains(key) || was[key] != nlohmann::json::parse(value.dump()))
-      diff += (diff.empty() ? "" : "; ") + key + " was " + (was.contains(key) ? was[key].dump() : "absent") +
-              ", now " + value.dump();
+      diff += (diff.empty() ? "" : "; ") + key + " was " + (was.contains(key) ? was[key].dump() : "absent") + ", now " +
+              value.dump();
   return diff;
 }
 
@@ -277,13 +278,15 @@ class Trainer {
 // By default each rank runs its share of the batch in one pass.
 void Trainer::set_up() {
   if (o.micro_batch == 0) {
-    VINF_INPUT_CHECK(o.batch % ranks_ == 0, "--train.batch ", o.batch, " does not divide over the ", ranks_,
-                     " ranks: give a batch that does, or --train.micro-batch (the ranks then take whole micro-batches)");
+    VINF_INPUT_CHECK(
+        o.batch % ranks_ == 0, "--train.batch ", o.batch, " does not divide over the ", ranks_,
+        " ranks: give a batch that does, or --train.micro-batch (the ranks then take whole micro-batches)");
     o.micro_batch = o.batch / ranks_;
   }
   micro_batches_ = o.batch / o.micro_batch;
   VINF_INPUT_CHECK(micro_batches_ >= ranks_, "--train.batch ", o.batch, " in micro-batches of ", o.micro_batch, " is ",
-                   micro_batches_, " micro-batch(es), fewer than the ", ranks_, " ranks: every rank takes at least one ",
+                   micro_batches_, " micro-batch(es), fewer than the ", ranks_,
+                   " ranks: every rank takes at least one ",
                    "(a larger batch, a smaller --train.micro-batch, or fewer ranks)");
 }
 
@@ -325,8 +328,8 @@ void Trainer::parameters() {
   dp_ = std::make_unique<DataParallel>(rt_.arena(), ctx_, grad_comm_, *grads_, static_cast<int>(o.zero), bucket_,
                                        precision_);
   part_ = dp_->optimizer_part();
-  flat_ = std::make_unique<FlatParams>(rt_.arena(), ctx_, *grads_,
-                                       [this](const std::string& n) { return model_tensor(n); }, precision_, part_);
+  flat_ = std::make_unique<FlatParams>(
+      rt_.arena(), ctx_, *grads_, [this](const std::string& n) { return model_tensor(n); }, precision_, part_);
   opt_ = std::make_unique<AdamW>(rt_.arena(), ctx_, part_.first, part_.count);
   lora_scale_ = lora_ ? lora_->scale() : 1.f;
   settings_ = settings_json(o, o.adamw, data_->info(), trained_count_, precision_);
@@ -382,21 +385,21 @@ void Trainer::log_plan() {
                                        std::to_string(trainable_.size() / 2) + " attention projections"
                                  : "--train.params " + o.params;
   report_.say("model " + files_.dir + ": " + std::to_string(weights_->count()) + " parameters, " +
-      std::to_string(trained_count_) + " trained (" + what + "); data " + o.data_path + ": " +
-      std::to_string(di.clips) + " clips of " + std::to_string(di.frames) + " frames " + std::to_string(di.height) +
-      "x" + std::to_string(di.width) + " latents");
+              std::to_string(trained_count_) + " trained (" + what + "); data " + o.data_path + ": " +
+              std::to_string(di.clips) + " clips of " + std::to_string(di.frames) + " frames " +
+              std::to_string(di.height) + "x" + std::to_string(di.width) + " latents");
   report_.say(std::to_string(o.steps) + " steps of " + std::to_string(o.batch) + " clip(s)" +
-      (o.micro_batch < o.batch ? " in micro-batches of " + std::to_string(o.micro_batch) : std::string()) +
-      ", AdamW lr " + std::to_string(o.adamw.lr) + ", " + o.schedule + " after " + std::to_string(o.warmup) +
-      " warm-up steps, clipping at " + std::to_string(o.adamw.clip_grad_norm) +
-      (o.checkpoint_activations ? ", activations checkpointed per block" : ""));
+              (o.micro_batch < o.batch ? " in micro-batches of " + std::to_string(o.micro_batch) : std::string()) +
+              ", AdamW lr " + std::to_string(o.adamw.lr) + ", " + o.schedule + " after " + std::to_string(o.warmup) +
+              " warm-up steps, clipping at " + std::to_string(o.adamw.clip_grad_norm) +
+              (o.checkpoint_activations ? ", activations checkpointed per block" : ""));
   if (ranks_ > 1)
     report_.say(std::to_string(ranks_) + " data-parallel ranks, ZeRO stage " + std::to_string(o.zero) + ", " +
-        std::to_string(dp_->buckets()) + " gradient bucket(s); optimizer state " +
-        std::to_string(dp_->optimizer_bytes() >> 10) + " KiB per rank");
+                std::to_string(dp_->buckets()) + " gradient bucket(s); optimizer state " +
+                std::to_string(dp_->optimizer_bytes() >> 10) + " KiB per rank");
   if (!resumed_.path.empty())
     report_.say("resuming from " + resumed_.path + " after step " + std::to_string(resumed_.step) + " (written by " +
-        std::to_string(resumed_.world_size) + " rank(s), ZeRO " + std::to_string(resumed_.zero) + ")");
+                std::to_string(resumed_.world_size) + " rank(s), ZeRO " + std::to_string(resumed_.zero) + ")");
 }
 
 // log.csv (a resumed run's starts as its checkpoint's, so that it holds each step once), and the
@@ -496,9 +499,9 @@ int Trainer::steps() {
   Progress progress("train", static_cast<int>(o.steps - resumed_.step), static_cast<double>(o.batch), "clips/s",
                     !o.quiet && job_.root(), 10.0);
   const auto t_start = Clock::now();
-  const pipeline::StepControl control(session_, job_.world_session().rank(),
-                                      {static_cast<int>(o.steps), static_cast<int>(o.checkpoint_every),
-                                       o.checkpoint_every > 0});
+  const pipeline::StepControl control(
+      session_, job_.world_session().rank(),
+      {static_cast<int>(o.steps), static_cast<int>(o.checkpoint_every), o.checkpoint_every > 0});
   std::int64_t s = first_step_;
   int stopped_by = 0;
   for (; s <= o.steps; ++s) {
@@ -530,7 +533,8 @@ int Trainer::steps() {
   run_seconds_ = seconds_since(t_start);
   if (stopped_by != 0 && job_.root())
     std::cerr << "vinf train: "
-              << control.stopped_by_line(stopped_by, static_cast<int>(done_), ckpt_dir_ + "/" + io::checkpoint_name(done_))
+              << control.stopped_by_line(stopped_by, static_cast<int>(done_),
+                                         ckpt_dir_ + "/" + io::checkpoint_name(done_))
               << "\n";
   return stopped_by;
 }
@@ -586,7 +590,9 @@ nlohmann::ordered_json Trainer::summary_json() const {
 // communication and the loss curve.
 nlohmann::ordered_json Trainer::run_json(nlohmann::ordered_json run, int stopped_by, const RankTimes& times,
                                          const mpi::CommCounters& comm) const {
-  const auto most = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
+  const auto most = [](const std::vector<double>& v) {
+    return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
+  };
   const double samples = static_cast<double>((done_ - resumed_.step) * o.batch);
   run["layout"] = {{"ranks", ranks_},
                    {"zero", o.zero},
@@ -638,15 +644,16 @@ void Trainer::write_outputs(int stopped_by, const RankTimes& times, const mpi::C
     for (const auto& e : fs::directory_iterator(o.model_dir)) {
       const std::string name = e.path().filename().string();
       if (name == "unet") continue;
-      fs::copy(e.path(), fs::path(o.export_dir) / name, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+      fs::copy(e.path(), fs::path(o.export_dir) / name,
+               fs::copy_options::recursive | fs::copy_options::overwrite_existing);
     }
   const nlohmann::ordered_json summary = summary_json();
   io::write_file_atomically(o.out_dir + "/train.json", summary.dump(2) + "\n");
   io::write_file_atomically(o.out_dir + "/run.json", run_json(summary, stopped_by, times, comm).dump(2) + "\n");
   std::cerr << "vinf train: " << done_ - resumed_.step << " step(s) in " << format_duration(run_seconds_) << " on "
             << ranks_ << " rank(s), loss " << summary["first_loss"].get<double>() << " -> "
-            << summary["last_loss"].get<double>() << "; wrote " << o.out_dir << " (log.csv, loss.png, train.json, run.json"
-            << (lora_ ? ", lora.safetensors" : "") << ")"
+            << summary["last_loss"].get<double>() << "; wrote " << o.out_dir
+            << " (log.csv, loss.png, train.json, run.json" << (lora_ ? ", lora.safetensors" : "") << ")"
             << (o.export_model ? " and the model " + o.export_dir : std::string()) << "\n";
 }
 
