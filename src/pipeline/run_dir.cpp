@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "core/error.hpp"
+#include "io/atomic_file.hpp"
 #include "io/safetensors.hpp"
 #include "model/weights.hpp"
 
@@ -312,6 +313,24 @@ void check_latents_init(const std::string& path, const Shape& want, const std::s
                    io::safetensors_dtype_name(e->dtype), e->shape.str(), " but this video's latents are F32",
                    want.str(), " ", layout);
   f.tensor("latents_init");  // a NaN or infinity is refused now, before any output exists
+}
+
+void write_run_json(const RunRecord& r) {
+  json run = {{"format", "vinf-run"},
+              {"format_version", 1},
+              {"vinf_version", VINF_VERSION},
+              {"status", "complete"},
+              {"out", r.out_dir},
+              {"config", r.config},
+              {"resumed_from", r.resumed_from.empty() ? json(nullptr) : json(r.resumed_from)},
+              {"start_step", r.start_step}};
+  if (r.boundaries) run["boundaries"] = *r.boundaries;
+  run["schedule"] = r.schedule;
+  run["times_s"] = r.times;
+  run["frame_steps_per_s"] = r.frame_steps_per_s;
+  run["ranks"] = r.ranks;
+  run["outputs"] = r.outputs;
+  io::write_file_atomically(r.out_dir + "/run.json", run.dump(2) + "\n");
 }
 
 }  // namespace vinf::pipeline

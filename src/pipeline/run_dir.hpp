@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -71,6 +72,21 @@ json counters_json(const mpi::CommCounters& c);
 json vi_json(const infinity::Config& v);
 // The [long] settings that apply to the mode, for run.json and the numerics a resume must share.
 json long_json(const sampling::LongVideoConfig& l);
+
+// What run.json records of a finished video, whichever family made it (jobs/summarize reads them
+// alike): the settings, where it resumed, the video's boundaries (the UNet family's), the schedule,
+// the times, the rate, each rank's record and the outputs.
+struct RunRecord {
+  std::string out_dir;
+  json config;
+  std::string resumed_from;  // "" when it started from the beginning
+  int start_step = 0;
+  std::optional<std::vector<std::int64_t>> boundaries;
+  json schedule, times, ranks, outputs;
+  double frame_steps_per_s = 0;
+};
+// Writes OUT/run.json atomically (last of a run's files: its presence marks a finished run).
+void write_run_json(const RunRecord& r);
 
 // --latents-init FILE: its tensor 'latents_init' is F32 of the video's latent shape `want` (`layout`
 // says how it is made), with finite values; checked before any output exists. Throws InputError.

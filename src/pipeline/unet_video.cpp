@@ -957,8 +957,8 @@ json ranks_json(const Run& r, const json& reports, double& peak) {
   return ranks;
 }
 
-void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& video, const Timings& times,
-                    bool evaluated) {
+void write_unet_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& video, const Timings& times,
+                         bool evaluated) {
   const json reports = rank_report(r);
   if (!r.root) return;
   const GenerateSpec& o = r.o;
@@ -980,32 +980,28 @@ void write_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult& vid
   // (FIFO's base video, when this run made it: f frames through the schedule.)
   const double base = d.base_seconds > 0 ? static_cast<double>(r.fifo->window() * r.fifo->steps()) : 0.0;
   const double rate = (work * run_steps + base) / std::max(denoise, 1e-9);
-  json run = {{"format", "vinf-run"},
-              {"format_version", 1},
-              {"vinf_version", VINF_VERSION},
-              {"status", "complete"},
-              {"out", r.out_dir},
-              {"config", r.config},
-              {"resumed_from", r.resume_path.empty() ? json(nullptr) : json(r.resume_path)},
-              {"start_step", r.first_step()},
-              {"boundaries", video_boundaries(r)},
-              {"schedule", {{"timesteps", r.scheduler->timesteps()}, {"sigmas", r.scheduler->sigmas()}}},
-              {"times_s",
-               {{"load", m.load_seconds},
-                {"text", times.text},
-                {"denoise", denoise},
-                {"denoise_per_step", per_step},
-                {"checkpoint", checkpoints},
-                {"write", times.write},
-                {"decode", video.decode_seconds},
-                {"video", video.write_seconds},
-                {"evaluate", times.evaluate},
-                {"base_video", d.base_seconds},
-                {"total", seconds_since(r.start)}}},
-              {"frame_steps_per_s", denoise > 0 ? rate : 0.0},
-              {"ranks", ranks},
-              {"outputs", outputs}};
-  io::write_file_atomically(r.out_dir + "/run.json", run.dump(2) + "\n");
+  RunRecord record;
+  record.out_dir = r.out_dir;
+  record.config = r.config;
+  record.resumed_from = r.resume_path;
+  record.start_step = r.first_step();
+  record.boundaries = video_boundaries(r);
+  record.schedule = {{"timesteps", r.scheduler->timesteps()}, {"sigmas", r.scheduler->sigmas()}};
+  record.times = {{"load", m.load_seconds},
+                  {"text", times.text},
+                  {"denoise", denoise},
+                  {"denoise_per_step", per_step},
+                  {"checkpoint", checkpoints},
+                  {"write", times.write},
+                  {"decode", video.decode_seconds},
+                  {"video", video.write_seconds},
+                  {"evaluate", times.evaluate},
+                  {"base_video", d.base_seconds},
+                  {"total", seconds_since(r.start)}};
+  record.frame_steps_per_s = denoise > 0 ? rate : 0.0;
+  record.ranks = ranks;
+  record.outputs = outputs;
+  pipeline::write_run_json(record);
   r.report.say("denoised " + std::to_string(run_steps) + (r.fifo ? " iteration(s) in " : " step(s) in ") +
                format_duration(denoise) + " (" + format_number(rate) + " frame-steps/s); peak memory " +
                format_mib(peak) + " per rank");
@@ -1078,7 +1074,7 @@ void write_outputs(Run& r, const Models& m, Denoiser& d, Timings times) {
   const Tensor mine = r.long_method ? d.latents().slice(2, share.first, share.count) : d.latents();
   if (m.vae) video = write_video_outputs(r.o, r.job, *m.vae, mine, r.frames, r.out_dir);
   const Evaluated evaluated = evaluate_outputs(r, video, times);
-  write_run_json(r, m, d, video, times, evaluated.done());
+  write_unet_run_json(r, m, d, video, times, evaluated.done());
   // The run is complete (run.json is written); what its evaluation could not do is an error all the
   // same, with the command that evaluates it again.
   if (evaluated.error.empty()) return;

@@ -592,30 +592,26 @@ void write_wan_run_json(WanRun& r, const WanVideoFiles& video, const WanEvaluati
     if (f.find('/') == std::string::npos) listed += ", " + f;
   }
   const double denoised = static_cast<double>(r.lf) * (o.steps - r.start_step);
-  json run = {{"format", "vinf-run"},
-              {"format_version", 1},
-              {"vinf_version", VINF_VERSION},
-              {"status", "complete"},
-              {"out", r.out_dir},
-              {"config", r.config},
-              {"resumed_from", r.resumed_from.empty() ? json(nullptr) : json(r.resumed_from)},
-              {"start_step", r.start_step},
-              {"schedule", {{"timesteps", r.scheduler->timesteps()}, {"sigmas", r.scheduler->sigmas()}}},
-              {"times_s",
-               {{"load", r.load_seconds},
-                {"text", r.text_seconds},
-                {"denoise", r.denoise_seconds},
-                {"denoise_per_step", per_step},
-                {"checkpoint", r.checkpoint_seconds},
-                {"write", r.write_seconds},
-                {"decode", video.seconds},
-                {"evaluate", evaluation.seconds},
-                {"total", seconds_since(r.start)}}},
-              {"frame_steps_per_s", r.denoise_seconds > 0 ? denoised / r.denoise_seconds : 0.0},
-              {"ranks", ranks},
-              {"outputs", outputs}};
+  RunRecord record;
+  record.out_dir = r.out_dir;
+  record.config = r.config;
+  record.resumed_from = r.resumed_from;
+  record.start_step = r.start_step;
+  record.schedule = {{"timesteps", r.scheduler->timesteps()}, {"sigmas", r.scheduler->sigmas()}};
+  record.times = {{"load", r.load_seconds},
+                  {"text", r.text_seconds},
+                  {"denoise", r.denoise_seconds},
+                  {"denoise_per_step", per_step},
+                  {"checkpoint", r.checkpoint_seconds},
+                  {"write", r.write_seconds},
+                  {"decode", video.seconds},
+                  {"evaluate", evaluation.seconds},
+                  {"total", seconds_since(r.start)}};
+  record.frame_steps_per_s = r.denoise_seconds > 0 ? denoised / r.denoise_seconds : 0.0;
+  record.ranks = ranks;
+  record.outputs = outputs;
   const double peak = peaks.empty() ? peak_here : *std::max_element(peaks.begin(), peaks.end());
-  if (r.root) io::write_file_atomically(r.out_dir + "/run.json", run.dump(2) + "\n");
+  if (r.root) write_run_json(record);
   r.report.say("outputs in " + r.out_dir + "/ (" + listed + ", run.json); " + format_number(r.denoise_seconds) +
                " s denoising (latent frame-steps/s " + format_number(denoised / std::max(r.denoise_seconds, 1e-9)) +
                "), peak memory " + format_mib(peak) + (peaks.size() > 1 ? " on the largest rank" : ""));
