@@ -22,8 +22,7 @@ int generate(const std::vector<std::string>& args) {
   if (const int status = parse_generate_options(args, o); status != 0) return status == 1 ? 0 : status;
   // A job list is read (and refused) before MPI starts, on every rank alike.
   const std::vector<JobSpec> list = o.jobs_file.empty() ? std::vector<JobSpec>{} : read_job_list(o.jobs_file);
-  const std::unique_ptr<pipeline::VideoPipeline> family = pipeline::open_pipeline(o);
-  const std::unique_ptr<job::Job> job = job::start_job(family->job_plan(o), [&](int world) {
+  const std::unique_ptr<job::Job> job = job::start_job(pipeline::open_pipeline(o)->job_plan(o), [&](int world) {
     if (list.empty() && o.wan)
       pipeline::check_wan_job(o, world);
     else if (list.empty())
@@ -39,6 +38,8 @@ int generate(const std::vector<std::string>& args) {
       for (const std::string& line : lines) std::cerr << "vinf generate: " << line << "\n" << std::flush;
   }
   if (!list.empty() || o.job.pipeline > 1) return run_job_list(args, o, list, *job);
+  // Made after the job, so that the models it keeps go before the job's memory does.
+  const std::unique_ptr<pipeline::VideoPipeline> family = pipeline::open_pipeline(o);
   const pipeline::VideoOutcome outcome = family->run(o, *job, nullptr);
   return outcome.end == pipeline::VideoEnd::stopped ? kExitStopped : 0;
 }

@@ -29,7 +29,8 @@ class VideoPipeline {
 };
 
 // The pipeline of the spec's family (GenerateSpec::wan, from model_family when the options were
-// read). It keeps the models it loads from one video to the next.
+// read). It keeps the models it loads from one video to the next, in the job's memory: it must go
+// before the job does.
 std::unique_ptr<VideoPipeline> open_pipeline(const GenerateSpec& o);
 
 }  // namespace vinf::pipeline
