@@ -180,13 +180,7 @@ json numerics_json(const GenerateSpec& o, int clips, DType dtype, const Device& 
   vi.erase("exchange");  // so do the exchange patterns
   if (o.vi.mode == infinity::Mode::exact) vi = {{"mode", "exact"}};  // the window settings do not apply
   json j = {{"video", {{"frames", o.frames}, {"height", o.height}, {"width", o.width}, {"fps", o.fps}}},
-            {"sampler",
-             {{"scheduler", sampling::scheduler_name(o.scheduler)},
-              {"steps", o.steps},
-              {"guidance", o.guidance},
-              {"seed", o.seed},
-              {"eta", o.eta},
-              {"noise", sampling::noise_mode_name(o.noise)}}},
+            {"sampler", sampler_json(o)},
             {"prompt", {{"text", o.prompts}, {"negative", o.negative}}},
             {"vi", vi},
             // "bf16" on CUDA, "bf16 weights, f32 activations" on the CPU: other numbers.
@@ -200,6 +194,15 @@ json numerics_json(const GenerateSpec& o, int clips, DType dtype, const Device& 
   }
   if (o.vi.mode != infinity::Mode::invariant && o.vi.mode != infinity::Mode::exact) j["parallel"] = {{"clips", clips}};
   return j;
+}
+
+json sampler_json(const GenerateSpec& o) {
+  return {{"scheduler", sampling::scheduler_name(o.scheduler)},
+          {"steps", o.steps},
+          {"guidance", o.guidance},
+          {"seed", o.seed},
+          {"eta", o.eta},
+          {"noise", sampling::noise_mode_name(o.noise)}};
 }
 
 json long_json(const sampling::LongVideoConfig& l) {

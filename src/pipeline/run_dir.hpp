@@ -70,6 +70,8 @@ std::vector<std::string> remove_run_outputs(const std::string& out_dir);
 
 json counters_json(const mpi::CommCounters& c);
 json vi_json(const infinity::Config& v);
+// The UNet family's [sampler] settings, as run.json and the numerics a resume must share record them.
+json sampler_json(const GenerateSpec& o);
 // The [long] settings that apply to the mode, for run.json and the numerics a resume must share.
 json long_json(const sampling::LongVideoConfig& l);
 
