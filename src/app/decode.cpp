@@ -18,6 +18,7 @@
 #include "pipeline/run_dir.hpp"
 #include "pipeline/wan_denoise.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "io/atomic_file.hpp"
 #include "infinity/config.hpp"
 #include "io/checkpoint.hpp"
@@ -39,6 +40,8 @@ namespace po = boost::program_options;
 namespace vinf::app {
 
 namespace {
+
+const Reporter kDecodeVoice("vinf decode:", true);
 
 // The shape of /latents in f, a vinf checkpoint or latents.h5 at path; throws vinf::InputError for
 // another file.
@@ -94,8 +97,7 @@ int decode_checkpoint(Runtime& rt, const model::VaeDecoder& vae, const std::stri
   made->keep();
   std::string listed;
   for (const std::string& file : writer.files()) listed += (listed.empty() ? "" : ", ") + file;
-  std::cerr << "vinf decode: " << frames << " frame(s) " << w << "x" << h << " from " << path << "; wrote " << listed
-            << " in " << dir << "\n";
+  kDecodeVoice.note(frames, " frame(s) ", w, "x", h, " from ", path, "; wrote ", listed, " in ", dir);
   return 0;
 }
 
@@ -131,9 +133,8 @@ int decode_wan(Runtime& rt, const std::string& vae_dir, const std::string& laten
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   io::write_safetensors(out_path, {{"decoded", DType::f32, out_shape, host.data(), {}}},
                         {{"generator", std::string("vinf ") + VINF_VERSION + " decode"}, {"vae", vae_dir}});
-  std::cerr << "vinf decode: Wan VAE, " << latents.size(2) << " latent frame(s) to " << out_shape[2] << " frames "
-            << out_shape[4] << "x" << out_shape[3] << " on " << rt.device().name() << " in " << seconds << " s; wrote "
-            << out_path << "\n";
+  kDecodeVoice.note("Wan VAE, ", latents.size(2), " latent frame(s) to ", out_shape[2], " frames ", out_shape[4], "x",
+                    out_shape[3], " on ", rt.device().name(), " in ", seconds, " s; wrote ", out_path);
   return 0;
 }
 
@@ -185,10 +186,10 @@ int decode_wan_checkpoint(job::Job& job, const std::string& vae_dir, const std::
   std::string listed;
   for (const std::string& file : video.files)
     if (file.find('/') == std::string::npos) listed += (listed.empty() ? "" : ", ") + file;
-  std::cerr << "vinf decode: Wan VAE, " << full[0] << " latent frame(s) to " << c.video_frames(full[0]) << " frames "
-            << full[3] * c.spatial_ratio() << "x" << full[2] * c.spatial_ratio() << " from " << path
-            << (ranks > 1 ? " over " + std::to_string(ranks) + " ranks" : "") << " in " << video.seconds
-            << " s; wrote " << listed << " in " << dir << "\n";
+  kDecodeVoice.note("Wan VAE, ", full[0], " latent frame(s) to ", c.video_frames(full[0]), " frames ",
+                    full[3] * c.spatial_ratio(), "x", full[2] * c.spatial_ratio(), " from ", path,
+                    ranks > 1 ? " over " + std::to_string(ranks) + " ranks" : "", " in ", video.seconds, " s; wrote ",
+                    listed, " in ", dir);
   return 0;
 }
 
@@ -216,24 +217,24 @@ int decode(const std::vector<std::string>& args) {
       "Options come from the command line and from --config FILE (INI: `vae = DIR`; `[output] png = true`\n"
       "is --output.png true); the command line wins.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", path_value(&config_file, PathKind::file), kConfigOptionHelp)(
-      "vae", path_value(&vae_dir, PathKind::directory), "VAE directory (config.json + diffusion_pytorch_model.safetensors), or a pipeline "
-                                  "root with vae/")("latents", path_value(&latents_path, PathKind::file), "input latents (safetensors)")(
+      "vae", path_value(&vae_dir, PathKind::directory),
+      "VAE directory (config.json + diffusion_pytorch_model.safetensors), or a pipeline "
+      "root with vae/")("latents", path_value(&latents_path, PathKind::file), "input latents (safetensors)")(
       "checkpoint", path_value(&checkpoint_path, PathKind::file), "a checkpoint or latents.h5 of vinf generate")(
       "out", po::value(&out_path)->value_name("OUT"),
       "with --latents: the output file (safetensors; written under a temporary name, then renamed); with "
-      "--checkpoint: the directory of video.mp4")(
-      "device", po::value(&device_opt)->default_value(device_opt), "auto | cpu | cuda")(
-      "dtype", po::value(&dtype_opt)->default_value(dtype_opt), kDtypeOptionHelp)(
-      "tf32", po::bool_switch(&tf32), kTf32OptionHelp)(
+      "--checkpoint: the directory of video.mp4")("device", po::value(&device_opt)->default_value(device_opt),
+                                                  "auto | cpu | cuda")(
+      "dtype", po::value(&dtype_opt)->default_value(dtype_opt), kDtypeOptionHelp)("tf32", po::bool_switch(&tf32),
+                                                                                  kTf32OptionHelp)(
       "frames-per-call", ranged(&frames_per_call, 1, 4096)->default_value(frames_per_call),
       "images decoded at once (bounds the memory; the numbers do not depend on it)")(
       "vae.tile", zero_or(&tile, 1, 2048)->default_value(tile),
       "run the convolutions of images larger than N x N latent pixels over N x N tiles (8N x 8N pixels at "
       "full size) with whole-image GroupNorm statistics (a Wan VAE's RMS norms are per pixel): the same pixels "
       "as whole-image decoding, with the convolutions' working memory bounded by the tile; 0: whole images; "
-      "e.g. 16")(
-      "output.video", po::value(&video.video)->default_value(video.video)->implicit_value(true),
-      "with --checkpoint: write DIR/video.mp4")(
+      "e.g. 16")("output.video", po::value(&video.video)->default_value(video.video)->implicit_value(true),
+                 "with --checkpoint: write DIR/video.mp4")(
       "output.fps", ranged_above(&video.fps, 0, 1000)->default_value(video.fps), "frame rate of video.mp4")(
       "output.png", po::value(&video.png)->default_value(video.png)->implicit_value(true),
       "with --checkpoint: also write DIR/frames/frame-NNNNNN.png")(
@@ -243,7 +244,8 @@ int decode(const std::vector<std::string>& args) {
   po::variables_map vm;
   parse_options(args, opts, vm, "decode");
   if (vm.count("help")) {
-    std::cout << opts << "\nExit status: 0 on success, 2 for bad input (the message names the file and key), 1 otherwise.\n";
+    std::cout << opts
+              << "\nExit status: 0 on success, 2 for bad input (the message names the file and key), 1 otherwise.\n";
     return 0;
   }
   for (const char* required : {"vae", "out"})
@@ -292,8 +294,8 @@ int decode(const std::vector<std::string>& args) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   io::write_safetensors(out_path, {{"decoded", DType::f32, out_shape, host.data(), {}}},
                         {{"generator", std::string("vinf ") + VINF_VERSION + " decode"}, {"vae", vae_dir}});
-  std::cerr << "vinf decode: " << latents.size(0) << " frame(s) " << out_shape[3] << "x" << out_shape[2] << " on "
-            << device.name() << " in " << seconds << " s; wrote " << out_path << "\n";
+  kDecodeVoice.note(latents.size(0), " frame(s) ", out_shape[3], "x", out_shape[2], " on ", device.name(), " in ",
+                    seconds, " s; wrote ", out_path);
   return 0;
 }
 

@@ -18,6 +18,7 @@
 #include "app/commands.hpp"
 #include "app/option_values.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "core/utf8.hpp"
 #include "io/safetensors.hpp"
 #include "io/path_query.hpp"
@@ -33,6 +34,8 @@ namespace po = boost::program_options;
 namespace vinf::app {
 
 namespace {
+
+const Reporter kEncodeTextVoice("vinf encode-text:", true);
 
 // The prompts of --prompt-file, one per line (UTF-8), after the --prompt ones.
 void add_prompt_file(const std::string& prompt_file, std::vector<std::string>& prompts) {
@@ -105,7 +108,7 @@ Encoded encode_clip_texts(Runtime& rt, const std::string& encoder_dir, const std
                           int max_length_opt) {
   Encoded e;
   const model::ClipTokenizer tokenizer = model::ClipTokenizer::load(tokenizer_dir);
-  for (const std::string& w : tokenizer.warnings()) std::cerr << "vinf encode-text: warning: " << w << "\n";
+  for (const std::string& w : tokenizer.warnings()) kEncodeTextVoice.warn(w);
   VINF_INPUT_CHECK(!max_length_given || max_length_opt == tokenizer.max_length(), "vinf encode-text: --max-length ",
                    max_length_opt, " differs from the CLIP tokenizer's ", tokenizer.max_length(), " tokens (",
                    tokenizer.source(), "): CLIP's length is fixed by its position embeddings");
@@ -119,8 +122,8 @@ Encoded encode_clip_texts(Runtime& rt, const std::string& encoder_dir, const std
     const model::TokenizedText& t = tokens[i];
     const std::string name = i < prompts ? "prompt " + std::to_string(i) : "the negative prompt";
     if (t.truncated())
-      std::cerr << "vinf encode-text: warning: " << name << " has " << t.length << " tokens; the text encoder takes "
-                << e.length << ", so these are dropped: '" << excerpt(t.dropped) << "'\n";
+      kEncodeTextVoice.warn(name, " has ", t.length, " tokens; the text encoder takes ", e.length,
+                            ", so these are dropped: '", excerpt(t.dropped), "'");
     if (i < prompts) e.ids.insert(e.ids.end(), t.ids.begin(), t.ids.end());
   }
   return e;
@@ -141,8 +144,8 @@ Encoded encode_t5_texts(Runtime& rt, const std::string& encoder_dir, const std::
     const model::T5TokenizedText& t = tokens[i];
     const std::string name = i < prompts ? "prompt " + std::to_string(i) : "the negative prompt";
     if (t.truncated())
-      std::cerr << "vinf encode-text: warning: " << name << " has " << t.length << " tokens with eos; --max-length is "
-                << length << ", so its last " << t.length - length << " tokens are dropped\n";
+      kEncodeTextVoice.warn(name, " has ", t.length, " tokens with eos; --max-length is ", length, ", so its last ",
+                            t.length - length, " tokens are dropped");
     if (i < prompts) {
       e.ids.insert(e.ids.end(), t.ids.begin(), t.ids.end());
       e.mask.insert(e.mask.end(), t.mask.begin(), t.mask.end());
@@ -260,10 +263,9 @@ int encode_text(const std::vector<std::string>& args) {
   if (clean) meta["prompt_clean"] = "wan";
   if (!negative.empty()) meta["negative_prompt"] = negative[0];
   io::write_safetensors(out_path, tensors, meta);
-  if (!quiet)
-    std::cerr << "vinf encode-text: " << n << " prompt(s)" << (negative.empty() ? "" : " and the negative") << ", "
-              << e.length << " tokens x " << e.width << " on " << device.name() << " in " << seconds << " s; wrote "
-              << out_path << "\n";
+  Reporter("vinf encode-text:", true, quiet)
+      .say(n, " prompt(s)", negative.empty() ? "" : " and the negative", ", ", e.length, " tokens x ", e.width, " on ",
+           device.name(), " in ", seconds, " s; wrote ", out_path);
   return 0;
 }
 

@@ -9,10 +9,10 @@
 #include "app/commands.hpp"
 #include "app/generate_options.hpp"
 #include "app/generate_run.hpp"
+#include "core/progress.hpp"
 #include "job/job.hpp"
 #include "pipeline/stop_signals.hpp"
 #include "pipeline/video_pipeline.hpp"
-#include "pipeline/wan_video.hpp"
 
 namespace vinf::app {
 
@@ -23,10 +23,8 @@ int generate(const std::vector<std::string>& args) {
   // A job list is read (and refused) before MPI starts, on every rank alike.
   const std::vector<JobSpec> list = o.jobs_file.empty() ? std::vector<JobSpec>{} : read_job_list(o.jobs_file);
   const std::unique_ptr<job::Job> job = job::start_job(pipeline::open_pipeline(o)->job_plan(o), [&](int world) {
-    if (list.empty() && o.wan)
-      pipeline::check_wan_job(o, world);
-    else if (list.empty())
-      check_generate_job(o, world);
+    if (list.empty())
+      pipeline::open_pipeline(o)->check_run(o, world);
     else
       job::make_layout(o.job, world);
   });
@@ -34,8 +32,8 @@ int generate(const std::vector<std::string>& args) {
   if (o.verbose) {
     const std::vector<std::string> lines =
         job->world_session().gather_on_root(job->world_session().placement(job->device()));
-    if (!o.quiet)
-      for (const std::string& line : lines) std::cerr << "vinf generate: " << line << "\n" << std::flush;
+    const Reporter report("vinf generate:", true, o.quiet);
+    for (const std::string& line : lines) report.say(line);
   }
   if (!list.empty() || o.job.pipeline > 1) return run_job_list(args, o, list, *job);
   // Made after the job, so that the models it keeps go before the job's memory does.

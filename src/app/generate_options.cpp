@@ -50,8 +50,8 @@ po::options_description run_options(RunPlan& o, Spelled& sp) {
       "(config, times per phase and per step, bytes per collective kind, peak memory per rank).\n\n"
       "Run",
       kHelpWidth, kHelpColumn);
-  all.add_options()("help,h", "show this help")(
-      "config", path_value(&o.config_file, PathKind::file), kConfigOptionHelp)(
+  all.add_options()("help,h", "show this help")("config", path_value(&o.config_file, PathKind::file),
+                                                kConfigOptionHelp)(
       "model", path_value(&o.model, PathKind::directory, {"builtin:"}),
       "the model: a diffusers pipeline directory (unet/, vae/, text_encoder/, tokenizer/) or a UNet directory, "
       "or builtin:tiny / builtin:small (random weights made in memory from --model.seed, with a random text "
@@ -59,8 +59,8 @@ po::options_description run_options(RunPlan& o, Spelled& sp) {
       "tokenizer/, scheduler/; README: A second model family)")(
       "out", path_value(&o.out, PathKind::out_dir),
       "output directory (default outputs/<name>-<Slurm job id, or date-time>); an existing one is refused "
-      "unless --overwrite")(
-      "name", po::value(&o.name), "run name for the default output directory (default: the config file's name)")(
+      "unless --overwrite")("name", po::value(&o.name),
+                            "run name for the default output directory (default: the config file's name)")(
       "jobs", path_value(&o.jobs_file, PathKind::file),
       "a job list (JSON Lines or CSV, see jobs/README.md): many videos in one run, each with its own options "
       "(the line's win over the command line's, which win over --config's) writing OUT/<out> (or OUT/job-<k>); "
@@ -73,13 +73,13 @@ po::options_description run_options(RunPlan& o, Spelled& sp) {
       "verbose,v", po::value(&o.verbose)->default_value(o.verbose)->implicit_value(true),
       "also print each rank's node, local rank, visible GPUs and device, the schedule, the prompts per clip, "
       "every step (not only every 10 s in a log), each checkpoint's time and each rank's bytes per collective "
-      "kind")(
-      "debug", po::value(&o.debug)->default_value(o.debug)->implicit_value(true),
-      "check the output of every UNet module for NaN or infinity at each step, so that a step whose latents "
-      "are not finite names the first module that went wrong (slower: every module's output is read back)")(
-      "device", po::value(&sp.device)->default_value(sp.device), "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
-      "dtype", po::value(&sp.dtype)->default_value(sp.dtype), kDtypeOptionHelp)(
-      "tf32", po::bool_switch(&o.job.tf32), kTf32OptionHelp)(
+      "kind")("debug", po::value(&o.debug)->default_value(o.debug)->implicit_value(true),
+              "check the output of every UNet module for NaN or infinity at each step, so that a step whose latents "
+              "are not finite names the first module that went wrong (slower: every module's output is read back)")(
+      "device", po::value(&sp.device)->default_value(sp.device),
+      "auto | cpu | cuda (auto: CUDA when every rank has a GPU)")(
+      "dtype", po::value(&sp.dtype)->default_value(sp.dtype), kDtypeOptionHelp)("tf32", po::bool_switch(&o.job.tf32),
+                                                                                kTf32OptionHelp)(
       "comm-backend", po::value(&sp.comm_backend)->default_value(sp.comm_backend),
       "auto | mpi | nccl (auto: NCCL on GPUs, MPI on the CPU)")(
       "comm-timeout", zero_or(&o.job.comm_timeout, 1, 604800)->default_value(o.job.comm_timeout),
@@ -89,9 +89,9 @@ po::options_description run_options(RunPlan& o, Spelled& sp) {
 }
 
 po::options_description model_options(RunPlan& o) {
-
   po::options_description model("[model]", kHelpWidth, kHelpColumn);
-  model.add_options()("model.unet", path_value(&o.unet, PathKind::directory), "UNet directory, when it is not MODEL/unet")(
+  model.add_options()("model.unet", path_value(&o.unet, PathKind::directory),
+                      "UNet directory, when it is not MODEL/unet")(
       "model.vae", path_value(&o.vae, PathKind::directory),
       "VAE directory, when it is not MODEL/vae (without a VAE the run writes latents only; builtin: models "
       "have a random one)")(
@@ -102,8 +102,8 @@ po::options_description model_options(RunPlan& o) {
       "CLIP tokenizer directory (vocab.json, merges.txt, tokenizer_config.json), when it is not MODEL/tokenizer")(
       "model.scheduler-config", path_value(&o.scheduler_config, PathKind::file_or_dir),
       "diffusers scheduler_config.json (file or directory; default MODEL/scheduler/ when present, else "
-      "zeroscope's values)")(
-      "model.seed", ranged(&o.model_seed, 0, kMaxSeed)->default_value(o.model_seed), "weights seed of a builtin: model")(
+      "zeroscope's values)")("model.seed", ranged(&o.model_seed, 0, kMaxSeed)->default_value(o.model_seed),
+                             "weights seed of a builtin: model")(
       "model.lora", path_value(&o.lora, PathKind::file),
       "a LoRA file in diffusers' layout (vinf train --train.lora writes one): its adapters of the attention "
       "projections are merged into the UNet's weights when they load")(
@@ -131,7 +131,8 @@ po::options_description sampler_options(RunPlan& o, Spelled& sp) {
       "sampler.scheduler", po::value(&sp.scheduler)->default_value(sp.scheduler),
       "dpmpp-sde (DPM-Solver++ SDE, linspace timesteps: what the released code runs), dpmpp-sde-karras, "
       "dpmpp (ODE), ddim; for a Wan2.1 model: unipc (its pipeline's, the default there) or flow-euler, on the "
-      "flow sigmas of its scheduler/ (flow_shift)")("sampler.steps", ranged(&o.steps, 1, 1000)->default_value(o.steps), "denoising steps")(
+      "flow sigmas of its scheduler/ (flow_shift)")("sampler.steps", ranged(&o.steps, 1, 1000)->default_value(o.steps),
+                                                    "denoising steps")(
       "sampler.guidance", ranged(&o.guidance, 0, 100)->default_value(o.guidance),
       "classifier-free guidance scale (> 1 runs the negative and the positive branch; <= 1 only the positive)")(
       "sampler.seed", ranged(&o.seed, 0, kMaxSeed)->default_value(o.seed), "noise seed")(
@@ -211,9 +212,8 @@ po::options_description long_options(RunPlan& o, Spelled& sp) {
       "windows: frames from one window's start to the next (window - stride frames overlap)")(
       "long.blend", po::value(&sp.blend)->default_value(sp.blend),
       "windows: linear (a window's weight ramps across its overlaps) or uniform (the mean of the windows "
-      "over a frame)")(
-      "long.fifo-window", ranged(&l.fifo_window, 1, 1000)->default_value(l.fifo_window),
-      "fifo: f, frames per partition (the model's training length)")(
+      "over a frame)")("long.fifo-window", ranged(&l.fifo_window, 1, 1000)->default_value(l.fifo_window),
+                       "fifo: f, frames per partition (the model's training length)")(
       "long.fifo-partitions", ranged(&l.fifo_partitions, 1, 1000)->default_value(l.fifo_partitions),
       "fifo: n, partitions of the queue; the queue and the schedule have f x n levels (--sampler.steps is "
       "overridden), the partitions can run on up to n ranks")(
@@ -367,8 +367,8 @@ void resolve_family(RunPlan& o, const Spelled& sp, const po::variables_map& vm) 
   if (!given("video.width")) o.width = 832;
   if (!given("sampler.steps")) o.steps = 50;
   if (!given("sampler.guidance")) o.guidance = 5;
-  VINF_INPUT_CHECK(o.max_text_length >= 1 && o.max_text_length <= 16384, "--prompt.max-length must be in [1, 16384], got ",
-                   o.max_text_length);
+  VINF_INPUT_CHECK(o.max_text_length >= 1 && o.max_text_length <= 16384,
+                   "--prompt.max-length must be in [1, 16384], got ", o.max_text_length);
 }
 
 // [video], [sampler] and [output]'s frame rate.
@@ -395,8 +395,8 @@ void check_text(RunPlan& o, const Labels& label) {
                    "no prompt: give --prompt.text (repeatable) or --prompt.embeddings FILE");
   for (std::size_t i = 0; i < o.prompts.size(); ++i) {
     const std::size_t bad = first_invalid_utf8(o.prompts[i]);
-    VINF_INPUT_CHECK(bad == std::string::npos, label("prompt.text"), " number ", i + 1, " is not valid UTF-8 (byte ", bad,
-                     "); save the command line or INI file as UTF-8");
+    VINF_INPUT_CHECK(bad == std::string::npos, label("prompt.text"), " number ", i + 1, " is not valid UTF-8 (byte ",
+                     bad, "); save the command line or INI file as UTF-8");
   }
   VINF_INPUT_CHECK(first_invalid_utf8(o.negative) == std::string::npos, "--prompt.negative is not valid UTF-8 (byte ",
                    first_invalid_utf8(o.negative), "); save the command line or INI file as UTF-8");
@@ -435,7 +435,8 @@ void check_run(const RunPlan& o, const po::variables_map& vm) {
     VINF_INPUT_CHECK(o.evaluate, "--evaluate.clip-vision is for --evaluate's similarities: add --evaluate");
     for (const char* f : {"config.json", "model.safetensors"})
       VINF_INPUT_CHECK(io::is_regular_file(o.evaluate_clip_vision + "/" + f), "--evaluate.clip-vision ",
-                       o.evaluate_clip_vision, " has no ", f, " (a transformers CLIPVisionModelWithProjection directory)");
+                       o.evaluate_clip_vision, " has no ", f,
+                       " (a transformers CLIPVisionModelWithProjection directory)");
   }
   if (!o.latents_init.empty())
     VINF_INPUT_CHECK(io::is_regular_file(o.latents_init), "--latents-init ", o.latents_init, ": no such file");
@@ -529,9 +530,10 @@ void check_overridden(RunPlan& o, const po::variables_map& vm) {
                    "both give the negative prompt (the file's negative_prompt_embeds): give one of them (vinf ",
                    "encode-text --negative TEXT writes it into the file)");
   const bool ddim = !o.wan && o.scheduler == sampling::SchedulerKind::ddim;
-  VINF_INPUT_CHECK(!given(vm, "sampler.eta") || ddim, "--sampler.eta is DDIM's noise scale, but this run's scheduler ",
-                   "has none (", o.wan ? "a Wan flow scheduler" : "--sampler.scheduler " + std::string(vm["sampler.scheduler"].as<std::string>()),
-                   "): use --sampler.scheduler ddim (or --long.mode fifo, which steps with DDIM), or leave --sampler.eta out");
+  VINF_INPUT_CHECK(
+      !given(vm, "sampler.eta") || ddim, "--sampler.eta is DDIM's noise scale, but this run's scheduler ", "has none (",
+      o.wan ? "a Wan flow scheduler" : "--sampler.scheduler " + std::string(vm["sampler.scheduler"].as<std::string>()),
+      "): use --sampler.scheduler ddim (or --long.mode fifo, which steps with DDIM), or leave --sampler.eta out");
   const auto note = [&](bool applies, const char* option, const std::string& why) {
     if (given(vm, option) && !applies) o.notes.push_back(std::string("--") + option + " is ignored: " + why);
   };
@@ -549,12 +551,14 @@ void check_overridden(RunPlan& o, const po::variables_map& vm) {
 
 void print_help(const po::options_description& opts) {
   std::cout << opts << "\n"
-            << kRankLayoutHelp << "\nExit status: 0 on success, 2 for bad input (the message names the option, file or key), 1 for "
+            << kRankLayoutHelp
+            << "\nExit status: 0 on success, 2 for bad input (the message names the option, file or key), 1 for "
                "other\nfailures, 3 when a collective timed out, "
             << kExitStopped
             << " when a stop signal (SIGTERM, SIGUSR1) ended the run\nafter a checkpoint (run again with "
                "--resume auto). A failure on any rank ends every rank.\nWith --jobs: 2 when a job failed on bad "
-               "input (the other jobs ran; OUT/jobs.json says which), " << kExitStopped
+               "input (the other jobs ran; OUT/jobs.json says which), "
+            << kExitStopped
             << "\nafter a stop signal (run the same command again: finished jobs are skipped, interrupted ones "
                "resume).\n";
 }
@@ -599,51 +603,6 @@ int parse_generate_options(const std::vector<std::string>& args, RunPlan& o, con
   return 0;
 }
 
-namespace {
-
-// Windows and FIFO partitions spread over the ranks: no rank may be left without one.
-void check_long_ranks(const RunPlan& o, int ranks) {
-  const sampling::LongVideoConfig& l = o.long_video;
-  if (l.mode == sampling::LongMode::windows) {
-    const auto windows = static_cast<int>(sampling::sliding_windows(o.frames, l.window, l.stride).size());
-    VINF_INPUT_CHECK(ranks <= windows, "--long.mode windows: ", o.frames, " frames make ", windows, " window(s) of ",
-                     std::min<std::int64_t>(l.window, o.frames), " every ", l.stride, " frames, fewer than the ", ranks,
-                     " ranks; use at most ", windows, " rank(s), or more frames or a smaller --long.stride");
-    return;
-  }
-  VINF_INPUT_CHECK(ranks <= l.fifo_partitions, "--long.mode fifo: ", ranks, " ranks for ", l.fifo_partitions,
-                   " partitions (--long.fifo-partitions); use at most ", l.fifo_partitions, " rank(s), or more partitions");
-  VINF_INPUT_CHECK(o.frames >= l.fifo_window, "--long.mode fifo makes at least --long.fifo-window = ", l.fifo_window,
-                   " frames (its base video); got --video.frames ", o.frames);
-}
-
-}  // namespace
-
-void check_generate_job(RunPlan& o, int world_size) {
-  VINF_INPUT_CHECK(world_size % o.cfg() == 0, "--parallel.cfg 2 needs an even number of ranks (2 x clips), got ",
-                   world_size);
-  const int clips = job::make_layout(o.job, world_size).clips;
-  if (o.frames == 0) o.frames = o.frames_per_clip * clips;
-  if (!o.long_clips()) check_long_ranks(o, clips);
-  if (!o.wan) {
-    const PromptParts parts = prompt_parts(o, clips);
-    sampling::check_prompts_used(static_cast<std::int64_t>(o.prompts.size()), parts.count, parts.name, o.prompts_source);
-  }
-  if (!o.long_clips()) return;
-  VINF_INPUT_CHECK(o.frames >= clips, "--video.frames ", o.frames, " is fewer than the ", clips,
-                   " clip ranks; use at most ", o.frames, " ranks or more frames");
-  try {
-    infinity::check_partition(o.vi, o.frames, clips);
-  } catch (const InputError& e) {
-    if (o.vi_import.empty()) throw;
-    // The options named may come from the file: say which fields they are.
-    VINF_INPUT_FAIL(e.what(), " (--import-vi-config ", o.vi_import,
-                    ": plugin_configs.attn.padding is --vi.local-frames, attn.top_k --vi.global-frames, "
-                    "conv_layer.padding --vi.conv-halo, and the frames are pipe_configs.num_frames x clip ranks, "
-                    "unless the options are given)");
-  }
-}
-
 // -- vinf plan: generate's options, for a plan of the same run -----------------------------------
 
 namespace {
@@ -655,7 +614,9 @@ void print_plan_help(const po::options_description& own, const std::string& usag
   text << gen;
   const std::string all = text.str();
   const std::size_t run = all.find("\nRun:\n");
-  std::cout << usage << "\n\n" << own << "\n" << (run == std::string::npos ? all : all.substr(run + 1)) << "\n"
+  std::cout << usage << "\n\n"
+            << own << "\n"
+            << (run == std::string::npos ? all : all.substr(run + 1)) << "\n"
             << kRankLayoutHelp;
 }
 
@@ -678,9 +639,11 @@ int parse_plan_options(const std::vector<std::string>& args, RunPlan& o, const p
   if (!o.vi_import.empty()) import_pipe_configs(o, vm, from_file);
   const Labels label(from_file);
   check_model(o);
-  VINF_INPUT_CHECK(!o.unet.empty() || pipeline::model_family(o.model) == pipeline::ModelFamily::unet,
-                   "vinf plan: --model ", o.model, " is a Wan2.1 pipeline; plan estimates the UNet family's layouts ",
-                   "(a Wan video runs on one rank, two with --parallel.cfg 2, or its frames over ranks with --vi.mode exact ", "or invariant)");
+  VINF_INPUT_CHECK(
+      !o.unet.empty() || pipeline::model_family(o.model) == pipeline::ModelFamily::unet, "vinf plan: --model ", o.model,
+      " is a Wan2.1 pipeline; plan estimates the UNet family's layouts ",
+      "(a Wan video runs on one rank, two with --parallel.cfg 2, or its frames over ranks with --vi.mode exact ",
+      "or invariant)");
   check_video_and_sampler(o, label);
   o.scheduler = sampling::parse_scheduler(sp.scheduler);
   // A plan reads no text, and its replicas need no job list: the rest is checked as generate does.

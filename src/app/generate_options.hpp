@@ -33,10 +33,6 @@ int parse_plan_options(const std::vector<std::string>& args, RunPlan& o,
 
 using pipeline::kExitStopped;
 
-// Checks against the job: clip ranks and the frames, CFG, the partition, a clip (or window) for
-// every prompt. Throws vinf::InputError.
-void check_generate_job(RunPlan& o, int world_size);
-
 using pipeline::imported_fields_note;
 using pipeline::prompt_parts;
 using pipeline::PromptParts;

@@ -16,8 +16,8 @@
 #include "pipeline/run_dir.hpp"
 #include "pipeline/stop_signals.hpp"
 #include "pipeline/video_pipeline.hpp"
-#include "pipeline/wan_video.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "io/atomic_file.hpp"
 #include "job/queue.hpp"
 
@@ -26,6 +26,8 @@ namespace fs = std::filesystem;
 namespace vinf::app {
 
 namespace {
+
+const Reporter kJobsVoice("vinf generate:", true);
 
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::ordered_json;
@@ -45,13 +47,23 @@ std::string now_text() {
 // on every change.
 class JobRecord {
  public:
-  JobRecord(std::string dir, const std::vector<JobSpec>& list, const std::string& list_path) : path_(dir + "/jobs.json") {
+  JobRecord(std::string dir, const std::vector<JobSpec>& list, const std::string& list_path)
+      : path_(dir + "/jobs.json") {
     doc_ = {{"format", "vinf-jobs"}, {"format_version", 1}, {"jobs_file", list_path}, {"updated", now_text()}};
     json jobs = json::array();
     for (const JobSpec& s : list)
-      jobs.push_back({{"index", s.index}, {"out", s.out}, {"dir", dir + "/" + s.out}, {"line", s.line},
-                      {"spec", s.text}, {"status", "pending"}, {"message", ""}, {"replica", nullptr},
-                      {"seconds", 0.0}, {"starts", 0}, {"started_s", nullptr}, {"ended_s", nullptr},
+      jobs.push_back({{"index", s.index},
+                      {"out", s.out},
+                      {"dir", dir + "/" + s.out},
+                      {"line", s.line},
+                      {"spec", s.text},
+                      {"status", "pending"},
+                      {"message", ""},
+                      {"replica", nullptr},
+                      {"seconds", 0.0},
+                      {"starts", 0},
+                      {"started_s", nullptr},
+                      {"ended_s", nullptr},
                       {"updated", nullptr}});
     doc_["jobs"] = std::move(jobs);
   }
@@ -67,15 +79,16 @@ class JobRecord {
         std::ifstream in(path_);
         earlier = json::parse(in);
       } catch (const std::exception& e) {
-        std::cerr << "vinf generate: warning: " << path_ << " is not readable JSON (" << e.what()
-                  << "); every job's own directory decides whether it is finished\n";
+        kJobsVoice.warn(path_, " is not readable JSON (", e.what(),
+                        "); every job's own directory decides whether it is finished");
       }
     }
     for (json& j : doc_["jobs"]) {
       const json* old = find_same(earlier, j);
       if (old) {
         const std::string st = (*old)["status"].get<std::string>();
-        const bool finished = (st == "done" || st == "skipped") && fs::exists(j["dir"].get<std::string>() + "/run.json");
+        const bool finished =
+            (st == "done" || st == "skipped") && fs::exists(j["dir"].get<std::string>() + "/run.json");
         if (finished || st == "failed") {
           for (const char* k : {"status", "message", "replica", "seconds", "starts", "started_s", "ended_s", "updated"})
             if (old->contains(k)) j[k] = (*old)[k];
@@ -142,7 +155,8 @@ RunPlan plan_job(const std::vector<std::string>& args, const RunPlan& base, cons
   const int status = parse_generate_options(args, o, &spec.args);
   VINF_INPUT_CHECK(status == 0, "--help in a job line");
   const auto same = [&](bool equal, const char* what) {
-    VINF_INPUT_CHECK(equal, "its ", what, " differ(s) from the run's (a config file of the job's sets it?); the "
+    VINF_INPUT_CHECK(equal, "its ", what,
+                     " differ(s) from the run's (a config file of the job's sets it?); the "
                      "replicas load the model once and keep their layout: run another job list for it");
   };
   // A job's plan names the pipeline's own text encoder and tokenizer where the command line left
@@ -163,8 +177,7 @@ RunPlan plan_job(const std::vector<std::string>& args, const RunPlan& base, cons
   o.name = spec.out;
   o.job_label = spec.out;
   if (o.resume.empty()) o.resume = "auto";  // a job list resumes its interrupted jobs
-  if (o.wan) pipeline::check_wan_plan(o);
-  else check_generate_job(o, world);
+  pipeline::open_pipeline(o)->check_job(o, world);
   return o;
 }
 
@@ -173,9 +186,13 @@ RunPlan plan_job(const std::vector<std::string>& args, const RunPlan& base, cons
 void send_state(job::Job& job, int to, int index, const StageState* s) {
   json h = {{"kind", s ? "job" : "end"}, {"index", index}};
   if (s)
-    h.update({{"out_dir", s->out_dir}, {"step", s->step}, {"first_step", s->first_step},
-              {"step_seconds", s->step_seconds}, {"denoise_seconds", s->denoise_seconds},
-              {"checkpoint_seconds", s->checkpoint_seconds}, {"resumed_from", s->resumed_from},
+    h.update({{"out_dir", s->out_dir},
+              {"step", s->step},
+              {"first_step", s->first_step},
+              {"step_seconds", s->step_seconds},
+              {"denoise_seconds", s->denoise_seconds},
+              {"checkpoint_seconds", s->checkpoint_seconds},
+              {"resumed_from", s->resumed_from},
               {"text", {s->text.prompts, s->text.tokens, s->text.width}}});
   std::vector<const std::vector<float>*> arrays;
   if (s) arrays = {&s->latents, &s->previous_x0, &s->text.prompt_embeds, &s->text.negative_prompt_embeds};
@@ -233,8 +250,10 @@ class Stage {
     } else {
       while (auto got = receive_state(job_, from_)) {
         // Stopping: the job's hand-off is in its checkpoints; take in the rest until the end.
-        if (stopping()) report(got->first, "stopped", "stopped before this stage began it", 0);
-        else run_job(got->first, &got->second);
+        if (stopping())
+          report(got->first, "stopped", "stopped before this stage began it", 0);
+        else
+          run_job(got->first, &got->second);
       }
     }
     if (to_ >= 0) send_state(job_, to_, -1, nullptr);
@@ -269,7 +288,8 @@ class Stage {
         case VideoEnd::finished_before: report(k, "skipped", "", took); break;
         case VideoEnd::stopped:
           stopped_ = true;
-          report(k, "stopped", std::string("stopped by ") + pipeline::signal_name(v.stop_signal) + " after a checkpoint", took);
+          report(k, "stopped",
+                 std::string("stopped by ") + pipeline::signal_name(v.stop_signal) + " after a checkpoint", took);
           break;
         case VideoEnd::handed_on:
           report(k, "handed-on", "", took);
@@ -279,9 +299,11 @@ class Stage {
     } catch (const InputError& e) {
       if (list_.empty()) throw;  // one video: refused as a single run is
       // Bad input of this job, seen alike by every rank of the unit: the others go on.
-      if (job_.root())
-        std::cerr << "vinf generate [" << (spec.out.empty() ? "job" : spec.out) << "]: error: " << e.what()
-                  << "\nvinf generate: the job is recorded as failed; the other jobs go on\n" << std::flush;
+      if (job_.root()) {
+        Reporter("vinf generate [" + (spec.out.empty() ? std::string("job") : spec.out) + "]:", true)
+            .note("error: ", e.what());
+        kJobsVoice.note("the job is recorded as failed; the other jobs go on");
+      }
       report(k, "failed", e.what(), seconds_since(t0));
     }
   }
@@ -311,16 +333,16 @@ std::string list_directory(const RunPlan& base, job::Job& job) {
 }
 
 void print_summary(const JobRecord& record) {
-  std::cerr << "vinf generate: jobs (" << record.path() << "):\n";
+  kJobsVoice.note("jobs (", record.path(), "):");
   for (const json& j : record.jobs()) {
     char line[160];
     std::snprintf(line, sizeof line, "  %-24s %-8s %8.1f s  ", j["out"].get<std::string>().c_str(),
                   j["status"].get<std::string>().c_str(), j["seconds"].get<double>());
     std::cerr << line << j["message"].get<std::string>() << "\n";
   }
-  std::cerr << "vinf generate: " << record.count("done") << " done, " << record.count("failed") << " failed, "
-            << record.count("stopped") + record.count("pending") + record.count("running") << " to do; "
-            << "jobs/summarize " << fs::path(record.path()).parent_path().string() << " tabulates them\n" << std::flush;
+  kJobsVoice.note(record.count("done"), " done, ", record.count("failed"), " failed, ",
+                  record.count("stopped") + record.count("pending") + record.count("running"), " to do; ",
+                  "jobs/summarize ", fs::path(record.path()).parent_path().string(), " tabulates them");
 }
 
 }  // namespace
@@ -334,10 +356,10 @@ int run_job_list(const std::vector<std::string>& args, const RunPlan& base, cons
   if (world.rank() == 0 && !list.empty()) {
     record = std::make_unique<JobRecord>(list_dir, list, base.jobs_file);
     order = record->take_over_earlier();
-    if (!base.quiet)
-      std::cerr << "vinf generate: " << list.size() << " job(s) in " << base.jobs_file << ", " << order.size()
-                << " to run (" << list_dir << "/jobs.json has the others), " << job.layout().data << " replica(s) x "
-                << job.layout().pipeline << " pipeline stage(s) of " << job.layout().unit() << " rank(s)\n" << std::flush;
+    Reporter("vinf generate:", true, base.quiet)
+        .say(list.size(), " job(s) in ", base.jobs_file, ", ", order.size(), " to run (", list_dir,
+             "/jobs.json has the others), ", job.layout().data, " replica(s) x ", job.layout().pipeline,
+             " pipeline stage(s) of ", job.layout().unit(), " rank(s)");
   }
   job::JobQueue queue(job, order, [&](const job::JobReport& r) {
     if (record) record->apply(r);

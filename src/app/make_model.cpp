@@ -25,6 +25,27 @@ namespace po = boost::program_options;
 
 namespace vinf::app {
 
+namespace {
+
+// Progress in tenths for a part of more than 64 M parameters.
+std::function<void(std::size_t, std::size_t)> progress_for(std::int64_t count, std::string label) {
+  return [count, label = std::move(label), last_pct = -1](std::size_t done, std::size_t total) mutable {
+    const int pct = static_cast<int>(100 * done / total);
+    if (count > (std::int64_t{1} << 26) && pct / 10 != last_pct / 10)
+      std::cerr << "  " << label << pct << "%\n" << std::flush;
+    last_pct = pct;
+  };
+}
+
+std::string describe(std::int64_t tensors, std::int64_t count, DType dt) {
+  std::ostringstream o;
+  o << tensors << " tensors, " << count << " parameters as " << dtype_name(dt) << " ("
+    << format_mib(static_cast<double>(count) * static_cast<double>(dtype_size(dt))) << ")";
+  return o.str();
+}
+
+}  // namespace
+
 int make_model(const std::vector<std::string>& args) {
   std::string config_file, preset, out, dtype_opt, layout = "unet";
   std::uint64_t seed = 0;
@@ -54,12 +75,13 @@ int make_model(const std::vector<std::string>& args) {
       "command line wins.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", path_value(&config_file, PathKind::file), kConfigOptionHelp)(
       "preset", po::value(&preset), "tiny | small | vc2 | wan-tiny | wan-1.3b | wan-14b")(
-      "seed", ranged(&seed, 0, 9007199254740991.0)->default_value(0), "random seed (the same seed gives the same weights)")(
-      "out", path_value(&out, PathKind::out_dir), "model directory to create")(
+      "seed", ranged(&seed, 0, 9007199254740991.0)->default_value(0),
+      "random seed (the same seed gives the same weights)")("out", path_value(&out, PathKind::out_dir),
+                                                            "model directory to create")(
       "layout", po::value(&layout)->default_value(layout), "unet (DIR is a UNet directory) | pipeline")(
-      "dtype", po::value(&dtype_opt), "weight dtype f32 | f16 | bf16 (default: f16 for vc2, bf16 for wan-1.3b and wan-14b, f32 otherwise;\n"
-                                   "a Wan pipeline's VAE is f32)")(
-      "overwrite", po::bool_switch(&overwrite), "replace a model already in DIR");
+      "dtype", po::value(&dtype_opt),
+      "weight dtype f32 | f16 | bf16 (default: f16 for vc2, bf16 for wan-1.3b and wan-14b, f32 otherwise;\n"
+      "a Wan pipeline's VAE is f32)")("overwrite", po::bool_switch(&overwrite), "replace a model already in DIR");
   po::variables_map vm;
   parse_options(args, opts, vm, "make-model");
   if (vm.count("help")) {
@@ -72,12 +94,14 @@ int make_model(const std::vector<std::string>& args) {
   VINF_INPUT_CHECK(std::find(presets.begin(), presets.end(), preset) != presets.end(), "--preset '", preset,
                    "' is not a preset; the presets are tiny, small, vc2, wan-tiny, wan-1.3b and wan-14b");
   const bool wan = preset.rfind("wan-", 0) == 0;
-  const model::WanTransformerConfig wan_config = wan ? model::wan_transformer_preset(preset) : model::WanTransformerConfig{};
+  const model::WanTransformerConfig wan_config =
+      wan ? model::wan_transformer_preset(preset) : model::WanTransformerConfig{};
   const model::UNetConfig config = wan ? model::UNetConfig{} : model::preset_config(preset);
   DType dtype = wan ? (preset == "wan-tiny" ? DType::f32 : DType::bf16) : model::preset_default_dtype(preset);
   if (vm.count("dtype"))
-    VINF_INPUT_CHECK(parse_dtype(dtype_opt, dtype) && (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16),
-                     "--dtype must be f32, f16 or bf16, got '", dtype_opt, "'");
+    VINF_INPUT_CHECK(
+        parse_dtype(dtype_opt, dtype) && (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16),
+        "--dtype must be f32, f16 or bf16, got '", dtype_opt, "'");
   VINF_INPUT_CHECK(layout == "unet" || layout == "pipeline", "--layout must be unet or pipeline, got '", layout, "'");
   const bool pipeline = layout == "pipeline";
   std::error_code ec;
@@ -89,24 +113,11 @@ int make_model(const std::vector<std::string>& args) {
     VINF_INPUT_CHECK(overwrite || !std::filesystem::exists(p, ec), p.string(),
                      " already exists; pass --overwrite to replace the model in ", out, " or choose another --out");
   }
-  // Progress in tenths for a part of more than 64 M parameters.
-  auto progress_for = [](std::int64_t count, std::string label) {
-    return [count, label = std::move(label), last_pct = -1](std::size_t done, std::size_t total) mutable {
-      const int pct = static_cast<int>(100 * done / total);
-      if (count > (std::int64_t{1} << 26) && pct / 10 != last_pct / 10) std::cerr << "  " << label << pct << "%\n" << std::flush;
-      last_pct = pct;
-    };
-  };
-  auto describe = [](std::int64_t tensors, std::int64_t count, DType dt) {
-    std::ostringstream o;
-    o << tensors << " tensors, " << count << " parameters as " << dtype_name(dt) << " ("
-      << format_mib(static_cast<double>(count) * static_cast<double>(dtype_size(dt))) << ")";
-    return o.str();
-  };
+  const Reporter voice("vinf make-model:", true);
   if (wan && pipeline) {
     const model::WanPipelinePreset p = model::wan_pipeline_preset(preset);
     const auto parts = model::wan_pipeline_weights(p, seed, dtype);
-    std::cerr << "vinf make-model: " << preset << " pipeline, seed " << seed << " -> " << out << "\n";
+    voice.note(preset, " pipeline, seed ", seed, " -> ", out);
     std::map<std::string, std::function<void(std::size_t, std::size_t)>> progress;
     for (const model::WanPipelineWeights& w : parts) {
       const std::int64_t count = model::parameter_count(w.params);
@@ -114,31 +125,31 @@ int make_model(const std::vector<std::string>& args) {
                 << ", seed " << w.seed << "\n";
       progress[w.part] = progress_for(count, w.part + " ");
     }
-    std::cerr << "  tokenizer: SentencePiece unigram, " << p.tokenizer_pieces << " pieces trained on the built-in text\n"
-              << "  scheduler: UniPC with flow sigmas, flow_shift " << std::fixed << std::setprecision(1) << p.flow_shift
-              << std::defaultfloat << "\n";
-    model::write_random_wan_pipeline(p, seed, dtype, out, [&](const model::WanPipelineWeights& w, std::size_t done,
-                                                              std::size_t total) { progress[w.part](done, total); });
-    std::cerr << "vinf make-model: wrote the Wan pipeline " << out
-              << " (transformer/, vae/, text_encoder/, tokenizer/, scheduler/, model_index.json)\n";
+    std::cerr << "  tokenizer: SentencePiece unigram, " << p.tokenizer_pieces
+              << " pieces trained on the built-in text\n"
+              << "  scheduler: UniPC with flow sigmas, flow_shift " << std::fixed << std::setprecision(1)
+              << p.flow_shift << std::defaultfloat << "\n";
+    model::write_random_wan_pipeline(p, seed, dtype, out,
+                                     [&](const model::WanPipelineWeights& w, std::size_t done, std::size_t total) {
+                                       progress[w.part](done, total);
+                                     });
+    voice.note("wrote the Wan pipeline ", out,
+               " (transformer/, vae/, text_encoder/, tokenizer/, scheduler/, model_index.json)");
     return 0;
   }
   const auto params = wan ? model::wan_transformer_parameters(wan_config) : model::unet_parameters(config);
   const std::int64_t count = model::parameter_count(params);
-  std::cerr << "vinf make-model: " << preset << ": " << describe(static_cast<std::int64_t>(params.size()), count, dtype)
-            << " -> " << out << "\n";
+  voice.note(preset, ": ", describe(static_cast<std::int64_t>(params.size()), count, dtype), " -> ", out);
   auto progress = progress_for(count, "");
   if (wan) {
     model::write_random_wan_transformer(wan_config, seed, dtype, out, progress);
-    std::cerr << "vinf make-model: wrote the Wan transformer " << out << " (config.json, "
-              << "diffusion_pytorch_model.safetensors)\n";
+    voice.note("wrote the Wan transformer ", out, " (config.json, diffusion_pytorch_model.safetensors)");
   } else if (pipeline) {
     model::write_random_pipeline(preset, seed, dtype, out, progress);
-    std::cerr << "vinf make-model: wrote the pipeline " << out << " (unet/, vae/, text_encoder/, tokenizer/)\n";
+    voice.note("wrote the pipeline ", out, " (unet/, vae/, text_encoder/, tokenizer/)");
   } else {
     model::write_random_model(config, seed, dtype, out, progress);
-    std::cerr << "vinf make-model: wrote " << out << "/config.json and " << out
-              << "/diffusion_pytorch_model.safetensors\n";
+    voice.note("wrote ", out, "/config.json and ", out, "/diffusion_pytorch_model.safetensors");
   }
   return 0;
 }

@@ -36,6 +36,8 @@ namespace vinf::app {
 
 namespace {
 
+const Reporter kPrepareDataVoice("vinf prepare-data:", true);
+
 struct PrepareOptions {
   std::string videos_dir, captions, out_path, model_dir, device = "auto";
   std::int64_t width = 512, height = 320, frames = 16, frame_step = 1, clip_step = 0, max_clips = 0;
@@ -221,9 +223,9 @@ void encode_captions(Prepared& d, const model::ClipTokenizer& tokenizer, const m
   const std::vector<float> hidden = model::encode_prompts(d.rt, tokenizer, text_encoder, d.caption_texts, &tokens);
   for (std::size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i].truncated())
-      std::cerr << "vinf prepare-data: warning: the caption of " << d.video_names[i] << " has " << tokens[i].length
-                << " tokens; the text encoder takes " << tokenizer.max_length() << ", so these are dropped: '"
-                << excerpt(tokens[i].dropped) << "'\n";
+      kPrepareDataVoice.warn("the caption of ", d.video_names[i], " has ", tokens[i].length,
+                             " tokens; the text encoder takes ", tokenizer.max_length(), ", so these are dropped: '",
+                             excerpt(tokens[i].dropped), "'");
   d.length = tokenizer.max_length();
   d.width = text_encoder.config().hidden_size;
   const auto row = static_cast<std::size_t>(d.length * d.width);
@@ -318,11 +320,11 @@ int prepare_data(const std::vector<std::string>& args) {
                    " video(s) or caption(s) skipped, listed above); nothing written");
   encode_captions(d, tokenizer, text_encoder);
   write_data_file(d, *job);
-  std::cerr << "vinf prepare-data: wrote " << o.out_path << ": " << d.clip_video.size() << " clip(s) of " << o.frames
-            << " frames (" << d.lat_c << "x" << d.lh << "x" << d.lw << " latents) from " << d.video_names.size()
-            << " video(s)"
-            << (d.problems.empty() ? std::string() : ", " + std::to_string(d.problems.size()) + " problem(s) skipped")
-            << " in " << format_number(seconds_since(t0)) << " s\n";
+  kPrepareDataVoice.note(
+      "wrote ", o.out_path, ": ", d.clip_video.size(), " clip(s) of ", o.frames, " frames (", d.lat_c, "x", d.lh, "x",
+      d.lw, " latents) from ", d.video_names.size(), " video(s)",
+      d.problems.empty() ? std::string() : ", " + std::to_string(d.problems.size()) + " problem(s) skipped", " in ",
+      format_number(seconds_since(t0)), " s");
   return 0;
 }
 

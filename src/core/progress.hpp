@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -36,23 +37,39 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // One voice for a command's messages on stderr, each line flushed: "<prefix> line", the prefix
 // "vinf COMMAND:" (or with a job's label, "vinf generate [kite, stage 2/4]:"). Only the process
-// that speaks for the job prints (rank 0). say: the run's lines, silent under --quiet; detail:
-// --verbose's lines; warn: "<prefix> warning: line", also under --quiet.
+// that speaks for the job prints (rank 0). A line is its parts as an ostream writes them. say: the
+// run's lines, silent under --quiet; detail: --verbose's lines; note: a line a user must see, also
+// under --quiet; warn: "<prefix> warning: line", also under --quiet.
 class Reporter {
  public:
   Reporter() = default;
   Reporter(std::string prefix, bool speaks, bool quiet = false, bool verbose = false)
       : prefix_(std::move(prefix)), speaks_(speaks), quiet_(quiet), verbose_(verbose) {}
-  void say(const std::string& line) const {
-    if (speaks_ && !quiet_) print(line);
+  template <class... Parts>
+  void say(const Parts&... parts) const {
+    if (speaks_ && !quiet_) print(text(parts...));
   }
-  void detail(const std::string& line) const {
-    if (speaks_ && verbose_) print(line);
+  template <class... Parts>
+  void detail(const Parts&... parts) const {
+    if (speaks_ && verbose_) print(text(parts...));
   }
-  void warn(const std::string& line) const {
-    if (speaks_) print("warning: " + line);
+  template <class... Parts>
+  void note(const Parts&... parts) const {
+    if (speaks_) print(text(parts...));
+  }
+  template <class... Parts>
+  void warn(const Parts&... parts) const {
+    if (speaks_) print(text("warning: ", parts...));
   }
   const std::string& prefix() const { return prefix_; }
+  bool quiet() const { return quiet_; }
+
+  template <class... Parts>
+  static std::string text(const Parts&... parts) {
+    std::ostringstream line;
+    (line << ... << parts);
+    return line.str();
+  }
 
  private:
   void print(const std::string& line) const;

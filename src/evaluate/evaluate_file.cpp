@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "evaluate/evaluate.hpp"
 #include "infinity/config.hpp"
 #include "io/atomic_file.hpp"
@@ -106,10 +107,12 @@ class PairMeasures {
   Plane previous_gray_;
 };
 
+Reporter evaluate_voice(bool quiet) { return Reporter("vinf evaluate:", true, quiet); }
+
 void progress(bool quiet, std::int64_t done, std::int64_t total) {
   if (quiet || (done % 64 != 0 && done != total)) return;
-  std::cerr << "vinf evaluate: " << done << (total > 0 ? " of " + std::to_string(total) : std::string())
-            << " frame(s) read and measured\n";
+  evaluate_voice(quiet).say(done, total > 0 ? " of " + std::to_string(total) : std::string(),
+                            " frame(s) read and measured");
 }
 
 Input open_latents(const std::string& path) {
@@ -248,8 +251,7 @@ void evaluate_file(const std::string& input, const std::string& out_dir,
   std::string clip_note;
   if (!clip_vision_dir.empty() && latents) {
     clip_note = "not computed: the input is latents, and CLIP compares images";
-    std::cerr << "vinf evaluate: --clip-vision ignored: " << input
-              << " holds latents; CLIP similarities need a video\n";
+    evaluate_voice(quiet).note("--clip-vision ignored: ", input, " holds latents; CLIP similarities need a video");
   } else if (!clip_vision_dir.empty()) {
     clip = std::make_unique<ClipEmbedder>(clip_vision_dir);  // its errors before the video is read
   }
@@ -259,9 +261,7 @@ void evaluate_file(const std::string& input, const std::string& out_dir,
   Input in;
   if (latents) {
     in = open_latents(input);
-    if (!quiet)
-      std::cerr << "vinf evaluate: " << input << ": " << in.frames << " latent frame(s) " << in.channels << "x"
-                << in.height << "x" << in.width << "\n";
+    evaluate_voice(quiet).say(input, ": ", in.frames, " latent frame(s) ", in.channels, "x", in.height, "x", in.width);
     read_latents(in, measures, quiet);
   } else {
     in = read_video(input, measures, clip.get(), quiet);
@@ -292,10 +292,9 @@ void evaluate_file(const std::string& input, const std::string& out_dir,
   io::write_png(out_dir + "/evaluate.png", plot.data(), width, height);
   out.keep();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!quiet)
-    std::cerr << "vinf evaluate: " << in.frames << " frame(s) " << in.width << "x" << in.height << " (" << in.space
-              << "), " << chosen.size() << " boundar" << (chosen.size() == 1 ? "y" : "ies") << ", measures done in "
-              << seconds << " s; wrote evaluate.json and evaluate.png in " << out_dir << "\n";
+  evaluate_voice(quiet).say(in.frames, " frame(s) ", in.width, "x", in.height, " (", in.space, "), ", chosen.size(),
+                            " boundar", chosen.size() == 1 ? "y" : "ies", ", measures done in ", seconds,
+                            " s; wrote evaluate.json and evaluate.png in ", out_dir);
 }
 
 }  // namespace vinf::evaluate

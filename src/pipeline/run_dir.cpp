@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "io/atomic_file.hpp"
 #include "io/safetensors.hpp"
 #include "model/weights.hpp"
@@ -94,33 +95,49 @@ std::string first_rank_error(const mpi::Session& mpi, const std::string& mine) {
 
 namespace {
 
-void warn(const mpi::Session& mpi, const std::string& line) {
-  if (mpi.rank() == 0) std::cerr << "vinf generate: warning: " << line << "\n" << std::flush;
-}
+void warn(const mpi::Session& mpi, const std::string& line) { Reporter("vinf generate:", mpi.rank() == 0).warn(line); }
 
 }  // namespace
+
+std::vector<std::string> checkpoint_candidates(const mpi::Session& mpi, const std::string& resume,
+                                               const std::string& dir) {
+  if (resume != "auto") return resume.empty() ? std::vector<std::string>{} : std::vector<std::string>{resume};
+  const std::string listed = decided_by_root(mpi, [&] {
+    std::string names;
+    for (const std::string& c : io::list_checkpoints(dir)) names += c + "\n";
+    return names;
+  });
+  std::vector<std::string> candidates;  // newest first
+  for (std::size_t pos = 0, end; (end = listed.find('\n', pos)) != std::string::npos; pos = end + 1)
+    candidates.insert(candidates.begin(), listed.substr(pos, end - pos));
+  return candidates;
+}
+
+AgreedCheckpoint agree_on_checkpoint(const mpi::Session& mpi, const std::vector<std::string>& candidates,
+                                     const std::function<std::string(const std::string& path)>& open) {
+  AgreedCheckpoint agreed;
+  for (const std::string& path : candidates) {
+    const std::string why = first_rank_error(mpi, open(path));
+    if (why.empty()) {
+      agreed.path = path;
+      break;
+    }
+    agreed.skipped.emplace_back(path, why);
+  }
+  return agreed;
+}
 
 ResumePoint choose_checkpoint(const GenerateSpec& o, const std::string& out_dir, const mpi::Session& mpi,
                               const io::RunStamp& stamp, const std::vector<std::int64_t>& timesteps, const Shape& full,
                               std::int64_t first, std::int64_t count, const std::vector<std::string>& memories) {
   ResumePoint point;
-  if (o.resume.empty()) return point;
   const bool automatic = o.resume == "auto";
   const std::string dir = out_dir + "/checkpoints";
-  std::vector<std::string> candidates;  // newest first
-  if (automatic) {
-    std::string listed = decided_by_root(mpi, [&] {
-      std::string names;
-      for (const std::string& c : io::list_checkpoints(dir)) names += c + "\n";
-      return names;
-    });
-    for (std::size_t pos = 0, end; (end = listed.find('\n', pos)) != std::string::npos; pos = end + 1)
-      candidates.insert(candidates.begin(), listed.substr(pos, end - pos));
-  } else {
-    candidates.push_back(o.resume);
-  }
-  for (const std::string& path : candidates) {
+  const std::vector<std::string> candidates = checkpoint_candidates(mpi, o.resume, dir);
+  bool damaged = false;  // the last one tried was readable but its frames failed their checks
+  const AgreedCheckpoint agreed = agree_on_checkpoint(mpi, candidates, [&](const std::string& path) -> std::string {
     // The metadata and text (rank 0 first, so that a damaged file is reported once).
+    damaged = false;
     const std::string unreadable = decided_by_root(mpi, [&]() -> std::string {
       try {
         io::read_checkpoint_info(path);
@@ -129,15 +146,11 @@ ResumePoint choose_checkpoint(const GenerateSpec& o, const std::string& out_dir,
         return e.what();
       }
     });
-    if (!unreadable.empty()) {
-      VINF_INPUT_CHECK(automatic, unreadable);
-      warn(mpi, "skipping checkpoint " + path + ": " + unreadable);
-      continue;
-    }
-    auto info = std::make_unique<io::CheckpointInfo>(io::read_checkpoint_info(path));
-    check_resumable(*info, stamp, timesteps);
-    VINF_INPUT_CHECK(info->full == full, "checkpoint ", path, " holds latents ", info->full.str(), "; this run's are ",
-                     full.str());
+    if (!unreadable.empty()) return unreadable;
+    point.info = std::make_unique<io::CheckpointInfo>(io::read_checkpoint_info(path));
+    check_resumable(*point.info, stamp, timesteps);  // another run's checkpoint is refused, not skipped
+    VINF_INPUT_CHECK(point.info->full == full, "checkpoint ", path, " holds latents ", point.info->full.str(),
+                     "; this run's are ", full.str());
     // This rank's frames, their checksums checked; every rank learns whether any chunk failed.
     const auto n = static_cast<std::size_t>(count * full[1] * full[2] * full[3]);
     point.latents.assign(n, 0.f);
@@ -145,32 +158,31 @@ ResumePoint choose_checkpoint(const GenerateSpec& o, const std::string& out_dir,
     point.memories.assign(memories.size(), std::vector<float>(n, 0.f));
     std::vector<io::StateFrames> extra;
     for (std::size_t k = 0; k < memories.size(); ++k) extra.push_back({memories[k], point.memories[k].data()});
-    std::string damaged;
+    damaged = true;
     try {
       io::read_checkpoint_frames(mpi.world(), path, first, count, point.latents.data(), point.previous_x0.data(),
                                  extra);
     } catch (const InputError& e) {
-      damaged = e.what();
+      return e.what();
     }
-    damaged = first_rank_error(mpi, damaged);
-    if (!damaged.empty()) {
-      VINF_INPUT_CHECK(automatic, damaged, "; resume from another checkpoint (--resume auto takes the newest one that ",
-                       "passes its checks)");
-      warn(mpi, "skipping checkpoint " + path + ": " + damaged);
-      continue;
-    }
-    if (path != candidates.front())
-      warn(mpi, "falling back to the older checkpoint " + path + ": the newer one(s) in " + dir +
-                    " could not be used (see above)");
-    if (info->format_version < 2)
-      warn(mpi, "checkpoint " + path + " is in format version " + std::to_string(info->format_version) +
-                    " (an older vinf), which has no checksums: its data cannot be verified");
-    point.info = std::move(info);
-    return point;
-  }
-  VINF_INPUT_CHECK(candidates.empty(), "--resume auto: none of the ", candidates.size(), " checkpoint(s) in ", dir,
-                   " can be used (see the warnings above), and the run does not start again from the beginning on ",
-                   "its own; remove them, or run without --resume and with --overwrite, which starts over");
+    return "";
+  });
+  if (!automatic && agreed.path.empty() && !agreed.skipped.empty())
+    VINF_INPUT_FAIL(
+        agreed.skipped.front().second,
+        damaged ? "; resume from another checkpoint (--resume auto takes the newest one that passes its checks)" : "");
+  for (const auto& [path, why] : agreed.skipped) warn(mpi, "skipping checkpoint " + path + ": " + why);
+  VINF_INPUT_CHECK(!agreed.path.empty() || candidates.empty(), "--resume auto: none of the ", candidates.size(),
+                   " checkpoint(s) in ", dir, " can be used (see the warnings above), and the run does not start ",
+                   "again from the beginning on its own; remove them, or run without --resume and with --overwrite, ",
+                   "which starts over");
+  if (agreed.path.empty()) return {};
+  if (agreed.path != candidates.front())
+    warn(mpi, "falling back to the older checkpoint " + agreed.path + ": the newer one(s) in " + dir +
+                  " could not be used (see above)");
+  if (point.info->format_version < 2)
+    warn(mpi, "checkpoint " + agreed.path + " is in format version " + std::to_string(point.info->format_version) +
+                  " (an older vinf), which has no checksums: its data cannot be verified");
   return point;
 }
 
@@ -333,7 +345,11 @@ void write_run_json(const RunRecord& r) {
   run["frame_steps_per_s"] = r.frame_steps_per_s;
   run["ranks"] = r.ranks;
   run["outputs"] = r.outputs;
-  io::write_file_atomically(r.out_dir + "/run.json", run.dump(2) + "\n");
+  write_run_file(r.out_dir, run);
+}
+
+void write_run_file(const std::string& out_dir, const json& run) {
+  io::write_file_atomically(out_dir + "/run.json", run.dump(2) + "\n");
 }
 
 }  // namespace vinf::pipeline

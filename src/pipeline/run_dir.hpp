@@ -9,6 +9,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -32,6 +33,20 @@ std::string default_out_dir(const std::string& name);
 // The output directory: --out, or the run a --resume PATH belongs to, or outputs/<name>-<id>.
 // Refused when it exists, unless --overwrite or --resume.
 std::string choose_out_dir(const GenerateSpec& o, const mpi::Session& mpi);
+// The checkpoints a run may continue from, newest first, the same list on every rank: --resume
+// PATH alone, with --resume auto every checkpoint in `dir` as rank 0 lists it, none without --resume.
+std::vector<std::string> checkpoint_candidates(const mpi::Session& mpi, const std::string& resume,
+                                               const std::string& dir);
+// The checkpoint every rank agrees on, for generation and training alike: the first of `candidates`
+// that `open` reads on every rank. `open` is called on every rank with the same path (it may be
+// collective) and returns "" or why this rank cannot use it; the lowest rank's reason is everyone's,
+// and the next candidate is tried. An InputError it throws on every rank ends the choice.
+struct AgreedCheckpoint {
+  std::string path;  // "" when none could be used
+  std::vector<std::pair<std::string, std::string>> skipped;  // the ones passed over: path, why
+};
+AgreedCheckpoint agree_on_checkpoint(const mpi::Session& mpi, const std::vector<std::string>& candidates,
+                                     const std::function<std::string(const std::string& path)>& open);
 // The checkpoint a run continues from, with this rank's frames already read and their checksums
 // checked (none: a fresh start).
 struct ResumePoint {
@@ -89,6 +104,9 @@ struct RunRecord {
 };
 // Writes OUT/run.json atomically (last of a run's files: its presence marks a finished run).
 void write_run_json(const RunRecord& r);
+// OUT/run.json, written atomically: the one writer of the file, for a video's record and a
+// training run's (whose record is train.json's with the layout, memory and throughput).
+void write_run_file(const std::string& out_dir, const json& run);
 
 // --latents-init FILE: its tensor 'latents_init' is F32 of the video's latent shape `want` (`layout`
 // says how it is made), with finite values; checked before any output exists. Throws InputError.

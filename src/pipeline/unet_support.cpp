@@ -188,4 +188,51 @@ void ActivationDump::finish(const mpi::Session& mpi, const std::string& path) {
   io::commit_partial(comm, path + ".partial", path);
 }
 
+namespace {
+
+// Windows and FIFO partitions spread over the ranks: no rank may be left without one.
+void check_long_ranks(const GenerateSpec& o, int ranks) {
+  const sampling::LongVideoConfig& l = o.long_video;
+  if (l.mode == sampling::LongMode::windows) {
+    const auto windows = static_cast<int>(sampling::sliding_windows(o.frames, l.window, l.stride).size());
+    VINF_INPUT_CHECK(ranks <= windows, "--long.mode windows: ", o.frames, " frames make ", windows, " window(s) of ",
+                     std::min<std::int64_t>(l.window, o.frames), " every ", l.stride, " frames, fewer than the ", ranks,
+                     " ranks; use at most ", windows, " rank(s), or more frames or a smaller --long.stride");
+    return;
+  }
+  VINF_INPUT_CHECK(ranks <= l.fifo_partitions, "--long.mode fifo: ", ranks, " ranks for ", l.fifo_partitions,
+                   " partitions (--long.fifo-partitions); use at most ", l.fifo_partitions,
+                   " rank(s), or more partitions");
+  VINF_INPUT_CHECK(o.frames >= l.fifo_window, "--long.mode fifo makes at least --long.fifo-window = ", l.fifo_window,
+                   " frames (its base video); got --video.frames ", o.frames);
+}
+
+}  // namespace
+
+void check_unet_job(GenerateSpec& o, int world_size) {
+  VINF_INPUT_CHECK(world_size % o.cfg() == 0, "--parallel.cfg 2 needs an even number of ranks (2 x clips), got ",
+                   world_size);
+  const int clips = job::make_layout(o.job, world_size).clips;
+  if (o.frames == 0) o.frames = o.frames_per_clip * clips;
+  if (!o.long_clips()) check_long_ranks(o, clips);
+  if (!o.wan) {
+    const PromptParts parts = prompt_parts(o, clips);
+    sampling::check_prompts_used(static_cast<std::int64_t>(o.prompts.size()), parts.count, parts.name,
+                                 o.prompts_source);
+  }
+  if (!o.long_clips()) return;
+  VINF_INPUT_CHECK(o.frames >= clips, "--video.frames ", o.frames, " is fewer than the ", clips,
+                   " clip ranks; use at most ", o.frames, " ranks or more frames");
+  try {
+    infinity::check_partition(o.vi, o.frames, clips);
+  } catch (const InputError& e) {
+    if (o.vi_import.empty()) throw;
+    // The options named may come from the file: say which fields they are.
+    VINF_INPUT_FAIL(e.what(), " (--import-vi-config ", o.vi_import,
+                    ": plugin_configs.attn.padding is --vi.local-frames, attn.top_k --vi.global-frames, "
+                    "conv_layer.padding --vi.conv-halo, and the frames are pipe_configs.num_frames x clip ranks, "
+                    "unless the options are given)");
+  }
+}
+
 }  // namespace vinf::pipeline

@@ -316,10 +316,8 @@ bool choose_outputs(Run& r) {
   if (r.finished && o.resume == "auto" && !o.overwrite) {
     identify(r);
     check_finished_run(r.out_dir, r.stamp, mpi);  // another prompt or seed is refused, not "done"
-    if (r.root)
-      std::cerr << "vinf generate: " << r.out_dir << " holds a finished run (run.json): nothing to do; "
-                << "--overwrite runs it again from the start\n"
-                << std::flush;
+    r.report.note(r.out_dir,
+                  " holds a finished run (run.json): nothing to do; --overwrite runs it again from the start");
     return false;
   }
   r.replace_previous = o.overwrite && (o.resume.empty() || o.resume == "auto") && (r.finished || o.resume.empty());

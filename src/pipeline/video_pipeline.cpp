@@ -1,5 +1,6 @@
 #include "pipeline/video_pipeline.hpp"
 
+#include "pipeline/unet_support.hpp"
 #include "pipeline/unet_video.hpp"
 #include "pipeline/wan_video.hpp"
 
@@ -19,6 +20,8 @@ class UnetPipeline final : public VideoPipeline {
     plan.cfg_group = o.cfg() == 2;
     return plan;
   }
+  void check_run(GenerateSpec& o, int world) const override { check_unet_job(o, world); }
+  void check_job(GenerateSpec& o, int world) const override { check_unet_job(o, world); }
   void load_ahead(const GenerateSpec& o, job::Job& job) override { load_models_ahead(o, job, cache_); }
   VideoOutcome run(GenerateSpec& o, job::Job& job, const StageState* in) override {
     return run_unet_video(o, job, cache_, in);
@@ -39,6 +42,8 @@ class WanPipeline final : public VideoPipeline {
     plan.cfg_group = o.cfg() == 2;
     return plan;
   }
+  void check_run(GenerateSpec& o, int world) const override { check_wan_job(o, world); }
+  void check_job(GenerateSpec& o, int) const override { check_wan_plan(o); }
   void load_ahead(const GenerateSpec&, job::Job&) override {}  // a Wan video loads its models itself
   VideoOutcome run(GenerateSpec& o, job::Job& job, const StageState*) override { return run_wan_video(o, job); }
 };

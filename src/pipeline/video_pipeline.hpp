@@ -21,6 +21,13 @@ class VideoPipeline {
   virtual ModelFamily family() const = 0;
   // The job this family's run needs: the spec's device, dtype and layout, and which groups.
   virtual job::JobPlan job_plan(const GenerateSpec& o) const = 0;
+  // A single video's spec against the world it runs on, before MPI starts its work: the ranks
+  // fit the family's layout and the options combine; fills in what the layout decides (the UNet
+  // family's frames from the frames per clip). InputError naming the option.
+  virtual void check_run(GenerateSpec& o, int world) const = 0;
+  // A job of a list, as it is read: the options combine on the `world` the replicas share (the
+  // unit's own checks come when it runs the job). InputError naming the option.
+  virtual void check_job(GenerateSpec& o, int world) const = 0;
   // Loads the models before the first video reaches this unit (a later pipeline stage's).
   virtual void load_ahead(const GenerateSpec& o, job::Job& job) = 0;
   // One video, or this stage's share of it (`in`: the previous stage's state); collective over the

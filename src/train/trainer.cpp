@@ -339,35 +339,32 @@ void Trainer::parameters() {
 // --resume auto), or step 0. Every rank must have read it; the lowest rank's problem is everyone's.
 void Trainer::resume() {
   ckpt_dir_ = o.out_dir + "/checkpoints";
-  std::vector<std::string> candidates;
-  if (o.resume == "auto")
-    candidates = io::list_checkpoints(ckpt_dir_);
-  else if (!o.resume.empty())
-    candidates = {o.resume};
+  const std::vector<std::string> candidates = pipeline::checkpoint_candidates(session_, o.resume, ckpt_dir_);
+  const pipeline::AgreedCheckpoint agreed =
+      pipeline::agree_on_checkpoint(session_, candidates, [&](const std::string& path) -> std::string {
+        try {
+          TrainCheckpoint c = read_train_checkpoint_info(path);
+          const std::string diff = settings_differences(c.settings_json, settings_);
+          VINF_INPUT_CHECK(diff.empty(), path, " belongs to a run with other settings: ", diff);
+          // Through host memory: every trained value, and this rank's part of the moments.
+          std::vector<float> values(static_cast<std::size_t>(trained_count_)),
+              moments(static_cast<std::size_t>(2 * part_.count));
+          read_train_checkpoint_part(path, {0, trained_count_}, values.data(), nullptr, nullptr);
+          read_train_checkpoint_part(path, part_, nullptr, moments.data(), moments.data() + part_.count);
+          flat_->set(ctx_, Tensor::wrap(values.data(), DType::f32, Device::cpu(), {trained_count_}));
+          ops::copy(ctx_, Tensor::wrap(moments.data(), DType::f32, Device::cpu(), opt_->moments().shape),
+                    opt_->moments());
+          resumed_ = std::move(c);
+        } catch (const InputError& e) {
+          resumed_ = {};
+          return e.what();
+        }
+        return "";
+      });
+  if (agreed.path.empty()) resumed_ = {};  // a rank that read the last one alone does not keep it
   std::string refusals;
-  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
-    std::string problem;
-    try {
-      TrainCheckpoint c = read_train_checkpoint_info(*it);
-      const std::string diff = settings_differences(c.settings_json, settings_);
-      VINF_INPUT_CHECK(diff.empty(), *it, " belongs to a run with other settings: ", diff);
-      // Through host memory: every trained value, and this rank's part of the moments.
-      std::vector<float> values(static_cast<std::size_t>(trained_count_)),
-          moments(static_cast<std::size_t>(2 * part_.count));
-      read_train_checkpoint_part(*it, {0, trained_count_}, values.data(), nullptr, nullptr);
-      read_train_checkpoint_part(*it, part_, nullptr, moments.data(), moments.data() + part_.count);
-      flat_->set(ctx_, Tensor::wrap(values.data(), DType::f32, Device::cpu(), {trained_count_}));
-      ops::copy(ctx_, Tensor::wrap(moments.data(), DType::f32, Device::cpu(), opt_->moments().shape), opt_->moments());
-      resumed_ = std::move(c);
-    } catch (const InputError& e) {
-      problem = e.what();
-    }
-    const std::string first = pipeline::first_rank_error(session_, problem);
-    if (first.empty()) break;
-    resumed_ = {};
-    refusals += "\n  " + first;
-  }
-  VINF_INPUT_CHECK(candidates.empty() || !resumed_.path.empty(), "--resume ", o.resume, ": no usable checkpoint",
+  for (const auto& skipped : agreed.skipped) refusals += "\n  " + skipped.second;
+  VINF_INPUT_CHECK(candidates.empty() || !agreed.path.empty(), "--resume ", o.resume, ": no usable checkpoint",
                    refusals);
   if (!refusals.empty()) report_.warn("skipped damaged or foreign checkpoints:" + refusals);
   if (!resumed_.path.empty()) {
@@ -531,11 +528,9 @@ int Trainer::steps() {
   }
   done_ = std::min(s, o.steps);
   run_seconds_ = seconds_since(t_start);
-  if (stopped_by != 0 && job_.root())
-    std::cerr << "vinf train: "
-              << control.stopped_by_line(stopped_by, static_cast<int>(done_),
-                                         ckpt_dir_ + "/" + io::checkpoint_name(done_))
-              << "\n";
+  if (stopped_by != 0)
+    report_.note(
+        control.stopped_by_line(stopped_by, static_cast<int>(done_), ckpt_dir_ + "/" + io::checkpoint_name(done_)));
   return stopped_by;
 }
 
@@ -649,12 +644,11 @@ void Trainer::write_outputs(int stopped_by, const RankTimes& times, const mpi::C
     }
   const nlohmann::ordered_json summary = summary_json();
   io::write_file_atomically(o.out_dir + "/train.json", summary.dump(2) + "\n");
-  io::write_file_atomically(o.out_dir + "/run.json", run_json(summary, stopped_by, times, comm).dump(2) + "\n");
-  std::cerr << "vinf train: " << done_ - resumed_.step << " step(s) in " << format_duration(run_seconds_) << " on "
-            << ranks_ << " rank(s), loss " << summary["first_loss"].get<double>() << " -> "
-            << summary["last_loss"].get<double>() << "; wrote " << o.out_dir
-            << " (log.csv, loss.png, train.json, run.json" << (lora_ ? ", lora.safetensors" : "") << ")"
-            << (o.export_model ? " and the model " + o.export_dir : std::string()) << "\n";
+  pipeline::write_run_file(o.out_dir, run_json(summary, stopped_by, times, comm));
+  report_.note(done_ - resumed_.step, " step(s) in ", format_duration(run_seconds_), " on ", ranks_, " rank(s), loss ",
+               summary["first_loss"].get<double>(), " -> ", summary["last_loss"].get<double>(), "; wrote ", o.out_dir,
+               " (log.csv, loss.png, train.json, run.json", lora_ ? ", lora.safetensors" : "", ")",
+               o.export_model ? " and the model " + o.export_dir : std::string());
 }
 
 }  // namespace
