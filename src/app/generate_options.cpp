@@ -10,8 +10,8 @@
 #include "app/commands.hpp"
 #include "app/option_values.hpp"
 #include "core/error.hpp"
-#include "core/progress.hpp"
 #include "core/utf8.hpp"
+#include "core/progress.hpp"
 #include "io/path_query.hpp"
 #include "app/vi_options.hpp"
 #include "model/wan_transformer.hpp"
@@ -34,7 +34,7 @@ constexpr unsigned kHelpWidth = 100, kHelpColumn = 44;  // wide enough that desc
 // The options as the command line and --config spell them, before they become typed values.
 struct Spelled {
   std::string device = "auto", dtype = "auto", comm_backend = "auto", scheduler = "dpmpp-sde", noise = "auto";
-  std::string long_mode = "clips", blend = "linear";
+  std::string long_mode = "clips", blend = "linear", fifo_grid = "released", fifo_prompt_frames, use_scale = "auto";
   ViOptions vi;
 };
 
@@ -137,7 +137,15 @@ po::options_description sampler_options(RunPlan& o, Spelled& sp) {
       "classifier-free guidance scale (> 1 runs the negative and the positive branch; <= 1 only the positive)")(
       "sampler.seed", ranged(&o.seed, 0, kMaxSeed)->default_value(o.seed), "noise seed")(
       "sampler.eta", ranged(&o.eta, 0, 1)->default_value(o.eta),
-      "DDIM's noise scale (ddim only: the other schedulers have none)")(
+      "DDIM's noise scale (ddim only: the other schedulers have none; --long.mode fifo: 1 unless given, as the "
+      "released FIFO code)")(
+      "sampler.use-scale", po::value(&sp.use_scale)->default_value(sp.use_scale),
+      "VideoCrafter's use_scale on DDIM's data prediction (x0 / s[t], then s[t'] towards the next timestep t'; "
+      "s = linspace(scale_a, scale_b) over the first mid_step timesteps, then scale_b). auto: as the model's "
+      "scheduler config says (its keys use_scale, scale_a, scale_b, mid_step); a config without them: on for "
+      "--long.mode fifo's base video with VideoCrafter2's values (1, 0.7, 400), as the released FIFO code, "
+      "off otherwise (the diffusers port Video-Infinity runs has none). on: every DDIM step (ddim only) but "
+      "FIFO's queue iterations, which the released code never scales. off: none")(
       "sampler.noise", po::value(&sp.noise)->default_value(sp.noise),
       "invariant (keyed by global frame: the same video for any number of ranks), compat (one stream per clip "
       "seeded seed + clip, as the released code), auto (compat in --vi.mode compat, else invariant)");
@@ -203,7 +211,9 @@ po::options_description long_options(RunPlan& o, Spelled& sp) {
       "windows: sliding windows with blended overlaps (at every step the plain model runs on overlapping "
       "windows of --long.window frames and the predictions are blended where they overlap); fifo: "
       "FIFO-Diffusion (diagonal denoising of a queue of frames at increasing noise levels, one timestep per "
-      "frame; the clean frame at the head leaves, fresh noise enters at the tail). windows and fifo run the "
+      "frame; the clean frame at the head leaves, fresh noise enters at the tail; as the authors' released code "
+      "runs it: its grid (--long.fifo-grid), the base video with --sampler.use-scale, and unless given "
+      "--sampler.eta 1, --video.fps 8 and --output.fps 10). windows and fifo run the "
       "plain model on each window (the [vi] options are ignored), spread their windows over the ranks, and "
       "give the same video on any number of ranks")(
       "long.window", ranged(&l.window, 1, 100000)->default_value(l.window),
@@ -216,10 +226,20 @@ po::options_description long_options(RunPlan& o, Spelled& sp) {
                        "fifo: f, frames per partition (the model's training length)")(
       "long.fifo-partitions", ranged(&l.fifo_partitions, 1, 1000)->default_value(l.fifo_partitions),
       "fifo: n, partitions of the queue; the queue and the schedule have f x n levels (--sampler.steps is "
-      "overridden), the partitions can run on up to n ranks")(
+      "overridden); an iteration's n model calls (2n with lookahead) run on up to as many ranks")(
       "long.fifo-lookahead", po::value(&l.fifo_lookahead)->default_value(l.fifo_lookahead)->implicit_value(true),
       "fifo: lookahead denoising (2n windows overlapping by f/2, each keeping its second half, behind f/2 frames "
-      "of clean context: twice the model calls); =false: n disjoint partitions");
+      "of clean context: twice the model calls); =false: n disjoint partitions")(
+      "long.fifo-grid", po::value(&sp.fifo_grid)->default_value(sp.fifo_grid),
+      "fifo: the DDIM timesteps of the queue's levels. released: the FIFO-Diffusion code's round(linspace(0, 999, "
+      "f x n)), fresh noise entering at t = 999 and the head's last step an identity-like step at t = 0; config: "
+      "the model scheduler config's DDIM grid (VideoCrafter's k x (1000 // (f x n)) + 1), kept to continue and "
+      "reproduce runs made with it")(
+      "long.fifo-prompt-frames", po::value(&sp.fifo_prompt_frames),
+      "fifo with several --prompt.text: the frames of each prompt, comma-separated (L1,L2,...: adding up to "
+      "--video.frames), as the released code's multi-prompt lengths; an iteration's windows all take the prompt "
+      "of the frame that leaves the queue (the base video and the warm-up the first). Default: frame o takes "
+      "prompt int(o / frames x P)");
   return group;
 }
 
@@ -476,12 +496,42 @@ void parse_dump(RunPlan& o) {
   }
 }
 
+// --long.fifo-prompt-frames "30,40,30": the frames of each prompt ("" : none given).
+std::vector<std::int64_t> parse_frame_list(const std::string& text) {
+  std::vector<std::int64_t> out;
+  if (text.empty()) return out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t end = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, end - pos);
+    std::size_t used = 0;
+    long long k = 0;
+    try {
+      k = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    VINF_INPUT_CHECK(!item.empty() && used == item.size() && k >= 1 && k <= 1000000, "--long.fifo-prompt-frames: '",
+                     excerpt(item), "' is not a number of frames in [1, 1000000] (give L1,L2,... one per prompt)");
+    out.push_back(k);
+    pos = end + 1;
+  }
+  return out;
+}
+
+pipeline::UseScale parse_use_scale(const std::string& name) {
+  for (pipeline::UseScale u : {pipeline::UseScale::automatic, pipeline::UseScale::on, pipeline::UseScale::off})
+    if (name == pipeline::use_scale_name(u)) return u;
+  VINF_INPUT_FAIL("--sampler.use-scale must be auto, on or off, got '", excerpt(name), "'");
+}
+
 // --long.mode windows and fifo: their settings checked, and what they override or ignore said in
 // one line each (o.notes): the [vi] options, and for FIFO the steps and the scheduler.
-void resolve_long_video(RunPlan& o, const Spelled& sp, const po::variables_map& vm) {
+void resolve_long_video(RunPlan& o, const Spelled& sp, const po::variables_map& vm, const Sources& from_file) {
   sampling::LongVideoConfig& l = o.long_video;
   l.mode = sampling::parse_long_mode(sp.long_mode);
   l.blend = sampling::parse_blend(sp.blend);
+  o.use_scale = parse_use_scale(sp.use_scale);
   if (o.long_clips()) return;
   const std::string mode = std::string("--long.mode ") + sampling::long_mode_name(l.mode);
   std::vector<std::string> vi_given;
@@ -507,8 +557,12 @@ void resolve_long_video(RunPlan& o, const Spelled& sp, const po::variables_map& 
     return;
   }
   const sampling::FifoPlan plan(l.fifo_window, l.fifo_partitions, l.fifo_lookahead);  // checks f, n
-  VINF_INPUT_CHECK(o.prompts.size() <= 1, mode, " denoises one queue with one prompt; got ", o.prompts.size(),
-                   " --prompt.text (use --long.mode clips or windows for a prompt per part)");
+  l.fifo_grid = sampling::parse_fifo_grid(sp.fifo_grid);
+  l.fifo_prompt_frames = parse_frame_list(sp.fifo_prompt_frames);
+  // The released code's defaults, unless given (on the command line, in --config or the imported file).
+  if (!given(vm, "sampler.eta")) o.eta = 1.0;
+  if (!given(vm, "video.fps") && !from_file.count("video.fps")) o.fps = 8;
+  if (!given(vm, "output.fps") && !from_file.count("output.fps")) o.output_fps = 10;
   if (o.steps != plan.steps())
     o.notes.push_back(mode + " denoises with f x n = " + std::to_string(l.fifo_window) + " x " +
                       std::to_string(l.fifo_partitions) + " = " + std::to_string(plan.steps()) +
@@ -530,6 +584,10 @@ void check_overridden(RunPlan& o, const po::variables_map& vm) {
                    "both give the negative prompt (the file's negative_prompt_embeds): give one of them (vinf ",
                    "encode-text --negative TEXT writes it into the file)");
   const bool ddim = !o.wan && o.scheduler == sampling::SchedulerKind::ddim;
+  VINF_INPUT_CHECK(o.use_scale != pipeline::UseScale::on || ddim, "--sampler.use-scale on scales DDIM's steps, ",
+                   "but this run's scheduler is ",
+                   o.wan ? "a Wan flow scheduler" : std::string(vm["sampler.scheduler"].as<std::string>()),
+                   ": use --sampler.scheduler ddim (or --long.mode fifo), or leave --sampler.use-scale out");
   VINF_INPUT_CHECK(
       !given(vm, "sampler.eta") || ddim, "--sampler.eta is DDIM's noise scale, but this run's scheduler ", "has none (",
       o.wan ? "a Wan flow scheduler" : "--sampler.scheduler " + std::string(vm["sampler.scheduler"].as<std::string>()),
@@ -540,7 +598,8 @@ void check_overridden(RunPlan& o, const po::variables_map& vm) {
   const sampling::LongMode mode = o.long_video.mode;
   for (const char* option : {"long.window", "long.stride", "long.blend"})
     note(mode == sampling::LongMode::windows, option, "it applies to --long.mode windows");
-  for (const char* option : {"long.fifo-window", "long.fifo-partitions", "long.fifo-lookahead"})
+  for (const char* option :
+       {"long.fifo-window", "long.fifo-partitions", "long.fifo-lookahead", "long.fifo-grid", "long.fifo-prompt-frames"})
     note(mode == sampling::LongMode::fifo, option, "it applies to --long.mode fifo");
   note(o.guidance > 1, "prompt.negative", "--sampler.guidance <= 1 runs the positive branch only");
   note(o.builtin(), "model.seed", "it seeds the weights of a builtin: model, and --model is a directory");
@@ -595,7 +654,7 @@ int parse_generate_options(const std::vector<std::string>& args, RunPlan& o, con
   o.vi = sp.vi.resolve(vm, o.vi_import.empty() ? nullptr : &o.imported.ignored);
   // A Wan video runs the plain model unless --vi.mode asks for exact mode or the windows.
   if (o.wan && (!vm.count("vi.mode") || vm["vi.mode"].defaulted())) o.vi.mode = infinity::Mode::off;
-  resolve_long_video(o, sp, vm);
+  resolve_long_video(o, sp, vm, from_file);
   check_overridden(o, vm);
   const bool compat_noise = sp.noise == "compat" || (sp.noise == "auto" && o.vi.mode == infinity::Mode::compat);
   o.noise = compat_noise ? sampling::NoiseMode::compat : sampling::NoiseMode::invariant;
@@ -657,7 +716,7 @@ int parse_plan_options(const std::vector<std::string>& args, RunPlan& o, const p
   o.vi = sp.vi.resolve(vm, o.vi_import.empty() ? nullptr : &o.imported.ignored);
   // A Wan video runs the plain model unless --vi.mode asks for exact mode or the windows.
   if (o.wan && (!vm.count("vi.mode") || vm["vi.mode"].defaulted())) o.vi.mode = infinity::Mode::off;
-  resolve_long_video(o, sp, vm);
+  resolve_long_video(o, sp, vm, from_file);
   return 0;
 }
 

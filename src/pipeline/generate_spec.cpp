@@ -2,12 +2,21 @@
 
 namespace vinf::pipeline {
 
+const char* use_scale_name(UseScale u) {
+  switch (u) {
+    case UseScale::automatic: return "auto";
+    case UseScale::on: return "on";
+    case UseScale::off: return "off";
+  }
+  return "?";
+}
+
 PromptParts prompt_parts(const GenerateSpec& o, int clips) {
   const sampling::LongVideoConfig& l = o.long_video;
   if (o.long_clips()) return {clips, "clip"};
   if (l.mode == sampling::LongMode::windows)
     return {static_cast<std::int64_t>(sampling::sliding_windows(o.frames, l.window, l.stride).size()), "window"};
-  return {1, "queue"};
+  return {o.frames, "frame"};  // FIFO: a prompt per span of frames
 }
 
 std::string imported_fields_note(const GenerateSpec& o, const std::string& run_dtype, int clips) {

@@ -17,6 +17,14 @@
 
 namespace vinf::pipeline {
 
+// --sampler.use-scale: VideoCrafter's use_scale (sampling::X0Scale) on the DDIM steps. automatic:
+// as the model's scheduler config says (use_scale, scale_a, scale_b, mid_step); without the key,
+// on for FIFO's base video (VideoCrafter2's values, as the released FIFO code runs it) and off
+// otherwise. on: every DDIM step but FIFO's queue iterations (the released code never scales
+// there); off: none.
+enum class UseScale { automatic, on, off };
+const char* use_scale_name(UseScale u);
+
 struct GenerateSpec {
   std::string config_file;
   // [model] (the top-level `model` is a directory or builtin:<preset>)
@@ -34,6 +42,7 @@ struct GenerateSpec {
   sampling::NoiseMode noise = sampling::NoiseMode::invariant;  // --sampler.noise auto resolved by --vi.mode
   int steps = 30;
   double guidance = 12, eta = 0;
+  UseScale use_scale = UseScale::automatic;
   std::int64_t seed = 123;
   // [prompt]
   std::vector<std::string> prompts;
@@ -91,7 +100,7 @@ struct GenerateSpec {
 // What the prompts are spread over: the clips, the windows, or FIFO's one queue.
 struct PromptParts {
   std::int64_t count;
-  const char* name;  // "clip", "window", "queue"
+  const char* name;  // "clip", "window", "frame" (FIFO)
 };
 PromptParts prompt_parts(const GenerateSpec& o, int clips);
 

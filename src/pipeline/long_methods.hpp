@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <span>
 #include <utility>
 #include <vector>
@@ -62,16 +64,52 @@ class SlidingWindows {
 void gather_windows(ExecContext& ctx, mpi::Communicator* group, std::int64_t windows, const Tensor& all,
                     const std::function<void(std::int64_t w, const Tensor& out)>& compute);
 
+// The random draws of a FIFO run, in the released code's shapes: the base video's initial noise
+// and each of its DDIM steps' noise, the noise that makes the queue from the base video, each
+// iteration's step noise over the queue, and each iteration's fresh frame.
+class FifoDraws {
+ public:
+  virtual ~FifoDraws() = default;
+  virtual void base_noise(ExecContext& ctx, Arena& arena, const Tensor& out) const = 0;  // (1, C, f, H, W)
+  virtual void base_step(ExecContext& ctx, Arena& arena, int j, const Tensor& out) const = 0;  // (1, C, f, H, W)
+  virtual void queue_noise(ExecContext& ctx, Arena& arena, const Tensor& out) const = 0;  // (1, C, Q, H, W)
+  // Iteration i's step noise of every queue position (its kept window's draw; zero for the context).
+  virtual void step_noise(ExecContext& ctx, Arena& arena, std::int64_t i, const Tensor& out) const = 0;
+  virtual void new_frame(ExecContext& ctx, Arena& arena, std::int64_t i,
+                         const Tensor& out) const = 0;  // (1, C, 1, H, W)
+};
+
+// The draws from the run's seed, keyed by frame (the same on any number of ranks): stream 0 the
+// base video's initial noise, j + 1 its step j, S + 1 the queue's noise, S + 2 + 2i iteration i's
+// step noise over the queue, S + 3 + 2i its fresh frame.
+std::unique_ptr<FifoDraws> seeded_fifo_draws(const sampling::NoiseSource& noise, const sampling::FifoPlan& plan);
+
+// The draws given in a file (--latents-init in FIFO mode), under the keys of the released code's
+// draws: base.noise [1, C, f, H, W], base.eta_noise.step<j> [1, C, f, H, W] (j = 0 at the first
+// step), queue.noise [1, C, Q, H, W], iter<i>.eta_noise.window<w> [1, C, f, H, W] (frame j of window
+// w is queue position start_w + j) and iter<i>.new_frame [1, C, H, W]; the noise of the DDIM steps
+// only when eta > 0. Every rank reads the file.
+std::unique_ptr<FifoDraws> file_fifo_draws(const std::string& path, const sampling::FifoPlan& plan);
+// Checks such a file before any output: every key the run needs, of its shape (latent: C, H, W),
+// F32 and finite. Throws vinf::InputError naming the file and the key.
+void check_fifo_draws(const std::string& path, const sampling::FifoPlan& plan, std::int64_t frames, const Shape& latent,
+                      bool stochastic);
+
 // FIFO-Diffusion over a state (1, C, frames + Q, H, W): the video's frames that have left the
 // queue (frame o at o), then the queue's Q positions (head first).
 class FifoQueue {
  public:
-  // scheduler: first-order (DDIM) with plan.steps() steps. noise: keyed by global frame from 0.
+  // scheduler: DDIM with plan.steps() steps, for the queue; base: the same grid for the base
+  // video (with use_scale when the run asks for it). prompt_ends: where each prompt's frames end
+  // (sampling::fifo_prompt_ends); an iteration takes the prompt of the frame that leaves at it.
   FifoQueue(const GuidedModel& model, mpi::Communicator* group, const sampling::FifoPlan& plan,
-            const sampling::Scheduler& scheduler, const sampling::NoiseSource& noise, std::int64_t frames);
-  // Makes the base video (plan.steps() model calls on f frames; progress(k) after call k) and
-  // fills the queue from it; the video's frames are zero.
-  void start(ExecContext& ctx, const Tensor& state, const std::function<void(int)>& progress);
+            const sampling::Scheduler& scheduler, const sampling::Scheduler& base, const FifoDraws& draws,
+            std::int64_t frames, std::vector<std::int64_t> prompt_ends);
+  // Makes the base video (plan.steps() model calls on f frames with the first prompt; progress(k)
+  // after call k) and fills the queue from it; the video's frames are zero.
+  // base_video: also a copy of the base video there ((1, C, f, H, W), optional).
+  void start(ExecContext& ctx, const Tensor& state, const std::function<void(int)>& progress,
+             const Tensor& base_video = Tensor{});
   // Iteration i: every window through the model, one step per position, the head frame leaves
   // (into the video after the warm-up), the queue moves up, fresh noise enters at the tail.
   void iterate(ExecContext& ctx, std::int64_t i, const Tensor& state);
@@ -81,8 +119,10 @@ class FifoQueue {
   mpi::Communicator* group_;
   const sampling::FifoPlan& plan_;
   const sampling::Scheduler& scheduler_;
-  const sampling::NoiseSource& noise_;
+  const sampling::Scheduler& base_;
+  const FifoDraws& draws_;
   std::int64_t frames_;
+  std::vector<std::int64_t> prompt_ends_;
 };
 
 }  // namespace vinf::pipeline

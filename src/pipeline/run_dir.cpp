@@ -209,12 +209,16 @@ json numerics_json(const GenerateSpec& o, int clips, DType dtype, const Device& 
 }
 
 json sampler_json(const GenerateSpec& o) {
-  return {{"scheduler", sampling::scheduler_name(o.scheduler)},
-          {"steps", o.steps},
-          {"guidance", o.guidance},
-          {"seed", o.seed},
-          {"eta", o.eta},
-          {"noise", sampling::noise_mode_name(o.noise)}};
+  json j = {{"scheduler", sampling::scheduler_name(o.scheduler)},
+            {"steps", o.steps},
+            {"guidance", o.guidance},
+            {"seed", o.seed},
+            {"eta", o.eta},
+            {"noise", sampling::noise_mode_name(o.noise)}};
+  // Only when it can scale a step, so that the records of the other runs stay what they were.
+  if (o.scheduler == sampling::SchedulerKind::ddim && o.use_scale != UseScale::automatic)
+    j["use_scale"] = use_scale_name(o.use_scale);
+  return j;
 }
 
 json long_json(const sampling::LongVideoConfig& l) {
@@ -222,8 +226,11 @@ json long_json(const sampling::LongVideoConfig& l) {
   if (l.mode == sampling::LongMode::windows)
     j.update({{"window", l.window}, {"stride", l.stride}, {"blend", sampling::blend_name(l.blend)}});
   if (l.mode == sampling::LongMode::fifo)
-    j.update(
-        {{"fifo-window", l.fifo_window}, {"fifo-partitions", l.fifo_partitions}, {"fifo-lookahead", l.fifo_lookahead}});
+    j.update({{"fifo-window", l.fifo_window},
+              {"fifo-partitions", l.fifo_partitions},
+              {"fifo-lookahead", l.fifo_lookahead},
+              {"fifo-grid", sampling::fifo_grid_name(l.fifo_grid)},
+              {"fifo-prompt-frames", l.fifo_prompt_frames}});
   return j;
 }
 

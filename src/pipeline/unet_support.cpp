@@ -200,8 +200,12 @@ void check_long_ranks(const GenerateSpec& o, int ranks) {
                      " ranks; use at most ", windows, " rank(s), or more frames or a smaller --long.stride");
     return;
   }
-  VINF_INPUT_CHECK(ranks <= l.fifo_partitions, "--long.mode fifo: ", ranks, " ranks for ", l.fifo_partitions,
-                   " partitions (--long.fifo-partitions); use at most ", l.fifo_partitions,
+  // Every iteration's model calls: n partitions, or with lookahead 2n windows.
+  const auto windows =
+      static_cast<int>(sampling::FifoPlan(l.fifo_window, l.fifo_partitions, l.fifo_lookahead).windows().size());
+  VINF_INPUT_CHECK(ranks <= windows, "--long.mode fifo: ", ranks, " ranks for ", windows,
+                   " model call(s) per iteration (", l.fifo_partitions, " partitions (--long.fifo-partitions)",
+                   l.fifo_lookahead ? ", twice that with --long.fifo-lookahead" : "", "); use at most ", windows,
                    " rank(s), or more partitions");
   VINF_INPUT_CHECK(o.frames >= l.fifo_window, "--long.mode fifo makes at least --long.fifo-window = ", l.fifo_window,
                    " frames (its base video); got --video.frames ", o.frames);
@@ -220,6 +224,8 @@ void check_unet_job(GenerateSpec& o, int world_size) {
     sampling::check_prompts_used(static_cast<std::int64_t>(o.prompts.size()), parts.count, parts.name,
                                  o.prompts_source);
   }
+  if (o.long_video.mode == sampling::LongMode::fifo && !o.long_video.fifo_prompt_frames.empty() && !o.prompts.empty())
+    sampling::fifo_prompt_ends(o.frames, static_cast<int>(o.prompts.size()), o.long_video.fifo_prompt_frames);
   if (!o.long_clips()) return;
   VINF_INPUT_CHECK(o.frames >= clips, "--video.frames ", o.frames, " is fewer than the ", clips,
                    " clip ranks; use at most ", o.frames, " ranks or more frames");

@@ -108,6 +108,7 @@ struct Run {
   std::optional<model::VaeConfig> vae_config;  // none: latents only
   std::string vae_source = "none (latents only)";
   std::unique_ptr<sampling::Scheduler> scheduler;
+  std::unique_ptr<sampling::Scheduler> base_scheduler;  // FIFO's base video: the grid, with use_scale
   std::string sched_source = "zeroscope's values (built in)";
   std::vector<std::string> warnings;
   // Where the outputs go and what this run continues from.
@@ -157,6 +158,34 @@ struct Run {
 
 // -- plan: every check of the inputs, before anything heavy runs ---------------------------------
 
+// --sampler.use-scale against the model's scheduler config (GenerateSpec's UseScale): the scale of
+// DDIM's steps, for FIFO's base video (fifo_base) or the run's schedule.
+std::optional<sampling::X0Scale> x0_scale_for(const GenerateSpec& o, const sampling::NoiseScheduleConfig& c,
+                                              bool fifo_base) {
+  if (o.use_scale == UseScale::off || (o.use_scale == UseScale::automatic && c.x0_scale_off)) return std::nullopt;
+  if (o.use_scale == UseScale::on || c.x0_scale || fifo_base) return c.x0_scale.value_or(sampling::X0Scale{});
+  return std::nullopt;
+}
+
+// The run's schedule; FIFO's on its grid (--long.fifo-grid), with the base video's beside it.
+void make_schedulers(Run& r, sampling::NoiseScheduleConfig c) {
+  const GenerateSpec& o = r.o;
+  const bool ddim = o.scheduler == sampling::SchedulerKind::ddim;
+  if (o.long_video.mode != sampling::LongMode::fifo) {
+    const sampling::DdimOptions ddim_options{o.eta, false, ddim ? x0_scale_for(o, c, false) : std::nullopt};
+    r.scheduler = std::make_unique<sampling::Scheduler>(o.scheduler, c, o.steps, ddim_options);
+    return;
+  }
+  sampling::DdimOptions options{o.eta, false, std::nullopt};
+  if (o.long_video.fifo_grid == sampling::FifoGrid::released) {
+    c.timestep_spacing = sampling::Spacing::linspace;
+    options.to_next_on_grid = true;
+  }
+  r.scheduler = std::make_unique<sampling::Scheduler>(o.scheduler, c, o.steps, options);
+  options.x0_scale = x0_scale_for(o, c, true);
+  r.base_scheduler = std::make_unique<sampling::Scheduler>(o.scheduler, c, o.steps, options);
+}
+
 // The UNet's config, the VAE's (which gives the latent scale), the scheduler.
 void read_model_shape(Run& r) {
   const GenerateSpec& o = r.o;
@@ -191,7 +220,7 @@ void read_model_shape(Run& r) {
     sched_cfg = sampling::read_scheduler_config(path);
     r.sched_source = path;
   }
-  r.scheduler = std::make_unique<sampling::Scheduler>(o.scheduler, sched_cfg, o.steps, o.eta);
+  make_schedulers(r, sched_cfg);
 }
 
 // The partition of the video over the clip ranks, and the latent's size.
@@ -220,8 +249,11 @@ void partition(Run& r) {
   r.lh = r.o.height / scale;
   r.lw = r.o.width / scale;
   r.guided = r.o.guidance > 1.0;
-  if (!r.o.latents_init.empty()) {
-    VINF_INPUT_CHECK(!r.long_method, "--latents-init gives the clips method's latents; --long.mode ",
+  if (!r.o.latents_init.empty() && r.fifo) {
+    check_fifo_draws(r.o.latents_init, *r.fifo, r.frames, Shape{r.ucfg.in_channels, r.lh, r.lw},
+                     r.scheduler->stochastic());
+  } else if (!r.o.latents_init.empty()) {
+    VINF_INPUT_CHECK(!r.long_method, "--latents-init gives the clips method's latents or FIFO's draws; --long.mode ",
                      sampling::long_mode_name(r.o.long_video.mode), " draws its own (leave one of them out)");
     check_latents_init(
         r.o.latents_init, Shape{1, r.ucfg.in_channels, r.frames, r.lh, r.lw},
@@ -617,6 +649,7 @@ class Denoiser {
   // --long.mode windows and fifo (sampling/long_video): the model over windows, on every rank.
   std::unique_ptr<GuidedModel> guided_;
   std::unique_ptr<SlidingWindows> windows_;
+  std::unique_ptr<FifoDraws> fifo_draws_;
   std::unique_ptr<FifoQueue> fifo_;
   OwnedTensor text_;
   std::int64_t batch_;
@@ -678,7 +711,11 @@ void Denoiser::start_long_method(const sampling::TextEmbeddings& text) {
     restore_or_draw();
     return;
   }
-  fifo_ = std::make_unique<FifoQueue>(*guided_, group, *r_.fifo, *r_.scheduler, noise_, r_.frames);
+  fifo_draws_ =
+      r_.o.latents_init.empty() ? seeded_fifo_draws(noise_, *r_.fifo) : file_fifo_draws(r_.o.latents_init, *r_.fifo);
+  fifo_ = std::make_unique<FifoQueue>(
+      *guided_, group, *r_.fifo, *r_.scheduler, *r_.base_scheduler, *fifo_draws_, r_.frames,
+      sampling::fifo_prompt_ends(r_.frames, static_cast<int>(text.prompts), r_.o.long_video.fifo_prompt_frames));
   ops::fill(ctx_, sampler_.previous_x0(), 0.0);  // no solver memory: checkpoints keep zeros there
   if (r_.in || r_.resumed()) {
     restore_or_draw();

@@ -22,6 +22,15 @@ LongMode parse_long_mode(const std::string& name) {
                   "fifo (FIFO-Diffusion), got '", name, "'");
 }
 
+const char* fifo_grid_name(FifoGrid g) { return g == FifoGrid::released ? "released" : "config"; }
+
+FifoGrid parse_fifo_grid(const std::string& name) {
+  if (name == "released") return FifoGrid::released;
+  if (name == "config") return FifoGrid::config;
+  VINF_INPUT_FAIL("--long.fifo-grid must be released (the FIFO-Diffusion code's DDIM grid) or config (the model's ",
+                  "scheduler config's), got '", name, "'");
+}
+
 const char* blend_name(Blend b) { return b == Blend::linear ? "linear" : "uniform"; }
 
 Blend parse_blend(const std::string& name) {
@@ -31,8 +40,8 @@ Blend parse_blend(const std::string& name) {
 }
 
 std::vector<FrameSpan> sliding_windows(std::int64_t frames, std::int64_t window, std::int64_t stride) {
-  VINF_CHECK(frames >= 1 && window >= 1 && stride >= 1 && stride <= window, "sliding_windows: ", frames, " frames, window ",
-             window, ", stride ", stride);
+  VINF_CHECK(frames >= 1 && window >= 1 && stride >= 1 && stride <= window, "sliding_windows: ", frames,
+             " frames, window ", window, ", stride ", stride);
   if (frames <= window) return {{0, frames}};
   std::vector<FrameSpan> w;
   std::int64_t first = 0;
@@ -99,6 +108,35 @@ FifoPlan::FifoPlan(int window, int partitions, bool lookahead) : f_(window), n_(
 }
 
 int FifoPlan::base_frame(int q) const { return std::max(0, level(q) - (steps() - f_)); }
+
+std::vector<std::int64_t> fifo_prompt_ends(std::int64_t frames, int prompts, const std::vector<std::int64_t>& lengths) {
+  std::vector<std::int64_t> ends;
+  if (lengths.empty()) {
+    // Frame o takes prompt int(o / frames x prompts): prompt p ends at the first frame past it.
+    for (int p = 0; p < prompts; ++p) {
+      std::int64_t end = p == 0 ? 0 : ends.back();
+      while (end < frames && end * prompts / frames <= p) ++end;
+      ends.push_back(end);
+    }
+    return ends;
+  }
+  VINF_INPUT_CHECK(static_cast<std::int64_t>(lengths.size()) == prompts, "--long.fifo-prompt-frames gives ",
+                   lengths.size(), " length(s) for ", prompts, " prompt(s): give one per prompt");
+  std::int64_t end = 0;
+  for (std::int64_t l : lengths) {
+    VINF_INPUT_CHECK(l >= 1, "--long.fifo-prompt-frames: every prompt needs at least 1 frame, got ", l);
+    ends.push_back(end += l);
+  }
+  VINF_INPUT_CHECK(end == frames, "--long.fifo-prompt-frames adds up to ", end, " frames; the video has ", frames,
+                   " (--video.frames)");
+  return ends;
+}
+
+int fifo_prompt(const std::vector<std::int64_t>& ends, std::int64_t frame) {
+  int p = 0;
+  while (p + 1 < static_cast<int>(ends.size()) && frame >= ends[static_cast<std::size_t>(p)]) ++p;
+  return p;
+}
 
 void check_prompts_used(std::int64_t prompts, std::int64_t parts, const std::string& part_name,
                         const std::string& from) {

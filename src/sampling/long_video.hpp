@@ -25,6 +25,15 @@ enum class Blend { linear, uniform };
 const char* blend_name(Blend b);
 Blend parse_blend(const std::string& name);
 
+// FIFO's DDIM grid. released: the FIFO-Diffusion code's, round(linspace(0, T - 1, S)), each step
+// to the grid's next timestep and the last, at t = 0, an identity-like step: fresh noise enters
+// the queue at t = T - 1. config: the DDIM grid of the model's scheduler config (VideoCrafter's
+// k (T // S) + 1 by default), each step t - T / S, so fresh frames enter below T - 1; kept to
+// continue and reproduce runs made with it.
+enum class FifoGrid { released, config };
+const char* fifo_grid_name(FifoGrid g);
+FifoGrid parse_fifo_grid(const std::string& name);
+
 struct LongVideoConfig {
   LongMode mode = LongMode::clips;
   // windows
@@ -33,6 +42,8 @@ struct LongVideoConfig {
   // fifo
   int fifo_window = 16, fifo_partitions = 4;
   bool fifo_lookahead = true;
+  FifoGrid fifo_grid = FifoGrid::released;
+  std::vector<std::int64_t> fifo_prompt_frames;  // frames per prompt; empty: an even split
 };
 
 // Frames [first, first + count).
@@ -103,6 +114,15 @@ class FifoPlan {
   bool lookahead_;
   std::vector<FrameSpan> windows_, kept_;
 };
+
+// Multi-prompt FIFO, as the released code runs it: prompt p covers the video's frames
+// [ends[p - 1], ends[p]) (ends[-1] = 0), and every model call of an iteration takes the prompt of
+// the frame that leaves the queue at it (the warm-up's and the base video's: the first prompt).
+// `lengths`: the frames of each prompt (summing to `frames`); empty: frame o takes prompt
+// int(o / frames x prompts), as the parts of the other methods do. Throws vinf::InputError.
+std::vector<std::int64_t> fifo_prompt_ends(std::int64_t frames, int prompts, const std::vector<std::int64_t>& lengths);
+// The prompt of video frame `frame` (negative: the warm-up, prompt 0).
+int fifo_prompt(const std::vector<std::int64_t>& ends, std::int64_t frame);
 
 // The prompts over the parts of a video (clips, windows, FIFO's one queue): part r of N takes
 // prompt int(r / N * P), as the released code maps prompts to clips. Every prompt must reach a part:

@@ -44,12 +44,12 @@ std::vector<std::int64_t> spaced_timesteps(const NoiseScheduleConfig& c, Spacing
   for (int k = points - 1; static_cast<int>(ts.size()) < keep; --k) {
     switch (spacing) {
       case Spacing::linspace:  // numpy's linspace(0, T - 1, points), rounded half to even
-        if (points == 1) ts.push_back(0);
-        else ts.push_back(k == points - 1 ? T - 1 : round_half_even(k * (static_cast<double>(T - 1) / (points - 1))));
+        if (points == 1)
+          ts.push_back(0);
+        else
+          ts.push_back(k == points - 1 ? T - 1 : round_half_even(k * (static_cast<double>(T - 1) / (points - 1))));
         break;
-      case Spacing::leading:
-        ts.push_back(static_cast<std::int64_t>(k) * (T / points) + c.steps_offset);
-        break;
+      case Spacing::leading: ts.push_back(static_cast<std::int64_t>(k) * (T / points) + c.steps_offset); break;
       case Spacing::trailing:  // T, T - T/keep, ... minus 1
         ts.push_back(round_half_even(T - (points - 1 - k) * (static_cast<double>(T) / keep)) - 1);
         break;
@@ -109,8 +109,8 @@ const char* scheduler_name(SchedulerKind k) {
 }
 
 SchedulerKind parse_scheduler(const std::string& name) {
-  for (SchedulerKind k : {SchedulerKind::dpmpp_sde, SchedulerKind::dpmpp_sde_karras, SchedulerKind::dpmpp,
-                          SchedulerKind::ddim})
+  for (SchedulerKind k :
+       {SchedulerKind::dpmpp_sde, SchedulerKind::dpmpp_sde_karras, SchedulerKind::dpmpp, SchedulerKind::ddim})
     if (name == scheduler_name(k)) return k;
   VINF_INPUT_FAIL("--sampler.scheduler '", name,
                   "' is not one of dpmpp-sde (what the released code runs), dpmpp-sde-karras, dpmpp (ODE), ddim");
@@ -147,19 +147,40 @@ NoiseScheduleConfig read_scheduler_config(const std::string& path_in) {
   }
   if (r.read("timestep_spacing", text)) c.timestep_spacing = parse_spacing(text, path);
   r.read("set_alpha_to_one", c.set_alpha_to_one);
-  must_be("prediction_type", [](const nlohmann::json& v) { return v == "epsilon"; }, "vinf predicts epsilon");
-  must_be("thresholding", [](const nlohmann::json& v) { return v == false; }, "dynamic thresholding");
-  must_be("clip_sample", [](const nlohmann::json& v) { return v == false; }, "sample clipping");
-  must_be("trained_betas", [](const nlohmann::json&) { return false; }, "explicit betas");
-  must_be("rescale_betas_zero_snr", [](const nlohmann::json& v) { return v == false; }, "zero-SNR rescaling");
+  bool use_scale = false;
+  if (r.read("use_scale", use_scale)) {
+    c.x0_scale_off = !use_scale;
+    if (use_scale) {
+      X0Scale x;
+      r.read("scale_a", x.a);
+      r.read("scale_b", x.b);
+      r.read("mid_step", x.mid_step);
+      VINF_INPUT_CHECK(x.a > 0 && x.a <= 10 && x.b > 0 && x.b <= 10, path,
+                       ": scale_a and scale_b must be in (0, 10], got ", x.a, " and ", x.b);
+      VINF_INPUT_CHECK(x.mid_step >= 2 && x.mid_step <= c.num_train_timesteps, path, ": mid_step must be in [2, ",
+                       c.num_train_timesteps, "] (num_train_timesteps), got ", x.mid_step);
+      c.x0_scale = x;
+    }
+  }
+  must_be(
+      "prediction_type", [](const nlohmann::json& v) { return v == "epsilon"; }, "vinf predicts epsilon");
+  must_be(
+      "thresholding", [](const nlohmann::json& v) { return v == false; }, "dynamic thresholding");
+  must_be(
+      "clip_sample", [](const nlohmann::json& v) { return v == false; }, "sample clipping");
+  must_be(
+      "trained_betas", [](const nlohmann::json&) { return false; }, "explicit betas");
+  must_be(
+      "rescale_betas_zero_snr", [](const nlohmann::json& v) { return v == false; }, "zero-SNR rescaling");
   VINF_INPUT_CHECK(c.num_train_timesteps >= 2 && c.num_train_timesteps <= 100000, path,
                    ": num_train_timesteps must be in [2, 100000], got ", c.num_train_timesteps);
   VINF_INPUT_CHECK(c.beta_start > 0 && c.beta_end > c.beta_start && c.beta_end < 1, path,
                    ": need 0 < beta_start < beta_end < 1, got ", c.beta_start, " and ", c.beta_end);
   // steps_offset shifts the leading spacing's timesteps: from num_train_timesteps on, every one of
   // them lies outside the training timesteps whatever the number of steps.
-  VINF_INPUT_CHECK(c.steps_offset >= 0 && c.steps_offset < c.num_train_timesteps, path, ": steps_offset must be in [0, ",
-                   c.num_train_timesteps, ") (num_train_timesteps), got ", c.steps_offset);
+  VINF_INPUT_CHECK(c.steps_offset >= 0 && c.steps_offset < c.num_train_timesteps, path,
+                   ": steps_offset must be in [0, ", c.num_train_timesteps, ") (num_train_timesteps), got ",
+                   c.steps_offset);
   // Every noise level must stay finite: betas that drive alphas_cumprod (nearly) to 0 in f32 leave
   // no signal, and the sigma sqrt((1 - abar) / abar) of such a timestep is infinite.
   const std::vector<float> abar = make_alphas_cumprod(c);
@@ -171,8 +192,21 @@ NoiseScheduleConfig read_scheduler_config(const std::string& path_in) {
   return c;
 }
 
+double X0Scale::at(std::int64_t t) const {
+  // numpy's linspace(a, b, mid_step) then full(b), stored as f32.
+  if (t >= mid_step) return static_cast<float>(b);
+  const double step = (b - a) / (mid_step - 1);
+  return static_cast<float>(t == mid_step - 1 ? b : a + static_cast<double>(t) * step);
+}
+
 Scheduler::Scheduler(SchedulerKind kind, const NoiseScheduleConfig& config, int steps, double eta)
-    : kind_(kind), config_(config), eta_(eta), alphas_cumprod_(make_alphas_cumprod(config)) {
+    : Scheduler(kind, config, steps, DdimOptions{eta, false, std::nullopt}) {}
+
+Scheduler::Scheduler(SchedulerKind kind, const NoiseScheduleConfig& config, int steps, const DdimOptions& ddim)
+    : kind_(kind), config_(config), eta_(ddim.eta), ddim_(ddim), alphas_cumprod_(make_alphas_cumprod(config)) {
+  const double eta = ddim.eta;
+  VINF_CHECK(kind == SchedulerKind::ddim || (!ddim.to_next_on_grid && !ddim.x0_scale),
+             "the grid rule and use_scale are DDIM's");
   const int T = config.num_train_timesteps;
   VINF_INPUT_CHECK(steps >= 1 && steps <= T, "--sampler.steps must be in [1, ", T, "], got ", steps);
   VINF_INPUT_CHECK(eta >= 0 && eta <= 1, "--sampler.eta must be in [0, 1], got ", eta);
@@ -188,10 +222,8 @@ Scheduler::Scheduler(SchedulerKind kind, const NoiseScheduleConfig& config, int 
     const Spacing spacing = config.timestep_spacing.value_or(Spacing::leading);
     timesteps_ = spaced_timesteps(config, spacing, steps, steps);
     check_range(spacing);
-    const float final_abar = config.set_alpha_to_one ? 1.f : alphas_cumprod_[0];
     for (std::int64_t t : timesteps_) sigmas_.push_back(ve_sigma(alphas_cumprod_[static_cast<std::size_t>(t)]));
-    const std::int64_t last_prev = timesteps_.back() - T / steps;
-    sigmas_.push_back(ve_sigma(last_prev >= 0 ? alphas_cumprod_[static_cast<std::size_t>(last_prev)] : final_abar));
+    sigmas_.push_back(ve_sigma(static_cast<float>(ddim_previous_abar(steps - 1))));
     return;
   }
   std::vector<float> table(alphas_cumprod_.size());
@@ -221,19 +253,35 @@ bool Scheduler::stochastic() const {
          (kind_ == SchedulerKind::ddim && eta_ > 0);
 }
 
+std::int64_t Scheduler::next_timestep(int i) const {
+  if (ddim_.to_next_on_grid) return i + 1 < steps() ? timesteps_[static_cast<std::size_t>(i) + 1] : 0;
+  return std::max<std::int64_t>(0, timesteps_[static_cast<std::size_t>(i)] - config_.num_train_timesteps / steps());
+}
+
+double Scheduler::ddim_previous_abar(int i) const {
+  if (ddim_.to_next_on_grid)
+    return alphas_cumprod_[static_cast<std::size_t>(i + 1 < steps() ? timesteps_[static_cast<std::size_t>(i) + 1] : 0)];
+  const std::int64_t prev = timesteps_[static_cast<std::size_t>(i)] - config_.num_train_timesteps / steps();
+  if (prev >= 0) return alphas_cumprod_[static_cast<std::size_t>(prev)];
+  return config_.set_alpha_to_one ? 1.0 : alphas_cumprod_[0];
+}
+
 StepCoefficients Scheduler::coefficients(int i) const {
   VINF_CHECK(i >= 0 && i < steps(), "step ", i, " is outside the schedule of ", steps(), " steps");
   StepCoefficients k;
   if (kind_ == SchedulerKind::ddim) {
-    const int T = config_.num_train_timesteps;
-    const std::int64_t t = timesteps_[static_cast<std::size_t>(i)], prev = t - T / steps();
-    const double a_t = alphas_cumprod_[static_cast<std::size_t>(t)];
-    const double a_prev = prev >= 0 ? alphas_cumprod_[static_cast<std::size_t>(prev)]
-                                    : (config_.set_alpha_to_one ? 1.0 : alphas_cumprod_[0]);
-    k.x0_x = 1.0 / std::sqrt(a_t);
-    k.x0_eps = -std::sqrt(1.0 - a_t) / std::sqrt(a_t);
+    const std::int64_t t = timesteps_[static_cast<std::size_t>(i)];
+    const double a_t = alphas_cumprod_[static_cast<std::size_t>(t)], a_prev = ddim_previous_abar(i);
+    // use_scale: x0 / s[t], then s[t'] x0 towards the next timestep t' (s[0] after the last step).
+    double scale = 1.0, scale_next = 1.0;
+    if (ddim_.x0_scale) {
+      scale = ddim_.x0_scale->at(t);
+      scale_next = ddim_.x0_scale->at(next_timestep(i));
+    }
+    k.x0_x = 1.0 / std::sqrt(a_t) / scale;
+    k.x0_eps = -std::sqrt(1.0 - a_t) / std::sqrt(a_t) / scale;
     const double std_dev = eta_ * std::sqrt((1.0 - a_prev) / (1.0 - a_t) * (1.0 - a_t / a_prev));
-    k.c_m0 = std::sqrt(a_prev);
+    k.c_m0 = std::sqrt(a_prev) * scale_next;
     k.c_eps = std::sqrt(std::max(0.0, 1.0 - a_prev - std_dev * std_dev));
     k.c_noise = std_dev;
     return k;

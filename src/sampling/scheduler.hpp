@@ -26,6 +26,29 @@ enum class BetaSchedule { linear, scaled_linear };
 enum class Spacing { linspace, leading, trailing };
 const char* spacing_name(Spacing s);
 
+// VideoCrafter's use_scale (LVDM's DDIM sampler, model config keys use_scale, scale_a, scale_b,
+// mid_step): the data prediction of a step at timestep t is divided by s[t], and the step to the
+// next timestep t' multiplies it by s[t'] (by s[0] = a after the last step), where
+// s = linspace(a, b, mid_step) over the first mid_step timesteps and b after. VideoCrafter2's
+// config: a 1, b 0.7, mid_step 400. The diffusers port that Video-Infinity runs has none.
+struct X0Scale {
+  double a = 1.0, b = 0.7;
+  int mid_step = 400;
+  // s[t] as the reference holds it (f32).
+  double at(std::int64_t t) const;
+  bool operator==(const X0Scale&) const = default;
+};
+
+// Where DDIM steps and what it scales. The default is diffusers' DDIM (and VideoCrafter's): each
+// step goes from t to t - T / steps. to_next_on_grid: each step goes to the grid's next timestep,
+// and the last from abar[t_last] to abar[0] (FIFO-Diffusion's released code, whose grid is
+// round(linspace(0, T - 1, steps)): its last step, at t = 0, is an identity-like step).
+struct DdimOptions {
+  double eta = 0.0;
+  bool to_next_on_grid = false;
+  std::optional<X0Scale> x0_scale;
+};
+
 // The keys of a diffusers scheduler_config.json that change the numbers. Defaults: zeroscope's
 // file (model-spec §6.1).
 struct NoiseScheduleConfig {
@@ -34,7 +57,11 @@ struct NoiseScheduleConfig {
   BetaSchedule beta_schedule = BetaSchedule::scaled_linear;
   int steps_offset = 1;
   std::optional<Spacing> timestep_spacing;  // unset: linspace for DPM-Solver, leading for DDIM
-  bool set_alpha_to_one = false;            // DDIM's alpha after the last step
+  bool set_alpha_to_one = false;  // DDIM's alpha after the last step
+  // LVDM's use_scale with its scale_a, scale_b, mid_step, when the file says (X0Scale); unset: it
+  // says nothing. A file with "use_scale": false gives `x0_scale_off`.
+  std::optional<X0Scale> x0_scale;
+  bool x0_scale_off = false;
 };
 
 // Reads DIR/scheduler_config.json or a file. Throws vinf::InputError naming the file and key for
@@ -56,6 +83,8 @@ class Scheduler {
  public:
   // eta: DDIM's noise scale (0: deterministic); ignored by the DPM-Solver variants.
   Scheduler(SchedulerKind kind, const NoiseScheduleConfig& config, int steps, double eta = 0.0);
+  // DDIM with the grid rule and the scale of `ddim` (InputError for another kind with either).
+  Scheduler(SchedulerKind kind, const NoiseScheduleConfig& config, int steps, const DdimOptions& ddim);
 
   SchedulerKind kind() const { return kind_; }
   int steps() const { return static_cast<int>(timesteps_.size()); }
@@ -74,9 +103,14 @@ class Scheduler {
   const std::vector<float>& alphas_cumprod() const { return alphas_cumprod_; }
 
  private:
+  // DDIM's abar after step i (the grid's next point, or t - T / steps), with its scale.
+  double ddim_previous_abar(int i) const;
+  // The timestep DDIM's step i goes to (0 after the last one), for use_scale's s[t'].
+  std::int64_t next_timestep(int i) const;
   SchedulerKind kind_;
   NoiseScheduleConfig config_;
   double eta_;
+  DdimOptions ddim_;
   std::vector<float> alphas_cumprod_;
   std::vector<std::int64_t> timesteps_;
   std::vector<double> sigmas_;

@@ -53,6 +53,34 @@ expect 0 "ok $work/f3/latents.h5" -- "$tool" h5-check "$work/f3/latents.h5" 3 4 
 ckpt=$(ls "$work/f3/checkpoints"/step-*.h5 | tail -1)
 expect 2 "is a checkpoint: its latents are partly denoised" -- "$vinf" evaluate "$ckpt" --out "$work/ce"
 
+# FIFO as released: eta 1, --video.fps 8 and --output.fps 10 unless given, the released grid and
+# use_scale on the base video recorded; given options win. Two prompts, each for its frames.
+expect 0 "frames 4/4" -- "$vinf" generate "${small[@]}" --long.mode fifo --long.fifo-window 2 \
+  --long.fifo-partitions 2 --video.frames 4 --prompt.text "then a bridge" --long.fifo-prompt-frames 1,3 --out "$work/fr"
+python3 - "$work/fr/run.json" <<'PY' && echo "ok: FIFO's released defaults in run.json" || { echo "FAIL: FIFO defaults"; fails=$((fails + 1)); }
+import json, sys
+c = json.load(open(sys.argv[1]))["config"]
+assert c["sampler"]["eta"] == 1 and c["video"]["fps"] == 8 and c["output"]["fps"] == 10, c
+assert c["long"]["fifo-grid"] == "released" and c["long"]["fifo-prompt-frames"] == [1, 3], c["long"]
+assert "use_scale" not in c["sampler"], c["sampler"]
+PY
+expect 0 "frames 4/4" -- "$vinf" generate "${small[@]}" --long.mode fifo --long.fifo-window 2 \
+  --long.fifo-partitions 2 --video.frames 4 --sampler.eta 0 --video.fps 24 --long.fifo-grid config \
+  --sampler.use-scale off --out "$work/fg"
+python3 - "$work/fg/run.json" <<'PY' && echo "ok: given options win over FIFO's defaults" || { echo "FAIL: FIFO options"; fails=$((fails + 1)); }
+import json, sys
+c = json.load(open(sys.argv[1]))["config"]
+assert c["sampler"]["eta"] == 0 and c["video"]["fps"] == 24 and c["long"]["fifo-grid"] == "config", c
+assert c["sampler"]["use_scale"] == "off", c["sampler"]
+PY
+# use_scale on a plain DDIM run changes its numbers (the formula is the unit tests').
+ddim=(--video.frames 4 --sampler.scheduler ddim --sampler.steps 3 --vi.mode off)
+expect 0 "outputs in" -- "$vinf" generate "${small[@]}" "${ddim[@]}" --out "$work/s0"
+expect 0 "outputs in" -- "$vinf" generate "${small[@]}" "${ddim[@]}" --sampler.use-scale off --out "$work/s1"
+expect 0 "outputs in" -- "$vinf" generate "${small[@]}" "${ddim[@]}" --sampler.use-scale on --out "$work/s2"
+expect 0 "ok" -- "$tool" h5-compare "$work/s0/latents.h5" "$work/s1/latents.h5" 0
+expect 1 "" -- "$tool" h5-compare "$work/s0/latents.h5" "$work/s2/latents.h5" 0
+
 # Refusals, before anything runs.
 bad() {  # bad TEXT options...: exit 2 with TEXT, no output directory
   local text=$1
@@ -68,7 +96,17 @@ bad "--long.fifo-window must be even" --long.mode fifo --long.fifo-window 5
 bad "--long.fifo-window must be at least 2 frames" --long.mode fifo --long.fifo-window 1 --long.fifo-lookahead=false
 bad "option '--long.fifo-partitions' must be in [1, 1000], got '0'" --long.mode fifo --long.fifo-partitions 0
 bad "makes at least --long.fifo-window = 16 frames" --long.mode fifo
-bad "denoises one queue with one prompt" --long.mode fifo --long.fifo-window 4 --prompt.text "a second prompt"
+bad "--long.fifo-prompt-frames gives 1 length(s) for 2 prompt(s)" --long.mode fifo --long.fifo-window 4 \
+  --prompt.text "a second prompt" --long.fifo-prompt-frames 8
+bad "--long.fifo-prompt-frames adds up to 7 frames; the video has 8" --long.mode fifo --long.fifo-window 4 \
+  --prompt.text "a second prompt" --long.fifo-prompt-frames 3,4
+bad "--long.fifo-prompt-frames: 'x' is not a number of frames" --long.mode fifo --long.fifo-window 4 \
+  --long.fifo-prompt-frames 3,x
+bad "9 prompts for 8 frames" --long.mode fifo --long.fifo-window 4 --prompt.text 2 --prompt.text 3 --prompt.text 4 \
+  --prompt.text 5 --prompt.text 6 --prompt.text 7 --prompt.text 8 --prompt.text 9
+bad "--long.fifo-grid must be released" --long.mode fifo --long.fifo-window 4 --long.fifo-grid uniform
+bad "--sampler.use-scale must be auto, on or off" --sampler.use-scale yes
+bad "--sampler.use-scale on scales DDIM's steps" --sampler.use-scale on
 bad "--parallel.cfg, --parallel.tensor and --parallel.pipeline must be 1" --long.mode windows --parallel.tensor 2
 bad "--sampler.noise compat is the layout" --long.mode windows --sampler.noise compat
 bad "--dump.modules records Video-Infinity's clips" --long.mode windows --dump.modules conv_in

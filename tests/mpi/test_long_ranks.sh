@@ -7,7 +7,9 @@
 # - both stopped after a checkpoint (kept with --checkpoint.every) and resumed on another number of
 #   ranks equal the uninterrupted run;
 # - at 2 ranks vinf evaluate finds the boundaries the runs recorded (the windows', none for FIFO);
-# - more ranks than FIFO partitions, or than windows, are refused (exit 2) before anything runs.
+# - FIFO on the tiny fixture UNet with the draws of the authors' released code equals that code's
+#   run (fixtures/fifo-tiny), every iteration's queue included;
+# - more ranks than FIFO's model calls, or than windows, are refused (exit 2) before anything runs.
 # Every window's numbers come from the same computation whichever rank makes it, and the windows
 # are combined in window order on every rank, so with OMP_NUM_THREADS=1 (set by the test's
 # registration) the runs agree bit for bit.
@@ -88,11 +90,35 @@ if [ "$n" -eq 2 ]; then
   done
 fi
 
-# 5. Refusals, before anything runs.
+# 5. FIFO as its authors' released code runs it (fixtures/fifo-tiny: every draw given through
+# --latents-init, the tiny UNet, guidance 12, fps 8): the video within 1e-4 and the queue after
+# every iteration (a checkpoint each) within 5e-4 of the largest magnitude, the fixture's
+# tolerances; A (lookahead, eta 0) and B (eta 1) have 4 model calls per iteration, so run on 1-4
+# ranks; C (no lookahead) has 2, so on at most 2.
+released() {  # released CASE ETA LOOKAHEAD MODEL
+  local ref=$here/../fixtures/fifo-tiny/ref_$1.safetensors dir=$work/released_$1 k
+  "$tool" fifo-embeddings "$ref" "$work/emb_$1.safetensors" || { fail "$1: embeddings"; return; }
+  "$mpiexec" -np "$n" "$vinf" generate --model "$4" "${device_args[@]}" --output.video=false --comm-timeout 60 \
+    --quiet --video.height 64 --video.width 64 --video.frames 6 --long.mode fifo --long.fifo-window 4 \
+    --long.fifo-partitions 2 --long.fifo-lookahead="$3" --sampler.eta "$2" --sampler.guidance 12 \
+    --prompt.embeddings "$work/emb_$1.safetensors" --latents-init "$ref" --checkpoint.every 1 \
+    --checkpoint.keep 100 --out "$dir" > "$work/released_$1.log" 2>&1 || { tail -5 "$work/released_$1.log"; fail "$1: the run"; return; }
+  "$tool" h5-vs-ref "$dir/latents.h5" "$ref" video 1e-4 0 || fail "$1: the video"
+  for k in $(seq 0 9); do
+    "$tool" h5-vs-ref "$dir/checkpoints/step-$(printf %06d $((k + 1))).h5" "$ref" "iter$k.queue_after" 5e-4 6 \
+      > "$work/q.txt" || { cat "$work/q.txt"; fail "$1: the queue after iteration $k"; }
+  done
+  echo "ok: released FIFO case $1 on $n rank(s): the video and the queue after each of 10 iterations"
+}
+released A 0 true "$4"
+released B 1 true "$4"
+[ "$n" -le 2 ] && released C 0 false "$4"
+
+# 6. Refusals, before anything runs.
 if [ "$n" -ge 2 ]; then
   expect 2 "use at most 1 rank(s), or more partitions" -- \
     "$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --long.mode fifo --video.frames 10 --long.fifo-window 4 \
-    --long.fifo-partitions 1 --out "$work/bad1"
+    --long.fifo-partitions 1 --long.fifo-lookahead=false --out "$work/bad1"
   expect 2 "make 1 window(s) of 8" -- \
     "$mpiexec" -np "$n" "$vinf" generate "${common[@]}" --long.mode windows --video.frames 8 --out "$work/bad2"
   [ -e "$work/bad1" ] || [ -e "$work/bad2" ] && fail "a refused run left an output directory"

@@ -94,11 +94,17 @@ double max_diff(const Frames& a, const Frames& b, double& scale) {
 
 }  // namespace
 
-TEST_CASE("FIFO-Diffusion equals a step-by-step computation of its queue (tiny UNet, DDIM, with and without lookahead)") {
+TEST_CASE(
+    "FIFO-Diffusion equals a step-by-step computation of its queue (tiny UNet, DDIM, with and without lookahead, two "
+    "prompts)") {
   Runtime rt(Device::cpu());
   const model::UNet3D unet = tiny_unet(rt);
-  OwnedTensor text = rt.arena().empty(DType::f32, {2, 6, 32});
+  // Two prompts: frame 0 takes the first, frames 1 and 2 the second (ends {1, 3}); an iteration
+  // takes the prompt of the frame that leaves the queue at it, the warm-up the first.
+  OwnedTensor text = rt.arena().empty(DType::f32, {2, 6, 32}), text2 = rt.arena().empty(DType::f32, {2, 6, 32});
   ops::normal(rt.ctx(), text, 7, 0, 0);
+  ops::normal(rt.ctx(), text2, 8, 0, 0);
+  const std::vector<std::int64_t> ends{1, 3};
   const std::int64_t frames = 3;  // more than f: the base video's two frames leave, then a new one
   for (bool lookahead : {false, true}) {
     CAPTURE(lookahead);
@@ -107,10 +113,13 @@ TEST_CASE("FIFO-Diffusion equals a step-by-step computation of its queue (tiny U
     const sampling::Scheduler sched(sampling::SchedulerKind::ddim, {}, S, 0.0);
     const sampling::NoiseSource noise(sampling::NoiseMode::invariant, 11, 0, 0);
     std::vector<OwnedTensor> texts;
-    texts.push_back(rt.arena().empty(DType::f32, text.shape));
-    ops::copy(rt.ctx(), text, texts.back());
+    for (const Tensor* t : {&text.view(), &text2.view()}) {
+      texts.push_back(rt.arena().empty(DType::f32, t->shape));
+      ops::copy(rt.ctx(), *t, texts.back());
+    }
     const pipeline::GuidedModel model(unet, 24.0, kGuidance, std::move(texts));
-    pipeline::FifoQueue fifo(model, nullptr, plan, sched, noise, frames);
+    const std::unique_ptr<pipeline::FifoDraws> draws = pipeline::seeded_fifo_draws(noise, plan);
+    pipeline::FifoQueue fifo(model, nullptr, plan, sched, sched, *draws, frames, ends);
     OwnedTensor state = rt.arena().empty(DType::f32, {1, kC, frames + Q, kH, kW});
     fifo.start(rt.ctx(), state, {});
     const std::int64_t iterations = frames + S - f;
@@ -119,7 +128,9 @@ TEST_CASE("FIFO-Diffusion equals a step-by-step computation of its queue (tiny U
 
     // The same by hand. The noise level of step i is abar = 1 / (1 + sigma_i^2); the queue's level
     // k is step S - 1 - k, so level k goes from abar(S - 1 - k) to abar(S - k) (clean after level 0).
-    const auto abar = [&](int i) { return 1.0 / (1.0 + sched.sigmas()[static_cast<std::size_t>(i)] * sched.sigmas()[static_cast<std::size_t>(i)]); };
+    const auto abar = [&](int i) {
+      return 1.0 / (1.0 + sched.sigmas()[static_cast<std::size_t>(i)] * sched.sigmas()[static_cast<std::size_t>(i)]);
+    };
     const auto level = [&](int q) { return std::max(0, q - L); };
     const auto t_of = [&](int q) { return sched.timesteps()[static_cast<std::size_t>(S - 1 - level(q))]; };
     // The base video: f frames through the whole schedule.
@@ -127,8 +138,11 @@ TEST_CASE("FIFO-Diffusion equals a step-by-step computation of its queue (tiny U
     noise.initial(rt.ctx(), rt.arena(), x0);
     Frames base = frames_of(host(rt, x0), f);
     for (int i = 0; i < S; ++i) {
-      const Frames eps = predict(rt, unet, text, base, std::vector<std::int64_t>(static_cast<std::size_t>(f), sched.timesteps()[static_cast<std::size_t>(i)]));
-      for (int j = 0; j < f; ++j) ddim(base[static_cast<std::size_t>(j)], eps[static_cast<std::size_t>(j)], abar(i), abar(i + 1));
+      const Frames eps = predict(
+          rt, unet, text, base,
+          std::vector<std::int64_t>(static_cast<std::size_t>(f), sched.timesteps()[static_cast<std::size_t>(i)]));
+      for (int j = 0; j < f; ++j)
+        ddim(base[static_cast<std::size_t>(j)], eps[static_cast<std::size_t>(j)], abar(i), abar(i + 1));
     }
     // The queue: position q holds base frame max(0, level - (S - f)) noised to its level.
     OwnedTensor z = rt.arena().empty(DType::f32, {1, kC, Q, kH, kW});
@@ -140,8 +154,9 @@ TEST_CASE("FIFO-Diffusion equals a step-by-step computation of its queue (tiny U
       const std::vector<float>& b = base[static_cast<std::size_t>(std::max(0, level(q) - (S - f)))];
       queue[static_cast<std::size_t>(q)].resize(kPixels);
       for (std::int64_t k = 0; k < kPixels; ++k)
-        queue[static_cast<std::size_t>(q)][static_cast<std::size_t>(k)] = static_cast<float>(
-            std::sqrt(a) * b[static_cast<std::size_t>(k)] + std::sqrt(1 - a) * fresh[static_cast<std::size_t>(q)][static_cast<std::size_t>(k)]);
+        queue[static_cast<std::size_t>(q)][static_cast<std::size_t>(k)] =
+            static_cast<float>(std::sqrt(a) * b[static_cast<std::size_t>(k)] +
+                               std::sqrt(1 - a) * fresh[static_cast<std::size_t>(q)][static_cast<std::size_t>(k)]);
     }
     Frames video(static_cast<std::size_t>(frames));
     for (std::int64_t i = 0; i < iterations; ++i) {
@@ -153,11 +168,12 @@ TEST_CASE("FIFO-Diffusion equals a step-by-step computation of its queue (tiny U
         const Frames win(before.begin() + start, before.begin() + start + f);
         std::vector<std::int64_t> t;
         for (int q = start; q < start + f; ++q) t.push_back(t_of(q));
-        const Frames eps = predict(rt, unet, text, win, t);
+        const Frames eps = predict(rt, unet, i - (S - f) >= ends[0] ? text2 : text, win, t);
         for (int q = start + (lookahead ? f / 2 : 0); q < start + f; ++q) {
           const int k = level(q);
           queue[static_cast<std::size_t>(q)] = before[static_cast<std::size_t>(q)];
-          ddim(queue[static_cast<std::size_t>(q)], eps[static_cast<std::size_t>(q - start)], abar(S - 1 - k), abar(S - k));
+          ddim(queue[static_cast<std::size_t>(q)], eps[static_cast<std::size_t>(q - start)], abar(S - 1 - k),
+               abar(S - k));
         }
       }
       const std::int64_t out = i - (S - f);

@@ -16,8 +16,7 @@ using namespace vinf;
 using sampling::FrameSpan;
 
 TEST_CASE("sliding windows cover every frame, the last one ends at the video's end") {
-  CHECK(sampling::sliding_windows(24, 8, 4) ==
-        std::vector<FrameSpan>{{0, 8}, {4, 8}, {8, 8}, {12, 8}, {16, 8}});
+  CHECK(sampling::sliding_windows(24, 8, 4) == std::vector<FrameSpan>{{0, 8}, {4, 8}, {8, 8}, {12, 8}, {16, 8}});
   CHECK(sampling::sliding_windows(22, 8, 4) == std::vector<FrameSpan>{{0, 8}, {4, 8}, {8, 8}, {12, 8}, {14, 8}});
   CHECK(sampling::sliding_windows(16, 16, 8) == std::vector<FrameSpan>{{0, 16}});
   CHECK(sampling::sliding_windows(5, 16, 8) == std::vector<FrameSpan>{{0, 5}});  // one window: the whole video
@@ -90,7 +89,8 @@ TEST_CASE("FIFO: the kept parts of the windows cover the queue's levels once, th
         CHECK(kept.end() == win.end());
         for (std::int64_t q = kept.first; q < kept.end(); ++q) ++covered[static_cast<std::size_t>(q)];
       }
-      for (int q = 0; q < plan.queue_length(); ++q) CHECK(covered[static_cast<std::size_t>(q)] == (q < plan.context() ? 0 : 1));
+      for (int q = 0; q < plan.queue_length(); ++q)
+        CHECK(covered[static_cast<std::size_t>(q)] == (q < plan.context() ? 0 : 1));
     }
   CHECK_THROWS_AS(sampling::FifoPlan(5, 2, true), InputError);  // lookahead halves the window
   CHECK_NOTHROW(sampling::FifoPlan(5, 2, false));
@@ -102,7 +102,8 @@ TEST_CASE("FIFO: the kept parts of the windows cover the queue's levels once, th
   CHECK_THROWS_AS(sampling::FifoPlan(2, 2000000000, true), InputError);
 }
 
-TEST_CASE("FIFO: frames leave in order, and every frame that enters as noise sees each step of the schedule once, in order") {
+TEST_CASE(
+    "FIFO: frames leave in order, and every frame that enters as noise sees each step of the schedule once, in order") {
   for (bool lookahead : {false, true}) {
     const sampling::FifoPlan plan(4, 3, lookahead);
     const int S = plan.steps(), Q = plan.queue_length(), L = plan.context();
@@ -112,7 +113,7 @@ TEST_CASE("FIFO: frames leave in order, and every frame that enters as noise see
     std::deque<int> queue;
     for (int q = 0; q < Q; ++q) queue.push_back(-1 - plan.base_frame(q));
     std::map<int, std::vector<int>> seen;  // label -> the step indices applied to it, in order
-    std::vector<int> left;                 // labels of the video's frames, in the order they left
+    std::vector<int> left;  // labels of the video's frames, in the order they left
     const std::int64_t iterations = plan.iterations(frames);
     for (std::int64_t i = 0; i < iterations; ++i) {
       for (std::size_t w = 0; w < plan.windows().size(); ++w)
@@ -135,4 +136,25 @@ TEST_CASE("FIFO: frames leave in order, and every frame that enters as noise see
       CHECK(seen[label] == want);
     }
   }
+}
+
+TEST_CASE("multi-prompt FIFO: each prompt's frames, and the prompt of the frame that leaves at an iteration") {
+  // Frame o takes prompt int(o / 10 x 3): frames 0-3, 4-6, 7-9.
+  CHECK(sampling::fifo_prompt_ends(10, 3, {}) == std::vector<std::int64_t>{4, 7, 10});
+  CHECK(sampling::fifo_prompt_ends(5, 1, {}) == std::vector<std::int64_t>{5});
+  CHECK(sampling::fifo_prompt_ends(3, 3, {}) == std::vector<std::int64_t>{1, 2, 3});
+  // The released code's lengths, as cumulative ends.
+  const std::vector<std::int64_t> ends = sampling::fifo_prompt_ends(10, 3, {2, 5, 3});
+  CHECK(ends == std::vector<std::int64_t>{2, 7, 10});
+  CHECK(sampling::fifo_prompt(ends, -3) == 0);  // the warm-up
+  CHECK(sampling::fifo_prompt(ends, 0) == 0);
+  CHECK(sampling::fifo_prompt(ends, 1) == 0);
+  CHECK(sampling::fifo_prompt(ends, 2) == 1);
+  CHECK(sampling::fifo_prompt(ends, 6) == 1);
+  CHECK(sampling::fifo_prompt(ends, 7) == 2);
+  CHECK(sampling::fifo_prompt(ends, 9) == 2);
+  CHECK_THROWS_WITH_AS(sampling::fifo_prompt_ends(10, 2, {2, 5, 3}), doctest::Contains("3 length(s) for 2 prompt(s)"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(sampling::fifo_prompt_ends(10, 2, {2, 5}), doctest::Contains("adds up to 7 frames"), InputError);
+  CHECK_THROWS_WITH_AS(sampling::fifo_prompt_ends(10, 2, {0, 10}), doctest::Contains("at least 1 frame"), InputError);
 }

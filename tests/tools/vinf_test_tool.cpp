@@ -107,7 +107,8 @@ int compare(int argc, char** argv, bool frames) {
     }
     const bool ints = x.dtype == DType::i64 && y.dtype == DType::i64;  // token ids and masks
     if (!(x.shape == y.shape) || ((x.dtype != DType::f32 || y.dtype != DType::f32) && !ints)) {
-      std::cerr << "compare: '" << k << "' differs in shape or dtype: " << x.describe() << " vs " << y.describe() << "\n";
+      std::cerr << "compare: '" << k << "' differs in shape or dtype: " << x.describe() << " vs " << y.describe()
+                << "\n";
       ++bad;
       continue;
     }
@@ -133,7 +134,8 @@ int compare_relative(int argc, char** argv) {
   const io::SafetensorsFile a(argv[2]), b(argv[3]);
   const double rtol = std::atof(argv[4]);
   std::vector<std::string> prefixes, excluded;
-  for (int i = 5; i < argc; ++i) (argv[i][0] == '!' ? excluded.emplace_back(argv[i] + 1) : prefixes.emplace_back(argv[i]));
+  for (int i = 5; i < argc; ++i)
+    (argv[i][0] == '!' ? excluded.emplace_back(argv[i] + 1) : prefixes.emplace_back(argv[i]));
   int bad = 0, compared = 0;
   double worst = 0;
   std::string worst_name;
@@ -198,15 +200,17 @@ int compare_adamw(int argc, char** argv) {
     }
     ++tensors;
     double largest = 0;
-    for (std::int64_t i = 0; i < g.numel(); ++i) largest = std::max(largest, std::fabs(static_cast<double>(g.ptr<float>()[i])));
+    for (std::int64_t i = 0; i < g.numel(); ++i)
+      largest = std::max(largest, std::fabs(static_cast<double>(g.ptr<float>()[i])));
     for (std::int64_t i = 0; i < y.numel(); ++i) {
       const double p = y.ptr<float>()[i], diff = std::fabs(static_cast<double>(x.ptr<float>()[i]) - p);
       const bool near_zero = std::fabs(g.ptr<float>()[i]) < 100 * 1e-5 * largest;
       undecided += near_zero;
       ++compared;
       if (diff > (near_zero ? 2 * lr : 1e-4 * lr + 4e-7 * std::fabs(p))) {
-        if (bad < 5) std::printf("FAIL %s[%lld]: %.9g against %.9g (gradient %.3g)\n", e.name.c_str(),
-                                 static_cast<long long>(i), x.ptr<float>()[i], p, g.ptr<float>()[i]);
+        if (bad < 5)
+          std::printf("FAIL %s[%lld]: %.9g against %.9g (gradient %.3g)\n", e.name.c_str(), static_cast<long long>(i),
+                      x.ptr<float>()[i], p, g.ptr<float>()[i]);
         ++bad;
       }
     }
@@ -228,7 +232,8 @@ int train_batch(int argc, char** argv) {
   const Tensor x0 = in.tensor("x0"), eps = in.tensor("eps"), text = in.tensor("encoder_hidden_states");
   if (x0.size(0) != 2 || nb < 1) return 2;
   const std::int64_t per = x0.numel() / 2, per_text = text.numel() / 2;
-  std::vector<float> nx0(static_cast<std::size_t>(per * nb)), neps(nx0.size()), ntext(static_cast<std::size_t>(per_text * nb));
+  std::vector<float> nx0(static_cast<std::size_t>(per * nb)), neps(nx0.size()),
+      ntext(static_cast<std::size_t>(per_text * nb));
   std::vector<std::int64_t> ts(static_cast<std::size_t>(nb));
   const std::int64_t steps[] = {700, 150, 400, 900, 50, 999, 300, 600};
   for (std::int64_t i = 0; i < nb; ++i) {
@@ -298,8 +303,8 @@ int h5_compare(int argc, char** argv) {
     scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
   }
   const double tol = std::atof(argv[4]) * std::max(1.0, scale);
-  std::printf("%s /latents max |diff| %.3g (tolerance %.3g: relative to max |value| %.3g)\n", worst <= tol ? "ok" : "FAIL", worst,
-              tol, scale);
+  std::printf("%s /latents max |diff| %.3g (tolerance %.3g: relative to max |value| %.3g)\n",
+              worst <= tol ? "ok" : "FAIL", worst, tol, scale);
   return worst <= tol ? 0 : 1;
 }
 
@@ -324,15 +329,61 @@ int h5_vs_latents(int argc, char** argv) {
         worst = std::max(worst, std::fabs(static_cast<double>(a[static_cast<std::size_t>((fr * C + c) * S + s)]) -
                                           b.ptr<float>()[(c * F + fr) * S + s]));
   const double tol = std::atof(argv[5]);
-  std::printf("%s /latents against %s max |diff| %.3g (tolerance %.3g)\n", worst <= tol ? "ok" : "FAIL", argv[4], worst, tol);
+  std::printf("%s /latents against %s max |diff| %.3g (tolerance %.3g)\n", worst <= tol ? "ok" : "FAIL", argv[4], worst,
+              tol);
   return worst <= tol ? 0 : 1;
+}
+
+// h5-vs-ref FILE.h5 REF.safetensors KEY REL FIRST: frames [FIRST, FIRST + F) of /latents (frame-major)
+// against KEY (1, C, F, H, W), within REL times KEY's largest magnitude (a golden run's tolerance).
+int h5_vs_ref(int argc, char** argv) {
+  if (argc != 7) return 2;
+  std::vector<hsize_t> d;
+  std::string format;
+  const std::vector<float> a = read_latents(argv[2], d, format);
+  const vinf::io::SafetensorsFile f(argv[3]);
+  const vinf::Tensor b = f.tensor(argv[4]);
+  const auto first = static_cast<hsize_t>(std::atoll(argv[6]));
+  if (d.size() != 4 || b.rank() != 5 || b.size(0) != 1 || static_cast<hsize_t>(b.size(1)) != d[1] ||
+      first + static_cast<hsize_t>(b.size(2)) > d[0] || static_cast<hsize_t>(b.size(3)) != d[2] ||
+      static_cast<hsize_t>(b.size(4)) != d[3]) {
+    std::cerr << "h5-vs-ref: /latents from frame " << first << " and '" << argv[4] << "' " << b.describe()
+              << " do not match\n";
+    return 1;
+  }
+  const std::int64_t F = b.size(2), C = b.size(1), S = b.size(3) * b.size(4);
+  double worst = 0, scale = 0;
+  for (std::int64_t fr = 0; fr < F; ++fr)
+    for (std::int64_t c = 0; c < C; ++c)
+      for (std::int64_t s = 0; s < S; ++s) {
+        const double want = b.ptr<float>()[(c * F + fr) * S + s];
+        const double got = a[static_cast<std::size_t>(((static_cast<std::int64_t>(first) + fr) * C + c) * S + s)];
+        worst = std::max(worst, std::fabs(got - want));
+        scale = std::max(scale, std::fabs(want));
+      }
+  const double rel = worst / scale, tol = std::atof(argv[5]);
+  std::printf("%s %s frames %llu.. against %s: max |diff| / max |ref| %.3g (tolerance %.3g)\n",
+              rel <= tol ? "ok" : "FAIL", argv[2], static_cast<unsigned long long>(first), argv[4], rel, tol);
+  return rel <= tol ? 0 : 1;
+}
+
+// fifo-embeddings REF.safetensors OUT.safetensors: a --prompt.embeddings file of a FIFO fixture's
+// prompt (cond) and empty prompt (uncond).
+int fifo_embeddings(int argc, char** argv) {
+  if (argc != 4) return 2;
+  const io::SafetensorsFile f(argv[2]);
+  const Tensor cond = f.tensor("cond"), uncond = f.tensor("uncond");
+  io::write_safetensors(argv[3], {{"prompt_embeds", DType::f32, cond.shape, cond.data, {}},
+                                  {"negative_prompt_embeds", DType::f32, uncond.shape, uncond.data, {}}});
+  return 0;
 }
 
 // The paths of every dataset in an HDF5 file, sorted.
 std::vector<std::string> dataset_paths(hid_t file) {
   std::vector<std::string> out;
   const auto visit = [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
-    if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(std::string("/") + name);
+    if (info->type == H5O_TYPE_DATASET)
+      static_cast<std::vector<std::string>*>(data)->push_back(std::string("/") + name);
     return 0;
   };
   if (H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit, &out, H5O_INFO_BASIC) < 0)
@@ -470,8 +521,10 @@ int text_embeddings(int argc, char** argv) {
     return v;
   };
   const std::vector<float> all = rows(prompts.size(), 1), negative = rows(1, 2);
-  io::write_safetensors(argv[2], {{"prompt_embeds", DType::f32, {static_cast<std::int64_t>(prompts.size()), tokens, width}, all.data(), {}},
-                                  {"negative_prompt_embeds", DType::f32, {1, tokens, width}, negative.data(), {}}});
+  io::write_safetensors(
+      argv[2],
+      {{"prompt_embeds", DType::f32, {static_cast<std::int64_t>(prompts.size()), tokens, width}, all.data(), {}},
+       {"negative_prompt_embeds", DType::f32, {1, tokens, width}, negative.data(), {}}});
   return 0;
 }
 
@@ -636,7 +689,8 @@ int latents_h5(int argc, char** argv) {
     const auto f = static_cast<std::int64_t>(i) / (c * h * w);
     latents[i] = 0.1f * static_cast<float>(f) + (f >= frames / 2 ? 5.f : 0.f);
   }
-  if (argc == 7) latents[10] = std::numeric_limits<float>::quiet_NaN();  // a damaged file as another tool might write it
+  if (argc == 7)
+    latents[10] = std::numeric_limits<float>::quiet_NaN();  // a damaged file as another tool might write it
   MPI_Init(&argc, &argv);
   io::RunStamp stamp;
   stamp.config_json = stamp.numerics_json = "{}";
@@ -734,13 +788,18 @@ int main(int argc, char** argv) {
     if (cmd == "h5-check") return h5_check(argc, argv);
     if (cmd == "h5-diff") return h5_diff(argc, argv);
     if (cmd == "h5-vs-latents") return h5_vs_latents(argc, argv);
+    if (cmd == "h5-vs-ref") return h5_vs_ref(argc, argv);
+    if (cmd == "fifo-embeddings") return fifo_embeddings(argc, argv);
     if (cmd == "h5-flip") return h5_flip(argc, argv);
     if (cmd == "text-embeddings") return text_embeddings(argc, argv);
     if (cmd == "vae-old-names") return vae_old_names(argc, argv);
     if (cmd == "latents-h5") return latents_h5(argc, argv);
     if (cmd == "video-frames") return video_frames(argc, argv);
     if (cmd == "train-data") return train_data(argc, argv);
-    std::cerr << "usage: vinf_test_tool compare|compare-frames|compare-relative|compare-adamw|train-batch|slice-frames|broken-models|h5-compare|h5-diff|h5-vs-latents|h5-check|h5-flip|text-embeddings|vae-old-names|latents-h5|video-frames|train-data ...\n";
+    std::cerr << "usage: vinf_test_tool "
+                 "compare|compare-frames|compare-relative|compare-adamw|train-batch|slice-frames|broken-models|h5-"
+                 "compare|h5-diff|h5-vs-latents|h5-vs-ref|fifo-embeddings|h5-check|h5-flip|text-embeddings|vae-old-"
+                 "names|latents-h5|video-frames|train-data ...\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "vinf_test_tool: " << e.what() << "\n";
