@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -479,42 +480,37 @@ std::vector<std::string> split_list(const std::string& list) {
   return items;
 }
 
+// A whole number in [lo, hi] written alone ("12"), or none.
+std::optional<long long> whole_number(const std::string& item, long long lo, long long hi) {
+  std::size_t used = 0;
+  long long k = 0;
+  try {
+    k = std::stoll(item, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != item.size() || k < lo || k > hi) return std::nullopt;
+  return k;
+}
+
 // --dump.modules and --dump.steps as lists.
 void parse_dump(RunPlan& o) {
   o.dump_globs = split_list(o.dump_modules);
   for (const std::string& item : split_list(o.dump_steps)) {
-    std::size_t used = 0;
-    int k = 0;
-    try {
-      k = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    VINF_INPUT_CHECK(used == item.size() && k >= 1 && k <= o.steps, "--dump.steps: '", item,
-                     "' is not a step number in [1, ", o.steps, "]");
-    o.dump_step_list.push_back(k);
+    const std::optional<long long> k = whole_number(item, 1, o.steps);
+    VINF_INPUT_CHECK(k, "--dump.steps: '", item, "' is not a step number in [1, ", o.steps, "]");
+    o.dump_step_list.push_back(static_cast<int>(*k));
   }
 }
 
-// --long.fifo-prompt-frames "30,40,30": the frames of each prompt ("" : none given).
+// --long.fifo-prompt-frames "30,40,30": the frames of each prompt (none given: empty).
 std::vector<std::int64_t> parse_frame_list(const std::string& text) {
   std::vector<std::int64_t> out;
-  if (text.empty()) return out;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    const std::size_t end = std::min(text.find(',', pos), text.size());
-    const std::string item = text.substr(pos, end - pos);
-    std::size_t used = 0;
-    long long k = 0;
-    try {
-      k = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    VINF_INPUT_CHECK(!item.empty() && used == item.size() && k >= 1 && k <= 1000000, "--long.fifo-prompt-frames: '",
-                     excerpt(item), "' is not a number of frames in [1, 1000000] (give L1,L2,... one per prompt)");
-    out.push_back(k);
-    pos = end + 1;
+  for (const std::string& item : split_list(text)) {
+    const std::optional<long long> k = whole_number(item, 1, 1000000);
+    VINF_INPUT_CHECK(k, "--long.fifo-prompt-frames: '", excerpt(item),
+                     "' is not a number of frames in [1, 1000000] (give L1,L2,... one per prompt)");
+    out.push_back(*k);
   }
   return out;
 }
