@@ -13,8 +13,8 @@
 #                      stay on its own cores; empty: leave it to the site's default)
 #   VINF_CPU_RANKS     CPU mode's ranks per node: socket (one per socket), numa (one per NUMA
 #                      domain) or a number; each rank gets an equal share of the node's cores as
-#                      OpenMP threads (OMP_PLACES=cores, OMP_PROC_BIND=close). Unset: the job's own
-#                      --ntasks-per-node and --cpus-per-task (cpu.sbatch sets socket)
+#                      OpenMP threads (OMP_PLACES=cores, OMP_PROC_BIND=close). Unset: socket when
+#                      the job asked for no tasks and got no GPU (see vinf_layout)
 #   VINF_MAX_REQUEUES  how often a job may requeue itself after a stop signal (default 10)
 #   VINF_COMM_TIMEOUT  seconds a collective may wait before vinf ends the job (vinf's --comm-timeout)
 #   VINF_OUT           the output directory (default outputs/<job name>-<job id>; give an earlier
@@ -29,6 +29,10 @@ vinf_log() { echo "[vinf-job $(date '+%F %T')] $*"; }
 # job with it, unrequeued). vinf_generate then does not start vinf, and the job requeues.
 vinf_signals=0
 vinf_early_stop=""
+# srun's lines about Slurm cancelling the step (a requeue, a preemption), said once by vinf_finish,
+# and its "error" for the ranks' status 75, which vinf's own line explains (stopped after a checkpoint).
+vinf_srun_noise='^srun: got SIGCONT$|^srun: error: [^ ]+ tasks? [0-9,-]+: Exited with exit code 75$|^srun: launch/slurm: _step_signal: Terminating StepId=[0-9.]+$|^srun: Job step aborted: Waiting up to [0-9]+ seconds for job step to finish\.$|^srun: forcing job termination$|^slurmstepd[^:]*: error: \*\*\* STEP [0-9.]+ ON .* CANCELLED AT .* DUE TO (JOB REQUEUE|PREEMPTION) \*\*\*$'
+vinf_cancel_cause=""
 vinf_jobs_line=""
 vinf_remember_stops() {
   trap 'vinf_signals=$((vinf_signals + 1)); vinf_early_stop=${vinf_early_stop:-USR1}' USR1
@@ -58,24 +62,10 @@ vinf_job_start() {
   # OMP_WAIT_POLICY is left as it is: every CPU kernel of vinf (oneDNN's included) runs on one
   # OpenMP pool, whose spinning workers no longer hold up another library's threads.
   vinf_choose_device
-  # Since Slurm 22.05 srun no longer inherits sbatch's --cpus-per-task: without it each rank would
-  # be bound to one CPU while running OMP_NUM_THREADS threads. --cpu-bind=cores keeps a rank's
-  # threads on its own cores (a site without CPU binding says so in one line and runs unbound).
-  # GPUs are the job's, per node (--gpus-per-node): every rank sees all of its node's GPUs, and
-  # vinf gives local rank r GPU r (see slurm/README.md).
-  vinf_srun_opts=(--kill-on-bad-exit=1)
-  vinf_tasks=${SLURM_NTASKS:-1}
-  [ -z "${SLURM_CPUS_PER_TASK:-}" ] || vinf_srun_opts+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
-  [ -z "${VINF_CPU_BIND-cores}" ] || vinf_srun_opts+=(--cpu-bind="${VINF_CPU_BIND-cores}")
-  if [ "$VINF_DEVICE" = cpu ] && [ -n "${VINF_CPU_RANKS:-}" ]; then
-    vinf_cpu_layout "$VINF_CPU_RANKS" || exit 2
-    export OMP_NUM_THREADS=$vinf_cpu_threads OMP_PLACES=${OMP_PLACES:-cores} OMP_PROC_BIND=${OMP_PROC_BIND:-close}
-    vinf_tasks=$((vinf_cpu_ranks * ${SLURM_JOB_NUM_NODES:-1}))
-    vinf_srun_opts=(--kill-on-bad-exit=1 --nodes="${SLURM_JOB_NUM_NODES:-1}" --ntasks="$vinf_tasks" --ntasks-per-node="$vinf_cpu_ranks"
-      --cpus-per-task="$vinf_cpu_per_task" --distribution=block:block)
-    [ -z "${VINF_CPU_BIND-cores}" ] || vinf_srun_opts+=(--cpu-bind="${VINF_CPU_BIND-cores}")
-    vinf_log "CPU layout ($VINF_CPU_RANKS): $vinf_cpu_ranks rank(s) per node x $vinf_cpu_threads thread(s) on $vinf_cpu_facts; OMP_PLACES=$OMP_PLACES OMP_PROC_BIND=$OMP_PROC_BIND"
-  fi
+  # --cpu-bind=cores keeps a rank's threads on its own cores (a site without CPU binding says so in
+  # one line and runs unbound). GPUs are the job's, per node (--gpus-per-node): every rank sees
+  # all of its node's GPUs, and vinf gives local rank r GPU r (see slurm/README.md).
+  vinf_layout || exit 2
   local p f
   for p in ${VINF_NCCL_PROFILE:-}; do
     f=$p
@@ -85,8 +75,59 @@ vinf_job_start() {
     . "$f"
     vinf_log "NCCL profile $f"
   done
-  vinf_log "job $SLURM_JOB_ID ($VINF_NAME)${SLURM_ARRAY_TASK_ID:+, array task $SLURM_ARRAY_TASK_ID}, requeued ${SLURM_RESTART_COUNT:-0} time(s) so far; $vinf_tasks task(s) on ${SLURM_JOB_NUM_NODES:-1} node(s) $SLURM_JOB_NODELIST, $OMP_NUM_THREADS CPU(s) per task, GPUs per node: ${SLURM_GPUS_ON_NODE:-none}, device $VINF_DEVICE"
+  vinf_log "job $(vinf_job_label) ($VINF_NAME), requeued ${SLURM_RESTART_COUNT:-0} time(s) so far; $vinf_tasks task(s) on ${SLURM_JOB_NUM_NODES:-1} node(s) $SLURM_JOB_NODELIST, $OMP_NUM_THREADS CPU(s) per task, GPUs per node: ${SLURM_GPUS_ON_NODE:-none}, device $VINF_DEVICE"
   vinf_log "$("$VINF" --version | tr '\n' ';' | sed 's/;$//; s/;/; /g')"
+}
+
+# The job as its user reads it: an array task as Slurm's %A_%a (<array job id>_<task>, as its
+# output directory and log are named), another job by its id.
+vinf_job_label() {
+  if [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then echo "${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}_$SLURM_ARRAY_TASK_ID"; else
+    echo "$SLURM_JOB_ID"
+  fi
+}
+
+# vinf_layout: the ranks of the job and the srun options that place them (vinf_tasks,
+# vinf_srun_opts), one of three ways, said in the log:
+#   - the job asked for tasks (--ntasks, --ntasks-per-node): those, with its --cpus-per-task;
+#   - else it was given GPUs (--gpus-per-node, --gres=gpu:N): one rank per GPU of each node, each
+#     with an equal share of the node's CPUs, placed block by block (ranks 0.. on the first socket);
+#   - else (a CPU partition, or the scripts as they are): CPU mode's layout, VINF_CPU_RANKS
+#     (socket unless set) ranks per node with the cores shared out as threads.
+# VINF_CPU_RANKS set in CPU mode always takes the third way. Returns 2 with a message on a bad one.
+vinf_layout() {
+  local nodes=${SLURM_JOB_NUM_NODES:-1} gpus=${SLURM_GPUS_ON_NODE:-0}
+  [[ $gpus =~ ^[0-9]+$ ]] || gpus=0
+  [ "$gpus" -gt 0 ] || [ "$VINF_DEVICE" != cuda ] || gpus=$vinf_gpus_seen
+  vinf_srun_opts=(--kill-on-bad-exit=1)
+  if [ -n "${SLURM_NTASKS:-}" ] && ! { [ "$VINF_DEVICE" = cpu ] && [ -n "${VINF_CPU_RANKS:-}" ]; }; then
+    vinf_tasks=$SLURM_NTASKS
+    # Since Slurm 22.05 srun no longer inherits sbatch's --cpus-per-task: without it each rank
+    # would be bound to one CPU while running OMP_NUM_THREADS threads.
+    [ -z "${SLURM_CPUS_PER_TASK:-}" ] || vinf_srun_opts+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+    [ -z "${VINF_CPU_BIND-cores}" ] || vinf_srun_opts+=(--cpu-bind="${VINF_CPU_BIND-cores}")
+    return 0
+  fi
+  if [ "$gpus" -gt 0 ] && [ -z "${VINF_CPU_RANKS:-}" ]; then
+    local cpus=${SLURM_CPUS_ON_NODE:-$gpus} per
+    per=$((cpus / gpus))
+    [ "$per" -ge 1 ] || per=1
+    export OMP_NUM_THREADS=$per
+    vinf_tasks=$((gpus * nodes))
+    vinf_srun_opts+=(--nodes="$nodes" --ntasks="$vinf_tasks" --ntasks-per-node="$gpus" --cpus-per-task="$per"
+      --distribution=block:block)
+    [ -z "${VINF_CPU_BIND-cores}" ] || vinf_srun_opts+=(--cpu-bind="${VINF_CPU_BIND-cores}")
+    vinf_log "one rank per GPU: $gpus rank(s) per node x $per CPU(s) of the node's $cpus"
+    return 0
+  fi
+  local policy=${VINF_CPU_RANKS:-socket}
+  vinf_cpu_layout "$policy" || return 2
+  export OMP_NUM_THREADS=$vinf_cpu_threads OMP_PLACES=${OMP_PLACES:-cores} OMP_PROC_BIND=${OMP_PROC_BIND:-close}
+  vinf_tasks=$((vinf_cpu_ranks * nodes))
+  vinf_srun_opts+=(--nodes="$nodes" --ntasks="$vinf_tasks" --ntasks-per-node="$vinf_cpu_ranks"
+    --cpus-per-task="$vinf_cpu_per_task" --distribution=block:block)
+  [ -z "${VINF_CPU_BIND-cores}" ] || vinf_srun_opts+=(--cpu-bind="${VINF_CPU_BIND-cores}")
+  vinf_log "CPU layout ($policy): $vinf_cpu_ranks rank(s) per node x $vinf_cpu_threads thread(s) on $vinf_cpu_facts; OMP_PLACES=$OMP_PLACES OMP_PROC_BIND=$OMP_PROC_BIND"
 }
 
 # vinf_cpu_layout POLICY: the ranks per node and threads per rank of CPU mode, from the CPUs this
@@ -132,15 +173,16 @@ vinf_cpu_layout() {
   return 0
 }
 
+# Sets VINF_DEVICE (unless given) and vinf_gpus_seen, the GPUs nvidia-smi lists on this node.
 vinf_choose_device() {
+  vinf_gpus_seen=0
+  if command -v nvidia-smi >/dev/null 2>&1; then vinf_gpus_seen=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
   if [ -n "${VINF_DEVICE:-}" ]; then return 0; fi
-  local gpus=0
-  if command -v nvidia-smi >/dev/null 2>&1; then gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
-  if [ "$gpus" -gt 0 ]; then
+  if [ "$vinf_gpus_seen" -gt 0 ]; then
     VINF_DEVICE=cuda
   else
     VINF_DEVICE=cpu
-    vinf_log "no GPU on $(hostname) (nvidia-smi lists none): running on the CPU${VINF_CPU_RANKS:+ (layout below)}${VINF_CPU_RANKS:-, $OMP_NUM_THREADS thread(s) per rank}"
+    vinf_log "no GPU on $(hostname) (nvidia-smi lists none): running on the CPU"
   fi
 }
 
@@ -170,9 +212,15 @@ vinf_generate() {
   # srun's own lines go to the log as they come and to a copy, read below: with
   # --kill-on-bad-exit, srun's status is often that of a rank it killed (143), not of the rank that
   # failed first.
+  # The copy and the log outlive a requeue's or preemption's SIGTERM to every process of the job
+  # (a killed tee would lose vinf's last lines); srun's echoes of Slurm's cancelling the step, which
+  # vinf_finish then says once in its own words, stay in the copy only.
   local srun_log tee_pid
   srun_log=$(mktemp "${TMPDIR:-/tmp}/vinf-srun.XXXXXX")
-  exec {vinf_srun_fd}> >(tee -a "$srun_log" >&2)
+  exec {vinf_srun_fd}> >(
+    trap '' TERM USR1 INT
+    tee -a "$srun_log" | grep --line-buffered -v -E "$vinf_srun_noise" >&2
+  )
   tee_pid=$!
   srun "${srun_opts[@]}" "$VINF" "${args[@]}" "$@" 2>&"$vinf_srun_fd" &
   vinf_srun=$!
@@ -188,6 +236,7 @@ vinf_generate() {
   exec {vinf_srun_fd}>&-
   wait "$tee_pid" 2>/dev/null || true
   vinf_first_failure "$srun_log"
+  vinf_cancel_cause=$(grep -m1 -oE 'CANCELLED AT [^ ]+ DUE TO [A-Z ]+[A-Z]' "$srun_log" | sed 's/.* DUE TO //')
   vinf_jobs_line=$(grep -oE 'vinf generate: [0-9]+ done, [0-9]+ failed, [0-9]+ to do' "$srun_log" | tail -1)
   vinf_jobs_line=${vinf_jobs_line#vinf generate: }
   rm -f "$srun_log"
@@ -219,11 +268,20 @@ vinf_slurm_requeued() {
   local info restarts
   vinf_job_state=unknown
   info=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null) || return 1
+  # An array's first task has the array's job id, for which scontrol lists every task: keep this
+  # job's own line.
+  info=$(grep -E "(^| )JobId=$SLURM_JOB_ID( |$)" <<<"$info" | head -1)
   vinf_job_state=$(sed -n 's/.*[[:space:]]JobState=\([A-Z_]*\).*/\1/p' <<<"$info")
   restarts=$(sed -n 's/.*[[:space:]]Restarts=\([0-9]*\).*/\1/p' <<<"$info")
   [ "${restarts:-0}" -le "${SLURM_RESTART_COUNT:-0}" ] || return 0
   case $vinf_job_state in PENDING | REQUEUED | REQUEUE_HOLD | REQUEUE_FED) return 0 ;; esac
   return 1
+}
+
+# vinf_newest_checkpoint OUT: the newest checkpoint under OUT (OUT/checkpoints, or a job list's
+# OUT/<job>/checkpoints), or nothing when none was written.
+vinf_newest_checkpoint() {
+  ls -t "$1"/checkpoints/step-*.h5 "$1"/*/checkpoints/step-*.h5 2>/dev/null | head -1
 }
 
 # vinf_finish OUT: ends the job script after vinf_generate. 75 (stopped after a checkpoint): the job
@@ -235,7 +293,17 @@ vinf_finish() {
   # A job list: each job has its checkpoints in its own directory.
   [ -z "$vinf_jobs_line" ] || checkpoints="$out/<job>/checkpoints (the interrupted jobs'; $vinf_jobs_line)"
   if [ "$vinf_rc" != 0 ] && vinf_slurm_requeued; then
-    vinf_log "Slurm has requeued job $SLURM_JOB_ID itself (a preemption or a node failure, JobState=$vinf_job_state), vinf status $vinf_rc: not requeueing it again. Its next start resumes from the newest checkpoint in $checkpoints"
+    local cause newest
+    case $vinf_cancel_cause in
+      "JOB REQUEUE") cause="scontrol requeue" ;;
+      PREEMPTION) cause="a preemption" ;;
+      "NODE FAILURE") cause="a node failure" ;;
+      *) cause="a preemption, a node failure or scontrol requeue" ;;
+    esac
+    newest=$(vinf_newest_checkpoint "$out")
+    local how="the ranks were ended (status $vinf_rc)"
+    [ "$vinf_rc" != 75 ] || how="vinf stopped after a checkpoint"
+    vinf_log "Slurm requeued job $(vinf_job_label) itself ($cause, JobState=$vinf_job_state) while vinf ran: $how. Its next start resumes from ${newest:-the beginning (no checkpoint was written)}; the script does not requeue it again"
     exit "$vinf_rc"
   fi
   case $vinf_rc in
@@ -251,18 +319,19 @@ vinf_finish() {
         vinf_log "stopped with a checkpoint in $checkpoints, but the job has been requeued $starts times (VINF_MAX_REQUEUES=$limit): not again. To continue, resubmit with VINF_OUT=$out"
         exit 75
       fi
-      vinf_log "stopped with a checkpoint in $checkpoints: requeueing job $SLURM_JOB_ID; its next start resumes there"
+      vinf_log "stopped with a checkpoint in $checkpoints: requeueing job $(vinf_job_label); its next start resumes there"
       if ! said=$(scontrol requeue "$SLURM_JOB_ID" 2>&1); then
         # Slurm may have requeued it in the meantime (a preemption's grace time ending).
         if vinf_slurm_requeued; then
-          vinf_log "Slurm has requeued job $SLURM_JOB_ID itself meanwhile (JobState=$vinf_job_state): its next start resumes from $checkpoints"
+          vinf_log "Slurm has requeued job $(vinf_job_label) itself meanwhile (JobState=$vinf_job_state): its next start resumes from $checkpoints"
           exit 75
         fi
         vinf_log "error: scontrol requeue $SLURM_JOB_ID failed: ${said:-no reason given} (JobState=$vinf_job_state: submitted with --no-requeue, or cancelled); to continue, resubmit with VINF_OUT=$out" >&2
         exit 75
       fi
-      # The requeue ends this script; should it return, leave with the documented status.
-      sleep 60
+      # The requeue ends this script; should it return, leave with the documented status. (The
+      # braces keep the shell's "Terminated" for the killed sleep out of the log.)
+      { sleep 60; } 2>/dev/null
       exit 75
       ;;
     *)
@@ -271,9 +340,15 @@ vinf_finish() {
         vinf_log "some jobs failed, the others are done ($vinf_jobs_line): the table above names each failed job and why, $out/jobs.json records them, jobs/summarize $out tabulates the finished ones. After fixing the failed lines, resubmit with VINF_OUT=$out: only those run again" >&2
         exit 2
       fi
-      local why="exit status $vinf_rc"
+      local why="exit status $vinf_rc" newest next
       [ "$vinf_rc" -le 128 ] || why="a rank killed by signal $((vinf_rc - 128)) ($(kill -l $((vinf_rc - 128)) 2>/dev/null || echo '?'); KILL: out of memory, a node failure, or srun ending the others)"
-      vinf_log "error: vinf ${VINF_COMMAND:-generate} failed: $why. srun's lines above name the task (= rank) that failed first; vinf's exit statuses: 2 bad input, 3 a collective timed out, 1 other errors. Checkpoints, if any, are in $out/checkpoints: after fixing the cause, resubmit with VINF_OUT=$out to continue from them" >&2
+      newest=$(vinf_newest_checkpoint "$out")
+      if [ -n "$newest" ]; then
+        next="The newest checkpoint is $newest: after fixing the cause, resubmit with VINF_OUT=$out to continue from it"
+      else
+        next="No checkpoint was written (it stopped before the first; --checkpoint.every sets how often): after fixing the cause, resubmit to start again"
+      fi
+      vinf_log "error: vinf ${VINF_COMMAND:-generate} failed: $why. srun's lines above name the task (= rank) that failed first; vinf's exit statuses: 2 bad input, 3 a collective timed out, 1 other errors. $next" >&2
       exit "$vinf_rc"
       ;;
   esac

@@ -435,7 +435,9 @@ struct LoadedModels {
   std::unique_ptr<model::VaeDecoder> vae;  // none: latents only
   std::string vae_key;  // which VAE `vae` is ("" for none)
   double load_seconds = 0;
-  bool kept = false;  // loaded for an earlier video of this process
+  bool kept = false;  // loaded before this video: for an earlier one, or ahead of the first
+  int videos = 0;  // the videos that have used them so far, this one included
+  double ahead_seconds = 0;  // the load ahead of the first video (a later pipeline stage's)
 };
 
 ModelCache::ModelCache() = default;
@@ -505,7 +507,7 @@ void read_vae(Run& r, Models& m) {
 
 // The models, loaded once per process: a later video with the same UNet reuses it, and its VAE
 // when that is the same too.
-Models& load_models(Run& r, ModelCache& cache) {
+Models& load_models(Run& r, ModelCache& cache, bool ahead = false) {
   const auto t_load = Clock::now();
   const std::string key = unet_key(r);
   Models* m = cache.find(key);
@@ -519,6 +521,8 @@ Models& load_models(Run& r, ModelCache& cache) {
     r.report.say("no VAE (no --model.vae and no " + r.o.model + "/vae): writing latents only");
   m->kept = kept;
   m->load_seconds = r.job.session().max(seconds_since(t_load));
+  if (ahead) m->ahead_seconds = m->load_seconds;
+  else ++m->videos;
   return *m;
 }
 
@@ -555,7 +559,9 @@ void log_plan(const Run& r, const Models& m, const sampling::TextEmbeddings& tex
       (tf32_in_effect(device, dtype) ? " (TF32 tensor cores)" : "") + " on " + device.name() +
       gpu_kernels_note(r.job.runtime().ctx()) +
       (o.lora.empty() ? std::string() : ", LoRA " + o.lora + " merged at scale " + std::to_string(o.lora_scale)) +
-      (m.kept ? ", kept from an earlier video" : ", loaded in " + format_duration(m.load_seconds)));
+      (m.videos > 1 ? ", kept from an earlier video"
+       : m.kept     ? ", loaded in " + format_duration(m.ahead_seconds) + " before the first video"
+                    : ", loaded in " + format_duration(m.load_seconds)));
   const std::string size =
       std::to_string(r.frames) + " frames of " + std::to_string(o.width) + "x" + std::to_string(o.height);
   const std::string sampler = sampling::scheduler_name(o.scheduler) + std::string(" ") + std::to_string(o.steps) +
@@ -1139,7 +1145,7 @@ void load_models_ahead(const GenerateSpec& base, job::Job& job, ModelCache& cach
   r.root = job.root();
   r.report = Reporter(r.prefix(), r.root, o.quiet, o.verbose);
   read_model_shape(r);
-  load_models(r, cache);
+  load_models(r, cache, true);
   for (const std::string& w : r.warnings) r.report.say("warning: " + w);
 }
 

@@ -10,7 +10,8 @@
 #                                                       slurmctld started (seconds since 1970)
 #   cluster.sh env DIR                                  exports for clients (eval it)
 #   cluster.sh wait DIR SECONDS JOBID                   until the job (every array task) has left
-#                                                       the queue; prints "JOBID[_TASK] STATE EXIT"
+#                                                       the queue; prints "JOBID STATE EXIT", an
+#                                                       array task's as "ARRAYJOBID_TASK STATE EXIT"
 #   cluster.sh stop DIR                                 cancel jobs, end the daemons, keep DIR
 set -euo pipefail
 
@@ -178,7 +179,9 @@ wait_job() {
   done
   local line id task state code
   scontrol show job -o "$job" 2>/dev/null | while read -r line; do
-    id=$(sed -n 's/.*\bJobId=\([0-9]*\).*/\1/p' <<<"$line")
+    # An array task as Slurm's %A_%a (<array job id>_<task>), as its log and directory are named.
+    id=$(sed -n 's/.*\bArrayJobId=\([0-9]*\).*/\1/p' <<<"$line")
+    [ -n "$id" ] || id=$(sed -n 's/.*\bJobId=\([0-9]*\).*/\1/p' <<<"$line")
     task=$(sed -n 's/.*\bArrayTaskId=\([0-9]*\).*/\1/p' <<<"$line")
     state=$(sed -n 's/.*\bJobState=\([A-Z_]*\).*/\1/p' <<<"$line")
     code=$(sed -n 's/.*\bExitCode=\([0-9:]*\).*/\1/p' <<<"$line")

@@ -32,6 +32,10 @@
 #                 (bad-size), the others done and bit-identical to their runs alone
 #   refusals      bad submissions end with exit status 2 and a message naming what to fix; the
 #                 script's requeue decisions against a stand-in scontrol
+#   cpu-partition a cluster with no GPU configured (a CPU partition): vinf.sbatch, sweep.sbatch and
+#                 jobs.sbatch submitted as they are, with no resource option, run on the CPU with
+#                 one rank per socket; a GPU request is Slurm's refusal; salloc + srun as
+#                 slurm/interactive.md shows for a CPU partition
 # Exit status 77 (skipped) when not root or Slurm is not installed.
 set -u
 scenario=$1 vinf=$2 tool=$3 src=$4
@@ -56,10 +60,12 @@ trap 'exit 1' INT TERM
 case $scenario in
   multinode) port=6910 ;; sweep) port=6920 ;; srun) port=6930 ;;
   requeue) port=6940 ;; rank-failure) port=6950 ;; refusals) port=6960 ;;
-  timelimit) port=6970 ;; preempt) port=6980 ;; jobs) port=6990 ;; train) port=6900 ;;
+  timelimit) port=6970 ;; preempt) port=6980 ;; jobs) port=6990 ;; train) port=6900 ;; cpu-partition) port=6890 ;;
   *) echo "unknown scenario '$scenario'"; exit 2 ;;
 esac
-bash "$cluster" start "$state" 2 4 2 "$port" || { echo "FAIL: the test cluster did not start"; exit 1; }
+gpus=2
+[ "$scenario" != cpu-partition ] || gpus=0
+bash "$cluster" start "$state" 2 4 "$gpus" "$port" || { echo "FAIL: the test cluster did not start"; exit 1; }
 eval "$(bash "$cluster" env "$state")"
 # Open MPI as root, over loopback TCP: the emulated nodes share one host name, so shared-memory
 # segment names would collide across them.
@@ -138,7 +144,7 @@ straight() {
 pace=(VINF_TEST_STEP_SECONDS=1)
 # timeline LOG: the job's starts, stops and requeues, for the test's output.
 timeline() {
-  grep -E 'requeued [0-9]+ time|received SIG|requeueing|Slurm has requeued|done:' "$1" | sed 's/;.*//; s/^/  /'
+  grep -E 'requeued [0-9]+ time|received SIG|requeueing|Slurm has requeued|Slurm requeued|done:' "$1" | sed 's/;.*//; s/^/  /'
 }
 outputs_complete() {  # DIR RANKS
   [ -f "$1/latents.h5" ] && [ -f "$1/video.mp4" ] && [ -f "$1/contact.png" ] &&
@@ -148,7 +154,9 @@ outputs_complete() {  # DIR RANKS
 case $scenario in
 multinode)
   for f in slurm/env/*.sh; do check "$f parses" bash -n "$f"; done
-  j=$(VINF_NCCL_PROFILE="tcp debug" sbatch --parsable --job-name=mn --nodes=2 "${node[@]}" \
+  # As a user on a GPU partition submits it: the GPUs asked for, the ranks laid out by the script
+  # (one per GPU, the node's CPUs shared out).
+  j=$(VINF_NCCL_PROFILE="tcp debug" sbatch --parsable --job-name=mn --nodes=2 --gpus-per-node=2 \
     slurm/multinode.sbatch inputs/demo.ini "${small[@]}" --verbose)
   finished "$j" COMPLETED || show_log "outputs/mn-$j.log"
   check "outputs/mn-$j/: latents.h5, video.mp4, contact.png, run.json of 4 ranks" outputs_complete "outputs/mn-$j" 4
@@ -159,7 +167,9 @@ multinode)
   check "the ranks spread over node1 and node2" grep -q '4 task(s) on 2 node(s) node\[1-2\]' "$log"
   check "the log shows the profiles' NCCL settings" grep -q 'NCCL settings: .*NCCL_DEBUG=INFO .*NCCL_IB_DISABLE=1 ' "$log"
   check "debug.sh's collective timeout reached vinf" grep -q -- '--comm-timeout 120' "$log"
-  srun_options "$log"
+  check "one rank per GPU, the node's 4 CPUs shared out" grep -q 'one rank per GPU: 2 rank(s) per node x 2 CPU(s) of the node.s 4' "$log"
+  check "srun places them so, bound to their cores" \
+    grep -q -- 'srun --mpi=pmix --kill-on-bad-exit=1 --nodes=2 --ntasks=4 --ntasks-per-node=2 --cpus-per-task=2 --distribution=block:block --cpu-bind=cores ' "$log"
   # GPUs per node: the probe shows what Slurm gave each task, vinf's lines what each rank took.
   for r in 0 1 2 3; do
     check "task $r on node $((r / 2)) as local rank $((r % 2)) sees both GPUs" \
@@ -186,6 +196,7 @@ sweep)
   check "the summary has task 1's row" grep -q "^| sweep-${j}_1 | complete | 2 | 16 | 2 | a lighthouse in a storm | 2 | 8 | 4 | 600 |" <<<"$table"
   check "the CSV summary has 4 lines" test "$(jobs/summarize --csv outputs/sweep-"${j}"_* | wc -l)" -eq 4
   srun_options "outputs/sweep-${j}_1.log"
+  check "the log names task 1 as its directory does, ${j}_1" grep -q "job ${j}_1 (sweep), requeued 0 time" "outputs/sweep-${j}_1.log"
   ;;
 
 srun)
@@ -201,6 +212,12 @@ srun)
   srun -N 2 --ntasks-per-node=2 --gres=gpu:2 --mpi=pmix "$vinf" generate --config inputs/demo.ini "${small[@]}" \
     --out outputs/two-nodes --verbose >two-nodes.log 2>&1
   check "srun -N 2 --ntasks-per-node=2 --gres=gpu:2 vinf generate" outputs_complete outputs/two-nodes 4
+  # salloc + srun as slurm/interactive.md's one-node form (its GPUs and tasks sized for these nodes).
+  salloc --nodes=1 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 --time=00:05:00 bash -c \
+    "srun --mpi=pmix --kill-on-bad-exit=1 --cpus-per-task=1 --cpu-bind=cores $vinf generate --config inputs/demo.ini \
+     ${small[*]} --out outputs/salloc" >salloc.log 2>&1
+  check "salloc --gpus-per-node=2 + srun vinf generate (interactive.md)" outputs_complete outputs/salloc 2
+  [ $fails -eq 0 ] || show_log salloc.log
   placement two-nodes.log 2
   [ $fails -eq 0 ] || show_log two-nodes.log
   # CPU mode: cpu.sbatch on both (whole) nodes lays out one rank per socket with the socket's
@@ -220,9 +237,9 @@ srun)
 
 requeue)
   # The uninterrupted run, then the same run stopped twice.
-  steps=(--video.frames 32 --sampler.steps 10 --checkpoint.every 1)
+  steps=(--video.frames 32 --sampler.steps 12 --checkpoint.every 1)
   straight "${steps[@]}"
-  j=$(sbatch --parsable --job-name=rq "${node[@]}" slurm/vinf.sbatch inputs/demo.ini "${steps[@]}")
+  j=$(env "${pace[@]}" sbatch --parsable --job-name=rq "${node[@]}" slurm/vinf.sbatch inputs/demo.ini "${steps[@]}")
   out=outputs/rq-$j log=outputs/rq-$j.log
   # stop_at STEP HOW: once checkpoint STEP exists, stop the job as HOW does.
   stop_at() {
@@ -236,13 +253,20 @@ requeue)
   stop_at 2 scancel --batch --signal=USR1 "$j"                    # as --signal=B:USR1@120
   for t in $(seq 600); do grep -q 'requeued 1 time' "$log" 2>/dev/null && break; sleep 0.1; done
   stop_at 6 scancel --signal=TERM "$j"                            # as preemption
+  for t in $(seq 600); do grep -q 'requeued 2 time' "$log" 2>/dev/null && break; sleep 0.1; done
+  stop_at 8 scontrol requeue "$j"                                 # an administrator's requeue
   finished "$j" COMPLETED || show_log "$log"
   check "the batch shell passed SIGUSR1 on" grep -q 'received SIGUSR1: passing it to every rank' "$log"
   check "vinf stopped on SIGUSR1 with a checkpoint" grep -q 'received SIGUSR1: stopped after step' "$log"
   check "vinf stopped on SIGTERM with a checkpoint" grep -q 'received SIGTERM: stopped after step' "$log"
-  check "vinf says how long stopping took" test "$(grep -c 'stopped after step [0-9]* of 10, checkpoint .*, [0-9.]* s after the signal' "$log")" -eq 2
+  check "vinf says how long stopping took" test "$(grep -c 'stopped after step [0-9]* of 12, checkpoint .*, [0-9.]* s after the signal' "$log")" -eq 3
   check "the job requeued itself twice" test "$(grep -c 'requeueing job' "$log")" -eq 2
   check "the third start resumed" grep -q 'requeued 2 time(s) so far' "$log"
+  check "scontrol requeue: vinf's own line says where it stopped" test "$(grep -c 'received SIGTERM: stopped after step' "$log")" -eq 2
+  check "scontrol requeue: the script says what happened, once" \
+    test "$(grep -c "Slurm requeued job $j itself (scontrol requeue, JobState=[A-Z]*) while vinf ran: vinf stopped after a checkpoint. Its next start resumes from $out/checkpoints/step-" "$log")" -eq 1
+  check "no stray lines from srun or the shell" test "$(grep -cE 'got SIGCONT|^Terminated|Job step aborted|Exited with exit code 75' "$log")" -eq 0
+  check "the fourth start resumed" grep -q 'requeued 3 time(s) so far' "$log"
   check "run.json says where it resumed" test "$(jq -r '.resumed_from != null' "$out/run.json")" = true
   same_latents "$out"
   srun_options "$log"
@@ -329,7 +353,7 @@ preempt)
     test "$(grep -c "preempted JobId=$j has been requeued" "$state/log/slurmctld.log")" -eq 1
   check "with a grace time the ranks stopped on SIGTERM with a checkpoint" grep -q 'received SIGTERM: stopped after step' "$log"
   check "and the job requeued itself once" test "$(grep -c 'requeueing job' "$log")" -eq 1
-  check "without one Slurm requeued it, and the script left that be" grep -q "Slurm has requeued job $j itself" "$log"
+  check "without one Slurm requeued it, and the script left that be" grep -q "Slurm requeued job $j itself (a preemption" "$log"
   check "no error from the script" test "$(grep -c 'vinf-job .*error' "$log")" -eq 0
   check "no failed scontrol requeue" test "$(grep -c "Requeue of JobId=$j returned an error" "$state/log/slurmctld.log")" -eq 0
   check "the third start resumed" grep -q 'requeued 2 time(s) so far' "$log"
@@ -348,6 +372,7 @@ rank-failure)
   log=outputs/die-$j.log
   check "the log names the killed rank (task 3)" grep -q 'task 3: Killed' "$log"
   check "the script says what happened" grep -q 'vinf generate failed: a rank killed by signal 9' "$log"
+  check "and that no checkpoint was written (none to point at)" grep -q 'No checkpoint was written (it stopped before the first' "$log"
   check "the job was not requeued" test "$(grep -c 'requeueing job' "$log")" -eq 0
   [ $fails -eq 0 ] || show_log "$log"
   ;;
@@ -420,6 +445,10 @@ jobs)
   check "the list stopped with jobs to do and requeued itself once" \
     test "$(grep -c 'stopped with a checkpoint in .*<job>/checkpoints (the interrupted jobs.* [1-9] to do): requeueing job' "$log")" -eq 1
   check "the second start ran the same list" grep -q 'requeued 1 time(s) so far' "$log"
+  check "the first start had every job to run, and said no more" grep -q "4 job(s) in jobs/test-jobs.jsonl, 4 to run, 2 replica" "$log"
+  check "the second start names where the others are" grep -qE "4 job\(s\) in jobs/test-jobs.jsonl, [1-3] to run \(outputs/jl-$a/jobs.json has the others\)" "$log"
+  check "a replica's first video says its models were loaded before it, not kept from an earlier one" \
+    test "$(grep -c 'loaded in .* before the first video' "$log")" -ge 2
   # The jobs done at the stop (the first table) ran once; some job resumed from its checkpoint;
   # bad-size was not tried again.
   first=$(sed -n '/vinf generate: jobs (/,/ to do; /p' "$log" | sed '/ to do; /q' | awk '$2 == "done" {print $1}')
@@ -479,6 +508,38 @@ INI
   check "... and trained the same to rounding" awk -F, 'NR == FNR { l[FNR] = $2; next } FNR > 1 { d = $2 - l[FNR]; if (d < 0) d = -d; if (d > 1e-5 * l[FNR]) bad = 1; n++ } END { exit bad || n != 6 }' \
     "outputs/ta-$a/log.csv" outputs/tr-copy/log.csv
   [ $fails -eq 0 ] || show_log "$log"
+  ;;
+
+cpu-partition)
+  # No GPU anywhere (no GRES configured): the scripts as a user submits them there, without any
+  # resource option. Before, their GPU request was refused by sbatch.
+  if sbatch --gpus-per-node=1 --wrap true >gpu-refused.txt 2>&1; then fail "a GPU request was accepted"; else
+    ok "a GPU request is Slurm's refusal here: $(head -1 gpu-refused.txt)"
+  fi
+  sockets=$(lscpu -p=SOCKET | grep -v '^#' | sort -u | wc -l)
+  j=$(sbatch --parsable --job-name=plain slurm/vinf.sbatch inputs/demo.ini "${small[@]}")
+  finished "$j" COMPLETED || show_log "outputs/plain-$j.log"
+  log=outputs/plain-$j.log
+  check "vinf.sbatch as it is: outputs complete, one rank per socket ($sockets)" outputs_complete "outputs/plain-$j" "$sockets"
+  check "its log says it runs on the CPU" grep -q 'no GPU on .*running on the CPU' "$log"
+  check "... with CPU mode's layout" grep -q "CPU layout (socket): $sockets rank(s) per node x" "$log"
+  [ $fails -eq 0 ] || show_log "$log"
+  a=$(sbatch --parsable --array=0-2 slurm/sweep.sbatch jobs/test-sweep.csv)
+  finished "$a" COMPLETED || for f in outputs/sweep-"$a"_*.log; do show_log "$f"; done
+  for k in 0 1 2; do check "sweep.sbatch as it is: outputs/sweep-${a}_$k/ complete" outputs_complete "outputs/sweep-${a}_$k" "$sockets"; done
+  check "the log names task 2 as its directory does, ${a}_2" grep -q "job ${a}_2 (sweep), requeued 0 time" "outputs/sweep-${a}_2.log"
+  b=$(sbatch --parsable slurm/jobs.sbatch jobs/test-jobs.jsonl inputs/demo.ini "${small[@]}")
+  got=$(bash "$cluster" wait "$state" 180 "$b")
+  log=outputs/jobs-$b.log
+  if grep -q ' FAILED 2:0$' <<<"$got" && grep -qF "(3 done, 1 failed, 0 to do)" "$log"; then ok "jobs.sbatch as it is: 3 done, bad-size failed (exit 2)"; else
+    fail "jobs.sbatch: $got"
+    show_log "$log"
+  fi
+  # salloc + srun as slurm/interactive.md shows for a CPU partition (salloc runs the command).
+  salloc --ntasks=2 --cpus-per-task=1 bash -c "OMP_NUM_THREADS=1 srun --mpi=pmix --cpus-per-task=1 $vinf generate \
+    --config inputs/demo.ini --device cpu ${small[*]} --out outputs/salloc" >salloc.log 2>&1
+  check "salloc --ntasks=2 + srun vinf generate --device cpu" outputs_complete outputs/salloc 2
+  [ $fails -eq 0 ] || show_log salloc.log
   ;;
 
 refusals)
@@ -543,11 +604,11 @@ refusals)
   }
   rm -f calls.log
   got=$(decide "JobState=COMPLETING Reason=None Requeue=1 Restarts=1" "" ok)
-  if grep -q 'Slurm has requeued job 7 itself' <<<"$got" && ! grep -q 'scontrol requeue' calls.log && grep -q 'rc=75$' <<<"$got" &&
+  if grep -q 'Slurm requeued job 7 itself' <<<"$got" && ! grep -q 'scontrol requeue' calls.log && grep -q 'rc=75$' <<<"$got" &&
     ! grep -q error <<<"$got"; then ok "requeued by Slurm already (Restarts grew): no second requeue, no error"; else fail "already requeued: $got; $(cat calls.log)"; fi
   rm -f calls.log
   got=$(decide "JobState=PENDING Reason=BeginTime Requeue=1 Restarts=0" "" ok 137)
-  if grep -q 'Slurm has requeued job 7 itself.*vinf status 137' <<<"$got" && ! grep -q 'scontrol requeue' calls.log && ! grep -q error <<<"$got"; then
+  if grep -q 'Slurm requeued job 7 itself.*ended (status 137)' <<<"$got" && ! grep -q 'scontrol requeue' calls.log && ! grep -q error <<<"$got"; then
     ok "ranks killed by Slurm's requeue (pending again): no error"; else fail "pending again: $got; $(cat calls.log)"; fi
   rm -f calls.log
   got=$(decide "JobState=RUNNING Reason=None Requeue=1 Restarts=0" "JobState=COMPLETING Reason=None Requeue=1 Restarts=1" fail)
@@ -561,6 +622,13 @@ refusals)
   got=$(decide "JobState=RUNNING Reason=None Requeue=1 Restarts=0" "" ok)
   if grep -q 'scontrol requeue 7' calls.log && grep -q 'requeueing job 7' <<<"$got" && ! grep -q error <<<"$got"; then
     ok "a running job requeues itself"; else fail "plain requeue: $got; $(cat calls.log)"; fi
+  # An array's first task has the array's job id, for which scontrol lists every task: the
+  # decision reads this task's own line (two lines once made it take a failure for a requeue).
+  got=$(bash -c 'source slurm/lib.sh
+    scontrol() { printf "JobId=7 ArrayJobId=7 ArrayTaskId=0 JobState=FAILED Restarts=0\nJobId=8 ArrayJobId=7 ArrayTaskId=1 JobState=FAILED Restarts=0\n"; }
+    SLURM_JOB_ID=7 SLURM_RESTART_COUNT=0
+    if vinf_slurm_requeued; then echo "requeued ($vinf_job_state)"; else echo "not requeued ($vinf_job_state)"; fi' 2>&1)
+  if [ "$got" = "not requeued (FAILED)" ]; then ok "an array's first task reads its own line of scontrol show job"; else fail "array task: $got"; fi
   # A stop signal before vinf starts: the shell survives it and does not start vinf.
   got=$(bash -c 'source slurm/lib.sh; srun() { echo "srun ran"; }; VINF_DEVICE=cpu; vinf_srun_opts=(); kill -USR1 $$; vinf_generate outputs/x inputs/demo.ini; echo "rc=$vinf_rc"' 2>&1)
   if grep -q 'received SIGUSR1 before vinf started: not starting it' <<<"$got" && grep -q 'rc=75$' <<<"$got" && ! grep -q 'srun ran' <<<"$got"; then
