@@ -5,7 +5,7 @@
 //
 // The run reads as its phases: plan (every check of the inputs, the output directory, the
 // checkpoint to resume from), text, models, denoise, outputs. Each phase is a function below;
-// what they share is a Run.
+// what they share is a Run; UnetVideoRun (the end of the file) is the family's VideoRun over them.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -45,6 +45,7 @@
 #include "ops/runtime.hpp"
 #include "pipeline/step_control.hpp"
 #include "pipeline/stop_signals.hpp"
+#include "pipeline/video_pipeline.hpp"
 #include "sampling/conditioning.hpp"
 #include "sampling/long_video.hpp"
 #include "sampling/noise.hpp"
@@ -521,8 +522,10 @@ Models& load_models(Run& r, ModelCache& cache, bool ahead = false) {
     r.report.say("no VAE (no --model.vae and no " + r.o.model + "/vae): writing latents only");
   m->kept = kept;
   m->load_seconds = r.job.session().max(seconds_since(t_load));
-  if (ahead) m->ahead_seconds = m->load_seconds;
-  else ++m->videos;
+  if (ahead)
+    m->ahead_seconds = m->load_seconds;
+  else
+    ++m->videos;
   return *m;
 }
 
@@ -1149,49 +1152,63 @@ void load_models_ahead(const GenerateSpec& base, job::Job& job, ModelCache& cach
   for (const std::string& w : r.warnings) r.report.say("warning: " + w);
 }
 
-VideoOutcome run_unet_video(GenerateSpec& o, job::Job& job, ModelCache& cache, const StageState* in) {
-  const auto t_start = Clock::now();
-  Run r{o, job, t_start};
-  r.root = job.root();
-  r.report = Reporter(r.prefix(), r.root, o.quiet, o.verbose);
-  r.in = in;
-  r.steps = job::stage_steps(o.steps, job.layout().pipeline, job.stage());
-  if (const std::string note = imported_fields_note(o, dtype_name(job.dtype()), job.grid().clip_size()); !note.empty())
-    r.report.say(note);
-  for (const std::string& note : o.notes) r.report.say(note);
-  read_model_shape(r);
-  partition(r);
-  if (r.fifo) r.steps = {0, r.total_steps()};  // its iterations (a pipeline is refused with it)
-  check_memory(r);
-  VideoOutcome outcome;
-  if (!choose_outputs(r)) {
-    outcome.end = VideoEnd::finished_before;
-    outcome.out_dir = r.out_dir;
-    return outcome;
-  }
-  outcome.out_dir = r.out_dir;
-  const auto t_text = Clock::now();
-  const sampling::TextEmbeddings text = prepare_text(r);
-  Timings times;
-  times.text = seconds_since(t_text);
-  const Models& models = load_models(r, cache);
-  log_plan(r, models, text);
-  prepare_out_dir(r);
+namespace {
 
-  Denoiser denoiser(r, models, text);
-  if (const int stopped_by = denoiser.run(); stopped_by != 0) {
-    outcome.end = VideoEnd::stopped;
-    outcome.stop_signal = stopped_by;
-    return outcome;
+// The UNet family's phases over one Run: Video-Infinity's clips, the windows or FIFO.
+class UnetVideoRun final : public VideoRun {
+ public:
+  UnetVideoRun(GenerateSpec& o, job::Job& job, ModelCache& cache, const StageState* in)
+      : r_{o, job, Clock::now()}, cache_(cache) {
+    r_.root = job.root();
+    r_.report = Reporter(r_.prefix(), r_.root, o.quiet, o.verbose);
+    r_.in = in;
+    r_.steps = job::stage_steps(o.steps, job.layout().pipeline, job.stage());
   }
-  if (!r.last_stage()) {
-    outcome.end = VideoEnd::handed_on;
-    outcome.handoff = hand_on(r, denoiser);
-    return outcome;
+  void plan() override {
+    const GenerateSpec& o = r_.o;
+    if (const std::string note = imported_fields_note(o, dtype_name(r_.job.dtype()), r_.job.grid().clip_size());
+        !note.empty())
+      r_.report.say(note);
+    for (const std::string& note : o.notes) r_.report.say(note);
+    read_model_shape(r_);
+    partition(r_);
+    if (r_.fifo) r_.steps = {0, r_.total_steps()};  // its iterations (a pipeline is refused with it)
+    check_memory(r_);
   }
-  write_outputs(r, models, denoiser, times);
-  outcome.end = VideoEnd::complete;
-  return outcome;
+  bool choose_outputs() override { return pipeline::choose_outputs(r_); }
+  const std::string& out_dir() const override { return r_.out_dir; }
+  void encode_prompts() override {
+    const auto t0 = Clock::now();
+    text_ = prepare_text(r_);
+    times_.text = seconds_since(t0);
+  }
+  void load() override {
+    models_ = &load_models(r_, cache_);
+    log_plan(r_, *models_, text_);
+    prepare_out_dir(r_);
+    denoiser_ = std::make_unique<Denoiser>(r_, *models_, text_);
+  }
+  int denoise() override { return denoiser_->run(); }
+  bool hand_on(StageState& out) override {
+    if (r_.last_stage()) return false;
+    out = pipeline::hand_on(r_, *denoiser_);
+    return true;
+  }
+  void finish() override { write_outputs(r_, *models_, *denoiser_, times_); }
+
+ private:
+  Run r_;
+  ModelCache& cache_;
+  sampling::TextEmbeddings text_;
+  Timings times_;
+  const Models* models_ = nullptr;
+  std::unique_ptr<Denoiser> denoiser_;
+};
+
+}  // namespace
+
+std::unique_ptr<VideoRun> start_unet_video(GenerateSpec& o, job::Job& job, ModelCache& cache, const StageState* in) {
+  return std::make_unique<UnetVideoRun>(o, job, cache, in);
 }
 
 }  // namespace vinf::pipeline

@@ -27,11 +27,13 @@ class ModelCache {
   std::unique_ptr<LoadedModels> models_;
 };
 
-// Runs one video, or this stage's share of it: steps [first, end) of the schedule (the whole
+class VideoRun;
+// One video's run, or this stage's share of it: steps [first, end) of the schedule (the whole
 // schedule without a pipeline). `in`: the previous stage's state (stages after the first); the
-// first stage starts from the noise or from the newest checkpoint of its output directory.
-// Collective over the job's unit. Throws vinf::InputError for bad input (on every rank of the unit).
-VideoOutcome run_unet_video(GenerateSpec& o, job::Job& job, ModelCache& models, const StageState* in);
+// first stage starts from the noise or from the newest checkpoint of its output directory. Its
+// phases are collective over the job's unit and throw vinf::InputError for bad input (on every
+// rank of the unit).
+std::unique_ptr<VideoRun> start_unet_video(GenerateSpec& o, job::Job& job, ModelCache& models, const StageState* in);
 
 // Loads the models of `base` into the cache before the first video reaches this unit (a later
 // pipeline stage would otherwise load them only when its predecessor hands the first job on).

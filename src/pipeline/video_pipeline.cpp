@@ -23,8 +23,8 @@ class UnetPipeline final : public VideoPipeline {
   void check_run(GenerateSpec& o, int world) const override { check_unet_job(o, world); }
   void check_job(GenerateSpec& o, int world) const override { check_unet_job(o, world); }
   void load_ahead(const GenerateSpec& o, job::Job& job) override { load_models_ahead(o, job, cache_); }
-  VideoOutcome run(GenerateSpec& o, job::Job& job, const StageState* in) override {
-    return run_unet_video(o, job, cache_, in);
+  std::unique_ptr<VideoRun> start(GenerateSpec& o, job::Job& job, const StageState* in) override {
+    return start_unet_video(o, job, cache_, in);
   }
 
  private:
@@ -45,10 +45,25 @@ class WanPipeline final : public VideoPipeline {
   void check_run(GenerateSpec& o, int world) const override { check_wan_job(o, world); }
   void check_job(GenerateSpec& o, int) const override { check_wan_plan(o); }
   void load_ahead(const GenerateSpec&, job::Job&) override {}  // a Wan video loads its models itself
-  VideoOutcome run(GenerateSpec& o, job::Job& job, const StageState*) override { return run_wan_video(o, job); }
+  std::unique_ptr<VideoRun> start(GenerateSpec& o, job::Job& job, const StageState*) override {
+    return start_wan_video(o, job);
+  }
 };
 
 }  // namespace
+
+VideoOutcome run_video(VideoRun& run) {
+  run.plan();
+  if (!run.choose_outputs()) return {VideoEnd::finished_before, 0, run.out_dir(), {}};
+  run.encode_prompts();
+  run.load();
+  if (const int stopped = run.denoise(); stopped != 0) return {VideoEnd::stopped, stopped, run.out_dir(), {}};
+  VideoOutcome outcome{VideoEnd::handed_on, 0, run.out_dir(), {}};
+  if (run.hand_on(outcome.handoff)) return outcome;
+  run.finish();
+  outcome.end = VideoEnd::complete;
+  return outcome;
+}
 
 std::unique_ptr<VideoPipeline> open_pipeline(const GenerateSpec& o) {
   if (o.wan) return std::make_unique<WanPipeline>();

@@ -15,6 +15,37 @@
 
 namespace vinf::pipeline {
 
+// One video's run in its family's phases, which run_video calls in this order on every rank of
+// the job's unit (each collective over it). A new family or conditioning implements them.
+class VideoRun {
+ public:
+  virtual ~VideoRun() = default;
+  // The spec against the model's configs and the job's layout: the latent shape and its split
+  // over the ranks, the schedule, the memory it needs, the numbers a checkpoint must match.
+  virtual void plan() = 0;
+  // The output directory and the checkpoint the run continues from; false when the directory
+  // holds this run finished (nothing to do).
+  virtual bool choose_outputs() = 0;
+  virtual const std::string& out_dir() const = 0;
+  // The prompts through the family's text encoder, or the embeddings given.
+  virtual void encode_prompts() = 0;
+  // The models (kept from an earlier video where the family can), the initial latents or the
+  // checkpoint's, and the solver's state.
+  virtual void load() = 0;
+  // The steps, through pipeline::denoise_loop: each one's model calls (the predictions with the
+  // context-parallel context of the layout), the guidance and the solver's update. The stop
+  // signal that ended them early, or 0.
+  virtual int denoise() = 0;
+  // A pipeline stage whose steps end before the schedule's: its state for the next stage.
+  virtual bool hand_on(StageState& /*out*/) { return false; }
+  // Decodes the latents and writes the outputs, run.json last.
+  virtual void finish() = 0;
+};
+
+// One video through its run's phases: plan, outputs, prompts, models, the steps, then the next
+// stage's hand-off or the outputs.
+VideoOutcome run_video(VideoRun& run);
+
 class VideoPipeline {
  public:
   virtual ~VideoPipeline() = default;
@@ -30,9 +61,12 @@ class VideoPipeline {
   virtual void check_job(GenerateSpec& o, int world) const = 0;
   // Loads the models before the first video reaches this unit (a later pipeline stage's).
   virtual void load_ahead(const GenerateSpec& o, job::Job& job) = 0;
-  // One video, or this stage's share of it (`in`: the previous stage's state); collective over the
-  // job's unit. Throws vinf::InputError for bad input on every rank of the unit.
-  virtual VideoOutcome run(GenerateSpec& o, job::Job& job, const StageState* in) = 0;
+  // One video's run, or this stage's share of it (`in`: the previous stage's state), ready for its
+  // phases.
+  virtual std::unique_ptr<VideoRun> start(GenerateSpec& o, job::Job& job, const StageState* in) = 0;
+  // That run through its phases; collective over the job's unit. Throws vinf::InputError for bad
+  // input on every rank of the unit.
+  VideoOutcome run(GenerateSpec& o, job::Job& job, const StageState* in) { return run_video(*start(o, job, in)); }
 };
 
 // The pipeline of the spec's family (GenerateSpec::wan, from model_family when the options were

@@ -34,6 +34,7 @@
 #include "pipeline/run_dir.hpp"
 #include "pipeline/step_control.hpp"
 #include "pipeline/stop_signals.hpp"
+#include "pipeline/video_pipeline.hpp"
 #include "pipeline/wan_denoise.hpp"
 #include "sampling/noise.hpp"
 
@@ -620,41 +621,64 @@ void write_wan_run_json(WanRun& r, const WanVideoFiles& video, const WanEvaluati
 
 }  // namespace
 
-VideoOutcome run_wan_video(const GenerateSpec& o, job::Job& job) {
-  check_wan_plan(o);
-  WanRun r(o, job);
-  plan_wan(r);
-  identify_wan(r);
-  if (!prepare_wan_outputs(r)) return {VideoEnd::finished_before, 0, r.out_dir, {}};
-  encode_wan_text(r);
+namespace {
 
-  ExecContext& ctx = r.rt.ctx();
-  const auto t_load = Clock::now();
-  const model::WanTransformer wan = model::WanTransformer::load(o.model, r.rt, job.dtype(), false, &r.warnings);
-  r.load_seconds = seconds_since(t_load);
-  const Shape text_shape{1, o.max_text_length, r.width};
-  OwnedTensor prompt = r.rt.arena().empty(DType::f32, text_shape),
-              negative = r.rt.arena().empty(DType::f32, text_shape);
-  const auto per = static_cast<std::size_t>(text_shape.numel());
-  ops::copy(ctx, Tensor::wrap(r.embeds.data(), DType::f32, Device::cpu(), text_shape), prompt);
-  if (r.guided) ops::copy(ctx, Tensor::wrap(r.embeds.data() + per, DType::f32, Device::cpu(), text_shape), negative);
-  sampling::FlowSampler sampler(*r.scheduler, r.rt.arena(), Shape{1, r.tc.in_channels, r.part.count, r.lh, r.lw});
-  start_wan_latents(r, sampler);
-  log_wan_plan(r, wan);
-
-  if (const int stopped = denoise_wan(r, wan, prompt, negative, sampler); stopped != 0)
-    return {VideoEnd::stopped, stopped, r.out_dir, {}};
-  write_wan_latents(r, sampler);
-  WanVideoFiles video = write_wan_video(r, sampler);
-  const WanEvaluation evaluation = evaluate_wan_video(r, video);
-  write_wan_run_json(r, video, evaluation);
-  if (!evaluation.error.empty()) {
+// The Wan family's phases over one WanRun: the transformer on one rank, the guidance branches
+// over two, or the latent frames over the clip group.
+class WanVideoRun final : public VideoRun {
+ public:
+  WanVideoRun(const GenerateSpec& o, job::Job& job) : r_(o, job) {}
+  void plan() override {
+    check_wan_plan(r_.o);
+    plan_wan(r_);
+    identify_wan(r_);
+  }
+  bool choose_outputs() override { return prepare_wan_outputs(r_); }
+  const std::string& out_dir() const override { return r_.out_dir; }
+  void encode_prompts() override { encode_wan_text(r_); }
+  void load() override {
+    const GenerateSpec& o = r_.o;
+    ExecContext& ctx = r_.rt.ctx();
+    const auto t_load = Clock::now();
+    wan_ = std::make_unique<model::WanTransformer>(
+        model::WanTransformer::load(o.model, r_.rt, r_.job.dtype(), false, &r_.warnings));
+    r_.load_seconds = seconds_since(t_load);
+    const Shape text_shape{1, o.max_text_length, r_.width};
+    prompt_ = r_.rt.arena().empty(DType::f32, text_shape);
+    negative_ = r_.rt.arena().empty(DType::f32, text_shape);
+    const auto per = static_cast<std::size_t>(text_shape.numel());
+    ops::copy(ctx, Tensor::wrap(r_.embeds.data(), DType::f32, Device::cpu(), text_shape), prompt_);
+    if (r_.guided)
+      ops::copy(ctx, Tensor::wrap(r_.embeds.data() + per, DType::f32, Device::cpu(), text_shape), negative_);
+    sampler_ = std::make_unique<sampling::FlowSampler>(*r_.scheduler, r_.rt.arena(),
+                                                       Shape{1, r_.tc.in_channels, r_.part.count, r_.lh, r_.lw});
+    start_wan_latents(r_, *sampler_);
+    log_wan_plan(r_, *wan_);
+  }
+  int denoise() override { return denoise_wan(r_, *wan_, prompt_, negative_, *sampler_); }
+  void finish() override {
+    write_wan_latents(r_, *sampler_);
+    WanVideoFiles video = write_wan_video(r_, *sampler_);
+    const WanEvaluation evaluation = evaluate_wan_video(r_, video);
+    write_wan_run_json(r_, video, evaluation);
+    if (evaluation.error.empty()) return;
     const std::string why = "--evaluate: " + evaluation.error + " (the run's outputs are complete; vinf evaluate " +
-                            r.out_dir + "/video.mp4 --out " + r.out_dir + " evaluates them again)";
+                            r_.out_dir + "/video.mp4 --out " + r_.out_dir + " evaluates them again)";
     if (evaluation.kind == "input") throw InputError(why);
     throw Error(why);
   }
-  return {VideoEnd::complete, 0, r.out_dir, {}};
+
+ private:
+  WanRun r_;
+  std::unique_ptr<model::WanTransformer> wan_;
+  OwnedTensor prompt_, negative_;
+  std::unique_ptr<sampling::FlowSampler> sampler_;
+};
+
+}  // namespace
+
+std::unique_ptr<VideoRun> start_wan_video(const GenerateSpec& o, job::Job& job) {
+  return std::make_unique<WanVideoRun>(o, job);
 }
 
 }  // namespace vinf::pipeline

@@ -6,11 +6,15 @@
 // pipeline's num_frames (1 + 4k video frames, (frames - 1) / 4 + 1 latent frames).
 #pragma once
 
+#include <memory>
+
 #include "job/job.hpp"
 #include "pipeline/generate_spec.hpp"
 #include "pipeline/outcome.hpp"
 
 namespace vinf::pipeline {
+
+class VideoRun;
 
 // The options are ones the Wan path runs (InputError naming the option otherwise).
 void check_wan_plan(const GenerateSpec& o);
@@ -21,6 +25,6 @@ void check_wan_job(const GenerateSpec& o, int world);
 
 // One Wan video on the job's unit (a single run's world, or a replica taking jobs from a list):
 // collective over job.session(). Throws vinf::InputError on every rank of the unit for bad input.
-VideoOutcome run_wan_video(const GenerateSpec& o, job::Job& job);
+std::unique_ptr<VideoRun> start_wan_video(const GenerateSpec& o, job::Job& job);
 
 }  // namespace vinf::pipeline
