@@ -68,7 +68,8 @@ int inspect_model(const std::string& dir) {
   std::uintmax_t disk = 0;
   for (const std::string& f : files.weights) disk += std::filesystem::file_size(f);
   std::cout << "model " << files.dir << " (UNet3DConditionModel, " << files.weights.size() << " weight file"
-            << (files.weights.size() == 1 ? "" : "s") << ", " << format_mib(static_cast<double>(disk)) << " on disk)\n  channels";
+            << (files.weights.size() == 1 ? "" : "s") << ", " << format_mib(static_cast<double>(disk))
+            << " on disk)\n  channels";
   for (int ch : c.block_out_channels) std::cout << " " << ch;
   std::cout << "; " << c.layers_per_block << " layer(s) per block; heads of " << c.attention_head_dim
             << " channels; cross_attention_dim " << c.cross_attention_dim << "; " << c.norm_num_groups
@@ -86,12 +87,14 @@ int inspect_model(const std::string& dir) {
   std::map<std::string, int> stored;
   for (const auto& [name, found] : wf.all()) stored[io::safetensors_dtype_name(found.entry->dtype)] += 1;
   std::printf("  %-22s %8s %16s\n", "module", "tensors", "parameters");
-  for (const std::string& g : order) std::printf("  %-22s %8d %16s\n", g.c_str(), groups[g].first, grouped(groups[g].second).c_str());
+  for (const std::string& g : order)
+    std::printf("  %-22s %8d %16s\n", g.c_str(), groups[g].first, grouped(groups[g].second).c_str());
   const std::int64_t total = model::parameter_count(params);
   std::printf("  %-22s %8zu %16s\n", "total", params.size(), grouped(total).c_str());
   std::cout << "  stored as";
   for (const auto& [dt, n] : stored) std::cout << " " << dt << " (" << n << " tensors)";
-  std::cout << "\n  weights in memory: " << format_mib(4.0 * total) << " as f32, " << format_mib(2.0 * total) << " as f16/bf16\n";
+  std::cout << "\n  weights in memory: " << format_mib(4.0 * total) << " as f32, " << format_mib(2.0 * total)
+            << " as f16/bf16\n";
   try {
     model::check_weights(wf, params, false, nullptr);
     std::cout << "  check: every parameter the config implies is present with its shape; nothing else\n";
@@ -123,9 +126,9 @@ void report_check(const model::WeightFiles& wf, const std::vector<model::ParamSp
 int inspect_part(const std::string& dir) {
   if (io::path_exists(dir + "/vocab.json")) {
     const model::ClipTokenizer t = model::ClipTokenizer::load(dir);
-    std::cout << "tokenizer " << dir << " (CLIP BPE): " << grouped(t.vocab_size()) << " ids, " << grouped(static_cast<std::int64_t>(t.merges()))
-              << " merges, " << t.max_length() << " tokens per prompt; bos " << t.bos_id() << ", eos " << t.eos_id()
-              << ", pad " << t.pad_id() << "\n";
+    std::cout << "tokenizer " << dir << " (CLIP BPE): " << grouped(t.vocab_size()) << " ids, "
+              << grouped(static_cast<std::int64_t>(t.merges())) << " merges, " << t.max_length()
+              << " tokens per prompt; bos " << t.bos_id() << ", eos " << t.eos_id() << ", pad " << t.pad_id() << "\n";
     for (const std::string& w : t.warnings()) std::cout << "  warning: " << w << "\n";
     return 0;
   }
@@ -133,7 +136,7 @@ int inspect_part(const std::string& dir) {
   model::ModelFiles files;
   files.dir = dir;
   files.config = dir + "/config.json";
-  if (string_key(j, "_class_name") == "AutoencoderKL") {
+  if (pipeline::is_unet_vae(dir)) {
     const model::VaeConfig c = model::load_vae_config(files.config);
     files = model::find_model_files(dir);
     std::cout << "VAE " << dir << " (AutoencoderKL): channels";
@@ -153,7 +156,8 @@ int inspect_part(const std::string& dir) {
     return 0;
   }
   const model::ClipTextConfig c = model::load_clip_text_config(files.config);
-  VINF_INPUT_CHECK(io::path_exists(dir + "/model.safetensors"), "text encoder directory ", dir, " has no model.safetensors");
+  VINF_INPUT_CHECK(io::path_exists(dir + "/model.safetensors"), "text encoder directory ", dir,
+                   " has no model.safetensors");
   files.weights = {dir + "/model.safetensors"};
   std::cout << "text encoder " << dir << " (CLIPTextModel): " << c.layers << " layers of " << c.hidden_size << ", "
             << c.heads << " heads, vocabulary " << c.vocab_size << ", " << c.max_positions << " positions\n";
@@ -197,7 +201,8 @@ int inspect_wan(const std::string& dir, const std::string& config_path) {
     }
     if (name == "text_encoder" && io::path_exists(config) && model::is_t5_family_config_file(config)) {
       const model::Umt5Config c = model::load_umt5_config(config);
-      VINF_INPUT_CHECK(io::path_exists(p + "/model.safetensors"), "text encoder directory ", p, " has no model.safetensors");
+      VINF_INPUT_CHECK(io::path_exists(p + "/model.safetensors"), "text encoder directory ", p,
+                       " has no model.safetensors");
       model::ModelFiles te;
       te.dir = p;
       te.config = config;
@@ -219,24 +224,10 @@ int inspect_wan(const std::string& dir, const std::string& config_path) {
       std::cout << "\n";
       continue;
     }
-    std::string what = "present";
-    for (const char* f : {"config.json", "scheduler_config.json"})
-      if (io::path_exists(p + "/" + f)) {
-        const nlohmann::json j = io::read_json_file(p + "/" + f, "config");
-        const std::string cls = string_key(j, "_class_name"), type = string_key(j, "model_type");
-        what = !cls.empty() ? cls : !type.empty() ? "model_type " + type : what;
-      }
-    std::cout << part << " " << p << ": " << what << "\n";
+    const std::string what = pipeline::part_class(p);
+    std::cout << part << " " << p << ": " << (what.empty() ? "present" : what) << "\n";
   }
   return 0;
-}
-
-bool is_model_part(const std::string& dir) {
-  if (io::path_exists(dir + "/vocab.json")) return true;
-  if (!io::path_exists(dir + "/config.json")) return false;
-  const nlohmann::json j = io::read_json_file(dir + "/config.json", "config");
-  return string_key(j, "_class_name") == "AutoencoderKL" || string_key(j, "model_type") == "clip_text_model" ||
-         (j.is_object() && j.contains("text_config"));
 }
 
 int inspect_safetensors(const std::string& path) {
@@ -262,7 +253,8 @@ int inspect_hdf5(const std::string& path) {
   const io::H5File f = io::H5File::open_serial(path);
   const std::string format = f.has_attribute("/", "format") ? f.text("/", "format") : "(no vinf format attribute)";
   std::printf("%s: HDF5, format %s", path.c_str(), format.c_str());
-  if (f.has_attribute("/", "format_version")) std::printf(" version %lld", static_cast<long long>(f.integer("/", "format_version")));
+  if (f.has_attribute("/", "format_version"))
+    std::printf(" version %lld", static_cast<long long>(f.integer("/", "format_version")));
   if (f.has_attribute("/", "vinf_version")) std::printf(", written by vinf %s", f.text("/", "vinf_version").c_str());
   std::printf("\n");
   if (f.has_attribute("/state", "step")) {
@@ -272,23 +264,28 @@ int inspect_hdf5(const std::string& path) {
   }
   if (f.has_attribute("/", "world_size"))
     std::printf("  written by %lld rank(s): %lld clip(s) x %lld guidance branch(es)\n",
-                static_cast<long long>(f.integer("/", "world_size")), static_cast<long long>(f.integer("/", "clip_size")),
+                static_cast<long long>(f.integer("/", "world_size")),
+                static_cast<long long>(f.integer("/", "clip_size")),
                 static_cast<long long>(f.integer("/", "cfg_size")));
   if (f.has_attribute("/", "noise_mode"))
-    std::printf("  scheduler %s, noise %s, seed %lld\n", f.text("/", "scheduler").c_str(), f.text("/", "noise_mode").c_str(),
-                static_cast<long long>(f.integer("/", "seed")));
+    std::printf("  scheduler %s, noise %s, seed %lld\n", f.text("/", "scheduler").c_str(),
+                f.text("/", "noise_mode").c_str(), static_cast<long long>(f.integer("/", "seed")));
   if (f.has_attribute("/", "model_fingerprint")) std::printf("  model %s\n", f.text("/", "model_fingerprint").c_str());
   // The settings a resume must share: a dataset since format version 2, an attribute before. A long
   // prompt list makes them long; the whole text is in the file (h5dump -d /run/numerics).
   std::string settings;
-  if (f.exists("/run/numerics")) settings = f.read_text("/run/numerics");
-  else if (f.has_attribute("/", "numerics")) settings = f.text("/", "numerics");
-  else if (f.exists("/train/settings")) settings = f.read_text("/train/settings");  // a training checkpoint
+  if (f.exists("/run/numerics"))
+    settings = f.read_text("/run/numerics");
+  else if (f.has_attribute("/", "numerics"))
+    settings = f.text("/", "numerics");
+  else if (f.exists("/train/settings"))
+    settings = f.read_text("/train/settings");  // a training checkpoint
   if (f.exists("/train/state")) std::printf("  training state %s\n", f.read_text("/train/state").c_str());
   constexpr std::size_t kShown = 2000;
   if (settings.size() > kShown) {
     std::size_t cut = kShown;
-    while (cut > 0 && (static_cast<unsigned char>(settings[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+    while (cut > 0 && (static_cast<unsigned char>(settings[cut]) & 0xC0) == 0x80)
+      --cut;  // not inside a UTF-8 character
     settings = settings.substr(0, cut) + "... (" + std::to_string(settings.size()) + " bytes in all)";
   }
   if (!settings.empty()) std::printf("  settings %s\n", settings.c_str());
@@ -310,7 +307,8 @@ int inspect(const std::vector<std::string>& args) {
   std::string config_file, path;
   po::options_description opts(
       "vinf inspect: describe a model directory (a UNet, VAE, text encoder or tokenizer, or a pipeline with\n"
-      "all of them), a safetensors file, or an HDF5 file (latents.h5, a checkpoint, activations.h5)\n\nusage: vinf inspect PATH\n\n"
+      "all of them), a safetensors file, or an HDF5 file (latents.h5, a checkpoint, activations.h5)\n\nusage: vinf "
+      "inspect PATH\n\n"
       "Options come from the command line and from --config FILE (INI: `path = PATH`); the command line\n"
       "wins.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", path_value(&config_file, PathKind::file), kConfigOptionHelp)(
@@ -329,7 +327,7 @@ int inspect(const std::vector<std::string>& args) {
   if (std::filesystem::is_directory(path, ec)) {
     if (pipeline::model_family(path) == pipeline::ModelFamily::wan)
       return inspect_wan(path, model::find_wan_transformer_config(path));
-    if (is_model_part(path)) return inspect_part(path);
+    if (pipeline::is_model_part(path)) return inspect_part(path);
     inspect_model(path);
     // A pipeline root: its other parts too.
     for (const char* part : {"vae", "text_encoder", "tokenizer"})

@@ -73,6 +73,7 @@ double max_rss_bytes() {
 // What every phase of a run shares: the options, the job, the model's shape, this rank's part of
 // the video, and the run's identity in its files.
 struct Run {
+  Run(GenerateSpec& spec, job::Job& j, Clock::time_point t0) : o(spec), job(j), start(t0) {}
   GenerateSpec& o;
   job::Job& job;
   Clock::time_point start;
@@ -999,7 +1000,6 @@ void write_unet_run_json(Run& r, const Models& m, Denoiser& d, const VideoResult
                          bool evaluated) {
   const json reports = rank_report(r);
   if (!r.root) return;
-  const GenerateSpec& o = r.o;
   double peak = 0;
   const json ranks = ranks_json(r, reports, peak);
   json outputs = {"latents.h5"};
