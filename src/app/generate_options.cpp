@@ -258,7 +258,9 @@ po::options_description checkpoint_options(RunPlan& o) {
       "latents-init", path_value(&o.latents_init, PathKind::file),
       "start from the initial latents in FILE.safetensors (key latents_init, F32 [1,C,F,H,W] over the whole "
       "video, as diffusers' pipelines hold latents) instead of drawing them: to compare with a reference "
-      "pipeline given the same latents. Each rank takes its frames; the clips method only")(
+      "pipeline given the same latents. Each rank takes its frames. With --long.mode fifo: every random draw "
+      "of the run instead, under the keys of FIFO-Diffusion's released draws (base.noise, base.eta_noise.step<j>, "
+      "queue.noise, iter<i>.eta_noise.window<w>, iter<i>.new_frame; the eta ones when eta > 0); not with windows")(
       "dump.modules", po::value(&o.dump_modules),
       "write these modules' outputs over the whole video to OUT/activations.h5: comma-separated globs over the "
       "UNet's module names (time_embedding, conv_in, transformer_in, down_blocks.<i>, mid_block, up_blocks.<i>, "

@@ -25,7 +25,7 @@ using namespace vinf;
 
 namespace {
 
-std::vector<float> to_host(Runtime& rt, const Tensor& t) {
+std::vector<float> fifo_host(Runtime& rt, const Tensor& t) {
   OwnedTensor c = rt.arena().empty(DType::f32, t.shape);
   ops::copy(rt.ctx(), t, c);
   std::vector<float> v(static_cast<std::size_t>(t.numel()));
@@ -34,7 +34,7 @@ std::vector<float> to_host(Runtime& rt, const Tensor& t) {
 }
 
 // max |got - want| / max |want|.
-double relative(const std::vector<float>& got, const Tensor& want) {
+double fifo_relative(const std::vector<float>& got, const Tensor& want) {
   REQUIRE(static_cast<std::int64_t>(got.size()) == want.numel());
   double worst = 0, scale = 0;
   for (std::size_t k = 0; k < got.size(); ++k) {
@@ -45,16 +45,16 @@ double relative(const std::vector<float>& got, const Tensor& want) {
   return worst / scale;
 }
 
-struct Case {
+struct FifoCase {
   std::string name;
   int f = 0, n = 0, frames = 0;
   bool lookahead = false;
   double eta = 0, guidance = 0, fps = 0;
 };
 
-std::vector<Case> cases() {
+std::vector<FifoCase> fifo_cases() {
   const nlohmann::json j = io::read_json_file(test::fixture("fifo-tiny/cases.json"), "fifo cases");
-  std::vector<Case> out;
+  std::vector<FifoCase> out;
   for (const auto& [key, c] : j["cases"].items())
     out.push_back({c["file"].get<std::string>(), c["f"].get<int>(), c["n"].get<int>(), c["frames"].get<int>(),
                    c["lookahead"].get<int>() != 0, c["eta"].get<double>(), c["guidance"].get<double>(),
@@ -65,7 +65,7 @@ std::vector<Case> cases() {
 }  // namespace
 
 TEST_CASE("FIFO-Diffusion's schedule tables equal the released code's (grid, abar, sigma, use_scale)") {
-  for (const Case& c : cases()) {
+  for (const FifoCase& c : fifo_cases()) {
     CAPTURE(c.name);
     const io::SafetensorsFile ref(test::fixture("fifo-tiny/" + c.name));
     const int S = c.f * c.n;
@@ -133,7 +133,7 @@ TEST_CASE(
   const model::UNetConfig uc = model::load_unet_config(files.config, nullptr);
   const model::WeightFiles wf(files);
   const model::UNet3D unet(uc, model::Weights(wf, model::unet_parameters(uc), rt, DType::f32, false, nullptr));
-  for (const Case& c : cases()) {
+  for (const FifoCase& c : fifo_cases()) {
     CAPTURE(c.name);
     const std::string path = test::fixture("fifo-tiny/" + c.name);
     const io::SafetensorsFile ref(path);
@@ -157,8 +157,8 @@ TEST_CASE(
     OwnedTensor state = rt.arena().empty(DType::f32, {1, 4, c.frames + Q, 8, 8});
     OwnedTensor base_video = rt.arena().empty(DType::f32, {1, 4, c.f, 8, 8});
     fifo.start(rt.ctx(), state, {}, base_video);
-    const double base_err = relative(to_host(rt, base_video), ref.tensor("base.video"));
-    const double init_err = relative(to_host(rt, state.slice(2, c.frames, Q)), ref.tensor("queue.init"));
+    const double base_err = fifo_relative(fifo_host(rt, base_video), ref.tensor("base.video"));
+    const double init_err = fifo_relative(fifo_host(rt, state.slice(2, c.frames, Q)), ref.tensor("queue.init"));
     CAPTURE(base_err);
     CAPTURE(init_err);
     CHECK(base_err <= 1e-4);
@@ -167,10 +167,10 @@ TEST_CASE(
     for (std::int64_t i = 0; i < plan.iterations(c.frames); ++i) {
       fifo.iterate(rt.ctx(), i, state);
       const double e =
-          relative(to_host(rt, state.slice(2, c.frames, Q)), ref.tensor("iter" + std::to_string(i) + ".queue_after"));
+          fifo_relative(fifo_host(rt, state.slice(2, c.frames, Q)), ref.tensor("iter" + std::to_string(i) + ".queue_after"));
       worst_queue = std::max(worst_queue, e);
     }
-    const double video_err = relative(to_host(rt, state.slice(2, 0, c.frames)), ref.tensor("video"));
+    const double video_err = fifo_relative(fifo_host(rt, state.slice(2, 0, c.frames)), ref.tensor("video"));
     CAPTURE(worst_queue);
     CAPTURE(video_err);
     CHECK(worst_queue <= 5e-4);
