@@ -135,7 +135,7 @@ ctld_phase() {
 }
 # straight STEPS...: the uninterrupted run on 2 ranks into outputs/straight.
 straight() {
-  srun -n 2 --mpi=pmix "$vinf" generate --config inputs/demo.ini "$@" --out outputs/straight -q >/dev/null 2>&1
+  srun -n 2 --mpi=pmix --kill-on-bad-exit=1 "$vinf" generate --config inputs/demo.ini "$@" --out outputs/straight -q >/dev/null 2>&1
   check "the uninterrupted run" test -f outputs/straight/latents.h5
 }
 # The jobs that Slurm stops must still be running when it does, however fast this machine is at
@@ -209,7 +209,8 @@ srun)
   check "outputs/interactive/ complete, 2 ranks" outputs_complete outputs/interactive 2
   # An srun across both nodes, as after salloc -N 2, with the GPUs asked for as GRES (the other
   # way to have every task see its node's GPUs).
-  srun -N 2 --ntasks-per-node=2 --gres=gpu:2 --mpi=pmix "$vinf" generate --config inputs/demo.ini "${small[@]}" \
+  # --kill-on-bad-exit: a rank that dies ends the others at once (a failure, not a hang to the timeout).
+  srun -N 2 --ntasks-per-node=2 --gres=gpu:2 --mpi=pmix --kill-on-bad-exit=1 "$vinf" generate --config inputs/demo.ini "${small[@]}" \
     --out outputs/two-nodes --verbose >two-nodes.log 2>&1
   check "srun -N 2 --ntasks-per-node=2 --gres=gpu:2 vinf generate" outputs_complete outputs/two-nodes 4
   # salloc + srun as slurm/interactive.md's one-node form (its GPUs and tasks sized for these nodes).
