@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     vinf::app::RunPlan o;
     if (vinf::app::parse_generate_options(args, o) != 0) return;
     if (!vinf::fuzz::usable(o.vi)) std::abort();
-    vinf::app::check_generate_job(o, 1 + static_cast<int>(size % 8));
+    vinf::pipeline::check_unet_job(o, 1 + static_cast<int>(size % 8));
   });
   return 0;
 }

@@ -10,7 +10,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     vinf::app::RunPlan o;
     if (vinf::app::parse_generate_options({"--config", path}, o) != 0) return;
     if (!vinf::fuzz::usable(o.vi)) std::abort();
-    vinf::app::check_generate_job(o, 4);
+    vinf::pipeline::check_unet_job(o, 4);
   });
   return 0;
 }

@@ -108,4 +108,9 @@ PromptParts prompt_parts(const GenerateSpec& o, int clips);
 // the run computes in and its clip ranks), or "" when there is no file or it uses every field.
 std::string imported_fields_note(const GenerateSpec& o, const std::string& run_dtype, int clips);
 
+// The world's size fits the UNet family's video (the clips of the layout; windows and FIFO leave
+// no rank without a partition; the prompts fit the clips) and the options combine; sets
+// --video.frames from --video.frames-per-clip when it was not given. InputError naming the option.
+void check_unet_job(GenerateSpec& o, int world_size);
+
 }  // namespace vinf::pipeline

@@ -35,11 +35,6 @@ using json = nlohmann::ordered_json;
 sampling::TextEmbeddings encode_prompts_on_root(const GenerateSpec& o, std::int64_t width, bool guided, job::Job& job,
                                                 std::vector<std::string>& warnings);
 
-// The world's size fits the UNet family's video (the clips of the layout; windows and FIFO leave
-// no rank without a partition; the prompts fit the clips) and the options combine; sets
-// --video.frames from --video.frames-per-clip when it was not given. InputError naming the option.
-void check_unet_job(GenerateSpec& o, int world_size);
-
 // --debug: watches the module outputs of a UNet call and keeps the name of the first one that holds
 // a NaN or infinity. Each output is read back to the host, so a step is slower; the run stays the same.
 class FiniteWatch {
