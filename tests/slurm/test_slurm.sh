@@ -25,7 +25,7 @@
 #                 GraceTime the ranks checkpoint and the job requeues itself; without, Slurm
 #                 requeues it and the script leaves that be; the result is the uninterrupted run's
 #   rank-failure  a rank killed mid-run: the job ends FAILED within a minute, the rank named
-#   jobs          sbatch slurm/jobs.sbatch jobs/test-jobs.jsonl on 2 nodes x 2 tasks, twice at once:
+#   jobs          sbatch slurm/jobs.sbatch jobs/test-jobs.jsonl on 2 nodes x 2 tasks, twice (queued together; the script takes whole nodes, so one runs after the other):
 #                 2 replicas x 2 pipeline stages (VINF_PIPELINE) stopped mid-list by SIGUSR1, and 4
 #                 replicas (--parallel.data 4) unstopped; the first requeues itself, skips the
 #                 finished jobs and resumes the interrupted ones; both end FAILED with exit code 2
@@ -379,7 +379,7 @@ rank-failure)
   ;;
 
 jobs)
-  # One list, two layouts at once on the 4 tasks of 2 nodes (a unit of one rank either way):
+  # One list, two layouts submitted together on the 4 tasks of 2 nodes (whole nodes: one after the other) (a unit of one rank either way):
   # jl: 2 replicas (the default: as many as the tasks allow) x 2 stages (VINF_PIPELINE=2), each
   # replica on one node, steps paced and checkpointed, stopped once a checkpoint exists; jd: 4
   # replicas of one rank, --parallel.data among the options. Meanwhile each good job runs alone on
