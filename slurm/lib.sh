@@ -30,7 +30,9 @@ vinf_log() { echo "[vinf-job $(date '+%F %T')] $*"; }
 vinf_signals=0
 vinf_early_stop=""
 # srun's lines about Slurm cancelling the step (a requeue, a preemption), said once by vinf_finish,
-# and its "error" for the ranks' status 75, which vinf's own line explains (stopped after a checkpoint).
+# and its "error" for the ranks' status 75, which vinf's own line explains (stopped after a
+# checkpoint). When a rank fails, srun's "task N: Exited with exit code X" line stays; its
+# step-abort lines that follow are kept out too.
 vinf_srun_noise='^srun: got SIGCONT$|^srun: error: [^ ]+ tasks? [0-9,-]+: Exited with exit code 75$|^srun: launch/slurm: _step_signal: Terminating StepId=[0-9.]+$|^srun: Job step aborted: Waiting up to [0-9]+ seconds for job step to finish\.$|^srun: forcing job termination$|^slurmstepd[^:]*: error: \*\*\* STEP [0-9.]+ ON .* CANCELLED AT .* DUE TO (JOB REQUEUE|PREEMPTION) \*\*\*$'
 vinf_cancel_cause=""
 vinf_jobs_line=""
@@ -108,7 +110,7 @@ vinf_layout() {
     [ -z "${VINF_CPU_BIND-cores}" ] || vinf_srun_opts+=(--cpu-bind="${VINF_CPU_BIND-cores}")
     return 0
   fi
-  if [ "$gpus" -gt 0 ] && [ -z "${VINF_CPU_RANKS:-}" ]; then
+  if [ "$gpus" -gt 0 ] && ! { [ "$VINF_DEVICE" = cpu ] && [ -n "${VINF_CPU_RANKS:-}" ]; }; then
     local cpus=${SLURM_CPUS_ON_NODE:-$gpus} per
     per=$((cpus / gpus))
     [ "$per" -ge 1 ] || per=1
@@ -271,6 +273,7 @@ vinf_slurm_requeued() {
   # An array's first task has the array's job id, for which scontrol lists every task: keep this
   # job's own line.
   info=$(grep -E "(^| )JobId=$SLURM_JOB_ID( |$)" <<<"$info" | head -1)
+  [ -n "$info" ] || return 1
   vinf_job_state=$(sed -n 's/.*[[:space:]]JobState=\([A-Z_]*\).*/\1/p' <<<"$info")
   restarts=$(sed -n 's/.*[[:space:]]Restarts=\([0-9]*\).*/\1/p' <<<"$info")
   [ "${restarts:-0}" -le "${SLURM_RESTART_COUNT:-0}" ] || return 0

@@ -144,8 +144,9 @@ po::options_description sampler_options(RunPlan& o, Spelled& sp) {
       "VideoCrafter's use_scale on DDIM's data prediction (x0 / s[t], then s[t'] towards the next timestep t'; "
       "s = linspace(scale_a, scale_b) over the first mid_step timesteps, then scale_b). auto: as the model's "
       "scheduler config says (its keys use_scale, scale_a, scale_b, mid_step); a config without them: on for "
-      "--long.mode fifo's base video with VideoCrafter2's values (1, 0.7, 400), as the released FIFO code, "
-      "off otherwise (the diffusers port Video-Infinity runs has none). on: every DDIM step (ddim only) but "
+      "--long.mode fifo's base video on the released grid with VideoCrafter2's values (1, 0.7, 400), as the "
+      "released FIFO code, off otherwise (the diffusers port Video-Infinity runs has none). on: every DDIM step (ddim "
+      "only) but "
       "FIFO's queue iterations, which the released code never scales. off: none")(
       "sampler.noise", po::value(&sp.noise)->default_value(sp.noise),
       "invariant (keyed by global frame: the same video for any number of ranks), compat (one stream per clip "
@@ -234,8 +235,9 @@ po::options_description long_options(RunPlan& o, Spelled& sp) {
       "long.fifo-grid", po::value(&sp.fifo_grid)->default_value(sp.fifo_grid),
       "fifo: the DDIM timesteps of the queue's levels. released: the FIFO-Diffusion code's round(linspace(0, 999, "
       "f x n)), fresh noise entering at t = 999 and the head's last step an identity-like step at t = 0; config: "
-      "the model scheduler config's DDIM grid (VideoCrafter's k x (1000 // (f x n)) + 1), kept to continue and "
-      "reproduce runs made with it")(
+      "the model scheduler config's DDIM grid (VideoCrafter's k x (1000 // (f x n)) + 1) and no use_scale, FIFO as "
+      "vinf ran it before: kept to continue and reproduce such runs (with --sampler.eta 0 --video.fps 24, the "
+      "defaults they had)")(
       "long.fifo-prompt-frames", po::value(&sp.fifo_prompt_frames),
       "fifo with several --prompt.text: the frames of each prompt, comma-separated (L1,L2,...: adding up to "
       "--video.frames), as the released code's multi-prompt lengths; an iteration's windows all take the prompt "

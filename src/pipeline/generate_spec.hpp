@@ -19,8 +19,8 @@ namespace vinf::pipeline {
 
 // --sampler.use-scale: VideoCrafter's use_scale (sampling::X0Scale) on the DDIM steps. automatic:
 // as the model's scheduler config says (use_scale, scale_a, scale_b, mid_step); without the key,
-// on for FIFO's base video (VideoCrafter2's values, as the released FIFO code runs it) and off
-// otherwise. on: every DDIM step but FIFO's queue iterations (the released code never scales
+// on for FIFO's base video on the released grid (VideoCrafter2's values, as the released FIFO code
+// runs it) and off otherwise. on: every DDIM step but FIFO's queue iterations (the released code never scales
 // there); off: none.
 enum class UseScale { automatic, on, off };
 const char* use_scale_name(UseScale u);

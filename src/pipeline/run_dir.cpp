@@ -113,8 +113,10 @@ std::vector<std::string> checkpoint_candidates(const mpi::Session& mpi, const st
   return candidates;
 }
 
-AgreedCheckpoint agree_on_checkpoint(const mpi::Session& mpi, const std::vector<std::string>& candidates,
-                                     const std::function<std::string(const std::string& path)>& open) {
+AgreedCheckpoint agree_on_checkpoint(
+    const mpi::Session& mpi, const std::vector<std::string>& candidates,
+    const std::function<std::string(const std::string& path)>& open,
+    const std::function<void(const std::string& path, const std::string& why)>& skipped) {
   AgreedCheckpoint agreed;
   for (const std::string& path : candidates) {
     const std::string why = first_rank_error(mpi, open(path));
@@ -123,6 +125,7 @@ AgreedCheckpoint agree_on_checkpoint(const mpi::Session& mpi, const std::vector<
       break;
     }
     agreed.skipped.emplace_back(path, why);
+    if (skipped) skipped(path, why);
   }
   return agreed;
 }
@@ -135,43 +138,47 @@ ResumePoint choose_checkpoint(const GenerateSpec& o, const std::string& out_dir,
   const std::string dir = out_dir + "/checkpoints";
   const std::vector<std::string> candidates = checkpoint_candidates(mpi, o.resume, dir);
   bool damaged = false;  // the last one tried was readable but its frames failed their checks
-  const AgreedCheckpoint agreed = agree_on_checkpoint(mpi, candidates, [&](const std::string& path) -> std::string {
-    // The metadata and text (rank 0 first, so that a damaged file is reported once).
-    damaged = false;
-    const std::string unreadable = decided_by_root(mpi, [&]() -> std::string {
-      try {
-        io::read_checkpoint_info(path);
+  const AgreedCheckpoint agreed = agree_on_checkpoint(
+      mpi, candidates,
+      [&](const std::string& path) -> std::string {
+        // The metadata and text (rank 0 first, so that a damaged file is reported once).
+        damaged = false;
+        const std::string unreadable = decided_by_root(mpi, [&]() -> std::string {
+          try {
+            io::read_checkpoint_info(path);
+            return "";
+          } catch (const InputError& e) {
+            return e.what();
+          }
+        });
+        if (!unreadable.empty()) return unreadable;
+        point.info = std::make_unique<io::CheckpointInfo>(io::read_checkpoint_info(path));
+        check_resumable(*point.info, stamp, timesteps);  // another run's checkpoint is refused, not skipped
+        VINF_INPUT_CHECK(point.info->full == full, "checkpoint ", path, " holds latents ", point.info->full.str(),
+                         "; this run's are ", full.str());
+        // This rank's frames, their checksums checked; every rank learns whether any chunk failed.
+        const auto n = static_cast<std::size_t>(count * full[1] * full[2] * full[3]);
+        point.latents.assign(n, 0.f);
+        point.previous_x0.assign(n, 0.f);
+        point.memories.assign(memories.size(), std::vector<float>(n, 0.f));
+        std::vector<io::StateFrames> extra;
+        for (std::size_t k = 0; k < memories.size(); ++k) extra.push_back({memories[k], point.memories[k].data()});
+        damaged = true;
+        try {
+          io::read_checkpoint_frames(mpi.world(), path, first, count, point.latents.data(), point.previous_x0.data(),
+                                     extra);
+        } catch (const InputError& e) {
+          return e.what();
+        }
         return "";
-      } catch (const InputError& e) {
-        return e.what();
-      }
-    });
-    if (!unreadable.empty()) return unreadable;
-    point.info = std::make_unique<io::CheckpointInfo>(io::read_checkpoint_info(path));
-    check_resumable(*point.info, stamp, timesteps);  // another run's checkpoint is refused, not skipped
-    VINF_INPUT_CHECK(point.info->full == full, "checkpoint ", path, " holds latents ", point.info->full.str(),
-                     "; this run's are ", full.str());
-    // This rank's frames, their checksums checked; every rank learns whether any chunk failed.
-    const auto n = static_cast<std::size_t>(count * full[1] * full[2] * full[3]);
-    point.latents.assign(n, 0.f);
-    point.previous_x0.assign(n, 0.f);
-    point.memories.assign(memories.size(), std::vector<float>(n, 0.f));
-    std::vector<io::StateFrames> extra;
-    for (std::size_t k = 0; k < memories.size(); ++k) extra.push_back({memories[k], point.memories[k].data()});
-    damaged = true;
-    try {
-      io::read_checkpoint_frames(mpi.world(), path, first, count, point.latents.data(), point.previous_x0.data(),
-                                 extra);
-    } catch (const InputError& e) {
-      return e.what();
-    }
-    return "";
-  });
+      },
+      [&](const std::string& path, const std::string& why) {
+        if (automatic) warn(mpi, "skipping checkpoint " + path + ": " + why);  // said as it happens
+      });
   if (!automatic && agreed.path.empty() && !agreed.skipped.empty())
     VINF_INPUT_FAIL(
         agreed.skipped.front().second,
         damaged ? "; resume from another checkpoint (--resume auto takes the newest one that passes its checks)" : "");
-  for (const auto& [path, why] : agreed.skipped) warn(mpi, "skipping checkpoint " + path + ": " + why);
   VINF_INPUT_CHECK(!agreed.path.empty() || candidates.empty(), "--resume auto: none of the ", candidates.size(),
                    " checkpoint(s) in ", dir, " can be used (see the warnings above), and the run does not start ",
                    "again from the beginning on its own; remove them, or run without --resume and with --overwrite, ",
@@ -225,12 +232,14 @@ json long_json(const sampling::LongVideoConfig& l) {
   json j = {{"mode", sampling::long_mode_name(l.mode)}};
   if (l.mode == sampling::LongMode::windows)
     j.update({{"window", l.window}, {"stride", l.stride}, {"blend", sampling::blend_name(l.blend)}});
-  if (l.mode == sampling::LongMode::fifo)
-    j.update({{"fifo-window", l.fifo_window},
-              {"fifo-partitions", l.fifo_partitions},
-              {"fifo-lookahead", l.fifo_lookahead},
-              {"fifo-grid", sampling::fifo_grid_name(l.fifo_grid)},
-              {"fifo-prompt-frames", l.fifo_prompt_frames}});
+  if (l.mode == sampling::LongMode::fifo) {
+    j.update(
+        {{"fifo-window", l.fifo_window}, {"fifo-partitions", l.fifo_partitions}, {"fifo-lookahead", l.fifo_lookahead}});
+    // Only where they differ from what FIFO runs recorded before (the config grid, one prompt), so
+    // that --long.fifo-grid config continues such a run.
+    if (l.fifo_grid != sampling::FifoGrid::config) j["fifo-grid"] = sampling::fifo_grid_name(l.fifo_grid);
+    if (!l.fifo_prompt_frames.empty()) j["fifo-prompt-frames"] = l.fifo_prompt_frames;
+  }
   return j;
 }
 

@@ -45,8 +45,11 @@ struct AgreedCheckpoint {
   std::string path;  // "" when none could be used
   std::vector<std::pair<std::string, std::string>> skipped;  // the ones passed over: path, why
 };
-AgreedCheckpoint agree_on_checkpoint(const mpi::Session& mpi, const std::vector<std::string>& candidates,
-                                     const std::function<std::string(const std::string& path)>& open);
+// `skipped` (optional) hears of each one passed over as it happens (path, why).
+AgreedCheckpoint agree_on_checkpoint(
+    const mpi::Session& mpi, const std::vector<std::string>& candidates,
+    const std::function<std::string(const std::string& path)>& open,
+    const std::function<void(const std::string& path, const std::string& why)>& skipped = {});
 // The checkpoint a run continues from, with this rank's frames already read and their checksums
 // checked (none: a fresh start).
 struct ResumePoint {

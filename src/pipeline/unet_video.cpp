@@ -165,7 +165,10 @@ struct Run {
 std::optional<sampling::X0Scale> x0_scale_for(const GenerateSpec& o, const sampling::NoiseScheduleConfig& c,
                                               bool fifo_base) {
   if (o.use_scale == UseScale::off || (o.use_scale == UseScale::automatic && c.x0_scale_off)) return std::nullopt;
-  if (o.use_scale == UseScale::on || c.x0_scale || fifo_base) return c.x0_scale.value_or(sampling::X0Scale{});
+  // auto without the key: VideoCrafter2's values on FIFO's base video as released (the config grid
+  // is the earlier FIFO, which had none).
+  const bool released_base = fifo_base && o.long_video.fifo_grid == sampling::FifoGrid::released;
+  if (o.use_scale == UseScale::on || c.x0_scale || released_base) return c.x0_scale.value_or(sampling::X0Scale{});
   return std::nullopt;
 }
 

@@ -630,6 +630,16 @@ refusals)
     SLURM_JOB_ID=7 SLURM_RESTART_COUNT=0
     if vinf_slurm_requeued; then echo "requeued ($vinf_job_state)"; else echo "not requeued ($vinf_job_state)"; fi' 2>&1)
   if [ "$got" = "not requeued (FAILED)" ]; then ok "an array's first task reads its own line of scontrol show job"; else fail "array task: $got"; fi
+  # The layout at the start, on a described GPU node: the GPUs win over a VINF_CPU_RANKS left in
+  # the environment from CPU jobs (it applies to CPU mode); the job's own tasks win over both.
+  got=$(bash -c 'source slurm/lib.sh; VINF_DEVICE=cuda vinf_gpus_seen=8 SLURM_GPUS_ON_NODE=8 SLURM_CPUS_ON_NODE=64 \
+    SLURM_JOB_NUM_NODES=1 VINF_CPU_RANKS=socket; unset SLURM_NTASKS; vinf_layout; echo "tasks=$vinf_tasks threads=$OMP_NUM_THREADS"' 2>&1)
+  if grep -q 'one rank per GPU: 8 rank(s) per node x 8 CPU(s) of the node.s 64' <<<"$got" && grep -q 'tasks=8 threads=8$' <<<"$got"; then
+    ok "8 GPUs, VINF_CPU_RANKS=socket left over: 8 ranks of 8 threads"; else fail "GPU layout: $got"; fi
+  got=$(bash -c 'source slurm/lib.sh; VINF_DEVICE=cuda vinf_gpus_seen=8 SLURM_GPUS_ON_NODE=8 SLURM_CPUS_ON_NODE=64 \
+    SLURM_JOB_NUM_NODES=1 SLURM_NTASKS=4 SLURM_CPUS_PER_TASK=16; vinf_layout; echo "tasks=$vinf_tasks ${vinf_srun_opts[*]}"' 2>&1)
+  if grep -q 'tasks=4 --kill-on-bad-exit=1 --cpus-per-task=16 --cpu-bind=cores$' <<<"$got"; then ok "the job's own 4 tasks win"; else
+    fail "own tasks: $got"; fi
   # A stop signal before vinf starts: the shell survives it and does not start vinf.
   got=$(bash -c 'source slurm/lib.sh; srun() { echo "srun ran"; }; VINF_DEVICE=cpu; vinf_srun_opts=(); kill -USR1 $$; vinf_generate outputs/x inputs/demo.ini; echo "rc=$vinf_rc"' 2>&1)
   if grep -q 'received SIGUSR1 before vinf started: not starting it' <<<"$got" && grep -q 'rc=75$' <<<"$got" && ! grep -q 'srun ran' <<<"$got"; then
