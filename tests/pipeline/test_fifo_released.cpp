@@ -25,14 +25,6 @@ using namespace vinf;
 
 namespace {
 
-std::vector<float> fifo_host(Runtime& rt, const Tensor& t) {
-  OwnedTensor c = rt.arena().empty(DType::f32, t.shape);
-  ops::copy(rt.ctx(), t, c);
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  ops::copy(rt.ctx(), c, Tensor::wrap(v.data(), DType::f32, Device::cpu(), t.shape));
-  return v;
-}
-
 // max |got - want| / max |want|.
 double fifo_relative(const std::vector<float>& got, const Tensor& want) {
   REQUIRE(static_cast<std::int64_t>(got.size()) == want.numel());
@@ -157,8 +149,8 @@ TEST_CASE(
     OwnedTensor state = rt.arena().empty(DType::f32, {1, 4, c.frames + Q, 8, 8});
     OwnedTensor base_video = rt.arena().empty(DType::f32, {1, 4, c.f, 8, 8});
     fifo.start(rt.ctx(), state, {}, base_video);
-    const double base_err = fifo_relative(fifo_host(rt, base_video), ref.tensor("base.video"));
-    const double init_err = fifo_relative(fifo_host(rt, state.slice(2, c.frames, Q)), ref.tensor("queue.init"));
+    const double base_err = fifo_relative(test::download(rt, base_video), ref.tensor("base.video"));
+    const double init_err = fifo_relative(test::download(rt, state.slice(2, c.frames, Q)), ref.tensor("queue.init"));
     CAPTURE(base_err);
     CAPTURE(init_err);
     CHECK(base_err <= 1e-4);
@@ -166,11 +158,11 @@ TEST_CASE(
     double worst_queue = 0;
     for (std::int64_t i = 0; i < plan.iterations(c.frames); ++i) {
       fifo.iterate(rt.ctx(), i, state);
-      const double e =
-          fifo_relative(fifo_host(rt, state.slice(2, c.frames, Q)), ref.tensor("iter" + std::to_string(i) + ".queue_after"));
+      const double e = fifo_relative(test::download(rt, state.slice(2, c.frames, Q)),
+                                     ref.tensor("iter" + std::to_string(i) + ".queue_after"));
       worst_queue = std::max(worst_queue, e);
     }
-    const double video_err = fifo_relative(fifo_host(rt, state.slice(2, 0, c.frames)), ref.tensor("video"));
+    const double video_err = fifo_relative(test::download(rt, state.slice(2, 0, c.frames)), ref.tensor("video"));
     CAPTURE(worst_queue);
     CAPTURE(video_err);
     CHECK(worst_queue <= 5e-4);

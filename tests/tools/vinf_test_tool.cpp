@@ -308,26 +308,41 @@ int h5_compare(int argc, char** argv) {
   return worst <= tol ? 0 : 1;
 }
 
-int h5_vs_latents(int argc, char** argv) {
-  if (argc != 6) return 2;
+// Frames [first, first + F) of FILE.h5's /latents (frame-major) against KEY of a safetensors file,
+// (1, C, F, H, W) F32: the largest |difference| and |reference|; false (said on stderr) when the
+// shapes do not match.
+bool latents_diff(const char* h5, const char* st, const char* key, hsize_t first, double& worst, double& scale) {
   std::vector<hsize_t> d;
-  std::string fa;
-  const std::vector<float> a = read_latents(argv[2], d, fa);
-  const vinf::io::SafetensorsFile f(argv[3]);
-  const vinf::Tensor b = f.tensor(argv[4]);
+  std::string format;
+  const std::vector<float> a = read_latents(h5, d, format);
+  const vinf::io::SafetensorsFile f(st);
+  const vinf::Tensor b = f.tensor(key);
   if (d.size() != 4 || b.rank() != 5 || b.size(0) != 1 || b.dtype != vinf::DType::f32 ||
-      static_cast<hsize_t>(b.size(1)) != d[1] || static_cast<hsize_t>(b.size(2)) != d[0] ||
+      static_cast<hsize_t>(b.size(1)) != d[1] || first + static_cast<hsize_t>(b.size(2)) > d[0] ||
       static_cast<hsize_t>(b.size(3)) != d[2] || static_cast<hsize_t>(b.size(4)) != d[3]) {
-    std::cerr << "h5-vs-latents: /latents and '" << argv[4] << "' " << b.describe() << " do not match\n";
-    return 1;
+    std::cerr << h5 << ": /latents from frame " << first << " and '" << key << "' " << b.describe()
+              << " do not match\n";
+    return false;
   }
   const std::int64_t F = b.size(2), C = b.size(1), S = b.size(3) * b.size(4);
-  double worst = 0;
+  worst = 0;
+  scale = 0;
   for (std::int64_t fr = 0; fr < F; ++fr)
     for (std::int64_t c = 0; c < C; ++c)
-      for (std::int64_t s = 0; s < S; ++s)
-        worst = std::max(worst, std::fabs(static_cast<double>(a[static_cast<std::size_t>((fr * C + c) * S + s)]) -
-                                          b.ptr<float>()[(c * F + fr) * S + s]));
+      for (std::int64_t s = 0; s < S; ++s) {
+        const double want = b.ptr<float>()[(c * F + fr) * S + s];
+        const double got = a[static_cast<std::size_t>(((static_cast<std::int64_t>(first) + fr) * C + c) * S + s)];
+        worst = std::max(worst, std::fabs(got - want));
+        scale = std::max(scale, std::fabs(want));
+      }
+  return true;
+}
+
+// h5-vs-latents FILE.h5 REF.safetensors KEY TOL: every frame, within TOL absolute.
+int h5_vs_latents(int argc, char** argv) {
+  if (argc != 6) return 2;
+  double worst = 0, scale = 0;
+  if (!latents_diff(argv[2], argv[3], argv[4], 0, worst, scale)) return 1;
   const double tol = std::atof(argv[5]);
   std::printf("%s /latents against %s max |diff| %.3g (tolerance %.3g)\n", worst <= tol ? "ok" : "FAIL", argv[4], worst,
               tol);
@@ -338,29 +353,9 @@ int h5_vs_latents(int argc, char** argv) {
 // against KEY (1, C, F, H, W), within REL times KEY's largest magnitude (a golden run's tolerance).
 int h5_vs_ref(int argc, char** argv) {
   if (argc != 7) return 2;
-  std::vector<hsize_t> d;
-  std::string format;
-  const std::vector<float> a = read_latents(argv[2], d, format);
-  const vinf::io::SafetensorsFile f(argv[3]);
-  const vinf::Tensor b = f.tensor(argv[4]);
   const auto first = static_cast<hsize_t>(std::atoll(argv[6]));
-  if (d.size() != 4 || b.rank() != 5 || b.size(0) != 1 || static_cast<hsize_t>(b.size(1)) != d[1] ||
-      first + static_cast<hsize_t>(b.size(2)) > d[0] || static_cast<hsize_t>(b.size(3)) != d[2] ||
-      static_cast<hsize_t>(b.size(4)) != d[3]) {
-    std::cerr << "h5-vs-ref: /latents from frame " << first << " and '" << argv[4] << "' " << b.describe()
-              << " do not match\n";
-    return 1;
-  }
-  const std::int64_t F = b.size(2), C = b.size(1), S = b.size(3) * b.size(4);
   double worst = 0, scale = 0;
-  for (std::int64_t fr = 0; fr < F; ++fr)
-    for (std::int64_t c = 0; c < C; ++c)
-      for (std::int64_t s = 0; s < S; ++s) {
-        const double want = b.ptr<float>()[(c * F + fr) * S + s];
-        const double got = a[static_cast<std::size_t>(((static_cast<std::int64_t>(first) + fr) * C + c) * S + s)];
-        worst = std::max(worst, std::fabs(got - want));
-        scale = std::max(scale, std::fabs(want));
-      }
+  if (!latents_diff(argv[2], argv[3], argv[4], first, worst, scale)) return 1;
   const double rel = worst / scale, tol = std::atof(argv[5]);
   std::printf("%s %s frames %llu.. against %s: max |diff| / max |ref| %.3g (tolerance %.3g)\n",
               rel <= tol ? "ok" : "FAIL", argv[2], static_cast<unsigned long long>(first), argv[4], rel, tol);
