@@ -18,13 +18,24 @@ WanTransformerConfig wan_transformer_preset(const std::string& name) {
     c.freq_dim = 32;
     c.ffn_dim = 64;
     c.layers = 2;
-  } else if (name == "wan-14b") {
+  } else if (name == "wan-i2v-tiny") {
+    c = wan_transformer_preset("wan-tiny");
+    c.in_channels = 36;
+    c.image_dim = 24;
+    c.added_kv_proj_dim = c.dim();
+  } else if (name == "wan-14b" || name == "wan-i2v-14b" || name == "wan-flf2v-14b") {
     c.heads = 40;
     c.ffn_dim = 13824;
     c.layers = 40;
+    if (name != "wan-14b") {
+      c.in_channels = 36;
+      c.image_dim = 1280;
+      c.added_kv_proj_dim = c.dim();
+      if (name == "wan-flf2v-14b") c.pos_embed_seq_len = 2 * 257;
+    }
   } else {
     VINF_INPUT_CHECK(name == "wan-1.3b", "there is no built-in Wan transformer '", name,
-                     "' (wan-tiny, wan-1.3b, wan-14b)");
+                     "' (wan-tiny, wan-1.3b, wan-14b, wan-i2v-tiny, wan-i2v-14b, wan-flf2v-14b)");
   }
   return c;
 }
@@ -59,10 +70,16 @@ WanTransformerConfig load_wan_transformer_config(const std::string& path, std::v
                      "\"; vinf runs Wan's \"rms_norm_across_heads\" only");
   else if (const nlohmann::json* v = r.find("qk_norm"); v == nullptr && j.contains("qk_norm"))
     VINF_INPUT_FAIL(path, ": config key 'qk_norm' is null; vinf runs Wan's \"rms_norm_across_heads\" only");
-  for (const char* key : {"image_dim", "added_kv_proj_dim", "pos_embed_seq_len"})
-    if (const nlohmann::json* v = r.find(key))
-      VINF_INPUT_FAIL(path, ": config key '", key, "' is ", v->dump(),
-                      ": this is an image-to-video Wan model, and vinf runs the text-to-video family only");
+  r.read("image_dim", c.image_dim);
+  r.read("added_kv_proj_dim", c.added_kv_proj_dim);
+  r.read("pos_embed_seq_len", c.pos_embed_seq_len);
+  VINF_INPUT_CHECK((c.image_dim > 0) == (c.added_kv_proj_dim > 0), path, ": config keys 'image_dim' (", c.image_dim,
+                   ") and 'added_kv_proj_dim' (", c.added_kv_proj_dim,
+                   ") are set together (an image-to-video model) or both null (text-to-video)");
+  VINF_INPUT_CHECK(c.image_dim <= (1 << 16) && c.added_kv_proj_dim <= (1 << 20) && c.pos_embed_seq_len >= 0 &&
+                       c.pos_embed_seq_len <= (1 << 16) && (c.pos_embed_seq_len == 0 || c.image_dim > 0),
+                   path, ": config keys 'image_dim', 'added_kv_proj_dim' and 'pos_embed_seq_len' must be in range ",
+                   "(pos_embed_seq_len only with image_dim)");
   for (std::int64_t p : c.patch_size)
     VINF_INPUT_CHECK(p >= 1 && p <= 16, path, ": config key 'patch_size' must hold sizes in [1, 16]");
   VINF_INPUT_CHECK(c.heads >= 1 && c.head_dim >= 6 && c.head_dim % 2 == 0, path,
@@ -75,22 +92,33 @@ WanTransformerConfig load_wan_transformer_config(const std::string& path, std::v
   VINF_INPUT_CHECK(c.freq_dim >= 2 && c.freq_dim % 2 == 0, path, ": config key 'freq_dim' must be even and >= 2, got ",
                    c.freq_dim);
   VINF_INPUT_CHECK(c.eps > 0, path, ": config key 'eps' must be > 0");
+  VINF_INPUT_CHECK(c.in_channels >= c.out_channels && (c.image_dim > 0 || c.in_channels == c.out_channels), path,
+                   ": in_channels ", c.in_channels, " and out_channels ", c.out_channels,
+                   ": a text-to-video model takes as many as it gives, an image-to-video model more (its mask and image "
+                   "latents beside the noisy latents)");
   if (warnings)
     for (const std::string& k : r.unknown_keys())
       if (k != "window_size" && k != "cross_attn_norm") warnings->push_back(path + ": unknown config key '" + k + "' ignored");
   return c;
 }
 
+namespace {
+
+// A config value that is null when 0 (diffusers' None).
+nlohmann::ordered_json optional_size(std::int64_t v) { return v > 0 ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); }
+
+}  // namespace
+
 std::string wan_transformer_config_json(const WanTransformerConfig& c) {
   const nlohmann::ordered_json j = {{"_class_name", "WanTransformer3DModel"},
                                     {"_diffusers_version", "0.33.1"},
-                                    {"added_kv_proj_dim", nullptr},
+                                    {"added_kv_proj_dim", optional_size(c.added_kv_proj_dim)},
                                     {"attention_head_dim", c.head_dim},
                                     {"cross_attn_norm", c.cross_attn_norm},
                                     {"eps", c.eps},
                                     {"ffn_dim", c.ffn_dim},
                                     {"freq_dim", c.freq_dim},
-                                    {"image_dim", nullptr},
+                                    {"image_dim", optional_size(c.image_dim)},
                                     {"in_channels", c.in_channels},
                                     {"num_attention_heads", c.heads},
                                     {"num_layers", c.layers},
@@ -99,6 +127,11 @@ std::string wan_transformer_config_json(const WanTransformerConfig& c) {
                                     {"qk_norm", "rms_norm_across_heads"},
                                     {"rope_max_seq_len", c.rope_max_seq_len},
                                     {"text_dim", c.text_dim}};
+  if (c.pos_embed_seq_len > 0) {
+    nlohmann::ordered_json k = j;
+    k["pos_embed_seq_len"] = c.pos_embed_seq_len;
+    return k.dump(2) + "\n";
+  }
   return j.dump(2) + "\n";
 }
 
@@ -131,6 +164,16 @@ std::vector<ParamSpec> wan_transformer_parameters(const WanTransformerConfig& c)
   linear("condition_embedder.time_proj", 6 * d, d);
   linear("condition_embedder.text_embedder.linear_1", d, c.text_dim);
   linear("condition_embedder.text_embedder.linear_2", d, d);
+  if (c.image_conditioned()) {
+    const std::string ie = "condition_embedder.image_embedder.";
+    for (const auto& [norm, width] : {std::pair{"norm1", c.image_dim}, std::pair{"norm2", d}}) {
+      p.push_back({ie + norm + ".weight", {width}});
+      p.push_back({ie + norm + ".bias", {width}});
+    }
+    linear(ie + "ff.net.0.proj", c.image_dim, c.image_dim);
+    linear(ie + "ff.net.2", d, c.image_dim);
+    if (c.pos_embed_seq_len > 0) p.push_back({ie + "pos_embed", {1, c.pos_embed_seq_len, c.image_dim}});
+  }
   for (std::int64_t b = 0; b < c.layers; ++b) {
     const std::string k = "blocks." + std::to_string(b) + ".";
     for (const char* attn : {"attn1", "attn2"}) {
@@ -139,6 +182,11 @@ std::vector<ParamSpec> wan_transformer_parameters(const WanTransformerConfig& c)
       linear(a + "to_out.0", d, d, head_cols);
       p.push_back({a + "norm_q.weight", {d}, {}, head_rows});
       p.push_back({a + "norm_k.weight", {d}, {}, head_rows});
+    }
+    if (c.image_conditioned()) {
+      linear(k + "attn2.add_k_proj", d, c.added_kv_proj_dim, head_rows);
+      linear(k + "attn2.add_v_proj", d, c.added_kv_proj_dim, head_rows);
+      p.push_back({k + "attn2.norm_added_k.weight", {d}, {}, head_rows});
     }
     if (c.cross_attn_norm) {
       p.push_back({k + "norm2.weight", {d}});

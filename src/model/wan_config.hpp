@@ -1,5 +1,7 @@
-// Wan2.1's diffusion transformer (diffusers' WanTransformer3DModel, text-to-video): its config.json,
-// the presets make-model writes, and the parameter list in diffusers' key names.
+// Wan2.1's diffusion transformer (diffusers' WanTransformer3DModel): its config.json, the presets
+// make-model writes, and the parameter list in diffusers' key names. The image-to-video variants
+// (image_dim, added_kv_proj_dim; first-and-last-frame with pos_embed_seq_len) add an image embedder
+// and each block's keys and values of the image tokens.
 #pragma once
 
 #include <array>
@@ -19,15 +21,24 @@ struct WanTransformerConfig {
   bool cross_attn_norm = true;
   float eps = 1e-6f;
   std::int64_t rope_max_seq_len = 1024;
+  // Image-to-video: the CLIP states' width (0: text-to-video), the width the image tokens' keys and
+  // values are projected from (the inner dim), and the image embedder's position table's length
+  // (first-and-last-frame: 2 x 257; 0: none).
+  std::int64_t image_dim = 0, added_kv_proj_dim = 0, pos_embed_seq_len = 0;
 
   std::int64_t dim() const { return heads * head_dim; }
   std::int64_t patch_volume() const { return patch_size[0] * patch_size[1] * patch_size[2]; }
+  bool image_conditioned() const { return image_dim > 0; }
+  // The channels of the conditioning beside the noisy latents in the input (mask and image latents).
+  std::int64_t condition_channels() const { return in_channels - out_channels; }
 };
 
-// "wan-tiny" (the shape of the test fixture: 2 blocks, 2 heads of 16), "wan-1.3b", "wan-14b".
+// "wan-tiny" (the shape of the test fixture: 2 blocks, 2 heads of 16), "wan-1.3b", "wan-14b", and
+// the image-to-video "wan-i2v-tiny" (the image-to-video fixture's shape), "wan-i2v-14b",
+// "wan-flf2v-14b".
 WanTransformerConfig wan_transformer_preset(const std::string& name);
-// Reads a transformer/config.json; refuses the image-conditioned variants (image_dim,
-// added_kv_proj_dim) and q/k norms other than "rms_norm_across_heads", naming the file and key.
+// Reads a transformer/config.json; refuses q/k norms other than "rms_norm_across_heads" and image
+// settings that do not fit together, naming the file and key.
 // Unknown keys are reported through `warnings`.
 WanTransformerConfig load_wan_transformer_config(const std::string& path, std::vector<std::string>* warnings = nullptr);
 std::string wan_transformer_config_json(const WanTransformerConfig& c);

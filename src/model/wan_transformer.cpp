@@ -95,8 +95,10 @@ struct Pass {
 
   // Attention module `a` (attn1 or attn2): queries from x [B, L, D], keys and values from kv
   // [B, Lk, D]; rotary angles on q and k when given. Writes to_out's result into y [B, L, D].
+  // `image` [B, Li, D] (attn2 of an image-to-video model): the image tokens' own keys and values
+  // (add_k_proj, norm_added_k, add_v_proj), attended with the same queries, the two results summed.
   void attention(const std::string& a, const Tensor& x, const Tensor& kv, const Tensor* cos, const Tensor* sin,
-                 const Tensor& y) const {
+                 const Tensor& y, const Tensor* image = nullptr) const {
     // This rank's heads: all of them, or its share under tensor parallelism.
     const std::int64_t hd = c.head_dim, Dh = p(a + ".to_q.weight").size(0), H = Dh / hd, Lk = kv.size(1);
     OwnedTensor q = empty({B, L, Dh}), k = empty({B, Lk, Dh}), v = empty({B, Lk, Dh});
@@ -119,6 +121,16 @@ struct Pass {
     } else {
       ops::attention(ctx, heads_first(q, L), heads_first(k, Lk), heads_first(v, Lk), nullptr, nullptr,
                      heads_first(o, L), ap);
+    }
+    if (image) {
+      const std::int64_t Li = image->size(1);
+      OwnedTensor ki = empty({B, Li, Dh}), vi = empty({B, Li, Dh}), oi = empty({B, L, Dh});
+      linear(a + ".add_k_proj", *image, ki);
+      linear(a + ".add_v_proj", *image, vi);
+      rms_norm(ki, p(a + ".norm_added_k.weight"), D);
+      ops::attention(ctx, heads_first(q, L), heads_first(ki, Li), heads_first(vi, Li), nullptr, nullptr,
+                     heads_first(oi, L), ap);
+      ops::add(ctx, o, oi, o);
     }
     linear_summed(a + ".to_out.0", o, y);
   }
@@ -159,6 +171,31 @@ Conditioning condition(Pass& ps, const Tensor& t, const Tensor& text) {
   return r;
 }
 
+// The image embedder of an image-to-video model: the CLIP states [1 or B, Li, image_dim] (plus the
+// position table of a first-and-last-frame model), LayerNorm, Linear, erf-GELU, Linear, LayerNorm,
+// then broadcast to the batch: [B, Li, D].
+OwnedTensor embed_image(Pass& ps, const Tensor& image) {
+  const WanTransformerConfig& c = ps.c;
+  ExecContext& ctx = ps.ctx;
+  const std::string ie = "condition_embedder.image_embedder.";
+  const std::int64_t n = image.size(0), Li = image.size(1), E = c.image_dim, D = ps.D;
+  OwnedTensor in = ps.empty({n, Li, E}), a = ps.empty({n, Li, E}), b = ps.empty({n, Li, E}), d = ps.empty({n, Li, D});
+  ops::copy(ctx, image, in);
+  if (c.pos_embed_seq_len > 0) {
+    ops::add(ctx, in, ps.p(ie + "pos_embed").expand({n, Li, E}), in);
+    ps.show(ie + "in", in);
+  }
+  ops::layer_norm(ctx, in, ps.p(ie + "norm1.weight"), ps.p(ie + "norm1.bias"), a, 1e-5f);
+  ps.linear(ie + "ff.net.0.proj", a, b);
+  ops::activation(ctx, ops::Activation::gelu, b, b);
+  ps.linear(ie + "ff.net.2", b, d);
+  OwnedTensor e = ps.empty({n, Li, D}), out = ps.empty({ps.B, Li, D});
+  ops::layer_norm(ctx, d, ps.p(ie + "norm2.weight"), ps.p(ie + "norm2.bias"), e, 1e-5f);
+  ops::copy(ctx, e.view().expand({ps.B, Li, D}), out);
+  ps.show("condition_embedder.encoder_hidden_states_image", out);
+  return out;
+}
+
 }  // namespace
 
 WanTransformer::WanTransformer(WanTransformerConfig config, Weights weights)
@@ -189,7 +226,7 @@ WanTransformer WanTransformer::load(const std::string& dir, Runtime& rt, DType d
 
 void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t, const Tensor& text,
                              const Tensor& out, const WanProbe& probe, const WanFrames& frames,
-                             WanSelfAttention* self_attention) const {
+                             WanSelfAttention* self_attention, const Tensor* image) const {
   const WanTransformerConfig& c = config_;
   const char* op = "WanTransformer";
   VINF_CHECK(x.rank() == 5 && x.size(1) == c.in_channels, op, ": x ", x.describe(), " must be [B, ", c.in_channels,
@@ -214,6 +251,13 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
                  out.size(3) == Hs && out.size(4) == Ws,
              op, ": out ", out.describe());
   VINF_CHECK(out.is_contiguous(), op, ": out must be contiguous");
+  VINF_CHECK((image != nullptr) == c.image_conditioned(), op, ": an image-to-video model takes the image's CLIP states, a ",
+             "text-to-video model none");
+  VINF_CHECK(!image || (image->rank() == 3 && (image->size(0) == 1 || image->size(0) == B) &&
+                        image->size(2) == c.image_dim &&
+                        (c.pos_embed_seq_len == 0 || image->size(1) == c.pos_embed_seq_len)),
+             op, ": image ", image ? image->describe() : "", " must be [1 or ", B, ", tokens, ", c.image_dim, "]",
+             c.pos_embed_seq_len > 0 ? " with the position table's tokens" : "");
   VINF_CHECK(weights_.shard().size == 1 || tensor_group_ != nullptr, op, ": the weights of a tensor shard (",
              weights_.shard().size, " ranks) need set_tensor_group before forward");
   const DType dt = weights_.dtype();
@@ -254,6 +298,9 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
 
   const Conditioning cond = condition(ps, t, text);
   const OwnedTensor &temb = cond.temb, &tproj = cond.tproj, &enc = cond.enc;
+  OwnedTensor image_tokens;
+  if (image) image_tokens = embed_image(ps, *image);
+  const Tensor image_view = image ? image_tokens.view() : Tensor{};
 
   OwnedTensor n = ps.empty({B, L, D}), y = ps.empty({B, L, D}), mod = ps.empty({B, 6, D});
   const TensorShard& shard = weights_.shard();
@@ -268,7 +315,8 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
     ps.gated_residual(h, y, row(2));
     if (c.cross_attn_norm) ops::layer_norm(ctx, h, weights_.get(k + "norm2.weight"), weights_.get(k + "norm2.bias"), n, c.eps);
     else ops::copy(ctx, h, n);
-    ps.attention(k + "attn2", n, enc, nullptr, nullptr, y);
+    ps.attention(k + "attn2", n, enc, nullptr, nullptr, y, image ? &image_view : nullptr);
+    if (blk == 0) ps.show(k + "attn2.out", y);
     ops::add(ctx, h, y, h);
     ps.modulated_norm(h, row(4), row(3), n);
     ps.linear(k + "ffn.net.0.proj", n, ff);

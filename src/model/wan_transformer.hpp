@@ -62,9 +62,12 @@ class WanTransformer {
   // out [B, out_channels, F, H, W]. F, H and W must divide by the patch size. All on ctx's device
   // in the weights' activation dtype (t f32). frames and self_attention: for a part of the video's
   // frames (above); the patch size must divide frames.first and frames.total.
+  // An image-to-video model's x holds the noisy latents, then the mask and image latents (in_channels
+  // in all), and `image` the CLIP states [1 or B, Li, image_dim] every sample sees (a first-and-last-
+  // frame model: both images' tokens, pos_embed_seq_len of them); null for text-to-video.
   void forward(ExecContext& ctx, const Tensor& x, const Tensor& t, const Tensor& text, const Tensor& out,
                const WanProbe& probe = nullptr, const WanFrames& frames = {},
-               WanSelfAttention* self_attention = nullptr) const;
+               WanSelfAttention* self_attention = nullptr, const Tensor* image = nullptr) const;
 
  private:
   WanTransformerConfig config_;

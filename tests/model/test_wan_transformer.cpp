@@ -133,7 +133,7 @@ TEST_CASE("Wan transformer: preset parameter counts are Wan2.1's") {
         1418996800);
   CHECK(model::parameter_count(model::wan_transformer_parameters(model::wan_transformer_preset("wan-14b"))) ==
         14288491584);
-  CHECK_THROWS_WITH_AS(model::wan_transformer_preset("wan-7b"), doctest::Contains("wan-tiny, wan-1.3b, wan-14b"),
+  CHECK_THROWS_WITH_AS(model::wan_transformer_preset("wan-7b"), doctest::Contains("wan-tiny, wan-1.3b, wan-14b, wan-i2v-tiny"),
                        InputError);
 }
 
