@@ -27,6 +27,15 @@ bool parse_safetensors_dtype(const std::string& s, DType& out) {
 
 namespace {
 
+// The element size of the safetensors types vinf keeps as bytes only; 0 for names it does not know.
+std::uint64_t opaque_dtype_size(const std::string& s) {
+  if (s == "U8" || s == "I8" || s == "BOOL" || s == "F8_E4M3" || s == "F8_E5M2") return 1;
+  if (s == "U16" || s == "I16") return 2;
+  if (s == "U32" || s == "I32") return 4;
+  if (s == "U64") return 8;
+  return 0;
+}
+
 // The format requires the tensors to cover the data section exactly: in any order, without
 // overlap and without holes (a file that hides other bytes between its tensors, or reads the
 // same bytes as two tensors, is refused as the reference implementation refuses it). Empty
@@ -108,8 +117,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       Entry e;
       e.name = name;
       const std::string dt = v["dtype"].is_string() ? v["dtype"].get<std::string>() : "?";
-      VINF_INPUT_CHECK(parse_safetensors_dtype(dt, e.dtype), path, ": tensor '", name, "' has dtype ", dt,
-                 ", which vinf does not read (F32, F16, BF16, F64, I64)");
+      std::uint64_t element = 0;
+      if (parse_safetensors_dtype(dt, e.dtype)) {
+        element = dtype_size(e.dtype);
+      } else {
+        element = opaque_dtype_size(dt);
+        VINF_INPUT_CHECK(element > 0, path, ": tensor '", name, "' has dtype ", dt,
+                         ", which vinf does not read (F32, F16, BF16, F64, I64; bytes of U8 ... I32, BOOL)");
+        e.opaque = dt;
+      }
       VINF_INPUT_CHECK(v["shape"].is_array() && v["shape"].size() <= static_cast<std::size_t>(kMaxDims), path, ": tensor '",
                  name, "' has a bad shape ", v["shape"].dump());
       for (const auto& d : v["shape"]) {
@@ -128,7 +144,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       e.offset = begin;
       e.bytes = end - begin;
       // The element count of a hostile shape can overflow; any size beyond the file is wrong anyway.
-      std::uint64_t want = dtype_size(e.dtype);
+      std::uint64_t want = element;
       bool overflow = false;
       for (std::int64_t d : e.shape) overflow = overflow || __builtin_mul_overflow(want, static_cast<std::uint64_t>(d), &want);
       VINF_INPUT_CHECK(!overflow && e.bytes == want, path, ": tensor '", name, "' holds ", e.bytes, " bytes but ", dt,
@@ -153,9 +169,17 @@ const SafetensorsFile::Entry* SafetensorsFile::find(const std::string& name) con
   return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
+std::string_view SafetensorsFile::raw(const std::string& name) const {
+  const Entry* e = find(name);
+  VINF_INPUT_CHECK(e != nullptr, path_, ": no tensor named '", name, "'");
+  return {data_ + e->offset, e->bytes};
+}
+
 Tensor SafetensorsFile::tensor(const std::string& name) const {
   const Entry* e = find(name);
   VINF_INPUT_CHECK(e != nullptr, path_, ": no tensor named '", name, "'");
+  VINF_INPUT_CHECK(e->opaque.empty(), path_, ": tensor '", name, "' has dtype ", e->opaque,
+                   ", which vinf does not compute with (F32, F16, BF16, F64, I64)");
   Tensor t = Tensor::wrap(const_cast<char*>(data_ + e->offset), e->dtype, Device::cpu(), e->shape);
   // Every tensor vinf reads from a file it is given (weights, inputs, latents, embeddings) is
   // checked here, once per read: a NaN would otherwise surface steps later as all-NaN output.

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -22,6 +23,9 @@ class SafetensorsFile {
     Shape shape;
     std::size_t offset = 0;  // from the start of the data section
     std::size_t bytes = 0;
+    // A type vinf keeps as bytes only (U8, I32, BOOL, ...: pictures or indices beside the numbers
+    // in a reference file): its safetensors name; tensor() refuses it, raw() reads it.
+    std::string opaque;
   };
 
   explicit SafetensorsFile(const std::string& path);
@@ -35,6 +39,8 @@ class SafetensorsFile {
   bool contains(const std::string& name) const { return find(name) != nullptr; }
   // A CPU view of the mapped bytes. Read-only: the mapping is PROT_READ.
   Tensor tensor(const std::string& name) const;
+  // The bytes of any entry, as stored (little-endian).
+  std::string_view raw(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:

@@ -9,7 +9,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -189,6 +191,70 @@ bool VideoReader::read(std::uint8_t* rgb) {
   pid_ = -1;
   if (rc != 0) fail("ffmpeg could not decode the video", rc);
   return false;
+}
+
+std::string ffprobe_beside(const std::string& ffmpeg) {
+  const std::size_t slash = ffmpeg.rfind('/');
+  const std::string name = ffmpeg.substr(slash == std::string::npos ? 0 : slash + 1);
+  if (name.rfind("ffmpeg", 0) != 0) return "ffprobe";
+  return ffmpeg.substr(0, ffmpeg.size() - name.size()) + "ffprobe" + name.substr(6);
+}
+
+RgbFrames read_image(const std::string& path, const std::string& option, const std::string& ffmpeg) {
+  VINF_INPUT_CHECK(is_regular_file(path), option, " ", path, " does not exist or is not a file");
+  VideoInfo info;
+  try {
+    info = probe_video(path, ffprobe_beside(ffmpeg));
+  } catch (const InputError& e) {
+    VINF_INPUT_FAIL(option, " ", path, " is not an image ffmpeg can read (a PNG or JPEG file): ", e.what());
+  }
+  RgbFrames out;
+  out.width = info.width;
+  out.height = info.height;
+  out.frames.emplace_back(static_cast<std::size_t>(info.width * info.height * 3));
+  VideoReader reader(path, info, ffmpeg);
+  VINF_INPUT_CHECK(reader.read(out.frames[0].data()), option, " ", path, ": ffmpeg decoded no picture from it");
+  return out;
+}
+
+RgbFrames read_frames(const std::string& path, const std::string& option, std::int64_t max_frames,
+                      const std::string& ffmpeg) {
+  namespace fs = std::filesystem;
+  RgbFrames out;
+  auto enough = [&] { return max_frames > 0 && static_cast<std::int64_t>(out.frames.size()) >= max_frames; };
+  if (is_directory(path)) {
+    std::vector<std::string> files;
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+      std::string ext = e.path().extension().string();
+      std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (e.is_regular_file() && (ext == ".png" || ext == ".jpg" || ext == ".jpeg" || ext == ".webp" || ext == ".bmp"))
+        files.push_back(e.path().string());
+    }
+    VINF_INPUT_CHECK(!ec, option, " ", path, ": cannot list the folder: ", ec.message());
+    std::sort(files.begin(), files.end());
+    VINF_INPUT_CHECK(!files.empty(), option, " ", path, " holds no image files (.png, .jpg, .jpeg, .webp, .bmp)");
+    for (const std::string& f : files) {
+      if (enough()) break;
+      RgbFrames one = read_image(f, option, ffmpeg);
+      VINF_INPUT_CHECK(out.frames.empty() || (one.width == out.width && one.height == out.height), option, " ", path,
+                       ": ", f, " is ", one.width, "x", one.height, " but the frames before it are ", out.width, "x",
+                       out.height, "; give frames of one size");
+      out.width = one.width;
+      out.height = one.height;
+      out.frames.push_back(std::move(one.frames[0]));
+    }
+    return out;
+  }
+  VINF_INPUT_CHECK(is_regular_file(path), option, " ", path, " does not exist (give a video file or a folder of frames)");
+  const VideoInfo info = probe_video(path, ffprobe_beside(ffmpeg));
+  out.width = info.width;
+  out.height = info.height;
+  VideoReader reader(path, info, ffmpeg);
+  std::vector<std::uint8_t> frame(static_cast<std::size_t>(info.width * info.height * 3));
+  while (!enough() && reader.read(frame.data())) out.frames.push_back(frame);
+  VINF_INPUT_CHECK(!out.frames.empty(), option, " ", path, ": ffmpeg decoded no frames from it");
+  return out;
 }
 
 }  // namespace vinf::io

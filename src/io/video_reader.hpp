@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace vinf::io {
 
@@ -44,5 +45,26 @@ class VideoReader {
   int fd_ = -1;
   pid_t pid_ = -1;
 };
+
+// Pictures as 8-bit RGB, height x width x 3 bytes each, all of one size.
+struct RgbFrames {
+  std::int64_t width = 0, height = 0;
+  std::vector<std::vector<std::uint8_t>> frames;
+};
+
+// The ffprobe that comes with an ffmpeg program ("ffmpeg" -> "ffprobe", "/opt/x/ffmpeg" ->
+// "/opt/x/ffprobe").
+std::string ffprobe_beside(const std::string& ffmpeg);
+
+// An image file (PNG, JPEG, WebP, ... anything ffmpeg decodes), its first frame as stored (an
+// alpha channel dropped). `option` names where the path came from in errors; vinf::InputError when
+// it is missing or not a picture.
+RgbFrames read_image(const std::string& path, const std::string& option, const std::string& ffmpeg = "ffmpeg");
+
+// A video's frames: a video file's every frame, or a folder's image files (.png, .jpg, .jpeg,
+// .webp, .bmp) in name order, at most max_frames (0: all). vinf::InputError, naming `option`, when it
+// is missing, empty, not decodable or its images differ in size.
+RgbFrames read_frames(const std::string& path, const std::string& option, std::int64_t max_frames = 0,
+                      const std::string& ffmpeg = "ffmpeg");
 
 }  // namespace vinf::io

@@ -26,7 +26,9 @@ struct ClipVisionConfig {
 
 // Reads config.json. Throws vinf::InputError naming the file and key.
 ClipVisionConfig load_clip_vision_config(const std::string& path);
-std::vector<ParamSpec> clip_vision_parameters(const ClipVisionConfig& c);
+// The tower's parameters, and the visual projection's when `projection` (a
+// CLIPVisionModelWithProjection; a plain CLIPVisionModel has none).
+std::vector<ParamSpec> clip_vision_parameters(const ClipVisionConfig& c, bool projection = true);
 
 // CLIPImageProcessor's steps on height x width x 3 bytes: the shorter side resized to image_size
 // (PIL's bicubic filter, a = -0.5, widened when shrinking, computed in floats without PIL's
@@ -34,19 +36,48 @@ std::vector<ParamSpec> clip_vision_parameters(const ClipVisionConfig& c);
 // and normalized with CLIP's mean and std. Output (3, image_size, image_size).
 std::vector<float> clip_preprocess(const std::uint8_t* hwc, std::int64_t width, std::int64_t height, int image_size);
 
+// CLIPImageProcessor's settings (image_processor/preprocessor_config.json): the shorter side's
+// size, the centre crop, the scale and the normalisation.
+struct ClipImageProcessor {
+  std::int64_t shortest_edge = 224, crop_height = 224, crop_width = 224;
+  double rescale_factor = 1.0 / 255.0;
+  float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+  float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+};
+// Reads preprocessor_config.json; refuses settings vinf does not run (resampling other than
+// bicubic, no resize, crop or normalisation) naming the file and key.
+ClipImageProcessor load_clip_image_processor(const std::string& path);
+
+// CLIPImageProcessor on height x width x 3 bytes exactly as transformers runs it: the shorter side
+// to shortest_edge (the longer scaled and truncated) with Pillow's bicubic resampling on the bytes
+// (io::resize_rgb8), the centre crop (top (h - crop) / 2, left alike), x * rescale_factor and
+// (x - mean) / std in float32. Output (3, crop_height, crop_width).
+std::vector<float> clip_image_pixels(const std::uint8_t* hwc, std::int64_t width, std::int64_t height,
+                                     const ClipImageProcessor& p);
+
 class ClipVisionModel {
  public:
-  ClipVisionModel(ClipVisionConfig config, Weights weights);
-  // Throws vinf::InputError naming DIR and the missing file or key.
-  static ClipVisionModel load(const std::string& dir, Runtime& rt);
+  ClipVisionModel(ClipVisionConfig config, Weights weights, bool projection);
+  // Throws vinf::InputError naming DIR and the missing file or key. `projection`: a
+  // CLIPVisionModelWithProjection (embed's image embeddings); false: a CLIPVisionModel, whose
+  // hidden states an image-to-video model reads. `option` names the option the directory came from.
+  static ClipVisionModel load(const std::string& dir, Runtime& rt, bool projection = true,
+                              const std::string& option = "--clip-vision");
 
   const ClipVisionConfig& config() const { return config_; }
   // pixels (N, 3, image_size, image_size) preprocessed; out (N, projection_dim) image embeddings.
   void embed(ExecContext& ctx, const Tensor& pixels, const Tensor& out) const;
+  // transformers' hidden_states[layers_run]: the tokens after the embeddings and pre_layrnorm, then
+  // the first `layers_run` encoder layers (Wan: all but the last, hidden_states[-2]); out (N,
+  // tokens, hidden_size).
+  void hidden_state(ExecContext& ctx, const Tensor& pixels, int layers_run, const Tensor& out) const;
 
  private:
+  // The tokens after the embeddings and pre_layrnorm, (N, tokens, hidden_size).
+  OwnedTensor embed_tokens(ExecContext& ctx, const Tensor& pixels) const;
   ClipVisionConfig config_;
   Weights weights_;
+  bool projection_ = true;
 };
 
 // The cosine similarity of two vectors (0 when either is zero).

@@ -13,7 +13,8 @@ FlowSampler::FlowSampler(const FlowScheduler& scheduler, Arena& arena, const Sha
       last_(arena.empty(DType::f32, shape)),
       m1_(arena.empty(DType::f32, shape)),
       m2_(arena.empty(DType::f32, shape)),
-      m0_(arena.empty(DType::f32, shape)) {}
+      m0_(arena.empty(DType::f32, shape)),
+      done_(scheduler.first_step()) {}
 
 void FlowSampler::step(ExecContext& ctx, int i, const Tensor& v) {
   VINF_CHECK(i == done_, "flow sampler: step ", i, " after ", done_, " steps");
@@ -43,7 +44,8 @@ void FlowSampler::step(ExecContext& ctx, int i, const Tensor& v) {
 
 void FlowSampler::restore(ExecContext& ctx, int done, const Tensor& x, const Tensor& last, const Tensor& m1,
                           const Tensor& m2) {
-  VINF_CHECK(done >= 0 && done <= scheduler_.steps(), "flow sampler: restore after ", done, " steps");
+  VINF_CHECK(done >= scheduler_.first_step() && done <= scheduler_.steps(), "flow sampler: restore after ", done,
+             " steps");
   ops::copy(ctx, x, x_);
   ops::copy(ctx, last, last_);
   ops::copy(ctx, m1, m1_);

@@ -130,7 +130,7 @@ Phi phi(double lambda_t, double lambda_s0, int order, bool bh2) {
 }  // namespace
 
 FlowStepCoefficients FlowScheduler::coefficients(int i) const {
-  VINF_CHECK(i >= 0 && i < steps(), "flow scheduler: step ", i, " of ", steps());
+  VINF_CHECK(i >= first_ && i < steps(), "flow scheduler: step ", i, " of ", steps(), " (from ", first_, ")");
   FlowStepCoefficients k;
   const auto sig = [&](int j) { return static_cast<double>(sigmas_[static_cast<std::size_t>(j)]); };
   k.x0_v = -sig(i);
@@ -143,12 +143,12 @@ FlowStepCoefficients FlowScheduler::coefficients(int i) const {
   // lower_order_final, at the end.
   auto order_at = [&](int j) {
     int o = config_.lower_order_final ? std::min(max_order, S - j) : max_order;
-    return std::min(o, j + 1);
+    return std::min(o, j - first_ + 1);
   };
   // UniC: corrects x_i with m_i, from the previous step's xc and memories, at the previous order.
   const bool disabled = std::find(config_.disable_corrector.begin(), config_.disable_corrector.end(), i - 1) !=
                         config_.disable_corrector.end();
-  if (i > 0 && !disabled) {
+  if (i > first_ && !disabled) {
     const int order = order_at(i - 1);
     const double sigma_t = sig(i), sigma_s0 = sig(i - 1), alpha_t = 1.0 - sigma_t;
     const Phi p = phi(lambda_of(sigma_t), lambda_of(sigma_s0), order, config_.bh2);
@@ -188,6 +188,11 @@ FlowStepCoefficients FlowScheduler::coefficients(int i) const {
     k.p_m0 -= a;
   }
   return k;
+}
+
+void FlowScheduler::start_at(int first) {
+  VINF_CHECK(first >= 0 && first < steps(), "flow scheduler: start at step ", first, " of ", steps());
+  first_ = first;
 }
 
 }  // namespace vinf::sampling

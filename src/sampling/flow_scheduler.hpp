@@ -60,12 +60,18 @@ class FlowScheduler {
   // steps + 1 noise levels (f32 values, as diffusers keeps them): each step's, then the final one.
   const std::vector<float>& sigmas() const { return sigmas_; }
   FlowStepCoefficients coefficients(int i) const;
+  // Video-to-video's cut schedule: the steps before `first` are not run (the latents start at
+  // timesteps()[first], noised to sigmas()[first]); UniPC's memories and its orders count from
+  // there, as diffusers' scheduler does when the pipeline slices its timesteps.
+  void start_at(int first);
+  int first_step() const { return first_; }
 
  private:
   FlowSolver solver_;
   FlowScheduleConfig config_;
   std::vector<std::int64_t> timesteps_;
   std::vector<float> sigmas_;
+  int first_ = 0;
 };
 
 }  // namespace vinf::sampling

@@ -68,8 +68,15 @@ TEST_CASE("broken safetensors files are rejected with the file and tensor named"
   CHECK(m.find("header length 1000 runs past the end of the file") != std::string::npos);
   m = error_of(write_file("badjson", "{not json", 0));
   CHECK(m.find("the header is not valid JSON") != std::string::npos);
-  m = error_of(write_file("dtype", R"({"a":{"dtype":"I8","shape":[2],"data_offsets":[0,2]}})", 2));
-  CHECK(m.find("tensor 'a' has dtype I8, which vinf does not read") != std::string::npos);
+  m = error_of(write_file("dtype", R"({"a":{"dtype":"C64","shape":[2],"data_offsets":[0,16]}})", 16));
+  CHECK(m.find("tensor 'a' has dtype C64, which vinf does not read") != std::string::npos);
+  {
+    // Bytes (a picture beside the numbers) are kept as bytes: read raw, refused as numbers.
+    const io::SafetensorsFile bytes(write_file("u8", R"({"a":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}})", 3));
+    CHECK(bytes.find("a")->opaque == "U8");
+    CHECK(bytes.raw("a").size() == 3);
+    CHECK_THROWS_WITH_AS(bytes.tensor("a"), doctest::Contains("dtype U8, which vinf does not compute with"), InputError);
+  }
   m = error_of(write_file("size", R"({"a":{"dtype":"F16","shape":[3],"data_offsets":[0,4]}})", 4));
   CHECK(m.find("tensor 'a' holds 4 bytes but F16[3] needs 6") != std::string::npos);
   m = error_of(write_file("fields", R"({"a":{"dtype":"F16","shape":[3]}})", 0));
