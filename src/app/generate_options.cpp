@@ -278,6 +278,25 @@ po::options_description checkpoint_options(RunPlan& o) {
   return ckpt;
 }
 
+po::options_description input_options(RunPlan& o) {
+  po::options_description input("[input] what a Wan video starts from besides the prompt", kHelpWidth, kHelpColumn);
+  input.add_options()("image", path_value(&o.image, PathKind::file),
+                      "image-to-video: FILE (PNG or JPEG) is the video's first frame; --model is an image-to-video "
+                      "pipeline (Wan2.1-I2V: image_encoder/, image_processor/, a transformer with image_dim). The "
+                      "image is resized to --video.width x --video.height for the VAE and seen whole by CLIP")(
+      "last-image", path_value(&o.last_image, PathKind::file),
+      "first-and-last-frame: with --image, FILE is the video's last frame (a Wan2.1-FLF2V pipeline, whose "
+      "transformer has pos_embed_seq_len)")(
+      "video", path_value(&o.input_video, PathKind::file_or_dir),
+      "video-to-video: FILE (an MP4 or anything ffmpeg reads) or DIR (image files in name order): the first "
+      "--video.frames frames are encoded and noised to the schedule's cut (--strength), then denoised with the "
+      "prompt; on a text-to-video Wan pipeline")(
+      "strength", ranged_above(&o.strength, 0, 1)->default_value(o.strength),
+      "video-to-video: the share of --sampler.steps that runs (int(steps x strength), from the step where the "
+      "noise level is that far up); 1 discards the video's content but its layout, small values keep it");
+  return input;
+}
+
 po::options_description describe(RunPlan& o, Spelled& sp) {
   po::options_description all = run_options(o, sp);
   po::options_description vi("[vi] Video-Infinity (flags take =true/=false)", kHelpWidth, kHelpColumn);
@@ -291,7 +310,7 @@ po::options_description describe(RunPlan& o, Spelled& sp) {
       "other than the run's, ...)");
   all.add(model_options(o)).add(video_options(o)).add(sampler_options(o, sp)).add(prompt_options(o));
   add_output_options(all, o);
-  all.add(checkpoint_options(o)).add(long_options(o, sp)).add(vi);
+  all.add(input_options(o)).add(checkpoint_options(o)).add(long_options(o, sp)).add(vi);
   return all;
 }
 
@@ -377,6 +396,9 @@ void resolve_family(RunPlan& o, const Spelled& sp, const po::variables_map& vm) 
   const auto given = [&](const char* name) { return vm.count(name) && !vm[name].defaulted(); };
   o.wan = o.unet.empty() && pipeline::model_family(o.model) == pipeline::ModelFamily::wan;
   if (!o.wan) {
+    for (const char* name : {"image", "last-image", "video", "strength"})
+      VINF_INPUT_CHECK(!given(name), "--", name, " is for a Wan2.1 pipeline (image-to-video, video-to-video); ",
+                       o.model.empty() ? "this" : o.model, " is a UNet model, which generates from text");
     VINF_INPUT_CHECK(!given("prompt.max-length"), "--prompt.max-length is for the Wan family's T5 tokenizer; ", o.model,
                      " is a UNet model, whose CLIP tokenizer takes 77 tokens");
     VINF_INPUT_CHECK(sp.scheduler != "unipc" && sp.scheduler != "flow-euler", "--sampler.scheduler ", sp.scheduler,

@@ -60,6 +60,12 @@ struct GenerateSpec {
   int checkpoint_every = 10, checkpoint_keep = 2;
   std::string resume;  // "", "auto" or a checkpoint file
   std::string latents_init;  // --latents-init FILE: the initial latents instead of a draw
+  // [input] What a Wan video is conditioned on: --image (image-to-video; with --last-image,
+  // first-and-last-frame), or --video with --strength (video-to-video: a video file or a folder of
+  // frames, the share of the schedule that runs on it).
+  std::string image, last_image, input_video;
+  double strength = 0.8;
+  bool conditioned() const { return !image.empty() || !input_video.empty(); }
   // The model family: the Wan2.1 pipeline (a directory with transformer/) instead of a UNet.
   bool wan = false;
   sampling::FlowSolver flow_solver = sampling::FlowSolver::unipc;  // Wan's scheduler

@@ -336,14 +336,15 @@ json vi_json(const infinity::Config& v) {
   return j;
 }
 
-void check_latents_init(const std::string& path, const Shape& want, const std::string& layout) {
+void check_latents_init(const std::string& path, const Shape& want, const std::string& layout,
+                        const std::string& key) {
   const io::SafetensorsFile f(path);
-  const auto* e = f.find("latents_init");
-  VINF_INPUT_CHECK(e != nullptr, "--latents-init ", path, " has no tensor 'latents_init' (F32 [1,C,F,H,W])");
-  VINF_INPUT_CHECK(e->dtype == DType::f32 && e->shape == want, "--latents-init ", path, ": 'latents_init' is ",
-                   io::safetensors_dtype_name(e->dtype), e->shape.str(), " but this video's latents are F32",
-                   want.str(), " ", layout);
-  f.tensor("latents_init");  // a NaN or infinity is refused now, before any output exists
+  const auto* e = f.find(key);
+  VINF_INPUT_CHECK(e != nullptr, "--latents-init ", path, " has no tensor '", key, "' (F32 [1,C,F,H,W])");
+  VINF_INPUT_CHECK(e->opaque.empty() && e->dtype == DType::f32 && e->shape == want, "--latents-init ", path, ": '", key,
+                   "' is ", e->opaque.empty() ? io::safetensors_dtype_name(e->dtype) : e->opaque.c_str(),
+                   e->shape.str(), " but this video's latents are F32", want.str(), " ", layout);
+  f.tensor(key);  // a NaN or infinity is refused now, before any output exists
 }
 
 void write_run_json(const RunRecord& r) {

@@ -111,9 +111,11 @@ void write_run_json(const RunRecord& r);
 // training run's (whose record is train.json's with the layout, memory and throughput).
 void write_run_file(const std::string& out_dir, const json& run);
 
-// --latents-init FILE: its tensor 'latents_init' is F32 of the video's latent shape `want` (`layout`
-// says how it is made), with finite values; checked before any output exists. Throws InputError.
-void check_latents_init(const std::string& path, const Shape& want, const std::string& layout);
+// --latents-init FILE: its tensor `key` ('latents_init', or a video-to-video draw) is F32 of the
+// video's latent shape `want` (`layout` says how it is made), with finite values; checked before any
+// output exists. Throws InputError.
+void check_latents_init(const std::string& path, const Shape& want, const std::string& layout,
+                        const std::string& key = "latents_init");
 
 // The message of the lowest rank whose `mine` is not empty, on every rank ("" when none): what
 // every rank reports when some could not read a file.

@@ -28,13 +28,27 @@ WanStepper::WanStepper(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& 
   VINF_CHECK(!cfg || (d.negative.rank() == 3 && d.negative.size(1) == L && d.negative.size(2) == D),
              "wan_denoise: the negative prompt's embeddings ", d.negative.describe(), " must match the prompt's ",
              d.prompt.describe());
-  // The batch [negative, prompt] (the UNet family's order), the latents twice.
+  // The batch [negative, prompt] (the UNet family's order), the latents twice; an image-to-video
+  // model's input holds the condition channels after them, the same in every call.
   const DType dt = d.transformer.weights().dtype();
+  const model::WanTransformerConfig& tc = d.transformer.config();
+  VINF_CHECK(x.size(1) == tc.out_channels && (tc.condition_channels() == 0 || d.condition.rank() == 5),
+             "wan_denoise: latents ", x.describe(), " for a model of ", tc.out_channels, " latent channels",
+             tc.condition_channels() > 0 ? " and its condition channels" : "");
   batch_shape_ = x.shape;
   batch_shape_[0] = B;
+  Shape in_shape = batch_shape_;
+  in_shape[1] = tc.in_channels;
   text_ = rt.arena().empty(dt, {B, L, D});
-  in_ = rt.arena().empty(dt, batch_shape_);
+  in_ = rt.arena().empty(dt, in_shape);
   pred_ = rt.arena().empty(dt, batch_shape_);
+  if (tc.condition_channels() > 0) {
+    Shape cond_shape = in_shape;
+    cond_shape[1] = tc.condition_channels();
+    VINF_CHECK(d.condition.shape == Shape({1, cond_shape[1], x.size(2), x.size(3), x.size(4)}),
+               "wan_denoise: condition ", d.condition.describe(), " for latents ", x.describe());
+    ops::copy(ctx, d.condition.expand(cond_shape), in_.view().slice(1, tc.out_channels, tc.condition_channels()));
+  }
   t_ = rt.arena().empty(DType::f32, {B});
   if (split) {
     ops::copy(ctx, d.cfg_index == 0 ? d.negative : d.prompt, text_);
@@ -55,9 +69,9 @@ void WanStepper::step(int i) {
   const float tv = static_cast<float>(d_.scheduler.timesteps()[static_cast<std::size_t>(i)]);
   float ts[2] = {tv, tv};
   ops::copy(ctx, Tensor::wrap(ts, DType::f32, Device::cpu(), {batch_shape_[0]}), t_);
-  ops::copy(ctx, sampler_.latents().expand(batch_shape_), in_);
+  ops::copy(ctx, sampler_.latents().expand(batch_shape_), in_.view().slice(1, 0, batch_shape_[1]));
   if (d_.self_attention) d_.self_attention->begin_call(tv);
-  d_.transformer.forward(ctx, in_, t_, text_, pred_, nullptr, d_.frames, d_.self_attention);
+  d_.transformer.forward(ctx, in_, t_, text_, pred_, nullptr, d_.frames, d_.self_attention, d_.image);
   guidance_.combine(ctx, pred_, both_, v_);
   sampler_.step(ctx, i, v_);
 }

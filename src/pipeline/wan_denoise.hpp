@@ -44,6 +44,17 @@ struct WanDenoise {
   // defaults: the whole video on this rank, plain attention.
   model::WanFrames frames{};
   model::WanSelfAttention* self_attention = nullptr;
+  // An image-to-video model's condition channels for the frames the latents hold, [1, 20, F, H, W]
+  // beside them in every call, and the image's CLIP states [1, tokens, image_dim]; empty and null
+  // for text-to-video.
+  Tensor condition{};
+  const Tensor* image = nullptr;
+};
+
+// What an image-to-video run adds to every model call (WanDenoise's condition and image).
+struct WanInputs {
+  Tensor condition{};
+  const Tensor* image = nullptr;
 };
 
 // One step of the loop at a time, on sampler's latents [1, C, F, H, W]: the batch of prompts and

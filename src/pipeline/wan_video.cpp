@@ -20,6 +20,7 @@
 #include "mpi/session.hpp"
 #include "io/image.hpp"
 #include "io/video.hpp"
+#include "io/video_reader.hpp"
 #include "io/path_query.hpp"
 #include "io/safetensors.hpp"
 #include "job/job.hpp"
@@ -35,6 +36,7 @@
 #include "pipeline/step_control.hpp"
 #include "pipeline/stop_signals.hpp"
 #include "pipeline/video_pipeline.hpp"
+#include "pipeline/wan_condition.hpp"
 #include "pipeline/wan_denoise.hpp"
 #include "sampling/noise.hpp"
 
@@ -156,8 +158,16 @@ struct WanRun {
   // The text: the prompt's (and the negative prompt's) embeddings, [texts, max_length, width].
   std::vector<float> embeds;
   std::int64_t width = 0;
+  // The conditioning (--image, --last-image; --video): the pictures as read, then image-to-video's
+  // CLIP states and condition channels, or video-to-video's start latents [z, lf, lh, lw] and the
+  // step the cut schedule starts at.
+  std::vector<io::RgbFrames> images;
+  io::RgbFrames input_video;
+  WanImageCondition image_condition;
+  std::vector<float> video_start;
+  int first_step = 0;
   // What run.json reports.
-  double text_seconds = 0, load_seconds = 0, denoise_seconds = 0, checkpoint_seconds = 0, write_seconds = 0;
+  double text_seconds = 0, condition_seconds = 0, load_seconds = 0, denoise_seconds = 0, checkpoint_seconds = 0, write_seconds = 0;
   std::vector<double> step_seconds;
   int start_step = 0;
   std::string resumed_from;
@@ -174,6 +184,47 @@ struct WanRun {
 };
 
 // -- plan: the shape, the schedule, the model's config and the given latents, before any output -
+
+// The conditioning the model and the options ask for, its files read (every rank reads them: a bad
+// file is refused everywhere alike): an image-to-video model's image(s), a video-to-video run's
+// frames and the step its cut schedule starts at.
+void plan_wan_input(WanRun& r) {
+  const GenerateSpec& o = r.o;
+  const model::WanTransformerConfig& tc = r.tc;
+  const std::string what = "--model " + o.model;
+  if (tc.image_conditioned()) {
+    VINF_INPUT_CHECK(!o.image.empty(), what, " is an image-to-video pipeline (its transformer has image_dim ",
+                     tc.image_dim, "): give the first frame with --image FILE");
+    VINF_INPUT_CHECK(o.input_video.empty(), what, " is an image-to-video pipeline; --video is video-to-video, for a ",
+                     "text-to-video pipeline (to continue a video, vinf extend --video FILE takes its last frame)");
+    VINF_INPUT_CHECK(tc.pos_embed_seq_len == 0 || !o.last_image.empty(), what,
+                     " is a first-and-last-frame pipeline (its image embedder has a position table of ",
+                     tc.pos_embed_seq_len, " tokens, two images' worth): give --last-image FILE beside --image");
+    VINF_INPUT_CHECK(o.last_image.empty() || tc.pos_embed_seq_len > 0, "--last-image needs a first-and-last-frame ",
+                     "pipeline (Wan2.1-FLF2V: pos_embed_seq_len in its transformer config); ", o.model,
+                     " takes the first frame only");
+    for (const char* part : {"image_encoder", "image_processor", "vae"})
+      VINF_INPUT_CHECK(io::is_directory(o.model + "/" + part), what, " is an image-to-video pipeline but has no ",
+                       part, "/ directory");
+    VINF_INPUT_CHECK(tc.condition_channels() == 20, what, ": the transformer takes ", tc.in_channels,
+                     " input channels; an image-to-video model takes its ", tc.out_channels,
+                     " latent channels, 4 mask channels and 16 image-latent channels (36)");
+    r.images.push_back(io::read_image(o.image, "--image", o.ffmpeg));
+    if (!o.last_image.empty()) r.images.push_back(io::read_image(o.last_image, "--last-image", o.ffmpeg));
+    return;
+  }
+  VINF_INPUT_CHECK(o.image.empty() && o.last_image.empty(), "--image and --last-image need an image-to-video ",
+                   "pipeline (Wan2.1-I2V or -FLF2V: image_encoder/ and a transformer with image_dim); ", o.model,
+                   " is text-to-video (--video FILE runs video-to-video on it)");
+  if (o.input_video.empty()) return;
+  VINF_INPUT_CHECK(io::is_directory(o.model + "/vae"), what, " has no vae/ to encode --video with");
+  r.input_video = io::read_frames(o.input_video, "--video", o.frames, o.ffmpeg);
+  const auto have = static_cast<std::int64_t>(r.input_video.frames.size());
+  VINF_INPUT_CHECK(have >= o.frames, "--video ", o.input_video, " has ", have, " frames, fewer than --video.frames ",
+                   o.frames, have >= 1 ? "; use --video.frames " + std::to_string((have - 1) / 4 * 4 + 1) : "");
+  r.first_step = wan_strength_first_step(o.steps, o.strength);
+  r.scheduler->start_at(r.first_step);
+}
 
 void plan_wan(WanRun& r) {
   const GenerateSpec& o = r.o;
@@ -193,11 +244,17 @@ void plan_wan(WanRun& r) {
   r.tokenizer.emplace(model::T5Tokenizer::load(o.model + "/tokenizer"));
   r.transformer_config = model::find_wan_transformer_config(o.model);
   r.tc = model::load_wan_transformer_config(r.transformer_config, &r.warnings);
-  r.frame_major = {r.lf, r.tc.in_channels, r.lh, r.lw};
-  r.mine_major = {r.part.count, r.tc.in_channels, r.lh, r.lw};
-  if (!o.latents_init.empty())
-    check_latents_init(o.latents_init, Shape{1, r.tc.in_channels, r.lf, r.lh, r.lw},
-                       "(1, channels, (frames - 1) / 4 + 1, height / 8, width / 8)");
+  r.frame_major = {r.lf, r.tc.out_channels, r.lh, r.lw};
+  r.mine_major = {r.part.count, r.tc.out_channels, r.lh, r.lw};
+  plan_wan_input(r);
+  const Shape latent{1, r.tc.out_channels, r.lf, r.lh, r.lw};
+  const char* layout = "(1, channels, (frames - 1) / 4 + 1, height / 8, width / 8)";
+  if (o.latents_init.empty()) return;
+  if (o.input_video.empty()) {
+    check_latents_init(o.latents_init, latent, layout);
+  } else {
+    for (const char* key : {"posterior_eps", "noise"}) check_latents_init(o.latents_init, latent, layout, key);
+  }
 }
 
 // What identifies the run in its files: run.json's config, and the stamp a resumed run must match.
@@ -216,6 +273,20 @@ void identify_wan(WanRun& r) {
               {"prompt", {{"text", o.prompts}, {"negative", o.negative}, {"max-length", o.max_text_length}}},
               {"device", r.rt.device().name()},
               {"dtype", dtype_name(r.job.dtype())}};
+  // What the video starts from is part of its numbers: the files' paths and their pictures' contents.
+  if (!r.images.empty()) {
+    json input = {{"image", o.image}, {"image-fingerprint", frames_fingerprint(r.images[0])}};
+    if (r.images.size() == 2) {
+      input["last-image"] = o.last_image;
+      input["last-image-fingerprint"] = frames_fingerprint(r.images[1]);
+    }
+    r.config["input"] = input;
+  } else if (!o.input_video.empty()) {
+    r.config["input"] = {{"video", o.input_video},
+                         {"video-fingerprint", frames_fingerprint(r.input_video)},
+                         {"strength", o.strength},
+                         {"first-step", r.first_step}};
+  }
   // Video-Infinity's windows change the numbers (not the ranks they run on).
   if (r.windows) r.config["vi"] = vi_json(o.vi);
   io::RunStamp& stamp = r.stamp;
@@ -302,6 +373,52 @@ void encode_wan_text(WanRun& r) {
   r.text_seconds = seconds_since(t_text);
 }
 
+// The conditioning through its encoders, on every rank alike (the whole video's; each rank takes
+// its frames at load): image-to-video's CLIP states and condition channels, video-to-video's
+// posterior sampled and noised to the cut schedule's first level (the draws given, or the seed's
+// keyed by frame: the same on any ranks).
+void encode_wan_input(WanRun& r) {
+  const GenerateSpec& o = r.o;
+  const auto t0 = Clock::now();
+  if (!r.images.empty()) {
+    r.image_condition = wan_image_condition(r.rt, o.model, r.images, o.frames, o.height, o.width);
+    const WanImageCondition& c = r.image_condition;
+    VINF_INPUT_CHECK(c.image_dim == r.tc.image_dim, o.model, "/image_encoder gives ", c.image_dim,
+                     "-wide states but the transformer's image_dim is ", r.tc.image_dim);
+    VINF_INPUT_CHECK(r.tc.pos_embed_seq_len == 0 || c.image_tokens == r.tc.pos_embed_seq_len, o.model, ": ",
+                     r.images.size(), " image(s) give ", c.image_tokens,
+                     " CLIP tokens but the image embedder's position table has ", r.tc.pos_embed_seq_len);
+    VINF_INPUT_CHECK(c.latent_frames == r.lf && c.lh == r.lh && c.lw == r.lw, o.model,
+                     "/vae: its latents do not have the transformer's shape (the VAE's ratio is not 8)");
+  } else if (!o.input_video.empty()) {
+    const model::WanVae vae = model::WanVae::load(o.model + "/vae", r.rt, DType::f32, model::WanVae::encoder);
+    const WanPosterior posterior = wan_video_posterior(r.rt, vae, r.input_video, o.frames, o.height, o.width);
+    const Shape latent{1, vae.config().z_dim, posterior.latent_frames, posterior.lh, posterior.lw};
+    VINF_INPUT_CHECK(latent[1] == r.tc.out_channels && latent[2] == r.lf && latent[3] == r.lh && latent[4] == r.lw,
+                     o.model, "/vae: its latents ", latent.str(), " do not have the transformer's shape");
+    std::vector<float> eps(static_cast<std::size_t>(latent.numel())), noise(eps.size());
+    if (!o.latents_init.empty()) {
+      const io::SafetensorsFile f(o.latents_init);
+      for (auto [key, out] : {std::pair{"posterior_eps", &eps}, std::pair{"noise", &noise}}) {
+        const Tensor t = f.tensor(key);
+        std::copy(t.ptr<float>(), t.ptr<float>() + t.numel(), out->begin());
+      }
+    } else {
+      OwnedTensor draw = r.rt.arena().empty(DType::f32, latent);
+      const sampling::NoiseSource source(sampling::NoiseMode::invariant, static_cast<std::uint64_t>(o.seed), 0, 0);
+      source.initial(r.rt.ctx(), r.rt.arena(), draw);
+      ops::copy(r.rt.ctx(), draw, Tensor::wrap(noise.data(), DType::f32, Device::cpu(), latent));
+      source.step(r.rt.ctx(), r.rt.arena(), 0, draw);
+      ops::copy(r.rt.ctx(), draw, Tensor::wrap(eps.data(), DType::f32, Device::cpu(), latent));
+      r.rt.synchronize();
+    }
+    const float sigma = r.scheduler->sigmas()[static_cast<std::size_t>(r.first_step)];
+    r.video_start = wan_video_start(vae.config(), posterior, eps, noise, sigma);
+    r.input_video.frames.clear();  // the pictures are no longer needed
+  }
+  r.condition_seconds = seconds_since(t0);
+}
+
 // The text as a checkpoint caches it.
 io::TextCache wan_text_cache(const WanRun& r) {
   const auto per = static_cast<std::ptrdiff_t>(r.o.max_text_length * r.width);
@@ -330,7 +447,11 @@ std::vector<float> frames_on_host(const WanRun& r, const Tensor& t) {
 void start_wan_latents(WanRun& r, sampling::FlowSampler& sampler) {
   const GenerateSpec& o = r.o;
   ExecContext& ctx = r.rt.ctx();
-  if (o.latents_init.empty()) {
+  if (!r.video_start.empty()) {
+    const Shape whole{1, r.tc.out_channels, r.lf, r.lh, r.lw};
+    ops::copy(ctx, Tensor::wrap(r.video_start.data(), DType::f32, Device::cpu(), whole).slice(2, r.part.first, r.part.count),
+              sampler.latents());
+  } else if (o.latents_init.empty()) {
     sampling::NoiseSource(sampling::NoiseMode::invariant, static_cast<std::uint64_t>(o.seed), 0, r.part.first)
         .initial(ctx, r.rt.arena(), sampler.latents());
   } else {
@@ -355,6 +476,23 @@ void start_wan_latents(WanRun& r, sampling::FlowSampler& sampler) {
                " of " + std::to_string(o.steps));
 }
 
+// Image-to-video's inputs on the device: this rank's frames of the condition channels [1, 20,
+// frames, h, w] and the image tokens [1, tokens, image_dim] (every rank's whole).
+void upload_wan_input(WanRun& r, OwnedTensor& condition, OwnedTensor& image) {
+  if (r.images.empty()) return;
+  ExecContext& ctx = r.rt.ctx();
+  const WanImageCondition& c = r.image_condition;
+  const DType dt = r.job.dtype();
+  condition = r.rt.arena().empty(dt, {1, c.channels, r.part.count, r.lh, r.lw});
+  ops::copy(ctx,
+            Tensor::wrap(const_cast<float*>(c.condition.data()), DType::f32, Device::cpu(),
+                         {1, c.channels, c.latent_frames, c.lh, c.lw})
+                .slice(2, r.part.first, r.part.count),
+            condition);
+  image = r.rt.arena().empty(dt, {1, c.image_tokens, c.image_dim});
+  ops::copy(ctx, Tensor::wrap(const_cast<float*>(c.image_states.data()), DType::f32, Device::cpu(), image.shape), image);
+}
+
 void log_wan_plan(const WanRun& r, const model::WanTransformer& wan) {
   const GenerateSpec& o = r.o;
   r.report.say("Wan2.1 " + o.model + ": " + std::to_string(wan.weights().count()) + " transformer parameters as " +
@@ -362,7 +500,13 @@ void log_wan_plan(const WanRun& r, const model::WanTransformer& wan) {
                std::to_string(o.frames) + " frames (" + std::to_string(r.lf) + " latent) at " +
                std::to_string(o.height) + "x" + std::to_string(o.width) + ", " + std::to_string(o.steps) + " " +
                sampling::flow_solver_name(o.flow_solver) + " steps, guidance " + format_number(o.guidance, 5) +
-               (o.latents_init.empty() ? ", seed " + std::to_string(o.seed) : ", latents from " + o.latents_init) +
+               (o.latents_init.empty() ? ", seed " + std::to_string(o.seed) : ", draws from " + o.latents_init) +
+               (r.images.size() == 1 ? "; image-to-video from " + o.image : "") +
+               (r.images.size() == 2 ? "; first-and-last-frame from " + o.image + " and " + o.last_image : "") +
+               (!o.input_video.empty() ? "; video-to-video from " + o.input_video + " at --strength " +
+                                             format_number(o.strength, 3) + ": steps " + std::to_string(r.first_step + 1) +
+                                             "-" + std::to_string(o.steps) + " run"
+                                       : "") +
                (r.windows ? "; --vi.mode invariant, windows of +-" + std::to_string(o.vi.local_frames) +
                                 " latent frames and " + std::to_string(o.vi.global_frames) + " global frame(s)"
                           : "") +
@@ -409,7 +553,7 @@ std::string write_wan_checkpoint(WanRun& r, const sampling::Solver& solver, cons
 
 // The guided loop through the denoising loop; the stop signal that ended it, or 0.
 int denoise_wan(WanRun& r, const model::WanTransformer& wan, const Tensor& prompt, const Tensor& negative,
-                sampling::FlowSampler& sampler) {
+                const WanInputs& input, sampling::FlowSampler& sampler) {
   const GenerateSpec& o = r.o;
   const auto t_denoise = Clock::now();
   const std::unique_ptr<model::WanSelfAttention> attention = wan_attention(r);
@@ -422,7 +566,9 @@ int denoise_wan(WanRun& r, const model::WanTransformer& wan, const Tensor& promp
                      o.job.cfg == 2 ? r.job.cfg_comm() : nullptr,
                      r.job.grid().cfg_index(),
                      {r.part.first, r.lf},
-                     attention.get()};
+                     attention.get(),
+                     input.condition,
+                     input.image};
   const io::TextCache text_cache = wan_text_cache(r);
   WanStepper stepper(r.rt, d, sampler);
   const StepControl control(r.world, r.world.rank(), {o.steps, o.checkpoint_every});
@@ -528,7 +674,7 @@ WanEvaluation evaluate_wan_video(const WanRun& r, WanVideoFiles& video) {
 // its peak memory. Collective; the list on rank 0.
 json wan_ranks_json(const WanRun& r, std::vector<double>& peaks) {
   const GenerateSpec& o = r.o;
-  const int steps_run = o.steps - r.start_step;
+  const int steps_run = o.steps - std::max(r.start_step, r.first_step);
   const mpi::CommCounters none;
   const mpi::CommCounters& clip_counted = r.job.clip_comm() ? r.job.clip_comm()->counters() : none;
   const mpi::CommCounters& cfg_counted = o.job.cfg == 2 ? r.job.cfg_comm()->counters() : none;
@@ -592,7 +738,7 @@ void write_wan_run_json(WanRun& r, const WanVideoFiles& video, const WanEvaluati
     outputs.push_back(f);
     if (f.find('/') == std::string::npos) listed += ", " + f;
   }
-  const double denoised = static_cast<double>(r.lf) * (o.steps - r.start_step);
+  const double denoised = static_cast<double>(r.lf) * (o.steps - std::max(r.start_step, r.first_step));
   RunRecord record;
   record.out_dir = r.out_dir;
   record.config = r.config;
@@ -601,6 +747,7 @@ void write_wan_run_json(WanRun& r, const WanVideoFiles& video, const WanEvaluati
   record.schedule = {{"timesteps", r.scheduler->timesteps()}, {"sigmas", r.scheduler->sigmas()}};
   record.times = {{"load", r.load_seconds},
                   {"text", r.text_seconds},
+                  {"condition", r.condition_seconds},
                   {"denoise", r.denoise_seconds},
                   {"denoise_per_step", per_step},
                   {"checkpoint", r.checkpoint_seconds},
@@ -635,7 +782,10 @@ class WanVideoRun final : public VideoRun {
   }
   bool choose_outputs() override { return prepare_wan_outputs(r_); }
   const std::string& out_dir() const override { return r_.out_dir; }
-  void encode_prompts() override { encode_wan_text(r_); }
+  void encode_prompts() override {
+    encode_wan_text(r_);
+    encode_wan_input(r_);
+  }
   void load() override {
     const GenerateSpec& o = r_.o;
     ExecContext& ctx = r_.rt.ctx();
@@ -650,12 +800,17 @@ class WanVideoRun final : public VideoRun {
     ops::copy(ctx, Tensor::wrap(r_.embeds.data(), DType::f32, Device::cpu(), text_shape), prompt_);
     if (r_.guided)
       ops::copy(ctx, Tensor::wrap(r_.embeds.data() + per, DType::f32, Device::cpu(), text_shape), negative_);
+    upload_wan_input(r_, condition_, image_);
     sampler_ = std::make_unique<sampling::FlowSampler>(*r_.scheduler, r_.rt.arena(),
-                                                       Shape{1, r_.tc.in_channels, r_.part.count, r_.lh, r_.lw});
+                                                       Shape{1, r_.tc.out_channels, r_.part.count, r_.lh, r_.lw});
     start_wan_latents(r_, *sampler_);
     log_wan_plan(r_, *wan_);
   }
-  int denoise() override { return denoise_wan(r_, *wan_, prompt_, negative_, *sampler_); }
+  int denoise() override {
+    const Tensor image = image_.view();
+    return denoise_wan(r_, *wan_, prompt_, negative_, {condition_.view(), r_.images.empty() ? nullptr : &image},
+                       *sampler_);
+  }
   void finish() override {
     write_wan_latents(r_, *sampler_);
     WanVideoFiles video = write_wan_video(r_, *sampler_);
@@ -671,7 +826,7 @@ class WanVideoRun final : public VideoRun {
  private:
   WanRun r_;
   std::unique_ptr<model::WanTransformer> wan_;
-  OwnedTensor prompt_, negative_;
+  OwnedTensor prompt_, negative_, condition_, image_;
   std::unique_ptr<sampling::FlowSampler> sampler_;
 };
 
