@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 
 const char* const kWanInputs =
     "vinf forward on a Wan transformer needs hidden_states [B,C,F,H,W], encoder_hidden_states [B,L,D] and "
-    "timesteps F32 [T]";
+    "timesteps F32 [T] (an image-to-video transformer also encoder_hidden_states_image [B,tokens,image_dim])";
 
 Tensor wan_input(const io::SafetensorsFile& f, const char* name, int rank, const char* layout) {
   return io::require_values(f, name, rank, layout, kWanInputs, rank == 1);
@@ -45,6 +45,7 @@ struct WanForward {
   bool exact = false, windows = false;
   std::unique_ptr<job::Job> job;
   Tensor x, text;
+  Tensor image;  // an image-to-video transformer's CLIP states, [B, tokens, image_dim]; empty otherwise
   std::vector<float> timesteps;
   int ranks = 1, me = 0, cfg = 1, tensor = 1;
   std::int64_t F = 0;
@@ -112,6 +113,11 @@ void read_wan_forward_inputs(WanForward& f) {
   }
   VINF_INPUT_CHECK(f.text.size(0) == f.x.size(0), r.inputs_path, ": 'encoder_hidden_states' has batch ", f.text.size(0),
                    " but 'hidden_states' has batch ", f.x.size(0));
+  if (f.in->contains("encoder_hidden_states_image")) {
+    f.image = wan_input(*f.in, "encoder_hidden_states_image", 3, "[B,tokens,image_dim]");
+    VINF_INPUT_CHECK(f.image.size(0) == f.x.size(0), r.inputs_path, ": 'encoder_hidden_states_image' has batch ",
+                     f.image.size(0), " but 'hidden_states' has batch ", f.x.size(0));
+  }
   // The frames over the clip ranks of each branch; --parallel.cfg 2 splits the batch between two.
   f.ranks = f.job->grid().clip_size();
   f.me = f.job->grid().clip_index();
@@ -145,6 +151,18 @@ void load_wan_for_forward(WanForward& f) {
                    " channels but the transformer takes in_channels = ", c.in_channels);
   VINF_INPUT_CHECK(f.text.size(2) == c.text_dim, r.inputs_path, ": 'encoder_hidden_states' has width ", f.text.size(2),
                    " but the transformer has text_dim = ", c.text_dim);
+  VINF_INPUT_CHECK(c.image_conditioned() == (f.image.rank() == 3), r.inputs_path,
+                   c.image_conditioned() ? ": the transformer is image-to-video (image_dim " + std::to_string(c.image_dim) +
+                                               "): give its CLIP states as 'encoder_hidden_states_image' [B,tokens," +
+                                               std::to_string(c.image_dim) + "]"
+                                         : std::string(": 'encoder_hidden_states_image' is for an image-to-video "
+                                                       "transformer; ") + r.model_dir + " is text-to-video");
+  VINF_INPUT_CHECK(!c.image_conditioned() ||
+                       (f.image.size(2) == c.image_dim &&
+                        (c.pos_embed_seq_len == 0 || f.image.size(1) == c.pos_embed_seq_len)),
+                   r.inputs_path, ": 'encoder_hidden_states_image' ", f.image.shape.str(),
+                   " must be [B, tokens, ", c.image_dim, "]",
+                   c.pos_embed_seq_len > 0 ? " with " + std::to_string(c.pos_embed_seq_len) + " tokens" : "");
   const auto [pt, ph, pw] = c.patch_size;
   VINF_INPUT_CHECK(pt == 1 || f.ranks == 1, f.what, "and its patch spans ", pt,
                    " frames: its frames are not split over ranks in this version");
@@ -194,6 +212,12 @@ std::vector<std::vector<float>> run_wan_calls(WanForward& f, const Shape& out_sh
               pred = rt.arena().empty(dtype, piece);
   ops::copy(rt.ctx(), x.slice(0, b0, B).slice(2, mine.first, mine.count), xd);
   ops::copy(rt.ctx(), f.text.slice(0, b0, B), ed);
+  OwnedTensor image;
+  if (f.image.rank() == 3) {
+    image = rt.arena().empty(dtype, {B, f.image.size(1), f.image.size(2)});
+    ops::copy(rt.ctx(), f.image.slice(0, b0, B), image);
+  }
+  const Tensor image_view = image.view();
   std::vector<std::int64_t> counts;
   for (int k = 0; k < f.job->size(); ++k)
     counts.push_back(frame_counts[static_cast<std::size_t>(k / f.tensor % f.ranks)] * B * c.out_channels * x.size(3) *
@@ -207,7 +231,8 @@ std::vector<std::vector<float>> run_wan_calls(WanForward& f, const Shape& out_sh
     std::vector<float> tb(static_cast<std::size_t>(B), f.timesteps[i]);
     ops::copy(rt.ctx(), Tensor::wrap(tb.data(), DType::f32, Device::cpu(), {B}), td);
     if (attention) attention->begin_call(f.timesteps[i]);
-    f.wan->forward(rt.ctx(), xd, td, ed, pred, nullptr, {mine.first, f.F}, attention.get());
+    f.wan->forward(rt.ctx(), xd, td, ed, pred, nullptr, {mine.first, f.F}, attention.get(),
+                   f.image.rank() == 3 ? &image_view : nullptr);
     ops::copy(rt.ctx(), pred, Tensor::wrap(own.data(), DType::f32, Device::cpu(), piece));
     rt.synchronize();
     const double seconds = f.job->session().max(seconds_since(t0));

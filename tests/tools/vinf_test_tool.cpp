@@ -29,6 +29,8 @@
 //                                   seeded normal values, one row per PROMPT (NEGATIVE is not used)
 //   vae-old-names DIR OUT_DIR       DIR's VAE with the mid-block attention under its older names
 //                                   (query/key/value/proj_attn) and 1x1-conv [C, C, 1, 1] weights
+//   pick IN OUT NAME[=SOURCE]...    a safetensors file of IN's F32/I64 tensors SOURCE (NAME when not
+//                                   given) under the names NAME
 //   h5-diff A B TOL                 every dataset of two HDF5 files (the same names and shapes in
 //                                   both) agrees to TOL, absolute, element by element, as h5diff -d
 //   h5-check FILE F C H W           /latents is [F, C, H, W], finite, and the file says its format
@@ -360,6 +362,23 @@ int h5_vs_ref(int argc, char** argv) {
   std::printf("%s %s frames %llu.. against %s: max |diff| / max |ref| %.3g (tolerance %.3g)\n",
               rel <= tol ? "ok" : "FAIL", argv[2], static_cast<unsigned long long>(first), argv[4], rel, tol);
   return rel <= tol ? 0 : 1;
+}
+
+// pick IN OUT NAME[=SOURCE]...: IN's tensors under new names (inputs for a command from a
+// reference file that names them otherwise).
+int pick(int argc, char** argv) {
+  if (argc < 5) return 2;
+  const io::SafetensorsFile in(argv[2]);
+  std::vector<io::TensorToWrite> out;
+  for (int i = 4; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const std::size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq), source = eq == std::string::npos ? name : arg.substr(eq + 1);
+    const Tensor t = in.tensor(source);
+    out.push_back({name, t.dtype, t.shape, t.data, {}});
+  }
+  io::write_safetensors(argv[3], out);
+  return 0;
 }
 
 // fifo-embeddings REF.safetensors OUT.safetensors: a --prompt.embeddings file of a FIFO fixture's
@@ -784,6 +803,7 @@ int main(int argc, char** argv) {
     if (cmd == "h5-diff") return h5_diff(argc, argv);
     if (cmd == "h5-vs-latents") return h5_vs_latents(argc, argv);
     if (cmd == "h5-vs-ref") return h5_vs_ref(argc, argv);
+    if (cmd == "pick") return pick(argc, argv);
     if (cmd == "fifo-embeddings") return fifo_embeddings(argc, argv);
     if (cmd == "h5-flip") return h5_flip(argc, argv);
     if (cmd == "text-embeddings") return text_embeddings(argc, argv);
