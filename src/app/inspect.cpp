@@ -16,6 +16,7 @@
 #include "mpi/session.hpp"
 #include "io/json_file.hpp"
 #include "model/clip_text.hpp"
+#include "model/clip_vision.hpp"
 #include "model/t5_tokenizer.hpp"
 #include "model/tokenizer.hpp"
 #include "model/umt5.hpp"
@@ -165,6 +166,36 @@ int inspect_part(const std::string& dir) {
   return 0;
 }
 
+// An image-to-video pipeline's CLIP tower (image_encoder/, a CLIPVisionModel: its shape, the layer
+// the pipeline reads, its weights) and image processor.
+void inspect_image_encoder(const std::string& dir) {
+  const std::string p = dir + "/image_encoder", processor = dir + "/image_processor/preprocessor_config.json";
+  if (!io::path_exists(p + "/config.json")) {
+    std::cout << "image_encoder: absent (an image-to-video pipeline needs it)\n";
+  } else {
+    const model::ClipVisionConfig c = model::load_clip_vision_config(p + "/config.json");
+    std::cout << "image_encoder " << p << " (CLIPVisionModel): " << c.encoder.layers << " layers of "
+              << c.encoder.hidden_size << ", " << c.encoder.heads << " heads, MLP " << c.encoder.intermediate_size
+              << ", " << c.image_size << "x" << c.image_size << " images in " << c.patch_size << "x" << c.patch_size
+              << " patches (" << c.tokens() << " tokens per image); the pipeline reads layer " << c.encoder.layers - 1
+              << "'s states (the second-to-last)\n";
+    model::ModelFiles f;
+    f.dir = p;
+    f.config = p + "/config.json";
+    f.weights = {p + "/model.safetensors"};
+    VINF_INPUT_CHECK(io::path_exists(f.weights[0]), "image encoder directory ", p, " has no model.safetensors");
+    report_check(model::WeightFiles(f), model::clip_vision_parameters(c, false));
+  }
+  if (!io::path_exists(processor)) {
+    std::cout << "image_processor: absent (an image-to-video pipeline needs it)\n";
+    return;
+  }
+  const model::ClipImageProcessor ip = model::load_clip_image_processor(processor);
+  std::cout << "image_processor " << dir << "/image_processor (CLIPImageProcessor): shorter side to "
+            << ip.shortest_edge << " (bicubic), centre crop " << ip.crop_height << "x" << ip.crop_width
+            << ", CLIP mean and std\n";
+}
+
 // A Wan transformer directory, or the Wan pipeline root that holds one: its shape and weights, and
 // the root's other parts: the VAE and the UMT5 text encoder with their shapes and weight checks, the
 // T5 tokenizer's ids, the scheduler by class.
@@ -177,9 +208,18 @@ int inspect_wan(const std::string& dir, const std::string& config_path) {
             << " (" << c.heads << " heads of " << c.head_dim << "), feed-forward " << c.ffn_dim << ", text width "
             << c.text_dim << ", patch " << c.patch_size[0] << "x" << c.patch_size[1] << "x" << c.patch_size[2] << ", "
             << c.in_channels << " latent channels; " << grouped(model::parameter_count(params)) << " parameters\n";
+  if (c.image_conditioned())
+    std::cout << "  image-to-video: " << c.in_channels << " input channels (" << c.out_channels << " latent, "
+              << c.condition_channels() << " mask and image latents), CLIP states of width " << c.image_dim
+              << " through the image embedder, each block's image keys and values from " << c.added_kv_proj_dim
+              << (c.pos_embed_seq_len > 0 ? "; first and last frame: a position table of " +
+                                                std::to_string(c.pos_embed_seq_len) + " image tokens"
+                                          : "")
+              << "\n";
   for (const std::string& w : warnings) std::cout << "  warning: " << w << "\n";
   report_check(model::WeightFiles(files), params);
   if (files.dir == dir) return 0;
+  if (c.image_conditioned()) inspect_image_encoder(dir);
   std::int64_t encoder_vocab = 0;
   for (const char* part : {"vae", "text_encoder", "tokenizer", "scheduler"}) {
     const std::string p = dir + "/" + part, name = part;

@@ -52,7 +52,8 @@ int make_model(const std::vector<std::string>& args) {
   bool overwrite = false;
   po::options_description opts(
       "vinf make-model: write a random-weight model in diffusers layout\n\n"
-      "usage: vinf make-model --preset tiny|small|vc2|wan-tiny|wan-1.3b|wan-14b --seed S --out DIR\n"
+      "usage: vinf make-model --preset tiny|small|vc2|wan-tiny|wan-1.3b|wan-14b|wan-i2v-tiny|... --seed S\n"
+      "                       --out DIR\n"
       "                       [--layout pipeline]\n\n"
       "Presets: tiny (the golden-fixture shape, 32/64 channels), small (VideoCrafter2's structure at a\n"
       "fifth of its width), vc2 (the full VideoCrafter2 UNet, 1,413,284,420 parameters, ~2.8 GB as f16).\n"
@@ -70,17 +71,26 @@ int make_model(const std::vector<std::string>& args) {
       "5,680,910,336 parameters, ~11.4 GB as bf16, otherwise), DIR/tokenizer (a T5 SentencePiece unigram\n"
       "model trained on a short English text built into vinf: 512 pieces for wan-tiny, 760 otherwise;\n"
       "pad 0, eos 1, unk 2; the same for every seed), DIR/scheduler (UniPC with flow sigmas,\n"
-      "flow_shift 3.0 as Wan2.1 uses for 480p; its 720p videos use 5.0) and model_index.json.\n\n"
+      "flow_shift 3.0 as Wan2.1 uses for 480p; its 720p videos use 5.0) and model_index.json.\n"
+      "Image-to-video (diffusers' WanImageToVideoPipeline, for vinf generate --image): wan-i2v-tiny and\n"
+      "wan-flf2v-tiny (first and last frame: the embedder's 514-token position table) in the image-to-video\n"
+      "fixtures' shapes, wan-i2v-14b and wan-flf2v-14b in Wan2.1-I2V-14B's; a transformer of 36 input\n"
+      "channels with the image embedder and each block's image keys and values, plus DIR/image_encoder\n"
+      "(CLIPVisionModel, seed S+3: 2 layers on 16 x 16 images for the tiny ones, open-clip's ViT-H/14\n"
+      "otherwise) and DIR/image_processor (CLIPImageProcessor).\n\n"
       "Options come from the command line and from --config FILE (INI: `preset = tiny`, `seed = 5`); the\n"
       "command line wins.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", path_value(&config_file, PathKind::file), kConfigOptionHelp)(
-      "preset", po::value(&preset), "tiny | small | vc2 | wan-tiny | wan-1.3b | wan-14b")(
+      "preset", po::value(&preset),
+      "tiny | small | vc2 | wan-tiny | wan-1.3b | wan-14b | wan-i2v-tiny | wan-flf2v-tiny | wan-i2v-14b | "
+      "wan-flf2v-14b")(
       "seed", ranged(&seed, 0, 9007199254740991.0)->default_value(0),
       "random seed (the same seed gives the same weights)")("out", path_value(&out, PathKind::out_dir),
                                                             "model directory to create")(
       "layout", po::value(&layout)->default_value(layout), "unet (DIR is a UNet directory) | pipeline")(
       "dtype", po::value(&dtype_opt),
-      "weight dtype f32 | f16 | bf16 (default: f16 for vc2, bf16 for wan-1.3b and wan-14b, f32 otherwise;\n"
+      "weight dtype f32 | f16 | bf16 (default: f16 for vc2, bf16 for the Wan presets but the tiny ones, f32\n"
+      "otherwise;\n"
       "a Wan pipeline's VAE is f32)")("overwrite", po::bool_switch(&overwrite), "replace a model already in DIR");
   po::variables_map vm;
   parse_options(args, opts, vm, "make-model");
@@ -90,14 +100,18 @@ int make_model(const std::vector<std::string>& args) {
   }
   for (const char* required : {"preset", "out"})
     VINF_INPUT_CHECK(vm.count(required), "vinf make-model: --", required, " is required (see vinf make-model --help)");
-  const std::vector<std::string> presets{"tiny", "small", "vc2", "wan-tiny", "wan-1.3b", "wan-14b"};
+  const std::vector<std::string> presets{"tiny",         "small",          "vc2",         "wan-tiny",     "wan-1.3b",
+                                         "wan-14b",      "wan-i2v-tiny",   "wan-flf2v-tiny", "wan-i2v-14b",
+                                         "wan-flf2v-14b"};
   VINF_INPUT_CHECK(std::find(presets.begin(), presets.end(), preset) != presets.end(), "--preset '", preset,
-                   "' is not a preset; the presets are tiny, small, vc2, wan-tiny, wan-1.3b and wan-14b");
+                   "' is not a preset; the presets are tiny, small, vc2, wan-tiny, wan-1.3b and wan-14b, and the "
+                   "image-to-video wan-i2v-tiny, wan-flf2v-tiny, wan-i2v-14b and wan-flf2v-14b");
   const bool wan = preset.rfind("wan-", 0) == 0;
+  const bool tiny_wan = wan && preset.size() > 5 && preset.compare(preset.size() - 5, 5, "-tiny") == 0;
   const model::WanTransformerConfig wan_config =
       wan ? model::wan_transformer_preset(preset) : model::WanTransformerConfig{};
   const model::UNetConfig config = wan ? model::UNetConfig{} : model::preset_config(preset);
-  DType dtype = wan ? (preset == "wan-tiny" ? DType::f32 : DType::bf16) : model::preset_default_dtype(preset);
+  DType dtype = wan ? (tiny_wan ? DType::f32 : DType::bf16) : model::preset_default_dtype(preset);
   if (vm.count("dtype"))
     VINF_INPUT_CHECK(
         parse_dtype(dtype_opt, dtype) && (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16),
@@ -107,7 +121,9 @@ int make_model(const std::vector<std::string>& args) {
   std::error_code ec;
   std::vector<std::string> taken{"config.json", "diffusion_pytorch_model.safetensors", "model_index.json", "unet"};
   if (wan && pipeline)
-    for (const char* part : {"transformer", "vae", "text_encoder", "tokenizer", "scheduler"}) taken.push_back(part);
+    for (const char* part : {"transformer", "vae", "text_encoder", "tokenizer", "scheduler", "image_encoder",
+                             "image_processor"})
+      taken.push_back(part);
   for (const std::string& name : taken) {
     const auto p = std::filesystem::path(out) / name;
     VINF_INPUT_CHECK(overwrite || !std::filesystem::exists(p, ec), p.string(),
@@ -133,8 +149,11 @@ int make_model(const std::vector<std::string>& args) {
                                      [&](const model::WanPipelineWeights& w, std::size_t done, std::size_t total) {
                                        progress[w.part](done, total);
                                      });
-    voice.note("wrote the Wan pipeline ", out,
-               " (transformer/, vae/, text_encoder/, tokenizer/, scheduler/, model_index.json)");
+    if (p.image)
+      std::cerr << "  image_processor: CLIPImageProcessor, " << p.image_processor.shortest_edge << " x "
+                << p.image_processor.crop_height << " crops\n";
+    voice.note("wrote the Wan pipeline ", out, " (transformer/, vae/, text_encoder/, tokenizer/, scheduler/, ",
+               p.image ? "image_encoder/, image_processor/, " : "", "model_index.json)");
     return 0;
   }
   const auto params = wan ? model::wan_transformer_parameters(wan_config) : model::unet_parameters(config);

@@ -18,11 +18,12 @@ WanTransformerConfig wan_transformer_preset(const std::string& name) {
     c.freq_dim = 32;
     c.ffn_dim = 64;
     c.layers = 2;
-  } else if (name == "wan-i2v-tiny") {
+  } else if (name == "wan-i2v-tiny" || name == "wan-flf2v-tiny") {
     c = wan_transformer_preset("wan-tiny");
     c.in_channels = 36;
     c.image_dim = 24;
     c.added_kv_proj_dim = c.dim();
+    if (name == "wan-flf2v-tiny") c.pos_embed_seq_len = 2 * 257;
   } else if (name == "wan-14b" || name == "wan-i2v-14b" || name == "wan-flf2v-14b") {
     c.heads = 40;
     c.ffn_dim = 13824;
@@ -35,7 +36,7 @@ WanTransformerConfig wan_transformer_preset(const std::string& name) {
     }
   } else {
     VINF_INPUT_CHECK(name == "wan-1.3b", "there is no built-in Wan transformer '", name,
-                     "' (wan-tiny, wan-1.3b, wan-14b, wan-i2v-tiny, wan-i2v-14b, wan-flf2v-14b)");
+                     "' (wan-tiny, wan-1.3b, wan-14b, wan-i2v-tiny, wan-flf2v-tiny, wan-i2v-14b, wan-flf2v-14b)");
   }
   return c;
 }

@@ -24,7 +24,32 @@ WanPipelinePreset wan_pipeline_preset(const std::string& name) {
   WanPipelinePreset p;
   p.name = name;
   p.transformer = wan_transformer_preset(name);  // refuses an unknown name
-  const bool tiny = name == "wan-tiny";
+  const bool tiny = name.size() > 5 && name.compare(name.size() - 5, 5, "-tiny") == 0;
+  p.image = p.transformer.image_conditioned();
+  if (p.image) {
+    ClipVisionConfig& c = p.image_encoder;
+    c.encoder.act = ops::Activation::gelu;
+    if (tiny) {
+      c.image_size = 16;
+      c.patch_size = 1;
+      c.projection_dim = 24;
+      c.encoder.hidden_size = 24;
+      c.encoder.intermediate_size = 48;
+      c.encoder.layers = 2;
+      c.encoder.heads = 2;
+    } else {  // ViT-H/14
+      c.image_size = 224;
+      c.patch_size = 14;
+      c.projection_dim = 1024;
+      c.encoder.hidden_size = 1280;
+      c.encoder.intermediate_size = 5120;
+      c.encoder.layers = 32;
+      c.encoder.heads = 16;
+    }
+    p.image_processor.shortest_edge = p.image_processor.crop_height = p.image_processor.crop_width = c.image_size;
+    VINF_CHECK(c.encoder.hidden_size == p.transformer.image_dim, "wan_pipeline_preset ", name,
+               ": the CLIP tower does not fit the transformer");
+  }
   p.vae = wan_vae_preset(tiny ? "wan-tiny" : "wan2.1");
   p.text_encoder = umt5_preset(tiny ? "wan-tiny" : "umt5-xxl");
   // The tiny encoder's 800 ids leave room; the big ones take all the built-in text supports.
@@ -45,6 +70,9 @@ std::vector<WanPipelineWeights> wan_pipeline_weights(const WanPipelinePreset& p,
   w.push_back({"vae", "vae/diffusion_pytorch_model.safetensors", std::move(vae), DType::f32, vae_seed(seed)});
   w.push_back({"text_encoder", "text_encoder/model.safetensors", umt5_encoder_parameters(p.text_encoder), dtype,
                text_encoder_seed(seed)});
+  if (p.image)
+    w.push_back({"image_encoder", "image_encoder/model.safetensors", clip_vision_parameters(p.image_encoder, false),
+                 dtype, image_encoder_seed(seed)});
   return w;
 }
 
@@ -99,16 +127,26 @@ void write_random_wan_pipeline(const WanPipelinePreset& p, std::uint64_t seed, D
     write_random_weights(w.params, w.seed, w.dtype, dir + "/" + w.file, [&](std::size_t done, std::size_t total) {
       if (progress) progress(w, done, total);
     });
-    const std::string config = w.part == "transformer" ? wan_transformer_config_json(p.transformer)
-                               : w.part == "vae"       ? wan_vae_config_json(p.vae)
-                                                       : umt5_config_json(p.text_encoder);
+    const std::string config = w.part == "transformer"     ? wan_transformer_config_json(p.transformer)
+                               : w.part == "vae"           ? wan_vae_config_json(p.vae)
+                               : w.part == "image_encoder" ? clip_vision_config_json(p.image_encoder)
+                                                           : umt5_config_json(p.text_encoder);
     io::write_file_atomically(dir + "/" + w.part + "/config.json", config);
   }
   write_builtin_t5_tokenizer(dir + "/tokenizer", p.tokenizer_pieces);
   make_directory(dir + "/scheduler");
   io::write_file_atomically(dir + "/scheduler/scheduler_config.json", wan_unipc_scheduler_config_json(p.flow_shift));
+  if (p.image) {
+    make_directory(dir + "/image_processor");
+    io::write_file_atomically(dir + "/image_processor/preprocessor_config.json",
+                              clip_image_processor_json(p.image_processor));
+  }
   io::write_file_atomically(dir + "/model_index.json",
-                            "{\n  \"_class_name\": \"WanPipeline\",\n"
+                            std::string("{\n  \"_class_name\": \"") +
+                                (p.image ? "WanImageToVideoPipeline" : "WanPipeline") + "\",\n" +
+                                (p.image ? "  \"image_encoder\": [\"transformers\", \"CLIPVisionModel\"],\n"
+                                           "  \"image_processor\": [\"transformers\", \"CLIPImageProcessor\"],\n"
+                                         : "") +
                             "  \"_vinf\": \"random weights, vinf make-model --preset " + p.name +
                                 " --layout pipeline --seed " + std::to_string(seed) + "\",\n"
                             "  \"scheduler\": [\"diffusers\", \"UniPCMultistepScheduler\"],\n"
@@ -116,6 +154,38 @@ void write_random_wan_pipeline(const WanPipelinePreset& p, std::uint64_t seed, D
                             "  \"tokenizer\": [\"transformers\", \"T5Tokenizer\"],\n"
                             "  \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"],\n"
                             "  \"vae\": [\"diffusers\", \"AutoencoderKLWan\"]\n}\n");
+}
+
+std::string clip_vision_config_json(const ClipVisionConfig& c) {
+  const nlohmann::ordered_json j = {{"architectures", {"CLIPVisionModel"}},
+                                    {"hidden_act", c.encoder.act == ops::Activation::gelu ? "gelu" : "quick_gelu"},
+                                    {"hidden_size", c.encoder.hidden_size},
+                                    {"image_size", c.image_size},
+                                    {"intermediate_size", c.encoder.intermediate_size},
+                                    {"layer_norm_eps", c.encoder.layer_norm_eps},
+                                    {"model_type", "clip_vision_model"},
+                                    {"num_attention_heads", c.encoder.heads},
+                                    {"num_channels", c.channels},
+                                    {"num_hidden_layers", c.encoder.layers},
+                                    {"patch_size", c.patch_size},
+                                    {"projection_dim", c.projection_dim}};
+  return j.dump(2) + "\n";
+}
+
+std::string clip_image_processor_json(const ClipImageProcessor& p) {
+  const nlohmann::ordered_json j = {{"crop_size", {{"height", p.crop_height}, {"width", p.crop_width}}},
+                                    {"do_center_crop", true},
+                                    {"do_convert_rgb", true},
+                                    {"do_normalize", true},
+                                    {"do_rescale", true},
+                                    {"do_resize", true},
+                                    {"image_mean", {p.mean[0], p.mean[1], p.mean[2]}},
+                                    {"image_processor_type", "CLIPImageProcessor"},
+                                    {"image_std", {p.std[0], p.std[1], p.std[2]}},
+                                    {"resample", 3},
+                                    {"rescale_factor", p.rescale_factor},
+                                    {"size", {{"shortest_edge", p.shortest_edge}}}};
+  return j.dump(2) + "\n";
 }
 
 }  // namespace vinf::model

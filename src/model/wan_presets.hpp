@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "model/clip_vision.hpp"
 #include "model/params.hpp"
 #include "model/umt5.hpp"
 #include "model/wan_config.hpp"
@@ -18,7 +19,10 @@
 namespace vinf::model {
 
 // The shapes of a whole pipeline: "wan-tiny" (every part in the test fixture's shape), "wan-1.3b"
-// and "wan-14b" (Wan2.1's transformers with the released VAE and umt5-xxl's encoder).
+// and "wan-14b" (Wan2.1's transformers with the released VAE and umt5-xxl's encoder); the
+// image-to-video pipelines "wan-i2v-tiny" and "wan-flf2v-tiny" (the image-to-video fixture's
+// shapes: a CLIP tower of 2 layers on 16 x 16 images), "wan-i2v-14b" and "wan-flf2v-14b" (with
+// open-clip's ViT-H/14 tower, as Wan2.1-I2V ships it).
 struct WanPipelinePreset {
   std::string name;
   WanTransformerConfig transformer;
@@ -29,7 +33,16 @@ struct WanPipelinePreset {
   int tokenizer_pieces = 0;
   // UniPC's flow_shift: Wan2.1's 3.0 (480p); its 720p videos use 5.0.
   double flow_shift = 3.0;
+  // Image-to-video: the CLIP tower (a CLIPVisionModel) and its image processor.
+  bool image = false;
+  ClipVisionConfig image_encoder;
+  ClipImageProcessor image_processor;
 };
+// The image encoder's seed beside the transformer's (presets.hpp's vae_seed, text_encoder_seed).
+inline std::uint64_t image_encoder_seed(std::uint64_t seed) { return seed + 3; }
+// transformers' CLIPVisionModel config.json and CLIPImageProcessor's preprocessor_config.json.
+std::string clip_vision_config_json(const ClipVisionConfig& c);
+std::string clip_image_processor_json(const ClipImageProcessor& p);
 // Throws vinf::InputError naming the presets for an unknown name.
 WanPipelinePreset wan_pipeline_preset(const std::string& name);
 
