@@ -37,6 +37,7 @@ extern const char* const kRankLayoutHelp;
 
 int selfcheck(const std::vector<std::string>& args);
 int generate(const std::vector<std::string>& args);
+int extend(const std::vector<std::string>& args);
 int plan(const std::vector<std::string>& args);
 int decode(const std::vector<std::string>& args);
 int encode_text(const std::vector<std::string>& args);

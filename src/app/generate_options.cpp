@@ -35,6 +35,7 @@ constexpr unsigned kHelpWidth = 100, kHelpColumn = 44;  // wide enough that desc
 // The options as the command line and --config spell them, before they become typed values.
 struct Spelled {
   std::string device = "auto", dtype = "auto", comm_backend = "auto", scheduler = "dpmpp-sde", noise = "auto";
+  std::string continue_dir;  // --continue RUN_DIR
   std::string long_mode = "clips", blend = "linear", fifo_grid = "released", fifo_prompt_frames, use_scale = "auto";
   ViOptions vi;
 };
@@ -278,7 +279,7 @@ po::options_description checkpoint_options(RunPlan& o) {
   return ckpt;
 }
 
-po::options_description input_options(RunPlan& o) {
+po::options_description input_options(RunPlan& o, Spelled& sp) {
   po::options_description input("[input] what a Wan video starts from besides the prompt", kHelpWidth, kHelpColumn);
   input.add_options()("image", path_value(&o.image, PathKind::file),
                       "image-to-video: FILE (PNG or JPEG) is the video's first frame; --model is an image-to-video "
@@ -293,7 +294,11 @@ po::options_description input_options(RunPlan& o) {
       "prompt; on a text-to-video Wan pipeline")(
       "strength", ranged_above(&o.strength, 0, 1)->default_value(o.strength),
       "video-to-video: the share of --sampler.steps that runs (int(steps x strength), from the step where the "
-      "noise level is that far up); 1 discards the video's content but its layout, small values keep it");
+      "noise level is that far up); 1 discards the video's content but its layout, small values keep it")(
+      "continue", path_value(&sp.continue_dir, PathKind::directory),
+      "RUN_DIR: continue the video of an earlier run (RUN_DIR/video.mp4, a generate or extend run) by "
+      "--video.frames frames from its last frame, with an image-to-video --model: vinf extend --video "
+      "RUN_DIR/video.mp4 (see vinf extend --help)");
   return input;
 }
 
@@ -310,7 +315,7 @@ po::options_description describe(RunPlan& o, Spelled& sp) {
       "other than the run's, ...)");
   all.add(model_options(o)).add(video_options(o)).add(sampler_options(o, sp)).add(prompt_options(o));
   add_output_options(all, o);
-  all.add(input_options(o)).add(checkpoint_options(o)).add(long_options(o, sp)).add(vi);
+  all.add(input_options(o, sp)).add(checkpoint_options(o)).add(long_options(o, sp)).add(vi);
   return all;
 }
 
@@ -409,6 +414,7 @@ void resolve_family(RunPlan& o, const Spelled& sp, const po::variables_map& vm) 
   o.flow_solver = given("sampler.scheduler") ? sampling::parse_flow_solver(sp.scheduler) : sampling::FlowSolver::unipc;
   for (const auto& [name, value] : vm)
     if (name.rfind("vi.", 0) == 0 && name != "vi.mode" && !value.defaulted()) o.vi_given = true;
+  o.size_given = given("video.height") || given("video.width");
   if (!given("video.frames")) o.frames = 81;
   if (!given("video.height")) o.height = 480;
   if (!given("video.width")) o.width = 832;
@@ -646,7 +652,31 @@ void print_help(const po::options_description& opts) {
 
 }  // namespace
 
-int parse_generate_options(const std::vector<std::string>& args, RunPlan& o, const std::vector<std::string>* job_args) {
+void check_extend(const RunPlan& o, const po::variables_map& vm) {
+  VINF_INPUT_CHECK(o.wan, "vinf extend continues a video with a Wan2.1 image-to-video pipeline; ", o.model,
+                   " is a UNet model");
+  for (const char* name : {"image", "last-image", "strength"})
+    VINF_INPUT_CHECK(!given(vm, name), "--", name, " does not go with vinf extend (or --continue): the new frames ",
+                     "start from the input's last frame");
+  VINF_INPUT_CHECK(o.input_video.empty(), "--video is the video to extend (vinf extend --video FILE) or, with ",
+                   "vinf generate, video-to-video; not both with --continue");
+  VINF_INPUT_CHECK(o.job.pipeline == 1, "vinf extend runs its segment in one pipeline stage: drop --parallel.pipeline");
+  VINF_INPUT_CHECK(o.frames >= 5, "vinf extend --frames ", o.frames,
+                   ": the new segment's first frame is the input's last, so it needs at least 5 (1 + 4k) frames");
+}
+
+// --continue RUN_DIR: extend RUN_DIR's video (vinf extend --video RUN_DIR/video.mp4).
+void resolve_extend(RunPlan& o, const Spelled& sp, const po::variables_map& vm) {
+  if (sp.continue_dir.empty()) return;
+  const std::string video = sp.continue_dir + "/video.mp4";
+  VINF_INPUT_CHECK(io::is_regular_file(video), "--continue ", sp.continue_dir, " has no video.mp4 (a run of vinf ",
+                   "generate or extend with --output.video writes one)");
+  o.extend = video;
+  check_extend(o, vm);
+}
+
+int parse_generate_options(const std::vector<std::string>& args, RunPlan& o, const std::vector<std::string>* job_args,
+                           bool extend) {
   Spelled sp;
   po::options_description opts = describe(o, sp);
   po::variables_map vm;
@@ -681,6 +711,14 @@ int parse_generate_options(const std::vector<std::string>& args, RunPlan& o, con
   const bool compat_noise = sp.noise == "compat" || (sp.noise == "auto" && o.vi.mode == infinity::Mode::compat);
   o.noise = compat_noise ? sampling::NoiseMode::compat : sampling::NoiseMode::invariant;
   if (o.name.empty()) o.name = o.config_file.empty() ? "vinf" : fs::path(o.config_file).stem().string();
+  if (extend) {
+    VINF_INPUT_CHECK(!o.input_video.empty(), "vinf extend: --video FILE is required (the video to continue)");
+    VINF_INPUT_CHECK(sp.continue_dir.empty(), "vinf extend: --video names the video to continue; drop --continue");
+    o.extend = o.input_video;
+    o.input_video.clear();
+    check_extend(o, vm);
+  }
+  resolve_extend(o, sp, vm);
   return 0;
 }
 

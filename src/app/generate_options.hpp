@@ -20,9 +20,10 @@ using RunPlan = pipeline::GenerateSpec;
 // Parses and checks what does not need the job's size. job_args, when given, are a job list's line
 // (as --name=value tokens) and win over args, which win over --config's file; without them, a
 // command line with --jobs leaves the prompts to the jobs. Returns 0 to go on, 1 after --help was
-// printed, 2 after a bad option was reported. Throws vinf::InputError for bad values.
+// printed, 2 after a bad option was reported. Throws vinf::InputError for bad values. `extend`:
+// vinf extend's options (its --video is the video to continue: RunPlan::extend).
 int parse_generate_options(const std::vector<std::string>& args, RunPlan& o,
-                           const std::vector<std::string>* job_args = nullptr);
+                           const std::vector<std::string>* job_args = nullptr, bool extend = false);
 
 // vinf plan: generate's options (the command line and --config's file) and the plan's `own`,
 // parsed and checked as generate checks them, less what a plan does not read: the prompts and the

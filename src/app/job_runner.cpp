@@ -281,7 +281,7 @@ class Stage {
     if (!in) report(k, "running", "", 0);
     try {
       RunPlan o = plan_job(args_, base_, spec, list_dir_, job_.world_session().size());
-      const VideoOutcome v = family_->run(o, job_, in);
+      const VideoOutcome v = pipeline::run_spec(*family_, o, job_, in);
       const double took = seconds_since(t0);
       switch (v.end) {
         case VideoEnd::complete: report(k, "done", "", took); break;

@@ -26,6 +26,8 @@ struct Command {
 
 const Command kCommands[] = {
     {"generate", "generate a video: the main job (mpirun -np N vinf generate --config FILE)", generate, true},
+    {"extend", "continue a video with a Wan image-to-video pipeline from its last frame, joined into one video", extend,
+     true},
     {"plan", "a generate layout before it runs: ranks to nodes and groups, memory and bytes per rank, fit", plan},
     {"decode", "VAE decoding only: latents to images (checks a VAE against reference numbers)", decode, true},
     {"encode-text", "prompts through the CLIP tokenizer and text encoder (an embeddings file for generate)", encode_text, true},

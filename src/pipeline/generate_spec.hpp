@@ -65,6 +65,10 @@ struct GenerateSpec {
   // frames, the share of the schedule that runs on it).
   std::string image, last_image, input_video;
   double strength = 0.8;
+  // vinf extend --video FILE (or generate --continue RUN_DIR): the video this run continues with an
+  // image-to-video pipeline from its last frame; OUT/video.mp4 is it joined with the new frames.
+  std::string extend;
+  bool size_given = false;  // --video.height or --video.width was given (extend: else the input's)
   bool conditioned() const { return !image.empty() || !input_video.empty(); }
   // The model family: the Wan2.1 pipeline (a directory with transformer/) instead of a UNet.
   bool wan = false;

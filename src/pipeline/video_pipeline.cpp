@@ -1,7 +1,9 @@
 #include "pipeline/video_pipeline.hpp"
 
+#include "core/error.hpp"
 #include "pipeline/unet_support.hpp"
 #include "pipeline/unet_video.hpp"
+#include "pipeline/wan_extend.hpp"
 #include "pipeline/wan_video.hpp"
 
 namespace vinf::pipeline {
@@ -68,6 +70,12 @@ VideoOutcome run_video(VideoRun& run) {
 std::unique_ptr<VideoPipeline> open_pipeline(const GenerateSpec& o) {
   if (o.wan) return std::make_unique<WanPipeline>();
   return std::make_unique<UnetPipeline>();
+}
+
+VideoOutcome run_spec(VideoPipeline& family, GenerateSpec& o, job::Job& job, const StageState* in) {
+  if (o.extend.empty()) return family.run(o, job, in);
+  VINF_CHECK(in == nullptr, "run_spec: vinf extend runs in one pipeline stage");
+  return extend_video(o, job, family);
 }
 
 }  // namespace vinf::pipeline

@@ -69,6 +69,10 @@ class VideoPipeline {
   VideoOutcome run(GenerateSpec& o, job::Job& job, const StageState* in) { return run_video(*start(o, job, in)); }
 };
 
+// One video of the spec on the family's pipeline: the family's own run, or vinf extend's
+// (GenerateSpec::extend: wan_extend.hpp) with the family running the new segment.
+VideoOutcome run_spec(VideoPipeline& family, GenerateSpec& o, job::Job& job, const StageState* in);
+
 // The pipeline of the spec's family (GenerateSpec::wan, from model_family when the options were
 // read). It keeps the models it loads from one video to the next, in the job's memory: it must go
 // before the job does.
