@@ -3,6 +3,10 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
@@ -33,6 +37,118 @@ void chunk(std::string& out, const char* type, const std::string& data) {
 }
 
 }  // namespace
+
+namespace {
+
+std::uint32_t get_u32(const unsigned char* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+}
+
+// The header and the chunks of a PNG: what the pixels need.
+struct PngParts {
+  std::uint32_t width = 0, height = 0;
+  int depth = 0, color = 0, interlace = 0;
+  std::string idat, palette;
+};
+
+// The chunks of bytes `b`; false when it is not a PNG this reader decodes.
+bool png_parts(const std::string& path, const std::string& b, PngParts& p) {
+  static const unsigned char kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (b.size() < 8 || std::memcmp(b.data(), kSignature, 8) != 0) return false;
+  std::size_t at = 8;
+  bool header = false;
+  while (true) {
+    VINF_INPUT_CHECK(at + 12 <= b.size(), path, ": the PNG ends before its IEND chunk (a truncated file)");
+    const auto* c = reinterpret_cast<const unsigned char*>(b.data() + at);
+    const std::uint32_t len = get_u32(c);
+    VINF_INPUT_CHECK(len <= b.size() - at - 12, path, ": a PNG chunk runs past the end of the file");
+    const std::string type(b.data() + at + 4, 4);
+    const std::uint32_t crc = crc32(0, c + 4, static_cast<uInt>(len + 4));
+    VINF_INPUT_CHECK(crc == get_u32(c + 8 + len), path, ": the PNG's ", type, " chunk fails its CRC (a damaged file)");
+    const char* data = b.data() + at + 8;
+    if (type == "IHDR" && len == 13) {
+      const auto* d = reinterpret_cast<const unsigned char*>(data);
+      p.width = get_u32(d);
+      p.height = get_u32(d + 4);
+      p.depth = d[8];
+      p.color = d[9];
+      p.interlace = d[12];
+      header = true;
+    } else if (type == "PLTE") {
+      p.palette.assign(data, len);
+    } else if (type == "IDAT") {
+      p.idat.append(data, len);
+    } else if (type == "IEND") {
+      break;
+    }
+    at += 12 + len;
+  }
+  const bool color_ok = p.color == 0 || p.color == 2 || p.color == 3 || p.color == 4 || p.color == 6;
+  return header && p.depth == 8 && color_ok && p.interlace == 0 && p.width > 0 && p.height > 0 &&
+         p.width < (1u << 24) && p.height < (1u << 24) && (p.color != 3 || !p.palette.empty());
+}
+
+// Undoes the row filters in place (rows of `stride` bytes, each after its filter byte).
+void unfilter(const std::string& path, std::vector<std::uint8_t>& raw, std::size_t rows, std::size_t stride,
+              std::size_t bpp) {
+  std::vector<std::uint8_t> prev(stride, 0);
+  for (std::size_t y = 0; y < rows; ++y) {
+    std::uint8_t* row = raw.data() + y * (stride + 1);
+    const int filter = row[0];
+    std::uint8_t* px = row + 1;
+    VINF_INPUT_CHECK(filter <= 4, path, ": a PNG row has filter type ", filter, " (a damaged file)");
+    for (std::size_t i = 0; i < stride; ++i) {
+      const int a = i >= bpp ? px[i - bpp] : 0, up = prev[i], c = i >= bpp ? prev[i - bpp] : 0;
+      int add = 0;
+      if (filter == 1) add = a;
+      if (filter == 2) add = up;
+      if (filter == 3) add = (a + up) / 2;
+      if (filter == 4) {
+        const int pa = std::abs(up - c), pb = std::abs(a - c), pc = std::abs(a + up - 2 * c);
+        add = pa <= pb && pa <= pc ? a : pb <= pc ? up : c;
+      }
+      px[i] = static_cast<std::uint8_t>(px[i] + add);
+    }
+    std::copy(px, px + stride, prev.begin());
+  }
+}
+
+}  // namespace
+
+bool read_png(const std::string& path, std::vector<std::uint8_t>& rgb, std::int64_t& width, std::int64_t& height) {
+  std::ifstream in(path, std::ios::binary);
+  VINF_INPUT_CHECK(in.good(), path, ": cannot open the file");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  PngParts p;
+  if (!png_parts(path, bytes, p)) return false;
+  static const std::array<std::size_t, 7> kChannels = {1, 0, 3, 1, 2, 0, 4};
+  const std::size_t channels = kChannels[static_cast<std::size_t>(p.color)], stride = p.width * channels;
+  std::vector<std::uint8_t> raw(p.height * (stride + 1));
+  uLongf got = static_cast<uLongf>(raw.size());
+  const int rc = uncompress(raw.data(), &got, reinterpret_cast<const Bytef*>(p.idat.data()),
+                            static_cast<uLong>(p.idat.size()));
+  VINF_INPUT_CHECK(rc == Z_OK && got == raw.size(), path, ": the PNG's pixel data does not decode (zlib status ", rc,
+                   ", ", got, " of ", raw.size(), " bytes): a damaged file");
+  unfilter(path, raw, p.height, stride, channels);
+  width = p.width;
+  height = p.height;
+  rgb.resize(static_cast<std::size_t>(width * height * 3));
+  const std::size_t colors = p.palette.size() / 3;
+  for (std::size_t y = 0; y < p.height; ++y)
+    for (std::size_t x = 0; x < p.width; ++x) {
+      const std::uint8_t* s = raw.data() + y * (stride + 1) + 1 + x * channels;
+      std::uint8_t* d = rgb.data() + (y * p.width + x) * 3;
+      if (p.color == 3) {
+        VINF_INPUT_CHECK(s[0] < colors, path, ": a pixel names palette entry ", int{s[0]}, " of ", colors);
+        for (int c = 0; c < 3; ++c) d[c] = static_cast<std::uint8_t>(p.palette[s[0] * 3 + static_cast<std::size_t>(c)]);
+      } else if (channels <= 2) {
+        d[0] = d[1] = d[2] = s[0];
+      } else {
+        std::copy(s, s + 3, d);
+      }
+    }
+  return true;
+}
 
 void write_png(const std::string& path, const std::uint8_t* rgb, std::int64_t width, std::int64_t height) {
   VINF_CHECK(width > 0 && height > 0 && width < (1 << 24) && height < (1 << 24), "write_png: ", width, "x", height);

@@ -16,6 +16,12 @@ void to_rgb8(const float* chw, std::int64_t height, std::int64_t width, std::uin
 // path when it cannot be written.
 void write_png(const std::string& path, const std::uint8_t* rgb, std::int64_t width, std::int64_t height);
 
+// An 8-bit PNG (grey, grey + alpha, RGB, RGBA or palette; not interlaced) as height x width x 3
+// bytes, alpha dropped. False (nothing read) for a file that is not such a PNG: another format, 16
+// bits per sample, Adam7 interlacing (the caller hands those to ffmpeg). Throws vinf::InputError
+// naming the path for a PNG whose data is damaged (a bad CRC, truncated or undecodable pixels).
+bool read_png(const std::string& path, std::vector<std::uint8_t>& rgb, std::int64_t& width, std::int64_t& height);
+
 class ContactSheet {
  public:
   // Up to `count` frames evenly spaced over the video, `columns` per row, each shrunk by the

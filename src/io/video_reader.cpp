@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "io/image.hpp"
 #include "io/path_query.hpp"
 #include "io/spawn.hpp"
 
@@ -202,6 +203,14 @@ std::string ffprobe_beside(const std::string& ffmpeg) {
 
 RgbFrames read_image(const std::string& path, const std::string& option, const std::string& ffmpeg) {
   VINF_INPUT_CHECK(is_regular_file(path), option, " ", path, " does not exist or is not a file");
+  RgbFrames png;
+  png.frames.emplace_back();
+  try {
+    // An 8-bit PNG is read here (exactly, without ffmpeg); anything else goes to ffmpeg.
+    if (read_png(path, png.frames[0], png.width, png.height)) return png;
+  } catch (const InputError& e) {
+    VINF_INPUT_FAIL(option, " ", e.what());
+  }
   VideoInfo info;
   try {
     info = probe_video(path, ffprobe_beside(ffmpeg));

@@ -6,11 +6,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "../support.hpp"
 #include "core/error.hpp"
+#include "io/image.hpp"
 #include "io/image_resize.hpp"
 #include "io/safetensors.hpp"
 #include "io/video_reader.hpp"
@@ -56,6 +59,17 @@ TEST_CASE("golden: Wan image-to-video conditioning equals diffusers (pixels, CLI
   CHECK(c.channels == 20);
   CHECK(relative(ref.tensor("condition"), c.condition) < 1e-5);
   CHECK(relative(ref.tensor("video_image"), pipeline::wan_pixels(image.frames[0].data(), 48, 32, 48, 32)) == 0);
+}
+
+TEST_CASE("golden: Wan image-to-video conditioning equals diffusers on CUDA") {
+  if (!test::gpu_or_skip("Wan image-to-video conditioning on CUDA")) return;
+  const io::SafetensorsFile ref(test::fixture("wan-i2v-tiny/ref_pipeline.safetensors"));
+  const io::RgbFrames image = io::read_image(test::fixture("wan-i2v-tiny/image.png"), "--image");
+  Runtime rt(Device::cuda(0));
+  const pipeline::WanImageCondition c =
+      pipeline::wan_image_condition(rt, test::fixture("wan-i2v-tiny"), {image}, 9, 32, 48);
+  CHECK(relative(ref.tensor("image_embeds"), c.image_states) < 1e-4);
+  CHECK(relative(ref.tensor("condition"), c.condition) < 1e-4);
 }
 
 TEST_CASE("golden: Wan first-and-last-frame conditioning equals diffusers (514 image tokens, the last frame's mask)") {
@@ -124,4 +138,26 @@ TEST_CASE("image resizing as Pillow: an unchanged size is a copy, a flat picture
       for (int c = 0; c < 3; ++c) ramp[static_cast<std::size_t>((y * 16 + x) * 3 + c)] = static_cast<std::uint8_t>(40 + 10 * x);
   const std::vector<std::uint8_t> half = io::resize_rgb8(ramp.data(), 16, 2, 8, 2, io::ResizeFilter::lanczos);
   for (int x = 2; x < 6; ++x) CHECK(half[static_cast<std::size_t>(x * 3)] == 40 + 10 * (2 * x) + 5);
+}
+
+TEST_CASE("PNG files read without ffmpeg: vinf's own PNG back byte for byte, other files left to ffmpeg, damage refused") {
+  const test::TempDir dir("png-read");
+  std::vector<std::uint8_t> rgb(7 * 5 * 3);
+  for (std::size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<std::uint8_t>(i * 37 % 251);
+  const std::string path = dir.str() + "/a.png";
+  io::write_png(path, rgb.data(), 7, 5);
+  std::vector<std::uint8_t> back;
+  std::int64_t w = 0, h = 0;
+  REQUIRE(io::read_png(path, back, w, h));
+  CHECK(w == 7);
+  CHECK(h == 5);
+  CHECK(back == rgb);
+  std::ofstream(dir.str() + "/b.png") << "GIF89a not a png";
+  CHECK_FALSE(io::read_png(dir.str() + "/b.png", back, w, h));
+  // One byte of the pixel data changed: its chunk's CRC no longer holds.
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  bytes[bytes.size() - 20] = static_cast<char>(bytes[bytes.size() - 20] ^ 0x55);
+  std::ofstream(dir.str() + "/c.png", std::ios::binary) << bytes;
+  CHECK_THROWS_WITH_AS(io::read_png(dir.str() + "/c.png", back, w, h), doctest::Contains("CRC"), InputError);
 }
