@@ -12,7 +12,9 @@
 #                 every rank sees both GPUs of its node and takes GPU <local rank> (vinf --verbose
 #                 names each rank's choice; the script's probe names each task's SLURM_LOCALID)
 #   sweep         sbatch --array=0-2 slurm/sweep.sbatch jobs/test-sweep.csv: three output
-#                 directories with the rows' settings, jobs/summarize's table; refused tables
+#                 directories with the rows' settings, jobs/summarize's table; refused tables;
+#                 sbatch --array=0-1%1 slurm/extend-chain.sbatch: a video extended by two links of
+#                 an image-to-video model, each continuing the last
 #   srun          srun -n 2 vinf generate (interactive use); srun --gres=gpu:2 across both nodes;
 #                 sbatch slurm/cpu.sbatch on both nodes: CPU mode's layout, one rank per socket
 #   requeue       a job stopped mid-run, first as at its time limit (SIGUSR1 to the batch shell),
@@ -197,6 +199,16 @@ sweep)
   check "the CSV summary has 4 lines" test "$(jobs/summarize --csv outputs/sweep-"${j}"_* | wc -l)" -eq 4
   srun_options "outputs/sweep-${j}_1.log"
   check "the log names task 1 as its directory does, ${j}_1" grep -q "job ${j}_1 (sweep), requeued 0 time" "outputs/sweep-${j}_1.log"
+  # A chain of two links (slurm/extend-chain.sbatch, one at a time with %1): link 1 continues link
+  # 0's video, which continues first.mp4 (9 frames): 9 + 4 + 4 frames, a seam at 9 and one at 13.
+  ffmpeg -v error -f lavfi -i testsrc=size=48x32:rate=8 -frames:v 9 -pix_fmt yuv420p first.mp4
+  printf '%s\n' "model = $src/tests/fixtures/wan-i2v-tiny" "[prompt]" "text = the test card moves on" \
+    "max-length = 24" "[video]" "frames = 5" "[sampler]" "steps = 2" "[vi]" "mode = exact" > chain.ini
+  j=$(sbatch --parsable --array=0-1%1 "${node[@]}" slurm/extend-chain.sbatch chain.ini first.mp4)
+  finished "$j" COMPLETED || for f in outputs/chain-"$j"_*.log; do show_log "$f"; done
+  check "link 0 joined 9 + 4 frames, the seam at 9" test "$(jq -r '"\(.frames) \(.seam_frame)"' "outputs/chain-${j}_0/extend.json")" = "13 9"
+  check "link 1 continued link 0: 17 frames, the seam at 13" test "$(jq -r '"\(.input) \(.frames) \(.seam_frame)"' "outputs/chain-${j}_1/extend.json")" = "outputs/chain-${j}_0/video.mp4 17 13"
+  check "link 1's log names what it continues" grep -q "link 1 of the chain: continuing outputs/chain-${j}_0/video.mp4" "outputs/chain-${j}_1.log"
   ;;
 
 srun)
