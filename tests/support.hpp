@@ -58,7 +58,8 @@ inline void run_on_threads_rt(int n, const std::function<void(int, mpi::Communic
 
 inline void run_on_threads(int n, const std::function<void(int, mpi::Communicator&, ExecContext&)>& fn,
                            std::vector<mpi::CommCounters>* counters = nullptr, Device device = Device::cpu()) {
-  run_on_threads_rt(n, [&](int r, mpi::Communicator& comm, Runtime& rt) { fn(r, comm, rt.ctx()); }, counters, device);
+  run_on_threads_rt(
+      n, [&](int r, mpi::Communicator& comm, Runtime& rt) { fn(r, comm, rt.ctx()); }, counters, device);
 }
 
 // VINF_TEST_FIXTURES in the environment points a relocated test binary (scripts/gpu-check --run on
@@ -130,6 +131,17 @@ inline std::vector<float> download(Runtime& rt, const Tensor& t) {
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // The largest |a[i] - ref[i]| of host values against an f32 host tensor of as many elements.
+// The largest |want - got| relative to want's largest magnitude (want f32 on the host).
+inline double relative_diff(const Tensor& want, const std::vector<float>& got) {
+  REQUIRE(static_cast<std::size_t>(want.numel()) == got.size());
+  double worst = 0, scale = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(got[static_cast<std::size_t>(i)]) - want.ptr<float>()[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(want.ptr<float>()[i])));
+  }
+  return worst / std::max(scale, 1e-30);
+}
+
 inline double max_abs_diff(const std::vector<float>& a, const Tensor& ref) {
   REQUIRE(static_cast<std::int64_t>(a.size()) == ref.numel());
   double worst = 0;

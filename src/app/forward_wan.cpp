@@ -152,17 +152,18 @@ void load_wan_for_forward(WanForward& f) {
   VINF_INPUT_CHECK(f.text.size(2) == c.text_dim, r.inputs_path, ": 'encoder_hidden_states' has width ", f.text.size(2),
                    " but the transformer has text_dim = ", c.text_dim);
   VINF_INPUT_CHECK(c.image_conditioned() == (f.image.rank() == 3), r.inputs_path,
-                   c.image_conditioned() ? ": the transformer is image-to-video (image_dim " + std::to_string(c.image_dim) +
-                                               "): give its CLIP states as 'encoder_hidden_states_image' [B,tokens," +
-                                               std::to_string(c.image_dim) + "]"
-                                         : std::string(": 'encoder_hidden_states_image' is for an image-to-video "
-                                                       "transformer; ") + r.model_dir + " is text-to-video");
-  VINF_INPUT_CHECK(!c.image_conditioned() ||
-                       (f.image.size(2) == c.image_dim &&
-                        (c.pos_embed_seq_len == 0 || f.image.size(1) == c.pos_embed_seq_len)),
-                   r.inputs_path, ": 'encoder_hidden_states_image' ", f.image.shape.str(),
-                   " must be [B, tokens, ", c.image_dim, "]",
-                   c.pos_embed_seq_len > 0 ? " with " + std::to_string(c.pos_embed_seq_len) + " tokens" : "");
+                   c.image_conditioned()
+                       ? ": the transformer is image-to-video (image_dim " + std::to_string(c.image_dim) +
+                             "): give its CLIP states as 'encoder_hidden_states_image' [B,tokens," +
+                             std::to_string(c.image_dim) + "]"
+                       : std::string(": 'encoder_hidden_states_image' is for an image-to-video "
+                                     "transformer; ") +
+                             r.model_dir + " is text-to-video");
+  VINF_INPUT_CHECK(
+      !c.image_conditioned() ||
+          (f.image.size(2) == c.image_dim && (c.pos_embed_seq_len == 0 || f.image.size(1) == c.pos_embed_seq_len)),
+      r.inputs_path, ": 'encoder_hidden_states_image' ", f.image.shape.str(), " must be [B, tokens, ", c.image_dim, "]",
+      c.pos_embed_seq_len > 0 ? " with " + std::to_string(c.pos_embed_seq_len) + " tokens" : "");
   const auto [pt, ph, pw] = c.patch_size;
   VINF_INPUT_CHECK(pt == 1 || f.ranks == 1, f.what, "and its patch spans ", pt,
                    " frames: its frames are not split over ranks in this version");

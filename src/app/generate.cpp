@@ -24,8 +24,7 @@ namespace {
 int run_generate(const std::vector<std::string>& args, bool extend) {
   pipeline::hold_stop_signals();  // before any thread starts: they all inherit the block
   RunPlan o;
-  if (const int status = parse_generate_options(args, o, nullptr, extend); status != 0)
-    return status == 1 ? 0 : status;
+  if (const int status = parse_generate_options(args, o, nullptr, extend); status != 0) return status == 1 ? 0 : status;
   VINF_INPUT_CHECK(o.extend.empty() || o.jobs_file.empty(), extend ? "vinf extend" : "--continue",
                    " continues one video; a job list's jobs name their own `continue` (run with one replica, the "
                    "list's links run in order)");

@@ -274,8 +274,8 @@ int inspect_safetensors(const std::string& path) {
   const io::SafetensorsFile f(path);
   std::int64_t total = 0;
   for (const auto& e : f.entries()) {
-    std::printf("%-72s %-5s %s\n", e.name.c_str(), e.opaque.empty() ? io::safetensors_dtype_name(e.dtype) : e.opaque.c_str(),
-                e.shape.str().c_str());
+    std::printf("%-72s %-5s %s\n", e.name.c_str(),
+                e.opaque.empty() ? io::safetensors_dtype_name(e.dtype) : e.opaque.c_str(), e.shape.str().c_str());
     total += e.shape.numel();
   }
   std::cout << f.entries().size() << " tensors, " << grouped(total) << " elements\n";

@@ -358,9 +358,8 @@ int run_job_list(const std::vector<std::string>& args, const RunPlan& base, cons
     order = record->take_over_earlier();
     const std::string others = order.size() < list.size() ? " (" + list_dir + "/jobs.json has the others)" : "";
     Reporter("vinf generate:", true, base.quiet)
-        .say(list.size(), " job(s) in ", base.jobs_file, ", ", order.size(), " to run", others, ", ",
-             job.layout().data, " replica(s) x ", job.layout().pipeline, " pipeline stage(s) of ", job.layout().unit(),
-             " rank(s)");
+        .say(list.size(), " job(s) in ", base.jobs_file, ", ", order.size(), " to run", others, ", ", job.layout().data,
+             " replica(s) x ", job.layout().pipeline, " pipeline stage(s) of ", job.layout().unit(), " rank(s)");
   }
   job::JobQueue queue(job, order, [&](const job::JobReport& r) {
     if (record) record->apply(r);

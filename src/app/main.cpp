@@ -30,20 +30,25 @@ const Command kCommands[] = {
      true},
     {"plan", "a generate layout before it runs: ranks to nodes and groups, memory and bytes per rank, fit", plan},
     {"decode", "VAE decoding only: latents to images (checks a VAE against reference numbers)", decode, true},
-    {"encode-text", "prompts through the CLIP tokenizer and text encoder (an embeddings file for generate)", encode_text, true},
+    {"encode-text", "prompts through the CLIP tokenizer and text encoder (an embeddings file for generate)",
+     encode_text, true},
     {"forward", "one UNet call per timestep on given inputs (checks a model against reference numbers)", forward, true},
-    {"prepare-data", "videos and captions to training data: VAE latents and text embeddings in one HDF5 file", prepare_data, true},
+    {"prepare-data", "videos and captions to training data: VAE latents and text embeddings in one HDF5 file",
+     prepare_data, true},
     {"train", "fine-tune the UNet on prepared data (AdamW, warm-up and cosine, clipping, accumulation)", train, true},
-    {"train-step", "one training step on given inputs: loss, gradients, one AdamW step (checks training)", train_step, true},
+    {"train-step", "one training step on given inputs: loss, gradients, one AdamW step (checks training)", train_step,
+     true},
     {"make-model", "write a random-weight UNet or pipeline (tiny, small or vc2 shape) in diffusers layout", make_model},
-    {"evaluate", "temporal consistency of a video or latents.h5: frame differences, motion, seams at clip starts", evaluate},
+    {"evaluate", "temporal consistency of a video or latents.h5: frame differences, motion, seams at clip starts",
+     evaluate},
     {"inspect", "describe and check a model directory (or a pipeline part), a safetensors or HDF5 file", inspect},
     {"selfcheck", "run every op on every available backend against the CPU reference", selfcheck},
 };
 
 void usage(std::ostream& os) {
   os << "usage: vinf <command> [options]    (vinf <command> --help for its options)\n\ncommands:\n";
-  for (const Command& c : kCommands) os << "  " << c.name << std::string(13 - std::strlen(c.name), ' ') << c.summary << "\n";
+  for (const Command& c : kCommands)
+    os << "  " << c.name << std::string(13 - std::strlen(c.name), ' ') << c.summary << "\n";
   os << "\nother options:\n  --version   print the version and the backends this build has\n  --help      this text\n";
 }
 

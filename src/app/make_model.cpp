@@ -44,6 +44,32 @@ std::string describe(std::int64_t tensors, std::int64_t count, DType dt) {
   return o.str();
 }
 
+// --layout pipeline for a Wan preset: every part with its seed, the progress of each, the summary.
+void write_wan_pipeline(const std::string& preset, std::uint64_t seed, DType dtype, const std::string& out,
+                        const Reporter& voice) {
+  const model::WanPipelinePreset p = model::wan_pipeline_preset(preset);
+  const auto parts = model::wan_pipeline_weights(p, seed, dtype);
+  voice.note(preset, " pipeline, seed ", seed, " -> ", out);
+  std::map<std::string, std::function<void(std::size_t, std::size_t)>> progress;
+  for (const model::WanPipelineWeights& w : parts) {
+    const std::int64_t count = model::parameter_count(w.params);
+    std::cerr << "  " << w.part << ": " << describe(static_cast<std::int64_t>(w.params.size()), count, w.dtype)
+              << ", seed " << w.seed << "\n";
+    progress[w.part] = progress_for(count, w.part + " ");
+  }
+  std::cerr << "  tokenizer: SentencePiece unigram, " << p.tokenizer_pieces << " pieces trained on the built-in text\n"
+            << "  scheduler: UniPC with flow sigmas, flow_shift " << std::fixed << std::setprecision(1) << p.flow_shift
+            << std::defaultfloat << "\n";
+  model::write_random_wan_pipeline(
+      p, seed, dtype, out,
+      [&](const model::WanPipelineWeights& w, std::size_t done, std::size_t total) { progress[w.part](done, total); });
+  if (p.image)
+    std::cerr << "  image_processor: CLIPImageProcessor, " << p.image_processor.shortest_edge << " x "
+              << p.image_processor.crop_height << " crops\n";
+  voice.note("wrote the Wan pipeline ", out, " (transformer/, vae/, text_encoder/, tokenizer/, scheduler/, ",
+             p.image ? "image_encoder/, image_processor/, " : "", "model_index.json)");
+}
+
 }  // namespace
 
 int make_model(const std::vector<std::string>& args) {
@@ -83,10 +109,9 @@ int make_model(const std::vector<std::string>& args) {
   opts.add_options()("help,h", "show this help")("config", path_value(&config_file, PathKind::file), kConfigOptionHelp)(
       "preset", po::value(&preset),
       "tiny | small | vc2 | wan-tiny | wan-1.3b | wan-14b | wan-i2v-tiny | wan-flf2v-tiny | wan-i2v-14b | "
-      "wan-flf2v-14b")(
-      "seed", ranged(&seed, 0, 9007199254740991.0)->default_value(0),
-      "random seed (the same seed gives the same weights)")("out", path_value(&out, PathKind::out_dir),
-                                                            "model directory to create")(
+      "wan-flf2v-14b")("seed", ranged(&seed, 0, 9007199254740991.0)->default_value(0),
+                       "random seed (the same seed gives the same weights)")("out", path_value(&out, PathKind::out_dir),
+                                                                             "model directory to create")(
       "layout", po::value(&layout)->default_value(layout), "unet (DIR is a UNet directory) | pipeline")(
       "dtype", po::value(&dtype_opt),
       "weight dtype f32 | f16 | bf16 (default: f16 for vc2, bf16 for the Wan presets but the tiny ones, f32\n"
@@ -100,9 +125,9 @@ int make_model(const std::vector<std::string>& args) {
   }
   for (const char* required : {"preset", "out"})
     VINF_INPUT_CHECK(vm.count(required), "vinf make-model: --", required, " is required (see vinf make-model --help)");
-  const std::vector<std::string> presets{"tiny",         "small",          "vc2",         "wan-tiny",     "wan-1.3b",
-                                         "wan-14b",      "wan-i2v-tiny",   "wan-flf2v-tiny", "wan-i2v-14b",
-                                         "wan-flf2v-14b"};
+  const std::vector<std::string> presets{"tiny",        "small",        "vc2",          "wan-tiny",
+                                         "wan-1.3b",    "wan-14b",      "wan-i2v-tiny", "wan-flf2v-tiny",
+                                         "wan-i2v-14b", "wan-flf2v-14b"};
   VINF_INPUT_CHECK(std::find(presets.begin(), presets.end(), preset) != presets.end(), "--preset '", preset,
                    "' is not a preset; the presets are tiny, small, vc2, wan-tiny, wan-1.3b and wan-14b, and the "
                    "image-to-video wan-i2v-tiny, wan-flf2v-tiny, wan-i2v-14b and wan-flf2v-14b");
@@ -121,8 +146,8 @@ int make_model(const std::vector<std::string>& args) {
   std::error_code ec;
   std::vector<std::string> taken{"config.json", "diffusion_pytorch_model.safetensors", "model_index.json", "unet"};
   if (wan && pipeline)
-    for (const char* part : {"transformer", "vae", "text_encoder", "tokenizer", "scheduler", "image_encoder",
-                             "image_processor"})
+    for (const char* part :
+         {"transformer", "vae", "text_encoder", "tokenizer", "scheduler", "image_encoder", "image_processor"})
       taken.push_back(part);
   for (const std::string& name : taken) {
     const auto p = std::filesystem::path(out) / name;
@@ -131,29 +156,7 @@ int make_model(const std::vector<std::string>& args) {
   }
   const Reporter voice("vinf make-model:", true);
   if (wan && pipeline) {
-    const model::WanPipelinePreset p = model::wan_pipeline_preset(preset);
-    const auto parts = model::wan_pipeline_weights(p, seed, dtype);
-    voice.note(preset, " pipeline, seed ", seed, " -> ", out);
-    std::map<std::string, std::function<void(std::size_t, std::size_t)>> progress;
-    for (const model::WanPipelineWeights& w : parts) {
-      const std::int64_t count = model::parameter_count(w.params);
-      std::cerr << "  " << w.part << ": " << describe(static_cast<std::int64_t>(w.params.size()), count, w.dtype)
-                << ", seed " << w.seed << "\n";
-      progress[w.part] = progress_for(count, w.part + " ");
-    }
-    std::cerr << "  tokenizer: SentencePiece unigram, " << p.tokenizer_pieces
-              << " pieces trained on the built-in text\n"
-              << "  scheduler: UniPC with flow sigmas, flow_shift " << std::fixed << std::setprecision(1)
-              << p.flow_shift << std::defaultfloat << "\n";
-    model::write_random_wan_pipeline(p, seed, dtype, out,
-                                     [&](const model::WanPipelineWeights& w, std::size_t done, std::size_t total) {
-                                       progress[w.part](done, total);
-                                     });
-    if (p.image)
-      std::cerr << "  image_processor: CLIPImageProcessor, " << p.image_processor.shortest_edge << " x "
-                << p.image_processor.crop_height << " crops\n";
-    voice.note("wrote the Wan pipeline ", out, " (transformer/, vae/, text_encoder/, tokenizer/, scheduler/, ",
-               p.image ? "image_encoder/, image_processor/, " : "", "model_index.json)");
+    write_wan_pipeline(preset, seed, dtype, out, voice);
     return 0;
   }
   const auto params = wan ? model::wan_transformer_parameters(wan_config) : model::unet_parameters(config);

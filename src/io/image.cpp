@@ -32,8 +32,8 @@ void chunk(std::string& out, const char* type, const std::string& data) {
   put_u32(out, static_cast<std::uint32_t>(data.size()));
   const std::string body = std::string(type, 4) + data;
   out += body;
-  put_u32(out, static_cast<std::uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(body.data()),
-                                                static_cast<uInt>(body.size()))));
+  put_u32(out, static_cast<std::uint32_t>(
+                   crc32(0, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()))));
 }
 
 }  // namespace
@@ -125,8 +125,8 @@ bool read_png(const std::string& path, std::vector<std::uint8_t>& rgb, std::int6
   const std::size_t channels = kChannels[static_cast<std::size_t>(p.color)], stride = p.width * channels;
   std::vector<std::uint8_t> raw(p.height * (stride + 1));
   uLongf got = static_cast<uLongf>(raw.size());
-  const int rc = uncompress(raw.data(), &got, reinterpret_cast<const Bytef*>(p.idat.data()),
-                            static_cast<uLong>(p.idat.size()));
+  const int rc =
+      uncompress(raw.data(), &got, reinterpret_cast<const Bytef*>(p.idat.data()), static_cast<uLong>(p.idat.size()));
   VINF_INPUT_CHECK(rc == Z_OK && got == raw.size(), path, ": the PNG's pixel data does not decode (zlib status ", rc,
                    ", ", got, " of ", raw.size(), " bytes): a damaged file");
   unfilter(path, raw, p.height, stride, channels);
@@ -161,8 +161,8 @@ void write_png(const std::string& path, const std::uint8_t* rgb, std::int64_t wi
   }
   uLongf packed_size = compressBound(static_cast<uLong>(raw.size()));
   std::string packed(packed_size, '\0');
-  VINF_CHECK(compress2(reinterpret_cast<Bytef*>(packed.data()), &packed_size, reinterpret_cast<const Bytef*>(raw.data()),
-                       static_cast<uLong>(raw.size()), 6) == Z_OK,
+  VINF_CHECK(compress2(reinterpret_cast<Bytef*>(packed.data()), &packed_size,
+                       reinterpret_cast<const Bytef*>(raw.data()), static_cast<uLong>(raw.size()), 6) == Z_OK,
              "zlib could not compress ", path);
   packed.resize(packed_size);
   std::string png("\x89PNG\r\n\x1a\n", 8), header;
@@ -209,6 +209,8 @@ void ContactSheet::add(std::int64_t frame, const std::uint8_t* rgb) {
       }
 }
 
-void ContactSheet::write(const std::string& path) const { write_png(path, sheet_.data(), sheet_width(), sheet_height()); }
+void ContactSheet::write(const std::string& path) const {
+  write_png(path, sheet_.data(), sheet_width(), sheet_height());
+}
 
 }  // namespace vinf::io

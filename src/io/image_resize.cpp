@@ -64,7 +64,8 @@ Taps taps(std::int64_t in_size, std::int64_t out_size, ResizeFilter filter) {
       double w = k[static_cast<std::size_t>(x)];
       if (total != 0.0) w /= total;
       const double fixed = w * static_cast<double>(1 << kPrecisionBits);
-      t.weights[static_cast<std::size_t>(o * t.ksize + x)] = static_cast<std::int32_t>(w < 0 ? -0.5 + fixed : 0.5 + fixed);
+      t.weights[static_cast<std::size_t>(o * t.ksize + x)] =
+          static_cast<std::int32_t>(w < 0 ? -0.5 + fixed : 0.5 + fixed);
     }
     t.first[static_cast<std::size_t>(o)] = xmin;
     t.count[static_cast<std::size_t>(o)] = xmax;

@@ -16,12 +16,18 @@
 namespace vinf::io {
 
 bool parse_safetensors_dtype(const std::string& s, DType& out) {
-  if (s == "F32") out = DType::f32;
-  else if (s == "F16") out = DType::f16;
-  else if (s == "BF16") out = DType::bf16;
-  else if (s == "F64") out = DType::f64;
-  else if (s == "I64") out = DType::i64;
-  else return false;
+  if (s == "F32")
+    out = DType::f32;
+  else if (s == "F16")
+    out = DType::f16;
+  else if (s == "BF16")
+    out = DType::bf16;
+  else if (s == "F64")
+    out = DType::f64;
+  else if (s == "I64")
+    out = DType::i64;
+  else
+    return false;
   return true;
 }
 
@@ -47,16 +53,17 @@ void check_layout(const std::string& path, const std::vector<SafetensorsFile::En
   std::sort(by_offset.begin(), by_offset.end(), [](const auto* a, const auto* b) {
     return a->offset != b->offset ? a->offset < b->offset : a->name < b->name;
   });
-  std::size_t covered = 0;                         // [0, covered) is covered so far
-  const SafetensorsFile::Entry* last = nullptr;    // the tensor that reaches `covered`
+  std::size_t covered = 0;  // [0, covered) is covered so far
+  const SafetensorsFile::Entry* last = nullptr;  // the tensor that reaches `covered`
   for (const auto* e : by_offset) {
     VINF_INPUT_CHECK(e->offset >= covered, path, ": tensors '", last ? last->name : "", "' [", last ? last->offset : 0,
                      ", ", covered, ") and '", e->name, "' [", e->offset, ", ", e->offset + e->bytes,
                      ") overlap in the data section; the file is corrupt");
-    VINF_INPUT_CHECK(e->offset == covered, path, ": bytes [", covered, ", ", e->offset,
-                     ") of the data section belong to no tensor (a hole ",
-                     last ? "between '" + last->name + "' and '" + e->name + "'" : "before '" + e->name + "', the first tensor",
-                     "); a safetensors file's tensors must cover its data section without gaps");
+    VINF_INPUT_CHECK(
+        e->offset == covered, path, ": bytes [", covered, ", ", e->offset,
+        ") of the data section belong to no tensor (a hole ",
+        last ? "between '" + last->name + "' and '" + e->name + "'" : "before '" + e->name + "', the first tensor",
+        "); a safetensors file's tensors must cover its data section without gaps");
     covered = e->offset + e->bytes;
     last = e;
   }
@@ -70,7 +77,7 @@ void check_layout(const std::string& path, const std::vector<SafetensorsFile::En
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   VINF_INPUT_CHECK(fd >= 0, "cannot open ", path, ": ", std::strerror(errno));
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
@@ -92,8 +99,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     const auto* bytes = static_cast<const unsigned char*>(map_);
     std::uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
-    VINF_INPUT_CHECK(header_len <= map_size_ - 8, path, ": header length ", header_len, " runs past the end of the file (",
-               map_size_, " bytes); the file is truncated or not safetensors");
+    VINF_INPUT_CHECK(header_len <= map_size_ - 8, path, ": header length ", header_len,
+                     " runs past the end of the file (", map_size_,
+                     " bytes); the file is truncated or not safetensors");
     data_ = static_cast<const char*>(map_) + 8 + header_len;
     const std::size_t data_size = map_size_ - 8 - header_len;
     nlohmann::json header;
@@ -113,7 +121,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       }
       const auto& v = *it;
       VINF_INPUT_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), path,
-                 ": tensor '", name, "' lacks dtype, shape or data_offsets");
+                       ": tensor '", name, "' lacks dtype, shape or data_offsets");
       Entry e;
       e.name = name;
       const std::string dt = v["dtype"].is_string() ? v["dtype"].get<std::string>() : "?";
@@ -126,27 +134,28 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                          ", which vinf does not read (F32, F16, BF16, F64, I64; bytes of U8 ... I32, BOOL)");
         e.opaque = dt;
       }
-      VINF_INPUT_CHECK(v["shape"].is_array() && v["shape"].size() <= static_cast<std::size_t>(kMaxDims), path, ": tensor '",
-                 name, "' has a bad shape ", v["shape"].dump());
+      VINF_INPUT_CHECK(v["shape"].is_array() && v["shape"].size() <= static_cast<std::size_t>(kMaxDims), path,
+                       ": tensor '", name, "' has a bad shape ", v["shape"].dump());
       for (const auto& d : v["shape"]) {
-        VINF_INPUT_CHECK(d.is_number_integer() && d.get<std::int64_t>() >= 0, path, ": tensor '", name, "' has a bad shape ",
-                   v["shape"].dump());
+        VINF_INPUT_CHECK(d.is_number_integer() && d.get<std::int64_t>() >= 0, path, ": tensor '", name,
+                         "' has a bad shape ", v["shape"].dump());
         e.shape.push_back(d.get<std::int64_t>());
       }
       const auto& off = v["data_offsets"];
-      VINF_INPUT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), path,
-                 ": tensor '", name, "' has bad data_offsets ", off.dump());
+      VINF_INPUT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+                       path, ": tensor '", name, "' has bad data_offsets ", off.dump());
       const auto begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
       VINF_INPUT_CHECK(begin <= end, path, ": tensor '", name, "' has data_offsets [", begin, ", ", end,
                        "] that end before they begin; the file is corrupt");
-      VINF_INPUT_CHECK(end <= data_size, path, ": tensor '", name, "' data [", begin, ", ", end,
-                 ") lies outside the ", data_size, "-byte data section; the file is truncated or corrupt");
+      VINF_INPUT_CHECK(end <= data_size, path, ": tensor '", name, "' data [", begin, ", ", end, ") lies outside the ",
+                       data_size, "-byte data section; the file is truncated or corrupt");
       e.offset = begin;
       e.bytes = end - begin;
       // The element count of a hostile shape can overflow; any size beyond the file is wrong anyway.
       std::uint64_t want = element;
       bool overflow = false;
-      for (std::int64_t d : e.shape) overflow = overflow || __builtin_mul_overflow(want, static_cast<std::uint64_t>(d), &want);
+      for (std::int64_t d : e.shape)
+        overflow = overflow || __builtin_mul_overflow(want, static_cast<std::uint64_t>(d), &want);
       VINF_INPUT_CHECK(!overflow && e.bytes == want, path, ": tensor '", name, "' holds ", e.bytes, " bytes but ", dt,
                        e.shape.str(), " needs ", overflow ? std::string("more than 2^64") : std::to_string(want));
       index_[name] = entries_.size();
@@ -280,16 +289,17 @@ Tensor require_tensor(const SafetensorsFile& f, const std::string& name, int ran
                       const std::string& needs) {
   const SafetensorsFile::Entry* e = f.find(name);
   VINF_INPUT_CHECK(e != nullptr, f.path(), " has no tensor '", name, "' (", needs, ")");
-  VINF_INPUT_CHECK(e->shape.rank() == rank, f.path(), ": '", name, "' must be ", layout, ", got shape ", e->shape.str());
+  VINF_INPUT_CHECK(e->shape.rank() == rank, f.path(), ": '", name, "' must be ", layout, ", got shape ",
+                   e->shape.str());
   return f.tensor(name);
 }
 
 Tensor require_values(const SafetensorsFile& f, const std::string& name, int rank, const std::string& layout,
                       const std::string& needs, bool int64_too) {
   const Tensor t = require_tensor(f, name, rank, layout, needs);
-  VINF_INPUT_CHECK(t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16 ||
-                       (int64_too && t.dtype == DType::i64),
-                   f.path(), ": '", name, "' must be F32 (or F16/BF16), got ", safetensors_dtype_name(t.dtype));
+  VINF_INPUT_CHECK(
+      t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16 || (int64_too && t.dtype == DType::i64),
+      f.path(), ": '", name, "' must be F32 (or F16/BF16), got ", safetensors_dtype_name(t.dtype));
   VINF_INPUT_CHECK(t.numel() > 0, f.path(), ": '", name, "' ", t.shape.str(), " is empty");
   return t;
 }

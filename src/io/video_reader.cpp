@@ -255,7 +255,8 @@ RgbFrames read_frames(const std::string& path, const std::string& option, std::i
     }
     return out;
   }
-  VINF_INPUT_CHECK(is_regular_file(path), option, " ", path, " does not exist (give a video file or a folder of frames)");
+  VINF_INPUT_CHECK(is_regular_file(path), option, " ", path,
+                   " does not exist (give a video file or a folder of frames)");
   const VideoInfo info = probe_video(path, ffprobe_beside(ffmpeg));
   out.width = info.width;
   out.height = info.height;

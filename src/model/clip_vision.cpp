@@ -46,11 +46,13 @@ ClipVisionConfig load_clip_vision_config(const std::string& path) {
   VINF_INPUT_CHECK(c.image_size > 0 && c.patch_size > 0 && c.image_size % c.patch_size == 0 && c.channels == 3 &&
                        c.projection_dim > 0 && e.hidden_size > 0 && e.intermediate_size > 0 && e.layers > 0 &&
                        e.heads > 0 && e.hidden_size % e.heads == 0 && e.layer_norm_eps > 0,
-                   path, ": the sizes must be positive, image_size a multiple of patch_size, hidden_size of "
+                   path,
+                   ": the sizes must be positive, image_size a multiple of patch_size, hidden_size of "
                    "num_attention_heads, num_channels 3 and layer_norm_eps positive");
   VINF_INPUT_CHECK(c.image_size <= 4096 && e.hidden_size <= 65536 && e.intermediate_size <= 262144 && e.layers <= 256 &&
                        c.projection_dim <= 65536,
-                   path, ": the sizes are beyond any CLIP vision model (image_size <= 4096, hidden_size <= 65536, "
+                   path,
+                   ": the sizes are beyond any CLIP vision model (image_size <= 4096, hidden_size <= 65536, "
                    "num_hidden_layers <= 256)");
   return c;
 }
@@ -70,76 +72,6 @@ std::vector<ParamSpec> clip_vision_parameters(const ClipVisionConfig& c, bool pr
   return p;
 }
 
-namespace {
-
-// PIL's bicubic kernel (a = -0.5).
-double cubic(double x) {
-  constexpr double a = -0.5;
-  x = std::fabs(x);
-  if (x < 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
-  if (x < 2) return (((x - 5) * x + 8) * x - 4) * a;
-  return 0;
-}
-
-// One axis of PIL's resampling: `in` holds `count` lines of `n_in` samples `stride_in` apart
-// (lines `line_in` apart); the result the same with n_out samples.
-void resample_axis(const std::vector<float>& in, std::int64_t n_in, std::int64_t n_out, std::int64_t lines,
-                   std::int64_t line_in, std::int64_t stride_in, std::vector<float>& out, std::int64_t line_out,
-                   std::int64_t stride_out) {
-  const double scale = static_cast<double>(n_in) / static_cast<double>(n_out), widen = std::max(scale, 1.0);
-  const double support = 2 * widen;
-  for (std::int64_t o = 0; o < n_out; ++o) {
-    const double centre = (static_cast<double>(o) + 0.5) * scale;
-    const auto lo = std::max<std::int64_t>(0, static_cast<std::int64_t>(centre - support + 0.5));
-    const auto hi = std::min<std::int64_t>(n_in, static_cast<std::int64_t>(centre + support + 0.5));
-    std::vector<double> w;
-    double total = 0;
-    for (std::int64_t i = lo; i < hi; ++i) {
-      w.push_back(cubic((static_cast<double>(i) - centre + 0.5) / widen));
-      total += w.back();
-    }
-    for (std::int64_t l = 0; l < lines; ++l) {
-      double sum = 0;
-      for (std::int64_t i = lo; i < hi; ++i)
-        sum += w[static_cast<std::size_t>(i - lo)] * in[static_cast<std::size_t>(l * line_in + i * stride_in)];
-      out[static_cast<std::size_t>(l * line_out + o * stride_out)] = static_cast<float>(total != 0 ? sum / total : 0);
-    }
-  }
-}
-
-}  // namespace
-
-std::vector<float> clip_preprocess(const std::uint8_t* hwc, std::int64_t width, std::int64_t height, int image_size) {
-  // transformers' shortest-edge size: the longer side scaled and truncated.
-  const std::int64_t s = image_size;
-  const std::int64_t rw = width <= height ? s : static_cast<std::int64_t>(static_cast<double>(s) * width / height);
-  const std::int64_t rh = width <= height ? static_cast<std::int64_t>(static_cast<double>(s) * height / width) : s;
-  // Three planes (c, y, x) in 0..255; horizontal pass, then vertical.
-  std::vector<float> planes(static_cast<std::size_t>(3 * height * width));
-  for (std::int64_t i = 0; i < height * width; ++i)
-    for (int c = 0; c < 3; ++c) planes[static_cast<std::size_t>(c * height * width + i)] = hwc[3 * i + c];
-  std::vector<float> wide(static_cast<std::size_t>(3 * height * rw)), full(static_cast<std::size_t>(3 * rh * rw));
-  resample_axis(planes, width, rw, 3 * height, width, 1, wide, rw, 1);
-  for (int c = 0; c < 3; ++c) {
-    const std::vector<float> plane(wide.begin() + c * height * rw, wide.begin() + (c + 1) * height * rw);
-    std::vector<float> tall(static_cast<std::size_t>(rh * rw));
-    resample_axis(plane, height, rh, rw, 1, rw, tall, 1, rw);
-    std::copy(tall.begin(), tall.end(), full.begin() + c * rh * rw);
-  }
-  static constexpr float kMean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
-  static constexpr float kStd[3] = {0.26862954f, 0.26130258f, 0.27577711f};
-  const std::int64_t top = (rh - s) / 2, left = (rw - s) / 2;
-  std::vector<float> out(static_cast<std::size_t>(3 * s * s));
-  for (int c = 0; c < 3; ++c)
-    for (std::int64_t y = 0; y < s; ++y)
-      for (std::int64_t x = 0; x < s; ++x) {
-        // PIL keeps bytes: the resampled value is rounded and clipped to 0..255 before scaling.
-        const float v = std::clamp(std::round(full[static_cast<std::size_t>((c * rh + top + y) * rw + left + x)]), 0.f, 255.f);
-        out[static_cast<std::size_t>((c * s + y) * s + x)] = (v / 255.f - kMean[c]) / kStd[c];
-      }
-  return out;
-}
-
 ClipImageProcessor load_clip_image_processor(const std::string& path) {
   const nlohmann::json j = io::read_json_file(path, "image processor config");
   VINF_INPUT_CHECK(j.is_object(), path, ": the file must hold a JSON object");
@@ -152,10 +84,12 @@ ClipImageProcessor load_clip_image_processor(const std::string& path) {
   }
   int resample = 3;
   r.read("resample", resample);
-  VINF_INPUT_CHECK(resample == 3, path, ": config key 'resample' is ", resample, "; vinf resizes with bicubic (3) only");
+  VINF_INPUT_CHECK(resample == 3, path, ": config key 'resample' is ", resample,
+                   "; vinf resizes with bicubic (3) only");
   if (const nlohmann::json* size = r.find("size")) {
-    VINF_INPUT_CHECK(size->is_object() && size->contains("shortest_edge") && (*size)["shortest_edge"].is_number_integer(),
-                     path, ": config key 'size' must be {\"shortest_edge\": N}, got ", size->dump());
+    VINF_INPUT_CHECK(
+        size->is_object() && size->contains("shortest_edge") && (*size)["shortest_edge"].is_number_integer(), path,
+        ": config key 'size' must be {\"shortest_edge\": N}, got ", size->dump());
     p.shortest_edge = (*size)["shortest_edge"].get<std::int64_t>();
   }
   if (const nlohmann::json* crop = r.find("crop_size")) {
@@ -187,8 +121,7 @@ std::vector<float> clip_image_pixels(const std::uint8_t* hwc, std::int64_t width
   const auto scaled = static_cast<std::int64_t>(static_cast<double>(s) * static_cast<double>(long_side) /
                                                 static_cast<double>(short_side));
   const std::int64_t rw = width <= height ? s : scaled, rh = width <= height ? scaled : s;
-  const std::vector<std::uint8_t> resized =
-      io::resize_rgb8(hwc, width, height, rw, rh, io::ResizeFilter::bicubic);
+  const std::vector<std::uint8_t> resized = io::resize_rgb8(hwc, width, height, rw, rh, io::ResizeFilter::bicubic);
   const std::int64_t ch = p.crop_height, cw = p.crop_width, top = (rh - ch) / 2, left = (rw - cw) / 2;
   std::vector<float> out(static_cast<std::size_t>(3 * ch * cw));
   for (int c = 0; c < 3; ++c)
@@ -199,6 +132,12 @@ std::vector<float> clip_image_pixels(const std::uint8_t* hwc, std::int64_t width
         out[static_cast<std::size_t>((c * ch + y) * cw + x)] = (scaled_v - p.mean[c]) / p.std[c];
       }
   return out;
+}
+
+std::vector<float> clip_preprocess(const std::uint8_t* hwc, std::int64_t width, std::int64_t height, int image_size) {
+  ClipImageProcessor p;
+  p.shortest_edge = p.crop_height = p.crop_width = image_size;
+  return clip_image_pixels(hwc, width, height, p);
 }
 
 ClipVisionModel::ClipVisionModel(ClipVisionConfig config, Weights weights, bool projection)
@@ -214,10 +153,9 @@ ClipVisionModel ClipVisionModel::load(const std::string& dir_arg, Runtime& rt, b
   VINF_INPUT_CHECK(io::path_exists(files.config), option, ": ", files.dir, " has no config.json (a transformers ",
                    projection ? "CLIPVisionModelWithProjection" : "CLIPVisionModel",
                    " directory has config.json and model.safetensors)");
-  VINF_INPUT_CHECK(io::path_exists(dir / "model.safetensors"), option, ": ", files.dir,
-                   " has no model.safetensors",
-                   io::path_exists(dir / "pytorch_model.bin") ? " (it has pytorch_model.bin: convert it to safetensors first)"
-                                                              : "");
+  VINF_INPUT_CHECK(
+      io::path_exists(dir / "model.safetensors"), option, ": ", files.dir, " has no model.safetensors",
+      io::path_exists(dir / "pytorch_model.bin") ? " (it has pytorch_model.bin: convert it to safetensors first)" : "");
   files.weights = {(dir / "model.safetensors").string()};
   ClipVisionConfig c = load_clip_vision_config(files.config);
   const WeightFiles wf(files);
@@ -229,8 +167,9 @@ ClipVisionModel ClipVisionModel::load(const std::string& dir_arg, Runtime& rt, b
 OwnedTensor ClipVisionModel::embed_tokens(ExecContext& ctx, const Tensor& pixels) const {
   const ClipVisionConfig& c = config_;
   const std::int64_t n = pixels.size(0), d = c.encoder.hidden_size, g = c.grid(), tokens = c.tokens();
-  VINF_CHECK(pixels.rank() == 4 && pixels.size(1) == 3 && pixels.size(2) == c.image_size && pixels.size(3) == c.image_size,
-             "ClipVisionModel: pixels ", pixels.shape.str());
+  VINF_CHECK(
+      pixels.rank() == 4 && pixels.size(1) == 3 && pixels.size(2) == c.image_size && pixels.size(3) == c.image_size,
+      "ClipVisionModel: pixels ", pixels.shape.str());
   auto w = [&](const std::string& name) -> const Tensor& { return weights_.get(name); };
   auto empty = [&](const Shape& s) { return ctx.arena->empty(weights_.dtype(), s); };
   OwnedTensor patches = empty({n, d, g, g});
@@ -250,8 +189,8 @@ OwnedTensor ClipVisionModel::embed_tokens(ExecContext& ctx, const Tensor& pixels
 
 void ClipVisionModel::hidden_state(ExecContext& ctx, const Tensor& pixels, int layers_run, const Tensor& out) const {
   const ClipVisionConfig& c = config_;
-  VINF_CHECK(layers_run >= 0 && layers_run <= c.encoder.layers, "ClipVisionModel::hidden_state: ", layers_run,
-             " of ", c.encoder.layers, " layers");
+  VINF_CHECK(layers_run >= 0 && layers_run <= c.encoder.layers, "ClipVisionModel::hidden_state: ", layers_run, " of ",
+             c.encoder.layers, " layers");
   VINF_CHECK(out.rank() == 3 && out.size(0) == pixels.size(0) && out.size(1) == c.tokens() &&
                  out.size(2) == c.encoder.hidden_size,
              "ClipVisionModel::hidden_state: out ", out.shape.str());

@@ -30,12 +30,6 @@ ClipVisionConfig load_clip_vision_config(const std::string& path);
 // CLIPVisionModelWithProjection; a plain CLIPVisionModel has none).
 std::vector<ParamSpec> clip_vision_parameters(const ClipVisionConfig& c, bool projection = true);
 
-// CLIPImageProcessor's steps on height x width x 3 bytes: the shorter side resized to image_size
-// (PIL's bicubic filter, a = -0.5, widened when shrinking, computed in floats without PIL's
-// rounding to bytes between the two passes), the centre image_size square cropped, scaled to 0..1
-// and normalized with CLIP's mean and std. Output (3, image_size, image_size).
-std::vector<float> clip_preprocess(const std::uint8_t* hwc, std::int64_t width, std::int64_t height, int image_size);
-
 // CLIPImageProcessor's settings (image_processor/preprocessor_config.json): the shorter side's
 // size, the centre crop, the scale and the normalisation.
 struct ClipImageProcessor {
@@ -54,6 +48,10 @@ ClipImageProcessor load_clip_image_processor(const std::string& path);
 // (x - mean) / std in float32. Output (3, crop_height, crop_width).
 std::vector<float> clip_image_pixels(const std::uint8_t* hwc, std::int64_t width, std::int64_t height,
                                      const ClipImageProcessor& p);
+
+// clip_image_pixels at OpenAI CLIP's settings for a tower of image_size: the shorter side to
+// image_size, the centre image_size square, CLIP's mean and std. Output (3, image_size, image_size).
+std::vector<float> clip_preprocess(const std::uint8_t* hwc, std::int64_t width, std::int64_t height, int image_size);
 
 class ClipVisionModel {
  public:

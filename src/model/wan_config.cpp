@@ -51,8 +51,8 @@ WanTransformerConfig load_wan_transformer_config(const std::string& path, std::v
                      "\" is not WanTransformer3DModel");
   std::vector<std::int64_t> patch;
   if (r.read("patch_size", patch)) {
-    VINF_INPUT_CHECK(patch.size() == 3, path, ": config key 'patch_size' must hold 3 sizes (frames, height, width), got ",
-                     patch.size());
+    VINF_INPUT_CHECK(patch.size() == 3, path,
+                     ": config key 'patch_size' must hold 3 sizes (frames, height, width), got ", patch.size());
     for (int i = 0; i < 3; ++i) c.patch_size[static_cast<std::size_t>(i)] = patch[static_cast<std::size_t>(i)];
   }
   r.read("num_attention_heads", c.heads);
@@ -86,27 +86,34 @@ WanTransformerConfig load_wan_transformer_config(const std::string& path, std::v
   VINF_INPUT_CHECK(c.heads >= 1 && c.head_dim >= 6 && c.head_dim % 2 == 0, path,
                    ": num_attention_heads must be >= 1 and attention_head_dim even and >= 6, got ", c.heads, " and ",
                    c.head_dim);
-  for (auto [key, v] : {std::pair{"in_channels", c.in_channels}, {"out_channels", c.out_channels},
-                        {"text_dim", c.text_dim}, {"ffn_dim", c.ffn_dim}, {"num_layers", c.layers},
+  for (auto [key, v] : {std::pair{"in_channels", c.in_channels},
+                        {"out_channels", c.out_channels},
+                        {"text_dim", c.text_dim},
+                        {"ffn_dim", c.ffn_dim},
+                        {"num_layers", c.layers},
                         {"rope_max_seq_len", c.rope_max_seq_len}})
     VINF_INPUT_CHECK(v >= 1 && v <= (1 << 20), path, ": config key '", key, "' must be in [1, 1048576], got ", v);
   VINF_INPUT_CHECK(c.freq_dim >= 2 && c.freq_dim % 2 == 0, path, ": config key 'freq_dim' must be even and >= 2, got ",
                    c.freq_dim);
   VINF_INPUT_CHECK(c.eps > 0, path, ": config key 'eps' must be > 0");
-  VINF_INPUT_CHECK(c.in_channels >= c.out_channels && (c.image_dim > 0 || c.in_channels == c.out_channels), path,
-                   ": in_channels ", c.in_channels, " and out_channels ", c.out_channels,
-                   ": a text-to-video model takes as many as it gives, an image-to-video model more (its mask and image "
-                   "latents beside the noisy latents)");
+  VINF_INPUT_CHECK(
+      c.in_channels >= c.out_channels && (c.image_dim > 0 || c.in_channels == c.out_channels), path, ": in_channels ",
+      c.in_channels, " and out_channels ", c.out_channels,
+      ": a text-to-video model takes as many as it gives, an image-to-video model more (its mask and image "
+      "latents beside the noisy latents)");
   if (warnings)
     for (const std::string& k : r.unknown_keys())
-      if (k != "window_size" && k != "cross_attn_norm") warnings->push_back(path + ": unknown config key '" + k + "' ignored");
+      if (k != "window_size" && k != "cross_attn_norm")
+        warnings->push_back(path + ": unknown config key '" + k + "' ignored");
   return c;
 }
 
 namespace {
 
 // A config value that is null when 0 (diffusers' None).
-nlohmann::ordered_json optional_size(std::int64_t v) { return v > 0 ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); }
+nlohmann::ordered_json optional_size(std::int64_t v) {
+  return v > 0 ? nlohmann::ordered_json(v) : nlohmann::ordered_json();
+}
 
 }  // namespace
 
@@ -157,7 +164,8 @@ std::vector<ParamSpec> wan_transformer_parameters(const WanTransformerConfig& c)
     p.push_back({name + ".weight", {out, in}, {}, split});
     p.push_back({name + ".bias", {out}, {}, split.kind == ParamSplit::heads_rows ? split : ParamSplit{}});
   };
-  const ParamSplit head_rows{ParamSplit::heads_rows, c.heads, c.head_dim}, head_cols{ParamSplit::heads_cols, c.heads, c.head_dim};
+  const ParamSplit head_rows{ParamSplit::heads_rows, c.heads, c.head_dim},
+      head_cols{ParamSplit::heads_cols, c.heads, c.head_dim};
   p.push_back({"patch_embedding.weight", {d, c.in_channels, c.patch_size[0], c.patch_size[1], c.patch_size[2]}});
   p.push_back({"patch_embedding.bias", {d}});
   linear("condition_embedder.time_embedder.linear_1", d, c.freq_dim);
@@ -205,7 +213,8 @@ std::vector<ParamSpec> wan_transformer_parameters(const WanTransformerConfig& c)
 WanFlops wan_transformer_flops(const WanTransformerConfig& c, std::int64_t batch, std::int64_t frames,
                                std::int64_t height, std::int64_t width, std::int64_t text_tokens) {
   const double B = static_cast<double>(batch), D = static_cast<double>(c.dim()), T = static_cast<double>(text_tokens);
-  const double L = static_cast<double>((frames / c.patch_size[0]) * (height / c.patch_size[1]) * (width / c.patch_size[2]));
+  const double L =
+      static_cast<double>((frames / c.patch_size[0]) * (height / c.patch_size[1]) * (width / c.patch_size[2]));
   const double P = static_cast<double>(c.patch_volume()), F = static_cast<double>(c.ffn_dim);
   WanFlops f;
   const double per_block_linear = L * (4 * D * D + 2 * D * D + 2 * D * F) + T * 2 * D * D;

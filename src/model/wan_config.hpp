@@ -15,7 +15,7 @@ namespace vinf::model {
 
 struct WanTransformerConfig {
   std::array<std::int64_t, 3> patch_size{1, 2, 2};  // frames, height, width
-  std::int64_t heads = 12, head_dim = 128;          // inner dim = heads x head_dim
+  std::int64_t heads = 12, head_dim = 128;  // inner dim = heads x head_dim
   std::int64_t in_channels = 16, out_channels = 16;
   std::int64_t text_dim = 4096, freq_dim = 256, ffn_dim = 8960, layers = 30;
   bool cross_attn_norm = true;

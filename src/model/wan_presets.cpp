@@ -61,8 +61,8 @@ WanPipelinePreset wan_pipeline_preset(const std::string& name) {
 
 std::vector<WanPipelineWeights> wan_pipeline_weights(const WanPipelinePreset& p, std::uint64_t seed, DType dtype) {
   std::vector<WanPipelineWeights> w;
-  w.push_back({"transformer", "transformer/diffusion_pytorch_model.safetensors", wan_transformer_parameters(p.transformer),
-               dtype, seed});
+  w.push_back({"transformer", "transformer/diffusion_pytorch_model.safetensors",
+               wan_transformer_parameters(p.transformer), dtype, seed});
   std::vector<ParamSpec> vae = wan_vae_parameters(p.vae);
   // The mid blocks' attention projections are 1x1 convolutions in diffusers' files.
   for (ParamSpec& q : vae)
@@ -76,7 +76,8 @@ std::vector<WanPipelineWeights> wan_pipeline_weights(const WanPipelinePreset& p,
   return w;
 }
 
-void write_random_wan_transformer(const WanTransformerConfig& c, std::uint64_t seed, DType dtype, const std::string& dir,
+void write_random_wan_transformer(const WanTransformerConfig& c, std::uint64_t seed, DType dtype,
+                                  const std::string& dir,
                                   const std::function<void(std::size_t, std::size_t)>& progress) {
   make_directory(dir);
   write_random_weights(wan_transformer_parameters(c), seed, dtype, dir + "/diffusion_pytorch_model.safetensors",
@@ -86,16 +87,17 @@ void write_random_wan_transformer(const WanTransformerConfig& c, std::uint64_t s
 
 std::string wan_unipc_scheduler_config_json(double flow_shift) {
   const std::string shift = nlohmann::json(flow_shift).dump();  // 3.0, not 3
-  return std::string("{\n"
-                     "  \"_class_name\": \"UniPCMultistepScheduler\",\n"
-                     "  \"_diffusers_version\": \"0.33.1\",\n"
-                     "  \"beta_end\": 0.02,\n"
-                     "  \"beta_schedule\": \"linear\",\n"
-                     "  \"beta_start\": 0.0001,\n"
-                     "  \"disable_corrector\": [],\n"
-                     "  \"dynamic_thresholding_ratio\": 0.995,\n"
-                     "  \"final_sigmas_type\": \"zero\",\n"
-                     "  \"flow_shift\": ") +
+  return std::string(
+             "{\n"
+             "  \"_class_name\": \"UniPCMultistepScheduler\",\n"
+             "  \"_diffusers_version\": \"0.33.1\",\n"
+             "  \"beta_end\": 0.02,\n"
+             "  \"beta_schedule\": \"linear\",\n"
+             "  \"beta_start\": 0.0001,\n"
+             "  \"disable_corrector\": [],\n"
+             "  \"dynamic_thresholding_ratio\": 0.995,\n"
+             "  \"final_sigmas_type\": \"zero\",\n"
+             "  \"flow_shift\": ") +
          shift +
          ",\n"
          "  \"lower_order_final\": true,\n"
@@ -147,13 +149,14 @@ void write_random_wan_pipeline(const WanPipelinePreset& p, std::uint64_t seed, D
                                 (p.image ? "  \"image_encoder\": [\"transformers\", \"CLIPVisionModel\"],\n"
                                            "  \"image_processor\": [\"transformers\", \"CLIPImageProcessor\"],\n"
                                          : "") +
-                            "  \"_vinf\": \"random weights, vinf make-model --preset " + p.name +
-                                " --layout pipeline --seed " + std::to_string(seed) + "\",\n"
-                            "  \"scheduler\": [\"diffusers\", \"UniPCMultistepScheduler\"],\n"
-                            "  \"text_encoder\": [\"transformers\", \"UMT5EncoderModel\"],\n"
-                            "  \"tokenizer\": [\"transformers\", \"T5Tokenizer\"],\n"
-                            "  \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"],\n"
-                            "  \"vae\": [\"diffusers\", \"AutoencoderKLWan\"]\n}\n");
+                                "  \"_vinf\": \"random weights, vinf make-model --preset " + p.name +
+                                " --layout pipeline --seed " + std::to_string(seed) +
+                                "\",\n"
+                                "  \"scheduler\": [\"diffusers\", \"UniPCMultistepScheduler\"],\n"
+                                "  \"text_encoder\": [\"transformers\", \"UMT5EncoderModel\"],\n"
+                                "  \"tokenizer\": [\"transformers\", \"T5Tokenizer\"],\n"
+                                "  \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"],\n"
+                                "  \"vae\": [\"diffusers\", \"AutoencoderKLWan\"]\n}\n");
 }
 
 std::string clip_vision_config_json(const ClipVisionConfig& c) {

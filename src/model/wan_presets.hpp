@@ -63,7 +63,8 @@ using WanWriteProgress = std::function<void(const WanPipelineWeights& part, std:
 
 // DIR/config.json and DIR/diffusion_pytorch_model.safetensors of a random transformer, drawn with
 // `seed` as write_random_weights draws (presets.hpp); the config is written last.
-void write_random_wan_transformer(const WanTransformerConfig& c, std::uint64_t seed, DType dtype, const std::string& dir,
+void write_random_wan_transformer(const WanTransformerConfig& c, std::uint64_t seed, DType dtype,
+                                  const std::string& dir,
                                   const std::function<void(std::size_t, std::size_t)>& progress = {});
 
 // The whole pipeline in DIR: the weights of wan_pipeline_weights with their configs, the trained

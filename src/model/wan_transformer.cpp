@@ -115,7 +115,9 @@ struct Pass {
     OwnedTensor o = empty({B, L, Dh});
     ops::AttentionParams ap;
     ap.scale = 1.f / std::sqrt(static_cast<float>(hd));
-    auto heads_first = [&](const Tensor& t, std::int64_t len) { return t.reshape({B, len, H, hd}).permute({0, 2, 1, 3}); };
+    auto heads_first = [&](const Tensor& t, std::int64_t len) {
+      return t.reshape({B, len, H, hd}).permute({0, 2, 1, 3});
+    };
     if (cos && self_attention) {
       self_attention->attend(ctx, heads_first(q, L), heads_first(k, Lk), heads_first(v, Lk), heads_first(o, L), ap);
     } else {
@@ -204,8 +206,8 @@ WanTransformer::WanTransformer(WanTransformerConfig config, Weights weights)
 void WanTransformer::set_tensor_group(TensorGroup* group) {
   const TensorShard& s = weights_.shard();
   VINF_CHECK(s.size == (group ? group->size() : 1) && (!group || group->rank() == s.rank),
-             "WanTransformer: a tensor group of ", group ? group->size() : 1, " for the weights of tensor shard ", s.rank,
-             " of ", s.size);
+             "WanTransformer: a tensor group of ", group ? group->size() : 1, " for the weights of tensor shard ",
+             s.rank, " of ", s.size);
   tensor_group_ = group;
 }
 
@@ -215,8 +217,9 @@ WanTransformer WanTransformer::load(const std::string& dir, Runtime& rt, DType d
   if (!io::path_exists(d / "config.json") && io::path_exists(d / "transformer" / "config.json")) d /= "transformer";
   const ModelFiles files = find_model_files(d.string());
   WanTransformerConfig c = load_wan_transformer_config(files.config, warnings);
-  VINF_INPUT_CHECK(activation_dtype(dtype, rt.device()) == dtype, "the Wan transformer computes in one dtype: ",
-                   dtype_name(dtype), " on ", rt.device().name(), " is not supported (use --dtype f32 on the CPU)");
+  VINF_INPUT_CHECK(activation_dtype(dtype, rt.device()) == dtype,
+                   "the Wan transformer computes in one dtype: ", dtype_name(dtype), " on ", rt.device().name(),
+                   " is not supported (use --dtype f32 on the CPU)");
   const WeightFiles wf(files);
   VINF_INPUT_CHECK(shard.size <= c.heads, "--parallel.tensor ", shard.size, " splits the Wan transformer's ", c.heads,
                    " heads: use at most ", c.heads, " tensor ranks (", files.config, ")");
@@ -224,9 +227,9 @@ WanTransformer WanTransformer::load(const std::string& dir, Runtime& rt, DType d
   return WanTransformer(std::move(c), std::move(w));
 }
 
-void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t, const Tensor& text,
-                             const Tensor& out, const WanProbe& probe, const WanFrames& frames,
-                             WanSelfAttention* self_attention, const Tensor* image) const {
+void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t, const Tensor& text, const Tensor& out,
+                             const WanProbe& probe, const WanFrames& frames, WanSelfAttention* self_attention,
+                             const Tensor* image) const {
   const WanTransformerConfig& c = config_;
   const char* op = "WanTransformer";
   VINF_CHECK(x.rank() == 5 && x.size(1) == c.in_channels, op, ": x ", x.describe(), " must be [B, ", c.in_channels,
@@ -238,7 +241,8 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
   const std::int64_t Fp = F / pt, Hp = Hs / ph, Wp = Ws / pw, L = Fp * Hp * Wp, D = c.dim();
   const std::int64_t total = frames.total > 0 ? frames.total : F;
   VINF_CHECK(frames.first >= 0 && frames.first + F <= total && frames.first % pt == 0 && total % pt == 0, op,
-             ": frames [", frames.first, ", ", frames.first + F, ") of ", total, " do not fit the video or the patch size");
+             ": frames [", frames.first, ", ", frames.first + F, ") of ", total,
+             " do not fit the video or the patch size");
   const std::int64_t Ft = total / pt, f0 = frames.first / pt;
   VINF_INPUT_CHECK(Ft <= c.rope_max_seq_len && Hp <= c.rope_max_seq_len && Wp <= c.rope_max_seq_len,
                    "the Wan transformer's rotary table covers ", c.rope_max_seq_len,
@@ -251,18 +255,28 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
                  out.size(3) == Hs && out.size(4) == Ws,
              op, ": out ", out.describe());
   VINF_CHECK(out.is_contiguous(), op, ": out must be contiguous");
-  VINF_CHECK((image != nullptr) == c.image_conditioned(), op, ": an image-to-video model takes the image's CLIP states, a ",
-             "text-to-video model none");
-  VINF_CHECK(!image || (image->rank() == 3 && (image->size(0) == 1 || image->size(0) == B) &&
-                        image->size(2) == c.image_dim &&
-                        (c.pos_embed_seq_len == 0 || image->size(1) == c.pos_embed_seq_len)),
-             op, ": image ", image ? image->describe() : "", " must be [1 or ", B, ", tokens, ", c.image_dim, "]",
-             c.pos_embed_seq_len > 0 ? " with the position table's tokens" : "");
+  VINF_CHECK((image != nullptr) == c.image_conditioned(), op,
+             ": an image-to-video model takes the image's CLIP states, a ", "text-to-video model none");
+  VINF_CHECK(
+      !image || (image->rank() == 3 && (image->size(0) == 1 || image->size(0) == B) && image->size(2) == c.image_dim &&
+                 (c.pos_embed_seq_len == 0 || image->size(1) == c.pos_embed_seq_len)),
+      op, ": image ", image ? image->describe() : "", " must be [1 or ", B, ", tokens, ", c.image_dim, "]",
+      c.pos_embed_seq_len > 0 ? " with the position table's tokens" : "");
   VINF_CHECK(weights_.shard().size == 1 || tensor_group_ != nullptr, op, ": the weights of a tensor shard (",
              weights_.shard().size, " ranks) need set_tensor_group before forward");
   const DType dt = weights_.dtype();
-  Pass ps{ctx, weights_, c, probe, self_attention, weights_.shard().size > 1 ? tensor_group_ : nullptr, B, L, D, dt,
-          ctx.arena->empty(dt, {D}), ctx.arena->empty(dt, {D})};
+  Pass ps{ctx,
+          weights_,
+          c,
+          probe,
+          self_attention,
+          weights_.shard().size > 1 ? tensor_group_ : nullptr,
+          B,
+          L,
+          D,
+          dt,
+          ctx.arena->empty(dt, {D}),
+          ctx.arena->empty(dt, {D})};
   ops::fill(ctx, ps.ones, 1.0);
   ops::fill(ctx, ps.zeros, 0.0);
 
@@ -287,13 +301,12 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
   OwnedTensor patches = ps.empty({B, L, K});
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t kt = 0; kt < pt; ++kt)
-      ops::copy(ctx,
-                strided_view(*xin, b * sb + kt * sf, {Fp, Hp, Wp, C, ph, pw}, {pt * sf, ph * Ws, pw, sc, Ws, 1}),
+      ops::copy(ctx, strided_view(*xin, b * sb + kt * sf, {Fp, Hp, Wp, C, ph, pw}, {pt * sf, ph * Ws, pw, sc, Ws, 1}),
                 strided_view(patches, b * L * K + kt * ph * pw, {Fp, Hp, Wp, C, ph, pw},
                              {Hp * Wp * K, Wp * K, K, pt * ph * pw, pw, 1}));
   OwnedTensor h = ps.empty({B, L, D});
-  ops::linear(ctx, patches, weights_.get("patch_embedding.weight").reshape({D, K}), &weights_.get("patch_embedding.bias"),
-              h);
+  ops::linear(ctx, patches, weights_.get("patch_embedding.weight").reshape({D, K}),
+              &weights_.get("patch_embedding.bias"), h);
   if (probe) probe("patch_embedding.out", h.view().reshape({B, Fp, Hp, Wp, D}).permute({0, 4, 1, 2, 3}));
 
   const Conditioning cond = condition(ps, t, text);
@@ -313,8 +326,10 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
     ps.modulated_norm(h, row(1), row(0), n);
     ps.attention(k + "attn1", n, n, &cos, &sin, y);
     ps.gated_residual(h, y, row(2));
-    if (c.cross_attn_norm) ops::layer_norm(ctx, h, weights_.get(k + "norm2.weight"), weights_.get(k + "norm2.bias"), n, c.eps);
-    else ops::copy(ctx, h, n);
+    if (c.cross_attn_norm)
+      ops::layer_norm(ctx, h, weights_.get(k + "norm2.weight"), weights_.get(k + "norm2.bias"), n, c.eps);
+    else
+      ops::copy(ctx, h, n);
     ps.attention(k + "attn2", n, enc, nullptr, nullptr, y, image ? &image_view : nullptr);
     if (blk == 0) ps.show(k + "attn2.out", y);
     ops::add(ctx, h, y, h);

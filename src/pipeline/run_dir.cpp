@@ -336,8 +336,7 @@ json vi_json(const infinity::Config& v) {
   return j;
 }
 
-void check_latents_init(const std::string& path, const Shape& want, const std::string& layout,
-                        const std::string& key) {
+void check_latents_init(const std::string& path, const Shape& want, const std::string& layout, const std::string& key) {
   const io::SafetensorsFile f(path);
   const auto* e = f.find(key);
   VINF_INPUT_CHECK(e != nullptr, "--latents-init ", path, " has no tensor '", key, "' (F32 [1,C,F,H,W])");

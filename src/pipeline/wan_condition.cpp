@@ -112,8 +112,8 @@ WanImageCondition wan_image_condition(Runtime& rt, const std::string& model, con
   return out;
 }
 
-WanPosterior wan_video_posterior(Runtime& rt, const model::WanVae& vae, const io::RgbFrames& video,
-                                 std::int64_t frames, std::int64_t height, std::int64_t width) {
+WanPosterior wan_video_posterior(Runtime& rt, const model::WanVae& vae, const io::RgbFrames& video, std::int64_t frames,
+                                 std::int64_t height, std::int64_t width) {
   const model::WanVaeConfig& vc = vae.config();
   VINF_CHECK(static_cast<std::int64_t>(video.frames.size()) >= frames, "wan_video_posterior: ", video.frames.size(),
              " frames for ", frames);

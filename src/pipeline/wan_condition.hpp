@@ -25,7 +25,7 @@ namespace vinf::pipeline {
 // last frame, normalised by the VAE's latents_mean and latents_std.
 struct WanImageCondition {
   std::int64_t image_tokens = 0, image_dim = 0;
-  std::vector<float> clip_pixels;   // [images, 3, s, s], CLIPImageProcessor's output
+  std::vector<float> clip_pixels;  // [images, 3, s, s], CLIPImageProcessor's output
   std::vector<float> image_states;  // [image_tokens, image_dim]
   std::int64_t channels = 0, latent_frames = 0, lh = 0, lw = 0;
   std::vector<float> condition;  // [channels, latent_frames, lh, lw]
@@ -48,8 +48,8 @@ struct WanPosterior {
   std::vector<float> mean, logvar;
   std::int64_t latent_frames = 0, lh = 0, lw = 0;
 };
-WanPosterior wan_video_posterior(Runtime& rt, const model::WanVae& vae, const io::RgbFrames& video,
-                                 std::int64_t frames, std::int64_t height, std::int64_t width);
+WanPosterior wan_video_posterior(Runtime& rt, const model::WanVae& vae, const io::RgbFrames& video, std::int64_t frames,
+                                 std::int64_t height, std::int64_t width);
 
 // The start latents of video-to-video, in f32 as the pipeline computes them: the posterior sampled
 // (mean + exp(logvar / 2) eps), normalised ((x - latents_mean) * (1 / latents_std)), then noised to

@@ -53,14 +53,14 @@ ExtendInput read_extend_input(GenerateSpec& o, const std::string& out_dir) {
       o.width = in.frames.width;
       o.height = in.frames.height;
     }
-    VINF_INPUT_CHECK(o.height % 16 == 0 && o.width % 16 == 0, "vinf extend --video ", o.extend, " is ",
-                     in.frames.width, "x", in.frames.height, "; a Wan video's height and width are multiples of 16: ",
+    VINF_INPUT_CHECK(o.height % 16 == 0 && o.width % 16 == 0, "vinf extend --video ", o.extend, " is ", in.frames.width,
+                     "x", in.frames.height, "; a Wan video's height and width are multiples of 16: ",
                      "give --video.height and --video.width (the input is resized to them for the join)");
     std::error_code ec;
     fs::create_directories(out_dir, ec);
     VINF_INPUT_CHECK(!ec, "cannot create the output directory ", out_dir, ": ", ec.message());
-    const io::RgbFrames last = frames_at({in.frames.width, in.frames.height, {in.frames.frames.back()}},
-                                         in.frames.width, in.frames.height);
+    const io::RgbFrames last =
+        frames_at({in.frames.width, in.frames.height, {in.frames.frames.back()}}, in.frames.width, in.frames.height);
     io::write_png(out_dir + "/last-frame.png", last.frames[0].data(), last.width, last.height);
   } catch (const InputError& e) {
     in.error = e.what();
@@ -93,8 +93,8 @@ VideoOutcome extend_video(GenerateSpec& o, job::Job& job, VideoPipeline& family)
   if (job.root()) input = read_extend_input(o, out_dir);
   world.broadcast(input.error);
   VINF_INPUT_CHECK(input.error.empty(), input.error);
-  std::string shape = std::to_string(o.height) + " " + std::to_string(o.width) + " " +
-                      std::to_string(input.frames.frames.size());
+  std::string shape =
+      std::to_string(o.height) + " " + std::to_string(o.width) + " " + std::to_string(input.frames.frames.size());
   world.broadcast(shape);
   std::int64_t size[2] = {0, 0}, count = 0;
   std::istringstream(shape) >> size[0] >> size[1] >> count;
@@ -122,14 +122,10 @@ VideoOutcome extend_video(GenerateSpec& o, job::Job& job, VideoPipeline& family)
       if (error.empty() && o.evaluate)
         evaluate::evaluate_file(out_dir + "/video.mp4", out_dir, std::vector<std::int64_t>{count},
                                 o.evaluate_clip_vision, o.quiet);
-      json record = {{"format", "vinf-extend"},
-                     {"input", o.extend},
-                     {"input_frames", count},
-                     {"segment", "segment"},
-                     {"new_frames", o.frames - 1},
-                     {"frames", joined},
-                     {"seam_frame", count},
-                     {"conditioning", "last-frame.png"}};
+      json record = {{"format", "vinf-extend"},    {"input", o.extend},
+                     {"input_frames", count},      {"segment", "segment"},
+                     {"new_frames", o.frames - 1}, {"frames", joined},
+                     {"seam_frame", count},        {"conditioning", "last-frame.png"}};
       if (error.empty() && o.evaluate) {
         std::ifstream in(out_dir + "/evaluate.json");
         const json measured = json::parse(in, nullptr, false);
@@ -145,9 +141,9 @@ VideoOutcome extend_video(GenerateSpec& o, job::Job& job, VideoPipeline& family)
   VINF_CHECK(error.empty(), "vinf extend: joining ", o.extend, " and the segment in ", out_dir, ": ", error);
   report.say("wrote " + out_dir + "/video.mp4: " + std::to_string(count) + " frames of " + o.extend + ", then " +
              std::to_string(o.frames - 1) + " new (the seam at frame " + std::to_string(count) + ")" +
-             (o.evaluate ? "; the seam's measures in evaluate.json"
-                         : "; vinf evaluate " + out_dir + "/video.mp4 --boundaries " + std::to_string(count) +
-                               " reports it"));
+             (o.evaluate
+                  ? "; the seam's measures in evaluate.json"
+                  : "; vinf evaluate " + out_dir + "/video.mp4 --boundaries " + std::to_string(count) + " reports it"));
   VideoOutcome done = outcome;
   done.out_dir = out_dir;
   return done;

@@ -167,7 +167,8 @@ struct WanRun {
   std::vector<float> video_start;
   int first_step = 0;
   // What run.json reports.
-  double text_seconds = 0, condition_seconds = 0, load_seconds = 0, denoise_seconds = 0, checkpoint_seconds = 0, write_seconds = 0;
+  double text_seconds = 0, condition_seconds = 0, load_seconds = 0, denoise_seconds = 0, checkpoint_seconds = 0,
+         write_seconds = 0;
   std::vector<double> step_seconds;
   int start_step = 0;
   std::string resumed_from;
@@ -204,8 +205,8 @@ void plan_wan_input(WanRun& r) {
                      "pipeline (Wan2.1-FLF2V: pos_embed_seq_len in its transformer config); ", o.model,
                      " takes the first frame only");
     for (const char* part : {"image_encoder", "image_processor", "vae"})
-      VINF_INPUT_CHECK(io::is_directory(o.model + "/" + part), what, " is an image-to-video pipeline but has no ",
-                       part, "/ directory");
+      VINF_INPUT_CHECK(io::is_directory(o.model + "/" + part), what, " is an image-to-video pipeline but has no ", part,
+                       "/ directory");
     VINF_INPUT_CHECK(tc.condition_channels() == 20, what, ": the transformer takes ", tc.in_channels,
                      " input channels; an image-to-video model takes its ", tc.out_channels,
                      " latent channels, 4 mask channels and 16 image-latent channels (36)");
@@ -449,7 +450,8 @@ void start_wan_latents(WanRun& r, sampling::FlowSampler& sampler) {
   ExecContext& ctx = r.rt.ctx();
   if (!r.video_start.empty()) {
     const Shape whole{1, r.tc.out_channels, r.lf, r.lh, r.lw};
-    ops::copy(ctx, Tensor::wrap(r.video_start.data(), DType::f32, Device::cpu(), whole).slice(2, r.part.first, r.part.count),
+    ops::copy(ctx,
+              Tensor::wrap(r.video_start.data(), DType::f32, Device::cpu(), whole).slice(2, r.part.first, r.part.count),
               sampler.latents());
   } else if (o.latents_init.empty()) {
     sampling::NoiseSource(sampling::NoiseMode::invariant, static_cast<std::uint64_t>(o.seed), 0, r.part.first)
@@ -490,7 +492,8 @@ void upload_wan_input(WanRun& r, OwnedTensor& condition, OwnedTensor& image) {
                 .slice(2, r.part.first, r.part.count),
             condition);
   image = r.rt.arena().empty(dt, {1, c.image_tokens, c.image_dim});
-  ops::copy(ctx, Tensor::wrap(const_cast<float*>(c.image_states.data()), DType::f32, Device::cpu(), image.shape), image);
+  ops::copy(ctx, Tensor::wrap(const_cast<float*>(c.image_states.data()), DType::f32, Device::cpu(), image.shape),
+            image);
 }
 
 void log_wan_plan(const WanRun& r, const model::WanTransformer& wan) {
@@ -503,10 +506,10 @@ void log_wan_plan(const WanRun& r, const model::WanTransformer& wan) {
                (o.latents_init.empty() ? ", seed " + std::to_string(o.seed) : ", draws from " + o.latents_init) +
                (r.images.size() == 1 ? "; image-to-video from " + o.image : "") +
                (r.images.size() == 2 ? "; first-and-last-frame from " + o.image + " and " + o.last_image : "") +
-               (!o.input_video.empty() ? "; video-to-video from " + o.input_video + " at --strength " +
-                                             format_number(o.strength, 3) + ": steps " + std::to_string(r.first_step + 1) +
-                                             "-" + std::to_string(o.steps) + " run"
-                                       : "") +
+               (!o.input_video.empty()
+                    ? "; video-to-video from " + o.input_video + " at --strength " + format_number(o.strength, 3) +
+                          ": steps " + std::to_string(r.first_step + 1) + "-" + std::to_string(o.steps) + " run"
+                    : "") +
                (r.windows ? "; --vi.mode invariant, windows of +-" + std::to_string(o.vi.local_frames) +
                                 " latent frames and " + std::to_string(o.vi.global_frames) + " global frame(s)"
                           : "") +
@@ -745,16 +748,11 @@ void write_wan_run_json(WanRun& r, const WanVideoFiles& video, const WanEvaluati
   record.resumed_from = r.resumed_from;
   record.start_step = r.start_step;
   record.schedule = {{"timesteps", r.scheduler->timesteps()}, {"sigmas", r.scheduler->sigmas()}};
-  record.times = {{"load", r.load_seconds},
-                  {"text", r.text_seconds},
-                  {"condition", r.condition_seconds},
-                  {"denoise", r.denoise_seconds},
-                  {"denoise_per_step", per_step},
-                  {"checkpoint", r.checkpoint_seconds},
-                  {"write", r.write_seconds},
-                  {"decode", video.seconds},
-                  {"evaluate", evaluation.seconds},
-                  {"total", seconds_since(r.start)}};
+  record.times = {{"load", r.load_seconds},           {"text", r.text_seconds},
+                  {"condition", r.condition_seconds}, {"denoise", r.denoise_seconds},
+                  {"denoise_per_step", per_step},     {"checkpoint", r.checkpoint_seconds},
+                  {"write", r.write_seconds},         {"decode", video.seconds},
+                  {"evaluate", evaluation.seconds},   {"total", seconds_since(r.start)}};
   record.frame_steps_per_s = r.denoise_seconds > 0 ? denoised / r.denoise_seconds : 0.0;
   record.ranks = ranks;
   record.outputs = outputs;

@@ -27,7 +27,7 @@ void FlowSampler::step(ExecContext& ctx, int i, const Tensor& v) {
     return;
   }
   ops::axpby(ctx, 1.f, x_, f(k.x0_v), v, m0_);  // m_i = x_i - s_i v_i
-  if (k.correct) {                                 // UniC: x_i corrected into last_
+  if (k.correct) {  // UniC: x_i corrected into last_
     ops::axpby(ctx, f(k.c_last), last_, f(k.c_m1), m1_, last_);
     if (k.c_m2 != 0) ops::axpby(ctx, 1.f, last_, f(k.c_m2), m2_, last_);
     ops::axpby(ctx, 1.f, last_, f(k.c_m0), m0_, last_);

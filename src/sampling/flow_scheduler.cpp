@@ -64,14 +64,20 @@ FlowScheduleConfig read_flow_schedule_config(const std::string& path_in) {
                      "' is not supported (zero, sigma_min)");
     c.final_sigma_zero = text == "zero";
   }
-  must_be("prediction_type", [](const nlohmann::json& v) { return v == "flow_prediction"; },
-          "the Wan family predicts a flow: flow_prediction");
-  must_be("use_flow_sigmas", [](const nlohmann::json& v) { return v == true; }, "flow sigmas");
-  must_be("predict_x0", [](const nlohmann::json& v) { return v == true; }, "UniPC with predict_x0");
-  must_be("thresholding", [](const nlohmann::json& v) { return v == false; }, "dynamic thresholding");
-  must_be("solver_p", [](const nlohmann::json&) { return false; }, "an external predictor");
+  must_be(
+      "prediction_type", [](const nlohmann::json& v) { return v == "flow_prediction"; },
+      "the Wan family predicts a flow: flow_prediction");
+  must_be(
+      "use_flow_sigmas", [](const nlohmann::json& v) { return v == true; }, "flow sigmas");
+  must_be(
+      "predict_x0", [](const nlohmann::json& v) { return v == true; }, "UniPC with predict_x0");
+  must_be(
+      "thresholding", [](const nlohmann::json& v) { return v == false; }, "dynamic thresholding");
+  must_be(
+      "solver_p", [](const nlohmann::json&) { return false; }, "an external predictor");
   for (const char* key : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas"})
-    must_be(key, [](const nlohmann::json& v) { return v == false; }, "only flow sigmas");
+    must_be(
+        key, [](const nlohmann::json& v) { return v == false; }, "only flow sigmas");
   VINF_INPUT_CHECK(c.num_train_timesteps >= 2 && c.num_train_timesteps <= 100000, path,
                    ": num_train_timesteps must be in [2, 100000], got ", c.num_train_timesteps);
   VINF_INPUT_CHECK(c.flow_shift > 0 && c.flow_shift <= 1000, path, ": flow_shift must be in (0, 1000], got ",

@@ -26,8 +26,8 @@ const char* flow_solver_name(FlowSolver s);
 struct FlowScheduleConfig {
   int num_train_timesteps = 1000;
   double flow_shift = 3.0;  // Wan2.1's default for 480p is 3, for 720p 5
-  int solver_order = 2;     // 1 or 2
-  bool bh2 = true;          // solver_type bh2 (else bh1)
+  int solver_order = 2;  // 1 or 2
+  bool bh2 = true;  // solver_type bh2 (else bh1)
   bool lower_order_final = true;
   bool final_sigma_zero = true;  // final_sigmas_type "zero" (else "sigma_min": the last sigma again)
   std::vector<int> disable_corrector;
@@ -45,8 +45,8 @@ struct FlowStepCoefficients {
   bool correct = false;
   double c_last = 0, c_m2 = 0, c_m1 = 0, c_m0 = 0;
   double p_x = 0, p_m1 = 0, p_m0 = 0;
-  int order = 1;           // of the predictor
-  double euler_dt = 0;     // Euler: s_i+1 - s_i
+  int order = 1;  // of the predictor
+  double euler_dt = 0;  // Euler: s_i+1 - s_i
 };
 
 class FlowScheduler {

@@ -225,7 +225,7 @@ expect 2 "junk.mp4 is not a video ffmpeg can read" -- "$vinf" evaluate junk.mp4 
 [ ! -e ev ] && echo "ok: no --out folder left by a refused evaluate" || { echo "FAIL: ev left"; fails=$((fails + 1)); }
 
 # Smaller: make-model's presets, an empty --out, a long prompt's warning.
-expect 2 "the presets are tiny, small, vc2, wan-tiny, wan-1.3b and wan-14b" -- "$vinf" make-model --preset huge --out m
+expect 2 "the presets are tiny, small, vc2, wan-tiny, wan-1.3b and wan-14b, and the image-to-video" -- "$vinf" make-model --preset huge --out m
 out=$("$vinf" make-model --preset tiny --out '' 2>&1)
 [[ $? -eq 2 && "$out" == *"is empty"* && "$out" != *wrote* ]] && echo "ok: make-model --out ''" || { echo "FAIL: make-model --out '': $out"; fails=$((fails + 1)); }
 long=$(head -c 20000 /dev/zero | tr '\0' 'a')

@@ -118,7 +118,7 @@ expect 0 "wrote" -- "$vinf" make-model --preset tiny --seed 7 --out "$work/tiny-
 cmp -s "$work/tiny/diffusion_pytorch_model.safetensors" "$work/tiny-again/diffusion_pytorch_model.safetensors" \
   && echo "ok: the same seed gives the same weights" || { echo "FAIL: make-model is not deterministic"; fails=$((fails + 1)); }
 expect 0 "wrote" -- "$vinf" forward --model "$work/tiny" --inputs "$inputs" --out "$work/t.safetensors" --vi.mode off
-expect 2 "--preset 'huge' is not a preset; the presets are tiny, small, vc2, wan-tiny, wan-1.3b and wan-14b" -- "$vinf" make-model --preset huge --out "$work/h"
+expect 2 "--preset 'huge' is not a preset; the presets are tiny, small, vc2, wan-tiny, wan-1.3b and wan-14b, and the image-to-video" -- "$vinf" make-model --preset huge --out "$work/h"
 expect 2 "--preset is required" -- "$vinf" make-model --out "$work/h"
 expect 0 "F16 (470 tensors)" -- bash -c "'$vinf' make-model --preset tiny --dtype f16 --out '$work/tiny16' && '$vinf' inspect '$work/tiny16'"
 expect 0 "wrote" -- "$vinf" forward --model "$work/tiny16" --inputs "$inputs" --out "$work/t16.safetensors" --vi.mode off

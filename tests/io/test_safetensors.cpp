@@ -75,7 +75,8 @@ TEST_CASE("broken safetensors files are rejected with the file and tensor named"
     const io::SafetensorsFile bytes(write_file("u8", R"({"a":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}})", 3));
     CHECK(bytes.find("a")->opaque == "U8");
     CHECK(bytes.raw("a").size() == 3);
-    CHECK_THROWS_WITH_AS(bytes.tensor("a"), doctest::Contains("dtype U8, which vinf does not compute with"), InputError);
+    CHECK_THROWS_WITH_AS(bytes.tensor("a"), doctest::Contains("dtype U8, which vinf does not compute with"),
+                         InputError);
   }
   m = error_of(write_file("size", R"({"a":{"dtype":"F16","shape":[3],"data_offsets":[0,4]}})", 4));
   CHECK(m.find("tensor 'a' holds 4 bytes but F16[3] needs 6") != std::string::npos);
@@ -100,13 +101,22 @@ TEST_CASE("safetensors data offsets must cover the data section without overlap 
     CHECK_MESSAGE(text.find(part) != std::string::npos, "'", text, "' lacks '", part, "'");
   };
   // Overlap: 'z' comes first in the data, 'a' starts inside it.
-  has(refused("overlap", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]},"z":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12),
+  has(refused(
+          "overlap",
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]},"z":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+          12),
       "tensors 'z' [0, 8) and 'a' [4, 12) overlap in the data section");
   // Two tensors over the same bytes.
-  has(refused("alias", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8),
+  has(refused(
+          "alias",
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})",
+          8),
       "tensors 'a' [0, 8) and 'b' [0, 8) overlap");
   // Holes: between two tensors, before the first, after the last.
-  has(refused("hole", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", 12),
+  has(refused(
+          "hole",
+          R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+          12),
       "bytes [4, 8) of the data section belong to no tensor (a hole between 'a' and 'b')");
   has(refused("lead", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
       "bytes [0, 4) of the data section belong to no tensor (a hole before 'a', the first tensor)");

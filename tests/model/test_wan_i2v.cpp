@@ -18,17 +18,6 @@ using namespace vinf;
 
 namespace {
 
-// The largest |a - b| relative to the reference's largest magnitude.
-double relative_diff(const Tensor& want, const std::vector<float>& got) {
-  REQUIRE(static_cast<std::size_t>(want.numel()) == got.size());
-  double worst = 0, scale = 0;
-  for (std::int64_t i = 0; i < want.numel(); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(got[static_cast<std::size_t>(i)]) - want.ptr<float>()[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(want.ptr<float>()[i])));
-  }
-  return worst / std::max(scale, 1e-30);
-}
-
 OwnedTensor upload(Runtime& rt, const Tensor& host) {
   OwnedTensor t = rt.arena().empty(DType::f32, host.shape);
   ops::copy(rt.ctx(), host, t);
@@ -54,7 +43,7 @@ void check_i2v_transformer(Device device, double tol) {
   const model::WanProbe probe = [&](const std::string& name, const Tensor& v) { seen[name] = test::download(rt, v); };
   const Tensor image_view = image.view();
   wan.forward(rt.ctx(), x, t, text, out, probe, {}, nullptr, &image_view);
-  const double pred = relative_diff(ref.tensor("noise_pred"), test::download(rt, out));
+  const double pred = test::relative_diff(ref.tensor("noise_pred"), test::download(rt, out));
   INFO(device.name() << " noise_pred: relative " << pred);
   CHECK(pred < tol);
   int compared = 0;
@@ -64,7 +53,7 @@ void check_i2v_transformer(Device device, double tol) {
     const std::string module = entry.name.substr(prefix.size());
     INFO("intermediate " << module);
     REQUIRE(seen.count(module) == 1);
-    const double d = relative_diff(ref.tensor(entry.name), seen[module]);
+    const double d = test::relative_diff(ref.tensor(entry.name), seen[module]);
     INFO("relative " << d);
     CHECK(d < tol);
     ++compared;
@@ -114,7 +103,8 @@ TEST_CASE("Wan transformer: image settings read and refused with the key named")
 // norm_added_k (5120); first-and-last-frame adds the 514 x 1280 position table.
 TEST_CASE("Wan transformer: image-to-video preset parameter counts") {
   const std::int64_t t2v = 14288491584;
-  const std::int64_t patch = 5120LL * 20 * 4, embedder = 2 * 1280 + 1280LL * 1280 + 1280 + 5120LL * 1280 + 5120 + 2 * 5120;
+  const std::int64_t patch = 5120LL * 20 * 4,
+                     embedder = 2 * 1280 + 1280LL * 1280 + 1280 + 5120LL * 1280 + 5120 + 2 * 5120;
   const std::int64_t blocks = 40 * (2 * (5120LL * 5120 + 5120) + 5120);
   CHECK(model::parameter_count(model::wan_transformer_parameters(model::wan_transformer_preset("wan-i2v-14b"))) ==
         t2v + patch + embedder + blocks);

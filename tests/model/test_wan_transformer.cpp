@@ -99,9 +99,9 @@ TEST_CASE("golden: Wan rotary table equals diffusers") {
   const model::RotaryTable r = model::wan_rotary_table(big, 2, 1, 1);
   REQUIRE(r.half == 64);
   CHECK(r.sin[0] == 0.f);
-  CHECK(r.sin[64] == doctest::Approx(std::sin(1.0)));            // frame 1, pair 0: angle 1
+  CHECK(r.sin[64] == doctest::Approx(std::sin(1.0)));  // frame 1, pair 0: angle 1
   CHECK(r.sin[64 + 21] == doctest::Approx(std::sin(std::pow(10000.0, -42.0 / 44))));  // last frame pair
-  CHECK(r.sin[64 + 22] == 0.f);                                  // first height pair: row 0
+  CHECK(r.sin[64 + 22] == 0.f);  // first height pair: row 0
 }
 
 TEST_CASE("Wan transformer: configs refused with the file and key named") {
@@ -133,8 +133,8 @@ TEST_CASE("Wan transformer: preset parameter counts are Wan2.1's") {
         1418996800);
   CHECK(model::parameter_count(model::wan_transformer_parameters(model::wan_transformer_preset("wan-14b"))) ==
         14288491584);
-  CHECK_THROWS_WITH_AS(model::wan_transformer_preset("wan-7b"), doctest::Contains("wan-tiny, wan-1.3b, wan-14b, wan-i2v-tiny"),
-                       InputError);
+  CHECK_THROWS_WITH_AS(model::wan_transformer_preset("wan-7b"),
+                       doctest::Contains("wan-tiny, wan-1.3b, wan-14b, wan-i2v-tiny"), InputError);
 }
 
 // The FLOP count of the benchmarks, by hand for wan-tiny on B 2, 5 x 8 x 8 latents (80 tokens of
@@ -143,8 +143,7 @@ TEST_CASE("Wan transformer: preset parameter counts are Wan2.1's") {
 // projection 12 x 2 x 32^2; the timestep's 32 x 32 + 32^2 + 6 x 32^2 = 8,192; all x 2 samples x 2.
 // Attention: 2 samples x 2 blocks x (2 x 80^2 x 32 + 2 x 80 x 12 x 32) x 2.
 TEST_CASE("Wan transformer: FLOPs of a call counted by hand") {
-  const model::WanFlops f =
-      model::wan_transformer_flops(model::wan_transformer_preset("wan-tiny"), 2, 5, 8, 8, 12);
+  const model::WanFlops f = model::wan_transformer_flops(model::wan_transformer_preset("wan-tiny"), 2, 5, 8, 8, 12);
   CHECK(f.linear == 4.0 * (2 * 843776 + 2 * 80 * 32 * 64 + 12 * 2 * 32 * 32 + 8192));
   CHECK(f.attention == 8.0 * (2 * 80 * 80 * 32 + 2 * 80 * 12 * 32));
 }

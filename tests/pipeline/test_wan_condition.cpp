@@ -25,17 +25,6 @@ using namespace vinf;
 
 namespace {
 
-// The largest |a - b| relative to the reference's largest magnitude.
-double relative(const Tensor& want, const std::vector<float>& got) {
-  REQUIRE(static_cast<std::size_t>(want.numel()) == got.size());
-  double worst = 0, scale = 0;
-  for (std::int64_t i = 0; i < want.numel(); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(got[static_cast<std::size_t>(i)]) - want.ptr<float>()[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(want.ptr<float>()[i])));
-  }
-  return worst / std::max(scale, 1e-30);
-}
-
 bool same_bytes(const io::SafetensorsFile& ref, const std::string& key, const std::vector<std::uint8_t>& got) {
   const std::string_view want = ref.raw(key);
   return want.size() == got.size() && std::memcmp(want.data(), got.data(), got.size()) == 0;
@@ -53,12 +42,13 @@ TEST_CASE("golden: Wan image-to-video conditioning equals diffusers (pixels, CLI
   const pipeline::WanImageCondition c =
       pipeline::wan_image_condition(rt, test::fixture("wan-i2v-tiny"), {image}, 9, 32, 48);
   // Pillow's bicubic on the bytes, then float32 arithmetic as transformers': the same numbers.
-  CHECK(relative(ref.tensor("clip_pixel_values"), c.clip_pixels) < 1e-6);
+  CHECK(test::relative_diff(ref.tensor("clip_pixel_values"), c.clip_pixels) < 1e-6);
   CHECK(c.image_tokens == 257);
-  CHECK(relative(ref.tensor("image_embeds"), c.image_states) < 1e-5);
+  CHECK(test::relative_diff(ref.tensor("image_embeds"), c.image_states) < 1e-5);
   CHECK(c.channels == 20);
-  CHECK(relative(ref.tensor("condition"), c.condition) < 1e-5);
-  CHECK(relative(ref.tensor("video_image"), pipeline::wan_pixels(image.frames[0].data(), 48, 32, 48, 32)) == 0);
+  CHECK(test::relative_diff(ref.tensor("condition"), c.condition) < 1e-5);
+  CHECK(test::relative_diff(ref.tensor("video_image"), pipeline::wan_pixels(image.frames[0].data(), 48, 32, 48, 32)) ==
+        0);
 }
 
 TEST_CASE("golden: Wan image-to-video conditioning equals diffusers on CUDA") {
@@ -68,8 +58,8 @@ TEST_CASE("golden: Wan image-to-video conditioning equals diffusers on CUDA") {
   Runtime rt(Device::cuda(0));
   const pipeline::WanImageCondition c =
       pipeline::wan_image_condition(rt, test::fixture("wan-i2v-tiny"), {image}, 9, 32, 48);
-  CHECK(relative(ref.tensor("image_embeds"), c.image_states) < 1e-4);
-  CHECK(relative(ref.tensor("condition"), c.condition) < 1e-4);
+  CHECK(test::relative_diff(ref.tensor("image_embeds"), c.image_states) < 1e-4);
+  CHECK(test::relative_diff(ref.tensor("condition"), c.condition) < 1e-4);
 }
 
 TEST_CASE("golden: Wan first-and-last-frame conditioning equals diffusers (514 image tokens, the last frame's mask)") {
@@ -80,16 +70,18 @@ TEST_CASE("golden: Wan first-and-last-frame conditioning equals diffusers (514 i
   Runtime rt(Device::cpu());
   const pipeline::WanImageCondition c =
       pipeline::wan_image_condition(rt, test::fixture("wan-flf2v-tiny"), {first, last}, 9, 32, 48);
-  CHECK(relative(ref.tensor("clip_pixel_values"), c.clip_pixels) < 1e-6);
+  CHECK(test::relative_diff(ref.tensor("clip_pixel_values"), c.clip_pixels) < 1e-6);
   CHECK(c.image_tokens == 514);
-  CHECK(relative(ref.tensor("image_embeds"), c.image_states) < 1e-5);
-  CHECK(relative(ref.tensor("condition"), c.condition) < 1e-5);
+  CHECK(test::relative_diff(ref.tensor("image_embeds"), c.image_states) < 1e-5);
+  CHECK(test::relative_diff(ref.tensor("condition"), c.condition) < 1e-5);
   // The last latent frame's mask: channel 3 only (pixel frame 8).
   const std::int64_t plane = 4 * 6, lf = 3;
-  for (int ch = 0; ch < 4; ++ch) CHECK(c.condition[static_cast<std::size_t>((ch * lf + 2) * plane)] == (ch == 3 ? 1.f : 0.f));
+  for (int ch = 0; ch < 4; ++ch)
+    CHECK(c.condition[static_cast<std::size_t>((ch * lf + 2) * plane)] == (ch == 3 ? 1.f : 0.f));
 }
 
-TEST_CASE("golden: Wan video-to-video start equals diffusers (frames, posterior, sampled and noised latents, the cut)") {
+TEST_CASE(
+    "golden: Wan video-to-video start equals diffusers (frames, posterior, sampled and noised latents, the cut)") {
   const io::SafetensorsFile ref(test::fixture("wan-v2v-tiny/ref_v2v.safetensors"));
   const io::RgbFrames video = io::read_frames(test::fixture("wan-v2v-tiny/frames"), "--video");
   REQUIRE(video.frames.size() == 9);
@@ -99,8 +91,8 @@ TEST_CASE("golden: Wan video-to-video start equals diffusers (frames, posterior,
   Runtime rt(Device::cpu());
   const model::WanVae vae = model::WanVae::load(test::fixture("wan-tiny/vae"), rt, DType::f32, model::WanVae::encoder);
   const pipeline::WanPosterior p = pipeline::wan_video_posterior(rt, vae, video, 9, 32, 32);
-  CHECK(relative(ref.tensor("vae_mean"), p.mean) < 1e-5);
-  CHECK(relative(ref.tensor("vae_logvar"), p.logvar) < 1e-5);
+  CHECK(test::relative_diff(ref.tensor("vae_mean"), p.mean) < 1e-5);
+  CHECK(test::relative_diff(ref.tensor("vae_logvar"), p.logvar) < 1e-5);
   const int first = pipeline::wan_strength_first_step(4, 0.7);
   CHECK(first == 2);
   const Tensor sigmas = ref.tensor("sigmas");
@@ -108,16 +100,16 @@ TEST_CASE("golden: Wan video-to-video start equals diffusers (frames, posterior,
     const Tensor t = ref.tensor(key);
     return std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel());
   };
-  const std::vector<float> start = pipeline::wan_video_start(vae.config(), p, values("posterior_eps"), values("noise"),
-                                                             sigmas.ptr<float>()[first]);
-  CHECK(relative(ref.tensor("latents_start"), start) < 1e-5);
+  const std::vector<float> start =
+      pipeline::wan_video_start(vae.config(), p, values("posterior_eps"), values("noise"), sigmas.ptr<float>()[first]);
+  CHECK(test::relative_diff(ref.tensor("latents_start"), start) < 1e-5);
   // From the reference's own posterior the arithmetic is the reference's.
   pipeline::WanPosterior exact = p;
   exact.mean = values("vae_mean");
   exact.logvar = values("vae_logvar");
-  CHECK(relative(ref.tensor("latents_start"),
-                 pipeline::wan_video_start(vae.config(), exact, values("posterior_eps"), values("noise"),
-                                           sigmas.ptr<float>()[first])) < 1e-6);
+  CHECK(test::relative_diff(ref.tensor("latents_start"),
+                            pipeline::wan_video_start(vae.config(), exact, values("posterior_eps"), values("noise"),
+                                                      sigmas.ptr<float>()[first])) < 1e-6);
   CHECK(pipeline::wan_strength_first_step(4, 1.0) == 0);
   CHECK_THROWS_WITH_AS(pipeline::wan_strength_first_step(4, 0.2), doctest::Contains("0 steps"), InputError);
   CHECK_THROWS_WITH_AS(pipeline::wan_strength_first_step(4, 1.5), doctest::Contains("(0, 1]"), InputError);
@@ -135,12 +127,14 @@ TEST_CASE("image resizing as Pillow: an unchanged size is a copy, a flat picture
   std::vector<std::uint8_t> ramp(16 * 2 * 3);
   for (int y = 0; y < 2; ++y)
     for (int x = 0; x < 16; ++x)
-      for (int c = 0; c < 3; ++c) ramp[static_cast<std::size_t>((y * 16 + x) * 3 + c)] = static_cast<std::uint8_t>(40 + 10 * x);
+      for (int c = 0; c < 3; ++c)
+        ramp[static_cast<std::size_t>((y * 16 + x) * 3 + c)] = static_cast<std::uint8_t>(40 + 10 * x);
   const std::vector<std::uint8_t> half = io::resize_rgb8(ramp.data(), 16, 2, 8, 2, io::ResizeFilter::lanczos);
   for (int x = 2; x < 6; ++x) CHECK(half[static_cast<std::size_t>(x * 3)] == 40 + 10 * (2 * x) + 5);
 }
 
-TEST_CASE("PNG files read without ffmpeg: vinf's own PNG back byte for byte, other files left to ffmpeg, damage refused") {
+TEST_CASE(
+    "PNG files read without ffmpeg: vinf's own PNG back byte for byte, other files left to ffmpeg, damage refused") {
   const test::TempDir dir("png-read");
   std::vector<std::uint8_t> rgb(7 * 5 * 3);
   for (std::size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<std::uint8_t>(i * 37 % 251);
