@@ -40,19 +40,19 @@ void chunk(std::string& out, const char* type, const std::string& data) {
 
 namespace {
 
-std::uint32_t get_u32(const unsigned char* p) {
+std::uint32_t png_u32(const unsigned char* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
 }
 
 // The header and the chunks of a PNG: what the pixels need.
-struct PngParts {
+struct PngChunks {
   std::uint32_t width = 0, height = 0;
   int depth = 0, color = 0, interlace = 0;
   std::string idat, palette;
 };
 
 // The chunks of bytes `b`; false when it is not a PNG this reader decodes.
-bool png_parts(const std::string& path, const std::string& b, PngParts& p) {
+bool png_chunks(const std::string& path, const std::string& b, PngChunks& p) {
   static const unsigned char kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   if (b.size() < 8 || std::memcmp(b.data(), kSignature, 8) != 0) return false;
   std::size_t at = 8;
@@ -60,16 +60,16 @@ bool png_parts(const std::string& path, const std::string& b, PngParts& p) {
   while (true) {
     VINF_INPUT_CHECK(at + 12 <= b.size(), path, ": the PNG ends before its IEND chunk (a truncated file)");
     const auto* c = reinterpret_cast<const unsigned char*>(b.data() + at);
-    const std::uint32_t len = get_u32(c);
+    const std::uint32_t len = png_u32(c);
     VINF_INPUT_CHECK(len <= b.size() - at - 12, path, ": a PNG chunk runs past the end of the file");
     const std::string type(b.data() + at + 4, 4);
     const std::uint32_t crc = crc32(0, c + 4, static_cast<uInt>(len + 4));
-    VINF_INPUT_CHECK(crc == get_u32(c + 8 + len), path, ": the PNG's ", type, " chunk fails its CRC (a damaged file)");
+    VINF_INPUT_CHECK(crc == png_u32(c + 8 + len), path, ": the PNG's ", type, " chunk fails its CRC (a damaged file)");
     const char* data = b.data() + at + 8;
     if (type == "IHDR" && len == 13) {
       const auto* d = reinterpret_cast<const unsigned char*>(data);
-      p.width = get_u32(d);
-      p.height = get_u32(d + 4);
+      p.width = png_u32(d);
+      p.height = png_u32(d + 4);
       p.depth = d[8];
       p.color = d[9];
       p.interlace = d[12];
@@ -89,8 +89,8 @@ bool png_parts(const std::string& path, const std::string& b, PngParts& p) {
 }
 
 // Undoes the row filters in place (rows of `stride` bytes, each after its filter byte).
-void unfilter(const std::string& path, std::vector<std::uint8_t>& raw, std::size_t rows, std::size_t stride,
-              std::size_t bpp) {
+void png_unfilter(const std::string& path, std::vector<std::uint8_t>& raw, std::size_t rows, std::size_t stride,
+                  std::size_t bpp) {
   std::vector<std::uint8_t> prev(stride, 0);
   for (std::size_t y = 0; y < rows; ++y) {
     std::uint8_t* row = raw.data() + y * (stride + 1);
@@ -119,8 +119,8 @@ bool read_png(const std::string& path, std::vector<std::uint8_t>& rgb, std::int6
   std::ifstream in(path, std::ios::binary);
   VINF_INPUT_CHECK(in.good(), path, ": cannot open the file");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  PngParts p;
-  if (!png_parts(path, bytes, p)) return false;
+  PngChunks p;
+  if (!png_chunks(path, bytes, p)) return false;
   static const std::array<std::size_t, 7> kChannels = {1, 0, 3, 1, 2, 0, 4};
   const std::size_t channels = kChannels[static_cast<std::size_t>(p.color)], stride = p.width * channels;
   std::vector<std::uint8_t> raw(p.height * (stride + 1));
@@ -129,7 +129,7 @@ bool read_png(const std::string& path, std::vector<std::uint8_t>& rgb, std::int6
       uncompress(raw.data(), &got, reinterpret_cast<const Bytef*>(p.idat.data()), static_cast<uLong>(p.idat.size()));
   VINF_INPUT_CHECK(rc == Z_OK && got == raw.size(), path, ": the PNG's pixel data does not decode (zlib status ", rc,
                    ", ", got, " of ", raw.size(), " bytes): a damaged file");
-  unfilter(path, raw, p.height, stride, channels);
+  png_unfilter(path, raw, p.height, stride, channels);
   width = p.width;
   height = p.height;
   rgb.resize(static_cast<std::size_t>(width * height * 3));

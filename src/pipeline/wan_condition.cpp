@@ -13,7 +13,7 @@ namespace vinf::pipeline {
 
 namespace {
 
-std::vector<float> to_host(Runtime& rt, const Tensor& t) {
+std::vector<float> condition_to_host(Runtime& rt, const Tensor& t) {
   std::vector<float> h(static_cast<std::size_t>(t.numel()));
   ops::copy(rt.ctx(), t, Tensor::wrap(h.data(), DType::f32, Device::cpu(), t.shape));
   rt.synchronize();
@@ -22,8 +22,8 @@ std::vector<float> to_host(Runtime& rt, const Tensor& t) {
 
 // The images' CLIP states: CLIPImageProcessor, then the vision tower's hidden_states[-2] (all
 // layers but the last), one batch of all images.
-void clip_states(Runtime& rt, const std::string& model, const std::vector<io::RgbFrames>& images,
-                 WanImageCondition& out) {
+void condition_clip_states(Runtime& rt, const std::string& model, const std::vector<io::RgbFrames>& images,
+                           WanImageCondition& out) {
   const model::ClipImageProcessor processor =
       model::load_clip_image_processor(model + "/image_processor/preprocessor_config.json");
   const model::ClipVisionModel clip = model::ClipVisionModel::load(model + "/image_encoder", rt, false, "--image");
@@ -43,7 +43,7 @@ void clip_states(Runtime& rt, const std::string& model, const std::vector<io::Rg
   ops::copy(rt.ctx(), Tensor::wrap(out.clip_pixels.data(), DType::f32, Device::cpu(), pixels.shape), pixels);
   OwnedTensor states = rt.arena().empty(DType::f32, {n, c.tokens(), c.encoder.hidden_size});
   clip.hidden_state(rt.ctx(), pixels, c.encoder.layers - 1, states);
-  out.image_states = to_host(rt, states);
+  out.image_states = condition_to_host(rt, states);
   out.image_tokens = n * c.tokens();
   out.image_dim = c.encoder.hidden_size;
 }
@@ -70,7 +70,7 @@ WanImageCondition wan_image_condition(Runtime& rt, const std::string& model, con
                                       std::int64_t frames, std::int64_t height, std::int64_t width) {
   VINF_CHECK(images.size() == 1 || images.size() == 2, "wan_image_condition: ", images.size(), " images");
   WanImageCondition out;
-  clip_states(rt, model, images, out);
+  condition_clip_states(rt, model, images, out);
   const model::WanVae vae = model::WanVae::load(model + "/vae", rt, DType::f32, model::WanVae::encoder);
   const model::WanVaeConfig& vc = vae.config();
   // The condition video [1, 3, frames, height, width]: the images where they go, zeros between.
@@ -91,7 +91,7 @@ WanImageCondition wan_image_condition(Runtime& rt, const std::string& model, con
   ops::copy(rt.ctx(), Tensor::wrap(video.data(), DType::f32, Device::cpu(), v.shape), v);
   OwnedTensor mean = rt.arena().empty(DType::f32, {1, z, lf, out.lh, out.lw});
   vae.encode(rt.ctx(), v, mean, nullptr);
-  const std::vector<float> m = to_host(rt, mean);
+  const std::vector<float> m = condition_to_host(rt, mean);
   out.channels = 4 + z;
   out.condition.assign(static_cast<std::size_t>(out.channels * lf * lplane), 0.f);
   // The mask: pixel frame 0 counted four times, so latent frame f's channel c stands for pixel
@@ -135,8 +135,8 @@ WanPosterior wan_video_posterior(Runtime& rt, const model::WanVae& vae, const io
   OwnedTensor mean = rt.arena().empty(DType::f32, latent), logvar = rt.arena().empty(DType::f32, latent);
   const Tensor lv = logvar.view();
   vae.encode(rt.ctx(), v, mean, &lv);
-  p.mean = to_host(rt, mean);
-  p.logvar = to_host(rt, logvar);
+  p.mean = condition_to_host(rt, mean);
+  p.logvar = condition_to_host(rt, logvar);
   return p;
 }
 

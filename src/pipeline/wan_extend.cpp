@@ -29,7 +29,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // The input's frames at the run's size (resized with Pillow's Lanczos where the size differs).
-io::RgbFrames frames_at(io::RgbFrames in, std::int64_t width, std::int64_t height) {
+io::RgbFrames extend_frames_at(io::RgbFrames in, std::int64_t width, std::int64_t height) {
   if (in.width == width && in.height == height) return in;
   for (std::vector<std::uint8_t>& f : in.frames)
     f = io::resize_rgb8(f.data(), in.width, in.height, width, height, io::ResizeFilter::lanczos);
@@ -40,13 +40,13 @@ io::RgbFrames frames_at(io::RgbFrames in, std::int64_t width, std::int64_t heigh
 
 // What the root learns of the input before the segment runs: its frames, and the conditioning
 // picture written where the segment's --image reads it.
-struct ExtendInput {
+struct ExtendInputFrames {
   io::RgbFrames frames;
   std::string error;
 };
 
-ExtendInput read_extend_input(GenerateSpec& o, const std::string& out_dir) {
-  ExtendInput in;
+ExtendInputFrames read_extend_input(GenerateSpec& o, const std::string& out_dir) {
+  ExtendInputFrames in;
   try {
     in.frames = io::read_frames(o.extend, "vinf extend --video", 0, o.ffmpeg);
     if (!o.size_given) {
@@ -59,8 +59,8 @@ ExtendInput read_extend_input(GenerateSpec& o, const std::string& out_dir) {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
     VINF_INPUT_CHECK(!ec, "cannot create the output directory ", out_dir, ": ", ec.message());
-    const io::RgbFrames last =
-        frames_at({in.frames.width, in.frames.height, {in.frames.frames.back()}}, in.frames.width, in.frames.height);
+    const io::RgbFrames last = extend_frames_at({in.frames.width, in.frames.height, {in.frames.frames.back()}},
+                                                in.frames.width, in.frames.height);
     io::write_png(out_dir + "/last-frame.png", last.frames[0].data(), last.width, last.height);
   } catch (const InputError& e) {
     in.error = e.what();
@@ -69,14 +69,14 @@ ExtendInput read_extend_input(GenerateSpec& o, const std::string& out_dir) {
 }
 
 // The joined video: the input's frames, then the segment's after its first.
-io::FrameWriter::Settings join_settings(const GenerateSpec& o) { return {true, o.png, o.output_fps, o.ffmpeg}; }
+io::FrameWriter::Settings extend_join_settings(const GenerateSpec& o) { return {true, o.png, o.output_fps, o.ffmpeg}; }
 
-std::string join_videos(const GenerateSpec& o, const io::RgbFrames& input, const std::string& out_dir,
-                        std::int64_t& joined) {
+std::string extend_join_videos(const GenerateSpec& o, const io::RgbFrames& input, const std::string& out_dir,
+                               std::int64_t& joined) {
   const io::RgbFrames segment = io::read_frames(out_dir + "/segment/frames", "the segment's frames", 0, o.ffmpeg);
-  const io::RgbFrames before = frames_at(input, segment.width, segment.height);
+  const io::RgbFrames before = extend_frames_at(input, segment.width, segment.height);
   joined = static_cast<std::int64_t>(before.frames.size() + segment.frames.size() - 1);
-  io::FrameWriter writer(out_dir, joined, segment.width, segment.height, join_settings(o));
+  io::FrameWriter writer(out_dir, joined, segment.width, segment.height, extend_join_settings(o));
   std::int64_t at = 0;
   for (const auto& f : before.frames) writer.add(at++, f.data());
   for (std::size_t k = 1; k < segment.frames.size(); ++k) writer.add(at++, segment.frames[k].data());
@@ -89,7 +89,7 @@ VideoOutcome extend_video(GenerateSpec& o, job::Job& job, VideoPipeline& family)
   const mpi::Session& world = job.session();
   const Reporter report("vinf extend:", job.root(), o.quiet);
   const std::string out_dir = choose_out_dir(o, world);
-  ExtendInput input;
+  ExtendInputFrames input;
   if (job.root()) input = read_extend_input(o, out_dir);
   world.broadcast(input.error);
   VINF_INPUT_CHECK(input.error.empty(), input.error);
@@ -117,7 +117,7 @@ VideoOutcome extend_video(GenerateSpec& o, job::Job& job, VideoPipeline& family)
   std::int64_t joined = 0;
   if (job.root()) {
     try {
-      error = join_videos(o, input.frames, out_dir, joined);
+      error = extend_join_videos(o, input.frames, out_dir, joined);
       if (!o.png) fs::remove_all(out_dir + "/segment/frames");
       if (error.empty() && o.evaluate)
         evaluate::evaluate_file(out_dir + "/video.mp4", out_dir, std::vector<std::int64_t>{count},

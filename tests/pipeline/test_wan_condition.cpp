@@ -25,7 +25,7 @@ using namespace vinf;
 
 namespace {
 
-bool same_bytes(const io::SafetensorsFile& ref, const std::string& key, const std::vector<std::uint8_t>& got) {
+bool fixture_bytes_equal(const io::SafetensorsFile& ref, const std::string& key, const std::vector<std::uint8_t>& got) {
   const std::string_view want = ref.raw(key);
   return want.size() == got.size() && std::memcmp(want.data(), got.data(), got.size()) == 0;
 }
@@ -37,7 +37,7 @@ TEST_CASE("golden: Wan image-to-video conditioning equals diffusers (pixels, CLI
   const io::RgbFrames image = io::read_image(test::fixture("wan-i2v-tiny/image.png"), "--image");
   REQUIRE(image.width == 48);
   REQUIRE(image.height == 32);
-  CHECK(same_bytes(ref, "image_u8", image.frames[0]));
+  CHECK(fixture_bytes_equal(ref, "image_u8", image.frames[0]));
   Runtime rt(Device::cpu());
   const pipeline::WanImageCondition c =
       pipeline::wan_image_condition(rt, test::fixture("wan-i2v-tiny"), {image}, 9, 32, 48);
@@ -66,7 +66,7 @@ TEST_CASE("golden: Wan first-and-last-frame conditioning equals diffusers (514 i
   const io::SafetensorsFile ref(test::fixture("wan-flf2v-tiny/ref_pipeline.safetensors"));
   const io::RgbFrames first = io::read_image(test::fixture("wan-flf2v-tiny/image.png"), "--image");
   const io::RgbFrames last = io::read_image(test::fixture("wan-flf2v-tiny/last_image.png"), "--last-image");
-  CHECK(same_bytes(ref, "last_image_u8", last.frames[0]));
+  CHECK(fixture_bytes_equal(ref, "last_image_u8", last.frames[0]));
   Runtime rt(Device::cpu());
   const pipeline::WanImageCondition c =
       pipeline::wan_image_condition(rt, test::fixture("wan-flf2v-tiny"), {first, last}, 9, 32, 48);
@@ -87,7 +87,7 @@ TEST_CASE(
   REQUIRE(video.frames.size() == 9);
   std::vector<std::uint8_t> all;
   for (const auto& f : video.frames) all.insert(all.end(), f.begin(), f.end());
-  CHECK(same_bytes(ref, "video_u8", all));
+  CHECK(fixture_bytes_equal(ref, "video_u8", all));
   Runtime rt(Device::cpu());
   const model::WanVae vae = model::WanVae::load(test::fixture("wan-tiny/vae"), rt, DType::f32, model::WanVae::encoder);
   const pipeline::WanPosterior p = pipeline::wan_video_posterior(rt, vae, video, 9, 32, 32);
