@@ -46,9 +46,17 @@ WanTransformerConfig load_wan_transformer_config(const std::string& path, std::v
   io::JsonConfig r(j, path);
   WanTransformerConfig c;
   std::string text;
-  if (r.read("_class_name", text))
-    VINF_INPUT_CHECK(text == "WanTransformer3DModel", path, ": _class_name \"", text,
-                     "\" is not WanTransformer3DModel");
+  if (r.read("_class_name", text)) {
+    VINF_INPUT_CHECK(text == "WanTransformer3DModel" || text == "SkyReelsV2Transformer3DModel", path,
+                     ": _class_name \"", text, "\" is not WanTransformer3DModel or SkyReelsV2Transformer3DModel");
+    c.skyreels = text == "SkyReelsV2Transformer3DModel";
+  }
+  r.read("inject_sample_info", c.inject_sample_info);
+  r.read("num_frame_per_block", c.num_frame_per_block);
+  VINF_INPUT_CHECK(c.num_frame_per_block >= 1 && c.num_frame_per_block <= 1024, path,
+                   ": config key 'num_frame_per_block' must be in [1, 1024], got ", c.num_frame_per_block);
+  VINF_INPUT_CHECK(c.skyreels || (!c.inject_sample_info && c.num_frame_per_block == 1), path,
+                   ": 'inject_sample_info' and 'num_frame_per_block' are SkyReelsV2Transformer3DModel's keys");
   std::vector<std::int64_t> patch;
   if (r.read("patch_size", patch)) {
     VINF_INPUT_CHECK(patch.size() == 3, path,
@@ -118,8 +126,8 @@ nlohmann::ordered_json optional_size(std::int64_t v) {
 }  // namespace
 
 std::string wan_transformer_config_json(const WanTransformerConfig& c) {
-  const nlohmann::ordered_json j = {{"_class_name", "WanTransformer3DModel"},
-                                    {"_diffusers_version", "0.33.1"},
+  const nlohmann::ordered_json j = {{"_class_name", c.skyreels ? "SkyReelsV2Transformer3DModel" : "WanTransformer3DModel"},
+                                    {"_diffusers_version", c.skyreels ? "0.35.1" : "0.33.1"},
                                     {"added_kv_proj_dim", optional_size(c.added_kv_proj_dim)},
                                     {"attention_head_dim", c.head_dim},
                                     {"cross_attn_norm", c.cross_attn_norm},
@@ -135,17 +143,19 @@ std::string wan_transformer_config_json(const WanTransformerConfig& c) {
                                     {"qk_norm", "rms_norm_across_heads"},
                                     {"rope_max_seq_len", c.rope_max_seq_len},
                                     {"text_dim", c.text_dim}};
-  if (c.pos_embed_seq_len > 0) {
-    nlohmann::ordered_json k = j;
-    k["pos_embed_seq_len"] = c.pos_embed_seq_len;
-    return k.dump(2) + "\n";
+  nlohmann::ordered_json k = j;
+  if (c.pos_embed_seq_len > 0) k["pos_embed_seq_len"] = c.pos_embed_seq_len;
+  if (c.skyreels) {
+    k["inject_sample_info"] = c.inject_sample_info;
+    k["num_frame_per_block"] = c.num_frame_per_block;
   }
-  return j.dump(2) + "\n";
+  return k.dump(2) + "\n";
 }
 
 bool is_wan_transformer_config(const std::string& config_path) {
   const nlohmann::json j = io::read_json_file(config_path, "model config");
-  return j.is_object() && j.contains("_class_name") && j["_class_name"] == "WanTransformer3DModel";
+  return j.is_object() && j.contains("_class_name") &&
+         (j["_class_name"] == "WanTransformer3DModel" || j["_class_name"] == "SkyReelsV2Transformer3DModel");
 }
 
 std::string find_wan_transformer_config(const std::string& dir) {
@@ -173,6 +183,11 @@ std::vector<ParamSpec> wan_transformer_parameters(const WanTransformerConfig& c)
   linear("condition_embedder.time_proj", 6 * d, d);
   linear("condition_embedder.text_embedder.linear_1", d, c.text_dim);
   linear("condition_embedder.text_embedder.linear_2", d, d);
+  if (c.inject_sample_info) {
+    p.push_back({"fps_embedding.weight", {2, d}});
+    linear("fps_projection.net.0.proj", d, d);
+    linear("fps_projection.net.2", 6 * d, d);
+  }
   if (c.image_conditioned()) {
     const std::string ie = "condition_embedder.image_embedder.";
     for (const auto& [norm, width] : {std::pair{"norm1", c.image_dim}, std::pair{"norm2", d}}) {

@@ -25,6 +25,10 @@ struct WanTransformerConfig {
   // values are projected from (the inner dim), and the image embedder's position table's length
   // (first-and-last-frame: 2 x 257; 0: none).
   std::int64_t image_dim = 0, added_kv_proj_dim = 0, pos_embed_seq_len = 0;
+  // SkyReels-V2's diffusion-forcing transformer (SkyReelsV2Transformer3DModel): per-frame timesteps,
+  // the fps embedding when inject_sample_info, the frames per causal block of its attention.
+  bool skyreels = false, inject_sample_info = false;
+  std::int64_t num_frame_per_block = 1;
 
   std::int64_t dim() const { return heads * head_dim; }
   std::int64_t patch_volume() const { return patch_size[0] * patch_size[1] * patch_size[2]; }

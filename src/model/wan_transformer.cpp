@@ -40,8 +40,10 @@ struct Pass {
   WanSelfAttention* self_attention;
   TensorGroup* tensor_group;  // with the weights of a tensor shard of 2 or more ranks
   std::int64_t B, L, D;
+  std::int64_t G;  // timestep groups per sample: 1, or the frames (diffusion forcing's per-frame timesteps)
   DType dt;
   OwnedTensor ones, zeros;  // [D]: the affine parameters of the norms that have none
+  std::int64_t block_tokens = 0;  // block-causal self-attention: the tokens of a causal block (0: none)
 
   OwnedTensor empty(const Shape& s) const { return ctx.arena->empty(dt, s); }
   const Tensor& p(const std::string& name) const { return w.get(name); }
@@ -77,19 +79,24 @@ struct Pass {
 
   // y = layer_norm(x) * (1 + scale) + shift, scale and shift [B, D] rows broadcast over tokens.
   // `norm_name` shows the norm's own output (the reference's module) before the modulation.
+  // With G timestep groups: scale and shift [B, G, D], each row over its group's L / G tokens.
   void modulated_norm(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& y,
                       const char* norm_name = nullptr) const {
     ops::layer_norm(ctx, x, ones, zeros, y, c.eps);
     if (norm_name) show(norm_name, y);
-    OwnedTensor s1 = empty({B, D});
-    ops::add(ctx, scale, ones.view().reshape({1, D}).expand({B, D}), s1);
-    ops::mul(ctx, y, s1.view().reshape({B, 1, D}).expand({B, L, D}), y);
-    ops::add(ctx, y, shift.unsqueeze(1).expand({B, L, D}), y);
+    OwnedTensor s1 = empty({B, G, D});
+    ops::add(ctx, scale, ones.view().reshape({1, 1, D}).expand({B, G, D}), s1);
+    const Shape grouped{B, G, L / G, D};
+    const Tensor yg = y.reshape(grouped);
+    ops::mul(ctx, yg, s1.view().unsqueeze(2).expand(grouped), yg);
+    ops::add(ctx, yg, shift.unsqueeze(2).expand(grouped), yg);
   }
 
-  // x += y * gate, gate [B, D] broadcast over tokens (y is overwritten).
+  // x += y * gate, gate [B, G, D] broadcast over each group's tokens (y is overwritten).
   void gated_residual(const Tensor& x, const Tensor& y, const Tensor& gate) const {
-    ops::mul(ctx, y, gate.unsqueeze(1).expand(y.shape), y);
+    const Shape grouped{B, G, L / G, D};
+    const Tensor yg = y.reshape(grouped);
+    ops::mul(ctx, yg, gate.unsqueeze(2).expand(grouped), yg);
     ops::add(ctx, x, y, x);
   }
 
@@ -120,6 +127,13 @@ struct Pass {
     };
     if (cos && self_attention) {
       self_attention->attend(ctx, heads_first(q, L), heads_first(k, Lk), heads_first(v, Lk), heads_first(o, L), ap);
+    } else if (cos && block_tokens > 0) {
+      // Block-causal: the queries of block b see the keys of blocks 0..b.
+      for (std::int64_t b0 = 0; b0 < L; b0 += block_tokens) {
+        const std::int64_t n = std::min(block_tokens, L - b0), seen = b0 + n;
+        ops::attention(ctx, heads_first(q, L).slice(2, b0, n), heads_first(k, Lk).slice(2, 0, seen),
+                       heads_first(v, Lk).slice(2, 0, seen), nullptr, nullptr, heads_first(o, L).slice(2, b0, n), ap);
+      }
     } else {
       ops::attention(ctx, heads_first(q, L), heads_first(k, Lk), heads_first(v, Lk), nullptr, nullptr,
                      heads_first(o, L), ap);
@@ -145,14 +159,34 @@ struct Conditioning {
   OwnedTensor sinus, t1, temb, tproj, e1, enc;
 };
 
-Conditioning condition(Pass& ps, const Tensor& t, const Tensor& text) {
+// Diffusion forcing's sinusoids of per-frame timesteps t [B, G] (on the device), as the reference
+// computes them: in f64 (omega_i = 10000^(-i / half), the cosines first), stored as f32.
+void frame_sinusoids(ExecContext& ctx, const Tensor& t, const Tensor& out, std::int64_t freq_dim) {
+  std::vector<double> ts(static_cast<std::size_t>(t.numel()));
+  ops::copy(ctx, t, Tensor::wrap(ts.data(), DType::f64, Device::cpu(), t.shape));
+  synchronize(ctx);
+  const auto half = static_cast<std::size_t>(freq_dim / 2), width = static_cast<std::size_t>(freq_dim);
+  std::vector<float> host(ts.size() * width);
+  for (std::size_t r = 0; r < ts.size(); ++r)
+    for (std::size_t i = 0; i < half; ++i) {
+      const double angle = ts[r] * std::pow(10000.0, -static_cast<double>(i) / static_cast<double>(half));
+      host[r * width + i] = static_cast<float>(std::cos(angle));
+      host[r * width + half + i] = static_cast<float>(std::sin(angle));
+    }
+  ops::copy(ctx, Tensor::wrap(host.data(), DType::f32, Device::cpu(), out.shape), out);
+}
+
+Conditioning condition(Pass& ps, const Tensor& t, const Tensor& text, int fps) {
   const WanTransformerConfig& c = ps.c;
   ExecContext& ctx = ps.ctx;
-  const std::int64_t B = ps.B, D = ps.D;
+  const std::int64_t B = ps.B * ps.G, D = ps.D;  // one row per timestep group
   const std::string ce = "condition_embedder.";
   Conditioning r;
   r.sinus = ps.empty({B, c.freq_dim});
-  ops::timestep_embedding(ctx, t, r.sinus, {true, 0.f, 10000.f});
+  if (t.rank() == 2)
+    frame_sinusoids(ctx, t, r.sinus, c.freq_dim);
+  else
+    ops::timestep_embedding(ctx, t, r.sinus, {true, 0.f, 10000.f});
   r.t1 = ps.empty({B, D});
   r.temb = ps.empty({B, D});
   r.tproj = ps.empty({B, 6 * D});
@@ -161,11 +195,21 @@ Conditioning condition(Pass& ps, const Tensor& t, const Tensor& text) {
   ps.linear(ce + "time_embedder.linear_2", r.t1, r.temb);
   ops::activation(ctx, ops::Activation::silu, r.temb, r.t1);
   ps.linear(ce + "time_proj", r.t1, r.tproj);
+  if (c.inject_sample_info) {
+    // SkyReels-V2's frame rate: row 0 of its table for 16 fps, row 1 otherwise, through a
+    // Linear, SiLU, Linear into the six modulation rows of every timestep group.
+    OwnedTensor e = ps.empty({1, D}), f1 = ps.empty({1, D}), f6 = ps.empty({1, 6 * D});
+    ops::copy(ctx, ps.p("fps_embedding.weight").slice(0, fps == 16 ? 0 : 1, 1), e);
+    ps.linear("fps_projection.net.0.proj", e, f1);
+    ops::activation(ctx, ops::Activation::silu, f1, f1);
+    ps.linear("fps_projection.net.2", f1, f6);
+    ops::add(ctx, r.tproj, f6.view().expand({B, 6 * D}), r.tproj);
+  }
   ps.show(ce + "temb", r.temb);
   ps.show(ce + "timestep_proj", r.tproj);
   const std::int64_t Lt = text.size(1);
-  r.e1 = ps.empty({B, Lt, D});
-  r.enc = ps.empty({B, Lt, D});
+  r.e1 = ps.empty({ps.B, Lt, D});
+  r.enc = ps.empty({ps.B, Lt, D});
   ps.linear(ce + "text_embedder.linear_1", text, r.e1);
   ops::activation(ctx, ops::Activation::gelu_tanh, r.e1, r.e1);
   ps.linear(ce + "text_embedder.linear_2", r.e1, r.enc);
@@ -248,7 +292,9 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
                    "the Wan transformer's rotary table covers ", c.rope_max_seq_len,
                    " positions per axis (rope_max_seq_len), but the latents are ", Ft, " x ", Hp, " x ", Wp,
                    " patches");
-  VINF_CHECK(t.rank() == 1 && t.size(0) == B, op, ": t ", t.describe(), " must hold one timestep per sample");
+  VINF_CHECK((t.rank() == 1 && t.size(0) == B) || (t.rank() == 2 && t.size(0) == B && t.size(1) == Fp), op, ": t ",
+             t.describe(), " must hold one timestep per sample, or (diffusion forcing) one per frame [", B, ", ", Fp,
+             "]");
   VINF_CHECK(text.rank() == 3 && text.size(0) == B && text.size(2) == c.text_dim, op, ": text ", text.describe(),
              " must be [", B, ", L, ", c.text_dim, "]");
   VINF_CHECK(out.rank() == 5 && out.size(0) == B && out.size(1) == c.out_channels && out.size(2) == F &&
@@ -274,11 +320,18 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
           B,
           L,
           D,
+          t.rank() == 2 ? Fp : 1,
           dt,
           ctx.arena->empty(dt, {D}),
           ctx.arena->empty(dt, {D})};
   ops::fill(ctx, ps.ones, 1.0);
   ops::fill(ctx, ps.zeros, 0.0);
+  if (frames.block_frames > 1) {
+    VINF_INPUT_CHECK(frames.block_frames % pt == 0 && F % frames.block_frames == 0 && total == F && !self_attention,
+                     "the Wan transformer's causal blocks of ", frames.block_frames, " frames must divide its ", F,
+                     " latent frames (and the patch's ", pt, "), on one rank in this version");
+    ps.block_tokens = frames.block_frames / pt * Hp * Wp;
+  }
 
   // Rotary angles of every patch, from the frame (in the whole video), row and column it sits at.
   const RotaryTable rt = wan_rotary_table(c, Ft, Hp, Wp);
@@ -309,20 +362,22 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
               &weights_.get("patch_embedding.bias"), h);
   if (probe) probe("patch_embedding.out", h.view().reshape({B, Fp, Hp, Wp, D}).permute({0, 4, 1, 2, 3}));
 
-  const Conditioning cond = condition(ps, t, text);
+  const Conditioning cond = condition(ps, t, text, frames.fps);
   const OwnedTensor &temb = cond.temb, &tproj = cond.tproj, &enc = cond.enc;
   OwnedTensor image_tokens;
   if (image) image_tokens = embed_image(ps, *image);
   const Tensor image_view = image ? image_tokens.view() : Tensor{};
 
-  OwnedTensor n = ps.empty({B, L, D}), y = ps.empty({B, L, D}), mod = ps.empty({B, 6, D});
+  const std::int64_t G = ps.G;
+  OwnedTensor n = ps.empty({B, L, D}), y = ps.empty({B, L, D}), mod = ps.empty({B, G, 6, D});
   const TensorShard& shard = weights_.shard();
   OwnedTensor ff = ps.empty({B, L, split_units(c.ffn_dim, shard.rank, shard.size).second});  // this rank's share
   for (std::int64_t blk = 0; blk < c.layers; ++blk) {
     const std::string k = "blocks." + std::to_string(blk) + ".";
     // shift, scale, gate of the self-attention, then of the feed-forward.
-    ops::add(ctx, tproj.view().reshape({B, 6, D}), weights_.get(k + "scale_shift_table").expand({B, 6, D}), mod);
-    auto row = [&](int i) { return mod.view().select(1, i); };
+    ops::add(ctx, tproj.view().reshape({B, G, 6, D}),
+             weights_.get(k + "scale_shift_table").unsqueeze(0).expand({B, G, 6, D}), mod);
+    auto row = [&](int i) { return mod.view().select(2, i); };
     ps.modulated_norm(h, row(1), row(0), n);
     ps.attention(k + "attn1", n, n, &cos, &sin, y);
     ps.gated_residual(h, y, row(2));
@@ -342,9 +397,10 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
   }
 
   // Output: shift and scale from the final table plus temb, the norm, the projection to patches.
-  OwnedTensor fin = ps.empty({B, 2, D});
-  ops::add(ctx, temb.view().unsqueeze(1).expand({B, 2, D}), weights_.get("scale_shift_table").expand({B, 2, D}), fin);
-  ps.modulated_norm(h, fin.view().select(1, 1), fin.view().select(1, 0), n, "norm_out.out");
+  OwnedTensor fin = ps.empty({B, G, 2, D});
+  ops::add(ctx, temb.view().reshape({B, G, 1, D}).expand({B, G, 2, D}),
+           weights_.get("scale_shift_table").unsqueeze(0).expand({B, G, 2, D}), fin);
+  ps.modulated_norm(h, fin.view().select(2, 1), fin.view().select(2, 0), n, "norm_out.out");
   const std::int64_t Co = c.out_channels, Ko = Co * pt * ph * pw;
   OwnedTensor po = ps.empty({B, L, Ko});
   ps.linear("proj_out", n, po);

@@ -28,6 +28,11 @@ using WanProbe = std::function<void(const std::string& name, const Tensor& value
 // (0: x is the whole video). The rotary positions are those of the frames in the whole video.
 struct WanFrames {
   std::int64_t first = 0, total = 0;
+  // SkyReels-V2 (diffusion forcing): the video's frame rate for its fps embedding (16, or another
+  // rate), and the frames per causal block of the self-attention (a block's tokens see the blocks
+  // up to it; 1: every token sees every token).
+  int fps = 24;
+  std::int64_t block_frames = 1;
 };
 
 // The self-attention of every block over the video's tokens. forward calls it with the queries,
