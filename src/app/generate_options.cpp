@@ -302,6 +302,29 @@ po::options_description input_options(RunPlan& o, Spelled& sp) {
   return input;
 }
 
+po::options_description df_options(RunPlan& o) {
+  RunPlan::DiffusionForcing& d = o.df;
+  po::options_description df("[df] diffusion forcing (a SkyReels-V2 diffusion-forcing pipeline; frames in video frames)",
+                             kHelpWidth, kHelpColumn);
+  df.add_options()("df.base-frames", zero_or(&d.base_frames, 1, 1000000)->default_value(d.base_frames),
+                   "frames per window (the model's training length: 97 for SkyReels-V2-DF-1.3B-540P); the video is "
+                   "made in windows of this many, each after the first starting from the last "
+                   "--df.overlap-history frames of the video so far. 0: one window of --video.frames")(
+      "df.overlap-history", zero_or(&d.overlap_history, 1, 1000000)->default_value(d.overlap_history),
+      "frames a window shares with the video before it (17 or 37 in the reference's examples); required "
+      "when --video.frames is more than --df.base-frames")(
+      "df.ar-step", ranged(&d.ar_step, 0, 1000)->default_value(d.ar_step),
+      "0: synchronous (every frame of a window at one noise level); A > 0: asynchronous, each causal block A "
+      "rows behind the one before (a denoising wave: more rows, the frames near the start clean first)")(
+      "df.causal-block-size", zero_or(&d.causal_block_size, 1, 1000)->default_value(d.causal_block_size),
+      "latent frames per causal block of the self-attention (a block sees itself and the blocks before); "
+      "0: the transformer's num_frame_per_block. The reference uses 5 with --df.ar-step 5")(
+      "df.addnoise-condition", ranged(&d.addnoise_condition, 0, 1000)->default_value(d.addnoise_condition),
+      "a window's clean prefix enters the model noised to this level (the reference suggests 20 for long "
+      "videos: smoother joins); 0: clean");
+  return df;
+}
+
 po::options_description describe(RunPlan& o, Spelled& sp) {
   po::options_description all = run_options(o, sp);
   po::options_description vi("[vi] Video-Infinity (flags take =true/=false)", kHelpWidth, kHelpColumn);
@@ -315,7 +338,7 @@ po::options_description describe(RunPlan& o, Spelled& sp) {
       "other than the run's, ...)");
   all.add(model_options(o)).add(video_options(o)).add(sampler_options(o, sp)).add(prompt_options(o));
   add_output_options(all, o);
-  all.add(input_options(o, sp)).add(checkpoint_options(o)).add(long_options(o, sp)).add(vi);
+  all.add(input_options(o, sp)).add(df_options(o)).add(checkpoint_options(o)).add(long_options(o, sp)).add(vi);
   return all;
 }
 
@@ -401,7 +424,8 @@ void resolve_family(RunPlan& o, const Spelled& sp, const po::variables_map& vm) 
   const auto given = [&](const char* name) { return vm.count(name) && !vm[name].defaulted(); };
   o.wan = o.unet.empty() && pipeline::model_family(o.model) == pipeline::ModelFamily::wan;
   if (!o.wan) {
-    for (const char* name : {"image", "last-image", "video", "strength"})
+    for (const char* name : {"image", "last-image", "video", "strength", "df.base-frames", "df.overlap-history",
+                             "df.ar-step", "df.causal-block-size", "df.addnoise-condition"})
       VINF_INPUT_CHECK(!given(name), "--", name, " is for a Wan2.1 pipeline (image-to-video, video-to-video); ",
                        o.model.empty() ? "this" : o.model, " is a UNet model, which generates from text");
     VINF_INPUT_CHECK(!given("prompt.max-length"), "--prompt.max-length is for the Wan family's T5 tokenizer; ", o.model,
@@ -415,6 +439,8 @@ void resolve_family(RunPlan& o, const Spelled& sp, const po::variables_map& vm) 
   for (const auto& [name, value] : vm)
     if (name.rfind("vi.", 0) == 0 && name != "vi.mode" && !value.defaulted()) o.vi_given = true;
   o.size_given = given("video.height") || given("video.width");
+  for (const auto& [name, value] : vm)
+    if (name.rfind("df.", 0) == 0 && !value.defaulted()) o.df.given = true;
   if (!given("video.frames")) o.frames = 81;
   if (!given("video.height")) o.height = 480;
   if (!given("video.width")) o.width = 832;

@@ -69,6 +69,14 @@ struct GenerateSpec {
   // image-to-video pipeline from its last frame; OUT/video.mp4 is it joined with the new frames.
   std::string extend;
   bool size_given = false;  // --video.height or --video.width was given (extend: else the input's)
+  // [df] SkyReels-V2's diffusion forcing, in video frames as the reference takes them (0: the
+  // defaults: one window of the whole video; the model's causal block).
+  struct DiffusionForcing {
+    std::int64_t base_frames = 0, overlap_history = 0, causal_block_size = 0;
+    int ar_step = 0;
+    double addnoise_condition = 0;
+    bool given = false;  // a [df] option was given
+  } df;
   bool conditioned() const { return !image.empty() || !input_video.empty(); }
   // The model family: the Wan2.1 pipeline (a directory with transformer/) instead of a UNet.
   bool wan = false;

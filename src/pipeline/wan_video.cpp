@@ -32,12 +32,14 @@
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
 #include "pipeline/denoise_loop.hpp"
+#include "pipeline/df_denoise.hpp"
 #include "pipeline/run_dir.hpp"
 #include "pipeline/step_control.hpp"
 #include "pipeline/stop_signals.hpp"
 #include "pipeline/video_pipeline.hpp"
 #include "pipeline/wan_condition.hpp"
 #include "pipeline/wan_denoise.hpp"
+#include "sampling/diffusion_forcing.hpp"
 #include "sampling/noise.hpp"
 
 namespace fs = std::filesystem;
@@ -166,6 +168,8 @@ struct WanRun {
   WanImageCondition image_condition;
   std::vector<float> video_start;
   int first_step = 0;
+  // SkyReels-V2's diffusion forcing: its windows and schedule in latent frames.
+  DfSettings df;
   // What run.json reports.
   double text_seconds = 0, condition_seconds = 0, load_seconds = 0, denoise_seconds = 0, checkpoint_seconds = 0,
          write_seconds = 0;
@@ -227,6 +231,43 @@ void plan_wan_input(WanRun& r) {
   r.scheduler->start_at(r.first_step);
 }
 
+// A diffusion-forcing transformer's windows, in latent frames, from the [df] options (in video
+// frames, as the reference takes them); refused where they do not fit.
+void plan_wan_df(WanRun& r) {
+  const GenerateSpec& o = r.o;
+  const GenerateSpec::DiffusionForcing& g = o.df;
+  VINF_INPUT_CHECK(r.tc.skyreels || !g.given, "the [df] options are for a SkyReels-V2 diffusion-forcing pipeline; ",
+                   o.model, " is a Wan2.1 pipeline");
+  if (!r.tc.skyreels) return;
+  const std::string what = "--model " + o.model + " is a SkyReels-V2 diffusion-forcing pipeline, which ";
+  VINF_INPUT_CHECK(r.clips == 1, what, "runs its windows on one rank per guidance branch in this version: drop ",
+                   "--vi.mode (and run more videos with --jobs and --parallel.data)");
+  VINF_INPUT_CHECK(!o.conditioned(), what, "generates from text: drop --image and --video");
+  VINF_INPUT_CHECK(o.resume.empty() || o.resume == "auto", what, "writes no checkpoints in this version: drop --resume");
+  const auto latent = [](std::int64_t frames) { return (frames - 1) / 4 + 1; };
+  DfSettings& d = r.df;
+  d.base = g.base_frames > 0 ? latent(g.base_frames) : r.lf;
+  d.overlap = g.overlap_history > 0 ? latent(g.overlap_history) : 0;
+  d.block = g.causal_block_size > 0 ? g.causal_block_size : r.tc.num_frame_per_block;
+  d.ar_step = g.ar_step;
+  d.addnoise = g.addnoise_condition;
+  d.fps = static_cast<int>(std::lround(o.fps));
+  if (r.lf <= d.base) {
+    d.base = r.lf;  // one window: the whole video
+    d.overlap = 0;
+  }
+  VINF_INPUT_CHECK(d.base == r.lf || g.overlap_history > 0, "--video.frames ", o.frames, " is more than --df.base-frames ",
+                   g.base_frames, ": the video is made in windows, which overlap by --df.overlap-history frames (give it, ",
+                   "e.g. 17)");
+  VINF_INPUT_CHECK(d.base == r.lf || d.overlap < d.base, "--df.overlap-history ", g.overlap_history,
+                   " must be less than --df.base-frames ", g.base_frames, " (", d.overlap, " and ", d.base,
+                   " latent frames)");
+  for (const sampling::DfWindow& w : sampling::df_windows(r.lf, d.base, d.overlap, d.block))
+    VINF_INPUT_CHECK(w.frames % d.block == 0, "a window of ", w.frames, " latent frames does not divide into causal ",
+                     "blocks of ", d.block, " frames: choose --video.frames, --df.base-frames and ",
+                     "--df.overlap-history whose windows are multiples of the block (or --df.causal-block-size 1)");
+}
+
 void plan_wan(WanRun& r) {
   const GenerateSpec& o = r.o;
   r.lf = (o.frames - 1) / 4 + 1;
@@ -248,9 +289,10 @@ void plan_wan(WanRun& r) {
   r.frame_major = {r.lf, r.tc.out_channels, r.lh, r.lw};
   r.mine_major = {r.part.count, r.tc.out_channels, r.lh, r.lw};
   plan_wan_input(r);
+  plan_wan_df(r);
   const Shape latent{1, r.tc.out_channels, r.lf, r.lh, r.lw};
   const char* layout = "(1, channels, (frames - 1) / 4 + 1, height / 8, width / 8)";
-  if (o.latents_init.empty()) return;
+  if (o.latents_init.empty() || r.tc.skyreels) return;  // diffusion forcing reads its draws per window
   if (o.input_video.empty()) {
     check_latents_init(o.latents_init, latent, layout);
   } else {
@@ -290,6 +332,10 @@ void identify_wan(WanRun& r) {
   }
   // Video-Infinity's windows change the numbers (not the ranks they run on).
   if (r.windows) r.config["vi"] = vi_json(o.vi);
+  if (r.tc.skyreels)
+    r.config["df"] = {{"base-latent-frames", r.df.base}, {"overlap-latent-frames", r.df.overlap},
+                      {"causal-block-size", r.df.block}, {"ar-step", r.df.ar_step},
+                      {"addnoise-condition", r.df.addnoise}, {"fps", r.df.fps}};
   io::RunStamp& stamp = r.stamp;
   // Not in the numerics: the layout (exact mode, the windows and CFG parallelism compute the same
   // numbers on any ranks, to float rounding), so a run resumes on other ranks.
@@ -448,7 +494,9 @@ std::vector<float> frames_on_host(const WanRun& r, const Tensor& t) {
 void start_wan_latents(WanRun& r, sampling::FlowSampler& sampler) {
   const GenerateSpec& o = r.o;
   ExecContext& ctx = r.rt.ctx();
-  if (!r.video_start.empty()) {
+  if (r.tc.skyreels) {
+    ops::fill(ctx, sampler.latents(), 0.0);  // diffusion forcing draws each window's noise as it comes
+  } else if (!r.video_start.empty()) {
     const Shape whole{1, r.tc.out_channels, r.lf, r.lh, r.lw};
     ops::copy(ctx,
               Tensor::wrap(r.video_start.data(), DType::f32, Device::cpu(), whole).slice(2, r.part.first, r.part.count),
@@ -594,6 +642,32 @@ int denoise_wan(WanRun& r, const model::WanTransformer& wan, const Tensor& promp
   r.rt.synchronize();
   r.denoise_seconds = seconds_since(t_denoise);
   return ended.stop_signal;
+}
+
+// Diffusion forcing: the windows and their rows (df_denoise) into the sampler's latents, the
+// whole video on this rank; a line per window, and per row with --verbose.
+int denoise_wan_df(WanRun& r, const model::WanTransformer& wan, const Tensor& prompt, const Tensor& negative,
+                   sampling::FlowSampler& sampler) {
+  const GenerateSpec& o = r.o;
+  const auto t_denoise = Clock::now();
+  DfDenoise d{wan, *r.scheduler, prompt, negative, static_cast<float>(r.guided ? o.guidance : 1.0),
+              o.job.cfg == 2 ? r.job.cfg_comm() : nullptr, r.job.grid().cfg_index(), r.df,
+              {o.latents_init, static_cast<std::uint64_t>(o.seed)}};
+  const std::size_t windows = sampling::df_windows(r.lf, r.df.base, r.df.overlap, r.df.block).size();
+  auto t_window = Clock::now();
+  d.progress = [&](std::size_t k, std::size_t row, std::size_t rows) {
+    if (o.verbose) r.report.say("window " + std::to_string(k + 1) + "/" + std::to_string(windows) + ", row " +
+                                std::to_string(row + 1) + "/" + std::to_string(rows));
+    if (row + 1 < rows) return;
+    const double took = seconds_since(t_window);
+    r.step_seconds.push_back(took);
+    r.report.say("window " + std::to_string(k + 1) + "/" + std::to_string(windows) + ": " + std::to_string(rows) +
+                 " rows in " + format_number(took) + " s");
+    t_window = Clock::now();
+  };
+  df_denoise(r.rt, d, sampler.latents());
+  r.denoise_seconds = seconds_since(t_denoise);
+  return 0;
 }
 
 // -- outputs -------------------------------------------------------------------------------
@@ -805,6 +879,7 @@ class WanVideoRun final : public VideoRun {
     log_wan_plan(r_, *wan_);
   }
   int denoise() override {
+    if (r_.tc.skyreels) return denoise_wan_df(r_, *wan_, prompt_, negative_, *sampler_);
     const Tensor image = image_.view();
     return denoise_wan(r_, *wan_, prompt_, negative_, {condition_.view(), r_.images.empty() ? nullptr : &image},
                        *sampler_);

@@ -37,6 +37,7 @@ void FlowSampler::step(ExecContext& ctx, int i, const Tensor& v) {
   // UniP from the corrected latents.
   ops::axpby(ctx, f(k.p_x), last_, f(k.p_m0), m0_, x_);
   if (k.p_m1 != 0) ops::axpby(ctx, 1.f, x_, f(k.p_m1), m1_, x_);
+  if (!k.correct && uncorrected_last_is_result_) ops::copy(ctx, x_, last_);
   std::swap(m2_, m1_);
   std::swap(m1_, m0_);
   ++done_;

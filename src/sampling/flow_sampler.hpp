@@ -34,11 +34,16 @@ class FlowSampler : public Solver {
   // Continues after step `done - 1` from copies of the latents and the memories.
   void restore(ExecContext& ctx, int done, const Tensor& x, const Tensor& last, const Tensor& m1, const Tensor& m2);
   int steps_done() const { return done_; }
+  // SkyReels-V2's diffusion-forcing pipeline updates each frame in place, and its scheduler keeps
+  // the very tensor it was given as the sample to correct from: after a step without a corrector
+  // (a frame's first), that sample is the step's own result. True reproduces it.
+  void set_uncorrected_last_is_result(bool on) { uncorrected_last_is_result_ = on; }
 
  private:
   const FlowScheduler& scheduler_;
   OwnedTensor x_, last_, m1_, m2_, m0_;
   int done_ = 0;
+  bool uncorrected_last_is_result_ = false;
 };
 
 }  // namespace vinf::sampling

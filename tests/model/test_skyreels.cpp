@@ -56,6 +56,7 @@ TEST_CASE("golden: SkyReels-V2 diffusion-forcing transformer equals diffusers on
   CHECK(c.skyreels);
   CHECK(c.inject_sample_info);
   check_df_row("sync", 0, 0, 1, 1e-5);          // every frame at t = 999
+  check_df_row("sync", 0, 1, 1, 1e-5);
   check_df_row("sync", 1, 2, 1, 1e-5);          // the prefix at t = 0
   check_df_row("sync_addnoise", 1, 1, 1, 1e-5);  // the prefix noised, at t = 20
   check_df_row("async", 0, 3, 2, 1e-5);         // a wave of three levels, blocks of 2 frames, causal
