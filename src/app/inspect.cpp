@@ -204,10 +204,15 @@ int inspect_wan(const std::string& dir, const std::string& config_path) {
   const model::WanTransformerConfig c = model::load_wan_transformer_config(config_path, &warnings);
   const model::ModelFiles files = model::find_model_files(std::filesystem::path(config_path).parent_path().string());
   const auto params = model::wan_transformer_parameters(c);
-  std::cout << "Wan transformer " << files.dir << " (WanTransformer3DModel): " << c.layers << " blocks of " << c.dim()
+  std::cout << "Wan transformer " << files.dir << " ("
+            << (c.skyreels ? "SkyReelsV2Transformer3DModel" : "WanTransformer3DModel") << "): " << c.layers << " blocks of " << c.dim()
             << " (" << c.heads << " heads of " << c.head_dim << "), feed-forward " << c.ffn_dim << ", text width "
             << c.text_dim << ", patch " << c.patch_size[0] << "x" << c.patch_size[1] << "x" << c.patch_size[2] << ", "
             << c.in_channels << " latent channels; " << grouped(model::parameter_count(params)) << " parameters\n";
+  if (c.skyreels)
+    std::cout << "  diffusion forcing (SkyReels-V2): per-frame timesteps"
+              << (c.inject_sample_info ? ", the fps embedding" : "") << ", causal blocks of " << c.num_frame_per_block
+              << " frame(s); vinf generate's [df] options run it\n";
   if (c.image_conditioned())
     std::cout << "  image-to-video: " << c.in_channels << " input channels (" << c.out_channels << " latent, "
               << c.condition_channels() << " mask and image latents), CLIP states of width " << c.image_dim

@@ -103,13 +103,16 @@ int make_model(const std::vector<std::string>& args) {
       "fixtures' shapes, wan-i2v-14b and wan-flf2v-14b in Wan2.1-I2V-14B's; a transformer of 36 input\n"
       "channels with the image embedder and each block's image keys and values, plus DIR/image_encoder\n"
       "(CLIPVisionModel, seed S+3: 2 layers on 16 x 16 images for the tiny ones, open-clip's ViT-H/14\n"
-      "otherwise) and DIR/image_processor (CLIPImageProcessor).\n\n"
+      "otherwise) and DIR/image_processor (CLIPImageProcessor).\n"
+      "Diffusion forcing (SkyReels-V2, for vinf generate's [df] options): skyreels-df-tiny (the fixture's\n"
+      "shape) and skyreels-df-1.3b: Wan2.1's transformers as SkyReelsV2Transformer3DModel with the fps\n"
+      "embedding, UniPC with flow_shift 8.0.\n\n"
       "Options come from the command line and from --config FILE (INI: `preset = tiny`, `seed = 5`); the\n"
       "command line wins.\n\nOptions");
   opts.add_options()("help,h", "show this help")("config", path_value(&config_file, PathKind::file), kConfigOptionHelp)(
       "preset", po::value(&preset),
       "tiny | small | vc2 | wan-tiny | wan-1.3b | wan-14b | wan-i2v-tiny | wan-flf2v-tiny | wan-i2v-14b | "
-      "wan-flf2v-14b")("seed", ranged(&seed, 0, 9007199254740991.0)->default_value(0),
+      "wan-flf2v-14b | skyreels-df-tiny | skyreels-df-1.3b")("seed", ranged(&seed, 0, 9007199254740991.0)->default_value(0),
                        "random seed (the same seed gives the same weights)")("out", path_value(&out, PathKind::out_dir),
                                                                              "model directory to create")(
       "layout", po::value(&layout)->default_value(layout), "unet (DIR is a UNet directory) | pipeline")(
@@ -127,11 +130,12 @@ int make_model(const std::vector<std::string>& args) {
     VINF_INPUT_CHECK(vm.count(required), "vinf make-model: --", required, " is required (see vinf make-model --help)");
   const std::vector<std::string> presets{"tiny",        "small",        "vc2",          "wan-tiny",
                                          "wan-1.3b",    "wan-14b",      "wan-i2v-tiny", "wan-flf2v-tiny",
-                                         "wan-i2v-14b", "wan-flf2v-14b"};
+                                         "wan-i2v-14b", "wan-flf2v-14b", "skyreels-df-tiny", "skyreels-df-1.3b"};
   VINF_INPUT_CHECK(std::find(presets.begin(), presets.end(), preset) != presets.end(), "--preset '", preset,
                    "' is not a preset; the presets are tiny, small, vc2, wan-tiny, wan-1.3b and wan-14b, and the "
-                   "image-to-video wan-i2v-tiny, wan-flf2v-tiny, wan-i2v-14b and wan-flf2v-14b");
-  const bool wan = preset.rfind("wan-", 0) == 0;
+                   "image-to-video wan-i2v-tiny, wan-flf2v-tiny, wan-i2v-14b and wan-flf2v-14b, and the "
+                   "diffusion-forcing skyreels-df-tiny and skyreels-df-1.3b");
+  const bool wan = preset.rfind("wan-", 0) == 0 || preset.rfind("skyreels-", 0) == 0;
   const bool tiny_wan = wan && preset.size() > 5 && preset.compare(preset.size() - 5, 5, "-tiny") == 0;
   const model::WanTransformerConfig wan_config =
       wan ? model::wan_transformer_preset(preset) : model::WanTransformerConfig{};

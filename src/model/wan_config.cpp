@@ -18,6 +18,9 @@ WanTransformerConfig wan_transformer_preset(const std::string& name) {
     c.freq_dim = 32;
     c.ffn_dim = 64;
     c.layers = 2;
+  } else if (name == "skyreels-df-tiny" || name == "skyreels-df-1.3b") {
+    c = wan_transformer_preset(name == "skyreels-df-tiny" ? "wan-tiny" : "wan-1.3b");
+    c.skyreels = c.inject_sample_info = true;
   } else if (name == "wan-i2v-tiny" || name == "wan-flf2v-tiny") {
     c = wan_transformer_preset("wan-tiny");
     c.in_channels = 36;
@@ -36,7 +39,8 @@ WanTransformerConfig wan_transformer_preset(const std::string& name) {
     }
   } else {
     VINF_INPUT_CHECK(name == "wan-1.3b", "there is no built-in Wan transformer '", name,
-                     "' (wan-tiny, wan-1.3b, wan-14b, wan-i2v-tiny, wan-flf2v-tiny, wan-i2v-14b, wan-flf2v-14b)");
+                     "' (wan-tiny, wan-1.3b, wan-14b, wan-i2v-tiny, wan-flf2v-tiny, wan-i2v-14b, wan-flf2v-14b, ",
+                     "skyreels-df-tiny, skyreels-df-1.3b)");
   }
   return c;
 }

@@ -54,6 +54,7 @@ WanPipelinePreset wan_pipeline_preset(const std::string& name) {
   p.text_encoder = umt5_preset(tiny ? "wan-tiny" : "umt5-xxl");
   // The tiny encoder's 800 ids leave room; the big ones take all the built-in text supports.
   p.tokenizer_pieces = tiny ? 512 : kBuiltinSpieceMaxVocab;
+  if (p.transformer.skyreels) p.flow_shift = 8.0;  // SkyReels-V2's diffusion forcing
   VINF_CHECK(p.tokenizer_pieces <= p.text_encoder.vocab_size && p.transformer.text_dim == p.text_encoder.d_model,
              "wan_pipeline_preset ", name, ": the parts do not fit together");
   return p;
@@ -145,7 +146,10 @@ void write_random_wan_pipeline(const WanPipelinePreset& p, std::uint64_t seed, D
   }
   io::write_file_atomically(dir + "/model_index.json",
                             std::string("{\n  \"_class_name\": \"") +
-                                (p.image ? "WanImageToVideoPipeline" : "WanPipeline") + "\",\n" +
+                                (p.image                    ? "WanImageToVideoPipeline"
+                                 : p.transformer.skyreels ? "SkyReelsV2DiffusionForcingPipeline"
+                                                          : "WanPipeline") +
+                                "\",\n" +
                                 (p.image ? "  \"image_encoder\": [\"transformers\", \"CLIPVisionModel\"],\n"
                                            "  \"image_processor\": [\"transformers\", \"CLIPImageProcessor\"],\n"
                                          : "") +
@@ -155,7 +159,9 @@ void write_random_wan_pipeline(const WanPipelinePreset& p, std::uint64_t seed, D
                                 "  \"scheduler\": [\"diffusers\", \"UniPCMultistepScheduler\"],\n"
                                 "  \"text_encoder\": [\"transformers\", \"UMT5EncoderModel\"],\n"
                                 "  \"tokenizer\": [\"transformers\", \"T5Tokenizer\"],\n"
-                                "  \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"],\n"
+                                "  \"transformer\": [\"diffusers\", \"" +
+                                (p.transformer.skyreels ? "SkyReelsV2Transformer3DModel" : "WanTransformer3DModel") +
+                                "\"],\n"
                                 "  \"vae\": [\"diffusers\", \"AutoencoderKLWan\"]\n}\n");
 }
 

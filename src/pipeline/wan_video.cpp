@@ -168,8 +168,10 @@ struct WanRun {
   WanImageCondition image_condition;
   std::vector<float> video_start;
   int first_step = 0;
-  // SkyReels-V2's diffusion forcing: its windows and schedule in latent frames.
+  // SkyReels-V2's diffusion forcing: its windows and schedule in latent frames, and the video
+  // frames where each window's new frames begin (the seams vinf evaluate measures).
   DfSettings df;
+  std::vector<std::int64_t> seams;
   // What run.json reports.
   double text_seconds = 0, condition_seconds = 0, load_seconds = 0, denoise_seconds = 0, checkpoint_seconds = 0,
          write_seconds = 0;
@@ -262,10 +264,12 @@ void plan_wan_df(WanRun& r) {
   VINF_INPUT_CHECK(d.base == r.lf || d.overlap < d.base, "--df.overlap-history ", g.overlap_history,
                    " must be less than --df.base-frames ", g.base_frames, " (", d.overlap, " and ", d.base,
                    " latent frames)");
-  for (const sampling::DfWindow& w : sampling::df_windows(r.lf, d.base, d.overlap, d.block))
+  for (const sampling::DfWindow& w : sampling::df_windows(r.lf, d.base, d.overlap, d.block)) {
+    if (w.first + w.keep_from > 0) r.seams.push_back(4 * (w.first + w.keep_from) - 3);
     VINF_INPUT_CHECK(w.frames % d.block == 0, "a window of ", w.frames, " latent frames does not divide into causal ",
                      "blocks of ", d.block, " frames: choose --video.frames, --df.base-frames and ",
                      "--df.overlap-history whose windows are multiples of the block (or --df.causal-block-size 1)");
+  }
 }
 
 void plan_wan(WanRun& r) {
@@ -729,7 +733,7 @@ WanEvaluation evaluate_wan_video(const WanRun& r, WanVideoFiles& video) {
   if (r.root) {
     r.report.say("evaluating video.mp4 into evaluate.json and evaluate.png");
     try {
-      evaluate::evaluate_file(r.out_dir + "/video.mp4", r.out_dir, std::vector<std::int64_t>{},
+      evaluate::evaluate_file(r.out_dir + "/video.mp4", r.out_dir, r.seams,
                               r.o.evaluate_clip_vision, r.o.quiet);
       video.files.insert(video.files.end(), {"evaluate.json", "evaluate.png"});
     } catch (const InputError& x) {
@@ -828,6 +832,7 @@ void write_wan_run_json(WanRun& r, const WanVideoFiles& video, const WanEvaluati
                   {"write", r.write_seconds},         {"decode", video.seconds},
                   {"evaluate", evaluation.seconds},   {"total", seconds_since(r.start)}};
   record.frame_steps_per_s = r.denoise_seconds > 0 ? denoised / r.denoise_seconds : 0.0;
+  if (r.tc.skyreels) record.boundaries = r.seams;  // where the windows join
   record.ranks = ranks;
   record.outputs = outputs;
   const double peak = peaks.empty() ? peak_here : *std::max_element(peaks.begin(), peaks.end());
