@@ -4,7 +4,8 @@
 # and video-to-video from the references' draws, forward on the image-to-video transformer,
 # checkpoints resumed bit for bit with the conditioning part of the numbers, make-model's random
 # image-to-video pipeline and inspect, vinf extend and generate --continue, a job list naming its
-# images and its links, and a clear message with exit status 2 for every refused input.
+# images and its links, SkyReels-V2's diffusion forcing against diffusers, and a clear message with
+# exit status 2 for every refused input.
 # usage: test_wan_cond_cli.sh VINF TEST_TOOL FIXTURES_DIR MPIEXEC
 set -u
 vinf=$1 tool=$2 fixtures=$3 mpiexec=$4
@@ -106,5 +107,34 @@ if [ "$have_ffmpeg" -eq 1 ]; then
   expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/list/a/latents.h5" "$work/k0/latents.h5" 0
   expect 0 "13" -- jq -r '.frames' "$work/list/c/extend.json"
 fi
+# SkyReels-V2's diffusion forcing (tests/fixtures/skyreels-df-tiny) from the reference's draws:
+# synchronous, with addnoise_condition, asynchronous with causal blocks of 2 (and its guidance
+# branches over 2 ranks): the final latents within 1e-4 of diffusers'.
+df=$fixtures/skyreels-df-tiny
+df_call=(--model "$df" --prompt.text "A red fox trots through fresh snow at dawn." --prompt.negative "dark, noisy, static"
+         --sampler.guidance 6 --sampler.steps 4 --prompt.max-length 24 --video.height 32 --video.width 48 --device cpu
+         --output.video=false)
+df_sync=("${df_call[@]}" --video.frames 25 --df.base-frames 13 --df.overlap-history 5)
+df_async=("${df_call[@]}" --video.frames 33 --df.base-frames 21 --df.overlap-history 9 --df.ar-step 1 --df.causal-block-size 2 --df.addnoise-condition 20)
+expect 0 "window 3/3: 4 rows" -- "$vinf" generate "${df_sync[@]}" --latents-init "$df/ref_sync.safetensors" --out "$work/df-sync"
+expect 0 "ok" -- "$tool" h5-vs-ref "$work/df-sync/latents.h5" "$df/ref_sync.safetensors" latents 1e-4 0
+expect 0 "[13,21]" -- jq -c '.boundaries' "$work/df-sync/run.json"
+expect 0 "outputs in" -- "$vinf" generate "${df_sync[@]}" --df.addnoise-condition 20 --latents-init "$df/ref_sync_addnoise.safetensors" --out "$work/df-noise"
+expect 0 "ok" -- "$tool" h5-vs-ref "$work/df-noise/latents.h5" "$df/ref_sync_addnoise.safetensors" latents 1e-4 0
+expect 0 "window 2/2: 5 rows" -- "$vinf" generate "${df_async[@]}" --latents-init "$df/ref_async.safetensors" --out "$work/df-async"
+expect 0 "ok" -- "$tool" h5-vs-ref "$work/df-async/latents.h5" "$df/ref_async.safetensors" latents 1e-4 0
+expect 0 "outputs in" -- "$mpiexec" -np 2 "$vinf" generate "${df_async[@]}" --parallel.cfg 2 --latents-init "$df/ref_async.safetensors" --out "$work/df-cfg"
+expect 0 "ok" -- "$tool" h5-vs-ref "$work/df-cfg/latents.h5" "$df/ref_async.safetensors" latents 1e-4 0
+expect 0 "diffusion forcing (SkyReels-V2)" -- "$vinf" inspect "$df"
+expect 0 "scheduler: UniPC with flow sigmas, flow_shift 8.0" -- "$vinf" make-model --preset skyreels-df-tiny --layout pipeline --out "$work/df-rand"
+expect 0 "SkyReelsV2DiffusionForcingPipeline" -- cat "$work/df-rand/model_index.json"
+expect 0 "outputs in" -- "$vinf" generate --model "$work/df-rand" --prompt.text "a fox" --video.frames 17 --video.height 32 --video.width 32 --sampler.steps 2 --df.base-frames 9 --df.overlap-history 5 --device cpu --output.video=false --out "$work/df-r"
+expect 2 "are for a SkyReels-V2 diffusion-forcing pipeline" -- "$vinf" generate "${v2v_model[@]}" --df.ar-step 1 --out "$work/bad"
+expect 2 "give it" -- "$vinf" generate "${df_call[@]}" --video.frames 25 --df.base-frames 13 --out "$work/bad"
+expect 2 "must be less than --df.base-frames" -- "$vinf" generate "${df_call[@]}" --video.frames 25 --df.base-frames 13 --df.overlap-history 13 --out "$work/bad"
+expect 2 "does not divide into causal blocks of 2" -- "$vinf" generate "${df_call[@]}" --video.frames 29 --df.base-frames 21 --df.overlap-history 9 --df.causal-block-size 2 --out "$work/bad"
+expect 2 "on one rank per guidance branch in this version" -- "$mpiexec" -np 2 "$vinf" generate "${df_sync[@]}" --vi.mode exact --out "$work/bad"
+expect 2 "has no tensor 'window0.noise'" -- "$vinf" generate "${df_sync[@]}" --latents-init "$i2v/ref_pipeline.safetensors" --out "$work/bad2"
+[ ! -e "$work/bad" ] || { echo "FAIL: a refused run left $work/bad"; fails=$((fails + 1)); }
 [ "$fails" -eq 0 ] && echo "all wan conditioning command-line tests passed"
 exit "$fails"

@@ -24,8 +24,9 @@ OwnedTensor df_upload(Runtime& rt, const Tensor& host) {
 }
 
 // Row `row` of window `window` of a case: both branches within tol of the reference's.
-void check_df_row(const std::string& name, int window, int row, std::int64_t block_frames, double tol) {
-  Runtime rt(Device::cpu());
+void check_df_row(const std::string& name, int window, int row, std::int64_t block_frames, double tol,
+                  Device device = Device::cpu()) {
+  Runtime rt(device);
   const model::WanTransformer wan =
       model::WanTransformer::load(test::fixture("skyreels-df-tiny/transformer"), rt, DType::f32, false, nullptr);
   const io::SafetensorsFile ref(test::fixture("skyreels-df-tiny/ref_" + name + ".safetensors"));
@@ -61,4 +62,9 @@ TEST_CASE("golden: SkyReels-V2 diffusion-forcing transformer equals diffusers on
   check_df_row("sync_addnoise", 1, 1, 1, 1e-5);  // the prefix noised, at t = 20
   check_df_row("async", 0, 3, 2, 1e-5);         // a wave of three levels, blocks of 2 frames, causal
   check_df_row("async", 1, 4, 2, 1e-5);
+}
+
+TEST_CASE("golden: SkyReels-V2 diffusion-forcing transformer equals diffusers on CUDA") {
+  if (!test::gpu_or_skip("SkyReels-V2 transformer on CUDA")) return;
+  check_df_row("async", 1, 4, 2, 1e-4, Device::cuda(0));
 }

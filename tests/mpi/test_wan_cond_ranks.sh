@@ -4,7 +4,8 @@
 # condition channels with them) over up to 3 ranks in exact mode, the rest as CFG's second branch,
 # against diffusers' final latents within 1e-4; first-and-last-frame with CFG over 2 ranks;
 # Video-Infinity's windows over the ranks against the same windows on one; stopped on N ranks and
-# resumed on one; a job list whose jobs name their images, over N replicas, each job its single run.
+# resumed on one; a job list whose jobs name their images, over N replicas, each job its single run;
+# SkyReels-V2's diffusion forcing as a job list over N replicas.
 # usage: test_wan_cond_ranks.sh MPIEXEC VINF TEST_TOOL FIXTURE_MODEL_DIR N
 set -u
 mpiexec=$1 vinf=$2 tool=$3 fixtures=$(dirname "$4") n=$5
@@ -56,5 +57,13 @@ printf '%s\n' "{\"out\": \"a\", \"image\": \"$i2v/image.png\", \"seed\": 7}" \
 expect 0 "" -- "$mpiexec" -np "$n" "$vinf" generate "${i2v_model[@]}" --jobs "$work/jobs.jsonl" --parallel.data "$n" --out "$work/list"
 expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/list/a/latents.h5" "$work/k0/latents.h5" "$exact_tol"
 expect 1 "" -- "$tool" h5-compare "$work/list/b/latents.h5" "$work/k0/latents.h5" 1e-3
+# SkyReels-V2's diffusion forcing as a job list over N replicas: each job its single run.
+df=(--model "$fixtures/skyreels-df-tiny" --prompt.text "A red fox trots through fresh snow at dawn." --sampler.steps 2
+    --video.frames 25 --video.height 32 --video.width 48 --df.base-frames 13 --df.overlap-history 5 --df.ar-step 1
+    "${device_args[@]}" --output.video=false)
+printf '%s\n' '{"out": "a", "seed": 3}' '{"out": "b", "seed": 4, "df.addnoise-condition": 20}' > "$work/df.jsonl"
+expect 0 "" -- "$mpiexec" -np "$n" "$vinf" generate "${df[@]}" --jobs "$work/df.jsonl" --parallel.data "$n" --out "$work/dflist"
+expect 0 "outputs in $work/df3/" -- "$vinf" generate "${df[@]}" --sampler.seed 3 --out "$work/df3"
+expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/dflist/a/latents.h5" "$work/df3/latents.h5" "$exact_tol"
 [ "$fails" -eq 0 ] && echo "all wan conditioning tests passed at $n rank(s)"
 exit "$fails"

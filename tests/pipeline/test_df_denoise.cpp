@@ -25,8 +25,9 @@ OwnedTensor df_text(Runtime& rt, const io::SafetensorsFile& ref, const char* key
   return t;
 }
 
-void check_df_case(const std::string& name, std::int64_t frames, pipeline::DfSettings s, double tol) {
-  Runtime rt(Device::cpu());
+void check_df_case(const std::string& name, std::int64_t frames, pipeline::DfSettings s, double tol,
+                   Device device = Device::cpu()) {
+  Runtime rt(device);
   const std::string dir = test::fixture("skyreels-df-tiny");
   const model::WanTransformer wan = model::WanTransformer::load(dir + "/transformer", rt, DType::f32, false, nullptr);
   const sampling::FlowScheduler scheduler(sampling::FlowSolver::unipc,
@@ -62,4 +63,9 @@ TEST_CASE("golden: SkyReels-V2 diffusion forcing equals diffusers row by row (sy
   check_df_case("sync", 7, {4, 2, 1, 0, 0, 24}, 1e-4);
   check_df_case("sync_addnoise", 7, {4, 2, 1, 0, 20, 24}, 1e-4);
   check_df_case("async", 9, {6, 3, 2, 1, 20, 24}, 1e-4);
+}
+
+TEST_CASE("golden: SkyReels-V2 diffusion forcing equals diffusers on CUDA") {
+  if (!test::gpu_or_skip("diffusion forcing on CUDA")) return;
+  check_df_case("async", 9, {6, 3, 2, 1, 20, 24}, 1e-4, Device::cuda(0));
 }
