@@ -120,6 +120,13 @@ struct HostTensor {
   operator const Tensor&() const { return t; }
 };
 
+// A host tensor (a reference file's) as f32 on rt's device.
+inline OwnedTensor upload_f32(Runtime& rt, const Tensor& host) {
+  OwnedTensor t = rt.arena().empty(DType::f32, host.shape);
+  ops::copy(rt.ctx(), host, t);
+  return t;
+}
+
 // A tensor's values as f32 on the host (any device, any float dtype), once the device has them.
 inline std::vector<float> download(Runtime& rt, const Tensor& t) {
   HostTensor h(t.shape);

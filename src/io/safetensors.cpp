@@ -189,7 +189,18 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
   VINF_INPUT_CHECK(e != nullptr, path_, ": no tensor named '", name, "'");
   VINF_INPUT_CHECK(e->opaque.empty(), path_, ": tensor '", name, "' has dtype ", e->opaque,
                    ", which vinf does not compute with (F32, F16, BF16, F64, I64)");
-  Tensor t = Tensor::wrap(const_cast<char*>(data_ + e->offset), e->dtype, Device::cpu(), e->shape);
+  const char* at = data_ + e->offset;
+  if (reinterpret_cast<std::uintptr_t>(at) % dtype_size(e->dtype) != 0) {
+    // Byte tensors before it (a reference file's pictures) can leave a tensor off its type's
+    // alignment: it is read from an aligned copy the file keeps.
+    std::vector<std::uint64_t>& copy = aligned_[name];
+    if (copy.empty()) {
+      copy.resize((e->bytes + sizeof(std::uint64_t) - 1) / sizeof(std::uint64_t) + 1);
+      std::memcpy(copy.data(), at, e->bytes);
+    }
+    at = reinterpret_cast<const char*>(copy.data());
+  }
+  Tensor t = Tensor::wrap(const_cast<char*>(at), e->dtype, Device::cpu(), e->shape);
   // Every tensor vinf reads from a file it is given (weights, inputs, latents, embeddings) is
   // checked here, once per read: a NaN would otherwise surface steps later as all-NaN output.
   const std::int64_t bad = first_non_finite(t);

@@ -51,6 +51,8 @@ class SafetensorsFile {
   std::vector<Entry> entries_;
   std::map<std::string, std::size_t> index_;
   std::map<std::string, std::string> metadata_;
+  // Aligned copies of the tensors whose bytes sit off their type's alignment in the file.
+  mutable std::map<std::string, std::vector<std::uint64_t>> aligned_;
 };
 
 // A command's input `name` of f: there ("<path> has no tensor '<name>' (<needs>)") and of `rank`

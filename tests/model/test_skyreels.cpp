@@ -17,12 +17,6 @@ using namespace vinf;
 
 namespace {
 
-OwnedTensor df_upload(Runtime& rt, const Tensor& host) {
-  OwnedTensor t = rt.arena().empty(DType::f32, host.shape);
-  ops::copy(rt.ctx(), host, t);
-  return t;
-}
-
 // Row `row` of window `window` of a case: both branches within tol of the reference's.
 void check_df_row(const std::string& name, int window, int row, std::int64_t block_frames, double tol,
                   Device device = Device::cpu()) {
@@ -31,7 +25,7 @@ void check_df_row(const std::string& name, int window, int row, std::int64_t blo
       model::WanTransformer::load(test::fixture("skyreels-df-tiny/transformer"), rt, DType::f32, false, nullptr);
   const io::SafetensorsFile ref(test::fixture("skyreels-df-tiny/ref_" + name + ".safetensors"));
   const std::string w = "window" + std::to_string(window) + ".", r = ".row" + std::to_string(row);
-  const OwnedTensor x = df_upload(rt, ref.tensor(w + "model_input" + r));
+  const OwnedTensor x = test::upload_f32(rt, ref.tensor(w + "model_input" + r));
   const Tensor ts = ref.tensor(w + "model_timestep" + r);
   OwnedTensor t = rt.arena().empty(DType::f32, ts.shape);
   ops::copy(rt.ctx(), ts, t);
@@ -39,9 +33,9 @@ void check_df_row(const std::string& name, int window, int row, std::int64_t blo
   model::WanFrames frames;
   frames.fps = 24;
   frames.block_frames = block_frames;
-  for (const auto& [text_key, pred_key] : {std::pair{"prompt_embeds", "noise_pred_cond"},
-                                           std::pair{"negative_prompt_embeds", "noise_pred_uncond"}}) {
-    const OwnedTensor text = df_upload(rt, ref.tensor(text_key));
+  for (const auto& [text_key, pred_key] :
+       {std::pair{"prompt_embeds", "noise_pred_cond"}, std::pair{"negative_prompt_embeds", "noise_pred_uncond"}}) {
+    const OwnedTensor text = test::upload_f32(rt, ref.tensor(text_key));
     wan.forward(rt.ctx(), x, t, text, out, nullptr, frames);
     const double d = test::relative_diff(ref.tensor(w + pred_key + r), test::download(rt, out));
     INFO(name << " " << w << pred_key << r << ": relative " << d);
@@ -56,11 +50,11 @@ TEST_CASE("golden: SkyReels-V2 diffusion-forcing transformer equals diffusers on
       model::load_wan_transformer_config(test::fixture("skyreels-df-tiny/transformer/config.json"));
   CHECK(c.skyreels);
   CHECK(c.inject_sample_info);
-  check_df_row("sync", 0, 0, 1, 1e-5);          // every frame at t = 999
+  check_df_row("sync", 0, 0, 1, 1e-5);  // every frame at t = 999
   check_df_row("sync", 0, 1, 1, 1e-5);
-  check_df_row("sync", 1, 2, 1, 1e-5);          // the prefix at t = 0
+  check_df_row("sync", 1, 2, 1, 1e-5);  // the prefix at t = 0
   check_df_row("sync_addnoise", 1, 1, 1, 1e-5);  // the prefix noised, at t = 20
-  check_df_row("async", 0, 3, 2, 1e-5);         // a wave of three levels, blocks of 2 frames, causal
+  check_df_row("async", 0, 3, 2, 1e-5);  // a wave of three levels, blocks of 2 frames, causal
   check_df_row("async", 1, 4, 2, 1e-5);
 }
 

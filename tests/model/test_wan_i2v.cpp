@@ -18,12 +18,6 @@ using namespace vinf;
 
 namespace {
 
-OwnedTensor i2v_upload(Runtime& rt, const Tensor& host) {
-  OwnedTensor t = rt.arena().empty(DType::f32, host.shape);
-  ops::copy(rt.ctx(), host, t);
-  return t;
-}
-
 void check_i2v_transformer(Device device, double tol) {
   Runtime rt(device);
   std::vector<std::string> warnings;
@@ -33,9 +27,10 @@ void check_i2v_transformer(Device device, double tol) {
   CHECK(wan.config().image_conditioned());
   CHECK(wan.config().condition_channels() == 20);
   const io::SafetensorsFile ref(test::fixture("wan-i2v-tiny/ref_transformer.safetensors"));
-  const OwnedTensor x = i2v_upload(rt, ref.tensor("hidden_states")), t = i2v_upload(rt, ref.tensor("timestep")),
-                    text = i2v_upload(rt, ref.tensor("encoder_hidden_states")),
-                    image = i2v_upload(rt, ref.tensor("encoder_hidden_states_image"));
+  const OwnedTensor x = test::upload_f32(rt, ref.tensor("hidden_states")),
+                    t = test::upload_f32(rt, ref.tensor("timestep")),
+                    text = test::upload_f32(rt, ref.tensor("encoder_hidden_states")),
+                    image = test::upload_f32(rt, ref.tensor("encoder_hidden_states_image"));
   Shape out_shape = x.shape;
   out_shape[1] = 16;
   OwnedTensor out = rt.arena().empty(DType::f32, out_shape);

@@ -18,13 +18,6 @@ using namespace vinf;
 
 namespace {
 
-OwnedTensor df_text(Runtime& rt, const io::SafetensorsFile& ref, const char* key) {
-  const Tensor host = ref.tensor(key);
-  OwnedTensor t = rt.arena().empty(DType::f32, host.shape);
-  ops::copy(rt.ctx(), host, t);
-  return t;
-}
-
 void check_df_case(const std::string& name, std::int64_t frames, pipeline::DfSettings s, double tol,
                    Device device = Device::cpu()) {
   Runtime rt(device);
@@ -33,15 +26,16 @@ void check_df_case(const std::string& name, std::int64_t frames, pipeline::DfSet
   const sampling::FlowScheduler scheduler(sampling::FlowSolver::unipc,
                                           sampling::read_flow_schedule_config(dir + "/scheduler"), 4);
   const io::SafetensorsFile ref(dir + "/ref_" + name + ".safetensors");
-  const OwnedTensor prompt = df_text(rt, ref, "prompt_embeds"), negative = df_text(rt, ref, "negative_prompt_embeds");
+  const OwnedTensor prompt = test::upload_f32(rt, ref.tensor("prompt_embeds")),
+                    negative = test::upload_f32(rt, ref.tensor("negative_prompt_embeds"));
   pipeline::DfDenoise d{wan, scheduler, prompt, negative, 6.f, nullptr, 0, s, {ref.path(), 0}};
   int rows = 0;
   double worst = 0;
   d.probe = [&](std::size_t k, std::size_t r, const char* what, const Tensor& value) {
     const std::string w = "window" + std::to_string(k) + ".";
-    const std::string key = std::string(what) == "latents" ? w + "latents.row" + std::to_string(r)
+    const std::string key = std::string(what) == "latents"       ? w + "latents.row" + std::to_string(r)
                             : std::string(what) == "model_input" ? w + "model_input.row" + std::to_string(r)
-                                                                   : "";
+                                                                 : "";
     if (key.empty()) return;
     const double diff = test::relative_diff(ref.tensor(key), test::download(rt, value));
     INFO(name << " " << key << ": relative " << diff);
