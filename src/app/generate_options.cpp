@@ -292,7 +292,7 @@ po::options_description input_options(RunPlan& o, Spelled& sp) {
       "video-to-video: FILE (an MP4 or anything ffmpeg reads) or DIR (image files in name order): the first "
       "--video.frames frames are encoded and noised to the schedule's cut (--strength), then denoised with the "
       "prompt; on a text-to-video Wan pipeline")(
-      "strength", ranged_above(&o.strength, 0, 1)->default_value(o.strength),
+      "strength", ranged_above(&o.strength, 0, 1)->default_value(o.strength, "0.8"),
       "video-to-video: the share of --sampler.steps that runs (int(steps x strength), from the step where the "
       "noise level is that far up); 1 discards the video's content but its layout, small values keep it")(
       "continue", path_value(&sp.continue_dir, PathKind::directory),
