@@ -271,46 +271,152 @@ WanTransformer WanTransformer::load(const std::string& dir, Runtime& rt, DType d
   return WanTransformer(std::move(c), std::move(w));
 }
 
+namespace {
+
+// A call's latent shape in patches.
+struct WanGeometry {
+  std::int64_t B = 0, F = 0, Hs = 0, Ws = 0, pt = 1, ph = 1, pw = 1, Fp = 0, Hp = 0, Wp = 0, L = 0;
+  std::int64_t total = 0;  // the video's latent frames
+};
+
+// The call's shapes against the config and each other. InputError for latents the model cannot
+// take; vinf::Error for a caller's inconsistent tensors.
+WanGeometry wan_geometry(const WanTransformerConfig& c, const Tensor& x, const Tensor& t, const Tensor& text,
+                         const Tensor& out, const WanFrames& frames, const Tensor* image) {
+  const char* op = "WanTransformer";
+  VINF_CHECK(x.rank() == 5 && x.size(1) == c.in_channels, op, ": x ", x.describe(), " must be [B, ", c.in_channels,
+             ", F, H, W]");
+  WanGeometry g;
+  g.B = x.size(0), g.F = x.size(2), g.Hs = x.size(3), g.Ws = x.size(4);
+  g.pt = c.patch_size[0], g.ph = c.patch_size[1], g.pw = c.patch_size[2];
+  VINF_INPUT_CHECK(g.F % g.pt == 0 && g.Hs % g.ph == 0 && g.Ws % g.pw == 0, "the Wan transformer's latents ",
+                   x.shape.str(), " must divide by its patch size (", g.pt, ", ", g.ph, ", ", g.pw,
+                   ") in frames, height and width");
+  g.Fp = g.F / g.pt, g.Hp = g.Hs / g.ph, g.Wp = g.Ws / g.pw, g.L = g.Fp * g.Hp * g.Wp;
+  g.total = frames.total > 0 ? frames.total : g.F;
+  VINF_CHECK(frames.first >= 0 && frames.first + g.F <= g.total && frames.first % g.pt == 0 && g.total % g.pt == 0, op,
+             ": frames [", frames.first, ", ", frames.first + g.F, ") of ", g.total,
+             " do not fit the video or the patch size");
+  const std::int64_t Ft = g.total / g.pt;
+  VINF_INPUT_CHECK(Ft <= c.rope_max_seq_len && g.Hp <= c.rope_max_seq_len && g.Wp <= c.rope_max_seq_len,
+                   "the Wan transformer's rotary table covers ", c.rope_max_seq_len,
+                   " positions per axis (rope_max_seq_len), but the latents are ", Ft, " x ", g.Hp, " x ", g.Wp,
+                   " patches");
+  VINF_CHECK((t.rank() == 1 && t.size(0) == g.B) || (t.rank() == 2 && t.size(0) == g.B && t.size(1) == g.Fp), op,
+             ": t ", t.describe(), " must hold one timestep per sample, or (diffusion forcing) one per frame [", g.B,
+             ", ", g.Fp, "]");
+  VINF_CHECK(text.rank() == 3 && text.size(0) == g.B && text.size(2) == c.text_dim, op, ": text ", text.describe(),
+             " must be [", g.B, ", L, ", c.text_dim, "]");
+  VINF_CHECK(out.rank() == 5 && out.size(0) == g.B && out.size(1) == c.out_channels && out.size(2) == g.F &&
+                 out.size(3) == g.Hs && out.size(4) == g.Ws,
+             op, ": out ", out.describe());
+  VINF_CHECK(out.is_contiguous(), op, ": out must be contiguous");
+  VINF_CHECK((image != nullptr) == c.image_conditioned(), op,
+             ": an image-to-video model takes the image's CLIP states, a text-to-video model none");
+  VINF_CHECK(
+      !image || (image->rank() == 3 && (image->size(0) == 1 || image->size(0) == g.B) &&
+                 image->size(2) == c.image_dim && (c.pos_embed_seq_len == 0 || image->size(1) == c.pos_embed_seq_len)),
+      op, ": image ", image ? image->describe() : "", " must be [1 or ", g.B, ", tokens, ", c.image_dim, "]",
+      c.pos_embed_seq_len > 0 ? " with the position table's tokens" : "");
+  return g;
+}
+
+// Patch embedding: a Conv3d whose stride is its kernel is one product over the patches, each
+// flattened in the weight's (channel, frame, row, column) order. Returns the tokens [B, L, D].
+OwnedTensor wan_embed_patches(Pass& ps, const Tensor& x, const WanGeometry& g) {
+  ExecContext& ctx = ps.ctx;
+  OwnedTensor xc;
+  const Tensor* xin = &x;
+  if (!x.is_contiguous()) {
+    xc = ps.empty(x.shape);
+    ops::copy(ctx, x, xc);
+    xin = &xc;
+  }
+  const std::int64_t C = ps.c.in_channels, K = C * g.pt * g.ph * g.pw, D = ps.D;
+  const std::int64_t sb = C * g.F * g.Hs * g.Ws, sc = g.F * g.Hs * g.Ws, sf = g.Hs * g.Ws;
+  OwnedTensor patches = ps.empty({g.B, g.L, K});
+  for (std::int64_t b = 0; b < g.B; ++b)
+    for (std::int64_t kt = 0; kt < g.pt; ++kt)
+      ops::copy(ctx,
+                strided_view(*xin, b * sb + kt * sf, {g.Fp, g.Hp, g.Wp, C, g.ph, g.pw},
+                             {g.pt * sf, g.ph * g.Ws, g.pw, sc, g.Ws, 1}),
+                strided_view(patches, b * g.L * K + kt * g.ph * g.pw, {g.Fp, g.Hp, g.Wp, C, g.ph, g.pw},
+                             {g.Hp * g.Wp * K, g.Wp * K, K, g.pt * g.ph * g.pw, g.pw, 1}));
+  OwnedTensor h = ps.empty({g.B, g.L, D});
+  ops::linear(ctx, patches, ps.p("patch_embedding.weight").reshape({D, K}), &ps.p("patch_embedding.bias"), h);
+  ps.show("patch_embedding.out", h.view().reshape({g.B, g.Fp, g.Hp, g.Wp, D}).permute({0, 4, 1, 2, 3}));
+  return h;
+}
+
+// What the blocks share within a call: the buffers and the conditioning.
+struct WanBlockInputs {
+  const Tensor &h, &n, &y, &mod, &ff, &tproj, &enc, &cos, &sin;
+  const Tensor* image;  // the image tokens [B, Li, D], or null
+};
+
+// Block `blk`: the self-attention, the cross-attention (to the text and the image tokens) and the
+// feed-forward, each modulated by the timestep's rows (shift, scale, gate).
+void wan_run_block(Pass& ps, std::int64_t blk, const WanBlockInputs& in) {
+  ExecContext& ctx = ps.ctx;
+  const WanTransformerConfig& c = ps.c;
+  const std::int64_t B = ps.B, G = ps.G, D = ps.D;
+  const std::string k = "blocks." + std::to_string(blk) + ".";
+  ops::add(ctx, in.tproj.reshape({B, G, 6, D}), ps.p(k + "scale_shift_table").unsqueeze(0).expand({B, G, 6, D}),
+           in.mod);
+  auto row = [&](int i) { return in.mod.select(2, i); };
+  ps.modulated_norm(in.h, row(1), row(0), in.n);
+  ps.attention(k + "attn1", in.n, in.n, &in.cos, &in.sin, in.y);
+  ps.gated_residual(in.h, in.y, row(2));
+  if (c.cross_attn_norm)
+    ops::layer_norm(ctx, in.h, ps.p(k + "norm2.weight"), ps.p(k + "norm2.bias"), in.n, c.eps);
+  else
+    ops::copy(ctx, in.h, in.n);
+  ps.attention(k + "attn2", in.n, in.enc, nullptr, nullptr, in.y, in.image);
+  if (blk == 0) ps.show(k + "attn2.out", in.y);
+  ops::add(ctx, in.h, in.y, in.h);
+  ps.modulated_norm(in.h, row(4), row(3), in.n);
+  ps.linear(k + "ffn.net.0.proj", in.n, in.ff);
+  ops::activation(ctx, ops::Activation::gelu_tanh, in.ff, in.ff);
+  ps.linear_summed(k + "ffn.net.2", in.ff, in.y);
+  ps.gated_residual(in.h, in.y, row(5));
+  ps.show(k + "out", in.h);
+}
+
+// Output: shift and scale from the final table plus temb, the norm, the projection to patches,
+// then unpatchify into out (each patch's columns are (frame, row, column, channel)).
+void wan_write_output(Pass& ps, const Tensor& h, const Tensor& n, const Tensor& temb, const WanGeometry& g,
+                      const Tensor& out) {
+  ExecContext& ctx = ps.ctx;
+  const std::int64_t B = ps.B, G = ps.G, D = ps.D;
+  OwnedTensor fin = ps.empty({B, G, 2, D});
+  ops::add(ctx, temb.reshape({B, G, 1, D}).expand({B, G, 2, D}),
+           ps.p("scale_shift_table").unsqueeze(0).expand({B, G, 2, D}), fin);
+  ps.modulated_norm(h, fin.view().select(2, 1), fin.view().select(2, 0), n, "norm_out.out");
+  const std::int64_t Co = ps.c.out_channels, Ko = Co * g.pt * g.ph * g.pw, L = g.L;
+  OwnedTensor po = ps.empty({B, L, Ko});
+  ps.linear("proj_out", n, po);
+  ps.show("proj_out.out", po);
+  const std::int64_t ob = Co * g.F * g.Hs * g.Ws, oc = g.F * g.Hs * g.Ws, sf = g.Hs * g.Ws;
+  const std::int64_t Fp = g.Fp, Hp = g.Hp, Wp = g.Wp, ph = g.ph, pw = g.pw;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t kt = 0; kt < g.pt; ++kt)
+      ops::copy(ctx,
+                strided_view(po, b * L * Ko + kt * ph * pw * Co, {Co, Fp, Hp, ph, Wp, pw},
+                             {1, Hp * Wp * Ko, Wp * Ko, pw * Co, Ko, Co}),
+                strided_view(out, b * ob + kt * sf, {Co, Fp, Hp, ph, Wp, pw}, {oc, g.pt * sf, ph * g.Ws, g.Ws, pw, 1}));
+}
+
+}  // namespace
+
 void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t, const Tensor& text, const Tensor& out,
                              const WanProbe& probe, const WanFrames& frames, WanSelfAttention* self_attention,
                              const Tensor* image) const {
   const WanTransformerConfig& c = config_;
-  const char* op = "WanTransformer";
-  VINF_CHECK(x.rank() == 5 && x.size(1) == c.in_channels, op, ": x ", x.describe(), " must be [B, ", c.in_channels,
-             ", F, H, W]");
-  const std::int64_t B = x.size(0), F = x.size(2), Hs = x.size(3), Ws = x.size(4);
-  const auto [pt, ph, pw] = c.patch_size;
-  VINF_INPUT_CHECK(F % pt == 0 && Hs % ph == 0 && Ws % pw == 0, "the Wan transformer's latents ", x.shape.str(),
-                   " must divide by its patch size (", pt, ", ", ph, ", ", pw, ") in frames, height and width");
-  const std::int64_t Fp = F / pt, Hp = Hs / ph, Wp = Ws / pw, L = Fp * Hp * Wp, D = c.dim();
-  const std::int64_t total = frames.total > 0 ? frames.total : F;
-  VINF_CHECK(frames.first >= 0 && frames.first + F <= total && frames.first % pt == 0 && total % pt == 0, op,
-             ": frames [", frames.first, ", ", frames.first + F, ") of ", total,
-             " do not fit the video or the patch size");
-  const std::int64_t Ft = total / pt, f0 = frames.first / pt;
-  VINF_INPUT_CHECK(Ft <= c.rope_max_seq_len && Hp <= c.rope_max_seq_len && Wp <= c.rope_max_seq_len,
-                   "the Wan transformer's rotary table covers ", c.rope_max_seq_len,
-                   " positions per axis (rope_max_seq_len), but the latents are ", Ft, " x ", Hp, " x ", Wp,
-                   " patches");
-  VINF_CHECK((t.rank() == 1 && t.size(0) == B) || (t.rank() == 2 && t.size(0) == B && t.size(1) == Fp), op, ": t ",
-             t.describe(), " must hold one timestep per sample, or (diffusion forcing) one per frame [", B, ", ", Fp,
-             "]");
-  VINF_CHECK(text.rank() == 3 && text.size(0) == B && text.size(2) == c.text_dim, op, ": text ", text.describe(),
-             " must be [", B, ", L, ", c.text_dim, "]");
-  VINF_CHECK(out.rank() == 5 && out.size(0) == B && out.size(1) == c.out_channels && out.size(2) == F &&
-                 out.size(3) == Hs && out.size(4) == Ws,
-             op, ": out ", out.describe());
-  VINF_CHECK(out.is_contiguous(), op, ": out must be contiguous");
-  VINF_CHECK((image != nullptr) == c.image_conditioned(), op,
-             ": an image-to-video model takes the image's CLIP states, a ", "text-to-video model none");
-  VINF_CHECK(
-      !image || (image->rank() == 3 && (image->size(0) == 1 || image->size(0) == B) && image->size(2) == c.image_dim &&
-                 (c.pos_embed_seq_len == 0 || image->size(1) == c.pos_embed_seq_len)),
-      op, ": image ", image ? image->describe() : "", " must be [1 or ", B, ", tokens, ", c.image_dim, "]",
-      c.pos_embed_seq_len > 0 ? " with the position table's tokens" : "");
-  VINF_CHECK(weights_.shard().size == 1 || tensor_group_ != nullptr, op, ": the weights of a tensor shard (",
+  const WanGeometry g = wan_geometry(c, x, t, text, out, frames, image);
+  VINF_CHECK(weights_.shard().size == 1 || tensor_group_ != nullptr, "WanTransformer: the weights of a tensor shard (",
              weights_.shard().size, " ranks) need set_tensor_group before forward");
   const DType dt = weights_.dtype();
+  const std::int64_t B = g.B, L = g.L, D = c.dim();
   Pass ps{ctx,
           weights_,
           c,
@@ -320,99 +426,39 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
           B,
           L,
           D,
-          t.rank() == 2 ? Fp : 1,
+          t.rank() == 2 ? g.Fp : 1,
           dt,
           ctx.arena->empty(dt, {D}),
           ctx.arena->empty(dt, {D})};
   ops::fill(ctx, ps.ones, 1.0);
   ops::fill(ctx, ps.zeros, 0.0);
   if (frames.block_frames > 1) {
-    VINF_INPUT_CHECK(frames.block_frames % pt == 0 && F % frames.block_frames == 0 && total == F && !self_attention,
-                     "the Wan transformer's causal blocks of ", frames.block_frames, " frames must divide its ", F,
-                     " latent frames (and the patch's ", pt, "), on one rank in this version");
-    ps.block_tokens = frames.block_frames / pt * Hp * Wp;
+    VINF_INPUT_CHECK(
+        frames.block_frames % g.pt == 0 && g.F % frames.block_frames == 0 && g.total == g.F && !self_attention,
+        "the Wan transformer's causal blocks of ", frames.block_frames, " frames must divide its ", g.F,
+        " latent frames (and the patch's ", g.pt, "), on one rank in this version");
+    ps.block_tokens = frames.block_frames / g.pt * g.Hp * g.Wp;
   }
 
   // Rotary angles of every patch, from the frame (in the whole video), row and column it sits at.
-  const RotaryTable rt = wan_rotary_table(c, Ft, Hp, Wp);
+  const RotaryTable rt = wan_rotary_table(c, g.total / g.pt, g.Hp, g.Wp);
   OwnedTensor cos = ctx.arena->empty(DType::f32, {L, rt.half}), sin = ctx.arena->empty(DType::f32, {L, rt.half});
-  const std::size_t skip = static_cast<std::size_t>(f0 * Hp * Wp * rt.half);
+  const auto skip = static_cast<std::size_t>(frames.first / g.pt * g.Hp * g.Wp * rt.half);
   ops::copy(ctx, Tensor::wrap(const_cast<float*>(rt.cos.data() + skip), DType::f32, Device::cpu(), cos.shape), cos);
   ops::copy(ctx, Tensor::wrap(const_cast<float*>(rt.sin.data() + skip), DType::f32, Device::cpu(), sin.shape), sin);
 
-  // Patch embedding: a Conv3d whose stride is its kernel is one product over the patches, each
-  // flattened in the weight's (channel, frame, row, column) order.
-  OwnedTensor xc;
-  const Tensor* xin = &x;
-  if (!x.is_contiguous()) {
-    xc = ps.empty(x.shape);
-    ops::copy(ctx, x, xc);
-    xin = &xc;
-  }
-  const std::int64_t C = c.in_channels, K = C * pt * ph * pw;
-  const std::int64_t sb = C * F * Hs * Ws, sc = F * Hs * Ws, sf = Hs * Ws;
-  OwnedTensor patches = ps.empty({B, L, K});
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t kt = 0; kt < pt; ++kt)
-      ops::copy(ctx, strided_view(*xin, b * sb + kt * sf, {Fp, Hp, Wp, C, ph, pw}, {pt * sf, ph * Ws, pw, sc, Ws, 1}),
-                strided_view(patches, b * L * K + kt * ph * pw, {Fp, Hp, Wp, C, ph, pw},
-                             {Hp * Wp * K, Wp * K, K, pt * ph * pw, pw, 1}));
-  OwnedTensor h = ps.empty({B, L, D});
-  ops::linear(ctx, patches, weights_.get("patch_embedding.weight").reshape({D, K}),
-              &weights_.get("patch_embedding.bias"), h);
-  if (probe) probe("patch_embedding.out", h.view().reshape({B, Fp, Hp, Wp, D}).permute({0, 4, 1, 2, 3}));
-
+  const OwnedTensor h = wan_embed_patches(ps, x, g);
   const Conditioning cond = condition(ps, t, text, frames.fps);
-  const OwnedTensor &temb = cond.temb, &tproj = cond.tproj, &enc = cond.enc;
   OwnedTensor image_tokens;
   if (image) image_tokens = embed_image(ps, *image);
   const Tensor image_view = image ? image_tokens.view() : Tensor{};
 
-  const std::int64_t G = ps.G;
-  OwnedTensor n = ps.empty({B, L, D}), y = ps.empty({B, L, D}), mod = ps.empty({B, G, 6, D});
   const TensorShard& shard = weights_.shard();
-  OwnedTensor ff = ps.empty({B, L, split_units(c.ffn_dim, shard.rank, shard.size).second});  // this rank's share
-  for (std::int64_t blk = 0; blk < c.layers; ++blk) {
-    const std::string k = "blocks." + std::to_string(blk) + ".";
-    // shift, scale, gate of the self-attention, then of the feed-forward.
-    ops::add(ctx, tproj.view().reshape({B, G, 6, D}),
-             weights_.get(k + "scale_shift_table").unsqueeze(0).expand({B, G, 6, D}), mod);
-    auto row = [&](int i) { return mod.view().select(2, i); };
-    ps.modulated_norm(h, row(1), row(0), n);
-    ps.attention(k + "attn1", n, n, &cos, &sin, y);
-    ps.gated_residual(h, y, row(2));
-    if (c.cross_attn_norm)
-      ops::layer_norm(ctx, h, weights_.get(k + "norm2.weight"), weights_.get(k + "norm2.bias"), n, c.eps);
-    else
-      ops::copy(ctx, h, n);
-    ps.attention(k + "attn2", n, enc, nullptr, nullptr, y, image ? &image_view : nullptr);
-    if (blk == 0) ps.show(k + "attn2.out", y);
-    ops::add(ctx, h, y, h);
-    ps.modulated_norm(h, row(4), row(3), n);
-    ps.linear(k + "ffn.net.0.proj", n, ff);
-    ops::activation(ctx, ops::Activation::gelu_tanh, ff, ff);
-    ps.linear_summed(k + "ffn.net.2", ff, y);
-    ps.gated_residual(h, y, row(5));
-    ps.show(k + "out", h);
-  }
-
-  // Output: shift and scale from the final table plus temb, the norm, the projection to patches.
-  OwnedTensor fin = ps.empty({B, G, 2, D});
-  ops::add(ctx, temb.view().reshape({B, G, 1, D}).expand({B, G, 2, D}),
-           weights_.get("scale_shift_table").unsqueeze(0).expand({B, G, 2, D}), fin);
-  ps.modulated_norm(h, fin.view().select(2, 1), fin.view().select(2, 0), n, "norm_out.out");
-  const std::int64_t Co = c.out_channels, Ko = Co * pt * ph * pw;
-  OwnedTensor po = ps.empty({B, L, Ko});
-  ps.linear("proj_out", n, po);
-  ps.show("proj_out.out", po);
-  // Unpatchify: each patch's columns are (frame, row, column, channel).
-  const std::int64_t ob = Co * F * Hs * Ws, oc = F * Hs * Ws;
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t kt = 0; kt < pt; ++kt)
-      ops::copy(ctx,
-                strided_view(po, b * L * Ko + kt * ph * pw * Co, {Co, Fp, Hp, ph, Wp, pw},
-                             {1, Hp * Wp * Ko, Wp * Ko, pw * Co, Ko, Co}),
-                strided_view(out, b * ob + kt * sf, {Co, Fp, Hp, ph, Wp, pw}, {oc, pt * sf, ph * Ws, Ws, pw, 1}));
+  const OwnedTensor n = ps.empty({B, L, D}), y = ps.empty({B, L, D}), mod = ps.empty({B, ps.G, 6, D});
+  const OwnedTensor ff = ps.empty({B, L, split_units(c.ffn_dim, shard.rank, shard.size).second});  // this rank's share
+  const WanBlockInputs in{h, n, y, mod, ff, cond.tproj, cond.enc, cos, sin, image ? &image_view : nullptr};
+  for (std::int64_t blk = 0; blk < c.layers; ++blk) wan_run_block(ps, blk, in);
+  wan_write_output(ps, h, n, cond.temb, g, out);
 }
 
 }  // namespace vinf::model
