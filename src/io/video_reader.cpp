@@ -226,11 +226,11 @@ RgbFrames read_image(const std::string& path, const std::string& option, const s
   return out;
 }
 
-RgbFrames read_frames(const std::string& path, const std::string& option, std::int64_t max_frames,
-                      const std::string& ffmpeg) {
+std::int64_t for_each_frame(const std::string& path, const std::string& option, std::int64_t max_frames,
+                            const std::string& ffmpeg, const FrameVisitor& visit) {
   namespace fs = std::filesystem;
-  RgbFrames out;
-  auto enough = [&] { return max_frames > 0 && static_cast<std::int64_t>(out.frames.size()) >= max_frames; };
+  std::int64_t count = 0, width = 0, height = 0;
+  auto enough = [&] { return max_frames > 0 && count >= max_frames; };
   if (is_directory(path)) {
     std::vector<std::string> files;
     std::error_code ec;
@@ -245,25 +245,38 @@ RgbFrames read_frames(const std::string& path, const std::string& option, std::i
     VINF_INPUT_CHECK(!files.empty(), option, " ", path, " holds no image files (.png, .jpg, .jpeg, .webp, .bmp)");
     for (const std::string& f : files) {
       if (enough()) break;
-      RgbFrames one = read_image(f, option, ffmpeg);
-      VINF_INPUT_CHECK(out.frames.empty() || (one.width == out.width && one.height == out.height), option, " ", path,
-                       ": ", f, " is ", one.width, "x", one.height, " but the frames before it are ", out.width, "x",
-                       out.height, "; give frames of one size");
-      out.width = one.width;
-      out.height = one.height;
-      out.frames.push_back(std::move(one.frames[0]));
+      const RgbFrames one = read_image(f, option, ffmpeg);
+      VINF_INPUT_CHECK(count == 0 || (one.width == width && one.height == height), option, " ", path, ": ", f, " is ",
+                       one.width, "x", one.height, " but the frames before it are ", width, "x", height,
+                       "; give frames of one size");
+      width = one.width;
+      height = one.height;
+      visit(one.frames[0].data(), width, height);
+      ++count;
     }
-    return out;
+    return count;
   }
   VINF_INPUT_CHECK(is_regular_file(path), option, " ", path,
                    " does not exist (give a video file or a folder of frames)");
   const VideoInfo info = probe_video(path, ffprobe_beside(ffmpeg));
-  out.width = info.width;
-  out.height = info.height;
   VideoReader reader(path, info, ffmpeg);
   std::vector<std::uint8_t> frame(static_cast<std::size_t>(info.width * info.height * 3));
-  while (!enough() && reader.read(frame.data())) out.frames.push_back(frame);
-  VINF_INPUT_CHECK(!out.frames.empty(), option, " ", path, ": ffmpeg decoded no frames from it");
+  while (!enough() && reader.read(frame.data())) {
+    visit(frame.data(), info.width, info.height);
+    ++count;
+  }
+  VINF_INPUT_CHECK(count > 0, option, " ", path, ": ffmpeg decoded no frames from it");
+  return count;
+}
+
+RgbFrames read_frames(const std::string& path, const std::string& option, std::int64_t max_frames,
+                      const std::string& ffmpeg) {
+  RgbFrames out;
+  for_each_frame(path, option, max_frames, ffmpeg, [&](const std::uint8_t* rgb, std::int64_t w, std::int64_t h) {
+    out.width = w;
+    out.height = h;
+    out.frames.emplace_back(rgb, rgb + w * h * 3);
+  });
   return out;
 }
 

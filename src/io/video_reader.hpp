@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,13 @@ std::string ffprobe_beside(const std::string& ffmpeg);
 // alpha channel dropped). `option` names where the path came from in errors; vinf::InputError when
 // it is missing or not a picture.
 RgbFrames read_image(const std::string& path, const std::string& option, const std::string& ffmpeg = "ffmpeg");
+
+// A video's frames one at a time, as read_frames below reads them (the same checks), each
+// handed to `visit` (height x width x 3 bytes) and not kept: a long video in constant memory.
+// Returns the frames visited.
+using FrameVisitor = std::function<void(const std::uint8_t* rgb, std::int64_t width, std::int64_t height)>;
+std::int64_t for_each_frame(const std::string& path, const std::string& option, std::int64_t max_frames,
+                            const std::string& ffmpeg, const FrameVisitor& visit);
 
 // A video's frames: a video file's every frame, or a folder's image files (.png, .jpg, .jpeg,
 // .webp, .bmp) in name order, at most max_frames (0: all). vinf::InputError, naming `option`, when it

@@ -28,57 +28,55 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// The input's frames at the run's size (resized with Pillow's Lanczos where the size differs).
-io::RgbFrames extend_frames_at(io::RgbFrames in, std::int64_t width, std::int64_t height) {
-  if (in.width == width && in.height == height) return in;
-  for (std::vector<std::uint8_t>& f : in.frames)
-    f = io::resize_rgb8(f.data(), in.width, in.height, width, height, io::ResizeFilter::lanczos);
-  in.width = width;
-  in.height = height;
-  return in;
-}
-
-// What the root learns of the input before the segment runs: its frames, and the conditioning
-// picture written where the segment's --image reads it.
-struct ExtendInputFrames {
-  io::RgbFrames frames;
+// What the root learns of the input before the segment runs, reading it once frame by frame (a
+// chain's input grows with every link; only its last frame is kept): its frames and size, and the
+// conditioning picture written where the segment's --image reads it.
+struct ExtendInput {
+  std::int64_t frames = 0, width = 0, height = 0;
   std::string error;
 };
 
-ExtendInputFrames read_extend_input(GenerateSpec& o, const std::string& out_dir) {
-  ExtendInputFrames in;
+ExtendInput read_extend_input(GenerateSpec& o, const std::string& out_dir) {
+  ExtendInput in;
   try {
-    in.frames = io::read_frames(o.extend, "vinf extend --video", 0, o.ffmpeg);
+    std::vector<std::uint8_t> last;
+    in.frames = io::for_each_frame(o.extend, "vinf extend --video", 0, o.ffmpeg,
+                                   [&](const std::uint8_t* rgb, std::int64_t w, std::int64_t h) {
+                                     last.assign(rgb, rgb + w * h * 3);
+                                     in.width = w;
+                                     in.height = h;
+                                   });
     if (!o.size_given) {
-      o.width = in.frames.width;
-      o.height = in.frames.height;
+      o.width = in.width;
+      o.height = in.height;
     }
-    VINF_INPUT_CHECK(o.height % 16 == 0 && o.width % 16 == 0, "vinf extend --video ", o.extend, " is ", in.frames.width,
-                     "x", in.frames.height, "; a Wan video's height and width are multiples of 16: ",
+    VINF_INPUT_CHECK(o.height % 16 == 0 && o.width % 16 == 0, "vinf extend --video ", o.extend, " is ", in.width, "x",
+                     in.height, "; a Wan video's height and width are multiples of 16: ",
                      "give --video.height and --video.width (the input is resized to them for the join)");
     std::error_code ec;
     fs::create_directories(out_dir, ec);
     VINF_INPUT_CHECK(!ec, "cannot create the output directory ", out_dir, ": ", ec.message());
-    const io::RgbFrames last = extend_frames_at({in.frames.width, in.frames.height, {in.frames.frames.back()}},
-                                                in.frames.width, in.frames.height);
-    io::write_png(out_dir + "/last-frame.png", last.frames[0].data(), last.width, last.height);
+    io::write_png(out_dir + "/last-frame.png", last.data(), in.width, in.height);
   } catch (const InputError& e) {
     in.error = e.what();
   }
   return in;
 }
 
-// The joined video: the input's frames, then the segment's after its first.
-io::FrameWriter::Settings extend_join_settings(const GenerateSpec& o) { return {true, o.png, o.output_fps, o.ffmpeg}; }
-
-std::string extend_join_videos(const GenerateSpec& o, const io::RgbFrames& input, const std::string& out_dir,
+// The joined video, written as it is read: the input's frames (resized with Pillow's Lanczos
+// where the size differs), then the segment's after its first.
+std::string extend_join_videos(const GenerateSpec& o, std::int64_t input_frames, const std::string& out_dir,
                                std::int64_t& joined) {
   const io::RgbFrames segment = io::read_frames(out_dir + "/segment/frames", "the segment's frames", 0, o.ffmpeg);
-  const io::RgbFrames before = extend_frames_at(input, segment.width, segment.height);
-  joined = static_cast<std::int64_t>(before.frames.size() + segment.frames.size() - 1);
-  io::FrameWriter writer(out_dir, joined, segment.width, segment.height, extend_join_settings(o));
+  const std::int64_t w = segment.width, h = segment.height;
+  joined = input_frames + static_cast<std::int64_t>(segment.frames.size()) - 1;
+  io::FrameWriter writer(out_dir, joined, w, h, {true, o.png, o.output_fps, o.ffmpeg});
   std::int64_t at = 0;
-  for (const auto& f : before.frames) writer.add(at++, f.data());
+  io::for_each_frame(o.extend, "vinf extend --video", input_frames, o.ffmpeg,
+                     [&](const std::uint8_t* rgb, std::int64_t iw, std::int64_t ih) {
+                       if (iw == w && ih == h) return writer.add(at++, rgb);
+                       writer.add(at++, io::resize_rgb8(rgb, iw, ih, w, h, io::ResizeFilter::lanczos).data());
+                     });
   for (std::size_t k = 1; k < segment.frames.size(); ++k) writer.add(at++, segment.frames[k].data());
   return writer.finish();
 }
@@ -89,12 +87,11 @@ VideoOutcome extend_video(GenerateSpec& o, job::Job& job, VideoPipeline& family)
   const mpi::Session& world = job.session();
   const Reporter report("vinf extend:", job.root(), o.quiet);
   const std::string out_dir = choose_out_dir(o, world);
-  ExtendInputFrames input;
+  ExtendInput input;
   if (job.root()) input = read_extend_input(o, out_dir);
   world.broadcast(input.error);
   VINF_INPUT_CHECK(input.error.empty(), input.error);
-  std::string shape =
-      std::to_string(o.height) + " " + std::to_string(o.width) + " " + std::to_string(input.frames.frames.size());
+  std::string shape = std::to_string(o.height) + " " + std::to_string(o.width) + " " + std::to_string(input.frames);
   world.broadcast(shape);
   std::int64_t size[2] = {0, 0}, count = 0;
   std::istringstream(shape) >> size[0] >> size[1] >> count;
@@ -117,7 +114,7 @@ VideoOutcome extend_video(GenerateSpec& o, job::Job& job, VideoPipeline& family)
   std::int64_t joined = 0;
   if (job.root()) {
     try {
-      error = extend_join_videos(o, input.frames, out_dir, joined);
+      error = extend_join_videos(o, count, out_dir, joined);
       if (!o.png) fs::remove_all(out_dir + "/segment/frames");
       if (error.empty() && o.evaluate)
         evaluate::evaluate_file(out_dir + "/video.mp4", out_dir, std::vector<std::int64_t>{count},
