@@ -1,5 +1,8 @@
 #include "infinity/wan_exact.hpp"
 
+#include <algorithm>
+#include <limits>
+
 #include "core/arena.hpp"
 #include "core/error.hpp"
 #include "ops/attention.hpp"
@@ -55,6 +58,38 @@ void group_spans(const std::vector<std::int64_t>& tokens, int u, std::vector<std
 
 }  // namespace
 
+bool WanExactAttention::set_causal_block(std::int64_t tokens) {
+  VINF_CHECK(tokens >= 0, "WanExactAttention: causal blocks of ", tokens, " tokens");
+  block_ = tokens;
+  return true;
+}
+
+// The group's queries (rows, 1, T_g, d; the video's tokens from q0) against a group's keys and
+// values (rows, 2, T_h, d; from k0) under the block-causal mask: each run of queries within one
+// block sees the keys before that block's end, none of them when the part lies beyond it (a zero
+// output whose log-sum-exp of -inf weighs nothing in the merge).
+void WanExactAttention::attend_blocks(ExecContext& ctx, const Tensor& queries, const Tensor& kv, std::int64_t q0,
+                                      std::int64_t k0, const Tensor& out, const Tensor& lse,
+                                      const ops::AttentionParams& p) const {
+  const std::int64_t rows = queries.size(0), tg = queries.size(2), th = kv.size(2);
+  for (std::int64_t a = 0; a < tg;) {
+    const std::int64_t end = ((q0 + a) / block_ + 1) * block_, n = std::min(tg - a, end - q0 - a);
+    const std::int64_t seen = std::clamp<std::int64_t>(end - k0, 0, th);
+    const Tensor o = out.slice(2, a, n), l = lse.slice(2, a, n);
+    if (seen == 0) {
+      ops::fill(ctx, o, 0.0);
+      ops::fill(ctx, l, -std::numeric_limits<double>::infinity());
+    } else {
+      OwnedTensor part_lse = ctx.arena->empty(DType::f32, {rows, 1, n});
+      const Tensor part_view = part_lse.view();
+      ops::attention(ctx, queries.slice(2, a, n), kv.select(1, 0).unsqueeze(1).slice(2, 0, seen),
+                     kv.select(1, 1).unsqueeze(1).slice(2, 0, seen), nullptr, nullptr, o, p, &part_view);
+      ops::copy(ctx, part_lse, l);
+    }
+    a += n;
+  }
+}
+
 void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                const ops::AttentionParams& p) {
   const int size = comm_.size(), me = comm_.rank();
@@ -70,7 +105,9 @@ void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& 
   group_spans(tokens_, u, group_tokens, group_first);
   const std::int64_t tg = group_tokens[static_cast<std::size_t>(g)];
   // Where rank k's tokens sit among its group's.
-  auto offset_in_group = [&](int k2) { return token_first_[static_cast<std::size_t>(k2)] - group_first[static_cast<std::size_t>(k2 / u)]; };
+  auto offset_in_group = [&](int k2) {
+    return token_first_[static_cast<std::size_t>(k2)] - group_first[static_cast<std::size_t>(k2 / u)];
+  };
   // This rank's q, k and v as (rows, 3, tokens here, d): a share of rows is one contiguous piece.
   OwnedTensor packed = ctx.arena->empty(dt, {B, H, 3, here, d});
   for (const auto& [i, t] : {std::pair{0, &q}, std::pair{1, &k}, std::pair{2, &v}})
@@ -122,9 +159,13 @@ void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& 
       moving = comm_.start_exchange(ctx, pass);
     }
     const Tensor lse_part = lse.view().select(0, step);
-    if (tg > 0 && rows > 0)
+    const int from = (g - step + r) % r;
+    if (tg > 0 && rows > 0 && block_ == 0)
       ops::attention(ctx, queries, current.view().select(1, 0).unsqueeze(1), current.view().select(1, 1).unsqueeze(1),
                      nullptr, nullptr, parts.view().select(0, step), p, &lse_part);
+    if (tg > 0 && rows > 0 && block_ > 0)
+      attend_blocks(ctx, queries, current, group_first[static_cast<std::size_t>(g)],
+                    group_first[static_cast<std::size_t>(from)], parts.view().select(0, step), lse_part, p);
     comm_.finish(moving);
     if (step + 1 < r) current = std::move(incoming);
   }

@@ -34,6 +34,9 @@ class WanExactAttention final : public model::WanSelfAttention {
 
   void attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
               const ops::AttentionParams& p) override;
+  // Diffusion forcing's causal blocks, applied in every part of the ring (a part wholly after a
+  // block's end is skipped for its queries).
+  bool set_causal_block(std::int64_t tokens) override;
 
   // The ranks of a Ulysses group for `ranks` ranks and `rows` rows: the largest divisor of both.
   static int ulysses_degree(int ranks, std::int64_t rows);
@@ -42,9 +45,11 @@ class WanExactAttention final : public model::WanSelfAttention {
                                         std::int64_t head_dim);
 
  private:
+  void attend_blocks(ExecContext& ctx, const Tensor& queries, const Tensor& kv, std::int64_t q0, std::int64_t k0,
+                     const Tensor& out, const Tensor& lse, const ops::AttentionParams& p) const;
   mpi::Communicator& comm_;
   std::vector<std::int64_t> tokens_, token_first_;
-  std::int64_t total_ = 0;
+  std::int64_t total_ = 0, block_ = 0;
 };
 
 }  // namespace vinf::infinity

@@ -65,6 +65,68 @@ void write_latents(MPI_Comm comm, const std::string& path, const RunStamp& stamp
   });
 }
 
+namespace {
+RunStamp stored_stamp(const H5File& f, std::int64_t version);
+}
+
+LatentsStream::LatentsStream(const std::string& path, const RunStamp& stamp, const Shape& full,
+                             std::int64_t resume_frames)
+    : path_(path), partial_(path + ".partial"), full_(full) {
+  VINF_CHECK(full.rank() == 4 && resume_frames >= 0 && resume_frames <= full[0], "LatentsStream: ", full.str(),
+             ", resuming after ", resume_frames, " frames");
+  if (resume_frames == 0) {
+    file_ = std::make_unique<H5File>(H5File::create(MPI_COMM_SELF, partial_));
+    stamp_file(*file_, kLatentsFormat, stamp);
+    file_->create_frames("/latents", full, 0);
+    file_->set_int("/", "frames_written", 0);
+    file_->flush();
+    return;
+  }
+  const std::string again = ": the run cannot continue from its checkpoint (run again with --overwrite to start over)";
+  VINF_INPUT_CHECK(std::filesystem::exists(partial_), partial_, ", the latents written so far, is missing", again);
+  file_ = std::make_unique<H5File>(H5File::open_writable(partial_));
+  const H5File& f = *file_;
+  VINF_INPUT_CHECK(f.has_attribute("/", "format") && f.text("/", "format") == kLatentsFormat &&
+                       f.has_attribute("/", "frames_written") && f.exists("/latents"),
+                   partial_, " is not the latents of a run in the making", again);
+  const RunStamp s = stored_stamp(f, f.integer("/", "format_version"));
+  VINF_INPUT_CHECK(s.numerics_json == stamp.numerics_json && s.model_fingerprint == stamp.model_fingerprint, partial_,
+                   " holds another run's latents (other settings or model)", again);
+  VINF_INPUT_CHECK(f.shape("/latents") == full, partial_, " holds latents ", f.shape("/latents").str(),
+                   "; this run's are ", full.str(), again);
+  frames_ = f.integer("/", "frames_written");
+  VINF_INPUT_CHECK(frames_ >= resume_frames, partial_, " holds ", frames_, " final frames; the checkpoint needs ",
+                   resume_frames, again);
+  frames_ = resume_frames;
+}
+
+LatentsStream::~LatentsStream() = default;
+
+void LatentsStream::append(std::int64_t first, std::int64_t count, const float* data) {
+  VINF_CHECK(file_ && first >= 0 && first <= frames_ && first + count <= full_[0], "LatentsStream: frames [", first,
+             ", ", first + count, ") after ", frames_, " of ", full_[0]);
+  file_->write_frames_at("/latents", 0, first, count, data);
+  frames_ = std::max(frames_, first + count);
+  file_->set_int("/", "frames_written", frames_);
+  file_->flush();
+}
+
+void LatentsStream::read(std::int64_t first, std::int64_t count, float* data) const {
+  VINF_CHECK(file_ && first >= 0 && first + count <= frames_, "LatentsStream: reading frames [", first, ", ",
+             first + count, ") of ", frames_);
+  file_->read_frames("/latents", 0, first, count, data);
+}
+
+void LatentsStream::finish(const std::vector<std::int64_t>& boundaries) {
+  VINF_CHECK(file_ && frames_ == full_[0], "LatentsStream: finished after ", frames_, " of ", full_[0], " frames");
+  const auto count = static_cast<std::int64_t>(boundaries.size());
+  file_->set_int("/", "boundary_count", count);
+  if (count > 0) file_->write_small("/run/boundaries", DType::i64, {count}, boundaries.data());
+  file_->close();
+  file_.reset();
+  commit_partial(MPI_COMM_SELF, partial_, path_);
+}
+
 std::optional<std::vector<std::int64_t>> read_run_boundaries(const std::string& path) {
   const H5File f = H5File::open_serial(path);
   return recorded_boundaries(f);
@@ -91,7 +153,8 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const RunStamp& st
     f.write_frames("/state/previous_x0", part.full, 0, part.first, part.count, previous_x0);
     for (const StateFrames& e : extra) f.write_frames("/state/" + e.name, part.full, 0, part.first, part.count, e.data);
     f.create_group("/text");
-    f.write_small("/text/prompt_embeds", DType::f32, {text.prompts, text.tokens, text.width}, text.prompt_embeds.data());
+    f.write_small("/text/prompt_embeds", DType::f32, {text.prompts, text.tokens, text.width},
+                  text.prompt_embeds.data());
     if (!text.negative_prompt_embeds.empty())
       f.write_small("/text/negative_prompt_embeds", DType::f32, {1, text.tokens, text.width},
                     text.negative_prompt_embeds.data());
@@ -145,15 +208,16 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
                    ": /latents and /state/previous_x0 must both be [F, C, H, W]");
   // (A FIFO run's step counts its iterations, which outnumber the schedule's steps: the run that
   // resumes checks the step against its own count.)
-  VINF_INPUT_CHECK(info.state.step >= 1 && info.state.sigmas.size() == info.state.timesteps.size() + 1, path,
-                   ": step ", info.state.step, " does not fit its schedule of ", info.state.timesteps.size(), " steps");
+  VINF_INPUT_CHECK(info.state.step >= 1 && info.state.sigmas.size() == info.state.timesteps.size() + 1, path, ": step ",
+                   info.state.step, " does not fit its schedule of ", info.state.timesteps.size(), " steps");
   const Shape emb = f.shape("/text/prompt_embeds");
   VINF_INPUT_CHECK(emb.rank() == 3, path, ": /text/prompt_embeds must be [P, L, D]");
   info.text.prompts = emb[0];
   info.text.tokens = emb[1];
   info.text.width = emb[2];
   info.text.prompt_embeds = f.read_f32("/text/prompt_embeds");
-  if (f.exists("/text/negative_prompt_embeds")) info.text.negative_prompt_embeds = f.read_f32("/text/negative_prompt_embeds");
+  if (f.exists("/text/negative_prompt_embeds"))
+    info.text.negative_prompt_embeds = f.read_f32("/text/negative_prompt_embeds");
   // Reading the last frame's chunk of both arrays finds a file cut short.
   std::vector<float> probe(static_cast<std::size_t>(info.full[1] * info.full[2] * info.full[3]));
   f.read_frames("/latents", 0, info.full[0] - 1, 1, probe.data());
@@ -220,7 +284,8 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 
 void prune_checkpoints(const std::string& dir, int keep) {
   const std::vector<std::string> all = list_checkpoints(dir);
-  for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 0)) < all.size(); ++i) std::remove(all[i].c_str());
+  for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 0)) < all.size(); ++i)
+    std::remove(all[i].c_str());
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.path().extension() == ".partial") fs::remove(e.path(), ec);

@@ -24,6 +24,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,8 @@ inline constexpr const char* kCheckpointFormat = "vinf-checkpoint";
 inline constexpr int kRunFileVersion = 2;
 
 // What identifies the run a file belongs to.
+class H5File;
+
 struct RunStamp {
   std::string config_json, numerics_json, model_fingerprint, noise_mode, scheduler;
   std::int64_t seed = 0, world_size = 1, cfg_size = 1, clip_size = 1;
@@ -72,11 +75,38 @@ using TextCache = TextEmbeddings;  // as a checkpoint caches them
 // any, /run/boundaries I64 [B], for `vinf evaluate`.
 void write_latents(MPI_Comm comm, const std::string& path, const RunStamp& stamp, const FramePart& part,
                    const float* latents, const std::optional<std::vector<std::int64_t>>& boundaries = std::nullopt);
+// latents.h5 written as the video is made (a diffusion-forcing run, window by window): PATH.partial
+// holds the run's stamp and the whole /latents from the start, its frames written in order as each
+// becomes final, every append flushed to disk and counted in the root attribute frames_written;
+// finish() records the boundaries and renames it to PATH. One process writes it.
+class LatentsStream {
+ public:
+  // A new PATH.partial; or, with `resume_frames` > 0, the one an earlier start of the run left,
+  // which must be this run's (numerics and model) and hold at least that many frames (throws
+  // vinf::InputError naming the file and what to do otherwise).
+  LatentsStream(const std::string& path, const RunStamp& stamp, const Shape& full, std::int64_t resume_frames);
+  ~LatentsStream();
+  LatentsStream(const LatentsStream&) = delete;
+  LatentsStream& operator=(const LatentsStream&) = delete;
+  std::int64_t frames() const { return frames_; }  // the final frames written so far
+  // `count` frames, frame-major, from frame `first` (at most frames(): a resumed run writes again
+  // frames it had written after its checkpoint).
+  void append(std::int64_t first, std::int64_t count, const float* data);
+  // Frames written, read back (their checksums checked).
+  void read(std::int64_t first, std::int64_t count, float* data) const;
+  void finish(const std::vector<std::int64_t>& boundaries);
+
+ private:
+  std::string path_, partial_;
+  Shape full_;
+  std::int64_t frames_ = 0;
+  std::unique_ptr<H5File> file_;
+};
+
 // The boundaries a run recorded in its latents.h5 (one process; MPI must be running), or none when
 // it recorded none (a file written before they were). Throws vinf::InputError naming the file when
 // it cannot be read.
 std::optional<std::vector<std::int64_t>> read_run_boundaries(const std::string& path);
-class H5File;
 std::optional<std::vector<std::int64_t>> recorded_boundaries(const H5File& f);
 // A solver memory beyond previous_x0, in the latents' frame layout (UniPC keeps three): written as
 // /state/<name> with the same chunks and checksums.

@@ -36,8 +36,8 @@ enum class Access { write, read };
 [[noreturn]] void hdf5_failed(const std::string& what, const std::string& path, Access access) {
   if (hdf5_checksum_failed()) throw_damaged(path, "the metadata read for " + what);
   if (access == Access::read)
-    VINF_INPUT_FAIL("cannot read ", path, ": HDF5 could not complete ", what, " (truncated or damaged?): ",
-                    hdf5_error_text());
+    VINF_INPUT_FAIL("cannot read ", path, ": HDF5 could not complete ", what,
+                    " (truncated or damaged?): ", hdf5_error_text());
   throw Error("HDF5 could not complete " + what + " in " + path +
               " (disk full, quota exceeded, or a damaged file?): " + hdf5_error_text());
 }
@@ -146,7 +146,8 @@ struct SliceTransfer {
       std::vector<hsize_t> start(dims.size(), 0), block = dims;
       start[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(first);
       block[static_cast<std::size_t>(axis)] = static_cast<hsize_t>(count);
-      VINF_CHECK_HDF5(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr));
+      VINF_CHECK_HDF5(
+          H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr));
     } else {
       VINF_CHECK_HDF5(H5Sselect_none(file_space.get()));
       VINF_CHECK_HDF5(H5Sselect_none(mem_space.get()));
@@ -168,7 +169,11 @@ bool is_hdf5(const std::string& path) {
 }
 
 H5File::H5File(hid_t id, MPI_Comm comm, std::string path, bool writable)
-    : id_(id), writable_(writable), comm_(comm), unwinding_at_open_(std::uncaught_exceptions()), path_(std::move(path)) {
+    : id_(id),
+      writable_(writable),
+      comm_(comm),
+      unwinding_at_open_(std::uncaught_exceptions()),
+      path_(std::move(path)) {
   VINF_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
 }
 
@@ -206,8 +211,8 @@ H5File H5File::create(MPI_Comm comm, const std::string& path) {
   // filtered parallel write and to search per frame than the B-tree of the 1.8 format.
   VINF_CHECK_HDF5(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110));
   const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
-  VINF_INPUT_CHECK(id >= 0, "cannot create ", path, " (is the directory writable and the disk not full?): ",
-                   hdf5_error_text());
+  VINF_INPUT_CHECK(id >= 0, "cannot create ", path,
+                   " (is the directory writable and the disk not full?): ", hdf5_error_text());
   return H5File(id, comm, path, true);
 }
 
@@ -221,6 +226,16 @@ H5File H5File::open(MPI_Comm comm, const std::string& path) {
 }
 
 H5File H5File::open_serial(const std::string& path) { return open(MPI_COMM_SELF, path); }
+
+H5File H5File::open_writable(const std::string& path) {
+  quiet_hdf5();
+  VINF_INPUT_CHECK(H5Fis_hdf5(path.c_str()) > 0, path, " is missing or not an HDF5 file");
+  Handle fapl(access_list(MPI_COMM_SELF), H5Pclose, "H5Pcreate", path, Access::write);
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get());
+  VINF_INPUT_CHECK(id >= 0, "cannot open ", path,
+                   " to write (truncated or damaged, or not writable?): ", hdf5_error_text());
+  return H5File(id, MPI_COMM_SELF, path, true);
+}
 
 void H5File::create_group(const std::string& name) {
   Handle g(H5Gcreate2(id_, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "creating a group", path_,
@@ -252,9 +267,11 @@ void H5File::set_text(const std::string& object, const std::string& name, const 
 }
 
 void H5File::set_int(const std::string& object, const std::string& name, std::int64_t value) {
+  if (H5Aexists_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT) > 0)
+    VINF_CHECK_HDF5(H5Adelete_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT));
   Handle space(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", path_, Access::write);
-  Handle attr(H5Acreate_by_name(id_, object.c_str(), name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT,
-                                H5P_DEFAULT, H5P_DEFAULT),
+  Handle attr(H5Acreate_by_name(id_, object.c_str(), name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                                H5P_DEFAULT),
               H5Aclose, "creating an attribute", path_, Access::write);
   VINF_CHECK_HDF5(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value));
 }
@@ -287,15 +304,12 @@ std::int64_t H5File::integer(const std::string& object, const std::string& name)
               "opening attribute '" + name + "'", path_, Access::read);
   check_single_value(attr.get(), name, path_);
   std::int64_t v = 0;
-  VINF_INPUT_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &v) >= 0, path_, ": attribute '", name,
-                   "' is not an integer");
+  VINF_INPUT_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &v) >= 0, path_, ": attribute '", name, "' is not an integer");
   return v;
 }
 
-void H5File::write_frames(const std::string& name, const Shape& full, int axis, std::int64_t first,
-                          std::int64_t count, const float* data) {
-  VINF_CHECK(axis >= 0 && axis < full.rank() && first >= 0 && count >= 0 && first + count <= full[axis],
-             "write_frames: slices [", first, ", ", first + count, ") of axis ", axis, " of ", full.str());
+void H5File::create_frames(const std::string& name, const Shape& full, int axis) {
+  VINF_CHECK(axis >= 0 && axis < full.rank(), "create_frames: axis ", axis, " of ", full.str());
   const std::vector<hsize_t> dims = dims_of(full);
   std::vector<hsize_t> chunk = dims;
   chunk[static_cast<std::size_t>(axis)] = 1;
@@ -306,13 +320,39 @@ void H5File::write_frames(const std::string& name, const Shape& full, int axis, 
   VINF_CHECK_HDF5(H5Pset_chunk(dcpl.get(), rank, chunk.data()));
   VINF_CHECK_HDF5(H5Pset_fletcher32(dcpl.get()));
   VINF_CHECK_HDF5(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));  // every element is written
-  Handle set(H5Dcreate2(id_, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-             H5Dclose, "creating a dataset", path_, Access::write);
+  Handle set(H5Dcreate2(id_, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose,
+             "creating a dataset", path_, Access::write);
+}
+
+void H5File::write_frames_at(const std::string& name, int axis, std::int64_t first, std::int64_t count,
+                             const float* data) {
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening dataset " + name, path_, Access::write);
+  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space of " + name, path_, Access::write);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(space.get()))));
+  VINF_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
+  VINF_CHECK(axis >= 0 && axis < static_cast<int>(dims.size()) && first >= 0 && count >= 0 &&
+                 static_cast<hsize_t>(first + count) <= dims[static_cast<std::size_t>(axis)],
+             "write_frames: slices [", first, ", ", first + count, ") of axis ", axis, " of ", name, " ",
+             dims_text(dims));
   const SliceTransfer io(set.get(), dims, axis, first, count, comm_ != MPI_COMM_SELF, path_, Access::write);
   const float dummy = 0;
   if (H5Dwrite(set.get(), H5T_NATIVE_FLOAT, io.mem_space.get(), io.file_space.get(), io.dxpl.get(),
                count > 0 ? data : &dummy) < 0)
-    throw Error("HDF5 could not write " + name + " to " + path_ + " (disk full or quota exceeded?): " + hdf5_error_text());
+    throw Error("HDF5 could not write " + name + " to " + path_ +
+                " (disk full or quota exceeded?): " + hdf5_error_text());
+}
+
+void H5File::write_frames(const std::string& name, const Shape& full, int axis, std::int64_t first, std::int64_t count,
+                          const float* data) {
+  VINF_CHECK(axis >= 0 && axis < full.rank() && first >= 0 && count >= 0 && first + count <= full[axis],
+             "write_frames: slices [", first, ", ", first + count, ") of axis ", axis, " of ", full.str());
+  create_frames(name, full, axis);
+  write_frames_at(name, axis, first, count, data);
+}
+
+void H5File::flush() {
+  if (H5Fflush(id_, H5F_SCOPE_LOCAL) < 0)
+    throw Error("HDF5 could not write " + path_ + " out (disk full or quota exceeded?): " + hdf5_error_text());
 }
 
 Shape H5File::shape(const std::string& name) const {
@@ -321,7 +361,8 @@ Shape H5File::shape(const std::string& name) const {
   Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space of " + name, path_, Access::read);
   Handle type(H5Dget_type(set.get()), H5Tclose, "H5Dget_type of " + name, path_, Access::read);
   const int rank = H5Sget_simple_extent_ndims(space.get());
-  VINF_INPUT_CHECK(rank >= 0 && rank <= kMaxDims, path_, ": ", name, " has ", rank, " dimensions (truncated or damaged?)");
+  VINF_INPUT_CHECK(rank >= 0 && rank <= kMaxDims, path_, ": ", name, " has ", rank,
+                   " dimensions (truncated or damaged?)");
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
   if (H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0) throw_read_failure(name, path_, "its shape");
   // vinf writes every element of its datasets, none of them empty: a shape cannot claim more bytes
@@ -336,17 +377,18 @@ Shape H5File::shape(const std::string& name) const {
   }
   VINF_INPUT_CHECK(!empty, path_, ": ", name, " has an empty dimension in its shape ", dims_text(dims),
                    " (vinf writes no empty datasets: truncated or damaged?)");
+  // A file open to write is one in the making (its frames written as they come): not every chunk
+  // is there yet.
   const std::uint64_t stored = H5Dget_storage_size(set.get());
-  VINF_INPUT_CHECK(!overflow && bytes <= stored, path_, ": ", name, " claims a shape ", dims_text(dims), " of ",
-                   overflow ? std::string("more than 2^64") : std::to_string(bytes), " bytes, but the file holds ",
-                   stored, " bytes of it (truncated or damaged?)");
+  VINF_INPUT_CHECK(!overflow && (writable_ || bytes <= stored), path_, ": ", name, " claims a shape ", dims_text(dims),
+                   " of ", overflow ? std::string("more than 2^64") : std::to_string(bytes),
+                   " bytes, but the file holds ", stored, " bytes of it (truncated or damaged?)");
   Shape s;
   for (hsize_t d : dims) s.push_back(static_cast<std::int64_t>(d));
   return s;
 }
 
-void H5File::read_frames(const std::string& name, int axis, std::int64_t first, std::int64_t count,
-                         float* data) const {
+void H5File::read_frames(const std::string& name, int axis, std::int64_t first, std::int64_t count, float* data) const {
   const Shape full = shape(name);
   VINF_INPUT_CHECK(axis < full.rank() && first >= 0 && count >= 0 && first + count <= full[axis], path_, ": ", name,
                    " ", full.str(), " has no slices [", first, ", ", first + count, ") along axis ", axis);
@@ -378,8 +420,8 @@ void H5File::write_small(const std::string& name, DType dtype, const Shape& shap
   Handle set(H5Dcreate2(id_, name.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose,
              "creating a dataset", path_, Access::write);
   Handle file_space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space", path_, Access::write);
-  Handle mem_space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose,
-                   "H5Screate_simple", path_, Access::write);
+  Handle mem_space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose, "H5Screate_simple",
+                   path_, Access::write);
   if (rank_ != 0 || shape.numel() == 0) {
     VINF_CHECK_HDF5(H5Sselect_none(file_space.get()));
     VINF_CHECK_HDF5(H5Sselect_none(mem_space.get()));
@@ -389,7 +431,8 @@ void H5File::write_small(const std::string& name, DType dtype, const Shape& shap
   const std::int64_t dummy = 0;
   if (H5Dwrite(set.get(), mem_type, mem_space.get(), file_space.get(), dxpl.get(),
                rank_ == 0 && shape.numel() > 0 ? data : &dummy) < 0)
-    throw Error("HDF5 could not write " + name + " to " + path_ + " (disk full or quota exceeded?): " + hdf5_error_text());
+    throw Error("HDF5 could not write " + name + " to " + path_ +
+                " (disk full or quota exceeded?): " + hdf5_error_text());
 }
 
 namespace {
@@ -441,7 +484,8 @@ void H5File::write_text(const std::string& name, const std::string& value) {
   if (comm_ != MPI_COMM_SELF) VINF_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
   const std::string padded = value.empty() ? std::string(1, '\0') : value;
   if (H5Dwrite(set.get(), type.get(), mem_space.get(), file_space.get(), dxpl.get(), padded.data()) < 0)
-    throw Error("HDF5 could not write " + name + " to " + path_ + " (disk full or quota exceeded?): " + hdf5_error_text());
+    throw Error("HDF5 could not write " + name + " to " + path_ +
+                " (disk full or quota exceeded?): " + hdf5_error_text());
 }
 
 std::string H5File::read_text(const std::string& name) const {
@@ -503,7 +547,8 @@ std::vector<std::string> H5File::describe() const {
     out->push_back(line);
     return 0;
   };
-  if (H5Ovisit(id_, H5_INDEX_NAME, H5_ITER_INC, visit, &lines) < 0) throw_read_failure("the list of objects", path_, "");
+  if (H5Ovisit(id_, H5_INDEX_NAME, H5_ITER_INC, visit, &lines) < 0)
+    throw_read_failure("the list of objects", path_, "");
   return lines;
 }
 
@@ -541,7 +586,8 @@ std::vector<std::string> H5File::verify() const {
     H5Dclose(set);
     return 0;
   };
-  if (H5Ovisit(id_, H5_INDEX_NAME, H5_ITER_INC, visit, &problems) < 0) throw_read_failure("the list of objects", path_, "");
+  if (H5Ovisit(id_, H5_INDEX_NAME, H5_ITER_INC, visit, &problems) < 0)
+    throw_read_failure("the list of objects", path_, "");
   return problems;
 }
 

@@ -33,6 +33,9 @@ class H5File {
   // Opens path read-only in this process alone (a serial reader: inspect, decode). MPI must be
   // running. Throws as open().
   static H5File open_serial(const std::string& path);
+  // Opens path to read and write in this process alone (a file written as a run goes: the
+  // latents of a diffusion-forcing video). Throws as open().
+  static H5File open_writable(const std::string& path);
 
   H5File(H5File&& o) noexcept;
   H5File& operator=(H5File&&) = delete;
@@ -47,7 +50,7 @@ class H5File {
 
   // Attributes on an object ("/" for the root); text is UTF-8.
   void set_text(const std::string& object, const std::string& name, const std::string& value);
-  void set_int(const std::string& object, const std::string& name, std::int64_t value);
+  void set_int(const std::string& object, const std::string& name, std::int64_t value);  // replaces one there
   bool has_attribute(const std::string& object, const std::string& name) const;
   std::string text(const std::string& object, const std::string& name) const;
   std::int64_t integer(const std::string& object, const std::string& name) const;
@@ -56,6 +59,11 @@ class H5File {
   // [first, first + count) along that axis from `data` (contiguous in that sub-shape; count may be 0).
   void write_frames(const std::string& name, const Shape& full, int axis, std::int64_t first, std::int64_t count,
                     const float* data);
+  // The same in steps: the dataset made (no data), then slices written into it, in any number of
+  // calls; flush() puts what was written on disk.
+  void create_frames(const std::string& name, const Shape& full, int axis);
+  void write_frames_at(const std::string& name, int axis, std::int64_t first, std::int64_t count, const float* data);
+  void flush();
   void read_frames(const std::string& name, int axis, std::int64_t first, std::int64_t count, float* data) const;
   Shape shape(const std::string& name) const;
 

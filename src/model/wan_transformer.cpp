@@ -432,12 +432,18 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
           ctx.arena->empty(dt, {D})};
   ops::fill(ctx, ps.ones, 1.0);
   ops::fill(ctx, ps.zeros, 0.0);
-  if (frames.block_frames > 1) {
-    VINF_INPUT_CHECK(
-        frames.block_frames % g.pt == 0 && g.F % frames.block_frames == 0 && g.total == g.F && !self_attention,
-        "the Wan transformer's causal blocks of ", frames.block_frames, " frames must divide its ", g.F,
-        " latent frames (and the patch's ", g.pt, "), on one rank in this version");
-    ps.block_tokens = frames.block_frames / g.pt * g.Hp * g.Wp;
+  const std::int64_t block_tokens = frames.block_frames > 1 ? frames.block_frames / g.pt * g.Hp * g.Wp : 0;
+  VINF_INPUT_CHECK(block_tokens == 0 || (frames.block_frames % g.pt == 0 && g.total % frames.block_frames == 0),
+                   "the Wan transformer's causal blocks of ", frames.block_frames, " frames must divide its ", g.total,
+                   " latent frames (and the patch's ", g.pt, ")");
+  if (self_attention) {
+    // The attention over every rank's tokens applies the mask itself, or cannot.
+    VINF_INPUT_CHECK(self_attention->set_causal_block(block_tokens), "causal blocks of ", frames.block_frames,
+                     " frames need the whole video's attention (one rank, or --vi.mode exact), not windows");
+  } else {
+    VINF_CHECK(block_tokens == 0 || g.total == g.F, "WanTransformer: causal blocks over a part of the video (", g.F,
+               " of ", g.total, " frames) without the attention that sees the rest");
+    ps.block_tokens = block_tokens;
   }
 
   // Rotary angles of every patch, from the frame (in the whole video), row and column it sits at.

@@ -45,6 +45,10 @@ class WanSelfAttention {
   virtual ~WanSelfAttention() = default;
   // The diffusion timestep of the forward calls that follow (Video-Infinity's phase biases).
   virtual void begin_call(double timestep) { (void)timestep; }
+  // The block-causal mask of the calls that follow: the queries of each block of `tokens` tokens
+  // (in the whole video's order) see the keys of the blocks up to theirs; 0 for none. False when
+  // this attention cannot apply it.
+  virtual bool set_causal_block(std::int64_t tokens) { return tokens == 0; }
   virtual void attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                       const ops::AttentionParams& p) = 0;
 };

@@ -1,9 +1,13 @@
 #include "pipeline/df_denoise.hpp"
 
+#include <cmath>
 #include <memory>
 #include <vector>
 
 #include "core/error.hpp"
+#include "infinity/config.hpp"
+#include "infinity/wan_exact.hpp"
+#include "mpi/communicator.hpp"
 #include "io/safetensors.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
@@ -12,8 +16,6 @@
 #include "sampling/noise.hpp"
 
 namespace vinf::pipeline {
-
-namespace {
 
 // One window's draws: its starting noise, and a row's noise of the prefix; from the file, or the
 // seed's keyed by the video's latent frames.
@@ -50,108 +52,253 @@ class DfWindowDraws {
   sampling::NoiseSource source_;
 };
 
-// What every window's rows share: the batch of prompts and the guidance over it.
-struct DfCall {
-  Guidance guidance;
-  OwnedTensor text;  // [B, L, text_dim]: [negative, prompt], or this rank's branch, or the prompt
+// The window at hand: its place, schedule and draws, each frame's solver, this rank's frames of
+// the model calls and the calls' buffers.
+struct DfStepper::Window {
+  std::size_t k = 0;
+  sampling::DfWindow w;
+  const sampling::DfSchedule* schedule = nullptr;
+  std::unique_ptr<DfWindowDraws> draws;
+  std::vector<std::unique_ptr<sampling::FlowSampler>> frames;
+  infinity::FrameRange part;  // this rank's frames of the model calls
+  std::vector<std::int64_t> counts;  // every rank's, in elements of the gathered prediction
+  std::unique_ptr<infinity::WanExactAttention> attention;
+  OwnedTensor model_in, in, pred, t, v, mine, both, sent, gathered, noise;
 };
 
-DfCall df_call(Runtime& rt, const DfDenoise& d) {
-  DfCall c{Guidance::of(d.guidance > 1.f, d.guidance, d.cfg_group), {}};
-  const std::int64_t B = c.guidance.batch(), L = d.prompt.size(1), D = d.prompt.size(2);
-  c.text = rt.arena().empty(d.transformer.weights().dtype(), {B, L, D});
+DfStepper::DfStepper(Runtime& rt, const DfDenoise& d, const Shape& video)
+    : rt_(rt), d_(d), video_(video), guidance_(Guidance::of(d.guidance > 1.f, d.guidance, d.cfg_group)) {
+  const DfSettings& s = d.settings;
+  VINF_CHECK(video.rank() == 5 && video[0] == 1, "DfStepper: video ", video.str());
+  windows_ = sampling::df_windows(video[2], s.base, s.overlap, s.block);
+  int rows = 0;
+  for (const sampling::DfWindow& w : windows_) {
+    schedules_.push_back(sampling::df_schedule(w.frames, d.scheduler.timesteps(), w.prefix, s.ar_step, s.block));
+    first_row_.push_back(rows);
+    rows += static_cast<int>(schedules_.back().rows());
+  }
+  first_row_.push_back(rows);
+  if (!d.draws.file.empty()) file_ = std::make_unique<io::SafetensorsFile>(d.draws.file);
+  // The batch of prompts: [negative, prompt], this rank's branch, or the prompt.
+  const std::int64_t B = guidance_.batch(), L = d.prompt.size(1), D = d.prompt.size(2);
+  text_ = rt.arena().empty(d.transformer.weights().dtype(), {B, L, D});
   ExecContext& ctx = rt.ctx();
-  if (c.guidance.layout == Guidance::Layout::across_ranks) {
-    ops::copy(ctx, d.cfg_index == 0 ? d.negative : d.prompt, c.text);
-  } else if (c.guidance.layout == Guidance::Layout::batched) {
-    ops::copy(ctx, d.negative, c.text.view().slice(0, 0, 1));
-    ops::copy(ctx, d.prompt, c.text.view().slice(0, 1, 1));
+  if (guidance_.layout == Guidance::Layout::across_ranks) {
+    ops::copy(ctx, d.cfg_index == 0 ? d.negative : d.prompt, text_);
+  } else if (guidance_.layout == Guidance::Layout::batched) {
+    ops::copy(ctx, d.negative, text_.view().slice(0, 0, 1));
+    ops::copy(ctx, d.prompt, text_.view().slice(0, 1, 1));
   } else {
-    ops::copy(ctx, d.prompt, c.text);
+    ops::copy(ctx, d.prompt, text_);
   }
-  return c;
+  const std::int64_t base = std::min(s.base, video[2]);
+  lat_ = rt.arena().empty(DType::f32, {1, video[1], base, video[3], video[4]});
+  ops::fill(ctx, lat_, 0.0);
+  for (std::size_t m = 0; m < sampling::FlowSampler::memory_names().size(); ++m)
+    memories_.push_back(rt.arena().empty(DType::f32, lat_.shape));
 }
 
-// One window: its frames' solvers from its noise (the prefix from the video), then per row the
-// model's input (the prefix noised with addnoise), the guided prediction and the frames' updates;
-// at the end its frames from keep_from on into the video.
-void df_window(Runtime& rt, const DfDenoise& d, const DfCall& call, const DfWindowDraws& draws,
-               const sampling::DfWindow& w, std::size_t k, const Tensor& video) {
-  ExecContext& ctx = rt.ctx();
-  const std::int64_t C = video.size(1), h = video.size(3), wd = video.size(4), F = w.frames, P = w.prefix;
-  const std::int64_t B = call.guidance.batch();
-  const sampling::DfSchedule schedule =
-      sampling::df_schedule(F, d.scheduler.timesteps(), P, d.settings.ar_step, d.settings.block);
-  const DType dt = d.transformer.weights().dtype();
-  OwnedTensor lat = rt.arena().empty(DType::f32, {1, C, F, h, wd});
-  draws.noise(lat);
-  if (P > 0) ops::copy(ctx, video.slice(2, w.first, P), lat.view().slice(2, 0, P));
-  std::vector<std::unique_ptr<sampling::FlowSampler>> frames;
+DfStepper::~DfStepper() = default;
+
+int DfStepper::rows() const { return first_row_.back(); }
+
+std::size_t DfStepper::window_of(int i) const {
+  std::size_t k = 0;
+  while (k + 1 < windows_.size() && first_row_[k + 1] <= i) ++k;
+  return k;
+}
+
+std::size_t DfStepper::window_rows(std::size_t k) const { return schedules_[k].rows(); }
+
+std::int64_t DfStepper::frames_final(int done) const {
+  std::int64_t n = 0;
+  for (std::size_t k = 0; k < windows_.size(); ++k)
+    if (first_row_[k + 1] <= done) n += windows_[k].frames - windows_[k].keep_from;
+  return n;
+}
+
+// Window k's solvers from its noise, its prefix the last frames of the window before (in lat_);
+// or, from_noise false, as they are (restore fills them).
+void DfStepper::begin_window(std::size_t k, bool from_noise) {
+  ExecContext& ctx = rt_.ctx();
+  const sampling::DfWindow& w = windows_[k];
+  const std::int64_t C = video_[1], h = video_[3], wd = video_[4], F = w.frames, P = w.prefix;
+  const DType dt = d_.transformer.weights().dtype();
+  const std::int64_t B = guidance_.batch();
+  w_.reset();  // the last window's buffers go before this one's come
+  w_ = std::make_unique<Window>();
+  Window& x = *w_;
+  x.k = k;
+  x.w = w;
+  x.schedule = &schedules_[k];
+  x.draws = std::make_unique<DfWindowDraws>(rt_, d_.draws, file_.get(), k, w);
+  const Tensor window = lat_.view().slice(2, 0, F);
+  if (from_noise) {
+    if (P > 0) {
+      const sampling::DfWindow& before = windows_[k - 1];
+      carry_ = rt_.arena().empty(DType::f32, {1, C, P, h, wd});
+      ops::copy(ctx, lat_.view().slice(2, w.first - before.first, P), carry_);
+    }
+    x.draws->noise(window);
+    if (P > 0) ops::copy(ctx, carry_, window.slice(2, 0, P));
+    carry_ = OwnedTensor{};
+  }
   for (std::int64_t f = 0; f < F; ++f) {
-    frames.push_back(std::make_unique<sampling::FlowSampler>(d.scheduler, rt.arena(), Shape{1, C, 1, h, wd}));
-    frames.back()->set_uncorrected_last_is_result(true);  // the reference's in-place frames
-    ops::copy(ctx, lat.view().slice(2, f, 1), frames.back()->latents());
+    x.frames.push_back(std::make_unique<sampling::FlowSampler>(d_.scheduler, rt_.arena(), Shape{1, C, 1, h, wd}));
+    x.frames.back()->set_uncorrected_last_is_result(true);  // the reference's in-place frames
+    ops::copy(ctx, window.slice(2, f, 1), x.frames.back()->latents());
   }
-  OwnedTensor in = rt.arena().empty(dt, {B, C, F, h, wd}), pred = rt.arena().empty(dt, {B, C, F, h, wd});
-  OwnedTensor t = rt.arena().empty(DType::f32, {B, F}), v = rt.arena().empty(DType::f32, {1, C, F, h, wd});
-  OwnedTensor both;
-  if (call.guidance.layout == Guidance::Layout::across_ranks) both = rt.arena().empty(dt, {2, C, F, h, wd});
-  Shape prefix_shape{1, C, P, h, wd};
-  OwnedTensor n = rt.arena().empty(DType::f32, prefix_shape), noised = rt.arena().empty(DType::f32, prefix_shape);
-  model::WanFrames where;
-  where.fps = d.settings.fps;
-  where.block_frames = d.settings.block;
-  const bool addnoise = d.settings.addnoise > 0 && P > 0;
-  for (std::size_t r = 0; r < schedule.rows(); ++r) {
-    for (std::int64_t f = 0; f < F; ++f) ops::copy(ctx, frames[static_cast<std::size_t>(f)]->latents(), lat.view().slice(2, f, 1));
-    ops::copy(ctx, lat.view().expand(in.shape), in);
-    std::vector<float> ts(static_cast<std::size_t>(B * F));
-    for (std::int64_t i = 0; i < B * F; ++i)
-      ts[static_cast<std::size_t>(i)] = static_cast<float>(schedule.timesteps[r][static_cast<std::size_t>(i % F)]);
-    if (addnoise) {
-      // As the reference: the factors rounded to f32 first; the stored prefix stays clean.
-      draws.addnoise(r, n);
-      ops::axpby(ctx, static_cast<float>(1.0 - 0.001 * d.settings.addnoise), lat.view().slice(2, 0, P),
-                 static_cast<float>(0.001 * d.settings.addnoise), n, noised);
-      ops::copy(ctx, noised.view().expand({B, C, P, h, wd}), in.view().slice(2, 0, P));
-      for (std::int64_t i = 0; i < B * F; ++i)
-        if (i % F < P) ts[static_cast<std::size_t>(i)] = static_cast<float>(d.settings.addnoise);
-    }
-    ops::copy(ctx, Tensor::wrap(ts.data(), DType::f32, Device::cpu(), t.shape), t);
-    d.transformer.forward(ctx, in, t, call.text, pred, nullptr, where);
-    call.guidance.combine(ctx, pred, both, v);
-    for (std::int64_t f = 0; f < F; ++f)
-      if (schedule.update[r][static_cast<std::size_t>(f)])
-        frames[static_cast<std::size_t>(f)]->step(ctx, schedule.counters[r][static_cast<std::size_t>(f)] - 1,
-                                                   v.view().slice(2, f, 1));
-    if (d.probe) {
-      d.probe(k, r, "model_input", in.view().slice(0, 0, 1));
-      d.probe(k, r, "timesteps", t.view().select(0, 0));
-      for (std::int64_t f = 0; f < F; ++f)
-        ops::copy(ctx, frames[static_cast<std::size_t>(f)]->latents(), lat.view().slice(2, f, 1));
-      d.probe(k, r, "latents", lat);
-    }
-    rt.synchronize();
-    if (d.progress) d.progress(k, r, schedule.rows());
+  // This rank's frames of the model calls: all of them, or its share in exact mode.
+  const int n = d_.clip_group ? d_.clip_group->size() : 1, me = d_.clip_group ? d_.clip_group->rank() : 0;
+  x.part = infinity::clip_frames(F, n, me);
+  if (d_.clip_group) {
+    const std::int64_t per_frame =
+        (h / d_.transformer.config().patch_size[1]) * (wd / d_.transformer.config().patch_size[2]);
+    std::vector<std::int64_t> tokens = infinity::clip_frame_counts(F, n);
+    for (std::int64_t c : tokens) x.counts.push_back(c * C * h * wd);
+    for (std::int64_t& c : tokens) c *= per_frame;
+    x.attention = std::make_unique<infinity::WanExactAttention>(*d_.clip_group, tokens);
+    x.sent = rt_.arena().empty(DType::f32, {x.part.count, C, h, wd});
+    x.gathered = rt_.arena().empty(DType::f32, {F, C, h, wd});
   }
-  for (std::int64_t f = w.keep_from; f < F; ++f)
-    ops::copy(ctx, frames[static_cast<std::size_t>(f)]->latents(), video.slice(2, w.first + f, 1));
-  rt.synchronize();
+  const std::int64_t Fm = x.part.count;
+  x.model_in = rt_.arena().empty(DType::f32, {1, C, F, h, wd});
+  x.in = rt_.arena().empty(dt, {B, C, Fm, h, wd});
+  x.pred = rt_.arena().empty(dt, {B, C, Fm, h, wd});
+  x.t = rt_.arena().empty(DType::f32, {B, Fm});
+  x.mine = rt_.arena().empty(DType::f32, {1, C, Fm, h, wd});
+  x.v = rt_.arena().empty(DType::f32, {1, C, F, h, wd});
+  if (guidance_.layout == Guidance::Layout::across_ranks) x.both = rt_.arena().empty(dt, {2, C, Fm, h, wd});
+  if (d_.settings.addnoise > 0 && P > 0) x.noise = rt_.arena().empty(DType::f32, {1, C, P, h, wd});
 }
 
-}  // namespace
+// Row r of the window at hand: the model's input (the prefix noised with addnoise), this rank's
+// frames of the guided prediction (gathered from every rank in exact mode), each frame's update.
+void DfStepper::run_row(std::size_t r) {
+  ExecContext& ctx = rt_.ctx();
+  Window& x = *w_;
+  const sampling::DfSchedule& schedule = *x.schedule;
+  const std::int64_t F = x.w.frames, P = x.w.prefix, B = guidance_.batch(), Fm = x.part.count;
+  const bool addnoise = d_.settings.addnoise > 0 && P > 0;
+  const Tensor window = lat_.view().slice(2, 0, F);
+  ops::copy(ctx, window, x.model_in);
+  std::vector<float> ts(static_cast<std::size_t>(F));
+  for (std::int64_t f = 0; f < F; ++f)
+    ts[static_cast<std::size_t>(f)] = static_cast<float>(schedule.timesteps[r][static_cast<std::size_t>(f)]);
+  if (addnoise) {
+    // As the reference: the factors rounded to f32 first; the stored prefix stays clean.
+    x.draws->addnoise(r, x.noise);
+    ops::axpby(ctx, static_cast<float>(1.0 - 0.001 * d_.settings.addnoise), window.slice(2, 0, P),
+               static_cast<float>(0.001 * d_.settings.addnoise), x.noise, x.model_in.view().slice(2, 0, P));
+    for (std::int64_t f = 0; f < P; ++f) ts[static_cast<std::size_t>(f)] = static_cast<float>(d_.settings.addnoise);
+  }
+  ops::copy(ctx, x.model_in.view().slice(2, x.part.first, Fm).expand(x.in.shape), x.in);
+  std::vector<float> mine_t(static_cast<std::size_t>(B * Fm));
+  for (std::int64_t i = 0; i < B * Fm; ++i)
+    mine_t[static_cast<std::size_t>(i)] = ts[static_cast<std::size_t>(x.part.first + i % Fm)];
+  ops::copy(ctx, Tensor::wrap(mine_t.data(), DType::f32, Device::cpu(), x.t.shape), x.t);
+  model::WanFrames where;
+  where.first = x.part.first;
+  where.total = F;
+  where.fps = d_.settings.fps;
+  where.block_frames = d_.settings.block;
+  d_.transformer.forward(ctx, x.in, x.t, text_, x.pred, nullptr, where, x.attention.get());
+  if (d_.clip_group) {
+    guidance_.combine(ctx, x.pred, x.both, x.mine);
+    ops::copy(ctx, x.mine.view().select(0, 0).permute({1, 0, 2, 3}), x.sent);
+    d_.clip_group->all_gather_v(ctx, x.sent, x.gathered, x.counts);
+    ops::copy(ctx, x.gathered.view().permute({1, 0, 2, 3}).unsqueeze(0), x.v);
+  } else {
+    guidance_.combine(ctx, x.pred, x.both, x.v);
+  }
+  for (std::int64_t f = 0; f < F; ++f) {
+    const auto fi = static_cast<std::size_t>(f);
+    if (schedule.update[r][fi]) x.frames[fi]->step(ctx, schedule.counters[r][fi] - 1, x.v.view().slice(2, f, 1));
+    ops::copy(ctx, x.frames[fi]->latents(), window.slice(2, f, 1));
+  }
+  if (d_.probe) {
+    OwnedTensor t = rt_.arena().empty(DType::f32, {F});
+    ops::copy(ctx, Tensor::wrap(ts.data(), DType::f32, Device::cpu(), t.shape), t);
+    d_.probe(x.k, r, "model_input", x.model_in);
+    d_.probe(x.k, r, "timesteps", t);
+    d_.probe(x.k, r, "latents", window);
+  }
+  rt_.synchronize();
+}
+
+void DfStepper::step(int i) {
+  VINF_CHECK(i == done_ && i < rows(), "DfStepper: row ", i, " after ", done_, " of ", rows());
+  const std::size_t k = window_of(i);
+  if (i == first_row_[k]) begin_window(k, true);
+  const auto r = static_cast<std::size_t>(i - first_row_[k]);
+  run_row(r);
+  ++done_;
+  if (d_.progress) d_.progress(k, r, schedules_[k].rows());
+  if (done_ < first_row_[k + 1]) return;
+  const sampling::DfWindow& w = windows_[k];
+  if (d_.emit) d_.emit(w.first + w.keep_from, lat_.view().slice(2, w.keep_from, w.frames - w.keep_from));
+  rt_.synchronize();
+}
+
+std::vector<std::pair<std::string, Tensor>> DfStepper::state() {
+  ExecContext& ctx = rt_.ctx();
+  std::vector<std::pair<std::string, Tensor>> out{{"latents", lat_.view()}};
+  const std::vector<std::string> names = sampling::FlowSampler::memory_names();
+  for (std::size_t m = 0; m < names.size(); ++m) {
+    ops::fill(ctx, memories_[m], 0.0);
+    for (std::size_t f = 0; w_ && f < w_->frames.size(); ++f)
+      ops::copy(ctx, w_->frames[f]->memories()[m].second,
+                memories_[m].view().slice(2, static_cast<std::int64_t>(f), 1));
+    out.emplace_back(names[m], memories_[m].view());
+  }
+  return out;
+}
+
+void DfStepper::spoil() {
+  ops::fill(rt_.ctx(), lat_, std::nan(""));
+  for (std::size_t f = 0; w_ && f < w_->frames.size(); ++f)
+    ops::fill(rt_.ctx(), w_->frames[f]->latents(), std::nan(""));
+}
+
+void DfStepper::restore(int done, const std::vector<Tensor>& state) {
+  VINF_CHECK(done >= 0 && done <= rows() && !state.empty(), "DfStepper: restoring after ", done, " of ", rows(),
+             " rows");
+  done_ = done;
+  if (done == 0) return;
+  ExecContext& ctx = rt_.ctx();
+  ops::copy(ctx, state[0], lat_);
+  const std::size_t k = window_of(done - 1);
+  begin_window(k, false);
+  const sampling::DfSchedule& schedule = schedules_[k];
+  const auto rows_done = static_cast<std::size_t>(done - first_row_[k]);
+  // Each frame's steps taken (the rows that updated it), its latents and memories by name.
+  const std::vector<std::string> names = sampling::FlowSampler::memory_names();
+  VINF_CHECK(state.size() == names.size() + 1, "DfStepper: ", state.size(), " state tensors for ", names.size(),
+             " memories");
+  auto memory = [&](const char* name, std::int64_t f) {
+    for (std::size_t m = 0; m < names.size(); ++m)
+      if (names[m] == name) return state[m + 1].slice(2, f, 1);
+    throw Error(std::string("DfStepper: the solver has no memory ") + name);
+  };
+  for (std::int64_t f = 0; f < windows_[k].frames; ++f) {
+    int taken = 0;
+    for (std::size_t r = 0; r < rows_done; ++r) taken += schedule.update[r][static_cast<std::size_t>(f)] ? 1 : 0;
+    w_->frames[static_cast<std::size_t>(f)]->restore(ctx, taken, lat_.view().slice(2, f, 1),
+                                                     memory("last_corrected", f), memory("previous_x0", f),
+                                                     memory("second_previous_x0", f));
+  }
+  rt_.synchronize();
+}
 
 void df_denoise(Runtime& rt, const DfDenoise& d, const Tensor& video) {
-  const DfSettings& s = d.settings;
-  VINF_CHECK(video.rank() == 5 && video.size(0) == 1, "df_denoise: video ", video.describe());
-  const std::vector<sampling::DfWindow> windows = sampling::df_windows(video.size(2), s.base, s.overlap, s.block);
-  std::unique_ptr<io::SafetensorsFile> file;
-  if (!d.draws.file.empty()) file = std::make_unique<io::SafetensorsFile>(d.draws.file);
-  const DfCall call = df_call(rt, d);
-  for (std::size_t k = 0; k < windows.size(); ++k) {
-    const DfWindowDraws draws(rt, d.draws, file.get(), k, windows[k]);
-    df_window(rt, d, call, draws, windows[k], k, video);
-  }
+  DfDenoise with = d;
+  with.emit = [&](std::int64_t first, const Tensor& frames) {
+    ops::copy(rt.ctx(), frames, video.slice(2, first, frames.size(2)));
+    if (d.emit) d.emit(first, frames);
+  };
+  DfStepper stepper(rt, with, video.shape);
+  for (int i = 0; i < stepper.rows(); ++i) stepper.step(i);
+  rt.synchronize();
 }
 
 }  // namespace vinf::pipeline

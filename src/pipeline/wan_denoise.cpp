@@ -13,6 +13,7 @@
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
 #include "pipeline/guidance.hpp"
+#include "pipeline/wan_stream.hpp"
 #include "sampling/sampler.hpp"
 
 namespace vinf::pipeline {
@@ -132,29 +133,19 @@ WanVideoFiles wan_write_video(Runtime& rt, const model::WanVae& vae, const Tenso
   WanVideoFiles result;
   std::unique_ptr<io::FrameWriter> writer;
   if (k == 0) writer = std::make_unique<io::FrameWriter>(out_dir, vc.video_frames(total), width, height, settings);
+  // This part: the first part's rank writes its frames as they come, the others keep theirs for it.
   std::vector<std::uint8_t> rgb(static_cast<std::size_t>((k == 0 ? 1 : frames) * frame_bytes));
-  // This part, a few latent frames per call (the device holds their frames, not the part's): the
-  // first part's rank writes its frames as they come, the others keep theirs for it.
-  constexpr std::int64_t kLatentFramesPerCall = 4;
+  WanFrameDecoder decoder(rt, vae, tile);
+  decoder.memory() = std::move(memory);
   std::int64_t at = 0;
-  for (std::int64_t f0 = 0; f0 < mine.count; f0 += kLatentFramesPerCall) {
-    const std::int64_t count = std::min(kLatentFramesPerCall, mine.count - f0), first = mine.first + f0;
-    const std::int64_t out_frames = vae.part_frames(first, count);
-    OwnedTensor z = rt.arena().empty(DType::f32, {1, latents.size(1), count, lh, lw});
-    wan_latents_for_vae(rt, vc, latents.slice(2, f0, count), z);
-    OwnedTensor video = rt.arena().empty(DType::f32, {1, vc.out_channels, out_frames, height, width});
-    vae.decode_part(ctx, z, first, memory, video, tile);
-    std::vector<float> host(static_cast<std::size_t>(video.numel()));
-    const Shape frame_major{out_frames, vc.out_channels, height, width};
-    ops::copy(ctx, video.view().select(0, 0).permute({1, 0, 2, 3}),
-              Tensor::wrap(host.data(), DType::f32, Device::cpu(), frame_major));
-    rt.synchronize();
-    for (std::int64_t f = 0; f < out_frames; ++f, ++at) {
-      std::uint8_t* dst = rgb.data() + (k == 0 ? 0 : at * frame_bytes);
-      io::to_rgb8(host.data() + f * vc.out_channels * height * width, height, width, dst);
-      if (writer) writer->add(at, dst);
+  decoder.decode(latents, mine.first, [&](const std::uint8_t* frame) {
+    if (writer) {
+      writer->add(at++, frame);
+    } else {
+      std::copy(frame, frame + frame_bytes, rgb.data() + (at++) * frame_bytes);
     }
-  }
+  });
+  memory = std::move(decoder.memory());
   if (k + 1 < n) {
     const std::string handed = model::WanVae::save_memory(ctx, memory);
     const std::uint64_t bytes = handed.size();

@@ -39,6 +39,7 @@
 #include "pipeline/video_pipeline.hpp"
 #include "pipeline/wan_condition.hpp"
 #include "pipeline/wan_denoise.hpp"
+#include "pipeline/wan_stream.hpp"
 #include "sampling/diffusion_forcing.hpp"
 #include "sampling/noise.hpp"
 
@@ -171,7 +172,9 @@ struct WanRun {
   // SkyReels-V2's diffusion forcing: its windows and schedule in latent frames, and the video
   // frames where each window's new frames begin (the seams vinf evaluate measures).
   DfSettings df;
-  std::vector<std::int64_t> seams;
+  std::vector<std::int64_t> seams, latent_seams;
+  int df_rows = 0;  // every window's rows: the run's steps
+  std::unique_ptr<WanVideoStream> stream;  // the first rank's latents.h5 and video, as windows end
   // What run.json reports.
   double text_seconds = 0, condition_seconds = 0, load_seconds = 0, denoise_seconds = 0, checkpoint_seconds = 0,
          write_seconds = 0;
@@ -242,10 +245,9 @@ void plan_wan_df(WanRun& r) {
                    o.model, " is a Wan2.1 pipeline");
   if (!r.tc.skyreels) return;
   const std::string what = "--model " + o.model + " is a SkyReels-V2 diffusion-forcing pipeline, which ";
-  VINF_INPUT_CHECK(r.clips == 1, what, "runs its windows on one rank per guidance branch in this version: drop ",
-                   "--vi.mode (and run more videos with --jobs and --parallel.data)");
+  VINF_INPUT_CHECK(!r.windows, what, "runs its windows in exact mode over the ranks (--vi.mode exact), not with ",
+                   "Video-Infinity's windows");
   VINF_INPUT_CHECK(!o.conditioned(), what, "generates from text: drop --image and --video");
-  VINF_INPUT_CHECK(o.resume.empty() || o.resume == "auto", what, "writes no checkpoints in this version: drop --resume");
   const auto latent = [](std::int64_t frames) { return (frames - 1) / 4 + 1; };
   DfSettings& d = r.df;
   d.base = g.base_frames > 0 ? latent(g.base_frames) : r.lf;
@@ -258,17 +260,24 @@ void plan_wan_df(WanRun& r) {
     d.base = r.lf;  // one window: the whole video
     d.overlap = 0;
   }
-  VINF_INPUT_CHECK(d.base == r.lf || g.overlap_history > 0, "--video.frames ", o.frames, " is more than --df.base-frames ",
-                   g.base_frames, ": the video is made in windows, which overlap by --df.overlap-history frames (give it, ",
+  VINF_INPUT_CHECK(d.base == r.lf || g.overlap_history > 0, "--video.frames ", o.frames,
+                   " is more than --df.base-frames ", g.base_frames,
+                   ": the video is made in windows, which overlap by --df.overlap-history frames (give it, ",
                    "e.g. 17)");
   VINF_INPUT_CHECK(d.base == r.lf || d.overlap < d.base, "--df.overlap-history ", g.overlap_history,
                    " must be less than --df.base-frames ", g.base_frames, " (", d.overlap, " and ", d.base,
                    " latent frames)");
   for (const sampling::DfWindow& w : sampling::df_windows(r.lf, d.base, d.overlap, d.block)) {
-    if (w.first + w.keep_from > 0) r.seams.push_back(4 * (w.first + w.keep_from) - 3);
+    if (w.first + w.keep_from > 0) {
+      r.seams.push_back(4 * (w.first + w.keep_from) - 3);
+      r.latent_seams.push_back(w.first + w.keep_from);
+    }
     VINF_INPUT_CHECK(w.frames % d.block == 0, "a window of ", w.frames, " latent frames does not divide into causal ",
                      "blocks of ", d.block, " frames: choose --video.frames, --df.base-frames and ",
                      "--df.overlap-history whose windows are multiples of the block (or --df.causal-block-size 1)");
+    VINF_INPUT_CHECK(w.frames >= r.clips, "a window of ", w.frames, " latent frames cannot be split over ", r.clips,
+                     " ranks (--vi.mode exact gives each rank a share of every window's frames): use at most ",
+                     w.frames, " frame ranks, or longer windows (--df.base-frames)");
   }
 }
 
@@ -337,8 +346,8 @@ void identify_wan(WanRun& r) {
   // Video-Infinity's windows change the numbers (not the ranks they run on).
   if (r.windows) r.config["vi"] = vi_json(o.vi);
   if (r.tc.skyreels)
-    r.config["df"] = {{"base-latent-frames", r.df.base}, {"overlap-latent-frames", r.df.overlap},
-                      {"causal-block-size", r.df.block}, {"ar-step", r.df.ar_step},
+    r.config["df"] = {{"base-latent-frames", r.df.base},     {"overlap-latent-frames", r.df.overlap},
+                      {"causal-block-size", r.df.block},     {"ar-step", r.df.ar_step},
                       {"addnoise-condition", r.df.addnoise}, {"fps", r.df.fps}};
   io::RunStamp& stamp = r.stamp;
   // Not in the numerics: the layout (exact mode, the windows and CFG parallelism compute the same
@@ -498,9 +507,7 @@ std::vector<float> frames_on_host(const WanRun& r, const Tensor& t) {
 void start_wan_latents(WanRun& r, sampling::FlowSampler& sampler) {
   const GenerateSpec& o = r.o;
   ExecContext& ctx = r.rt.ctx();
-  if (r.tc.skyreels) {
-    ops::fill(ctx, sampler.latents(), 0.0);  // diffusion forcing draws each window's noise as it comes
-  } else if (!r.video_start.empty()) {
+  if (!r.video_start.empty()) {
     const Shape whole{1, r.tc.out_channels, r.lf, r.lh, r.lw};
     ops::copy(ctx,
               Tensor::wrap(r.video_start.data(), DType::f32, Device::cpu(), whole).slice(2, r.part.first, r.part.count),
@@ -648,30 +655,121 @@ int denoise_wan(WanRun& r, const model::WanTransformer& wan, const Tensor& promp
   return ended.stop_signal;
 }
 
-// Diffusion forcing: the windows and their rows (df_denoise) into the sampler's latents, the
-// whole video on this rank; a line per window, and per row with --verbose.
-int denoise_wan_df(WanRun& r, const model::WanTransformer& wan, const Tensor& prompt, const Tensor& negative,
-                   sampling::FlowSampler& sampler) {
+// Diffusion forcing's state after `done` rows (the window's latents and each frame's solver
+// memories, [base, C, h, w] frame-major, zeros past the window's frames) into a checkpoint; the
+// ranks hold the same state, the first writes it. The frames finished before are in
+// latents.h5.partial already.
+std::string write_wan_df_checkpoint(WanRun& r, DfStepper& stepper, const io::TextCache& text, int done) {
+  const auto t_ckpt = Clock::now();
+  const std::vector<std::pair<std::string, Tensor>> state = stepper.state();
+  const Tensor& lat = state.front().second;
+  const Shape full{lat.size(2), lat.size(1), lat.size(3), lat.size(4)};
+  std::vector<std::vector<float>> host;
+  for (const auto& [name, t] : state) {
+    host.emplace_back(static_cast<std::size_t>(t.numel()));
+    ops::copy(r.rt.ctx(), t.select(0, 0).permute({1, 0, 2, 3}),
+              Tensor::wrap(host.back().data(), DType::f32, Device::cpu(), full));
+  }
+  r.rt.synchronize();
+  for (float v : host.front())
+    VINF_CHECK(std::isfinite(v), "the diffusion-forcing latents are no longer finite after row ", done,
+               ": no checkpoint written (the last good one stays)");
+  std::vector<io::StateFrames> extra;
+  for (std::size_t k = 2; k < state.size(); ++k) extra.push_back({state[k].first, host[k].data()});
+  io::SolverState solver{done, r.scheduler->timesteps(),
+                         std::vector<double>(r.scheduler->sigmas().begin(), r.scheduler->sigmas().end())};
+  const std::string path = r.ckpt_dir + "/" + io::checkpoint_name(done);
+  io::write_checkpoint(r.world.world(), path, r.stamp, io::FramePart{full, 0, r.root ? full[0] : 0}, host[0].data(),
+                       host[1].data(), solver, text, extra);
+  if (r.root) io::prune_checkpoints(r.ckpt_dir, r.o.checkpoint_keep);
+  r.checkpoint_seconds += seconds_since(t_ckpt);
+  return path;
+}
+
+// --resume: the checkpoint's row and window state into the stepper; the rows done (0 without one).
+int resume_wan_df(WanRun& r, DfStepper& stepper) {
+  const std::vector<std::pair<std::string, Tensor>> state = stepper.state();
+  const Tensor& lat = state.front().second;
+  const Shape full{lat.size(2), lat.size(1), lat.size(3), lat.size(4)};
+  std::vector<std::string> memories;  // beside previous_x0
+  for (std::size_t k = 2; k < state.size(); ++k) memories.push_back(state[k].first);
+  ResumePoint resume =
+      choose_checkpoint(r.o, r.out_dir, r.world, r.stamp, r.scheduler->timesteps(), full, 0, full[0], memories);
+  if (!resume.info) return 0;
+  const auto done = static_cast<int>(resume.info->state.step);
+  VINF_INPUT_CHECK(done >= 1 && done <= stepper.rows(), "checkpoint ", resume.info->path, " is after row ", done,
+                   " of a run of ", stepper.rows(), " rows");
+  std::vector<std::vector<float>*> host{&resume.latents, &resume.previous_x0};
+  for (std::vector<float>& m : resume.memories) host.push_back(&m);
+  std::vector<OwnedTensor> device;
+  std::vector<Tensor> views;
+  for (std::vector<float>* h : host) {
+    device.push_back(r.rt.arena().empty(DType::f32, lat.shape));
+    ops::copy(r.rt.ctx(), Tensor::wrap(h->data(), DType::f32, Device::cpu(), full).permute({1, 0, 2, 3}).unsqueeze(0),
+              device.back());
+    views.push_back(device.back().view());
+  }
+  stepper.restore(done, views);
+  r.start_step = done;
+  r.resumed_from = resume.info->path;
+  const std::size_t k = stepper.window_of(done - 1);
+  r.report.say("resuming from " + resume.info->path + " after row " + std::to_string(done) + " of " +
+               std::to_string(stepper.rows()) + " (window " + std::to_string(k + 1) + "), " +
+               std::to_string(stepper.frames_final(done)) + " latent frames final");
+  return done;
+}
+
+// Diffusion forcing: the windows' rows (a DfStepper) as the denoising loop's steps, so that stop
+// signals, the checkpoint cadence (in rows) and --resume apply; each window's new frames into
+// latents.h5 and the video as the window ends (the first rank writes), so that no rank holds more
+// than a window. A line per window, and per row with --verbose.
+int denoise_wan_df(WanRun& r, const model::WanTransformer& wan, const Tensor& prompt, const Tensor& negative) {
   const GenerateSpec& o = r.o;
   const auto t_denoise = Clock::now();
-  DfDenoise d{wan, *r.scheduler, prompt, negative, static_cast<float>(r.guided ? o.guidance : 1.0),
-              o.job.cfg == 2 ? r.job.cfg_comm() : nullptr, r.job.grid().cfg_index(), r.df,
+  DfDenoise d{wan,
+              *r.scheduler,
+              prompt,
+              negative,
+              static_cast<float>(r.guided ? o.guidance : 1.0),
+              o.job.cfg == 2 ? r.job.cfg_comm() : nullptr,
+              r.job.grid().cfg_index(),
+              r.df,
               {o.latents_init, static_cast<std::uint64_t>(o.seed)}};
+  d.clip_group = r.clips > 1 ? r.job.clip_comm() : nullptr;
+  DfStepper stepper(r.rt, d, Shape{1, r.tc.out_channels, r.lf, r.lh, r.lw});
+  r.df_rows = stepper.rows();
+  const int done = resume_wan_df(r, stepper);
+  if (r.root) {
+    WanVideoStream::Settings s{r.out_dir, r.stamp, r.frame_major, "", {o.video, o.png, o.output_fps, o.ffmpeg},
+                               o.vae_tile};
+    if (io::is_directory(o.model + "/vae")) s.vae_dir = o.model + "/vae";
+    r.stream = std::make_unique<WanVideoStream>(r.rt, s, stepper.frames_final(done));
+  }
+  d.emit = [&](std::int64_t first, const Tensor& frames) {
+    if (r.stream) r.stream->append(frames, first);
+  };
   const std::size_t windows = sampling::df_windows(r.lf, r.df.base, r.df.overlap, r.df.block).size();
   auto t_window = Clock::now();
   d.progress = [&](std::size_t k, std::size_t row, std::size_t rows) {
-    if (o.verbose) r.report.say("window " + std::to_string(k + 1) + "/" + std::to_string(windows) + ", row " +
-                                std::to_string(row + 1) + "/" + std::to_string(rows));
+    if (o.verbose)
+      r.report.say("window " + std::to_string(k + 1) + "/" + std::to_string(windows) + ", row " +
+                   std::to_string(row + 1) + "/" + std::to_string(rows));
     if (row + 1 < rows) return;
-    const double took = seconds_since(t_window);
-    r.step_seconds.push_back(took);
     r.report.say("window " + std::to_string(k + 1) + "/" + std::to_string(windows) + ": " + std::to_string(rows) +
-                 " rows in " + format_number(took) + " s");
+                 " rows in " + format_number(seconds_since(t_window)) + " s");
     t_window = Clock::now();
   };
-  df_denoise(r.rt, d, sampler.latents());
+  const io::TextCache text_cache = wan_text_cache(r);
+  const StepControl control(r.world, r.world.rank(), {stepper.rows(), o.checkpoint_every, true, "row"});
+  DenoiseHooks hooks;
+  hooks.step = [&](int i) { stepper.step(i); };
+  hooks.spoil = [&](int) { stepper.spoil(); };
+  hooks.checkpoint = [&](int rows_done) { return write_wan_df_checkpoint(r, stepper, text_cache, rows_done); };
+  const DenoiseEnd ended = denoise_loop(control, {done, stepper.rows(), true}, hooks, r.report);
+  r.step_seconds = ended.step_seconds;
+  r.rt.synchronize();
   r.denoise_seconds = seconds_since(t_denoise);
-  return 0;
+  return ended.stop_signal;
 }
 
 // -- outputs -------------------------------------------------------------------------------
@@ -719,6 +817,29 @@ WanVideoFiles write_wan_video(WanRun& r, const sampling::FlowSampler& sampler) {
   return video;
 }
 
+// Diffusion forcing's outputs, written as the windows ended: latents.h5 (with the windows' seams)
+// and the video files finished on the first rank, its error said on every rank.
+WanVideoFiles finish_wan_df(WanRun& r) {
+  WanVideoFiles video;
+  const auto t0 = Clock::now();
+  if (r.stream) {
+    try {
+      WanVideoStream::Finished f = r.stream->finish(r.latent_seams);
+      video.files = std::move(f.files);
+      video.error = std::move(f.error);
+    } catch (const std::exception& e) {
+      video.error = e.what();
+    }
+    r.write_seconds = r.stream->seconds();
+    r.stream.reset();
+  }
+  r.world.broadcast(video.error);
+  VINF_CHECK(video.error.empty(), video.error);
+  video.seconds = r.world.max(seconds_since(t0));
+  if (!io::is_directory(r.o.model + "/vae")) r.report.say("note: " + r.o.model + " has no vae/: latents.h5 only");
+  return video;
+}
+
 // --evaluate: vinf evaluate on the video (one clip: no boundaries). Its failure is said after
 // run.json, as the run itself is complete: the message and whether it was bad input.
 struct WanEvaluation {
@@ -733,8 +854,7 @@ WanEvaluation evaluate_wan_video(const WanRun& r, WanVideoFiles& video) {
   if (r.root) {
     r.report.say("evaluating video.mp4 into evaluate.json and evaluate.png");
     try {
-      evaluate::evaluate_file(r.out_dir + "/video.mp4", r.out_dir, r.seams,
-                              r.o.evaluate_clip_vision, r.o.quiet);
+      evaluate::evaluate_file(r.out_dir + "/video.mp4", r.out_dir, r.seams, r.o.evaluate_clip_vision, r.o.quiet);
       video.files.insert(video.files.end(), {"evaluate.json", "evaluate.png"});
     } catch (const InputError& x) {
       e.error = x.what();
@@ -753,9 +873,40 @@ WanEvaluation evaluate_wan_video(const WanRun& r, WanVideoFiles& video) {
 // step against the analytic count (the attention's per block: exact mode's all-to-alls, the
 // windows' halos and global frames; --parallel.cfg's all-gather of the other branch's prediction),
 // its peak memory. Collective; the list on rank 0.
+// Diffusion forcing's analytic bytes a rank receives per row, averaged over the run's rows: in the
+// clip group exact mode's attention of every block over each window's tokens and the all-gather of
+// the guided prediction (f32), in the cfg group the other branch's prediction of this rank's frames.
+struct DfTraffic {
+  double clip = 0, cfg = 0;
+};
+DfTraffic df_traffic(const WanRun& r, std::int64_t rows, std::int64_t per_frame, double element) {
+  DfTraffic t;
+  const int clip = r.job.grid().clip_index();
+  const std::int64_t frame = r.tc.out_channels * r.lh * r.lw;
+  double all_rows = 0;
+  for (const sampling::DfWindow& w : sampling::df_windows(r.lf, r.df.base, r.df.overlap, r.df.block)) {
+    const auto n = static_cast<double>(
+        sampling::df_schedule(w.frames, r.scheduler->timesteps(), w.prefix, r.df.ar_step, r.df.block).rows());
+    const std::vector<std::int64_t> counts = infinity::clip_frame_counts(w.frames, r.clips);
+    std::vector<std::int64_t> tokens = counts;
+    for (std::int64_t& c : tokens) c *= per_frame;
+    const std::int64_t mine = counts[static_cast<std::size_t>(clip)];
+    if (r.clips > 1)
+      t.clip += n * (static_cast<double>(r.tc.layers * infinity::WanExactAttention::received_elements(
+                                                           tokens, clip, rows, r.tc.head_dim)) *
+                         element +
+                     static_cast<double>((w.frames - mine) * frame) * 4.0);
+    if (r.o.job.cfg == 2) t.cfg += n * static_cast<double>(mine * frame) * element;
+    all_rows += n;
+  }
+  t.clip /= std::max(1.0, all_rows);
+  t.cfg /= std::max(1.0, all_rows);
+  return t;
+}
+
 json wan_ranks_json(const WanRun& r, std::vector<double>& peaks) {
   const GenerateSpec& o = r.o;
-  const int steps_run = o.steps - std::max(r.start_step, r.first_step);
+  const int steps_run = r.tc.skyreels ? r.df_rows - r.start_step : o.steps - std::max(r.start_step, r.first_step);
   const mpi::CommCounters none;
   const mpi::CommCounters& clip_counted = r.job.clip_comm() ? r.job.clip_comm()->counters() : none;
   const mpi::CommCounters& cfg_counted = o.job.cfg == 2 ? r.job.cfg_comm()->counters() : none;
@@ -776,15 +927,20 @@ json wan_ranks_json(const WanRun& r, std::vector<double>& peaks) {
     for (std::uint64_t x : c.bytes) b += static_cast<double>(x);
     return b;
   };
-  const double cfg_analytic =
+  double cfg_analytic =
       o.job.cfg == 2 ? static_cast<double>(r.tc.out_channels * r.part.count * r.lh * r.lw) * element : 0.0;
+  double clip_analytic = static_cast<double>(r.tc.layers * attention_elements) * element;
+  if (r.tc.skyreels)
+    std::tie(clip_analytic, cfg_analytic) = [&] {
+      const DfTraffic t = df_traffic(r, rows, per_frame, element);
+      return std::pair{t.clip, t.cfg};
+    }();
   const json mine = {
       {"clip_group", counters_json(clip_counted)},
       {"cfg_group", counters_json(cfg_counted)},
       {"per_step",
        {{"clip_group",
-         {{"counted", steps_run > 0 ? total_bytes(clip_counted) / steps_run : 0.0},
-          {"analytic", static_cast<double>(r.tc.layers * attention_elements) * element}}},
+         {{"counted", steps_run > 0 ? total_bytes(clip_counted) / steps_run : 0.0}, {"analytic", clip_analytic}}},
         {"cfg_group",
          {{"counted", steps_run > 0 ? total_bytes(cfg_counted) / steps_run : 0.0}, {"analytic", cfg_analytic}}}}}};
   const std::vector<std::string> received = r.world.gather_on_root(mine.dump());
@@ -819,7 +975,10 @@ void write_wan_run_json(WanRun& r, const WanVideoFiles& video, const WanEvaluati
     outputs.push_back(f);
     if (f.find('/') == std::string::npos) listed += ", " + f;
   }
-  const double denoised = static_cast<double>(r.lf) * (o.steps - std::max(r.start_step, r.first_step));
+  // Latent frame-steps: diffusion forcing's every frame takes the steps over its windows' rows.
+  const double denoised =
+      r.tc.skyreels ? static_cast<double>(r.lf) * o.steps * (r.df_rows - r.start_step) / std::max(1, r.df_rows)
+                    : static_cast<double>(r.lf) * (o.steps - std::max(r.start_step, r.first_step));
   RunRecord record;
   record.out_dir = r.out_dir;
   record.config = r.config;
@@ -878,20 +1037,27 @@ class WanVideoRun final : public VideoRun {
     if (r_.guided)
       ops::copy(ctx, Tensor::wrap(r_.embeds.data() + per, DType::f32, Device::cpu(), text_shape), negative_);
     upload_wan_input(r_, condition_, image_);
-    sampler_ = std::make_unique<sampling::FlowSampler>(*r_.scheduler, r_.rt.arena(),
-                                                       Shape{1, r_.tc.out_channels, r_.part.count, r_.lh, r_.lw});
-    start_wan_latents(r_, *sampler_);
+    if (!r_.tc.skyreels) {  // diffusion forcing holds a window at a time (denoise_wan_df)
+      sampler_ = std::make_unique<sampling::FlowSampler>(*r_.scheduler, r_.rt.arena(),
+                                                         Shape{1, r_.tc.out_channels, r_.part.count, r_.lh, r_.lw});
+      start_wan_latents(r_, *sampler_);
+    }
     log_wan_plan(r_, *wan_);
   }
   int denoise() override {
-    if (r_.tc.skyreels) return denoise_wan_df(r_, *wan_, prompt_, negative_, *sampler_);
+    if (r_.tc.skyreels) return denoise_wan_df(r_, *wan_, prompt_, negative_);
     const Tensor image = image_.view();
     return denoise_wan(r_, *wan_, prompt_, negative_, {condition_.view(), r_.images.empty() ? nullptr : &image},
                        *sampler_);
   }
   void finish() override {
-    write_wan_latents(r_, *sampler_);
-    WanVideoFiles video = write_wan_video(r_, *sampler_);
+    WanVideoFiles video;
+    if (r_.tc.skyreels) {
+      video = finish_wan_df(r_);
+    } else {
+      write_wan_latents(r_, *sampler_);
+      video = write_wan_video(r_, *sampler_);
+    }
     const WanEvaluation evaluation = evaluate_wan_video(r_, video);
     write_wan_run_json(r_, video, evaluation);
     if (evaluation.error.empty()) return;

@@ -24,6 +24,7 @@ class FlowSampler : public Solver {
   std::vector<std::pair<std::string, Tensor>> memories() const override {
     return {{"previous_x0", m1_}, {"last_corrected", last_}, {"second_previous_x0", m2_}};
   }
+  static std::vector<std::string> memory_names() { return {"previous_x0", "last_corrected", "second_previous_x0"}; }
 
   // Step i with v the (guided) model output for latents() at timesteps()[i]. Steps come in order.
   void step(ExecContext& ctx, int i, const Tensor& v);

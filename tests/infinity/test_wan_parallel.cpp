@@ -44,7 +44,7 @@ using MakeWan = std::function<model::WanTransformer(Runtime&)>;
 // emulation).
 std::vector<float> predict(const model::WanTransformerConfig& c, const MakeWan& make, const Inputs& in, int ranks,
                            std::vector<mpi::CommCounters>* counters = nullptr,
-                           const infinity::Config* windows = nullptr) {
+                           const infinity::Config* windows = nullptr, std::int64_t block_frames = 1) {
   const std::int64_t B = in.xs[0], C = in.xs[1], F = in.xs[2], H = in.xs[3], W = in.xs[4];
   std::vector<float> got(in.x.size());
   std::mutex m;
@@ -53,23 +53,28 @@ std::vector<float> predict(const model::WanTransformerConfig& c, const MakeWan& 
     const model::WanTransformer wan = make(rt);
     const infinity::FrameRange frames = comm ? infinity::clip_frames(F, comm->size(), r) : infinity::FrameRange{0, F};
     const Tensor whole = Tensor::wrap(const_cast<float*>(in.x.data()), DType::f32, Device::cpu(), in.xs);
-    OwnedTensor x = ctx.arena->empty(DType::f32, {B, C, frames.count, H, W}), out = ctx.arena->empty(DType::f32, x.shape);
+    OwnedTensor x = ctx.arena->empty(DType::f32, {B, C, frames.count, H, W}),
+                out = ctx.arena->empty(DType::f32, x.shape);
     OwnedTensor t = ctx.arena->empty(DType::f32, {B}), text = ctx.arena->empty(DType::f32, in.ts);
     ops::copy(ctx, whole.slice(2, frames.first, frames.count), x);
     ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.t.data()), DType::f32, Device::cpu(), {B}), t);
     ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.text.data()), DType::f32, Device::cpu(), in.ts), text);
     const std::int64_t per_frame = (H / c.patch_size[1]) * (W / c.patch_size[2]);
-    std::vector<std::int64_t> tokens = comm ? infinity::clip_frame_counts(F, comm->size()) : std::vector<std::int64_t>{};
+    std::vector<std::int64_t> tokens =
+        comm ? infinity::clip_frame_counts(F, comm->size()) : std::vector<std::int64_t>{};
     for (std::int64_t& n : tokens) n *= per_frame;
     std::unique_ptr<model::WanSelfAttention> attention;
     if (windows) {
       attention = std::make_unique<infinity::WanWindowAttention>(
-          *windows, comm, comm ? infinity::clip_frame_counts(F, comm->size()) : std::vector<std::int64_t>{F}, per_frame);
+          *windows, comm, comm ? infinity::clip_frame_counts(F, comm->size()) : std::vector<std::int64_t>{F},
+          per_frame);
       attention->begin_call(in.t[0]);
     } else if (comm) {
       attention = std::make_unique<infinity::WanExactAttention>(*comm, tokens);
     }
-    wan.forward(ctx, x, t, text, out, nullptr, {frames.first, F}, attention.get());
+    model::WanFrames where{frames.first, F};
+    where.block_frames = block_frames;
+    wan.forward(ctx, x, t, text, out, nullptr, where, attention.get());
     test::HostTensor host(out.shape);
     ops::copy(ctx, out, host);
     rt.synchronize();
@@ -81,7 +86,8 @@ std::vector<float> predict(const model::WanTransformerConfig& c, const MakeWan& 
     Runtime rt(Device::cpu());
     run(0, nullptr, rt);
   } else {
-    test::run_on_threads_rt(ranks, [&](int r, mpi::Communicator& comm, Runtime& rt) { run(r, &comm, rt); }, counters);
+    test::run_on_threads_rt(
+        ranks, [&](int r, mpi::Communicator& comm, Runtime& rt) { run(r, &comm, rt); }, counters);
   }
   return got;
 }
@@ -93,9 +99,7 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
-std::vector<float> host_copy(const Tensor& t) {
-  return std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel());
-}
+std::vector<float> host_copy(const Tensor& t) { return std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel()); }
 
 // Normal latents [B, C, F, 4, 6] and text [B, 9, text_dim] (seeds `seed` and seed + 1), timestep 611.
 Inputs random_inputs(const model::WanTransformerConfig& c, std::int64_t B, std::int64_t F, std::uint64_t seed) {
@@ -121,8 +125,11 @@ struct WanFixture {
   std::vector<float> noise_pred;
   WanFixture() {
     const io::SafetensorsFile f(test::fixture("wan-tiny/inputs.safetensors"));
-    in = {host_copy(f.tensor("hidden_states")), host_copy(f.tensor("encoder_hidden_states")), {},
-          f.tensor("hidden_states").shape, f.tensor("encoder_hidden_states").shape};
+    in = {host_copy(f.tensor("hidden_states")),
+          host_copy(f.tensor("encoder_hidden_states")),
+          {},
+          f.tensor("hidden_states").shape,
+          f.tensor("encoder_hidden_states").shape};
     in.t.assign(static_cast<std::size_t>(in.xs[0]), f.tensor("timesteps").ptr<float>()[0]);
     noise_pred = host_copy(io::SafetensorsFile(test::fixture("wan-tiny/ref.safetensors")).tensor("noise_pred.t0"));
   }
@@ -169,7 +176,9 @@ TEST_CASE("Wan exact mode: frames over 1-4 ranks give diffusers' prediction and 
 // 4 heads, with a CFG batch of 2 (8 rows) and alone (4), 7 frames over 2, 3, 4 and 6 ranks: the
 // layouts of ulysses_degree, from one Ulysses group to a pure ring. Random weights of the tiny
 // shape; the traffic as the analytic count.
-TEST_CASE("Wan exact mode: 4 heads on 2, 3, 4 and 6 ranks (Ulysses, a ring, both), with and without a CFG batch, as one rank") {
+TEST_CASE(
+    "Wan exact mode: 4 heads on 2, 3, 4 and 6 ranks (Ulysses, a ring, both), with and without a CFG batch, as one "
+    "rank") {
   model::WanTransformerConfig c = model::wan_transformer_preset("wan-tiny");
   c.heads = 4;
   c.head_dim = 8;
@@ -200,14 +209,42 @@ TEST_CASE("Wan exact mode: 4 heads on 2, 3, 4 and 6 ranks (Ulysses, a ring, both
   }
 }
 
+// Diffusion forcing's block-causal mask in exact mode: 6 frames in causal blocks of 2 and of 3 over
+// 2, 3, 4 and 6 ranks (Ulysses groups, rings, blocks that straddle two ranks), as one rank with the
+// mask; the mask changes the prediction (so the comparison sees it).
+TEST_CASE("Wan exact mode: causal blocks over 2, 3, 4 and 6 ranks, blocks split between ranks, as one rank") {
+  model::WanTransformerConfig c = model::wan_transformer_preset("wan-tiny");
+  c.heads = 4;
+  c.head_dim = 8;
+  const MakeWan weights = [&](Runtime& rt) {
+    return model::WanTransformer(c, model::Weights::random(model::wan_transformer_parameters(c), rt, DType::f32, 13));
+  };
+  for (std::int64_t B : {1, 2}) {
+    const Inputs in = random_inputs(c, B, 6, 9);
+    const std::vector<float> unmasked = predict(c, weights, in, 0);
+    for (std::int64_t block : {2, 3}) {
+      CAPTURE(B);
+      CAPTURE(block);
+      const std::vector<float> one = predict(c, weights, in, 0, nullptr, nullptr, block);
+      CHECK(max_diff(one, unmasked) > 1e-3);
+      for (int n : {2, 3, 4, 6}) {
+        CAPTURE(n);
+        const double d = max_diff(predict(c, weights, in, n, nullptr, nullptr, block), one);
+        INFO("max |diff| from one rank " << d);
+        CHECK(d <= 1e-5);
+      }
+    }
+  }
+}
+
 namespace {
 
 // Video-Infinity's windows written out: query token (f, s) of head (b, h) over the S tokens of each
 // frame in [f - p, f + p] (local, clamped to the video) and of each global frame (global), scores
 // q.k scale attn_scale (times log(keys) / log(16) with the token-count scale) plus the phase bias.
 std::vector<float> windows_by_definition(const std::vector<float>& q, const std::vector<float>& k,
-                                         const std::vector<float>& v, std::int64_t rows, std::int64_t F,
-                                         std::int64_t S, std::int64_t d, const infinity::Config& c,
+                                         const std::vector<float>& v, std::int64_t rows, std::int64_t F, std::int64_t S,
+                                         std::int64_t d, const infinity::Config& c,
                                          const std::vector<std::int64_t>& globals, double t) {
   float local_bias = 0, global_bias = 0;
   c.biases(static_cast<std::int64_t>(t), local_bias, global_bias);
@@ -226,7 +263,8 @@ std::vector<float> windows_by_definition(const std::vector<float>& q, const std:
       double top = -1e300, sum = 0;
       for (const auto& [j, bias] : keys) {
         double dot = 0;
-        for (std::int64_t e = 0; e < d; ++e) dot += static_cast<double>(q[(r * F * S + i) * d + e]) * k[(r * F * S + j) * d + e];
+        for (std::int64_t e = 0; e < d; ++e)
+          dot += static_cast<double>(q[(r * F * S + i) * d + e]) * k[(r * F * S + j) * d + e];
         score.push_back(dot * scale * factor + bias);
         top = std::max(top, score.back());
       }
@@ -274,21 +312,23 @@ std::vector<float> windows_on_ranks(const Qkv& in, std::int64_t F, std::int64_t 
       ops::copy(ctx, whole.slice(2, frames.first * S, frames.count * S), qkv.back());
     }
     OwnedTensor out = ctx.arena->empty(DType::f32, mine);
-    infinity::WanWindowAttention attention(c, comm, comm ? infinity::clip_frame_counts(F, comm->size())
-                                                         : std::vector<std::int64_t>{F}, S);
+    infinity::WanWindowAttention attention(
+        c, comm, comm ? infinity::clip_frame_counts(F, comm->size()) : std::vector<std::int64_t>{F}, S);
     attention.begin_call(t);
     ops::AttentionParams p;
     p.scale = 1.f / std::sqrt(static_cast<float>(in.shape[3]));
     attention.attend(ctx, qkv[0], qkv[1], qkv[2], out, p);
     const std::lock_guard<std::mutex> lock(m);
-    const Tensor dst = Tensor::wrap(got.data(), DType::f32, Device::cpu(), in.shape).slice(2, frames.first * S, frames.count * S);
+    const Tensor dst =
+        Tensor::wrap(got.data(), DType::f32, Device::cpu(), in.shape).slice(2, frames.first * S, frames.count * S);
     ops::copy(ctx, out, dst);
   };
   if (ranks == 0) {
     Runtime rt(Device::cpu());
     run(0, nullptr, rt);
   } else {
-    test::run_on_threads_rt(ranks, [&](int r, mpi::Communicator& comm, Runtime& rt) { run(r, &comm, rt); }, counters);
+    test::run_on_threads_rt(
+        ranks, [&](int r, mpi::Communicator& comm, Runtime& rt) { run(r, &comm, rt); }, counters);
   }
   return got;
 }
@@ -332,7 +372,8 @@ TEST_CASE("Wan windows: one rank attends as the definition says (windows, global
 TEST_CASE("Wan windows: 1-4 ranks give the one-process emulation's numbers, with the traffic the count says") {
   const std::int64_t B = 2, H = 2, F = 9, S = 3, d = 8;
   const Qkv in = random_qkv(B, H, F, S, d, 31);
-  for (const infinity::ExchangePattern pattern : {infinity::ExchangePattern::three_round, infinity::ExchangePattern::fused}) {
+  for (const infinity::ExchangePattern pattern :
+       {infinity::ExchangePattern::three_round, infinity::ExchangePattern::fused}) {
     infinity::Config c = windows_config(2, 3);
     c.exchange = pattern;
     const std::vector<float> one = windows_on_ranks(in, F, S, c, 900, 0);
@@ -349,11 +390,12 @@ TEST_CASE("Wan windows: 1-4 ranks give the one-process emulation's numbers, with
         const auto& cr = counters[static_cast<std::size_t>(r)];
         std::uint64_t all = 0;
         for (std::uint64_t b : cr.bytes) all += b;
-        const auto want = static_cast<std::uint64_t>(
-            infinity::WanWindowAttention::received_elements(c, frames, r, S, B * H, d) * 4);
+        const auto want =
+            static_cast<std::uint64_t>(infinity::WanWindowAttention::received_elements(c, frames, r, S, B * H, d) * 4);
         CHECK(all == want);
         // The halos: p frames of K and V from each neighbour.
-        const std::uint64_t halo = static_cast<std::uint64_t>(2 * c.local_frames * ((r > 0) + (r < n - 1)) * B * H * S * d * 4);
+        const std::uint64_t halo =
+            static_cast<std::uint64_t>(2 * c.local_frames * ((r > 0) + (r < n - 1)) * B * H * S * d * 4);
         CHECK(cr.bytes[static_cast<std::size_t>(mpi::CommOp::exchange)] == halo);
         CHECK(cr.bytes[static_cast<std::size_t>(mpi::CommOp::all_gather)] == want - halo);
       }
@@ -361,7 +403,8 @@ TEST_CASE("Wan windows: 1-4 ranks give the one-process emulation's numbers, with
   }
 }
 
-TEST_CASE("Wan windows on the transformer: 1-4 ranks as the emulation, a window over the whole video is the plain model") {
+TEST_CASE(
+    "Wan windows on the transformer: 1-4 ranks as the emulation, a window over the whole video is the plain model") {
   const WanFixture fx;
   const model::WanTransformerConfig& c = fx.config;
   const MakeWan& weights = fx.weights;
@@ -408,20 +451,23 @@ using MakeShard = std::function<model::WanTransformer(Runtime&, model::TensorSha
 std::vector<float> predict_tensor(const MakeShard& make, const Inputs& in, int size,
                                   std::vector<mpi::CommCounters>* counters) {
   std::vector<float> got(in.x.size());
-  test::run_on_threads_rt(size, [&](int r, mpi::Communicator& comm, Runtime& rt) {
-    ExecContext& ctx = rt.ctx();
-    model::WanTransformer wan = make(rt, {r, size});
-    infinity::CommTensorGroup group(comm);
-    wan.set_tensor_group(&group);
-    OwnedTensor x = ctx.arena->empty(DType::f32, in.xs), out = ctx.arena->empty(DType::f32, in.xs);
-    OwnedTensor t = ctx.arena->empty(DType::f32, {in.xs[0]}), text = ctx.arena->empty(DType::f32, in.ts);
-    ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.x.data()), DType::f32, Device::cpu(), in.xs), x);
-    ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.t.data()), DType::f32, Device::cpu(), {in.xs[0]}), t);
-    ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.text.data()), DType::f32, Device::cpu(), in.ts), text);
-    wan.forward(ctx, x, t, text, out);
-    if (r == 0) ops::copy(ctx, out, Tensor::wrap(got.data(), DType::f32, Device::cpu(), in.xs));
-    rt.synchronize();
-  }, counters);
+  test::run_on_threads_rt(
+      size,
+      [&](int r, mpi::Communicator& comm, Runtime& rt) {
+        ExecContext& ctx = rt.ctx();
+        model::WanTransformer wan = make(rt, {r, size});
+        infinity::CommTensorGroup group(comm);
+        wan.set_tensor_group(&group);
+        OwnedTensor x = ctx.arena->empty(DType::f32, in.xs), out = ctx.arena->empty(DType::f32, in.xs);
+        OwnedTensor t = ctx.arena->empty(DType::f32, {in.xs[0]}), text = ctx.arena->empty(DType::f32, in.ts);
+        ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.x.data()), DType::f32, Device::cpu(), in.xs), x);
+        ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.t.data()), DType::f32, Device::cpu(), {in.xs[0]}), t);
+        ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.text.data()), DType::f32, Device::cpu(), in.ts), text);
+        wan.forward(ctx, x, t, text, out);
+        if (r == 0) ops::copy(ctx, out, Tensor::wrap(got.data(), DType::f32, Device::cpu(), in.xs));
+        rt.synchronize();
+      },
+      counters);
   return got;
 }
 
@@ -465,7 +511,8 @@ TEST_CASE("Wan tensor parallelism: 2-4 ranks' shares of the heads and the feed-f
   c.head_dim = 8;
   c.ffn_dim = 70;  // shares of 23, 23, 24 on 3 ranks
   const MakeShard random = [&](Runtime& rt, model::TensorShard shard) {
-    return model::WanTransformer(c, model::Weights::random(model::wan_transformer_parameters(c), rt, DType::f32, 13, shard));
+    return model::WanTransformer(
+        c, model::Weights::random(model::wan_transformer_parameters(c), rt, DType::f32, 13, shard));
   };
   const Inputs in = random_inputs(c, 2, 3, 7);
   const std::vector<float> whole = predict_tensor(random, in, 1, nullptr);
