@@ -146,6 +146,7 @@ void DfStepper::begin_window(std::size_t k, bool from_noise) {
   for (std::int64_t f = 0; f < F; ++f) {
     x.frames.push_back(std::make_unique<sampling::FlowSampler>(d_.scheduler, rt_.arena(), Shape{1, C, 1, h, wd}));
     x.frames.back()->set_uncorrected_last_is_result(true);  // the reference's in-place frames
+    for (const auto& [name, memory] : x.frames.back()->memories()) ops::fill(ctx, memory, 0.0);  // as checkpointed
     ops::copy(ctx, window.slice(2, f, 1), x.frames.back()->latents());
   }
   // This rank's frames of the model calls: all of them, or its share in exact mode.

@@ -1,5 +1,7 @@
 #include "pipeline/run_dir.hpp"
 
+#include <sys/resource.h>
+
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -344,6 +346,12 @@ void check_latents_init(const std::string& path, const Shape& want, const std::s
                    "' is ", e->opaque.empty() ? io::safetensors_dtype_name(e->dtype) : e->opaque.c_str(),
                    e->shape.str(), " but this video's latents are F32", want.str(), " ", layout);
   f.tensor(key);  // a NaN or infinity is refused now, before any output exists
+}
+
+double max_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;  // Linux reports KiB
 }
 
 void write_run_json(const RunRecord& r) {

@@ -107,6 +107,9 @@ struct RunRecord {
 };
 // Writes OUT/run.json atomically (last of a run's files: its presence marks a finished run).
 void write_run_json(const RunRecord& r);
+// This process's peak resident memory so far (getrusage), in bytes: what run.json reports beside
+// the device arena's peak.
+double max_rss_bytes();
 // OUT/run.json, written atomically: the one writer of the file, for a video's record and a
 // training run's (whose record is train.json's with the layout, memory and throughput).
 void write_run_file(const std::string& out_dir, const json& run);

@@ -64,12 +64,6 @@ using Clock = std::chrono::steady_clock;
 // Stable Diffusion family's VAEs, which every model vinf runs shares.
 constexpr std::int64_t kLatentScaleWithoutVae = 8;
 
-double max_rss_bytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) * 1024.0;  // Linux reports KiB
-}
-
 // What every phase of a run shares: the options, the job, the model's shape, this rank's part of
 // the video, and the run's identity in its files.
 struct Run {

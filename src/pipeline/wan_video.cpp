@@ -174,6 +174,9 @@ struct WanRun {
   DfSettings df;
   std::vector<std::int64_t> seams, latent_seams;
   int df_rows = 0;  // every window's rows: the run's steps
+  // The device arena's peak before the denoising and during it (what stays flat in a diffusion-
+  // forcing run however long the video).
+  double peak_before_denoise = 0, denoise_peak = 0;
   std::unique_ptr<WanVideoStream> stream;  // the first rank's latents.h5 and video, as windows end
   // What run.json reports.
   double text_seconds = 0, condition_seconds = 0, load_seconds = 0, denoise_seconds = 0, checkpoint_seconds = 0,
@@ -936,6 +939,8 @@ json wan_ranks_json(const WanRun& r, std::vector<double>& peaks) {
       return std::pair{t.clip, t.cfg};
     }();
   const json mine = {
+      {"denoise_peak", r.denoise_peak},
+      {"max_rss", max_rss_bytes()},
       {"clip_group", counters_json(clip_counted)},
       {"cfg_group", counters_json(cfg_counted)},
       {"per_step",
@@ -954,7 +959,9 @@ json wan_ranks_json(const WanRun& r, std::vector<double>& peaks) {
                      {"latent_frames", {held.first, held.first + held.count}},
                      {"bytes_received", {{"clip_group", got["clip_group"]}, {"cfg_group", got["cfg_group"]}}},
                      {"bytes_received_per_step", got["per_step"]},
-                     {"peak_memory_bytes", peaks[k]}});
+                     {"peak_memory_bytes", peaks[k]},
+                     {"denoise_peak_memory_bytes", got["denoise_peak"]},
+                     {"max_rss_bytes", got["max_rss"]}});
   }
   return ranks;
 }
@@ -965,7 +972,7 @@ json wan_ranks_json(const WanRun& r, std::vector<double>& peaks) {
 void write_wan_run_json(WanRun& r, const WanVideoFiles& video, const WanEvaluation& evaluation) {
   const GenerateSpec& o = r.o;
   const std::vector<double> per_step = r.world.max(r.step_seconds);
-  const double peak_here = static_cast<double>(r.rt.arena().stats().peak_in_use);
+  const double peak_here = std::max(r.peak_before_denoise, static_cast<double>(r.rt.arena().stats().peak_in_use));
   std::vector<double> peaks = r.world.gather_values_on_root(peak_here);
   const json ranks = wan_ranks_json(r, peaks);
   json outputs = {"latents.h5"};
@@ -1045,10 +1052,16 @@ class WanVideoRun final : public VideoRun {
     log_wan_plan(r_, *wan_);
   }
   int denoise() override {
-    if (r_.tc.skyreels) return denoise_wan_df(r_, *wan_, prompt_, negative_);
+    Arena& arena = r_.rt.arena();
+    r_.peak_before_denoise = static_cast<double>(arena.stats().peak_in_use);
+    arena.reset_peak();
     const Tensor image = image_.view();
-    return denoise_wan(r_, *wan_, prompt_, negative_, {condition_.view(), r_.images.empty() ? nullptr : &image},
-                       *sampler_);
+    const int stopped = r_.tc.skyreels
+                            ? denoise_wan_df(r_, *wan_, prompt_, negative_)
+                            : denoise_wan(r_, *wan_, prompt_, negative_,
+                                          {condition_.view(), r_.images.empty() ? nullptr : &image}, *sampler_);
+    r_.denoise_peak = static_cast<double>(arena.stats().peak_in_use);
+    return stopped;
   }
   void finish() override {
     WanVideoFiles video;

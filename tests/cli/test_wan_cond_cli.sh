@@ -121,14 +121,33 @@ expect 0 "ok" -- "$tool" h5-vs-ref "$work/df-sync/latents.h5" "$df/ref_sync.safe
 expect 0 "[13,21]" -- jq -c '.boundaries' "$work/df-sync/run.json"
 expect 0 "outputs in" -- "$vinf" generate "${df_sync[@]}" --df.addnoise-condition 20 --latents-init "$df/ref_sync_addnoise.safetensors" --out "$work/df-noise"
 expect 0 "ok" -- "$tool" h5-vs-ref "$work/df-noise/latents.h5" "$df/ref_sync_addnoise.safetensors" latents 1e-4 0
-expect 0 "window 2/2: 5 rows" -- "$vinf" generate "${df_async[@]}" --latents-init "$df/ref_async.safetensors" --out "$work/df-async"
+expect 0 "window 2/2: 5 rows" -- "$vinf" generate "${df_async[@]}" --output.video --latents-init "$df/ref_async.safetensors" --out "$work/df-async"
 expect 0 "ok" -- "$tool" h5-vs-ref "$work/df-async/latents.h5" "$df/ref_async.safetensors" latents 1e-4 0
+# Stopped inside the second window (row 8 of 11), resumed: the same latents and video, bit for bit
+# (the window's frames and every frame's solver come from the checkpoint, the first window's
+# frames from latents.h5.partial, decoded again into the video).
+expect 75 "stopped after row 8 of 11" -- env VINF_FAULT_STEP="rank=0,step=8,signal=TERM" "$vinf" generate "${df_async[@]}" --output.video --checkpoint.every 3 --latents-init "$df/ref_async.safetensors" --out "$work/df-stop"
+expect 0 "after row 8 of 11 (window 2), 6 latent frames final" -- "$vinf" generate "${df_async[@]}" --output.video --checkpoint.every 3 --latents-init "$df/ref_async.safetensors" --resume auto --out "$work/df-stop"
+expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/df-stop/latents.h5" "$work/df-async/latents.h5" 0
+expect 0 "" -- cmp "$work/df-async/video.mp4" "$work/df-stop/video.mp4"
+expect 0 "/run/boundaries  [1] i64" -- "$vinf" inspect "$work/df-stop/latents.h5"
+# Without the latents written so far, the checkpoint alone cannot continue the run.
+expect 75 "stopped after row 6" -- env VINF_FAULT_STEP="rank=0,step=6,signal=TERM" "$vinf" generate "${df_async[@]}" --latents-init "$df/ref_async.safetensors" --out "$work/df-lost"
+rm "$work/df-lost/latents.h5.partial"
+expect 2 "latents.h5.partial, the latents written so far, is missing" -- "$vinf" generate "${df_async[@]}" --latents-init "$df/ref_async.safetensors" --resume auto --out "$work/df-lost"
 expect 0 "outputs in" -- "$mpiexec" -np 2 "$vinf" generate "${df_async[@]}" --parallel.cfg 2 --latents-init "$df/ref_async.safetensors" --out "$work/df-cfg"
 expect 0 "ok" -- "$tool" h5-vs-ref "$work/df-cfg/latents.h5" "$df/ref_async.safetensors" latents 1e-4 0
 expect 0 "diffusion forcing (SkyReels-V2)" -- "$vinf" inspect "$df"
 expect 0 "scheduler: UniPC with flow sigmas, flow_shift 8.0" -- "$vinf" make-model --preset skyreels-df-tiny --layout pipeline --out "$work/df-rand"
 expect 0 "SkyReelsV2DiffusionForcingPipeline" -- cat "$work/df-rand/model_index.json"
-expect 0 "outputs in" -- "$vinf" generate --model "$work/df-rand" --prompt.text "a fox" --video.frames 17 --video.height 32 --video.width 32 --sampler.steps 2 --df.base-frames 9 --df.overlap-history 5 --device cpu --output.video=false --out "$work/df-r"
+# Constant memory: 3 and 11 windows hold the same device memory while denoising (one window's).
+rand_df=(--model "$work/df-rand" --prompt.text "a fox" --video.height 32 --video.width 32 --sampler.steps 2 --df.base-frames 9 --df.overlap-history 5 --device cpu --output.video=false)
+expect 0 "window 3/3" -- "$vinf" generate "${rand_df[@]}" --video.frames 17 --out "$work/df-r"
+expect 0 "window 11/11" -- "$vinf" generate "${rand_df[@]}" --video.frames 49 --out "$work/df-r11"
+peak3=$(jq '.ranks[0].denoise_peak_memory_bytes' "$work/df-r/run.json")
+peak11=$(jq '.ranks[0].denoise_peak_memory_bytes' "$work/df-r11/run.json")
+echo "denoising peaks at 3 and 11 windows: $peak3 and $peak11 bytes"
+expect 0 "" -- test "$peak3" -gt 0 -a "$peak3" = "$peak11"
 expect 2 "are for a SkyReels-V2 diffusion-forcing pipeline" -- "$vinf" generate "${v2v_model[@]}" --df.ar-step 1 --out "$work/bad"
 expect 2 "give it" -- "$vinf" generate "${df_call[@]}" --video.frames 25 --df.base-frames 13 --out "$work/bad"
 expect 2 "must be less than --df.base-frames" -- "$vinf" generate "${df_call[@]}" --video.frames 25 --df.base-frames 13 --df.overlap-history 13 --out "$work/bad"

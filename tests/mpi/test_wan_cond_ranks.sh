@@ -5,7 +5,8 @@
 # against diffusers' final latents within 1e-4; first-and-last-frame with CFG over 2 ranks;
 # Video-Infinity's windows over the ranks against the same windows on one; stopped on N ranks and
 # resumed on one; a job list whose jobs name their images, over N replicas, each job its single run;
-# SkyReels-V2's diffusion forcing as a job list over N replicas.
+# SkyReels-V2's diffusion forcing as a job list over N replicas, and in exact mode over the ranks,
+# stopped and resumed.
 # usage: test_wan_cond_ranks.sh MPIEXEC VINF TEST_TOOL FIXTURE_MODEL_DIR N
 set -u
 mpiexec=$1 vinf=$2 tool=$3 fixtures=$(dirname "$4") n=$5
@@ -65,5 +66,18 @@ printf '%s\n' '{"out": "a", "seed": 3}' '{"out": "b", "seed": 4, "df.addnoise-co
 expect 0 "" -- "$mpiexec" -np "$n" "$vinf" generate "${df[@]}" --jobs "$work/df.jsonl" --parallel.data "$n" --out "$work/dflist"
 expect 0 "outputs in $work/df3/" -- "$vinf" generate "${df[@]}" --sampler.seed 3 --out "$work/df3"
 expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/dflist/a/latents.h5" "$work/df3/latents.h5" "$exact_tol"
+# Diffusion forcing in exact mode: each window's frames over the ranks (over 2 per guidance branch at
+# N = 4), the causal blocks of 2 kept across them: diffusers' final latents within 1e-4; stopped
+# inside the second window and resumed on the same ranks, bit for bit (to f32 rounding on a GPU).
+dfx=(--model "$fixtures/skyreels-df-tiny" --prompt.text "A red fox trots through fresh snow at dawn."
+     --prompt.negative "dark, noisy, static" --sampler.guidance 6 --sampler.steps 4 --prompt.max-length 24
+     --video.frames 33 --video.height 32 --video.width 48 --df.base-frames 21 --df.overlap-history 9 --df.ar-step 1
+     --df.causal-block-size 2 --df.addnoise-condition 20 "${device_args[@]}" --output.video=false
+     --latents-init "$fixtures/skyreels-df-tiny/ref_async.safetensors" --checkpoint.every 4)
+expect 0 "outputs in $work/dfx/" -- "$mpiexec" -np "$n" "$vinf" generate "${dfx[@]}" "${layout[@]}" --out "$work/dfx"
+expect 0 "ok" -- "$tool" h5-vs-ref "$work/dfx/latents.h5" "$fixtures/skyreels-df-tiny/ref_async.safetensors" latents "$tol" 0
+expect 75 "stopped after row 7 of 11" -- env VINF_FAULT_STEP="rank=$((n - 1)),step=7,signal=TERM" "$mpiexec" -np "$n" "$vinf" generate "${dfx[@]}" "${layout[@]}" --out "$work/dfk"
+expect 0 "after row 7 of 11 (window 2)" -- "$mpiexec" -np "$n" "$vinf" generate "${dfx[@]}" "${layout[@]}" --resume auto --out "$work/dfk"
+expect 0 "ok /latents" -- "$tool" h5-compare "$work/dfk/latents.h5" "$work/dfx/latents.h5" "$exact_tol"
 [ "$fails" -eq 0 ] && echo "all wan conditioning tests passed at $n rank(s)"
 exit "$fails"
