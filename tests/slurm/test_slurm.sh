@@ -20,7 +20,9 @@
 #   requeue       a job stopped mid-run, first as at its time limit (SIGUSR1 to the batch shell),
 #                 then as at preemption (SIGTERM to the ranks): it checkpoints, requeues itself
 #                 twice and ends with latents bit-identical to an uninterrupted run; then a Wan2.1
-#                 pipeline (CFG on 2 ranks) stopped once, requeued, ending on diffusers' latents
+#                 pipeline (CFG on 2 ranks) stopped once, requeued, ending on diffusers' latents; a
+#                 SkyReels-V2 diffusion-forcing run (exact mode on 2 ranks) preempted inside a window,
+#                 requeued, ending on diffusers' latents
 #   timelimit     a job with --time=1 and --signal=B:USR1@50 that Slurm itself warns: it stops
 #                 with a checkpoint, requeues itself, and ends as the uninterrupted run
 #   preempt       a job preempted twice by jobs of a higher partition (PreemptMode=REQUEUE): with
@@ -300,6 +302,24 @@ requeue)
   check "Wan: the job requeued itself and resumed" grep -q 'requeued 1 time(s) so far' "$log"
   check "Wan: outputs complete, 2 ranks" outputs_complete "$out" 2
   check "Wan: the final latents are diffusers' WanPipeline's" "$tool" h5-vs-latents "$out/latents.h5" "$wan/ref_pipeline.safetensors" latents 1e-4
+  [ $fails -eq 0 ] || show_log "$log"
+  # SkyReels-V2's diffusion forcing through the same script, each window's frames over the 2 tasks
+  # (exact mode): preempted inside its second window (SIGTERM to the ranks after row 7 of 11), it
+  # checkpoints the window and every frame's solver, requeues itself, decodes the first window's
+  # frames again from latents.h5.partial and ends on diffusers' final latents.
+  df=$src/tests/fixtures/skyreels-df-tiny
+  printf '%s\n' "model = $df" "latents-init = $df/ref_async.safetensors" "[prompt]" \
+    "text = A red fox trots through fresh snow at dawn." "negative = dark, noisy, static" "max-length = 24" \
+    "[video]" "frames = 33" "height = 32" "width = 48" "[sampler]" "steps = 4" "guidance = 6" "[vi]" "mode = exact" \
+    "[df]" "base-frames = 21" "overlap-history = 9" "ar-step = 1" "causal-block-size = 2" "addnoise-condition = 20" > df.ini
+  j=$(env "${pace[@]}" sbatch --parsable --job-name=df "${node[@]}" slurm/vinf.sbatch df.ini --checkpoint.every 1)
+  out=outputs/df-$j log=outputs/df-$j.log
+  stop_at 7 scancel --signal=TERM "$j"
+  finished "$j" COMPLETED || show_log "$log"
+  check "DF: vinf stopped on SIGTERM after a row, with a checkpoint" grep -q 'received SIGTERM: stopped after row [0-9]* of 11' "$log"
+  check "DF: the job requeued itself and resumed inside the second window" grep -q 'after row [0-9]* of 11 (window 2), 6 latent frames final' "$log"
+  check "DF: outputs complete, 2 ranks" outputs_complete "$out" 2
+  check "DF: the final latents are diffusers' SkyReelsV2DiffusionForcingPipeline's" "$tool" h5-vs-ref "$out/latents.h5" "$df/ref_async.safetensors" latents 1e-4 0
   [ $fails -eq 0 ] || show_log "$log"
   ;;
 
