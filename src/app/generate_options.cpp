@@ -304,8 +304,9 @@ po::options_description input_options(RunPlan& o, Spelled& sp) {
 
 po::options_description df_options(RunPlan& o) {
   RunPlan::DiffusionForcing& d = o.df;
-  po::options_description df("[df] diffusion forcing (a SkyReels-V2 diffusion-forcing pipeline; frames in video frames)",
-                             kHelpWidth, kHelpColumn);
+  po::options_description df(
+      "[df] diffusion forcing (a SkyReels-V2 diffusion-forcing pipeline; frames in video frames)", kHelpWidth,
+      kHelpColumn);
   df.add_options()("df.base-frames", zero_or(&d.base_frames, 1, 1000000)->default_value(d.base_frames),
                    "frames per window (the model's training length: 97 for SkyReels-V2-DF-1.3B-540P); the video is "
                    "made in windows of this many, each after the first starting from the last "
@@ -321,7 +322,12 @@ po::options_description df_options(RunPlan& o) {
       "0: the transformer's num_frame_per_block. The reference uses 5 with --df.ar-step 5")(
       "df.addnoise-condition", ranged(&d.addnoise_condition, 0, 1000)->default_value(d.addnoise_condition),
       "a window's clean prefix enters the model noised to this level (the reference suggests 20 for long "
-      "videos: smoother joins); 0: clean");
+      "videos: smoother joins); 0: clean")(
+      "df.parallel", po::value(&d.parallel)->default_value(d.parallel),
+      "with --vi.mode exact over N ranks, how a window's frames are shared: exact (every rank a share of the "
+      "frames, each attention over all of them in Ulysses groups and a ring) or bands (every rank whole causal "
+      "blocks, its keys and values sent on to the later ranks, one way; needs --df.causal-block-size > 1 and "
+      "at least N blocks a window). The same numbers either way; perf/RESULTS.md compares their speed");
   return df;
 }
 

@@ -64,27 +64,26 @@ bool WanExactAttention::set_causal_block(std::int64_t tokens) {
   return true;
 }
 
-// The group's queries (rows, 1, T_g, d; the video's tokens from q0) against a group's keys and
-// values (rows, 2, T_h, d; from k0) under the block-causal mask: each run of queries within one
-// block sees the keys before that block's end, none of them when the part lies beyond it (a zero
-// output whose log-sum-exp of -inf weighs nothing in the merge).
-void WanExactAttention::attend_blocks(ExecContext& ctx, const Tensor& queries, const Tensor& kv, std::int64_t q0,
-                                      std::int64_t k0, const Tensor& out, const Tensor& lse,
-                                      const ops::AttentionParams& p) const {
-  const std::int64_t rows = queries.size(0), tg = queries.size(2), th = kv.size(2);
-  for (std::int64_t a = 0; a < tg;) {
-    const std::int64_t end = ((q0 + a) / block_ + 1) * block_, n = std::min(tg - a, end - q0 - a);
-    const std::int64_t seen = std::clamp<std::int64_t>(end - k0, 0, th);
-    const Tensor o = out.slice(2, a, n), l = lse.slice(2, a, n);
+void attend_causal_blocks(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t q0,
+                          std::int64_t k0, std::int64_t block, const Tensor& out, const Tensor* lse,
+                          const ops::AttentionParams& p) {
+  VINF_CHECK(block > 0 && q.rank() == 4 && k.rank() == 4, "attend_causal_blocks: blocks of ", block, " tokens");
+  const std::int64_t tq = q.size(2), tk = k.size(2);
+  for (std::int64_t a = 0; a < tq;) {
+    const std::int64_t end = ((q0 + a) / block + 1) * block, n = std::min(tq - a, end - q0 - a);
+    const std::int64_t seen = std::clamp<std::int64_t>(end - k0, 0, tk);
+    const Tensor o = out.slice(2, a, n);
     if (seen == 0) {
       ops::fill(ctx, o, 0.0);
-      ops::fill(ctx, l, -std::numeric_limits<double>::infinity());
-    } else {
-      OwnedTensor part_lse = ctx.arena->empty(DType::f32, {rows, 1, n});
+      if (lse) ops::fill(ctx, lse->slice(2, a, n), -std::numeric_limits<double>::infinity());
+    } else if (lse) {
+      OwnedTensor part_lse = ctx.arena->empty(DType::f32, {q.size(0), q.size(1), n});
       const Tensor part_view = part_lse.view();
-      ops::attention(ctx, queries.slice(2, a, n), kv.select(1, 0).unsqueeze(1).slice(2, 0, seen),
-                     kv.select(1, 1).unsqueeze(1).slice(2, 0, seen), nullptr, nullptr, o, p, &part_view);
-      ops::copy(ctx, part_lse, l);
+      ops::attention(ctx, q.slice(2, a, n), k.slice(2, 0, seen), v.slice(2, 0, seen), nullptr, nullptr, o, p,
+                     &part_view);
+      ops::copy(ctx, part_lse, lse->slice(2, a, n));
+    } else {
+      ops::attention(ctx, q.slice(2, a, n), k.slice(2, 0, seen), v.slice(2, 0, seen), nullptr, nullptr, o, p);
     }
     a += n;
   }
@@ -163,9 +162,11 @@ void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& 
     if (tg > 0 && rows > 0 && block_ == 0)
       ops::attention(ctx, queries, current.view().select(1, 0).unsqueeze(1), current.view().select(1, 1).unsqueeze(1),
                      nullptr, nullptr, parts.view().select(0, step), p, &lse_part);
-    if (tg > 0 && rows > 0 && block_ > 0)
-      attend_blocks(ctx, queries, current, group_first[static_cast<std::size_t>(g)],
-                    group_first[static_cast<std::size_t>(from)], parts.view().select(0, step), lse_part, p);
+    if (tg > 0 && rows > 0 && block_ > 0)  // a part wholly after a block's end weighs nothing for its queries
+      attend_causal_blocks(ctx, queries, current.view().select(1, 0).unsqueeze(1),
+                           current.view().select(1, 1).unsqueeze(1), group_first[static_cast<std::size_t>(g)],
+                           group_first[static_cast<std::size_t>(from)], block_, parts.view().select(0, step), &lse_part,
+                           p);
     comm_.finish(moving);
     if (step + 1 < r) current = std::move(incoming);
   }

@@ -26,6 +26,14 @@
 
 namespace vinf::infinity {
 
+// Attention under diffusion forcing's block-causal mask, over dimension 2 of 4-dimensional
+// operands: queries q of the video's tokens from q0, keys k and values v of its tokens from k0; each
+// run of queries within one block of `block` tokens sees the keys before its block's end (when it
+// sees none: a zero output and, with lse, a log-sum-exp of -inf, which weighs nothing in a merge).
+void attend_causal_blocks(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t q0,
+                          std::int64_t k0, std::int64_t block, const Tensor& out, const Tensor* lse,
+                          const ops::AttentionParams& p);
+
 class WanExactAttention final : public model::WanSelfAttention {
  public:
   // tokens[r]: rank r's tokens (its latent frames times the patches of a frame), in video order,
@@ -45,8 +53,6 @@ class WanExactAttention final : public model::WanSelfAttention {
                                         std::int64_t head_dim);
 
  private:
-  void attend_blocks(ExecContext& ctx, const Tensor& queries, const Tensor& kv, std::int64_t q0, std::int64_t k0,
-                     const Tensor& out, const Tensor& lse, const ops::AttentionParams& p) const;
   mpi::Communicator& comm_;
   std::vector<std::int64_t> tokens_, token_first_;
   std::int64_t total_ = 0, block_ = 0;

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "infinity/config.hpp"
+#include "infinity/wan_bands.hpp"
 #include "infinity/wan_exact.hpp"
 #include "mpi/communicator.hpp"
 #include "io/safetensors.hpp"
@@ -62,9 +63,18 @@ struct DfStepper::Window {
   std::vector<std::unique_ptr<sampling::FlowSampler>> frames;
   infinity::FrameRange part;  // this rank's frames of the model calls
   std::vector<std::int64_t> counts;  // every rank's, in elements of the gathered prediction
-  std::unique_ptr<infinity::WanExactAttention> attention;
+  std::unique_ptr<model::WanSelfAttention> attention;
   OwnedTensor model_in, in, pred, t, v, mine, both, sent, gathered, noise;
 };
+
+std::vector<std::int64_t> df_rank_frames(std::int64_t frames, int ranks, std::int64_t block) {
+  if (block <= 0) return infinity::clip_frame_counts(frames, ranks);
+  VINF_CHECK(frames % block == 0 && frames / block >= ranks, "df_rank_frames: ", frames, " frames in blocks of ", block,
+             " over ", ranks, " ranks");
+  std::vector<std::int64_t> n = infinity::clip_frame_counts(frames / block, ranks);
+  for (std::int64_t& b : n) b *= block;
+  return n;
+}
 
 DfStepper::DfStepper(Runtime& rt, const DfDenoise& d, const Shape& video)
     : rt_(rt), d_(d), video_(video), guidance_(Guidance::of(d.guidance > 1.f, d.guidance, d.cfg_group)) {
@@ -151,14 +161,20 @@ void DfStepper::begin_window(std::size_t k, bool from_noise) {
   }
   // This rank's frames of the model calls: all of them, or its share in exact mode.
   const int n = d_.clip_group ? d_.clip_group->size() : 1, me = d_.clip_group ? d_.clip_group->rank() : 0;
-  x.part = infinity::clip_frames(F, n, me);
+  const std::vector<std::int64_t> frames = df_rank_frames(F, n, d_.settings.bands ? d_.settings.block : 0);
+  x.part = {0, frames[static_cast<std::size_t>(me)]};
+  for (int r = 0; r < me; ++r) x.part.first += frames[static_cast<std::size_t>(r)];
   if (d_.clip_group) {
     const std::int64_t per_frame =
         (h / d_.transformer.config().patch_size[1]) * (wd / d_.transformer.config().patch_size[2]);
-    std::vector<std::int64_t> tokens = infinity::clip_frame_counts(F, n);
+    std::vector<std::int64_t> tokens = frames;
     for (std::int64_t c : tokens) x.counts.push_back(c * C * h * wd);
     for (std::int64_t& c : tokens) c *= per_frame;
-    x.attention = std::make_unique<infinity::WanExactAttention>(*d_.clip_group, tokens);
+    if (d_.settings.bands) {
+      x.attention = std::make_unique<infinity::WanBandAttention>(*d_.clip_group, tokens);
+    } else {
+      x.attention = std::make_unique<infinity::WanExactAttention>(*d_.clip_group, tokens);
+    }
     x.sent = rt_.arena().empty(DType::f32, {x.part.count, C, h, wd});
     x.gathered = rt_.arena().empty(DType::f32, {F, C, h, wd});
   }

@@ -38,6 +38,9 @@ struct DfSettings {
   int ar_step = 0;  // rows a block lags the one before (0: synchronous)
   double addnoise = 0;  // the prefix's noise level in the model's input (0: clean)
   int fps = 24;  // the fps embedding's frame rate
+  // Over ranks, bands of whole causal blocks per rank (infinity::WanBandAttention) instead of exact
+  // mode's share of the frames (infinity::WanExactAttention).
+  bool bands = false;
 };
 
 // The run's random draws: each window's starting noise and, with addnoise, each row's noise of the
@@ -114,6 +117,10 @@ class DfStepper {
   std::vector<OwnedTensor> memories_;  // state()'s
   int done_ = 0;
 };
+
+// Each rank's frames of a window of `frames` over `ranks`: shared evenly (block 0), or in whole
+// causal blocks of `block` frames (bands).
+std::vector<std::int64_t> df_rank_frames(std::int64_t frames, int ranks, std::int64_t block);
 
 // The whole video into `video` [1, C, latent frames, h, w] (f32 on the device): every row of a
 // DfStepper, the windows' frames emitted into it. Throws vinf::InputError for draws missing from the

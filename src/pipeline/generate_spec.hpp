@@ -75,6 +75,9 @@ struct GenerateSpec {
     std::int64_t base_frames = 0, overlap_history = 0, causal_block_size = 0;
     int ar_step = 0;
     double addnoise_condition = 0;
+    // How a window's frames go over the frame ranks (--vi.mode exact): "exact" (Ulysses groups and
+    // a ring, any split) or "bands" (whole causal blocks per rank, keys and values forwarded).
+    std::string parallel = "exact";
     bool given = false;  // a [df] option was given
   } df;
   bool conditioned() const { return !image.empty() || !input_video.empty(); }

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "evaluate/evaluate.hpp"
 #include "core/progress.hpp"
+#include "infinity/wan_bands.hpp"
 #include "infinity/wan_exact.hpp"
 #include "infinity/wan_windows.hpp"
 #include "io/atomic_file.hpp"
@@ -259,6 +260,12 @@ void plan_wan_df(WanRun& r) {
   d.ar_step = g.ar_step;
   d.addnoise = g.addnoise_condition;
   d.fps = static_cast<int>(std::lround(o.fps));
+  VINF_INPUT_CHECK(g.parallel == "exact" || g.parallel == "bands", "--df.parallel must be exact or bands, got '",
+                   g.parallel, "'");
+  d.bands = g.parallel == "bands" && r.clips > 1;
+  VINF_INPUT_CHECK(!d.bands || d.block > 1, "--df.parallel bands shares a window's causal blocks over the ranks; ",
+                   "with blocks of one frame every frame sees every other: give --df.causal-block-size 2 or more, ",
+                   "or --df.parallel exact");
   if (r.lf <= d.base) {
     d.base = r.lf;  // one window: the whole video
     d.overlap = 0;
@@ -278,6 +285,10 @@ void plan_wan_df(WanRun& r) {
     VINF_INPUT_CHECK(w.frames % d.block == 0, "a window of ", w.frames, " latent frames does not divide into causal ",
                      "blocks of ", d.block, " frames: choose --video.frames, --df.base-frames and ",
                      "--df.overlap-history whose windows are multiples of the block (or --df.causal-block-size 1)");
+    VINF_INPUT_CHECK(!d.bands || w.frames / d.block >= r.clips, "a window of ", w.frames / d.block,
+                     " causal blocks cannot be shared over ", r.clips, " ranks in bands (--df.parallel bands gives ",
+                     "each rank whole blocks): use at most ", w.frames / d.block,
+                     " frame ranks, or --df.parallel exact");
     VINF_INPUT_CHECK(w.frames >= r.clips, "a window of ", w.frames, " latent frames cannot be split over ", r.clips,
                      " ranks (--vi.mode exact gives each rank a share of every window's frames): use at most ",
                      w.frames, " frame ranks, or longer windows (--df.base-frames)");
@@ -359,6 +370,7 @@ void identify_wan(WanRun& r) {
   const char* mode = r.windows ? "invariant" : r.clips > 1 ? "exact" : "off";
   r.config["parallel"] = {{"cfg", o.job.cfg}, {"world", r.world.size()},    {"frame-ranks", r.clips}, {"vi-mode", mode},
                           {"clips", 1},       {"frames-per-clip", o.frames}};
+  if (r.tc.skyreels) r.config["parallel"]["df"] = r.df.bands ? "bands" : "exact";
   r.config["vae"] = {{"tile", o.vae_tile}};  // not in the numerics: a resume may decode otherwise
   stamp.config_json = r.config.dump();
   stamp.model_fingerprint =
@@ -890,14 +902,15 @@ DfTraffic df_traffic(const WanRun& r, std::int64_t rows, std::int64_t per_frame,
   for (const sampling::DfWindow& w : sampling::df_windows(r.lf, r.df.base, r.df.overlap, r.df.block)) {
     const auto n = static_cast<double>(
         sampling::df_schedule(w.frames, r.scheduler->timesteps(), w.prefix, r.df.ar_step, r.df.block).rows());
-    const std::vector<std::int64_t> counts = infinity::clip_frame_counts(w.frames, r.clips);
+    const std::vector<std::int64_t> counts = df_rank_frames(w.frames, r.clips, r.df.bands ? r.df.block : 0);
     std::vector<std::int64_t> tokens = counts;
     for (std::int64_t& c : tokens) c *= per_frame;
     const std::int64_t mine = counts[static_cast<std::size_t>(clip)];
+    const std::int64_t attention =
+        r.df.bands ? infinity::WanBandAttention::received_elements(tokens, clip, rows, r.tc.head_dim)
+                   : infinity::WanExactAttention::received_elements(tokens, clip, rows, r.tc.head_dim);
     if (r.clips > 1)
-      t.clip += n * (static_cast<double>(r.tc.layers * infinity::WanExactAttention::received_elements(
-                                                           tokens, clip, rows, r.tc.head_dim)) *
-                         element +
+      t.clip += n * (static_cast<double>(r.tc.layers * attention) * element +
                      static_cast<double>((w.frames - mine) * frame) * 4.0);
     if (r.o.job.cfg == 2) t.cfg += n * static_cast<double>(mine * frame) * element;
     all_rows += n;

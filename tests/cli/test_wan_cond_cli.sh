@@ -153,6 +153,9 @@ expect 2 "give it" -- "$vinf" generate "${df_call[@]}" --video.frames 25 --df.ba
 expect 2 "must be less than --df.base-frames" -- "$vinf" generate "${df_call[@]}" --video.frames 25 --df.base-frames 13 --df.overlap-history 13 --out "$work/bad"
 expect 2 "does not divide into causal blocks of 2" -- "$vinf" generate "${df_call[@]}" --video.frames 29 --df.base-frames 21 --df.overlap-history 9 --df.causal-block-size 2 --out "$work/bad"
 expect 2 "not with Video-Infinity's windows" -- "$mpiexec" -np 2 "$vinf" generate "${df_sync[@]}" --vi.mode invariant --vi.local-frames 1 --vi.global-frames 1 --out "$work/bad"
+expect 2 "give --df.causal-block-size 2 or more" -- "$mpiexec" -np 2 "$vinf" generate "${df_sync[@]}" --vi.mode exact --df.parallel bands --out "$work/bad"
+expect 2 "--df.parallel must be exact or bands, got 'ring'" -- "$vinf" generate "${df_sync[@]}" --df.parallel ring --out "$work/bad"
+expect 2 "cannot be shared over 4 ranks in bands" -- "$mpiexec" -np 4 "$vinf" generate "${df_async[@]}" --vi.mode exact --df.parallel bands --out "$work/bad"
 expect 2 "has no tensor 'window0.noise'" -- "$vinf" generate "${df_sync[@]}" --latents-init "$i2v/ref_pipeline.safetensors" --out "$work/bad2"
 [ ! -e "$work/bad" ] || { echo "FAIL: a refused run left $work/bad"; fails=$((fails + 1)); }
 [ "$fails" -eq 0 ] && echo "all wan conditioning command-line tests passed"

@@ -18,6 +18,7 @@
 #include "../support.hpp"
 #include "core/error.hpp"
 #include "infinity/tensor_group.hpp"
+#include "infinity/wan_bands.hpp"
 #include "infinity/wan_exact.hpp"
 #include "infinity/wan_windows.hpp"
 #include "io/safetensors.hpp"
@@ -44,14 +45,21 @@ using MakeWan = std::function<model::WanTransformer(Runtime&)>;
 // emulation).
 std::vector<float> predict(const model::WanTransformerConfig& c, const MakeWan& make, const Inputs& in, int ranks,
                            std::vector<mpi::CommCounters>* counters = nullptr,
-                           const infinity::Config* windows = nullptr, std::int64_t block_frames = 1) {
+                           const infinity::Config* windows = nullptr, std::int64_t block_frames = 1,
+                           bool bands = false) {
   const std::int64_t B = in.xs[0], C = in.xs[1], F = in.xs[2], H = in.xs[3], W = in.xs[4];
   std::vector<float> got(in.x.size());
   std::mutex m;
   auto run = [&](int r, mpi::Communicator* comm, Runtime& rt) {
     ExecContext& ctx = rt.ctx();
     const model::WanTransformer wan = make(rt);
-    const infinity::FrameRange frames = comm ? infinity::clip_frames(F, comm->size(), r) : infinity::FrameRange{0, F};
+    // The frames over the ranks: evenly, or (bands) in whole causal blocks.
+    std::vector<std::int64_t> counts =
+        comm ? infinity::clip_frame_counts(bands ? F / block_frames : F, comm->size()) : std::vector<std::int64_t>{F};
+    if (bands)
+      for (std::int64_t& n : counts) n *= block_frames;
+    infinity::FrameRange frames{0, counts[static_cast<std::size_t>(r)]};
+    for (int k = 0; k < r; ++k) frames.first += counts[static_cast<std::size_t>(k)];
     const Tensor whole = Tensor::wrap(const_cast<float*>(in.x.data()), DType::f32, Device::cpu(), in.xs);
     OwnedTensor x = ctx.arena->empty(DType::f32, {B, C, frames.count, H, W}),
                 out = ctx.arena->empty(DType::f32, x.shape);
@@ -60,8 +68,7 @@ std::vector<float> predict(const model::WanTransformerConfig& c, const MakeWan& 
     ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.t.data()), DType::f32, Device::cpu(), {B}), t);
     ops::copy(ctx, Tensor::wrap(const_cast<float*>(in.text.data()), DType::f32, Device::cpu(), in.ts), text);
     const std::int64_t per_frame = (H / c.patch_size[1]) * (W / c.patch_size[2]);
-    std::vector<std::int64_t> tokens =
-        comm ? infinity::clip_frame_counts(F, comm->size()) : std::vector<std::int64_t>{};
+    std::vector<std::int64_t> tokens = comm ? counts : std::vector<std::int64_t>{};
     for (std::int64_t& n : tokens) n *= per_frame;
     std::unique_ptr<model::WanSelfAttention> attention;
     if (windows) {
@@ -69,6 +76,8 @@ std::vector<float> predict(const model::WanTransformerConfig& c, const MakeWan& 
           *windows, comm, comm ? infinity::clip_frame_counts(F, comm->size()) : std::vector<std::int64_t>{F},
           per_frame);
       attention->begin_call(in.t[0]);
+    } else if (comm && bands) {
+      attention = std::make_unique<infinity::WanBandAttention>(*comm, tokens);
     } else if (comm) {
       attention = std::make_unique<infinity::WanExactAttention>(*comm, tokens);
     }
@@ -211,8 +220,10 @@ TEST_CASE(
 
 // Diffusion forcing's block-causal mask in exact mode: 6 frames in causal blocks of 2 and of 3 over
 // 2, 3, 4 and 6 ranks (Ulysses groups, rings, blocks that straddle two ranks), as one rank with the
-// mask; the mask changes the prediction (so the comparison sees it).
-TEST_CASE("Wan exact mode: causal blocks over 2, 3, 4 and 6 ranks, blocks split between ranks, as one rank") {
+// mask; the mask changes the prediction (so the comparison sees it). In bands of whole blocks
+// (keys and values forwarded to the later ranks) on as many ranks as blocks at most, with the
+// traffic the count says.
+TEST_CASE("Wan exact mode and bands: causal blocks over 2, 3, 4 and 6 ranks as one rank") {
   model::WanTransformerConfig c = model::wan_transformer_preset("wan-tiny");
   c.heads = 4;
   c.head_dim = 8;
@@ -232,6 +243,20 @@ TEST_CASE("Wan exact mode: causal blocks over 2, 3, 4 and 6 ranks, blocks split 
         const double d = max_diff(predict(c, weights, in, n, nullptr, nullptr, block), one);
         INFO("max |diff| from one rank " << d);
         CHECK(d <= 1e-5);
+        // Bands of whole blocks: as many ranks as there are blocks at most.
+        if (n > 6 / block) continue;
+        std::vector<mpi::CommCounters> counters;
+        const double db = max_diff(predict(c, weights, in, n, &counters, nullptr, block, true), one);
+        INFO("bands: max |diff| from one rank " << db);
+        CHECK(db <= 1e-5);
+        std::vector<std::int64_t> tokens = infinity::clip_frame_counts(6 / block, n);
+        for (std::int64_t& t : tokens) t *= block * 6;  // 4 x 6 latent pixels: 2 x 3 patches
+        for (int r = 0; r < n; ++r) {
+          std::uint64_t all = 0;
+          for (std::uint64_t bytes : counters[static_cast<std::size_t>(r)].bytes) all += bytes;
+          CHECK(all == static_cast<std::uint64_t>(
+                           c.layers * 4 * infinity::WanBandAttention::received_elements(tokens, r, B * 4, c.head_dim)));
+        }
       }
     }
   }

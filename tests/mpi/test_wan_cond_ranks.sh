@@ -67,7 +67,8 @@ expect 0 "" -- "$mpiexec" -np "$n" "$vinf" generate "${df[@]}" --jobs "$work/df.
 expect 0 "outputs in $work/df3/" -- "$vinf" generate "${df[@]}" --sampler.seed 3 --out "$work/df3"
 expect 0 "max |diff| 0 " -- "$tool" h5-compare "$work/dflist/a/latents.h5" "$work/df3/latents.h5" "$exact_tol"
 # Diffusion forcing in exact mode: each window's frames over the ranks (over 2 per guidance branch at
-# N = 4), the causal blocks of 2 kept across them: diffusers' final latents within 1e-4; stopped
+# N = 4), the causal blocks of 2 kept across them, shared as exact mode shares them and in bands of
+# whole blocks: diffusers' final latents within 1e-4; stopped
 # inside the second window and resumed on the same ranks, bit for bit (to f32 rounding on a GPU).
 dfx=(--model "$fixtures/skyreels-df-tiny" --prompt.text "A red fox trots through fresh snow at dawn."
      --prompt.negative "dark, noisy, static" --sampler.guidance 6 --sampler.steps 4 --prompt.max-length 24
@@ -76,6 +77,11 @@ dfx=(--model "$fixtures/skyreels-df-tiny" --prompt.text "A red fox trots through
      --latents-init "$fixtures/skyreels-df-tiny/ref_async.safetensors" --checkpoint.every 4)
 expect 0 "outputs in $work/dfx/" -- "$mpiexec" -np "$n" "$vinf" generate "${dfx[@]}" "${layout[@]}" --out "$work/dfx"
 expect 0 "ok" -- "$tool" h5-vs-ref "$work/dfx/latents.h5" "$fixtures/skyreels-df-tiny/ref_async.safetensors" latents "$tol" 0
+if [ "$n" -gt 1 ]; then  # bands of whole causal blocks (3 a window: up to 3 frame ranks)
+  expect 0 "outputs in $work/dfb/" -- "$mpiexec" -np "$n" "$vinf" generate "${dfx[@]}" "${layout[@]}" --df.parallel bands --out "$work/dfb"
+  expect 0 "ok" -- "$tool" h5-vs-ref "$work/dfb/latents.h5" "$fixtures/skyreels-df-tiny/ref_async.safetensors" latents "$tol" 0
+  expect 0 '"df": "bands"' -- jq '.config.parallel' "$work/dfb/run.json"
+fi
 expect 75 "stopped after row 7 of 11" -- env VINF_FAULT_STEP="rank=$((n - 1)),step=7,signal=TERM" "$mpiexec" -np "$n" "$vinf" generate "${dfx[@]}" "${layout[@]}" --out "$work/dfk"
 expect 0 "after row 7 of 11 (window 2)" -- "$mpiexec" -np "$n" "$vinf" generate "${dfx[@]}" "${layout[@]}" --resume auto --out "$work/dfk"
 expect 0 "ok /latents" -- "$tool" h5-compare "$work/dfk/latents.h5" "$work/dfx/latents.h5" "$exact_tol"
