@@ -6,6 +6,11 @@
 //
 //   mpirun -np N vinf_bench_wan_step [--preset wan-narrow] [--latent-frames 8] [--height 30 --width 52]
 //       [--vi.mode exact|invariant --vi.local-frames p --vi.global-frames G] [--calls 2] [--json F]
+//       [--causal-block K [--bands]]
+//
+// --causal-block K: diffusion forcing's block-causal mask (blocks of K latent frames), in exact
+// mode's share of the frames or, with --bands, in bands of whole blocks per rank
+// (infinity::WanBandAttention): the two ways a diffusion-forcing window goes over the ranks.
 //
 // Sweeping --latent-frames at a fixed rank count shows what grows with the video: exact mode's
 // bytes and memory per rank, not the windows'. perf/wan-step-sweep runs that sweep.
@@ -24,6 +29,7 @@
 #include "app/vi_options.hpp"
 #include "bench_main.hpp"
 #include "core/error.hpp"
+#include "infinity/wan_bands.hpp"
 #include "infinity/wan_exact.hpp"
 #include "infinity/wan_windows.hpp"
 #include "job/job.hpp"
@@ -44,6 +50,8 @@ struct Options {
   int layers = 0;  // 0: the preset's (wan-narrow: 2 of the 1.3B model's 30)
   std::int64_t latent_frames = 8, height = 30, width = 52, tokens = 64, batch = 2;
   int calls = 2, warmup = 1;
+  std::int64_t causal_block = 0;
+  bool bands = false;
   app::ViOptions vi;
   infinity::Config vcfg;
   job::JobPlan plan;
@@ -63,7 +71,10 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
       "warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed calls first")(
       "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda")(
       "dtype", po::value(&o.dtype)->default_value(o.dtype), "auto | f32 | bf16 | f16")(
-      "json", po::value(&o.json_path), "also write the figures to this JSON file");
+      "json", po::value(&o.json_path), "also write the figures to this JSON file")(
+      "causal-block", po::value(&o.causal_block)->default_value(o.causal_block),
+      "latent frames per causal block of the self-attention (diffusion forcing; 0: none)")(
+      "bands", po::bool_switch(&o.bands), "with --causal-block: bands of whole blocks per rank instead of exact mode");
   o.vi.add_to(opts);
   po::variables_map vm;
   try {
@@ -85,6 +96,9 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
                    "--latent-frames >= 1 and positive even --height and --width (latent pixels), please");
   VINF_INPUT_CHECK(o.calls >= 1 && o.warmup >= 0 && o.tokens >= 1 && (o.batch == 1 || o.batch == 2) && o.layers >= 0,
                    "--calls >= 1, --warmup >= 0, --tokens >= 1, --batch 1 or 2 and --layers >= 0, please");
+  VINF_INPUT_CHECK(o.causal_block >= 0 && (o.causal_block == 0 || o.latent_frames % o.causal_block == 0) &&
+                       (!o.bands || o.causal_block > 0),
+                   "--causal-block must divide --latent-frames, and --bands needs --causal-block");
   o.plan.dtype = job::parse_dtype_choice(o.dtype);
   o.plan.device = job::parse_device_choice(o.device);
   o.plan.clip_group = true;
@@ -96,6 +110,29 @@ model::WanTransformerConfig config_of(const Options& o) {
   if (o.preset == "wan-narrow") c.layers = 2;
   if (o.layers > 0) c.layers = o.layers;
   return c;
+}
+
+// The frames over the ranks (evenly, or in bands of whole causal blocks), this rank's, the tokens.
+struct Layout {
+  std::vector<std::int64_t> counts, tokens;
+  infinity::FrameRange mine;
+};
+Layout layout_of(const Options& o, const job::Job& job, std::int64_t per_frame) {
+  Layout l;
+  const int ranks = job.size(), me = job.rank();
+  if (o.bands) {
+    VINF_INPUT_CHECK(o.latent_frames / o.causal_block >= ranks, "--bands: ", o.latent_frames / o.causal_block,
+                     " causal blocks over ", ranks, " ranks: at least one each, please");
+    l.counts = infinity::clip_frame_counts(o.latent_frames / o.causal_block, ranks);
+    for (std::int64_t& n : l.counts) n *= o.causal_block;
+  } else {
+    l.counts = infinity::clip_frame_counts(o.latent_frames, ranks);
+  }
+  l.mine = {0, l.counts[static_cast<std::size_t>(me)]};
+  for (int r = 0; r < me; ++r) l.mine.first += l.counts[static_cast<std::size_t>(r)];
+  l.tokens = l.counts;
+  for (std::int64_t& n : l.tokens) n *= per_frame;
+  return l;
 }
 
 // What one rank measured.
@@ -119,16 +156,17 @@ int run(int argc, char** argv) {
   const model::WanTransformer wan(c, model::Weights::random(model::wan_transformer_parameters(c), rt, job->dtype(), 1));
   const DType dt = wan.weights().dtype();
   const std::int64_t T = o.latent_frames, per_frame = (o.height / c.patch_size[1]) * (o.width / c.patch_size[2]);
-  const std::vector<std::int64_t> counts = infinity::clip_frame_counts(T, ranks);
-  const infinity::FrameRange mine = infinity::clip_frames(T, ranks, me);
-  std::vector<std::int64_t> tokens = counts;
-  for (std::int64_t& n : tokens) n *= per_frame;
+  const Layout lay = layout_of(o, *job, per_frame);
+  const std::vector<std::int64_t>& counts = lay.counts;
+  const infinity::FrameRange mine = lay.mine;
   std::unique_ptr<model::WanSelfAttention> attention;
   if (windows)
     attention = std::make_unique<infinity::WanWindowAttention>(o.vcfg, ranks > 1 ? job->clip_comm() : nullptr, counts,
                                                                 per_frame);
+  else if (ranks > 1 && o.bands)
+    attention = std::make_unique<infinity::WanBandAttention>(*job->clip_comm(), lay.tokens);
   else if (ranks > 1)
-    attention = std::make_unique<infinity::WanExactAttention>(*job->clip_comm(), tokens);
+    attention = std::make_unique<infinity::WanExactAttention>(*job->clip_comm(), lay.tokens);
   OwnedTensor x = rt.arena().empty(dt, {o.batch, c.in_channels, mine.count, o.height, o.width});
   OwnedTensor text = rt.arena().empty(dt, {o.batch, o.tokens, c.text_dim});
   OwnedTensor out = rt.arena().empty(dt, x.shape), t = rt.arena().empty(DType::f32, {o.batch});
@@ -137,7 +175,9 @@ int run(int argc, char** argv) {
   ops::fill(ctx, t, 937.0);
   auto call = [&] {
     if (attention) attention->begin_call(937.0);
-    wan.forward(ctx, x, t, text, out, nullptr, {mine.first, T}, attention.get());
+    model::WanFrames where{mine.first, T};
+    where.block_frames = std::max<std::int64_t>(1, o.causal_block);
+    wan.forward(ctx, x, t, text, out, nullptr, where, attention.get());
     rt.synchronize();
   };
   for (int i = 0; i < o.warmup; ++i) call();
@@ -157,9 +197,10 @@ int run(int argc, char** argv) {
   }
   const std::int64_t rows = o.batch * c.heads;
   const std::int64_t elements =
-      windows ? infinity::WanWindowAttention::received_elements(o.vcfg, counts, me, per_frame, rows, c.head_dim)
-      : ranks > 1 ? infinity::WanExactAttention::received_elements(tokens, me, rows, c.head_dim)
-                  : 0;
+      windows     ? infinity::WanWindowAttention::received_elements(o.vcfg, counts, me, per_frame, rows, c.head_dim)
+      : ranks == 1 ? 0
+      : o.bands    ? infinity::WanBandAttention::received_elements(lay.tokens, me, rows, c.head_dim)
+                   : infinity::WanExactAttention::received_elements(lay.tokens, me, rows, c.head_dim);
   f.analytic = static_cast<double>(elements * c.layers) * static_cast<double>(dtype_size(dt));
   f.first = mine.first;
   f.frames = mine.count;
@@ -168,7 +209,9 @@ int run(int argc, char** argv) {
 
   const std::string mode = windows ? "windows (p " + std::to_string(o.vcfg.local_frames) + ", G " +
                                          std::to_string(o.vcfg.global_frames) + ")"
-                                   : "exact";
+                           : o.bands ? "bands of causal blocks of " + std::to_string(o.causal_block)
+                           : o.causal_block > 0 ? "exact, causal blocks of " + std::to_string(o.causal_block)
+                                                : "exact";
   std::cout << "vinf_bench_wan_step: " << o.preset << " (" << c.layers << " blocks, " << c.heads << " heads of "
             << c.head_dim << "), " << T << " latent frames of " << o.height << "x" << o.width << " latent pixels ("
             << per_frame << " tokens a frame), batch " << o.batch << ", " << dtype_name(dt) << " on "
@@ -181,7 +224,8 @@ int run(int argc, char** argv) {
                  {"width", o.width},            {"tokens_per_frame", per_frame},
                  {"batch", o.batch},            {"dtype", dtype_name(dt)},
                  {"device", job->device().name()}, {"ranks", ranks},
-                 {"mode", windows ? "invariant" : "exact"}, {"local_frames", o.vcfg.local_frames},
+                 {"mode", windows ? "invariant" : o.bands ? "bands" : "exact"}, {"causal_block", o.causal_block},
+                 {"local_frames", o.vcfg.local_frames},
                  {"global_frames", o.vcfg.global_frames}, {"calls", o.calls}};
   double slowest = 0, peak = 0, bytes = 0;
   for (std::size_t r = 0; r < all.size(); ++r) {

@@ -250,7 +250,9 @@ po::options_description long_options(RunPlan& o, Spelled& sp) {
 po::options_description checkpoint_options(RunPlan& o) {
   po::options_description ckpt("[checkpoint] and resuming", kHelpWidth, kHelpColumn);
   ckpt.add_options()("checkpoint.every", ranged(&o.checkpoint_every, 0, 1000)->default_value(o.checkpoint_every),
-                     "write OUT/checkpoints/step-NNNNNN.h5 every K steps (0: only at the end and on a stop signal)")(
+                     "write OUT/checkpoints/step-NNNNNN.h5 every K steps (0: only at the end and on a stop signal); "
+                     "a diffusion-forcing run counts rows (one model call over a window), its checkpoint holds "
+                     "the window and every frame's solver, latents.h5.partial the frames finished before")(
       "checkpoint.keep", ranged(&o.checkpoint_keep, 1, 1000)->default_value(o.checkpoint_keep),
       "how many of the newest checkpoints to keep")(
       "resume", path_value(&o.resume, PathKind::file, {"auto"}),

@@ -83,9 +83,13 @@ DfStepper::DfStepper(Runtime& rt, const DfDenoise& d, const Shape& video)
   windows_ = sampling::df_windows(video[2], s.base, s.overlap, s.block);
   int rows = 0;
   for (const sampling::DfWindow& w : windows_) {
-    schedules_.push_back(sampling::df_schedule(w.frames, d.scheduler.timesteps(), w.prefix, s.ar_step, s.block));
+    // The windows share a few schedules (the first, the ones after, a shorter last): one each.
+    const std::pair<std::int64_t, std::int64_t> key{w.frames, w.prefix};
+    if (!distinct_.count(key))
+      distinct_.emplace(key, sampling::df_schedule(w.frames, d.scheduler.timesteps(), w.prefix, s.ar_step, s.block));
+    schedules_.push_back(&distinct_.at(key));
     first_row_.push_back(rows);
-    rows += static_cast<int>(schedules_.back().rows());
+    rows += static_cast<int>(schedules_.back()->rows());
   }
   first_row_.push_back(rows);
   if (!d.draws.file.empty()) file_ = std::make_unique<io::SafetensorsFile>(d.draws.file);
@@ -118,7 +122,7 @@ std::size_t DfStepper::window_of(int i) const {
   return k;
 }
 
-std::size_t DfStepper::window_rows(std::size_t k) const { return schedules_[k].rows(); }
+std::size_t DfStepper::window_rows(std::size_t k) const { return schedules_[k]->rows(); }
 
 std::int64_t DfStepper::frames_final(int done) const {
   std::int64_t n = 0;
@@ -140,7 +144,7 @@ void DfStepper::begin_window(std::size_t k, bool from_noise) {
   Window& x = *w_;
   x.k = k;
   x.w = w;
-  x.schedule = &schedules_[k];
+  x.schedule = schedules_[k];
   x.draws = std::make_unique<DfWindowDraws>(rt_, d_.draws, file_.get(), k, w);
   const Tensor window = lat_.view().slice(2, 0, F);
   if (from_noise) {
@@ -250,7 +254,7 @@ void DfStepper::step(int i) {
   const auto r = static_cast<std::size_t>(i - first_row_[k]);
   run_row(r);
   ++done_;
-  if (d_.progress) d_.progress(k, r, schedules_[k].rows());
+  if (d_.progress) d_.progress(k, r, schedules_[k]->rows());
   if (done_ < first_row_[k + 1]) return;
   const sampling::DfWindow& w = windows_[k];
   if (d_.emit) d_.emit(w.first + w.keep_from, lat_.view().slice(2, w.keep_from, w.frames - w.keep_from));
@@ -286,7 +290,7 @@ void DfStepper::restore(int done, const std::vector<Tensor>& state) {
   ops::copy(ctx, state[0], lat_);
   const std::size_t k = window_of(done - 1);
   begin_window(k, false);
-  const sampling::DfSchedule& schedule = schedules_[k];
+  const sampling::DfSchedule& schedule = *schedules_[k];
   const auto rows_done = static_cast<std::size_t>(done - first_row_[k]);
   // Each frame's steps taken (the rows that updated it), its latents and memories by name.
   const std::vector<std::string> names = sampling::FlowSampler::memory_names();

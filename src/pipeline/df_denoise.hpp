@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -108,7 +109,8 @@ class DfStepper {
   const DfDenoise& d_;
   Shape video_;
   std::vector<sampling::DfWindow> windows_;
-  std::vector<sampling::DfSchedule> schedules_;
+  std::map<std::pair<std::int64_t, std::int64_t>, sampling::DfSchedule> distinct_;  // by (frames, prefix)
+  std::vector<const sampling::DfSchedule*> schedules_;  // each window's
   std::vector<int> first_row_;  // each window's first row in the run
   std::unique_ptr<io::SafetensorsFile> file_;
   Guidance guidance_;
