@@ -59,8 +59,9 @@ struct Options {
 
 std::optional<int> parse(int argc, char** argv, Options& o) {
   po::options_description opts("vinf_bench_wan_step: timed Wan2.1 transformer calls over the MPI ranks");
-  opts.add_options()("help", "this text")("preset", po::value(&o.preset)->default_value(o.preset),
-                                          "wan-tiny | wan-narrow (the 1.3B model's width, 2 blocks) | wan-1.3b | wan-14b")(
+  opts.add_options()("help", "this text")(
+      "preset", po::value(&o.preset)->default_value(o.preset),
+      "wan-tiny | wan-narrow (the 1.3B model's width, 2 blocks) | wan-1.3b | wan-14b")(
       "layers", po::value(&o.layers)->default_value(o.layers), "blocks (0: the preset's)")(
       "latent-frames", po::value(&o.latent_frames)->default_value(o.latent_frames), "the video's latent frames")(
       "height", po::value(&o.height)->default_value(o.height), "latent pixels (a multiple of 2; 480 pixels: 60)")(
@@ -91,7 +92,8 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
   o.vcfg = o.vi.resolve(vm);
   if (!vm.count("vi.mode") || vm["vi.mode"].defaulted()) o.vcfg.mode = infinity::Mode::exact;
   VINF_INPUT_CHECK(o.vcfg.mode == infinity::Mode::exact || o.vcfg.mode == infinity::Mode::invariant,
-                   "--vi.mode must be exact or invariant for a Wan transformer, got ", infinity::mode_name(o.vcfg.mode));
+                   "--vi.mode must be exact or invariant for a Wan transformer, got ",
+                   infinity::mode_name(o.vcfg.mode));
   VINF_INPUT_CHECK(o.latent_frames >= 1 && o.height > 0 && o.width > 0 && o.height % 2 == 0 && o.width % 2 == 0,
                    "--latent-frames >= 1 and positive even --height and --width (latent pixels), please");
   VINF_INPUT_CHECK(o.calls >= 1 && o.warmup >= 0 && o.tokens >= 1 && (o.batch == 1 || o.batch == 2) && o.layers >= 0,
@@ -162,7 +164,7 @@ int run(int argc, char** argv) {
   std::unique_ptr<model::WanSelfAttention> attention;
   if (windows)
     attention = std::make_unique<infinity::WanWindowAttention>(o.vcfg, ranks > 1 ? job->clip_comm() : nullptr, counts,
-                                                                per_frame);
+                                                               per_frame);
   else if (ranks > 1 && o.bands)
     attention = std::make_unique<infinity::WanBandAttention>(*job->clip_comm(), lay.tokens);
   else if (ranks > 1)
@@ -197,7 +199,7 @@ int run(int argc, char** argv) {
   }
   const std::int64_t rows = o.batch * c.heads;
   const std::int64_t elements =
-      windows     ? infinity::WanWindowAttention::received_elements(o.vcfg, counts, me, per_frame, rows, c.head_dim)
+      windows      ? infinity::WanWindowAttention::received_elements(o.vcfg, counts, me, per_frame, rows, c.head_dim)
       : ranks == 1 ? 0
       : o.bands    ? infinity::WanBandAttention::received_elements(lay.tokens, me, rows, c.head_dim)
                    : infinity::WanExactAttention::received_elements(lay.tokens, me, rows, c.head_dim);
@@ -209,7 +211,7 @@ int run(int argc, char** argv) {
 
   const std::string mode = windows ? "windows (p " + std::to_string(o.vcfg.local_frames) + ", G " +
                                          std::to_string(o.vcfg.global_frames) + ")"
-                           : o.bands ? "bands of causal blocks of " + std::to_string(o.causal_block)
+                           : o.bands            ? "bands of causal blocks of " + std::to_string(o.causal_block)
                            : o.causal_block > 0 ? "exact, causal blocks of " + std::to_string(o.causal_block)
                                                 : "exact";
   std::cout << "vinf_bench_wan_step: " << o.preset << " (" << c.layers << " blocks, " << c.heads << " heads of "
@@ -219,14 +221,25 @@ int run(int argc, char** argv) {
   std::cout << "rank  frames   s/call   exchange MB  all-gather MB  all-to-all MB  analytic MB  peak MiB\n";
   nlohmann::ordered_json j;
   j["format"] = "vinf-bench-wan-step";
-  j["config"] = {{"preset", o.preset},         {"layers", c.layers},   {"heads", c.heads},
-                 {"head_dim", c.head_dim},      {"latent_frames", T},   {"height", o.height},
-                 {"width", o.width},            {"tokens_per_frame", per_frame},
-                 {"batch", o.batch},            {"dtype", dtype_name(dt)},
-                 {"device", job->device().name()}, {"ranks", ranks},
-                 {"mode", windows ? "invariant" : o.bands ? "bands" : "exact"}, {"causal_block", o.causal_block},
+  j["config"] = {{"preset", o.preset},
+                 {"layers", c.layers},
+                 {"heads", c.heads},
+                 {"head_dim", c.head_dim},
+                 {"latent_frames", T},
+                 {"height", o.height},
+                 {"width", o.width},
+                 {"tokens_per_frame", per_frame},
+                 {"batch", o.batch},
+                 {"dtype", dtype_name(dt)},
+                 {"device", job->device().name()},
+                 {"ranks", ranks},
+                 {"mode", windows   ? "invariant"
+                          : o.bands ? "bands"
+                                    : "exact"},
+                 {"causal_block", o.causal_block},
                  {"local_frames", o.vcfg.local_frames},
-                 {"global_frames", o.vcfg.global_frames}, {"calls", o.calls}};
+                 {"global_frames", o.vcfg.global_frames},
+                 {"calls", o.calls}};
   double slowest = 0, peak = 0, bytes = 0;
   for (std::size_t r = 0; r < all.size(); ++r) {
     const Figures& a = all[r];
@@ -234,12 +247,13 @@ int run(int argc, char** argv) {
               << a.seconds << std::setprecision(2) << std::setw(14) << a.exchange / 1e6 << std::setw(15)
               << a.gather / 1e6 << std::setw(15) << a.all_to_all / 1e6 << std::setw(13) << a.analytic / 1e6
               << std::setprecision(1) << std::setw(10) << a.peak / (1 << 20) << "\n";
-    j["ranks"].push_back({{"rank", r},
-                          {"latent_frames", {a.first, a.first + a.frames}},
-                          {"seconds_per_call", a.seconds},
-                          {"bytes_per_call", {{"exchange", a.exchange}, {"all-gather", a.gather}, {"all-to-all", a.all_to_all}}},
-                          {"analytic_bytes_per_call", a.analytic},
-                          {"peak_memory_bytes", a.peak}});
+    j["ranks"].push_back(
+        {{"rank", r},
+         {"latent_frames", {a.first, a.first + a.frames}},
+         {"seconds_per_call", a.seconds},
+         {"bytes_per_call", {{"exchange", a.exchange}, {"all-gather", a.gather}, {"all-to-all", a.all_to_all}}},
+         {"analytic_bytes_per_call", a.analytic},
+         {"peak_memory_bytes", a.peak}});
     slowest = std::max(slowest, a.seconds);
     peak = std::max(peak, a.peak);
     bytes = std::max(bytes, a.exchange + a.gather + a.all_to_all);

@@ -56,6 +56,27 @@ void group_spans(const std::vector<std::int64_t>& tokens, int u, std::vector<std
         group_first[static_cast<std::size_t>(k - 1)] + group_tokens[static_cast<std::size_t>(k - 1)];
 }
 
+// The ring's r parts of each row's output, (r, rows, 1, T_g, d), merged into o by their
+// log-sum-exps (r, rows, 1, T_g): each part weighed by the softmax of the log-sum-exps over the
+// parts, in f32 whatever the activations' dtype, rounded once at the end.
+void merge_ring_parts(ExecContext& ctx, const Tensor& parts, const Tensor& lse, const Tensor& o) {
+  const std::int64_t r = parts.size(0), rows = parts.size(1), tg = parts.size(3);
+  const std::int64_t n = rows * tg;
+  OwnedTensor by_row = ctx.arena->empty(DType::f32, {n, r}), probs = ctx.arena->empty(DType::f32, {n, r});
+  OwnedTensor weights = ctx.arena->empty(DType::f32, {r, n});
+  ops::copy(ctx, lse.reshape({r, n}).permute({1, 0}), by_row);
+  ops::softmax(ctx, by_row, probs);
+  ops::copy(ctx, probs.view().permute({1, 0}), weights);
+  OwnedTensor sum = ctx.arena->empty(DType::f32, o.shape), part = ctx.arena->empty(DType::f32, o.shape);
+  for (std::int64_t step = 0; step < r; ++step) {
+    ops::copy(ctx, parts.select(0, step), part);
+    ops::mul(ctx, part, weights.view().select(0, step).reshape({rows, 1, tg, 1}).expand(o.shape),
+             step == 0 ? sum.view() : part.view());
+    if (step > 0) ops::add(ctx, sum, part, sum);
+  }
+  ops::copy(ctx, sum, o);
+}
+
 }  // namespace
 
 bool WanExactAttention::set_causal_block(std::int64_t tokens) {
@@ -175,21 +196,7 @@ void WanExactAttention::attend(ExecContext& ctx, const Tensor& q, const Tensor& 
   if (r == 1) {
     ops::copy(ctx, parts.view().select(0, 0), o);
   } else if (tg > 0 && rows > 0) {
-    const std::int64_t n = rows * tg;
-    OwnedTensor by_row = ctx.arena->empty(DType::f32, {n, r}), probs = ctx.arena->empty(DType::f32, {n, r});
-    OwnedTensor weights = ctx.arena->empty(DType::f32, {r, n});
-    ops::copy(ctx, lse.view().reshape({r, n}).permute({1, 0}), by_row);
-    ops::softmax(ctx, by_row, probs);
-    ops::copy(ctx, probs.view().permute({1, 0}), weights);
-    // In f32 whatever the activations' dtype, rounded once at the end.
-    OwnedTensor sum = ctx.arena->empty(DType::f32, o.shape), part = ctx.arena->empty(DType::f32, o.shape);
-    for (int step = 0; step < r; ++step) {
-      ops::copy(ctx, parts.view().select(0, step), part);
-      ops::mul(ctx, part, weights.view().select(0, step).reshape({rows, 1, tg, 1}).expand(o.shape),
-               step == 0 ? sum.view() : part.view());
-      if (step > 0) ops::add(ctx, sum, part, sum);
-    }
-    ops::copy(ctx, sum, o);
+    merge_ring_parts(ctx, parts, lse, o);
   }
   // 3. Back within the group: each member its own tokens of this rank's rows.
   OwnedTensor result = ctx.arena->empty(dt, {R, here, d});
