@@ -78,9 +78,11 @@ VideoEncoder::VideoEncoder(const std::string& ffmpeg, const std::string& path, s
 VideoEncoder::~VideoEncoder() {
   if (fd_ >= 0) close(fd_);
   if (pid_ > 0) {
+    // Abandoned while running (the run stopped or failed elsewhere): nothing of it is kept.
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
     std::remove(partial_.c_str());
+    std::remove(log_.c_str());
   }
 }
 
