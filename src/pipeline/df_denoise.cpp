@@ -1,5 +1,6 @@
 #include "pipeline/df_denoise.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -117,9 +118,9 @@ DfStepper::~DfStepper() = default;
 int DfStepper::rows() const { return first_row_.back(); }
 
 std::size_t DfStepper::window_of(int i) const {
-  std::size_t k = 0;
-  while (k + 1 < windows_.size() && first_row_[k + 1] <= i) ++k;
-  return k;
+  // The last window whose first row is at or before i.
+  const auto after = std::upper_bound(first_row_.begin(), first_row_.end() - 1, i);
+  return static_cast<std::size_t>(std::max<std::ptrdiff_t>(after - first_row_.begin() - 1, 0));
 }
 
 std::size_t DfStepper::window_rows(std::size_t k) const { return schedules_[k]->rows(); }
