@@ -301,8 +301,8 @@ std::vector<std::string> remove_run_outputs(const std::string& out_dir) {
   std::vector<std::string> removed;
   std::error_code ec;
   // run.json first: from here on the directory holds no finished run.
-  for (const char* name : {"run.json", "latents.h5", "video.mp4", "contact.png", "evaluate.json", "evaluate.png",
-                           "activations.h5", "frames"}) {
+  for (const char* name : {"run.json", "latents.h5", "latents.h5.partial", "video.mp4", "contact.png", "evaluate.json",
+                           "evaluate.png", "activations.h5", "frames"}) {
     const std::string path = out_dir + "/" + name;
     if (!fs::exists(path, ec)) continue;
     if (fs::remove_all(path, ec) > 0 && !ec) removed.push_back(name);
