@@ -80,7 +80,7 @@ expect 0 "ok" -- "$tool" h5-vs-ref "$work/dfx/latents.h5" "$fixtures/skyreels-df
 if [ "$n" -gt 1 ]; then  # bands of whole causal blocks (3 a window: up to 3 frame ranks)
   expect 0 "outputs in $work/dfb/" -- "$mpiexec" -np "$n" "$vinf" generate "${dfx[@]}" "${layout[@]}" --df.parallel bands --out "$work/dfb"
   expect 0 "ok" -- "$tool" h5-vs-ref "$work/dfb/latents.h5" "$fixtures/skyreels-df-tiny/ref_async.safetensors" latents "$tol" 0
-  expect 0 '"df": "bands"' -- jq '.config.parallel' "$work/dfb/run.json"
+  expect 0 '"df": "bands"' -- cat "$work/dfb/run.json"
 fi
 expect 75 "stopped after row 7 of 11" -- env VINF_FAULT_STEP="rank=$((n - 1)),step=7,signal=TERM" "$mpiexec" -np "$n" "$vinf" generate "${dfx[@]}" "${layout[@]}" --out "$work/dfk"
 expect 0 "after row 7 of 11 (window 2)" -- "$mpiexec" -np "$n" "$vinf" generate "${dfx[@]}" "${layout[@]}" --resume auto --out "$work/dfk"
