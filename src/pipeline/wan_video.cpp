@@ -408,6 +408,10 @@ bool prepare_wan_outputs(WanRun& r) {
   VINF_INPUT_CHECK(mkdir_error.empty(), "cannot create the output directory ", r.ckpt_dir, ": ", mkdir_error);
   io::check_run_files(r.world.world(), r.ckpt_dir, r.stamp);
   for (const std::string& w : r.warnings) r.report.say("warning: " + w);
+  if (r.tc.skyreels && o.df.parallel == "bands" && r.clips == 1)
+    r.report.say(
+        "note: --df.parallel bands shares a window's causal blocks over frame ranks (--vi.mode exact over "
+        "several); this run has one, which holds every frame");
   if (o.vi_given && !r.windows)
     r.report.say(
         std::string("note: the [vi] settings but the mode are for Video-Infinity's windows (--vi.mode invariant) ") +
