@@ -205,10 +205,11 @@ int inspect_wan(const std::string& dir, const std::string& config_path) {
   const model::ModelFiles files = model::find_model_files(std::filesystem::path(config_path).parent_path().string());
   const auto params = model::wan_transformer_parameters(c);
   std::cout << "Wan transformer " << files.dir << " ("
-            << (c.skyreels ? "SkyReelsV2Transformer3DModel" : "WanTransformer3DModel") << "): " << c.layers << " blocks of " << c.dim()
-            << " (" << c.heads << " heads of " << c.head_dim << "), feed-forward " << c.ffn_dim << ", text width "
-            << c.text_dim << ", patch " << c.patch_size[0] << "x" << c.patch_size[1] << "x" << c.patch_size[2] << ", "
-            << c.in_channels << " latent channels; " << grouped(model::parameter_count(params)) << " parameters\n";
+            << (c.skyreels ? "SkyReelsV2Transformer3DModel" : "WanTransformer3DModel") << "): " << c.layers
+            << " blocks of " << c.dim() << " (" << c.heads << " heads of " << c.head_dim << "), feed-forward "
+            << c.ffn_dim << ", text width " << c.text_dim << ", patch " << c.patch_size[0] << "x" << c.patch_size[1]
+            << "x" << c.patch_size[2] << ", " << c.in_channels << " latent channels; "
+            << grouped(model::parameter_count(params)) << " parameters\n";
   if (c.skyreels)
     std::cout << "  diffusion forcing (SkyReels-V2): per-frame timesteps"
               << (c.inject_sample_info ? ", the fps embedding" : "") << ", causal blocks of " << c.num_frame_per_block
@@ -308,6 +309,14 @@ int inspect_hdf5(const std::string& path) {
     const std::int64_t step = f.integer("/state", "step");
     const std::size_t total = f.exists("/state/timesteps") ? f.read_i64("/state/timesteps").size() : 0;
     std::printf("  step %lld of %zu completed\n", static_cast<long long>(step), total);
+  }
+  if (f.has_attribute("/", "frames_written") && f.exists("/latents")) {
+    const std::int64_t written = f.integer("/", "frames_written"), total = f.extent("/latents")[0];
+    if (written < total)
+      std::printf(
+          "  in the making: %lld of %lld latent frames final (a diffusion-forcing run writes its windows' "
+          "frames as they end; the rest are not written yet)\n",
+          static_cast<long long>(written), static_cast<long long>(total));
   }
   if (f.has_attribute("/", "world_size"))
     std::printf("  written by %lld rank(s): %lld clip(s) x %lld guidance branch(es)\n",

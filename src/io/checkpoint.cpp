@@ -71,7 +71,7 @@ RunStamp stored_stamp(const H5File& f, std::int64_t version);
 
 LatentsStream::LatentsStream(const std::string& path, const RunStamp& stamp, const Shape& full,
                              std::int64_t resume_frames)
-    : path_(path), partial_(path + ".partial"), full_(full) {
+    : path_(path), partial_(path + ".partial"), full_(full), stamp_(stamp) {
   VINF_CHECK(full.rank() == 4 && resume_frames >= 0 && resume_frames <= full[0], "LatentsStream: ", full.str(),
              ", resuming after ", resume_frames, " frames");
   if (resume_frames == 0) {
@@ -122,6 +122,10 @@ void LatentsStream::finish(const std::vector<std::int64_t>& boundaries) {
   const auto count = static_cast<std::int64_t>(boundaries.size());
   file_->set_int("/", "boundary_count", count);
   if (count > 0) file_->write_small("/run/boundaries", DType::i64, {count}, boundaries.data());
+  // The layout of the start that finished it (a resumed run may run on other ranks).
+  file_->set_int("/", "world_size", stamp_.world_size);
+  file_->set_int("/", "cfg_size", stamp_.cfg_size);
+  file_->set_int("/", "clip_size", stamp_.clip_size);
   file_->close();
   file_.reset();
   commit_partial(MPI_COMM_SELF, partial_, path_);

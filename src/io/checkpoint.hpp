@@ -99,6 +99,7 @@ class LatentsStream {
  private:
   std::string path_, partial_;
   Shape full_;
+  RunStamp stamp_;
   std::int64_t frames_ = 0;
   std::unique_ptr<H5File> file_;
 };

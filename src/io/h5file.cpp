@@ -355,6 +355,20 @@ void H5File::flush() {
     throw Error("HDF5 could not write " + path_ + " out (disk full or quota exceeded?): " + hdf5_error_text());
 }
 
+Shape H5File::extent(const std::string& name) const {
+  VINF_INPUT_CHECK(exists(name), path_, " has no dataset ", name);
+  Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening dataset " + name, path_, Access::read);
+  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space of " + name, path_, Access::read);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  VINF_INPUT_CHECK(rank >= 0 && rank <= kMaxDims, path_, ": ", name, " has ", rank,
+                   " dimensions (truncated or damaged?)");
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  if (H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0) throw_read_failure(name, path_, "its shape");
+  Shape s;
+  for (hsize_t d : dims) s.push_back(static_cast<std::int64_t>(d));
+  return s;
+}
+
 Shape H5File::shape(const std::string& name) const {
   VINF_INPUT_CHECK(exists(name), path_, " has no dataset ", name);
   Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening dataset " + name, path_, Access::read);

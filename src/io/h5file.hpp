@@ -66,6 +66,9 @@ class H5File {
   void flush();
   void read_frames(const std::string& name, int axis, std::int64_t first, std::int64_t count, float* data) const;
   Shape shape(const std::string& name) const;
+  // The shape a dataset declares, whatever the file holds of it yet (a file written as a run goes;
+  // shape() refuses a dataset whose declared bytes the file does not hold).
+  Shape extent(const std::string& name) const;
 
   // A whole small dataset: rank 0's `data` is written (the others' is ignored); reads give every
   // rank the whole array. dtype f32 or i64.

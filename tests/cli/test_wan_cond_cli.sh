@@ -133,6 +133,7 @@ expect 0 "" -- cmp "$work/df-async/video.mp4" "$work/df-stop/video.mp4"
 expect 0 "/run/boundaries  [1] i64" -- "$vinf" inspect "$work/df-stop/latents.h5"
 # Without the latents written so far, the checkpoint alone cannot continue the run.
 expect 75 "stopped after row 6" -- env VINF_FAULT_STEP="rank=0,step=6,signal=TERM" "$vinf" generate "${df_async[@]}" --latents-init "$df/ref_async.safetensors" --out "$work/df-lost"
+expect 0 "in the making: 6 of 9 latent frames final" -- "$vinf" inspect "$work/df-lost/latents.h5.partial"
 rm "$work/df-lost/latents.h5.partial"
 expect 2 "latents.h5.partial, the latents written so far, is missing" -- "$vinf" generate "${df_async[@]}" --latents-init "$df/ref_async.safetensors" --resume auto --out "$work/df-lost"
 expect 0 "outputs in" -- "$mpiexec" -np 2 "$vinf" generate "${df_async[@]}" --parallel.cfg 2 --latents-init "$df/ref_async.safetensors" --out "$work/df-cfg"
