@@ -758,12 +758,21 @@ int denoise_wan_df(WanRun& r, const model::WanTransformer& wan, const Tensor& pr
   DfStepper stepper(r.rt, d, Shape{1, r.tc.out_channels, r.lf, r.lh, r.lw});
   r.df_rows = stepper.rows();
   const int done = resume_wan_df(r, stepper);
+  // The first rank writes; a stream it cannot open (a resumed run's latents.h5.partial missing or
+  // another run's) stops every rank alike.
+  std::string refused;
   if (r.root) {
     WanVideoStream::Settings s{r.out_dir, r.stamp, r.frame_major, "", {o.video, o.png, o.output_fps, o.ffmpeg},
                                o.vae_tile};
     if (io::is_directory(o.model + "/vae")) s.vae_dir = o.model + "/vae";
-    r.stream = std::make_unique<WanVideoStream>(r.rt, s, stepper.frames_final(done));
+    try {
+      r.stream = std::make_unique<WanVideoStream>(r.rt, s, stepper.frames_final(done));
+    } catch (const InputError& e) {
+      refused = e.what();
+    }
   }
+  r.world.broadcast(refused);
+  if (!refused.empty()) throw InputError(refused);
   d.emit = [&](std::int64_t first, const Tensor& frames) {
     if (r.stream) r.stream->append(frames, first);
   };
