@@ -22,7 +22,7 @@
 #                 twice and ends with latents bit-identical to an uninterrupted run; then a Wan2.1
 #                 pipeline (CFG on 2 ranks) stopped once, requeued, ending on diffusers' latents; a
 #                 SkyReels-V2 diffusion-forcing run (exact mode on 2 ranks) preempted inside a window,
-#                 requeued, ending on diffusers' latents
+#                 requeued, ending on diffusers' latents; a 10,001-frame one preempted and requeued
 #   timelimit     a job with --time=1 and --signal=B:USR1@50 that Slurm itself warns: it stops
 #                 with a checkpoint, requeues itself, and ends as the uninterrupted run
 #   preempt       a job preempted twice by jobs of a higher partition (PreemptMode=REQUEUE): with
@@ -320,6 +320,24 @@ requeue)
   check "DF: the job requeued itself and resumed inside the second window" grep -q 'after row [0-9]* of 11 (window 2), 6 latent frames final' "$log"
   check "DF: outputs complete, 2 ranks" outputs_complete "$out" 2
   check "DF: the final latents are diffusers' SkyReelsV2DiffusionForcingPipeline's" "$tool" h5-vs-ref "$out/latents.h5" "$df/ref_async.safetensors" latents 1e-4 0
+  [ $fails -eq 0 ] || show_log "$log"
+  # A 10,001-frame diffusion-forcing video (125 windows, 250 rows; random tiny weights, 32 x 32,
+  # each window over the 2 tasks), preempted after row 100 or so: it requeues itself, continues
+  # from its row with the windows before it read back, and ends with every frame.
+  "$vinf" make-model --preset skyreels-df-tiny --layout pipeline --out dfm > /dev/null 2>&1
+  printf '%s\n' "model = $PWD/dfm" "[prompt]" "text = a fox trots through fresh snow" "[video]" "frames = 10001" \
+    "height = 32" "width = 32" "[sampler]" "steps = 2" "[vi]" "mode = exact" "[df]" "base-frames = 97" \
+    "overlap-history = 17" > long.ini
+  j=$(sbatch --parsable --job-name=long "${node[@]}" slurm/vinf.sbatch long.ini --checkpoint.every 50)
+  out=outputs/long-$j log=outputs/long-$j.log
+  stop_at 100 scancel --signal=TERM "$j"
+  finished "$j" COMPLETED 300 || show_log "$log"
+  check "long DF: stopped after a row with a checkpoint" grep -q 'received SIGTERM: stopped after row [0-9]* of 250' "$log"
+  check "long DF: requeued and resumed past the first windows" grep -q 'after row [0-9]* of 250 (window [0-9]*), [0-9]* latent frames final' "$log"
+  check "long DF: outputs complete, 2 ranks" outputs_complete "$out" 2
+  check "long DF: every frame in latents.h5" "$vinf" inspect "$out/latents.h5"
+  check "long DF: 2,501 latent frames" grep -q '"latent-frames": 2501' "$out/run.json"
+  grep -oE 'stopped after row [0-9]+ of 250|after row [0-9]+ of 250 \(window [0-9]+\), [0-9]+ latent frames final' "$log"
   [ $fails -eq 0 ] || show_log "$log"
   ;;
 
