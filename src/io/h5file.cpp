@@ -370,15 +370,10 @@ Shape H5File::extent(const std::string& name) const {
 }
 
 Shape H5File::shape(const std::string& name) const {
-  VINF_INPUT_CHECK(exists(name), path_, " has no dataset ", name);
+  const Shape declared = extent(name);
+  std::vector<hsize_t> dims(declared.begin(), declared.end());
   Handle set(H5Dopen2(id_, name.c_str(), H5P_DEFAULT), H5Dclose, "opening dataset " + name, path_, Access::read);
-  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space of " + name, path_, Access::read);
   Handle type(H5Dget_type(set.get()), H5Tclose, "H5Dget_type of " + name, path_, Access::read);
-  const int rank = H5Sget_simple_extent_ndims(space.get());
-  VINF_INPUT_CHECK(rank >= 0 && rank <= kMaxDims, path_, ": ", name, " has ", rank,
-                   " dimensions (truncated or damaged?)");
-  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
-  if (H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0) throw_read_failure(name, path_, "its shape");
   // vinf writes every element of its datasets, none of them empty: a shape cannot claim more bytes
   // than the file holds for the dataset, so a damaged header cannot make a reader allocate more than
   // the file's size. An empty dimension would hold no bytes whatever the others claim (a reader
@@ -397,9 +392,7 @@ Shape H5File::shape(const std::string& name) const {
   VINF_INPUT_CHECK(!overflow && (writable_ || bytes <= stored), path_, ": ", name, " claims a shape ", dims_text(dims),
                    " of ", overflow ? std::string("more than 2^64") : std::to_string(bytes),
                    " bytes, but the file holds ", stored, " bytes of it (truncated or damaged?)");
-  Shape s;
-  for (hsize_t d : dims) s.push_back(static_cast<std::int64_t>(d));
-  return s;
+  return declared;
 }
 
 void H5File::read_frames(const std::string& name, int axis, std::int64_t first, std::int64_t count, float* data) const {

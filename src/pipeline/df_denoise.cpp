@@ -95,17 +95,9 @@ DfStepper::DfStepper(Runtime& rt, const DfDenoise& d, const Shape& video)
   first_row_.push_back(rows);
   if (!d.draws.file.empty()) file_ = std::make_unique<io::SafetensorsFile>(d.draws.file);
   // The batch of prompts: [negative, prompt], this rank's branch, or the prompt.
-  const std::int64_t B = guidance_.batch(), L = d.prompt.size(1), D = d.prompt.size(2);
-  text_ = rt.arena().empty(d.transformer.weights().dtype(), {B, L, D});
+  text_ = rt.arena().empty(d.transformer.weights().dtype(), {guidance_.batch(), d.prompt.size(1), d.prompt.size(2)});
   ExecContext& ctx = rt.ctx();
-  if (guidance_.layout == Guidance::Layout::across_ranks) {
-    ops::copy(ctx, d.cfg_index == 0 ? d.negative : d.prompt, text_);
-  } else if (guidance_.layout == Guidance::Layout::batched) {
-    ops::copy(ctx, d.negative, text_.view().slice(0, 0, 1));
-    ops::copy(ctx, d.prompt, text_.view().slice(0, 1, 1));
-  } else {
-    ops::copy(ctx, d.prompt, text_);
-  }
+  guidance_.text_batch(ctx, d.prompt, d.negative, d.cfg_index, text_);
   const std::int64_t base = std::min(s.base, video[2]);
   lat_ = rt.arena().empty(DType::f32, {1, video[1], base, video[3], video[4]});
   ops::fill(ctx, lat_, 0.0);
@@ -260,6 +252,12 @@ void DfStepper::step(int i) {
   const sampling::DfWindow& w = windows_[k];
   if (d_.emit) d_.emit(w.first + w.keep_from, lat_.view().slice(2, w.keep_from, w.frames - w.keep_from));
   rt_.synchronize();
+}
+
+std::vector<std::string> DfStepper::state_names() {
+  std::vector<std::string> names{"latents"};
+  for (const std::string& m : sampling::FlowSampler::memory_names()) names.push_back(m);
+  return names;
 }
 
 std::vector<std::pair<std::string, Tensor>> DfStepper::state() {

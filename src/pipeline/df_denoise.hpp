@@ -96,6 +96,9 @@ class DfStepper {
   // What a checkpoint keeps after rows_done() rows, each [1, C, base, h, w] f32 on the device (the
   // window's frames first, zeros after): "latents", then each frame's solver memories by name.
   std::vector<std::pair<std::string, Tensor>> state();
+  // Their names in that order, and their shape, without copying anything.
+  static std::vector<std::string> state_names();
+  Shape state_shape() const { return lat_.shape; }
   // The fault hook's NaN in the window's latents (every frame's).
   void spoil();
   // Continues after `done` rows from copies of state()'s tensors, in its order.

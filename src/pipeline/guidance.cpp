@@ -25,4 +25,16 @@ void Guidance::combine(ExecContext& ctx, const Tensor& pred, const Tensor& both,
   }
 }
 
+void Guidance::text_batch(ExecContext& ctx, const Tensor& prompt, const Tensor& negative, int cfg_index,
+                          const Tensor& text) const {
+  switch (layout) {
+    case Layout::none: ops::copy(ctx, prompt, text); return;
+    case Layout::across_ranks: ops::copy(ctx, cfg_index == 0 ? negative : prompt, text); return;
+    case Layout::batched:
+      ops::copy(ctx, negative, text.slice(0, 0, 1));
+      ops::copy(ctx, prompt, text.slice(0, 1, 1));
+      return;
+  }
+}
+
 }  // namespace vinf::pipeline

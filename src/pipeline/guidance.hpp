@@ -31,6 +31,10 @@ struct Guidance {
   // pred (this rank's batch) into the guided prediction `out` (batch 1). `both` holds the two
   // branches [2, ...] when across_ranks (unused otherwise).
   void combine(ExecContext& ctx, const Tensor& pred, const Tensor& both, const Tensor& out) const;
+  // The text each model call takes, text [batch(), L, D]: [negative, prompt] when batched, this
+  // rank's branch across ranks (cfg index 0 the negative prompt), else the prompt ([1, L, D] each).
+  void text_batch(ExecContext& ctx, const Tensor& prompt, const Tensor& negative, int cfg_index,
+                  const Tensor& text) const;
 };
 
 }  // namespace vinf::pipeline

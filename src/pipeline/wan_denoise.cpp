@@ -51,14 +51,7 @@ WanStepper::WanStepper(Runtime& rt, const WanDenoise& d, sampling::FlowSampler& 
     ops::copy(ctx, d.condition.expand(cond_shape), in_.view().slice(1, tc.out_channels, tc.condition_channels()));
   }
   t_ = rt.arena().empty(DType::f32, {B});
-  if (split) {
-    ops::copy(ctx, d.cfg_index == 0 ? d.negative : d.prompt, text_);
-  } else if (cfg) {
-    ops::copy(ctx, d.negative, text_.view().slice(0, 0, 1));
-    ops::copy(ctx, d.prompt, text_.view().slice(0, 1, 1));
-  } else {
-    ops::copy(ctx, d.prompt, text_);
-  }
+  guidance_.text_batch(ctx, d.prompt, d.negative, d.cfg_index, text_);
   v_ = rt.arena().empty(DType::f32, x.shape);
   Shape both_shape = x.shape;
   both_shape[0] = 2;

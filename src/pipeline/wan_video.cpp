@@ -707,11 +707,10 @@ std::string write_wan_df_checkpoint(WanRun& r, DfStepper& stepper, const io::Tex
 
 // --resume: the checkpoint's row and window state into the stepper; the rows done (0 without one).
 int resume_wan_df(WanRun& r, DfStepper& stepper) {
-  const std::vector<std::pair<std::string, Tensor>> state = stepper.state();
-  const Tensor& lat = state.front().second;
-  const Shape full{lat.size(2), lat.size(1), lat.size(3), lat.size(4)};
-  std::vector<std::string> memories;  // beside previous_x0
-  for (std::size_t k = 2; k < state.size(); ++k) memories.push_back(state[k].first);
+  const Shape lat = stepper.state_shape();
+  const Shape full{lat[2], lat[1], lat[3], lat[4]};
+  const std::vector<std::string> names = DfStepper::state_names();
+  const std::vector<std::string> memories(names.begin() + 2, names.end());  // beside previous_x0
   ResumePoint resume =
       choose_checkpoint(r.o, r.out_dir, r.world, r.stamp, r.scheduler->timesteps(), full, 0, full[0], memories);
   if (!resume.info) return 0;
@@ -723,7 +722,7 @@ int resume_wan_df(WanRun& r, DfStepper& stepper) {
   std::vector<OwnedTensor> device;
   std::vector<Tensor> views;
   for (std::vector<float>* h : host) {
-    device.push_back(r.rt.arena().empty(DType::f32, lat.shape));
+    device.push_back(r.rt.arena().empty(DType::f32, lat));
     ops::copy(r.rt.ctx(), Tensor::wrap(h->data(), DType::f32, Device::cpu(), full).permute({1, 0, 2, 3}).unsqueeze(0),
               device.back());
     views.push_back(device.back().view());
