@@ -16,7 +16,7 @@
 //   mpirun -np N vinf_bench_step [--preset small] [--height 128 --width 128] [--frames-per-rank 8]
 //       [--batch 2] [--calls 3] [--warmup 1] [--device auto] [--dtype auto] [--tf32] [--comm-backend auto]
 //       [--parallel.tensor 1] [--vi.mode invariant|exact|... --vi.halo x|kv --vi.exchange three-round|fused ...]
-//       [--json FILE]
+//       [--profile] [--json FILE]
 #include <omp.h>
 
 #include <boost/program_options.hpp>
@@ -35,6 +35,7 @@
 
 #include "core/error.hpp"
 #include "app/vi_options.hpp"
+#include "exec/profile_json.hpp"
 #include "bench_main.hpp"
 #include "infinity/config.hpp"
 #include "infinity/context.hpp"
@@ -57,7 +58,8 @@ using Clock = std::chrono::steady_clock;
 
 // One rank's figures, means over the timed calls; gathered to rank 0 as they are.
 struct RankFigures {
-  double call_s = 0, comm_s = 0, peak_bytes = 0, flops = 0, raw_comm_s = 0, gemm_flops_per_s = 0, weight_bytes = 0, split_weight_bytes = 0;
+  double call_s = 0, comm_s = 0, peak_bytes = 0, flops = 0, raw_comm_s = 0, gemm_flops_per_s = 0, weight_bytes = 0,
+         split_weight_bytes = 0;
   std::array<double, mpi::kCommOps> bytes{}, comm_seconds{};
 };
 
@@ -100,7 +102,7 @@ struct Target {
 // The command line. The first block is bound to the option table; parse_step_options fills the rest.
 struct StepOptions {
   std::string preset = "small", device = "auto", dtype = "auto", backend = "auto", json_path;
-  bool tf32 = false;
+  bool tf32 = false, profile = false;
   std::int64_t height = 128, width = 128, frames_per_rank = 8, batch = 2, tokens = 77;
   int calls = 3, warmup = 1, tensor = 1;
   std::int64_t project_frames = 2300, project_steps = 30, project_ranks = 8;
@@ -113,21 +115,25 @@ struct StepOptions {
 
 po::options_description step_option_table(StepOptions& o) {
   po::options_description opts("vinf_bench_step: timed UNet calls with Video-Infinity over the MPI ranks");
-  opts.add_options()("help", "this text")("preset", po::value(&o.preset)->default_value(o.preset), "tiny | small | vc2")(
-      "height", po::value(&o.height)->default_value(o.height), "pixels (a multiple of 8)")(
+  opts.add_options()("help", "this text")("preset", po::value(&o.preset)->default_value(o.preset),
+                                          "tiny | small | vc2")("height", po::value(&o.height)->default_value(o.height),
+                                                                "pixels (a multiple of 8)")(
       "width", po::value(&o.width)->default_value(o.width), "pixels (a multiple of 8)")(
       "frames-per-rank", po::value(&o.frames_per_rank)->default_value(o.frames_per_rank), "frames of each rank's clip")(
       "batch", po::value(&o.batch)->default_value(o.batch), "2: a guidance batch (negative + positive), 1: one branch")(
       "calls", po::value(&o.calls)->default_value(o.calls), "timed UNet calls")(
       "warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed calls first")(
       "device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda")(
-      "dtype", po::value(&o.dtype)->default_value(o.dtype), kDtypeOptionHelp)(
-      "tf32", po::bool_switch(&o.tf32), kTf32OptionHelp)(
+      "dtype", po::value(&o.dtype)->default_value(o.dtype), kDtypeOptionHelp)("tf32", po::bool_switch(&o.tf32),
+                                                                              kTf32OptionHelp)(
       "comm-backend", po::value(&o.backend)->default_value(o.backend), "auto | mpi | nccl")(
       "parallel.tensor", po::value(&o.tensor)->default_value(o.tensor),
       "T: ranks that split each clip's transformer blocks (the ranks are frame ranks x T, tensor groups "
-      "consecutive); figures per rank, FLOPs counted as the clip's over T")(
-      "json", po::value(&o.json_path), "also write the figures to this JSON file")(
+      "consecutive); figures per rank, FLOPs counted as the clip's over T")("json", po::value(&o.json_path),
+                                                                            "also write the figures to this JSON file")(
+      "profile", po::bool_switch(&o.profile),
+      "then --calls more calls with every op timed (CUDA events on a GPU): time per op kind and per module, the "
+      "ops' sum against the call, launches and host synchronisations; rank 0's top 20 printed, all in --json")(
       "project-frames", po::value(&o.project_frames)->default_value(o.project_frames), "projection: video length")(
       "project-steps", po::value(&o.project_steps)->default_value(o.project_steps), "projection: sampling steps")(
       "project-ranks", po::value(&o.project_ranks)->default_value(o.project_ranks), "projection: ranks (GPUs)")(
@@ -155,8 +161,8 @@ std::optional<int> parse_step_options(int argc, char** argv, StepOptions& o) {
     return 0;
   }
   o.vcfg = o.vi.resolve(vm);
-  VINF_INPUT_CHECK(o.height % 8 == 0 && o.width % 8 == 0 && o.height > 0 && o.width > 0, "--height and --width must be ",
-                   "positive multiples of 8");
+  VINF_INPUT_CHECK(o.height % 8 == 0 && o.width % 8 == 0 && o.height > 0 && o.width > 0,
+                   "--height and --width must be ", "positive multiples of 8");
   VINF_INPUT_CHECK(o.calls >= 1 && o.warmup >= 0 && o.frames_per_rank >= 1 && (o.batch == 1 || o.batch == 2),
                    "--calls >= 1, --warmup >= 0, --frames-per-rank >= 1 and --batch 1 or 2, please");
   VINF_INPUT_CHECK(o.project_frames >= 1 && o.project_steps >= 1 && o.project_ranks >= 1 && o.project_reference_s > 0 &&
@@ -188,9 +194,9 @@ StepModel make_step_model(const StepOptions& o, job::Job& job) {
   m.config = model::preset_config(o.preset);
   model::check_tensor_split(m.config, o.tensor, "preset " + o.preset);
   const mpi::ProcessGrid& grid = job.grid();
-  m.unet = std::make_unique<model::UNet3D>(
-      m.config, model::Weights::random(model::unet_parameters(m.config), rt, job.dtype(), 7,
-                                       {grid.tensor_index(), grid.tensor_size()}));
+  m.unet = std::make_unique<model::UNet3D>(m.config,
+                                           model::Weights::random(model::unet_parameters(m.config), rt, job.dtype(), 7,
+                                                                  {grid.tensor_index(), grid.tensor_size()}));
   if (job.tensor_comm()) {
     m.tensor_group = std::make_unique<infinity::CommTensorGroup>(*job.tensor_comm());
     m.unet->set_tensor_group(m.tensor_group.get());
@@ -265,6 +271,18 @@ RankFigures measure(const StepOptions& o, job::Job& job, StepModel& m) {
   return mine;
 }
 
+// --profile: --calls more calls, every op timed; this rank's report.
+ProfileReport profile_step(const StepOptions& o, job::Job& job, StepModel& m) {
+  Runtime& rt = job.runtime();
+  job.world().barrier(job.host());
+  const Profiling profiling(rt.ctx());
+  for (int i = 0; i < o.calls; ++i) {
+    m.unet->forward(rt.ctx(), m.sample, i % 2 ? 500 : 900, 24.0, m.text, m.out, *m.tc);
+    rt.synchronize();
+  }
+  return profiling.report();
+}
+
 // The run's settings in the JSON and the table's heading.
 void describe_run(const StepOptions& o, job::Job& job, const StepModel& m, nlohmann::ordered_json& j) {
   const Device& device = job.device();
@@ -297,23 +315,26 @@ void describe_run(const StepOptions& o, job::Job& job, const StepModel& m, nlohm
                                  {"attention", flop_kinds.attention}};
   std::cout << "vinf_bench_step: " << o.preset << ", " << job.size() << " rank(s) x " << o.frames_per_rank
             << " frames at " << o.height << "x" << o.width << ", batch " << o.batch << ", " << device.name() << " "
-            << dtype_name(dtype) << ", --parallel.tensor " << o.tensor << ", --vi.mode " << infinity::mode_name(o.vcfg.mode) << " --vi.halo " << infinity::halo_name(o.vcfg.halo)
-            << " --vi.exchange " << infinity::exchange_name(o.vcfg.exchange) << "; means over " << o.calls << " call(s) after " << o.warmup
-            << " warm-up\n";
+            << dtype_name(dtype) << ", --parallel.tensor " << o.tensor << ", --vi.mode "
+            << infinity::mode_name(o.vcfg.mode) << " --vi.halo " << infinity::halo_name(o.vcfg.halo)
+            << " --vi.exchange " << infinity::exchange_name(o.vcfg.exchange) << "; means over " << o.calls
+            << " call(s) after " << o.warmup << " warm-up\n";
 }
 
 // The figures over all ranks that the targets judge: the slowest rank's times, the least rates.
 struct StepSummary {
-  double worst_call = 0, worst_comm = 0, worst_raw = 0, worst_compute = 0, bytes_sum = 0, peak_max = 0, weights_max = 0, split_weights_max = 0;
+  double worst_call = 0, worst_comm = 0, worst_raw = 0, worst_compute = 0, bytes_sum = 0, peak_max = 0, weights_max = 0,
+         split_weights_max = 0;
   double gemm_min = 1e300, rate_min = 1e300;
 };
 
 // One table row and JSON entry per rank; returns their summary.
 StepSummary report_ranks(const std::vector<RankFigures>& all, nlohmann::ordered_json& j) {
   std::cout << std::left << std::setw(6) << "rank" << std::right << std::setw(10) << "call s" << std::setw(11)
-            << "compute s" << std::setw(12) << "exposed s" << std::setw(12) << "MB/call" << std::setw(11)
-            << "peak MiB" << std::setw(10) << "GFLOP" << std::setw(10) << "GFLOP/s" << std::setw(10) << "raw s"
-            << std::setw(11) << "GEMM GF/s" << "\n";
+            << "compute s" << std::setw(12) << "exposed s" << std::setw(12) << "MB/call" << std::setw(11) << "peak MiB"
+            << std::setw(10) << "GFLOP" << std::setw(10) << "GFLOP/s" << std::setw(10) << "raw s" << std::setw(11)
+            << "GEMM GF/s"
+            << "\n";
   StepSummary sum;
   for (std::size_t r = 0; r < all.size(); ++r) {
     const RankFigures& f = all[r];
@@ -338,19 +359,20 @@ StepSummary report_ranks(const std::vector<RankFigures>& all, nlohmann::ordered_
     sum.gemm_min = std::min(sum.gemm_min, gemm);
     sum.rate_min = std::min(sum.rate_min, flops / call);
     sum.bytes_sum += bytes;
-    j["ranks"].push_back({{"rank", r},
-                          {"call_s", call},
-                          {"compute_s", call - comm_s},
-                          {"exposed_comm_s", comm_s},
-                          {"bytes_received_per_call", kinds.is_null() ? nlohmann::ordered_json::object() : kinds},
-                          {"comm_seconds_per_call", kind_seconds.is_null() ? nlohmann::ordered_json::object() : kind_seconds},
-                          {"peak_memory_bytes", peak},
-                          {"weight_bytes", f.weight_bytes},
-                          {"split_weight_bytes", f.split_weight_bytes},
-                          {"flops_per_call", flops},
-                          {"flops_per_s", flops / call},
-                          {"raw_comm_s", raw},
-                          {"gemm_flops_per_s", gemm}});
+    j["ranks"].push_back(
+        {{"rank", r},
+         {"call_s", call},
+         {"compute_s", call - comm_s},
+         {"exposed_comm_s", comm_s},
+         {"bytes_received_per_call", kinds.is_null() ? nlohmann::ordered_json::object() : kinds},
+         {"comm_seconds_per_call", kind_seconds.is_null() ? nlohmann::ordered_json::object() : kind_seconds},
+         {"peak_memory_bytes", peak},
+         {"weight_bytes", f.weight_bytes},
+         {"split_weight_bytes", f.split_weight_bytes},
+         {"flops_per_call", flops},
+         {"flops_per_s", flops / call},
+         {"raw_comm_s", raw},
+         {"gemm_flops_per_s", gemm}});
     std::cout << std::left << std::setw(6) << r << std::right << std::fixed << std::setprecision(3) << std::setw(10)
               << call << std::setw(11) << call - comm_s << std::setw(12) << comm_s << std::setprecision(2)
               << std::setw(12) << bytes / 1e6 << std::setprecision(1) << std::setw(11) << peak / 1048576.0
@@ -394,8 +416,9 @@ std::vector<Target> step_targets(const StepOptions& o, job::Job& job, const Step
     std::string gpu;
     const double peak = bench::gpu_peak_tflops(&gpu) * 1e12;
     if (peak > 0)
-      targets.push_back({"mfu", "UNet FLOP/s of the slowest rank against " + gpu + "'s dense 16-bit peak (" +
-                                    std::to_string(static_cast<int>(peak / 1e12)) + " TFLOP/s)",
+      targets.push_back({"mfu",
+                         "UNet FLOP/s of the slowest rank against " + gpu + "'s dense 16-bit peak (" +
+                             std::to_string(static_cast<int>(peak / 1e12)) + " TFLOP/s)",
                          100 * sum.rate_min / peak, 50, false, "%", ""});
   }
   targets.push_back({"gemm_efficiency",
@@ -449,6 +472,8 @@ int run(int argc, char** argv) {
   StepModel m = make_step_model(o, *job);
   const RankFigures mine = measure(o, *job, m);
   const std::vector<RankFigures> all = job->session().gather_values_on_root(mine);
+  const std::optional<ProfileReport> profile =
+      o.profile ? std::optional<ProfileReport>(profile_step(o, *job, m)) : std::nullopt;
   if (!job->root()) return 0;
 
   nlohmann::ordered_json j;
@@ -456,6 +481,12 @@ int run(int argc, char** argv) {
   const StepSummary sum = report_ranks(all, j);
   report_summary(o, job->size(), sum, j);
   report_targets(o, step_targets(o, *job, sum), projected_seconds(o, sum), j);
+  if (profile) {
+    std::cout << "rank 0, ";
+    print_profile(std::cout, *profile);
+    j["profile"] = profile_json(*profile);
+    j["profile"]["rank"] = 0;
+  }
   bench::write_figures(o.json_path, j);
   return 0;
 }

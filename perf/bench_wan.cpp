@@ -12,14 +12,21 @@
 //         decoder works chunk by chunk: its peak memory does not grow with the frames but for the output)
 //   --vinf_suite=smoke: wan-tiny on a small input, to check that the harness runs.
 //
-//   vinf_bench_wan [--vinf_suite=bench|smoke] [--vinf_devices=cpu,cuda] [Google Benchmark flags]
+//   --vinf_profile=FILE: after each transformer benchmark, two more calls with every op timed (CUDA
+//   events on a GPU): the top 20 op kinds and modules printed at the end, every row in FILE (JSON,
+//   keyed by benchmark name).
+//
+//   vinf_bench_wan [--vinf_suite=bench|smoke] [--vinf_devices=cpu,cuda] [--vinf_profile=FILE] [Google Benchmark flags]
 #include <benchmark/benchmark.h>
 
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "bench_flags.hpp"
+#include "exec/profile_json.hpp"
 #include "model/wan_transformer.hpp"
 #include "model/wan_vae.hpp"
 #include "ops/elementwise.hpp"
@@ -31,6 +38,7 @@ using namespace vinf;
 namespace {
 
 struct Setup {
+  std::string name;  // the benchmark's
   std::string preset;  // a Wan preset, or "wan-narrow"
   Device device;
   DType dtype;
@@ -43,6 +51,9 @@ model::WanTransformerConfig config_of(const std::string& preset) {
   c.layers = 2;
   return c;
 }
+
+bool g_profile = false;
+std::map<std::string, ProfileReport> g_profiles;  // by benchmark name
 
 void wan_call(benchmark::State& state, const Setup& s) {
   Runtime rt(s.device);
@@ -63,6 +74,11 @@ void wan_call(benchmark::State& state, const Setup& s) {
     wan.forward(rt.ctx(), x, t, text, out);
     rt.synchronize();
   }
+  if (g_profile) {
+    const Profiling profiling(rt.ctx());
+    for (int i = 0; i < 2; ++i) wan.forward(rt.ctx(), x, t, text, out);
+    g_profiles[s.name] = profiling.report();
+  }
   const model::WanFlops f = model::wan_transformer_flops(c, B, s.frames, s.height, s.width, s.tokens);
   state.counters["TFLOP/call"] = f.total() / 1e12;
   state.counters["attention share"] = f.attention / f.total();
@@ -73,7 +89,8 @@ void wan_call(benchmark::State& state, const Setup& s) {
     std::string gpu;
     const double peak = bench::gpu_peak_tflops(&gpu);
     if (peak > 0)
-      state.counters["MFU"] = benchmark::Counter(f.total() / 1e12 / peak, benchmark::Counter::kIsIterationInvariantRate);
+      state.counters["MFU"] =
+          benchmark::Counter(f.total() / 1e12 / peak, benchmark::Counter::kIsIterationInvariantRate);
     state.SetLabel(gpu);
   }
 }
@@ -91,7 +108,8 @@ void wan_vae_decode(benchmark::State& state, const VaeSetup& s) {
                           model::WanVae::decoder);
   const std::int64_t r = c.spatial_ratio();
   OwnedTensor z = rt.arena().empty(DType::f32, {1, c.z_dim, s.frames, s.height, s.width});
-  OwnedTensor y = rt.arena().empty(DType::f32, {1, c.out_channels, c.video_frames(s.frames), s.height * r, s.width * r});
+  OwnedTensor y =
+      rt.arena().empty(DType::f32, {1, c.out_channels, c.video_frames(s.frames), s.height * r, s.width * r});
   ops::normal(rt.ctx(), z, 4, 0, 0);
   vae.decode(rt.ctx(), z, y, s.tile);  // warm-up: plans, arena blocks
   rt.synchronize();
@@ -112,20 +130,22 @@ void wan_vae_decode(benchmark::State& state, const VaeSetup& s) {
 int main(int argc, char** argv) {
   const std::string suite = bench::take_flag(argc, argv, "vinf_suite", "bench");
   const std::string devices = bench::take_flag(argc, argv, "vinf_devices", "cpu,cuda");
+  const std::string profile_path = bench::take_flag(argc, argv, "vinf_profile", "");
+  g_profile = !profile_path.empty();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   static std::vector<Setup> setups;
   const bool cpu = devices.find("cpu") != std::string::npos;
   const bool gpu = devices.find("cuda") != std::string::npos && cuda_device_count() > 0;
   if (suite == "smoke") {
-    if (cpu) setups.push_back({"wan-tiny", Device::cpu(), DType::f32, 2, 8, 8, 12});
-    if (gpu) setups.push_back({"wan-tiny", Device::cuda(0), DType::bf16, 2, 8, 8, 12});
+    if (cpu) setups.push_back({"", "wan-tiny", Device::cpu(), DType::f32, 2, 8, 8, 12});
+    if (gpu) setups.push_back({"", "wan-tiny", Device::cuda(0), DType::bf16, 2, 8, 8, 12});
   } else {
     if (cpu) {
-      setups.push_back({"wan-tiny", Device::cpu(), DType::f32, 5, 32, 32, 24});
-      setups.push_back({"wan-narrow", Device::cpu(), DType::f32, 3, 30, 52, 64});
+      setups.push_back({"", "wan-tiny", Device::cpu(), DType::f32, 5, 32, 32, 24});
+      setups.push_back({"", "wan-narrow", Device::cpu(), DType::f32, 3, 30, 52, 64});
     }
-    if (gpu) setups.push_back({"wan-1.3b", Device::cuda(0), DType::bf16, 21, 60, 104, 512});
+    if (gpu) setups.push_back({"", "wan-1.3b", Device::cuda(0), DType::bf16, 21, 60, 104, 512});
   }
   static std::vector<VaeSetup> vaes;
   if (suite == "smoke") {
@@ -138,11 +158,12 @@ int main(int argc, char** argv) {
   }
   if (devices.find("cuda") != std::string::npos && !gpu)
     std::cout << "cuda: skipped (" << (built_with_cuda() ? "no GPU visible" : "built without CUDA") << ")\n";
-  for (const Setup& s : setups) {
+  for (Setup& s : setups) {
     const std::string name = "wan_call/" + s.preset + " [" + (s.device.is_cpu() ? "cpu" : "cuda") + " " +
                              dtype_name(s.dtype) + "] B2 F" + std::to_string(s.frames) + " " +
                              std::to_string(s.height) + "x" + std::to_string(s.width) + " text " +
                              std::to_string(s.tokens);
+    s.name = name;
     benchmark::RegisterBenchmark(name.c_str(), [&s](benchmark::State& st) { wan_call(st, s); })
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime()
@@ -159,5 +180,20 @@ int main(int argc, char** argv) {
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (g_profile) {
+    nlohmann::ordered_json j;
+    for (const auto& [name, report] : g_profiles) {
+      std::cout << name << ": ";
+      print_profile(std::cout, report);
+      j[name] = profile_json(report);
+    }
+    std::ofstream f(profile_path);
+    f << j.dump(2) << "\n";
+    if (!f.good()) {
+      std::cerr << "vinf_bench_wan: error: cannot write " << profile_path << "\n";
+      return 1;
+    }
+    std::cout << "wrote " << profile_path << "\n";
+  }
   return 0;
 }

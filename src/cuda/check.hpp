@@ -9,6 +9,7 @@
 #include <nccl.h>
 
 #include "core/error.hpp"
+#include "exec/profile.hpp"
 
 namespace vinf::cuda {
 
@@ -16,14 +17,21 @@ const char* cublas_status_text(cublasStatus_t s);
 
 }  // namespace vinf::cuda
 
-#define VINF_CHECK_CUDA(stmt) \
-  VINF_CHECK_STATUS("CUDA", stmt, #stmt, status_ == cudaSuccess, ::vinf::detail::concat(cudaGetErrorName(status_), ": ", cudaGetErrorString(status_)))
+#define VINF_CHECK_CUDA(stmt)                                    \
+  VINF_CHECK_STATUS("CUDA", stmt, #stmt, status_ == cudaSuccess, \
+                    ::vinf::detail::concat(cudaGetErrorName(status_), ": ", cudaGetErrorString(status_)))
 #define VINF_CHECK_CUBLAS(stmt) \
   VINF_CHECK_STATUS("cuBLAS", stmt, #stmt, status_ == CUBLAS_STATUS_SUCCESS, ::vinf::cuda::cublas_status_text(status_))
 #define VINF_CHECK_CUDNN(stmt) \
   VINF_CHECK_STATUS("cuDNN", stmt, #stmt, status_ == CUDNN_STATUS_SUCCESS, cudnnGetErrorString(status_))
-#define VINF_CHECK_NCCL(stmt) \
-  VINF_CHECK_STATUS("NCCL", stmt, #stmt, status_ == ncclSuccess, ::vinf::detail::concat(ncclGetErrorString(status_), " (", ncclGetLastError(nullptr), ")"))
+#define VINF_CHECK_NCCL(stmt)                                    \
+  VINF_CHECK_STATUS("NCCL", stmt, #stmt, status_ == ncclSuccess, \
+                    ::vinf::detail::concat(ncclGetErrorString(status_), " (", ncclGetLastError(nullptr), ")"))
 
-// After a kernel launch: launch-configuration errors surface here, not at the next sync.
-#define VINF_CHECK_LAUNCH() VINF_CHECK_CUDA(cudaGetLastError())
+// After a kernel launch: launch-configuration errors surface here, not at the next sync; the
+// launch is counted for --profile (exec/profile.hpp).
+#define VINF_CHECK_LAUNCH()              \
+  do {                                   \
+    ::vinf::count_launch();              \
+    VINF_CHECK_CUDA(cudaGetLastError()); \
+  } while (0)

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "core/arena.hpp"
+#include "exec/profile.hpp"
 #include "cuda/owned.hpp"
 #include "exec/staging_ring.hpp"
 
@@ -27,7 +28,10 @@ struct ConvAlgo {
 struct EventFence {
   std::shared_ptr<CUevent_st> event;
   bool done() const { return cudaEventQuery(event.get()) != cudaErrorNotReady; }  // an error surfaces later
-  void wait() const { (void)cudaEventSynchronize(event.get()); }
+  void wait() const {
+    count_host_sync();
+    (void)cudaEventSynchronize(event.get());
+  }
 };
 
 class CudaContext {
@@ -83,6 +87,9 @@ double memory_capacity_bytes(int device);
 // The device memory's peak bandwidth in bytes per second (memory clock x 2 x bus width), as the
 // vendor's datasheets give it; 0 when it cannot be read.
 double memory_bandwidth_bytes(int device);
+
+// --profile's marks on the context's stream (exec/profile.hpp): CUDA events, read after the call.
+std::unique_ptr<ProfileTimer> make_event_timer(CudaContext& cc);
 
 // Usable devices; 0 when there is no driver or no visible device (the error is cleared).
 int device_count();

@@ -40,7 +40,8 @@ struct Descriptors {
 void set_tensor(cudnnTensorDescriptor_t d, const Tensor& t) {
   int dims[4], strides[4];
   for (int i = 0; i < 4; ++i) {
-    VINF_CHECK(t.size(i) <= 0x7fffffff && t.stride(i) <= 0x7fffffff, "conv2d: ", t.describe(), " is too large for cuDNN");
+    VINF_CHECK(t.size(i) <= 0x7fffffff && t.stride(i) <= 0x7fffffff, "conv2d: ", t.describe(),
+               " is too large for cuDNN");
     dims[i] = static_cast<int>(t.size(i));
     strides[i] = static_cast<int>(t.stride(i));
   }
@@ -56,9 +57,9 @@ bool run_cudnn(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor&
   Descriptors d;
   set_tensor(d.x.get(), x);
   set_tensor(d.y.get(), y);
-  VINF_CHECK_CUDNN(cudnnSetFilter4dDescriptor(d.w.get(), cudnn_dtype(w.dtype), CUDNN_TENSOR_NCHW, static_cast<int>(w.size(0)),
-                                              static_cast<int>(w.size(1)), static_cast<int>(w.size(2)),
-                                              static_cast<int>(w.size(3))));
+  VINF_CHECK_CUDNN(cudnnSetFilter4dDescriptor(d.w.get(), cudnn_dtype(w.dtype), CUDNN_TENSOR_NCHW,
+                                              static_cast<int>(w.size(0)), static_cast<int>(w.size(1)),
+                                              static_cast<int>(w.size(2)), static_cast<int>(w.size(3))));
   VINF_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(d.conv.get(), p.padding, p.padding, p.stride, p.stride, 1, 1,
                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   // f32 stays true f32 (FMA kernels, no TF32) unless allow_tf32(), so by default results compare
@@ -66,8 +67,8 @@ bool run_cudnn(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor&
   // to TF32 on the tensor cores (Ampere and later); not the ..._ALLOW_CONVERSION mode, which may
   // also convert f32 tensors to f16 and overflow where f32 does not.
   const bool tf32 = x.dtype == DType::f32 && allow_tf32();
-  VINF_CHECK_CUDNN(cudnnSetConvolutionMathType(
-      d.conv.get(), x.dtype == DType::f32 && !tf32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  VINF_CHECK_CUDNN(cudnnSetConvolutionMathType(d.conv.get(),
+                                               x.dtype == DType::f32 && !tf32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
   // The math mode is part of the key: an algorithm chosen for one may not exist for the other.
   const std::string key = x.describe() + "|" + w.describe() + "|" + y.describe() + "|" + std::to_string(p.stride) +
                           "," + std::to_string(p.padding) + (tf32 ? "|tf32" : "");
@@ -91,8 +92,9 @@ bool run_cudnn(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor&
   Allocation ws;
   if (it->second.workspace > 0) ws = ctx.arena->allocate(it->second.workspace);
   const float alpha = 1.f;
-  VINF_CHECK_CUDNN(cudnnConvolutionForward(cc.cudnn(), &alpha, d.x.get(), x.data, d.w.get(), w.data, d.conv.get(), it->second.algo,
-                                           ws.data(), it->second.workspace, &beta, d.y.get(), y.data));
+  count_library_call();
+  VINF_CHECK_CUDNN(cudnnConvolutionForward(cc.cudnn(), &alpha, d.x.get(), x.data, d.w.get(), w.data, d.conv.get(),
+                                           it->second.algo, ws.data(), it->second.workspace, &beta, d.y.get(), y.data));
   return true;
 }
 
@@ -169,8 +171,10 @@ void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Ten
     hy = ctx.arena->empty(y.dtype, y.shape);
     ys = hy;
   }
-  if (bias) cuda::copy(ctx, bias->unsqueeze(1).unsqueeze(0).unsqueeze(3).expand(ys.shape), ys);
-  else cuda::fill(ctx, ys, 0.0);
+  if (bias)
+    cuda::copy(ctx, bias->unsqueeze(1).unsqueeze(0).unsqueeze(3).expand(ys.shape), ys);
+  else
+    cuda::fill(ctx, ys, 0.0);
   const std::size_t es = dtype_size(x.dtype);
   for (std::int64_t n = 0; n < N; ++n)
     for (std::int64_t k = 0; k < KT; ++k) {

@@ -17,7 +17,8 @@ __global__ void copy_same_kernel(const T* src, Strided ss, T* dst, Strided ds, s
     dst[ds.offset(i)] = src[ss.offset(i)];
 }
 
-__global__ void copy_cast_kernel(const void* src, DType st, Strided ss, void* dst, DType dt, Strided ds, std::int64_t n) {
+__global__ void copy_cast_kernel(const void* src, DType st, Strided ss, void* dst, DType dt, Strided ds,
+                                 std::int64_t n) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
     store_d(dst, dt, ds.offset(i), load_d(src, st, ss.offset(i)));
@@ -111,13 +112,13 @@ void launch_pointwise(ExecContext& ctx, Pointwise op, float alpha, float beta, c
   exec::Index32<3> ix;
   if (joint_index32<3>(ctx, {&a, &b, &out}, ix)) {
     pointwise_kernel32<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(op, alpha, beta, a.data, a.dtype, b.data, b.dtype,
-                                                                      out.data, out.dtype, ix);
+                                                                     out.data, out.dtype, ix);
     VINF_CHECK_LAUNCH();
     return;
   }
   const auto s = joint_strided<3>({&a, &b, &out});
-  pointwise_kernel<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(op, alpha, beta, a.data, a.dtype, s[0], b.data, b.dtype,
-                                                                  s[1], out.data, out.dtype, s[2], n);
+  pointwise_kernel<<<grid_for(n), kThreads, 0, stream_of(ctx)>>>(op, alpha, beta, a.data, a.dtype, s[0], b.data,
+                                                                 b.dtype, s[1], out.data, out.dtype, s[2], n);
   VINF_CHECK_LAUNCH();
 }
 
@@ -172,7 +173,8 @@ void copy_on_device(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
 void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
   const bool src_dev = src.device.is_cuda(), dst_dev = dst.device.is_cuda();
   VINF_CHECK(!src_dev || src.device == ctx.device, "copy: source ", src.describe(), " is not on ", ctx.device.name());
-  VINF_CHECK(!dst_dev || dst.device == ctx.device, "copy: destination ", dst.describe(), " is not on ", ctx.device.name());
+  VINF_CHECK(!dst_dev || dst.device == ctx.device, "copy: destination ", dst.describe(), " is not on ",
+             ctx.device.name());
   if (src_dev && dst_dev) {
     copy_on_device(ctx, src, dst);
     return;
@@ -222,6 +224,8 @@ void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
   }
   if (dst.is_contiguous()) {
     VINF_CHECK_CUDA(cudaMemcpyAsync(dst.data, compact.data, dst.nbytes(), cudaMemcpyDeviceToHost, stream_of(ctx)));
+    count_host_sync();
+    count_host_sync();
     VINF_CHECK_CUDA(cudaStreamSynchronize(stream_of(ctx)));
     return;
   }

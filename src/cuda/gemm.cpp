@@ -31,11 +31,12 @@ void gemm_rowmajor(ExecContext& ctx, DType dtype, DType c_dtype, std::int64_t M,
   constexpr std::int64_t kMax = 0x7fffffff;
   VINF_CHECK(M <= kMax && N <= kMax && K <= kMax && a.ld <= kMax && b.ld <= kMax && ldc <= kMax && batch <= kMax,
              "GEMM dimensions exceed cuBLAS's 32-bit interface (M=", M, ", N=", N, ", K=", K, ")");
-  VINF_CHECK(c_dtype == dtype || c_dtype == DType::f32, "GEMM: ", dtype_name(dtype), " inputs give ",
-             dtype_name(dtype), " or f32, not ", dtype_name(c_dtype));
+  VINF_CHECK(c_dtype == dtype || c_dtype == DType::f32, "GEMM: ", dtype_name(dtype), " inputs give ", dtype_name(dtype),
+             " or f32, not ", dtype_name(c_dtype));
   const cudaDataType_t t = cuda_dtype(dtype), tc = cuda_dtype(c_dtype);
   const cublasComputeType_t compute =
       dtype == DType::f32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  count_library_call();
   VINF_CHECK_CUBLAS(cublasGemmStridedBatchedEx(
       ctx.cuda->cublas(), b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
       static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, b.data, t, static_cast<int>(b.ld),
@@ -79,7 +80,8 @@ bool linear_bias_epilogue(ExecContext& ctx, DType dtype, std::int64_t M, std::in
       dtype == DType::f32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   Owned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> desc;
   VINF_CHECK_CUBLAS(cublasLtMatmulDescCreate(desc.put(), compute, CUDA_R_32F));
-  const cublasOperation_t op_w = b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, op_x = a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_w = b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          op_x = a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, op_w);
   set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, op_x);
   set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
@@ -94,6 +96,7 @@ bool linear_bias_epilogue(ExecContext& ctx, DType dtype, std::int64_t M, std::in
                                                op_x == CUBLAS_OP_N ? u(M) : u(K), a.ld));
   VINF_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(ly.put(), t, u(N), u(M), std::max<std::int64_t>(ldc, 1)));
   const float alpha = 1.f, beta = 0.f;
+  count_library_call();
   const cublasStatus_t s = cublasLtMatmul(ctx.cuda->cublas_lt(), desc.get(), &alpha, b.data, lw.get(), a.data, lx.get(),
                                           &beta, out, ly.get(), out, ly.get(), nullptr, nullptr, 0, ctx.cuda->stream());
   if (s == CUBLAS_STATUS_NOT_SUPPORTED) return false;
@@ -104,7 +107,8 @@ bool linear_bias_epilogue(ExecContext& ctx, DType dtype, std::int64_t M, std::in
 void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
   const DType d = (*ts.begin())->dtype;
   for (const Tensor* t : ts)
-    VINF_CHECK(t->dtype == d, op, ": CUDA needs one dtype for all operands, got ", dtype_name(d), " and ", t->describe());
+    VINF_CHECK(t->dtype == d, op, ": CUDA needs one dtype for all operands, got ", dtype_name(d), " and ",
+               t->describe());
 }
 
 }  // namespace

@@ -76,6 +76,7 @@ double sum_squares(ExecContext& ctx, const Tensor& x) {
   VINF_CHECK_LAUNCH();
   double host = 0;
   VINF_CHECK_CUDA(cudaMemcpyAsync(&host, p + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
+  count_host_sync();
   VINF_CHECK_CUDA(cudaStreamSynchronize(stream));
   return host;
 }

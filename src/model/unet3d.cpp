@@ -74,6 +74,7 @@ class Forward {
   // row per sample [B, 4 C0], or with one timestep per frame one row per frame [B*F, 4 C0]
   // (row b*F + f; `timesteps` holds F values, the same for every sample).
   void embeddings(std::span<const std::int64_t> timesteps, double fps) {
+    const ProfileModule module(ctx_, "time_embedding");
     const std::int64_t c0 = c_.block_out_channels.front(), e = c_.time_embed_dim();
     per_frame_ = timesteps.size() > 1;
     const std::int64_t rows = per_frame_ ? b_ * f_ : b_;
@@ -93,6 +94,7 @@ class Forward {
   // `for_conv`: the output feeds (through a norm) another convolution, or a sum that turns it
   // (empty_for_conv).
   Act conv2d(const Tensor& x, const std::string& p, int stride, int pad, bool for_conv = false) const {
+    const ProfileModule module(ctx_, p);
     const Tensor& wt = w(p + ".weight");
     ops::Conv2dParams cp{stride, pad};
     std::int64_t ho = 0, wo = 0;
@@ -109,6 +111,7 @@ class Forward {
   // 32x32 (x is the up blocks' concatenation, in the usual layout).
   Act conv_shortcut(const Tensor& x, const std::string& p) const {
     if (!ctx_.device.is_cpu() || ctx_.cpu_impl != CpuImpl::fast) return conv2d(x, p, 1, 0);
+    const ProfileModule module(ctx_, p);
     const Tensor& wt = w(p + ".weight");
     const std::int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3), co = wt.size(0);
     Act y = empty({n, co, x.size(2), x.size(3)});
@@ -121,6 +124,7 @@ class Forward {
   // `for_conv`: its output feeds a convolution or a product over the pixels (empty_for_conv).
   Act group_norm_frames(const Tensor& x, const std::string& p, float eps, ops::Activation act,
                         bool for_conv = false) const {
+    const ProfileModule module(ctx_, p);
     Act y = for_conv ? empty_for_conv(x.shape) : empty(x.shape);
     const Shape s4{x.size(0), x.size(1), 1, x.size(2) * x.size(3)};
     ops::group_norm(ctx_, x.reshape(s4), w(p + ".weight"), w(p + ".bias"), y->reshape(s4),
@@ -129,6 +133,7 @@ class Forward {
   }
 
   Act resnet(const Tensor& x, const std::string& p, float output_scale) const {
+    const ProfileModule module(ctx_, p);
     Act h;
     {
       Act a = group_norm_frames(x, p + ".norm1", c_.norm_eps, ops::Activation::silu, true);
@@ -159,6 +164,7 @@ class Forward {
   // TemporalConvLayer: 4 x [temporal GroupNorm -> SiLU -> Conv3d (3,1,1)] + residual, with the
   // context's halo frames (if any) around the clip and cropped after the last conv.
   Act temporal_conv(const Act& x, const std::string& p) const {
+    const ProfileModule module(ctx_, p);
     observe(p + ".in", *x);
     const Halo halo = tc_.conv_halo();
     const std::int64_t ch = x->size(1), hh = x->size(2), ww = x->size(3);
@@ -173,6 +179,7 @@ class Forward {
     for (int s = 1; s <= 4; ++s) {
       const std::string stage = p + ".conv" + std::to_string(s);
       const std::string conv = stage + (s == 1 ? ".2" : ".3");
+      const ProfileModule stage_module(ctx_, stage);
       Act a = empty_for_conv(cur->shape);
       tc_.group_norm(ctx_, clip(*cur), w(stage + ".0.weight"), w(stage + ".0.bias"), clip(*a),
                      {c_.norm_num_groups, 1e-5f, ops::Activation::silu}, halo, stage);
@@ -226,6 +233,7 @@ class Forward {
   // GEGLU feed-forward with residual, in row chunks that bound the 8 x inner projection (its
   // shard's columns under tensor parallelism).
   void feed_forward(const Tensor& x, const std::string& p) const {
+    const ProfileModule module(ctx_, p, ".ff");
     const std::int64_t m = x.size(0), inner = x.size(1), ff = w(p + ".ff.net.2.weight").size(1);
     const std::int64_t rows = std::max<std::int64_t>(1, std::min(m, kFeedForwardChunkElements / (2 * ff)));
     // The normalised rows and the gated activations only feed products: stored in the weights'
@@ -252,6 +260,7 @@ class Forward {
   // Transformer2DModel: per-frame GroupNorm, linear proj_in, self-attention over the frame's
   // pixels, cross-attention to the text of the frame's batch element, GEGLU, proj_out, residual.
   Act spatial_transformer(const Tensor& x, const std::string& p, const Tensor& text) const {
+    const ProfileModule module(ctx_, p);
     const std::int64_t n = x.size(0), ch = x.size(1), s = x.size(2) * x.size(3);
     const int heads = local_heads(transformer_heads(c_, static_cast<int>(ch)));
     const std::string blk = p + ".transformer_blocks.0";
@@ -263,6 +272,7 @@ class Forward {
                   &w(p + ".proj_in.bias"), hs->reshape({n, s, ch}));
     }
     {
+      const ProfileModule attn(ctx_, blk, ".attn1");
       const AttentionWeights a = attention_weights(blk + ".attn1", heads);
       Act nrm = layer_norm(*hs, blk + ".norm1", &a.to_q);
       Act out = empty({n, s, inner});
@@ -270,6 +280,7 @@ class Forward {
       add_projected(*hs, out->reshape({n * s, inner}), a);
     }
     {
+      const ProfileModule attn(ctx_, blk, ".attn2");
       const AttentionWeights a = attention_weights(blk + ".attn2", heads);
       Act nrm = layer_norm(*hs, blk + ".norm2", &a.to_q);
       Act q = empty({n, s, inner}), out = empty({n, s, inner});
@@ -304,6 +315,7 @@ class Forward {
   // self-attentions through the temporal context, GEGLU, residual. `all_heads` of the model; the
   // shard's under tensor parallelism.
   Act temporal_transformer(const Act& x, const std::string& p, int all_heads) const {
+    const ProfileModule module(ctx_, p);
     const int heads = local_heads(all_heads);
     observe(p + ".in", *x);
     const std::int64_t ch = x->size(1), s = x->size(2) * x->size(3), rows = b_ * s;
@@ -318,6 +330,7 @@ class Forward {
     }
     const std::string blk = p + ".transformer_blocks.0";
     for (const char* attn : {".attn1", ".attn2"}) {
+      const ProfileModule attn_module(ctx_, blk, attn);
       const AttentionWeights a = attention_weights(blk + attn, heads);
       Act nrm = layer_norm(*hs, blk + (attn[5] == '1' ? ".norm1" : ".norm2"));
       const std::int64_t shard_inner = a.to_q.size(0);
@@ -332,8 +345,7 @@ class Forward {
     Act out = empty(x->shape);
     const Tensor o = out->reshape({b_, f_, ch, s});
     ops::add(ctx_, x->reshape({b_, f_, ch, s}), w(p + ".proj_out.bias").reshape({1, 1, ch, 1}).expand(o.shape), o);
-    ops::linear_add(ctx_, hs->reshape({b_, s, f_, inner}), w(p + ".proj_out.weight"), nullptr,
-                    o.permute({0, 3, 1, 2}));
+    ops::linear_add(ctx_, hs->reshape({b_, s, f_, inner}), w(p + ".proj_out.weight"), nullptr, o.permute({0, 3, 1, 2}));
     observe(p + ".out", *out);
     return out;
   }
@@ -402,8 +414,8 @@ void UNet3D::forward(ExecContext& ctx, const Tensor& sample, std::int64_t timest
 void UNet3D::forward(ExecContext& ctx, const Tensor& sample, std::span<const std::int64_t> timesteps, double fps,
                      const Tensor& text, const Tensor& out, TemporalContext& temporal, const Observer& observe) const {
   const UNetConfig& c = config_;
-  VINF_INPUT_CHECK(sample.rank() == 5 && sample.size(1) == c.in_channels, "the UNet takes a sample (B, ",
-                   c.in_channels, ", F, H, W); got ", sample.shape.str());
+  VINF_INPUT_CHECK(sample.rank() == 5 && sample.size(1) == c.in_channels, "the UNet takes a sample (B, ", c.in_channels,
+                   ", F, H, W); got ", sample.shape.str());
   const std::int64_t b = sample.size(0), f = sample.size(2), h = sample.size(3), wd = sample.size(4);
   VINF_INPUT_CHECK(b > 0 && f > 0 && h > 0 && wd > 0, "the sample ", sample.shape.str(), " is empty");
   VINF_INPUT_CHECK(text.rank() == 3 && text.size(0) == b && text.size(2) == c.cross_attention_dim && text.size(1) > 0,
@@ -421,6 +433,7 @@ void UNet3D::forward(ExecContext& ctx, const Tensor& sample, std::span<const std
   bool same = true;
   for (std::int64_t t : timesteps) same = same && t == timesteps[0];
   if (same) timesteps = timesteps.first(1);
+  const ProfileCall profile_call(ctx);
   temporal.begin_call(timesteps[0]);
   Forward fw(c, weights_, ctx, temporal, tensor_group_, observe, b, f);
   fw.embeddings(timesteps, fps);
@@ -438,6 +451,7 @@ void UNet3D::forward(ExecContext& ctx, const Tensor& sample, std::span<const std
 
   std::vector<Act> skips{x};
   for (const BlockLayout& blk : layout_.down) {
+    const ProfileModule block(ctx, blk.prefix);
     for (std::size_t j = 0; j < blk.resnet_in.size(); ++j) {
       x = fw.layer(x, blk.prefix, static_cast<int>(j), blk.cross, *txt);
       skips.push_back(x);
@@ -449,8 +463,9 @@ void UNet3D::forward(ExecContext& ctx, const Tensor& sample, std::span<const std
     fw.observe(blk.prefix, *x);
   }
 
-  x = fw.layer(x, "mid_block", 0, true, *txt, c.mid_block_scale_factor);
   {
+    const ProfileModule block(ctx, "mid_block");
+    x = fw.layer(x, "mid_block", 0, true, *txt, c.mid_block_scale_factor);
     const std::string k = "mid_block.resnets.1";
     x = fw.resnet(*x, k, c.mid_block_scale_factor);
     fw.observe(k, *x);
@@ -459,6 +474,7 @@ void UNet3D::forward(ExecContext& ctx, const Tensor& sample, std::span<const std
   fw.observe("mid_block", *x);
 
   for (const BlockLayout& blk : layout_.up) {
+    const ProfileModule block(ctx, blk.prefix);
     for (std::size_t j = 0; j < blk.resnet_in.size(); ++j) {
       Act skip = skips.back();
       skips.pop_back();

@@ -361,19 +361,27 @@ void wan_run_block(Pass& ps, std::int64_t blk, const WanBlockInputs& in) {
   const WanTransformerConfig& c = ps.c;
   const std::int64_t B = ps.B, G = ps.G, D = ps.D;
   const std::string k = "blocks." + std::to_string(blk) + ".";
+  const ProfileModule block(ctx, k, "modulation");
   ops::add(ctx, in.tproj.reshape({B, G, 6, D}), ps.p(k + "scale_shift_table").unsqueeze(0).expand({B, G, 6, D}),
            in.mod);
   auto row = [&](int i) { return in.mod.select(2, i); };
-  ps.modulated_norm(in.h, row(1), row(0), in.n);
-  ps.attention(k + "attn1", in.n, in.n, &in.cos, &in.sin, in.y);
-  ps.gated_residual(in.h, in.y, row(2));
-  if (c.cross_attn_norm)
-    ops::layer_norm(ctx, in.h, ps.p(k + "norm2.weight"), ps.p(k + "norm2.bias"), in.n, c.eps);
-  else
-    ops::copy(ctx, in.h, in.n);
-  ps.attention(k + "attn2", in.n, in.enc, nullptr, nullptr, in.y, in.image);
-  if (blk == 0) ps.show(k + "attn2.out", in.y);
-  ops::add(ctx, in.h, in.y, in.h);
+  {
+    const ProfileModule attn(ctx, k, "attn1");
+    ps.modulated_norm(in.h, row(1), row(0), in.n);
+    ps.attention(k + "attn1", in.n, in.n, &in.cos, &in.sin, in.y);
+    ps.gated_residual(in.h, in.y, row(2));
+  }
+  {
+    const ProfileModule attn(ctx, k, "attn2");
+    if (c.cross_attn_norm)
+      ops::layer_norm(ctx, in.h, ps.p(k + "norm2.weight"), ps.p(k + "norm2.bias"), in.n, c.eps);
+    else
+      ops::copy(ctx, in.h, in.n);
+    ps.attention(k + "attn2", in.n, in.enc, nullptr, nullptr, in.y, in.image);
+    if (blk == 0) ps.show(k + "attn2.out", in.y);
+    ops::add(ctx, in.h, in.y, in.h);
+  }
+  const ProfileModule ffn(ctx, k, "ffn");
   ps.modulated_norm(in.h, row(4), row(3), in.n);
   ps.linear(k + "ffn.net.0.proj", in.n, in.ff);
   ops::activation(ctx, ops::Activation::gelu_tanh, in.ff, in.ff);
@@ -413,6 +421,7 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
                              const Tensor* image) const {
   const WanTransformerConfig& c = config_;
   const WanGeometry g = wan_geometry(c, x, t, text, out, frames, image);
+  const ProfileCall profile_call(ctx);
   VINF_CHECK(weights_.shard().size == 1 || tensor_group_ != nullptr, "WanTransformer: the weights of a tensor shard (",
              weights_.shard().size, " ranks) need set_tensor_group before forward");
   const DType dt = weights_.dtype();
@@ -453,10 +462,19 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
   ops::copy(ctx, Tensor::wrap(const_cast<float*>(rt.cos.data() + skip), DType::f32, Device::cpu(), cos.shape), cos);
   ops::copy(ctx, Tensor::wrap(const_cast<float*>(rt.sin.data() + skip), DType::f32, Device::cpu(), sin.shape), sin);
 
-  const OwnedTensor h = wan_embed_patches(ps, x, g);
-  const Conditioning cond = condition(ps, t, text, frames.fps);
   OwnedTensor image_tokens;
-  if (image) image_tokens = embed_image(ps, *image);
+  const OwnedTensor h = [&] {
+    const ProfileModule embed(ctx, "patch_embedding");
+    return wan_embed_patches(ps, x, g);
+  }();
+  const Conditioning cond = [&] {
+    const ProfileModule embed(ctx, "condition_embedder");
+    return condition(ps, t, text, frames.fps);
+  }();
+  if (image) {
+    const ProfileModule embed(ctx, "condition_embedder.image_embedder");
+    image_tokens = embed_image(ps, *image);
+  }
   const Tensor image_view = image ? image_tokens.view() : Tensor{};
 
   const TensorShard& shard = weights_.shard();
@@ -464,6 +482,7 @@ void WanTransformer::forward(ExecContext& ctx, const Tensor& x, const Tensor& t,
   const OwnedTensor ff = ps.empty({B, L, split_units(c.ffn_dim, shard.rank, shard.size).second});  // this rank's share
   const WanBlockInputs in{h, n, y, mod, ff, cond.tproj, cond.enc, cos, sin, image ? &image_view : nullptr};
   for (std::int64_t blk = 0; blk < c.layers; ++blk) wan_run_block(ps, blk, in);
+  const ProfileModule output(ctx, "proj_out");
   wan_write_output(ps, h, n, cond.temb, g, out);
 }
 

@@ -4,6 +4,7 @@
 #include "mpi/communicator.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -67,6 +68,20 @@ class CompletedRequest final : public CommRequest {
  public:
   double wait(ExecContext&) override { return 0; }
 };
+
+// --profile's op kinds of a collective: its start ("comm all-gather") and the wait for its end
+// ("comm all-gather wait").
+std::string_view comm_profile_kind(CommOp op, bool wait) {
+  static const std::array<std::string, 2 * kCommOps> names = [] {
+    std::array<std::string, 2 * kCommOps> n;
+    for (int i = 0; i < kCommOps; ++i) {
+      n[static_cast<std::size_t>(2 * i)] = std::string("comm ") + comm_op_name(static_cast<CommOp>(i));
+      n[static_cast<std::size_t>(2 * i + 1)] = n[static_cast<std::size_t>(2 * i)] + " wait";
+    }
+    return n;
+  }();
+  return names[static_cast<std::size_t>(2 * static_cast<int>(op) + (wait ? 1 : 0))];
+}
 
 std::string call_description(CommOp op, const std::string& label, int rank, int size, const char* backend) {
   std::string what = std::string(comm_op_name(op)) + " on the " + label + " (rank " + std::to_string(rank) + " of " +
@@ -159,6 +174,7 @@ void Pending::settle() noexcept {
 
 template <class Issue>
 Pending Communicator::start(ExecContext& ctx, CommOp op, std::uint64_t bytes, Issue&& issue) {
+  const ProfileOp profile_op(ctx, comm_profile_kind(op, false));
   settle_unsettled(false);  // counts what has finished since, and raises an earlier call's failure
   check_fault_injection(world_rank_or_minus_one());
   Pending p;
@@ -187,6 +203,7 @@ void Communicator::progress(Pending& p) {
 void Communicator::finish(Pending& p) {
   if (!p.request_) return;
   VINF_CHECK(p.comm_ == this, "finish: the collective was started on another communicator");
+  const ProfileOp profile_op(*p.ctx_, comm_profile_kind(p.op_, true));
   std::unique_ptr<CommRequest> request = std::move(p.request_);
   const auto t0 = Clock::now();
   double held = -1;
@@ -221,7 +238,8 @@ void Communicator::all_gather_v(ExecContext& ctx, const Tensor& send, const Tens
 
 Pending Communicator::start_all_gather_v(ExecContext& ctx, const Tensor& send, const Tensor& recv,
                                          const std::vector<std::int64_t>& counts) {
-  VINF_CHECK(static_cast<int>(counts.size()) == size_, "all_gather_v: ", counts.size(), " counts for a group of ", size_);
+  VINF_CHECK(static_cast<int>(counts.size()) == size_, "all_gather_v: ", counts.size(), " counts for a group of ",
+             size_);
   VINF_CHECK(send.is_contiguous() && recv.is_contiguous() && send.dtype == recv.dtype,
              "all_gather_v: contiguous tensors of one dtype expected");
   std::int64_t total = 0;
@@ -311,8 +329,8 @@ Pending Communicator::start_reduce_scatter_v(ExecContext& ctx, const Tensor& sen
     VINF_CHECK(n >= 0, "reduce_scatter_v: a negative count");
     total += n;
   }
-  VINF_CHECK(send.numel() == total && recv.numel() == counts[static_cast<std::size_t>(rank_)], "reduce_scatter_v: send ",
-             send.describe(), " / recv ", recv.describe(), " do not match the counts");
+  VINF_CHECK(send.numel() == total && recv.numel() == counts[static_cast<std::size_t>(rank_)],
+             "reduce_scatter_v: send ", send.describe(), " / recv ", recv.describe(), " do not match the counts");
   check_placement(ctx, CommOp::reduce_scatter, "send", send);
   check_placement(ctx, CommOp::reduce_scatter, "recv", recv);
   const std::uint64_t received = static_cast<std::uint64_t>(size_ - 1) * recv.nbytes();
@@ -362,7 +380,8 @@ double replay_trace(Communicator& comm, ExecContext& ctx, const std::vector<Comm
     std::int64_t n = 0;
     for (std::int64_t c : r.counts) n += c;
     for (const CommRecord::Pair& p : r.pairs) n += p.send + p.recv;
-    if (r.op == CommOp::all_gather || r.op == CommOp::reduce_scatter) n += r.counts[static_cast<std::size_t>(comm.rank())];
+    if (r.op == CommOp::all_gather || r.op == CommOp::reduce_scatter)
+      n += r.counts[static_cast<std::size_t>(comm.rank())];
     most = std::max(most, n * static_cast<std::int64_t>(dtype_size(r.dtype)));
   }
   Allocation scratch = ctx.arena->allocate(static_cast<std::size_t>(most));
@@ -402,8 +421,8 @@ double replay_trace(Communicator& comm, ExecContext& ctx, const std::vector<Comm
         std::int64_t total = 0;
         for (std::int64_t c : r.counts) total += c;
         const Tensor send = view(off, r.dtype, total);
-        Pending p = comm.start_reduce_scatter_v(ctx, send, view(off, r.dtype, r.counts[static_cast<std::size_t>(comm.rank())]),
-                                                r.counts);
+        Pending p = comm.start_reduce_scatter_v(
+            ctx, send, view(off, r.dtype, r.counts[static_cast<std::size_t>(comm.rank())]), r.counts);
         comm.finish(p);
         break;
       }

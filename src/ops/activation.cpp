@@ -16,6 +16,7 @@ const char* activation_name(Activation a) {
 }
 
 void activation(ExecContext& ctx, Activation act, const Tensor& x, const Tensor& out) {
+  const ProfileOp profile_op(ctx, "activation");
   check_same_shape("activation", "x", x, "out", out);
   detail::check_operands(ctx, "activation", {&x, &out});
   if (ctx.device.is_cuda()) {
@@ -26,6 +27,7 @@ void activation(ExecContext& ctx, Activation act, const Tensor& x, const Tensor&
 }
 
 void geglu(ExecContext& ctx, const Tensor& x, const Tensor& out) {
+  const ProfileOp profile_op(ctx, "geglu");
   VINF_CHECK(x.rank() == out.rank() && x.rank() >= 1, "geglu: x ", x.describe(), " and out ", out.describe(),
              " must have the same rank");
   for (int d = 0; d + 1 < x.rank(); ++d)

@@ -12,7 +12,8 @@ void check_operand(const ExecContext& ctx, const char* arg, const Tensor& t, std
   check_rank(op, arg, t, 4);
   VINF_CHECK(t.size(0) == b && t.size(1) == h && t.size(3) == last, op, ": ", arg, " ", t.describe(), " must be [", b,
              ",", h, ",*,", last, "]");
-  VINF_CHECK(t.stride(3) == 1 || t.size(3) == 1, op, ": the last dim of ", arg, " ", t.describe(), " must be contiguous");
+  VINF_CHECK(t.stride(3) == 1 || t.size(3) == 1, op, ": the last dim of ", arg, " ", t.describe(),
+             " must be contiguous");
   check_on_device(ctx, op, arg, t);
   detail::check_compute_dtype(ctx, op, arg, t);
 }
@@ -21,6 +22,7 @@ void check_operand(const ExecContext& ctx, const char* arg, const Tensor& t, std
 
 void attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* kg, const Tensor* vg,
                const Tensor& out, const AttentionParams& p, const Tensor* lse) {
+  const ProfileOp profile_op(ctx, "attention");
   const char* op = "attention";
   check_rank(op, "q", q, 4);
   const std::int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3), Dv = v.rank() == 4 ? v.size(3) : 0;

@@ -11,7 +11,8 @@ namespace vinf::ops {
 namespace {
 
 // Every tensor is f32 on the context's device (training computes in f32).
-void check_f32(const ExecContext& ctx, const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
+void check_f32(const ExecContext& ctx, const char* op,
+               std::initializer_list<std::pair<const char*, const Tensor*>> ts) {
   for (const auto& [name, t] : ts) {
     if (!t) continue;
     check_on_device(ctx, op, name, *t);
@@ -32,6 +33,7 @@ void no_broadcast(const char* op, const char* name, const Tensor& t) {
 }  // namespace
 
 void activation_backward(ExecContext& ctx, Activation act, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  const ProfileOp profile_op(ctx, "activation_backward");
   const char* op = "activation_backward";
   check_f32(ctx, op, {{"x", &x}, {"dy", &dy}, {"dx", &dx}});
   check_same_shape(op, "x", x, "dy", dy);
@@ -45,10 +47,12 @@ void activation_backward(ExecContext& ctx, Activation act, const Tensor& x, cons
 }
 
 void geglu_backward(ExecContext& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx, bool dx_overwrite) {
+  const ProfileOp profile_op(ctx, "geglu_backward");
   const char* op = "geglu_backward";
   check_f32(ctx, op, {{"x", &x}, {"dy", &dy}, {"dx", &dx}});
   check_same_shape(op, "x", x, "dx", dx);
-  const Tensor xr = detail::as_rows(op, "x", x), dyr = detail::as_rows(op, "dy", dy), dxr = detail::as_rows(op, "dx", dx);
+  const Tensor xr = detail::as_rows(op, "x", x), dyr = detail::as_rows(op, "dy", dy),
+               dxr = detail::as_rows(op, "dx", dx);
   VINF_CHECK(xr.size(0) == dyr.size(0) && xr.size(1) == 2 * dyr.size(1), op, ": x ", x.describe(),
              " must be twice as wide as dy ", dy.describe());
   no_broadcast(op, "dx", dx);
@@ -62,12 +66,13 @@ void geglu_backward(ExecContext& ctx, const Tensor& x, const Tensor& dy, const T
 
 void linear_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor* dx,
                      const Tensor* dw, const Tensor* db, bool dx_overwrite) {
+  const ProfileOp profile_op(ctx, "linear_backward");
   const char* op = "linear_backward";
   check_f32(ctx, op, {{"x", &x}, {"w", &w}, {"dy", &dy}, {"dx", dx}, {"dw", dw}, {"db", db}});
   check_rank(op, "w", w, 2);
   const Tensor xr = detail::as_rows(op, "x", x), dyr = detail::as_rows(op, "dy", dy);
-  VINF_CHECK(xr.size(0) == dyr.size(0) && xr.size(1) == w.size(1) && dyr.size(1) == w.size(0), op, ": x ",
-             x.describe(), ", w ", w.describe(), " and dy ", dy.describe(), " do not fit y = x w^T");
+  VINF_CHECK(xr.size(0) == dyr.size(0) && xr.size(1) == w.size(1) && dyr.size(1) == w.size(0), op, ": x ", x.describe(),
+             ", w ", w.describe(), " and dy ", dy.describe(), " do not fit y = x w^T");
   check_shape(op, "dx", dx, x.shape);
   check_shape(op, "dw", dw, w.shape);
   check_shape(op, "db", db, Shape{w.size(0)});
@@ -86,6 +91,7 @@ void linear_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const T
 
 void conv2d_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, const Conv2dParams& p,
                      const Tensor* dx, const Tensor* dw, const Tensor* db) {
+  const ProfileOp profile_op(ctx, "conv2d_backward");
   const char* op = "conv2d_backward";
   check_f32(ctx, op, {{"x", &x}, {"w", &w}, {"dy", &dy}, {"dx", dx}, {"dw", dw}, {"db", db}});
   check_rank(op, "x", x, 4);
@@ -112,6 +118,7 @@ void conv2d_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const T
 
 void temporal_conv_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, int pad,
                             const Tensor* dx, const Tensor* dw, const Tensor* db) {
+  const ProfileOp profile_op(ctx, "temporal_conv_backward");
   const char* op = "temporal_conv_backward";
   check_f32(ctx, op, {{"x", &x}, {"w", &w}, {"dy", &dy}, {"dx", dx}, {"dw", dw}, {"db", db}});
   check_rank(op, "x", x, 4);
@@ -140,9 +147,11 @@ void temporal_conv_backward(ExecContext& ctx, const Tensor& x, const Tensor& w, 
 
 void group_norm_backward(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& dy,
                          const GroupNormParams& p, const Tensor* dx, const Tensor* dgamma, const Tensor* dbeta) {
+  const ProfileOp profile_op(ctx, "group_norm_backward");
   const char* op = "group_norm_backward";
-  check_f32(ctx, op, {{"x", &x}, {"gamma", &gamma}, {"beta", &beta}, {"dy", &dy}, {"dx", dx}, {"dgamma", dgamma},
-                      {"dbeta", dbeta}});
+  check_f32(
+      ctx, op,
+      {{"x", &x}, {"gamma", &gamma}, {"beta", &beta}, {"dy", &dy}, {"dx", dx}, {"dgamma", dgamma}, {"dbeta", dbeta}});
   check_same_shape(op, "x", x, "dy", dy);
   check_shape(op, "dx", dx, x.shape);
   const Tensor xv = detail::as_nc_ts(op, "x", x, &dy);
@@ -165,6 +174,7 @@ void group_norm_backward(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
 
 void layer_norm_backward(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& dy, float eps,
                          const Tensor* dx, const Tensor* dgamma, const Tensor* dbeta) {
+  const ProfileOp profile_op(ctx, "layer_norm_backward");
   const char* op = "layer_norm_backward";
   check_f32(ctx, op, {{"x", &x}, {"gamma", &gamma}, {"dy", &dy}, {"dx", dx}, {"dgamma", dgamma}, {"dbeta", dbeta}});
   check_same_shape(op, "x", x, "dy", dy);
@@ -187,12 +197,14 @@ void layer_norm_backward(ExecContext& ctx, const Tensor& x, const Tensor& gamma,
 }
 
 void softmax_backward(ExecContext& ctx, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  const ProfileOp profile_op(ctx, "softmax_backward");
   const char* op = "softmax_backward";
   check_f32(ctx, op, {{"y", &y}, {"dy", &dy}, {"dx", &dx}});
   check_same_shape(op, "y", y, "dy", dy);
   check_same_shape(op, "y", y, "dx", dx);
   no_broadcast(op, "dx", dx);
-  const Tensor yr = detail::as_rows(op, "y", y), dyr = detail::as_rows(op, "dy", dy), dxr = detail::as_rows(op, "dx", dx);
+  const Tensor yr = detail::as_rows(op, "y", y), dyr = detail::as_rows(op, "dy", dy),
+               dxr = detail::as_rows(op, "dx", dx);
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::grad::softmax(ctx, yr, dyr, dxr));
     return;
@@ -203,13 +215,14 @@ void softmax_backward(ExecContext& ctx, const Tensor& y, const Tensor& dy, const
 void attention_backward(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                         const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor* out) {
+  const ProfileOp profile_op(ctx, "attention_backward");
   const char* op = "attention_backward";
   check_f32(ctx, op, {{"q", &q}, {"k", &k}, {"v", &v}, {"dout", &dout}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv}});
   for (const auto& [name, t] : {std::pair{"q", &q}, std::pair{"k", &k}, std::pair{"v", &v}, std::pair{"dout", &dout},
                                 std::pair{"dq", &dq}, std::pair{"dk", &dk}, std::pair{"dv", &dv}}) {
     check_rank(op, name, *t, 4);
-    VINF_CHECK(t->strides[3] == 1 || t->shape[3] == 1, op, ": the last dimension of ", name, " must be contiguous, got ",
-               t->describe());
+    VINF_CHECK(t->strides[3] == 1 || t->shape[3] == 1, op, ": the last dimension of ", name,
+               " must be contiguous, got ", t->describe());
   }
   VINF_CHECK(k.size(0) == q.size(0) && k.size(1) == q.size(1) && k.size(3) == q.size(3) && v.size(0) == q.size(0) &&
                  v.size(1) == q.size(1) && v.size(2) == k.size(2),
@@ -224,7 +237,8 @@ void attention_backward(ExecContext& ctx, const Tensor& q, const Tensor& k, cons
   check_shape(op, "dq", &dq, q.shape);
   check_shape(op, "dk", &dk, k.shape);
   check_shape(op, "dv", &dv, v.shape);
-  for (const auto& [name, t] : {std::pair{"dq", &dq}, std::pair{"dk", &dk}, std::pair{"dv", &dv}}) no_broadcast(op, name, *t);
+  for (const auto& [name, t] : {std::pair{"dq", &dq}, std::pair{"dk", &dk}, std::pair{"dv", &dv}})
+    no_broadcast(op, name, *t);
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::grad::attention(ctx, q, k, v, dout, p, dq, dk, dv));
     return;
@@ -233,6 +247,7 @@ void attention_backward(ExecContext& ctx, const Tensor& q, const Tensor& k, cons
 }
 
 void upsample_nearest_backward(ExecContext& ctx, const Tensor& dy, const Tensor& dx) {
+  const ProfileOp profile_op(ctx, "upsample_nearest_backward");
   const char* op = "upsample_nearest_backward";
   check_f32(ctx, op, {{"dy", &dy}, {"dx", &dx}});
   check_rank(op, "dy", dy, 4);
@@ -248,6 +263,7 @@ void upsample_nearest_backward(ExecContext& ctx, const Tensor& dy, const Tensor&
 }
 
 void accumulate(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
+  const ProfileOp profile_op(ctx, "accumulate");
   const char* op = "accumulate";
   check_f32(ctx, op, {{"src", &src}, {"dst", &dst}});
   check_same_shape(op, "src", src, "dst", dst);

@@ -4,6 +4,7 @@
 
 #include "core/tensor.hpp"
 #include "exec/context.hpp"
+#include "exec/profile.hpp"
 
 namespace vinf {
 

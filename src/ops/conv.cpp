@@ -23,6 +23,7 @@ void conv2d_output_size(const Tensor& x, const Tensor& w, const Conv2dParams& p,
 
 void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y,
             const Conv2dParams& p) {
+  const ProfileOp profile_op(ctx, "conv2d");
   const char* op = "conv2d";
   check_rank(op, "x", x, 4);
   check_rank(op, "w", w, 4);
@@ -33,8 +34,8 @@ void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
              w.describe(), " is larger than the padded input ", x.describe());
   std::int64_t ho, wo;
   conv2d_output_size(x, w, p, ho, wo);
-  VINF_CHECK(y.size(0) == x.size(0) && y.size(1) == w.size(0) && y.size(2) == ho && y.size(3) == wo, op, ": y must be [",
-             x.size(0), ",", w.size(0), ",", ho, ",", wo, "], got ", y.describe());
+  VINF_CHECK(y.size(0) == x.size(0) && y.size(1) == w.size(0) && y.size(2) == ho && y.size(3) == wo, op,
+             ": y must be [", x.size(0), ",", w.size(0), ",", ho, ",", wo, "], got ", y.describe());
   detail::check_operands(ctx, op, {&x, &y});
   detail::check_weights(ctx, op, w);
   check_bias(ctx, op, bias, w.size(0));
@@ -51,6 +52,7 @@ void conv2d(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
 }
 
 void temporal_conv(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y, int pad) {
+  const ProfileOp profile_op(ctx, "temporal_conv");
   const char* op = "temporal_conv";
   check_rank(op, "w", w, 3);
   VINF_CHECK(x.rank() == 4 && y.rank() == 4, op, ": x and y must be (N, C, T, S), got ", x.describe(), " and ",

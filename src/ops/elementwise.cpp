@@ -7,6 +7,7 @@
 namespace vinf::ops {
 
 void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
+  const ProfileOp profile_op(ctx, "copy");
   check_same_shape("copy", "src", src, "dst", dst);
   ++ctx.copy_calls;
   if (src.device.is_cpu() && dst.device.is_cpu()) {
@@ -57,12 +58,14 @@ Tensor dim_first(const Tensor& t, int dim) {
 
 void copy_frames(ExecContext& ctx, const Tensor& src, int src_dim, std::span<const std::int64_t> src_index,
                  const Tensor& dst, int dst_dim, std::span<const std::int64_t> dst_index) {
+  const ProfileOp profile_op(ctx, "copy_frames");
   for (const FrameRun& r : frame_runs(src_index, dst_index))
     copy(ctx, dim_first(src.every(src_dim, r.src, r.src_step, r.count), src_dim),
          dim_first(dst.every(dst_dim, r.dst, r.dst_step, r.count), dst_dim));
 }
 
 void fill(ExecContext& ctx, const Tensor& dst, double value) {
+  const ProfileOp profile_op(ctx, "fill");
   check_on_device(ctx, "fill", "dst", dst);
   ++ctx.copy_calls;
   if (ctx.device.is_cuda()) {
@@ -81,6 +84,7 @@ void check_binary(const ExecContext& ctx, const char* op, const Tensor& a, const
 }  // namespace
 
 void axpby(ExecContext& ctx, float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out) {
+  const ProfileOp profile_op(ctx, "axpby");
   check_binary(ctx, "axpby", a, b, out);
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::axpby(ctx, alpha, a, beta, b, out));
@@ -90,6 +94,7 @@ void axpby(ExecContext& ctx, float alpha, const Tensor& a, float beta, const Ten
 }
 
 void mul(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const ProfileOp profile_op(ctx, "mul");
   check_binary(ctx, "mul", a, b, out);
   if (ctx.device.is_cuda()) {
     VINF_ON_CUDA(cuda::mul(ctx, a, b, out));
@@ -98,9 +103,13 @@ void mul(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out) 
   detail::reference(ctx) ? cpu::ref::mul(a, b, out) : cpu::fast::mul(a, b, out);
 }
 
-void scale(ExecContext& ctx, const Tensor& x, float alpha, const Tensor& out) { axpby(ctx, alpha, x, 0.f, x, out); }
+void scale(ExecContext& ctx, const Tensor& x, float alpha, const Tensor& out) {
+  const ProfileOp profile_op(ctx, "scale");
+  axpby(ctx, alpha, x, 0.f, x, out);
+}
 
 void concat(ExecContext& ctx, std::span<const Tensor> inputs, int axis, const Tensor& out) {
+  const ProfileOp profile_op(ctx, "concat");
   VINF_CHECK(!inputs.empty(), "concat: no inputs");
   const int ax = axis < 0 ? axis + out.rank() : axis;
   VINF_CHECK(ax >= 0 && ax < out.rank(), "concat: axis ", axis, " out of range for ", out.describe());

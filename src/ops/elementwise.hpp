@@ -30,7 +30,10 @@ void fill(ExecContext& ctx, const Tensor& dst, double value);
 
 // out = alpha * a + beta * b
 void axpby(ExecContext& ctx, float alpha, const Tensor& a, float beta, const Tensor& b, const Tensor& out);
-inline void add(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out) { axpby(ctx, 1.f, a, 1.f, b, out); }
+inline void add(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const ProfileOp profile_op(ctx, "add");
+  axpby(ctx, 1.f, a, 1.f, b, out);
+}
 // out = a * b
 void mul(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out);
 // out = alpha * x

@@ -5,10 +5,12 @@
 namespace vinf::ops {
 
 void timestep_embedding(ExecContext& ctx, const Tensor& t, const Tensor& out, const TimestepEmbeddingParams& p) {
+  const ProfileOp profile_op(ctx, "timestep_embedding");
   const char* op = "timestep_embedding";
   check_rank(op, "t", t, 1);
   check_rank(op, "out", out, 2);
-  VINF_CHECK(out.size(0) == t.size(0), op, ": out ", out.describe(), " must have one row per timestep in ", t.describe());
+  VINF_CHECK(out.size(0) == t.size(0), op, ": out ", out.describe(), " must have one row per timestep in ",
+             t.describe());
   VINF_CHECK(out.size(1) >= 2, op, ": embedding dim must be at least 2, got ", out.size(1));
   VINF_CHECK(static_cast<float>(out.size(1) / 2) != p.shift, op, ": shift ", p.shift, " equals half the dim");
   VINF_CHECK(t.dtype == DType::i64 || t.dtype == DType::f32, op, ": t must be i64 or f32, got ", t.describe());
@@ -23,6 +25,7 @@ void timestep_embedding(ExecContext& ctx, const Tensor& t, const Tensor& out, co
 }
 
 void rotary(ExecContext& ctx, const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out) {
+  const ProfileOp profile_op(ctx, "rotary");
   const char* op = "rotary";
   check_rank(op, "x", x, 4);
   check_same_shape(op, "x", x, "out", out);

@@ -15,7 +15,8 @@ void linear_into(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tenso
   const char* op = accumulate ? "linear_add" : "linear";
   check_rank(op, "w", w, 2);
   const std::int64_t N = w.size(0), K = w.size(1);
-  VINF_CHECK(x.rank() >= 1 && x.size(-1) == K, op, ": x ", x.describe(), " must end in ", K, " to match w ", w.describe());
+  VINF_CHECK(x.rank() >= 1 && x.size(-1) == K, op, ": x ", x.describe(), " must end in ", K, " to match w ",
+             w.describe());
   VINF_CHECK(y.rank() == x.rank() && y.size(-1) == N, op, ": y ", y.describe(), " must be x's shape with last dim ", N);
   for (int d = 0; d + 1 < x.rank(); ++d)
     VINF_CHECK(x.size(d) == y.size(d), op, ": x ", x.describe(), " and y ", y.describe(), " differ in dim ", d);
@@ -41,8 +42,10 @@ void linear_into(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tenso
       copy(ctx, x, cx);
     }
     linear_into(ctx, cx.data ? Tensor(cx) : x, w, bias, cy, false);
-    if (accumulate) add(ctx, y, cy, y);
-    else copy(ctx, cy, y);
+    if (accumulate)
+      add(ctx, y, cy, y);
+    else
+      copy(ctx, cy, y);
     return;
   }
   if (accumulate && (ctx.device.is_cuda() || detail::reference(ctx))) {  // the product, then the sum
@@ -66,21 +69,25 @@ void linear_into(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tenso
 }  // namespace
 
 void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
+  const ProfileOp profile_op(ctx, "linear");
   linear_into(ctx, x, w, bias, y, false);
 }
 
 void linear_add(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
+  const ProfileOp profile_op(ctx, "linear_add");
   linear_into(ctx, x, w, bias, y, true);
 }
 
 void linear_geglu(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
+  const ProfileOp profile_op(ctx, "linear_geglu");
   const char* op = "linear_geglu";
   check_rank(op, "w", w, 2);
   const std::int64_t F = w.size(0) / 2, K = w.size(1);
   VINF_CHECK(w.size(0) % 2 == 0, op, ": w ", w.describe(), " must have an even number of rows (hidden, then gate)");
-  VINF_CHECK(x.rank() >= 1 && x.size(-1) == K, op, ": x ", x.describe(), " must end in ", K, " to match w ", w.describe());
-  VINF_CHECK(out.rank() == x.rank() && out.size(-1) == F, op, ": out ", out.describe(), " must be x's shape with last dim ",
-             F);
+  VINF_CHECK(x.rank() >= 1 && x.size(-1) == K, op, ": x ", x.describe(), " must end in ", K, " to match w ",
+             w.describe());
+  VINF_CHECK(out.rank() == x.rank() && out.size(-1) == F, op, ": out ", out.describe(),
+             " must be x's shape with last dim ", F);
   for (int d = 0; d + 1 < x.rank(); ++d)
     VINF_CHECK(x.size(d) == out.size(d), op, ": x ", x.describe(), " and out ", out.describe(), " differ in dim ", d);
   detail::check_weights(ctx, op, w);
@@ -110,6 +117,7 @@ void linear_geglu(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tens
 }
 
 void bmm(ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& out, float alpha, float beta) {
+  const ProfileOp profile_op(ctx, "bmm");
   const char* op = "bmm";
   check_rank(op, "a", a, 3);
   check_rank(op, "b", b, 3);

@@ -33,6 +33,7 @@ void check_sums(const ExecContext& ctx, const char* op, const Tensor& sums, std:
 }  // namespace
 
 void group_norm_sums(ExecContext& ctx, const Tensor& x, int groups, const Tensor& sums) {
+  const ProfileOp profile_op(ctx, "group_norm_sums");
   const Tensor v = check_group_norm_input(ctx, "group_norm_sums", x, groups);
   check_sums(ctx, "group_norm_sums", sums, v.size(0), groups);
   if (ctx.device.is_cuda()) {
@@ -44,6 +45,7 @@ void group_norm_sums(ExecContext& ctx, const Tensor& x, int groups, const Tensor
 
 void group_norm_apply(ExecContext& ctx, const Tensor& x, const Tensor& sums, double count, const Tensor& gamma,
                       const Tensor& beta, const Tensor& y, const GroupNormParams& p) {
+  const ProfileOp profile_op(ctx, "group_norm_apply");
   const char* op = "group_norm_apply";
   check_same_shape(op, "x", x, "y", y);
   const Tensor v = check_group_norm_input(ctx, op, x, p.groups, &y);
@@ -64,6 +66,7 @@ void group_norm_apply(ExecContext& ctx, const Tensor& x, const Tensor& sums, dou
 
 void group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                 const GroupNormParams& p) {
+  const ProfileOp profile_op(ctx, "group_norm");
   const Tensor v = check_group_norm_input(ctx, "group_norm", x, p.groups);
   OwnedTensor sums = ctx.arena->empty(DType::f64, {v.size(0), p.groups, 2});
   group_norm_sums(ctx, x, p.groups, sums);
@@ -73,6 +76,7 @@ void group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Te
 
 void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                 float eps) {
+  const ProfileOp profile_op(ctx, "layer_norm");
   const char* op = "layer_norm";
   check_same_shape(op, "x", x, "y", y);
   check_on_device(ctx, op, "x", x);
@@ -103,6 +107,7 @@ void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Te
 }
 
 void rms_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& y, float eps) {
+  const ProfileOp profile_op(ctx, "rms_norm");
   const char* op = "rms_norm";
   check_same_shape(op, "x", x, "y", y);
   detail::check_operands(ctx, op, {&x, &y});

@@ -20,6 +20,7 @@ void check_flat_f32(const ExecContext& ctx, const char* op, const char* name, co
 
 void adamw_update(ExecContext& ctx, const AdamWUpdate& s, const Tensor& p, const Tensor& g, const Tensor& m,
                   const Tensor& v, const Tensor* copy) {
+  const ProfileOp profile_op(ctx, "adamw_update");
   const char* op = "adamw_update";
   const std::int64_t n = p.numel();
   check_flat_f32(ctx, op, "p", p, n);
@@ -33,8 +34,8 @@ void adamw_update(ExecContext& ctx, const AdamWUpdate& s, const Tensor& p, const
   }
   if (n == 0) return;
   if (ctx.device.is_cuda()) {
-    VINF_ON_CUDA(cuda::adamw_update(ctx, s.lr / s.c1, s.beta1, s.beta2, s.eps, s.decay, s.c2, s.grad_scale, p, g, m, v,
-                                    copy));
+    VINF_ON_CUDA(
+        cuda::adamw_update(ctx, s.lr / s.c1, s.beta1, s.beta2, s.eps, s.decay, s.c2, s.grad_scale, p, g, m, v, copy));
     return;
   }
   float* pp = p.ptr<float>();
@@ -55,6 +56,7 @@ void adamw_update(ExecContext& ctx, const AdamWUpdate& s, const Tensor& p, const
 }
 
 double sum_squares(ExecContext& ctx, const Tensor& x) {
+  const ProfileOp profile_op(ctx, "sum_squares");
   check_flat_f32(ctx, "sum_squares", "x", x, x.numel());
   if (x.numel() == 0) return 0;
   if (ctx.device.is_cuda()) {

@@ -6,6 +6,7 @@
 namespace vinf::ops {
 
 void normal(ExecContext& ctx, const Tensor& out, std::uint64_t seed, std::uint64_t stream, std::uint64_t offset) {
+  const ProfileOp profile_op(ctx, "normal");
   check_on_device(ctx, "normal", "out", out);
   check_float("normal", "out", out);
   if (!out.is_contiguous()) {  // draw in row-major order, then scatter into the view

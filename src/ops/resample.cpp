@@ -5,6 +5,7 @@
 namespace vinf::ops {
 
 void upsample_nearest(ExecContext& ctx, const Tensor& x, const Tensor& y) {
+  const ProfileOp profile_op(ctx, "upsample_nearest");
   const char* op = "upsample_nearest";
   check_rank(op, "x", x, 4);
   check_rank(op, "y", y, 4);

@@ -89,7 +89,17 @@ double memory_capacity_bytes(const Device& device) {
 #endif
 }
 
+std::unique_ptr<Profiler> make_profiler(ExecContext& ctx) {
+#if VINF_WITH_CUDA
+  if (ctx.device.is_cuda() && ctx.cuda) return std::make_unique<Profiler>(cuda::make_event_timer(*ctx.cuda));
+#else
+  (void)ctx;
+#endif
+  return std::make_unique<Profiler>(std::make_unique<ClockProfileTimer>());
+}
+
 void synchronize(ExecContext& ctx) {
+  count_host_sync();
 #if VINF_WITH_CUDA
   if (ctx.device.is_cuda() && ctx.cuda) ctx.cuda->synchronize();
 #else

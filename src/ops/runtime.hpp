@@ -5,6 +5,7 @@
 #include <string>
 
 #include "exec/gpu_kernels.hpp"
+#include "exec/profile.hpp"
 #include "exec/tf32.hpp"
 #include "ops/context.hpp"
 
@@ -85,6 +86,24 @@ double memory_capacity_bytes(const Device& device);
 // A GPU's peak memory bandwidth in bytes per second (what the op benchmark's "% of HBM" divides
 // by); 0 for the CPU or when it cannot be told.
 double memory_bandwidth_bytes(const Device& device);
+// A profiler of calls on ctx (exec/profile.hpp): its marks are CUDA events on a GPU, the steady
+// clock on the CPU. Set ctx.profiler to it while profiling.
+std::unique_ptr<Profiler> make_profiler(ExecContext& ctx);
+
+// --profile over a scope: ctx is profiled from construction to destruction.
+class Profiling {
+ public:
+  explicit Profiling(ExecContext& ctx) : ctx_(ctx), profiler_(make_profiler(ctx)) { ctx_.profiler = profiler_.get(); }
+  ~Profiling() { ctx_.profiler = nullptr; }
+  Profiling(const Profiling&) = delete;
+  Profiling& operator=(const Profiling&) = delete;
+  ProfileReport report() const { return profiler_->report(); }
+
+ private:
+  ExecContext& ctx_;
+  std::unique_ptr<Profiler> profiler_;
+};
+
 // Waits for the work queued on the context's device (nothing to wait for on the CPU).
 void synchronize(ExecContext& ctx);
 

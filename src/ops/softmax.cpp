@@ -6,6 +6,7 @@
 namespace vinf::ops {
 
 void softmax(ExecContext& ctx, const Tensor& x, const Tensor& out) {
+  const ProfileOp profile_op(ctx, "softmax");
   check_same_shape("softmax", "x", x, "out", out);
   check_on_device(ctx, "softmax", "x", x);
   check_on_device(ctx, "softmax", "out", out);
