@@ -9,6 +9,8 @@
 #   pmix/lib/pmix/, pmix/share/pmix/             PMIx's components and help files
 #   tests/, inputs/, shared/fixtures/            test scripts, the CLIP vocabulary (--run links
 #                                                tests/fixtures to its checkout's)
+#   shared/reference/torch-gpu/                  the PyTorch reference of the torch.* checks
+#                                                (bench_torch.py and its diffusers tarball)
 #   manifest.json, bundle.json, scripts/gpu/     the checks (see manifest.py) and the bundle's facts
 
 # bundle_env PREFIX: Open MPI, PMIx and hwloc look in PREFIX, never in the system's directories.

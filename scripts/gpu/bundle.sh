@@ -2,6 +2,8 @@
 # scripts/gpu-check --bundle DIR: vinf, its GPU tests and every runtime library a bare CUDA machine
 # lacks, in DIR/vinf-gpu-bundle.tar.xz. See scripts/gpu-check --help and bundle-env.sh (the layout).
 # usage: bundle.sh DIR [BUILD_DIR]
+# VINF_TORCH_REF=DIR: the PyTorch reference folder to carry (bench_torch.py, README.md, the diffusers
+# tarball) for the torch.* checks; default ../shared/reference/torch-gpu beside the checkout.
 # VINF_BUNDLE_XZ_LEVEL (0-9, default 6): xz's preset; a lower one is faster and larger (the tests
 # use 1: 6 s instead of 37 s on 2 cores, 31 MiB instead of 24, still checked against the limit).
 set -euo pipefail
@@ -183,11 +185,25 @@ if [ -d "$shared_fixtures/clip-tokenizer" ]; then
 else
   warn "$shared_fixtures/clip-tokenizer is absent: bundle.tokenizer_icu will skip"
 fi
+# The PyTorch reference of the torch.* checks (a few MB; its diffusers sources stay in their tarball).
+torch_ref=${VINF_TORCH_REF:-$repo/../shared/reference/torch-gpu}
+torch_ref_files=""
+if [ -f "$torch_ref/bench_torch.py" ]; then
+  mkdir -p "$P/shared/reference/torch-gpu"
+  for f in "$torch_ref"/*; do
+    if [ -f "$f" ]; then cp -L "$f" "$P/shared/reference/torch-gpu/"; fi
+  done
+  chmod -R u+w "$P/shared/reference/torch-gpu"
+  torch_ref_files=$(cd "$P/shared/reference/torch-gpu" && ls | tr '\n' ' ')
+else
+  warn "$torch_ref has no bench_torch.py: the bundle carries no PyTorch reference, and the torch.* checks will skip"
+fi
 
 commit=$(git -C "$repo" rev-parse --short HEAD 2> /dev/null || echo unknown)
 git -C "$repo" diff --quiet HEAD 2> /dev/null || commit="$commit (with uncommitted changes)"
 archs=$(cuda_archs "$build")
-CUDA_LIBS="${!cuda_libs[*]}" COMMIT=$commit ARCHS=$archs BUILD=$build KEPT=$kept DROPPED=$dropped P=$P python3 - << 'EOF'
+CUDA_LIBS="${!cuda_libs[*]}" COMMIT=$commit ARCHS=$archs BUILD=$build KEPT=$kept DROPPED=$dropped P=$P \
+TORCH_REF_FILES=$torch_ref_files python3 - << 'EOF'
 import json, os, time
 e = os.environ
 files = sorted(os.path.relpath(os.path.join(r, f), e["P"]) for r, _, fs in os.walk(e["P"]) for f in fs)
@@ -195,7 +211,8 @@ doc = {"format": "vinf-gpu-bundle", "version": 1, "created": time.strftime("%Y-%
        "commit": e["COMMIT"], "build_dir": e["BUILD"], "cuda_architectures": e["ARCHS"],
        "cuda_libraries": sorted(e["CUDA_LIBS"].split()),
        "openmpi_components": {"kept": int(e["KEPT"]), "left_out": int(e["DROPPED"])},
-       "libraries": sorted(f[4:] for f in files if f.startswith("lib/") and "/" not in f[4:]), "files": len(files)}
+       "libraries": sorted(f[4:] for f in files if f.startswith("lib/") and "/" not in f[4:]), "files": len(files),
+       "torch_reference": sorted(e["TORCH_REF_FILES"].split()) or None}
 json.dump(doc, open(os.path.join(e["P"], "bundle.json"), "w"), indent=1)
 EOF
 

@@ -4,14 +4,18 @@
     checks.py run --manifest FILE --out OUT [--prefix DIR] [--mode cluster|bundle]
                   [--only REGEX]... [--skip REGEX]... [--budget S] [--cores N] [--list]
     checks.py tf32 --vinf V --model DIR --inputs FILE --work DIR --figures FILE
+    checks.py torch --ref DIR --model vc2|wan13b [--compile] --json FILE [--python PYTHON]
 
 `run` executes the plan: the GPU tests of the manifest (manifest.py) and the checks defined
-here (vinf selfcheck, the vc2 real-shape UNet test, the TF32 comparison, the step benchmark),
-several at a time within the machine's cores; the benchmarks run alone. Each check has a
-timeout; a check that fails does not stop the others. Per check: OUT/logs/NAME.log and
-OUT/results/NAME.json (verdict pass/fail/skip, seconds, figures). Then report.py writes
+here (vinf selfcheck, the vc2 real-shape UNet test, the TF32 comparison, the step benchmark,
+the PyTorch reference), several at a time within the machine's cores; the benchmarks run alone.
+Each check has a timeout; a check that fails does not stop the others. Per check:
+OUT/logs/NAME.log and OUT/results/NAME.json (verdict pass/fail/skip, seconds, figures). Then report.py writes
 OUT/report.md and OUT/report.json. Exit status 0 when nothing failed, 1 otherwise.
 `tf32` is one of the checks (it runs as its own process, with a log and a timeout like the rest).
+`torch` is the command of the torch.* checks: the PyTorch + diffusers reference benchmark
+(DIR/bench_torch.py) on this machine's python3; it exits 77 ("skipped: ...", with the reason)
+where DIR has no bench_torch.py or python3 cannot use torch on a CUDA GPU.
 Standard library only: the GPU machine may have nothing else.
 """
 import argparse
@@ -31,6 +35,21 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl_tcp_if_include": "lo",
            "OMPI_MCA_oob_tcp_if_include": "lo"}
 VC2_CASE = "VideoCrafter2 shapes"
+# The torch.* checks: the models of bench_torch.py and the timeouts of an eager and a compiled run
+# (torch.compile takes minutes the first time; the Wan call is the heavier one).
+TORCH_MODELS = ("vc2", "wan13b")
+TORCH_TIMEOUT = {("vc2", False): 300, ("wan13b", False): 420, ("vc2", True): 600, ("wan13b", True): 600}
+TORCH_WHAT = {"vc2": "diffusers UNet3DConditionModel at vc2 shapes (bench.vc2.np1's call), bf16, CFG batch 2, "
+                     "24 frames at 320x512",
+              "wan13b": "diffusers WanTransformer3DModel at Wan2.1-1.3B shapes (bench.wan13b's call), bf16, "
+                        "CFG batch 2, 81 frames at 480x832"}
+# What torch.* needs of python3; its failure is the reason the checks skip.
+TORCH_PROBE = ("import torch; assert torch.cuda.is_available(), 'torch %s (CUDA %s) sees no CUDA device' % "
+               "(torch.__version__, torch.version.cuda); "
+               "print('torch', torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.get_device_name(0))")
+# gpu-check keeps the library path it was started with here: the torch checks run with it, not
+# with the bundle's CUDA directories (torch loads its own cuDNN and NCCL).
+TORCH_LD_ENV = "VINF_GPU_CHECK_LD_LIBRARY_PATH"
 
 
 def safe_name(name):
@@ -53,7 +72,20 @@ def substitute(value, prefix):
     return value
 
 
-def plan(manifest, prefix, mode, out, cores):
+def torch_check(model, compiled, torch_ref, figures_dir, out):
+    name = "torch.%s%s" % (model, ".compile" if compiled else "")
+    fig = os.path.join(figures_dir, safe_name(name) + ".bench.json")
+    return Check(
+        name, "torch",
+        [sys.executable, os.path.abspath(__file__), "torch", "--ref", torch_ref, "--model", model, "--json", fig]
+        + (["--compile"] if compiled else []),
+        env={"TORCH_REF_SRC": os.environ.get("TORCH_REF_SRC") or os.path.join(out, "torch-ref-src")},
+        timeout=TORCH_TIMEOUT[(model, compiled)], exclusive=True, skip_code=77, figures=("file", fig),
+        what="PyTorch reference (bench_torch.py %s%s): %s" % (model, " --compile" if compiled else "",
+                                                            TORCH_WHAT[model]))
+
+
+def plan(manifest, prefix, mode, out, cores, torch_ref=""):
     """The checks in the order they start."""
     paths = {k: substitute(v, prefix) for k, v in manifest["paths"].items()}
     figures_dir = os.path.join(out, "results")
@@ -78,17 +110,21 @@ def plan(manifest, prefix, mode, out, cores):
                 name, "perf",
                 [paths["mpiexec"], "-np", str(np_), paths["bench_step"], "--preset", "vc2", "--height", "320",
                  "--width", "512", "--frames-per-rank", str(fpr), "--batch", "2", "--device", "cuda", "--dtype", "bf16",
-                 "--comm-backend", "mpi", "--calls", "3", "--warmup", "1", "--json", fig],
+                 "--comm-backend", "mpi", "--calls", "3", "--warmup", "1", "--json", fig]
+                + (["--profile"] if np_ == 1 else []),
                 env={"OMP_NUM_THREADS": "1", "VINF_GPU_KERNELS": kernels or "none"}, timeout=420, exclusive=True,
                 figures=("bench", fig),
                 what="vinf_bench_step, vc2 bf16, CFG batch 2, 24 frames at 320x512 over %d rank(s) on one GPU%s" %
                 (np_, ", VINF_GPU_KERNELS=all" if kernels else "")))
 
     if paths.get("bench_wan"):
+        fig = os.path.join(figures_dir, "bench.wan13b.bench.json")
         checks.append(Check(
             "bench.wan13b", "perf",
-            [paths["bench_wan"], "--vinf_devices=cuda", "--benchmark_filter=wan_call", "--benchmark_format=console"],
-            env={"OMP_NUM_THREADS": "1"}, timeout=600, exclusive=True,
+            [paths["bench_wan"], "--vinf_devices=cuda", "--benchmark_filter=wan_call", "--benchmark_format=console",
+             "--benchmark_out=" + fig, "--benchmark_out_format=json",
+             "--vinf_profile=" + fig.replace(".bench.json", ".profile.json")],
+            env={"OMP_NUM_THREADS": "1"}, timeout=600, exclusive=True, figures=("gbench", fig),
             what="vinf_bench_wan: one Wan2.1-1.3B transformer call, bf16, CFG batch 2, 81 frames at 480x832"))
         checks.append(Check(
             "bench.wan_vae", "perf",
@@ -105,6 +141,12 @@ def plan(manifest, prefix, mode, out, cores):
                 [paths["bench_ops"], "--vinf_devices=cuda", "--benchmark_filter=attention"],
                 env={"OMP_NUM_THREADS": "1", "VINF_GPU_KERNELS": kernels}, timeout=300, exclusive=True,
                 what="vinf_bench_ops, attention at the vc2 shapes on CUDA (GB/s, %% of HBM), VINF_GPU_KERNELS=%s" % kernels))
+
+    # The PyTorch reference at the same shapes, right after vinf's benchmarks and like them alone
+    # on the machine: eager here; compiled (minutes each) at the end of the plan.
+    torch_ref = torch_ref or os.path.join(os.path.dirname(paths["shared_fixtures"]), "reference", "torch-gpu")
+    for model in TORCH_MODELS:
+        checks.append(torch_check(model, False, torch_ref, figures_dir, out))
 
     vc2 = None
     units = []
@@ -147,6 +189,8 @@ def plan(manifest, prefix, mode, out, cores):
         checks.append(Check("bundle.tokenizer_icu", "bundle", [paths["unit_tests"], "--source-file=*test_tokenizer.cpp"],
                             timeout=120, processors=1, doctest=True,
                             what="the tokenizer's tests with the bundle's ICU (its data library is empty)"))
+    for model in TORCH_MODELS:
+        checks.append(torch_check(model, True, torch_ref, figures_dir, out))
     for c in checks:
         env = dict(common_env)
         env.update(c.env)
@@ -180,12 +224,58 @@ def bench_figures(path):
             "vi_mode": j.get("config", {}).get("vi.mode")}
     if j.get("ranks"):
         figs["flops_per_call"] = j["ranks"][0].get("flops_per_call")
+    if isinstance(j.get("profile"), dict):
+        figs.update(profile_figures(j["profile"]))
     for t in j.get("targets", []):
         if t.get("name") == "mfu":
             figs["mfu_percent"] = t.get("value")
         figs["target." + t.get("name", "?")] = "%.4g %s (%s %g): %s" % (
             t.get("value", 0), t.get("unit", ""), "at most" if t.get("bound_is") == "upper" else "at least",
             t.get("bound", 0), t.get("verdict", ""))
+    return figs
+
+
+def profile_figures(p, top=20):
+    """A --profile report (src/exec/profile_json.hpp) as figures: the call against its ops, the
+    counters per call, and the `top` op kinds and modules by time ("name ms")."""
+    figs = {"profile." + k: p.get(k) for k in ("clock", "call_s", "op_s", "gap_s", "ops_per_call",
+                                                "kernel_launches_per_call", "library_calls_per_call",
+                                                "host_syncs_per_call")}
+    for key in ("by_op_kind", "by_module", "by_module_kind"):
+        figs["profile.top." + key] = ["%s %.3f ms" % (r.get("name"), 1e3 * (r.get("s_per_call") or 0))
+                                      for r in (p.get(key) or [])[:top]]
+    return figs
+
+
+def gbench_figures(path):
+    """The first benchmark of a Google Benchmark JSON file (--benchmark_out_format=json): seconds
+    per iteration as call_s, its counters (MFU, a fraction, also as mfu_percent) and its label."""
+    with open(path, encoding="utf-8") as f:
+        j = json.load(f)
+    runs = [b for b in j.get("benchmarks", []) if b.get("run_type", "iteration") == "iteration"]
+    if not runs:
+        return {}
+    b = runs[0]
+    if b.get("error_occurred"):
+        return {"benchmark": b.get("name"), "error": b.get("error_message", "")}
+    per_s = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b.get("time_unit", "ns")]
+    figs = {"benchmark": b.get("name"), "call_s": b["real_time"] * per_s, "iterations": b.get("iterations")}
+    standard = {"name", "family_index", "per_family_instance_index", "run_name", "run_type", "repetitions",
+                "repetition_index", "threads", "iterations", "real_time", "cpu_time", "time_unit", "label",
+                "aggregate_name", "aggregate_unit"}
+    for k, v in b.items():
+        if k not in standard and isinstance(v, (int, float)):
+            figs[k] = v
+    if isinstance(b.get("MFU"), (int, float)):
+        figs["mfu_percent"] = 100.0 * b["MFU"]
+    if b.get("label"):
+        figs["label"] = b["label"]
+    profile = path.replace(".bench.json", ".profile.json")
+    if profile != path and os.path.exists(profile):
+        with open(profile, encoding="utf-8") as f:
+            reports = json.load(f)
+        if isinstance(reports.get(b.get("name")), dict):
+            figs.update(profile_figures(reports[b.get("name")]))
     return figs
 
 
@@ -270,6 +360,8 @@ def finish(r, out, budget_cut):
     try:
         if c.figures and c.figures[0] == "bench" and os.path.exists(c.figures[1]):
             figures = bench_figures(c.figures[1])
+        elif c.figures and c.figures[0] == "gbench" and os.path.exists(c.figures[1]):
+            figures = gbench_figures(c.figures[1])
         elif c.figures and c.figures[0] == "file" and os.path.exists(c.figures[1]):
             with open(c.figures[1], encoding="utf-8") as f:
                 figures = json.load(f)
@@ -418,6 +510,51 @@ def tf32_main(a):
     return 0 if ok else 1
 
 
+# -- the PyTorch reference -------------------------------------------------------------------
+
+def torch_main(a):
+    """One run of bench_torch.py; exit 77 with "skipped: REASON" where it cannot run here."""
+    script = os.path.join(a.ref, "bench_torch.py")
+    if not os.path.isfile(script):
+        print("skipped: no PyTorch reference: %s has no bench_torch.py (give gpu-check --torch-ref DIR or "
+              "VINF_TORCH_REF)" % a.ref, flush=True)
+        return 77
+    env = dict(os.environ)
+    if TORCH_LD_ENV in env:
+        env.pop("LD_LIBRARY_PATH", None)
+        if env[TORCH_LD_ENV]:
+            env["LD_LIBRARY_PATH"] = env[TORCH_LD_ENV]
+    python = shutil.which(a.python, path=env.get("PATH"))
+    if python is None:
+        print("skipped: no python3 with CUDA torch: %s is not on PATH" % a.python, flush=True)
+        return 77
+    try:
+        probe = subprocess.run([python, "-c", TORCH_PROBE], env=env, capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, timeout=240)
+    except subprocess.TimeoutExpired:
+        print("FAIL: torch: '%s -c \"import torch\"' took more than 240 s" % python, flush=True)
+        return 1
+    if probe.returncode != 0:
+        lines = [l.strip() for l in (probe.stdout + "\n" + probe.stderr).splitlines() if l.strip()]
+        print("\n".join(lines[-20:]))
+        print("skipped: no python3 with CUDA torch: %s" % (lines[-1] if lines else "exit status %d" % probe.returncode),
+              flush=True)
+        return 77
+    print("%s: %s" % (python, probe.stdout.strip()), flush=True)
+    if os.path.exists(a.json):
+        os.remove(a.json)
+    cmd = [python, script, a.model] + (["--compile"] if a.compile else []) + ["--json", a.json]
+    print("$ " + " ".join(shlex_quote(x) for x in cmd), flush=True)
+    rc = subprocess.call(cmd, env=env, stdin=subprocess.DEVNULL)
+    if rc != 0:
+        print("FAIL: torch: bench_torch.py exited %d" % rc, flush=True)
+        return 1
+    if not os.path.exists(a.json):
+        print("FAIL: torch: bench_torch.py wrote no %s" % a.json, flush=True)
+        return 1
+    return 0
+
+
 # -- entry ------------------------------------------------------------------------------------
 
 def main():
@@ -434,17 +571,27 @@ def main():
     r.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     r.add_argument("--list", action="store_true")
     r.add_argument("--system", default="", help="system.json of the machine (gpu-check writes it)")
+    r.add_argument("--torch-ref", default="", help="the folder of bench_torch.py (default: reference/torch-gpu "
+                                                   "beside the manifest's shared fixtures)")
     t = sub.add_parser("tf32")
     for opt in ("--vinf", "--model", "--inputs", "--work", "--figures"):
         t.add_argument(opt, required=True)
+    p = sub.add_parser("torch")
+    p.add_argument("--ref", required=True, help="the folder of bench_torch.py")
+    p.add_argument("--model", required=True, choices=TORCH_MODELS)
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--json", required=True)
+    p.add_argument("--python", default="python3")
     a = ap.parse_args()
     if a.cmd == "tf32":
         return tf32_main(a)
+    if a.cmd == "torch":
+        return torch_main(a)
 
     with open(a.manifest, encoding="utf-8") as f:
         manifest = json.load(f)
     out = os.path.abspath(a.out)
-    checks = plan(manifest, a.prefix, a.mode, out, a.cores)
+    checks = plan(manifest, a.prefix, a.mode, out, a.cores, a.torch_ref)
     try:
         only = [re.compile(x) for x in a.only]
         skip = [re.compile(x) for x in a.skip]

@@ -9,6 +9,9 @@
 #   system's Open MPI, PMIx and hwloc directories hidden (a private mount namespace, when this
 #   machine allows one);
 # - the tokenizer's tests pass with the bundle's empty ICU data library;
+# - it carries the PyTorch reference (../shared/reference/torch-gpu, where this checkout has it),
+#   and the torch.* checks of the unpacked bundle find it there (here they skip for want of a
+#   python3 with CUDA torch, not for want of the folder);
 # - --run unpacks it, finds the programs loadable and stops at "no GPU" with exit 77.
 # usage: test_bundle.sh SOURCE_DIR BUILD_DIR
 set -u
@@ -112,7 +115,34 @@ source "$P/env.sh"
   fi
 ) || fails=$((fails + 1))
 
-# 5. --run on this machine: unpacked, loadable, then "no GPU".
+# 5. The PyTorch reference: carried as shared/reference/torch-gpu, found there by the torch checks.
+torch_src=$repo/../shared/reference/torch-gpu
+if [ -f "$torch_src/bench_torch.py" ]; then
+  missing=""
+  for f in "$torch_src"/*; do
+    [ -f "$f" ] || continue
+    cmp -s "$f" "$P/shared/reference/torch-gpu/$(basename "$f")" || missing+=" $(basename "$f")"
+  done
+  [ -z "$missing" ] && echo "ok: the bundle carries $torch_src ($(ls "$torch_src" | tr '\n' ' '))" \
+    || { echo "FAIL: the bundle's shared/reference/torch-gpu lacks or differs in:$missing"; fails=$((fails + 1)); }
+  want="no python3 with CUDA torch"
+else
+  echo "note: $torch_src is absent: the bundle carries no PyTorch reference, and the torch checks must say so"
+  want="no PyTorch reference: $P/shared/reference/torch-gpu has no bench_torch.py"
+fi
+python3 "$P/scripts/gpu/checks.py" run --manifest "$P/manifest.json" --prefix "$P" --mode bundle --only '^torch' \
+  --out "$work/torch-out" > "$work/torch.log" 2>&1
+if python3 - "$work/torch-out/report.json" "$want" << 'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = [x for x in r["checks"] if x["name"].startswith("torch.")]
+assert len(c) == 4 and all(x["verdict"] == "skip" and sys.argv[2] in x["note"] for x in c), c
+assert r["ratio_vs_torch"] == {"vc2": None, "wan13b": None}, r["ratio_vs_torch"]
+EOF
+then echo "ok: the unpacked bundle's torch checks skip here for the right reason ($want)"
+else echo "FAIL: the unpacked bundle's torch checks"; tail -20 "$work/torch.log"; fails=$((fails + 1)); fi
+
+# 6. --run on this machine: unpacked, loadable, then "no GPU".
 mkdir "$work/fake-bin"
 printf '#!/bin/sh\necho "No devices were found"\nexit 6\n' > "$work/fake-bin/nvidia-smi"
 chmod +x "$work/fake-bin/nvidia-smi"
@@ -123,7 +153,14 @@ if [ "$run_rc" -eq 77 ] && grep -q "no GPU" <<< "$run_out"; then echo "ok: --run
 else echo "FAIL: --run exited $run_rc, expected 77 with 'no GPU'"; echo "$run_out" | tail -20; fails=$((fails + 1)); fi
 grep -q "the bundled programs load" <<< "$run_out" \
   && echo "ok: --run checked that the bundled programs load before stopping" || { echo "FAIL: --run did not check loading"; fails=$((fails + 1)); }
-expect 0 "bench.vc2.np1.kernels" -- "$check" --run "$archive" "$work/out3" --list
+# --list (it unpacks the archive too): vinf's checks, and the torch checks each alone on the machine.
+list=$("$check" --run "$archive" "$work/out3" --list 2>&1)
+list_rc=$?
+[ "$list_rc" -eq 0 ] && echo "ok: --run --list -> 0" || { echo "FAIL: --run --list exited $list_rc"; fails=$((fails + 1)); }
+for name in bench.vc2.np1.kernels torch.vc2 torch.wan13b torch.vc2.compile torch.wan13b.compile; do
+  grep -Eq "^(perf|torch) +${name//./\\.} +[0-9]+ s +alone\$" <<< "$list" && echo "ok: --run --list shows $name (alone)" \
+    || { echo "FAIL: --run --list lacks $name"; echo "$list" | tail -20; fails=$((fails + 1)); }
+done
 
 echo "test_bundle: $(($(date +%s) - t0)) s"
 [ "$fails" -eq 0 ] && echo "all bundle checks passed" || echo "$fails bundle check(s) failed"

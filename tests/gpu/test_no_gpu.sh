@@ -24,7 +24,9 @@ fi
 
 expect 0 "usage: scripts/gpu-check" -- "$check" --help
 expect 0 "mfu_percent" -- "$check" -h
-for word in "--bundle DIR" "--run DIR OUT" "--only REGEX" "--budget" "77 no GPU" "perf/results/"; do
+for word in "--bundle DIR" "--run DIR OUT" "--only REGEX" "--budget" "77 no GPU" "perf/results/" \
+            "torch.vc2, torch.wan13b" "torch.vc2.compile, torch.wan13b.compile" "--torch-ref DIR" "VINF_TORCH_REF" \
+            '"torch_s_per_call"' '"ratio_vs_torch"' '"torch_compile_s_per_call"' "vinf vs PyTorch (same GPU, same shapes)"; do
   "$check" --help | grep -qF -- "$word" && echo "ok: --help mentions $word" || { echo "FAIL: --help lacks '$word'"; fails=$((fails + 1)); }
 done
 
@@ -37,6 +39,10 @@ expect 2 "--budget needs a whole number" -- nogpu "$check" --budget soon "$work/
 expect 2 "--cores needs a positive number" -- nogpu "$check" --cores 0 "$work/out"
 expect 2 "unexpected argument(s) with --bundle" -- nogpu "$check" --bundle "$work/b" extra
 expect 2 "go with OUT or --run, not --bundle" -- nogpu "$check" --bundle "$work/b" --only gpu
+expect 2 "--torch-ref needs a directory" -- nogpu "$check" "$work/out" --torch-ref
+expect 2 "--torch-ref: '$work/none' has no bench_torch.py" -- nogpu "$check" --torch-ref "$work/none" "$work/out"
+mkdir "$work/ref" && touch "$work/ref/bench_torch.py"
+expect 77 "no GPU: nvidia-smi lists none" -- nogpu "$check" --torch-ref "$work/ref" "$work/out"
 echo "not a bundle" > "$work/junk.tar.xz"
 expect 2 "cannot unpack" -- nogpu "$check" --run "$work/junk.tar.xz" "$work/out"
 
