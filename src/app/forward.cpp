@@ -25,6 +25,7 @@
 #include "model/unet3d.hpp"
 #include "model/wan_transformer.hpp"
 #include "job/job.hpp"
+#include "job/profile_run.hpp"
 #include "mpi/session.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime.hpp"
@@ -161,7 +162,7 @@ void write_dump(const std::string& prefix, int rank, const PieceResult& r, const
 // fills the rest from it once every value is checked.
 struct ForwardOptions {
   std::string config_file, model_dir, inputs_path, out_path, device = "auto", dtype = "auto", comm_backend = "auto",
-      dump;
+      dump, profile;
   bool tf32 = false, ignore_unexpected = false, vi_given = false, vi_mode_given = false;
   int cfg = 1, tensor = 1, emulate = 0;  // emulate: clips run on threads of this one process (0: one clip per rank)
   double timeout = 300;
@@ -212,6 +213,9 @@ po::options_description forward_option_table(ForwardOptions& o) {
       "dump-temporal", po::value(&o.dump)->value_name("PREFIX"),
       "write every module's output at the first timestep (temporal modules: input and output) to "
       "PREFIX.rank<r>.safetensors, one file per rank")(
+      "profile", path_value(&o.profile, PathKind::new_file),
+      "time every op of every model call (CUDA events on a GPU): rank 0 prints the 20 op kinds and modules that "
+      "took most and writes all its rows to FILE (JSON); not with --vi.emulate-clips")(
       "ignore-unexpected-weights", po::bool_switch(&o.ignore_unexpected),
       "load a weight file that holds tensors the model does not use (they are listed as a warning)");
   po::options_description vi_opts("Video-Infinity (flags take =true/=false)");
@@ -233,6 +237,8 @@ bool parse_forward_options(const std::vector<std::string>& args, ForwardOptions&
   for (const char* required : {"model", "inputs", "out"})
     VINF_INPUT_CHECK(vm.count(required), "vinf forward: --", required, " is required (see vinf forward --help)");
   VINF_INPUT_CHECK(!o.out_path.empty(), "vinf forward: --out is empty: give the output file");
+  VINF_INPUT_CHECK(o.profile.empty() || o.emulate == 0, "vinf forward: --profile times the ranks' own calls; ",
+                   "--vi.emulate-clips runs its clips on threads of their own: leave one of them out");
   o.vi = o.vi_options.resolve(vm);
   for (const auto& [name, value] : vm)
     if (name.rfind("vi.", 0) == 0 && name != "vi.emulate-clips" && !value.defaulted())
@@ -496,15 +502,17 @@ int forward(const std::vector<std::string>& args) {
   ForwardOptions o;
   if (!parse_forward_options(args, o)) return 0;
   if (pipeline::model_family(o.model_dir) == pipeline::ModelFamily::wan) {
-    WanForwardRequest r{o.model_dir, o.inputs_path, o.out_path, o.dump, o.plan, o.ignore_unexpected, o.cfg, o.tensor,
-                        o.emulate, o.vi_given, o.vi};
+    WanForwardRequest r{o.model_dir, o.inputs_path, o.out_path, o.dump, o.profile, o.plan, o.ignore_unexpected, o.cfg,
+                        o.tensor, o.emulate, o.vi_given, o.vi};
     if (!o.vi_mode_given) r.vi.mode = infinity::Mode::off;
     return forward_wan(r);
   }
   ForwardJob f = start_forward(o);
   load_model(o, f);
+  job::RunProfile profile(*f.job, o.profile);
   const ForwardResults results = o.emulate > 0 ? run_emulated(o, f) : run_on_ranks(o, f);
   write_results(o, f, results);
+  profile.finish(std::cout);
   return 0;
 }
 

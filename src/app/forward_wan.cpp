@@ -315,8 +315,10 @@ int forward_wan(const WanForwardRequest& r) {
   read_wan_forward_inputs(f);
   load_wan_for_forward(f);
   const Shape out_shape{f.x.size(0), f.wan->config().out_channels, f.F, f.x.size(3), f.x.size(4)};
+  job::RunProfile profile(*f.job, r.profile);
   std::vector<std::vector<float>> preds = run_wan_calls(f, out_shape);
   write_wan_forward(f, out_shape, preds);
+  profile.finish(std::cout);
   return 0;
 }
 

@@ -9,11 +9,13 @@
 
 #include "infinity/config.hpp"
 #include "job/job.hpp"
+#include "job/profile_run.hpp"
 
 namespace vinf::app {
 
 struct WanForwardRequest {
   std::string model_dir, inputs_path, out_path, dump;
+  std::string profile;  // --profile FILE (job/profile_run.hpp)
   job::JobPlan plan;
   bool ignore_unexpected = false;
   // --parallel.cfg (1 or 2); --parallel.tensor and --vi.emulate-clips, refused for Wan.

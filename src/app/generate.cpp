@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "job/job.hpp"
+#include "job/profile_run.hpp"
 #include "pipeline/stop_signals.hpp"
 #include "pipeline/video_pipeline.hpp"
 
@@ -43,10 +44,16 @@ int run_generate(const std::vector<std::string>& args, bool extend) {
     const Reporter report("vinf generate:", true, o.quiet);
     for (const std::string& line : lines) report.say(line);
   }
-  if (!list.empty() || o.job.pipeline > 1) return run_job_list(args, o, list, *job);
+  job::RunProfile profile(*job, o.profile);
+  if (!list.empty() || o.job.pipeline > 1) {
+    const int status = run_job_list(args, o, list, *job);
+    profile.finish(std::cout);
+    return status;
+  }
   // Made after the job, so that the models it keeps go before the job's memory does.
   const std::unique_ptr<pipeline::VideoPipeline> family = pipeline::open_pipeline(o);
   const pipeline::VideoOutcome outcome = pipeline::run_spec(*family, o, *job, nullptr);
+  profile.finish(std::cout);
   return outcome.end == pipeline::VideoEnd::stopped ? kExitStopped : 0;
 }
 

@@ -75,7 +75,10 @@ po::options_description run_options(RunPlan& o, Spelled& sp) {
       "verbose,v", po::value(&o.verbose)->default_value(o.verbose)->implicit_value(true),
       "also print each rank's node, local rank, visible GPUs and device, the schedule, the prompts per clip, "
       "every step (not only every 10 s in a log), each checkpoint's time and each rank's bytes per collective "
-      "kind")("debug", po::value(&o.debug)->default_value(o.debug)->implicit_value(true),
+      "kind")("profile", path_value(&o.profile, PathKind::new_file),
+              "time every op of every model call (UNet or Wan transformer; CUDA events on a GPU): at the end the "
+              "first rank prints the 20 op kinds and modules that took most and writes all its rows to FILE (JSON)")(
+      "debug", po::value(&o.debug)->default_value(o.debug)->implicit_value(true),
               "check the output of every UNet module for NaN or infinity at each step, so that a step whose latents "
               "are not finite names the first module that went wrong (slower: every module's output is read back)")(
       "device", po::value(&sp.device)->default_value(sp.device),

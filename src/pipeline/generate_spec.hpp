@@ -95,6 +95,7 @@ struct GenerateSpec {
   std::string job_label;  // a job list's job, in the log's lines ("" for a single run)
   bool overwrite = false, quiet = false, verbose = false;
   bool debug = false;  // --debug: check every UNet module's output, to name the first non-finite one
+  std::string profile;  // --profile FILE: every model call timed op by op (job/profile_run.hpp)
   std::string vi_import;  // --import-vi-config FILE
   infinity::Config vi;  // off with --long.mode windows or fifo
   // [long]: the method that makes the long video (clips: Video-Infinity)

@@ -39,6 +39,25 @@ expect 0 "outputs in $work/tile/ (latents.h5, video.mp4, contact.png, run.json)"
   "$vinf" generate "${small[@]/32/64}" --vae.tile 4 --out "$work/tile"
 expect 0 '"tile": 4' -- cat "$work/tile/run.json"
 expect 0 "outputs in $work/nv/ (latents.h5, run.json)" -- "$vinf" generate "${small[@]}" --out "$work/nv" --output.video=false
+# --profile: each of the 2 model calls timed op by op; the table, the JSON, and the same latents.
+expect 0 "rank 0, profile over 2 model call(s), steady clock" -- \
+  "$vinf" generate "${small[@]}" --out "$work/prof" --output.video=false --profile "$work/profile.json"
+expect 0 "ok: profile" -- python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["calls"] == 2 and p["clock"] == "steady clock", p["calls"]
+assert 0 < p["op_s"] <= p["call_s"] * 1.0001, (p["op_s"], p["call_s"])
+kinds = {r["name"] for r in p["by_op_kind"]}
+assert {"conv2d", "linear", "attention", "group_norm", "comm all-gather"} <= kinds, kinds
+modules = {r["name"] for r in p["by_module"]}
+assert {"conv_in", "mid_block.temp_attentions.0.transformer_blocks.0.attn1"} <= modules, modules
+assert abs(sum(r["s_per_call"] for r in p["by_module"]) - p["op_s"]) < 1e-9
+print("ok: profile")' "$work/profile.json"
+cmp -s "$work/nv/latents.h5" "$work/prof/latents.h5" && echo "ok: profiled latents equal" \
+  || { echo "FAIL: --profile changed the latents"; fails=$((fails + 1)); }
+expect 2 "$work/none" -- "$vinf" generate "${small[@]}" --out "$work/prof2" --profile "$work/none/p.json"
+[ ! -e "$work/prof2" ] && echo "ok: no output directory for a refused --profile" \
+  || { echo "FAIL: $work/prof2 made"; fails=$((fails + 1)); }
 # ffmpeg missing or dying: a clear error, the latents kept, no video left behind.
 expect 1 "cannot run ffmpeg ('$work/no-ffmpeg'" -- "$vinf" generate "${small[@]}" --out "$work/f1" --output.ffmpeg "$work/no-ffmpeg"
 printf '#!/bin/sh\nhead -c 100 > /dev/null\necho "fake ffmpeg gives up" >&2\nexit 3\n' > "$work/bad-ffmpeg"

@@ -28,6 +28,11 @@ expect 0 "ok noise_pred.t1" -- "$tool" compare "$work/x.safetensors" "$ref" 1e-4
 # The pipeline root finds transformer/ itself.
 expect 0 "40864 parameters" -- "$vinf" forward --model "$fixture" --inputs "$inputs" --out "$work/root.safetensors" --device cpu
 expect 0 "ok noise_pred.t1" -- "$tool" compare "$work/root.safetensors" "$work/x.safetensors" 0 noise_pred.t0 noise_pred.t1
+# --profile: both calls timed by block part; the predictions as without it.
+expect 0 "profile over 2 model call(s)" -- "$vinf" forward --model "$fixture" --inputs "$inputs" \
+  --out "$work/prof.safetensors" --device cpu --profile "$work/profile.json"
+expect 0 "blocks.*.attn1" -- cat "$work/profile.json"
+expect 0 "ok noise_pred.t1" -- "$tool" compare "$work/prof.safetensors" "$work/x.safetensors" 0 noise_pred.t0 noise_pred.t1
 expect 0 "Wan2.1 transformer" -- "$vinf" forward --help
 # The UNet's settings do not change a Wan call: said, not silently dropped.
 expect 0 "--vi.* settings but the mode are for Video-Infinity's windows" -- "$vinf" forward --model "$fixture/transformer" --inputs "$inputs" --out "$work/vi.safetensors" --device cpu --vi.local-frames 4
