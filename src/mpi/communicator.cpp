@@ -250,7 +250,12 @@ Pending Communicator::start_all_gather_v(ExecContext& ctx, const Tensor& send, c
   check_placement(ctx, CommOp::all_gather, "recv", recv);
   const std::uint64_t received = static_cast<std::uint64_t>(total - send.numel()) * dtype_size(send.dtype);
   if (trace_) trace_->push_back({CommOp::all_gather, send.dtype, counts, {}, 0});
-  return start(ctx, CommOp::all_gather, received, [&] { return do_all_gather_v(ctx, send, recv, counts); });
+  // A group of one: the copy on the context's stream, no transport (no host staging, no wait).
+  return start(ctx, CommOp::all_gather, received, [&] {
+    if (size_ > 1) return do_all_gather_v(ctx, send, recv, counts);
+    if (recv.numel() > 0 && recv.data != send.data) ops::copy(ctx, send, recv);
+    return completed();
+  });
 }
 
 void Communicator::exchange(ExecContext& ctx, std::span<const Transfer> transfers) {
