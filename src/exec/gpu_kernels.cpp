@@ -11,11 +11,10 @@ struct Named {
   const char* name;
   GpuKernel kernel;
 };
-constexpr Named kNames[] = {{"temporal-attention", GpuKernel::temporal_attention},
-                            {"index32", GpuKernel::index32},
-                            {"staged-uploads", GpuKernel::staged_uploads},
-                            {"flash-attention", GpuKernel::flash_attention},
-                            {"gemm-epilogues", GpuKernel::gemm_epilogues}};
+constexpr Named kNames[] = {
+    {"temporal-attention", GpuKernel::temporal_attention}, {"index32", GpuKernel::index32},
+    {"staged-uploads", GpuKernel::staged_uploads},         {"flash-attention", GpuKernel::flash_attention},
+    {"gemm-epilogues", GpuKernel::gemm_epilogues},         {"qkv-gemm", GpuKernel::qkv_gemm}};
 
 std::string known_names() {
   std::string s;

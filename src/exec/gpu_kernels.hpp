@@ -15,6 +15,9 @@
 //   staged-uploads      host-to-device copies of up to 64 KiB through a page-locked ring of the
 //                       context, so that the host does not wait for them (the timesteps and
 //                       other small inputs of every model call); not a kernel, but unrun as well
+//   qkv-gemm            a self-attention's Q, K and V as one GEMM over their stacked weights (x
+//                       read once, one launch instead of three), attention reading the three from
+//                       its strided output, as the CPU does; not a kernel either
 //   all, none
 // A switch of the execution context (ExecContext::gpu_kernels), which each Runtime sets from the
 // environment when it is made; a name it does not know is an input error (exit status 2). No
@@ -34,8 +37,9 @@ enum class GpuKernel : unsigned {
   staged_uploads = 1u << 2,
   flash_attention = 1u << 3,
   gemm_epilogues = 1u << 4,
+  qkv_gemm = 1u << 5,
 };
-inline constexpr unsigned kAllGpuKernels = 0x1f;
+inline constexpr unsigned kAllGpuKernels = 0x3f;
 
 // Whether the kernel is on for calls on `ctx`.
 inline bool gpu_kernel_enabled(const ExecContext& ctx, GpuKernel k) {

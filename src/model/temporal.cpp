@@ -4,6 +4,7 @@
 
 #include "core/arena.hpp"
 #include "core/error.hpp"
+#include "exec/gpu_kernels.hpp"
 #include "ops/gemm.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/softmax.hpp"
@@ -73,9 +74,10 @@ void self_attention(ExecContext& ctx, const AttentionWeights& w, const Tensor& x
     xp = rounded;
   }
   // On the CPU, one product for the three when their weights stack: x is read once, and at widths
-  // of 32-128 the product of 3 x inner columns runs faster than three of inner.
+  // of 32-128 the product of 3 x inner columns runs faster than three of inner. On CUDA the same
+  // with VINF_GPU_KERNELS=qkv-gemm (exec/gpu_kernels.hpp).
   Tensor stacked;
-  if (ctx.device.is_cpu() && stacked_qkv(w, stacked)) {
+  if ((ctx.device.is_cpu() || gpu_kernel_enabled(ctx, GpuKernel::qkv_gemm)) && stacked_qkv(w, stacked)) {
     // In the output's dtype: x may be stored in bf16 for the products (the CPU under --dtype bf16).
     OwnedTensor qkv = ctx.arena->empty(out.dtype, {r, l, 3 * inner});
     ops::linear(ctx, xp, stacked, nullptr, qkv);
@@ -102,7 +104,8 @@ void attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
   // On CUDA, long plain attention goes through two GEMMs (the score matrix in memory), unless the
   // fused kernel takes it (VINF_GPU_KERNELS=flash-attention).
   if (path == AttentionPath::automatic)
-    path = plain && ctx.device.is_cuda() && lq * lk >= 4096 && !ops::fused_attention_applies(ctx, q, k, v, nullptr, p, nullptr)
+    path = plain && ctx.device.is_cuda() && lq * lk >= 4096 &&
+                   !ops::fused_attention_applies(ctx, q, k, v, nullptr, p, nullptr)
                ? AttentionPath::gemm
                : AttentionPath::kernel;
   VINF_CHECK(path == AttentionPath::kernel || plain, "attend: the GEMM path computes plain full attention only");
@@ -113,7 +116,8 @@ void attend(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
   // Scores stay f32 whatever q's dtype: f16 overflows at |q.k| * scale > 65504, bf16 keeps 8
   // mantissa bits of logits whose differences decide the softmax. Probabilities are in [0, 1] and
   // go back to the storage dtype for the product with v.
-  OwnedTensor scores = ctx.arena->empty(DType::f32, {heads, lq, lk}), probs = ctx.arena->empty(q.dtype, {heads, lq, lk});
+  OwnedTensor scores = ctx.arena->empty(DType::f32, {heads, lq, lk}),
+              probs = ctx.arena->empty(q.dtype, {heads, lq, lk});
   for (std::int64_t r = 0; r < rows; ++r) {
     ops::bmm(ctx, q.select(0, r), k.select(0, r).transpose(1, 2), scores, p.scale, 0.f);
     ops::softmax(ctx, scores, probs);

@@ -54,7 +54,8 @@ TEST_CASE("FastDivmod: n / d and n % d for every d up to 2048 and chosen n, and 
     for (std::uint32_t m : {kMax / d, kMax / d - 1, kMax / d / 2}) {  // multiples near the top, +-1
       const std::uint64_t base = static_cast<std::uint64_t>(m) * d;
       for (std::int64_t e = -1; e <= 1; ++e)
-        if (base + e <= kMax && static_cast<std::int64_t>(base) + e >= 0) ns.push_back(static_cast<std::uint32_t>(base + e));
+        if (base + e <= kMax && static_cast<std::int64_t>(base) + e >= 0)
+          ns.push_back(static_cast<std::uint32_t>(base + e));
     }
     ns.push_back(kMax);
     for (int i = 0; i < 200; ++i) ns.push_back(rng() & kMax);
@@ -78,8 +79,8 @@ TEST_CASE("Index32: 32-bit offsets of joint layouts equal the 64-bit ones, and t
   std::vector<float> buf(2 * 3 * 5 * 7);
   const Tensor a = Tensor::wrap(buf.data(), DType::f32, Device::cpu(), {2, 3, 5, 7});
   // A permuted view, a sliced one, a broadcast one and a contiguous output: each a different walk.
-  const Tensor p = a.permute({3, 1, 0, 2}).slice(0, 1, 5);                    // [5, 3, 2, 5]
-  const Tensor s = a.slice(3, 2, 5).permute({3, 1, 0, 2});                    // [5, 3, 2, 5]
+  const Tensor p = a.permute({3, 1, 0, 2}).slice(0, 1, 5);  // [5, 3, 2, 5]
+  const Tensor s = a.slice(3, 2, 5).permute({3, 1, 0, 2});  // [5, 3, 2, 5]
   const Tensor b = a.select(0, 1).select(0, 2).select(0, 3).slice(0, 0, 5);  // [5], stride 1
   std::vector<float> out_buf(5 * 3 * 2 * 5);
   const Tensor out = Tensor::wrap(out_buf.data(), DType::f32, Device::cpu(), {5, 3, 2, 5});
@@ -113,15 +114,16 @@ TEST_CASE("VINF_GPU_KERNELS: names, all and none, and an unknown name is an inpu
   CHECK(parse_gpu_kernels("") == 0);
   CHECK(parse_gpu_kernels("none") == 0);
   CHECK(parse_gpu_kernels("all") == kAllGpuKernels);
-  CHECK(parse_gpu_kernels(" index32 , temporal-attention,staged-uploads, flash-attention,gemm-epilogues") ==
+  CHECK(parse_gpu_kernels(" index32 , temporal-attention,staged-uploads, flash-attention,gemm-epilogues,qkv-gemm") ==
         kAllGpuKernels);
   CHECK(parse_gpu_kernels("index32") == static_cast<unsigned>(GpuKernel::index32));
   CHECK(gpu_kernels_text(0) == "none");
-  CHECK(gpu_kernels_text(kAllGpuKernels) == "temporal-attention,index32,staged-uploads,flash-attention,gemm-epilogues");
+  CHECK(gpu_kernels_text(kAllGpuKernels) ==
+        "temporal-attention,index32,staged-uploads,flash-attention,gemm-epilogues,qkv-gemm");
   CHECK(parse_gpu_kernels(gpu_kernels_text(kAllGpuKernels)) == kAllGpuKernels);
   CHECK_THROWS_WITH_AS(parse_gpu_kernels("index32,flash"),
                        doctest::Contains("no kernel is called 'flash'; the names are temporal-attention, index32, "
-                                                         "staged-uploads, flash-attention, gemm-epilogues, all, none"),
+                                         "staged-uploads, flash-attention, gemm-epilogues, qkv-gemm, all, none"),
                        InputError);
   ExecContext ctx;
   ctx.gpu_kernels = static_cast<unsigned>(GpuKernel::temporal_attention);
@@ -129,11 +131,14 @@ TEST_CASE("VINF_GPU_KERNELS: names, all and none, and an unknown name is an inpu
   CHECK_FALSE(gpu_kernel_enabled(ctx, GpuKernel::index32));
 }
 
-TEST_CASE("flash-attention takes only full attention in f16 or bf16 with head dims 16 to 128, on CUDA, when switched on") {
+TEST_CASE(
+    "flash-attention takes only full attention in f16 or bf16 with head dims 16 to 128, on CUDA, when switched on") {
   // fused_attention_applies reads shapes, dtypes and parameters only: host tensors and a context
   // that names a GPU are enough to check which calls the fused kernel would take.
   std::vector<std::uint16_t> buf(2 * 2 * 300 * 128);
-  auto t = [&](DType dt, std::int64_t l, std::int64_t d) { return Tensor::wrap(buf.data(), dt, Device::cpu(), {2, 2, l, d}); };
+  auto t = [&](DType dt, std::int64_t l, std::int64_t d) {
+    return Tensor::wrap(buf.data(), dt, Device::cpu(), {2, 2, l, d});
+  };
   ExecContext gpu;
   gpu.device = Device::cuda(0);
   ExecContext cpu;
@@ -150,8 +155,8 @@ TEST_CASE("flash-attention takes only full attention in f16 or bf16 with head di
                                            t(DType::f16, 300, 128), nullptr, full, nullptr));  // under a block of rows
   CHECK_FALSE(ops::fused_attention_applies(gpu, t(DType::f32, 100, 64), t(DType::f32, 77, 64), t(DType::f32, 77, 64),
                                            nullptr, full, nullptr));
-  CHECK_FALSE(ops::fused_attention_applies(gpu, t(DType::bf16, 100, 40), t(DType::bf16, 77, 40),
-                                           t(DType::bf16, 77, 40), nullptr, full, nullptr));  // head dim 40
+  CHECK_FALSE(ops::fused_attention_applies(gpu, t(DType::bf16, 100, 40), t(DType::bf16, 77, 40), t(DType::bf16, 77, 40),
+                                           nullptr, full, nullptr));  // head dim 40
   CHECK_FALSE(ops::fused_attention_applies(gpu, q, k, t(DType::bf16, 77, 32), nullptr, full, nullptr));  // dv != d
   CHECK_FALSE(ops::fused_attention_applies(gpu, q, k, v, &k, full, nullptr));  // global keys
   CHECK_FALSE(ops::fused_attention_applies(gpu, q, k, v, nullptr, full, &q));  // log-sum-exp wanted

@@ -45,11 +45,12 @@ model::Weights load(const model::UNetConfig& c, const std::string& dir, std::uin
 // One UNet call on (seeded) random inputs: the CPU in f32 as reference, then CUDA in each of
 // `dtypes` against it.
 std::vector<Errors> cuda_vs_cpu(const model::UNetConfig& c, const std::string& dir, std::uint64_t seed,
-                                const Problem& pb, const std::vector<DType>& dtypes) {
+                                const Problem& pb, const std::vector<DType>& dtypes, unsigned kernels = 0) {
   const Shape sample_shape{pb.batch, c.in_channels, pb.frames, pb.height, pb.width};
   const Shape text_shape{pb.batch, pb.text_tokens, c.cross_attention_dim};
   const Shape out_shape{pb.batch, c.out_channels, pb.frames, pb.height, pb.width};
-  std::vector<float> sample(static_cast<std::size_t>(sample_shape.numel())), text(static_cast<std::size_t>(text_shape.numel()));
+  std::vector<float> sample(static_cast<std::size_t>(sample_shape.numel())),
+      text(static_cast<std::size_t>(text_shape.numel()));
   std::vector<float> ref(static_cast<std::size_t>(out_shape.numel())), got(ref.size());
   model::PlainTemporalContext plain;
   {
@@ -64,6 +65,7 @@ std::vector<Errors> cuda_vs_cpu(const model::UNetConfig& c, const std::string& d
   std::vector<Errors> errors;
   for (DType dtype : dtypes) {
     Runtime gpu(Device::cuda(0));
+    gpu.ctx().gpu_kernels |= kernels;
     const model::UNet3D unet(c, load(c, dir, seed, gpu, dtype));
     OwnedTensor s = gpu.arena().empty(DType::f32, sample_shape), t = gpu.arena().empty(DType::f32, text_shape),
                 o = gpu.arena().empty(DType::f32, out_shape);
@@ -111,13 +113,31 @@ TEST_CASE("CUDA UNet (f32, f16, bf16) matches the CPU f32 result: tiny and small
       const Errors& e = errors[d];
       CAPTURE(k.dir);
       CAPTURE(std::string(dtype_name(dt)));
-      MESSAGE(k.dir << " " << std::string(dtype_name(dt)) << ": relative RMS error " << e.relative_rms << ", max |err| " << e.max_abs);
+      MESSAGE(k.dir << " " << std::string(dtype_name(dt)) << ": relative RMS error " << e.relative_rms << ", max |err| "
+                    << e.max_abs);
       CHECK(e.nonfinite == 0);
       CHECK(e.relative_rms < tolerance(dt));
       if (dt == DType::f32) CHECK(e.max_abs < 1e-3);
     }
   }
   fs::remove_all(small);
+}
+
+// The same with every kernel of VINF_GPU_KERNELS on (exec/gpu_kernels.hpp): flash attention, the
+// banded temporal kernel, Q, K and V in one GEMM, the GEMM epilogues and the rest, whole-model,
+// at the same tolerances, before any becomes the default.
+TEST_CASE("CUDA UNet with VINF_GPU_KERNELS=all (f32, f16, bf16) matches the CPU f32 result: tiny preset") {
+  if (!test::gpu_or_skip("the CUDA UNet forward with all kernels")) return;
+  const std::string dir = test::fixture("tiny-unet3d");
+  const model::UNetConfig c = model::load_unet_config(model::find_model_files(dir).config, nullptr);
+  const std::vector<Errors> errors = cuda_vs_cpu(c, dir, 0, {2, 16, 8, 8, 8}, kDtypes, kAllGpuKernels);
+  for (std::size_t d = 0; d < kDtypes.size(); ++d) {
+    const Errors& e = errors[d];
+    MESSAGE(std::string(dtype_name(kDtypes[d]))
+            << ": relative RMS error " << e.relative_rms << ", max |err| " << e.max_abs);
+    CHECK(e.nonfinite == 0);
+    CHECK(e.relative_rms < tolerance(kDtypes[d]));
+  }
 }
 
 // VideoCrafter2's real shapes: the vc2 preset (random weights drawn in memory), a 320x512 video
@@ -140,8 +160,8 @@ TEST_CASE("CUDA UNet at VideoCrafter2 shapes (vc2, 40x64 latent, 24 frames, batc
     const DType dt = kDtypes[d];
     const Errors& e = errors[d];
     CAPTURE(std::string(dtype_name(dt)));
-    MESSAGE("vc2 " << std::string(dtype_name(dt)) << ": relative RMS error " << e.relative_rms << ", max |err| " << e.max_abs
-                   << ", non-finite outputs " << e.nonfinite);
+    MESSAGE("vc2 " << std::string(dtype_name(dt)) << ": relative RMS error " << e.relative_rms << ", max |err| "
+                   << e.max_abs << ", non-finite outputs " << e.nonfinite);
     CHECK(e.nonfinite == 0);
     CHECK(e.relative_rms < (dt == DType::f32 ? 2e-4 : tolerance(dt)));
   }
