@@ -205,6 +205,8 @@ void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
       exec::copy_host(src, Tensor::wrap(host.data(), src.dtype, Device::cpu(), src.shape));
       image = host.data();
     }
+    // From pageable memory the driver waits for the stream before it copies: a host synchronisation.
+    if (!pinned) count_host_sync();
     if (!cast) {
       VINF_CHECK_CUDA(cudaMemcpyAsync(dst.data, image, dst.nbytes(), cudaMemcpyHostToDevice, stream_of(ctx)));
       return;
@@ -225,12 +227,12 @@ void copy(ExecContext& ctx, const Tensor& src, const Tensor& dst) {
   if (dst.is_contiguous()) {
     VINF_CHECK_CUDA(cudaMemcpyAsync(dst.data, compact.data, dst.nbytes(), cudaMemcpyDeviceToHost, stream_of(ctx)));
     count_host_sync();
-    count_host_sync();
     VINF_CHECK_CUDA(cudaStreamSynchronize(stream_of(ctx)));
     return;
   }
   std::vector<char> host(dst.nbytes());
   VINF_CHECK_CUDA(cudaMemcpyAsync(host.data(), compact.data, host.size(), cudaMemcpyDeviceToHost, stream_of(ctx)));
+  count_host_sync();
   VINF_CHECK_CUDA(cudaStreamSynchronize(stream_of(ctx)));
   exec::copy_host(Tensor::wrap(host.data(), dst.dtype, Device::cpu(), dst.shape), dst);
 }
