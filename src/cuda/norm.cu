@@ -3,6 +3,8 @@
 #include "cuda/ops.hpp"
 #include "exec/activation_math.hpp"
 
+#include <type_traits>
+
 namespace vinf::cuda {
 namespace {
 
@@ -14,7 +16,8 @@ struct View4 {  // an (N, C, T, S) view
 };
 
 View4 view4(const Tensor& x) {
-  return {x.data, x.dtype, x.size(0), x.size(1), x.size(2), x.size(3), x.stride(0), x.stride(1), x.stride(2), x.stride(3)};
+  return {x.data,    x.dtype,     x.size(0),   x.size(1),   x.size(2),
+          x.size(3), x.stride(0), x.stride(1), x.stride(2), x.stride(3)};
 }
 
 // Block (job, split) sums a slice of group `job`'s elements; atomics combine the splits.
@@ -67,6 +70,104 @@ __global__ void group_apply_kernel(View4 x, View4 y, const float2* ab, exec::Act
   }
 }
 
+// GroupNorm in one kernel (VINF_GPU_KERNELS=group-norm): one block per (sample, group) whose
+// elements lie in one run (x and y (N, C, T, S) with (C, T, S) contiguous). The statistics in one
+// read of the run, then the per-channel scale and shift and the activation in one more read and
+// one write, V elements (16 bytes) at a time where the run allows.
+template <typename T>
+__device__ __forceinline__ float to_float(T v) {
+  if constexpr (std::is_same_v<T, float>)
+    return v;
+  else if constexpr (std::is_same_v<T, __half>)
+    return __half2float(v);
+  else
+    return __bfloat162float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v) {
+  if constexpr (std::is_same_v<T, float>)
+    return v;
+  else if constexpr (std::is_same_v<T, __half>)
+    return __float2half_rn(v);
+  else
+    return __float2bfloat16_rn(v);
+}
+
+struct GroupRun {
+  std::int64_t x_sn, y_sn;  // sample strides, in elements
+  unsigned cg, per_channel;  // channels per group, elements per channel (T x S)
+  int groups;
+  float eps;
+  exec::Activation act;
+};
+
+template <typename T, int V>
+__global__ void group_norm_run_kernel(const T* __restrict__ x, T* __restrict__ y, GroupRun r, const void* gamma,
+                                      DType gt, std::int64_t gs, const void* beta, DType bt, std::int64_t bs) {
+  struct alignas(16) Pack {
+    T e[V];
+  };
+  extern __shared__ float2 ab[];  // the group's channels: scale, shift
+  __shared__ double shared[32];
+  const std::int64_t n = blockIdx.x / r.groups, g = blockIdx.x % r.groups;
+  const unsigned count = r.cg * r.per_channel, packs = count / V;
+  const Pack* xg = reinterpret_cast<const Pack*>(x + n * r.x_sn + g * count);
+  Pack* yg = reinterpret_cast<Pack*>(y + n * r.y_sn + g * count);
+  float s1 = 0.f, s2 = 0.f;
+  for (unsigned i = threadIdx.x; i < packs; i += blockDim.x) {
+    const Pack p = xg[i];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float v = to_float(p.e[k]);
+      s1 += v;
+      s2 += v * v;
+    }
+  }
+  const auto add = [](double a, double b) { return a + b; };
+  const double mean = block_reduce<double>(s1, add, 0.0, shared) / count;
+  const double var = fmax(block_reduce<double>(s2, add, 0.0, shared) / count - mean * mean, 0.0);
+  const float rstd = static_cast<float>(1.0 / sqrt(var + r.eps));
+  for (unsigned c = threadIdx.x; c < r.cg; c += blockDim.x) {
+    const std::int64_t ch = g * r.cg + c;
+    const float a = rstd * load_f(gamma, gt, ch * gs);
+    ab[c] = make_float2(a, load_f(beta, bt, ch * bs) - static_cast<float>(mean) * a);
+  }
+  __syncthreads();
+  for (unsigned i = threadIdx.x; i < packs; i += blockDim.x) {
+    const Pack p = xg[i];
+    Pack q;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float2 k2 = ab[(i * V + k) / r.per_channel];
+      q.e[k] = from_float<T>(exec::activate(r.act, to_float(p.e[k]) * k2.x + k2.y));
+    }
+    yg[i] = q;
+  }
+}
+
+template <typename T>
+void launch_group_norm_run(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                           const GroupRun& r) {
+  constexpr int kVector = 16 / static_cast<int>(sizeof(T));
+  const unsigned count = r.cg * r.per_channel;
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  const bool vector =
+      count % kVector == 0 && r.x_sn % kVector == 0 && r.y_sn % kVector == 0 && aligned(x.data) && aligned(y.data);
+  const unsigned blocks = static_cast<unsigned>(x.size(0) * r.groups);
+  const std::size_t shared = r.cg * sizeof(float2);
+  const int threads = count >= 8192 ? 1024 : count >= 2048 ? 512 : kThreads;
+  auto* xp = static_cast<const T*>(x.data);
+  auto* yp = static_cast<T*>(y.data);
+  if (vector)
+    group_norm_run_kernel<T, kVector><<<blocks, threads, shared, stream_of(ctx)>>>(
+        xp, yp, r, gamma.data, gamma.dtype, gamma.stride(0), beta.data, beta.dtype, beta.stride(0));
+  else
+    group_norm_run_kernel<T, 1><<<blocks, threads, shared, stream_of(ctx)>>>(
+        xp, yp, r, gamma.data, gamma.dtype, gamma.stride(0), beta.data, beta.dtype, beta.stride(0));
+  VINF_CHECK_LAUNCH();
+}
+
 // One block per row; two passes over the row (mean, then variance about it).
 __global__ void layer_norm_kernel(const void* x, DType xt, std::int64_t xs, void* y, DType yt, std::int64_t ys,
                                   const void* gamma, DType gt, std::int64_t gs, const void* beta, DType bt,
@@ -97,8 +198,10 @@ __global__ void rms_norm_kernel(const void* x, DType xt, std::int64_t xs, void* 
     const float v = load_f(x, xt, row * xs + d);
     s += v * v;
   }
-  const float r = rsqrtf(block_reduce<float>(s, [](float a, float b) { return a + b; }, 0.f, shared) /
-                             static_cast<float>(D) + eps);
+  const float r = rsqrtf(block_reduce<float>(
+                             s, [](float a, float b) { return a + b; }, 0.f, shared) /
+                             static_cast<float>(D) +
+                         eps);
   for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x)
     store_f(y, yt, row * ys + d, load_f(x, xt, row * xs + d) * r * load_f(gamma, gt, d * gs));
 }
@@ -109,13 +212,15 @@ __global__ void softmax_kernel(const void* x, DType xt, std::int64_t xs, void* y
   const std::int64_t row = blockIdx.x;
   float m = -INFINITY;
   for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) m = fmaxf(m, load_f(x, xt, row * xs + d));
-  m = block_reduce<float>(m, [](float a, float b) { return fmaxf(a, b); }, -INFINITY, shared);
+  m = block_reduce<float>(
+      m, [](float a, float b) { return fmaxf(a, b); }, -INFINITY, shared);
   // A row that is all -inf (fully masked) would give exp(-inf + inf) = NaN: measured from 0 its
   // terms are 0, the sum is 0 and the row comes out as zeros.
   if (m == -INFINITY) m = 0.f;
   float s = 0.f;
   for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x) s += expf(load_f(x, xt, row * xs + d) - m);
-  s = block_reduce<float>(s, [](float a, float b) { return a + b; }, 0.f, shared);
+  s = block_reduce<float>(
+      s, [](float a, float b) { return a + b; }, 0.f, shared);
   const float inv = s > 0.f ? 1.f / s : 0.f;
   for (std::int64_t d = threadIdx.x; d < D; d += blockDim.x)
     store_f(y, yt, row * ys + d, expf(load_f(x, xt, row * xs + d) - m) * inv);
@@ -149,12 +254,34 @@ void group_norm_apply(ExecContext& ctx, const Tensor& x, const Tensor& sums, dou
       gamma.dtype, gamma.stride(0), beta.data, beta.dtype, beta.stride(0), N, C, p.groups, p.eps,
       static_cast<float2*>(ab.data()));
   VINF_CHECK_LAUNCH();
-  group_apply_kernel<<<grid_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(view4(x), view4(y),
-                                                                           static_cast<const float2*>(ab.data()), p.act);
+  group_apply_kernel<<<grid_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(
+      view4(x), view4(y), static_cast<const float2*>(ab.data()), p.act);
   VINF_CHECK_LAUNCH();
 }
 
-void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, float eps) {
+bool group_norm_runs(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                     const exec::GroupNormParams& p) {
+  const auto runs = [](const Tensor& t) {
+    return t.stride(3) == 1 && t.stride(2) == t.size(3) && t.stride(1) == t.size(2) * t.size(3);
+  };
+  const std::int64_t N = x.size(0), C = x.size(1), per_channel = x.size(2) * x.size(3);
+  const std::int64_t cg = C / p.groups;
+  const std::int64_t shared_limit = 32 * 1024 / static_cast<std::int64_t>(sizeof(float2));
+  if (x.dtype != y.dtype || !runs(x) || !runs(y) || x.numel() == 0 || cg * per_channel > 0x7fffffff ||
+      cg > shared_limit || N * p.groups > 0x7fffffff)
+    return false;
+  const GroupRun r{x.stride(0), y.stride(0), static_cast<unsigned>(cg), static_cast<unsigned>(per_channel), p.groups,
+                   p.eps,       p.act};
+  switch (x.dtype) {
+    case DType::f32: launch_group_norm_run<float>(ctx, x, gamma, beta, y, r); return true;
+    case DType::f16: launch_group_norm_run<__half>(ctx, x, gamma, beta, y, r); return true;
+    case DType::bf16: launch_group_norm_run<__nv_bfloat16>(ctx, x, gamma, beta, y, r); return true;
+    default: return false;
+  }
+}
+
+void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                float eps) {
   const std::int64_t M = x.size(0);
   if (M == 0) return;
   VINF_CHECK(M <= 0x7fffffff, "layer_norm: too many rows");
@@ -179,7 +306,7 @@ void softmax(ExecContext& ctx, const Tensor& x, const Tensor& out) {
   if (M == 0) return;
   VINF_CHECK(M <= 0x7fffffff, "softmax: too many rows");
   softmax_kernel<<<static_cast<unsigned>(M), kThreads, 0, stream_of(ctx)>>>(x.data, x.dtype, x.stride(0), out.data,
-                                                                           out.dtype, out.stride(0), x.size(1));
+                                                                            out.dtype, out.stride(0), x.size(1));
   VINF_CHECK_LAUNCH();
 }
 

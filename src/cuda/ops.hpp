@@ -19,6 +19,10 @@ void geglu(ExecContext& ctx, const Tensor& x, const Tensor& out);
 void group_norm_sums(ExecContext& ctx, const Tensor& x, int groups, const Tensor& sums);
 void group_norm_apply(ExecContext& ctx, const Tensor& x, const Tensor& sums, double count, const Tensor& gamma,
                       const Tensor& beta, const Tensor& y, const exec::GroupNormParams& p);
+// GroupNorm (+ activation) in one kernel where each (sample, group) of x and y is one run of
+// memory (VINF_GPU_KERNELS=group-norm); false (nothing done) for a layout or dtype it does not take.
+bool group_norm_runs(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                     const exec::GroupNormParams& p);
 void layer_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y, float eps);
 void softmax(ExecContext& ctx, const Tensor& x, const Tensor& out);
 void rms_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& y, float eps);

@@ -11,10 +11,13 @@ struct Named {
   const char* name;
   GpuKernel kernel;
 };
-constexpr Named kNames[] = {
-    {"temporal-attention", GpuKernel::temporal_attention}, {"index32", GpuKernel::index32},
-    {"staged-uploads", GpuKernel::staged_uploads},         {"flash-attention", GpuKernel::flash_attention},
-    {"gemm-epilogues", GpuKernel::gemm_epilogues},         {"qkv-gemm", GpuKernel::qkv_gemm}};
+constexpr Named kNames[] = {{"temporal-attention", GpuKernel::temporal_attention},
+                            {"index32", GpuKernel::index32},
+                            {"staged-uploads", GpuKernel::staged_uploads},
+                            {"flash-attention", GpuKernel::flash_attention},
+                            {"gemm-epilogues", GpuKernel::gemm_epilogues},
+                            {"qkv-gemm", GpuKernel::qkv_gemm},
+                            {"group-norm", GpuKernel::group_norm}};
 
 std::string known_names() {
   std::string s;

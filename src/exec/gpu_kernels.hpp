@@ -15,6 +15,9 @@
 //   staged-uploads      host-to-device copies of up to 64 KiB through a page-locked ring of the
 //                       context, so that the host does not wait for them (the timesteps and
 //                       other small inputs of every model call); not a kernel, but unrun as well
+//   group-norm          GroupNorm (+ SiLU) in one kernel per (sample, group) run of memory:
+//                       statistics in one read, scale, shift and activation in one read and one
+//                       write, 16-byte accesses (in place of a fill and three kernels)
 //   qkv-gemm            a self-attention's Q, K and V as one GEMM over their stacked weights (x
 //                       read once, one launch instead of three), attention reading the three from
 //                       its strided output, as the CPU does; not a kernel either
@@ -38,8 +41,9 @@ enum class GpuKernel : unsigned {
   flash_attention = 1u << 3,
   gemm_epilogues = 1u << 4,
   qkv_gemm = 1u << 5,
+  group_norm = 1u << 6,
 };
-inline constexpr unsigned kAllGpuKernels = 0x3f;
+inline constexpr unsigned kAllGpuKernels = 0x7f;
 
 // Whether the kernel is on for calls on `ctx`.
 inline bool gpu_kernel_enabled(const ExecContext& ctx, GpuKernel k) {

@@ -66,7 +66,8 @@ Tensor CaseEnv::values(DType dt, const Shape& shape, const std::vector<double>& 
   Tensor t = hold(dt, shape);
   Arena staging(host_memory());
   ExecContext hc{Device::cpu(), &staging, CpuImpl::fast, nullptr, nullptr};
-  ops::copy(ctx.device.is_cpu() ? hc : ctx, Tensor::wrap(const_cast<double*>(v.data()), DType::f64, Device::cpu(), shape), t);
+  ops::copy(ctx.device.is_cpu() ? hc : ctx,
+            Tensor::wrap(const_cast<double*>(v.data()), DType::f64, Device::cpu(), shape), t);
   return t;
 }
 
@@ -164,12 +165,12 @@ void add_elementwise(std::vector<OpCase>& v) {
 
 void add_activations(std::vector<OpCase>& v) {
   for (Activation act : {Activation::silu, Activation::gelu, Activation::quick_gelu, Activation::gelu_tanh}) {
-    v.push_back({ops::activation_name(act), std::string(ops::activation_name(act)) + " 3x1001", 0,
-                 [act](CaseEnv& e) -> Runner {
-                   const Tensor x = e.input({3, 1001}, 3.f);
-                   const Tensor y = e.output({3, 1001});
-                   return [&e, act, x, y] { ops::activation(e.ctx, act, x, y); };
-                 }});
+    v.push_back(
+        {ops::activation_name(act), std::string(ops::activation_name(act)) + " 3x1001", 0, [act](CaseEnv& e) -> Runner {
+           const Tensor x = e.input({3, 1001}, 3.f);
+           const Tensor y = e.output({3, 1001});
+           return [&e, act, x, y] { ops::activation(e.ctx, act, x, y); };
+         }});
   }
   v.push_back({"silu", "silu on a transposed view 13x11", 0, [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({11, 13}, 3.f).transpose(0, 1);
@@ -190,8 +191,8 @@ void add_activations(std::vector<OpCase>& v) {
 // channels-last.
 OpCase halves_summed_case(std::string name, std::int64_t C, int groups, bool channels_last, Activation act) {
   return {"group_norm", std::move(name), 0, [=](CaseEnv& e) -> Runner {
-            const Tensor x = channels_last ? e.input({3, 8, 5, C}, 1.f, 2.f).permute({0, 3, 1, 2})
-                                           : e.input({3, C, 8, 5}, 1.f, 2.f);
+            const Tensor x =
+                channels_last ? e.input({3, 8, 5, C}, 1.f, 2.f).permute({0, 3, 1, 2}) : e.input({3, C, 8, 5}, 1.f, 2.f);
             const Tensor g = e.input({C}, 0.5f, 1.f), b = e.input({C}, 0.5f);
             const Tensor s0 = e.scratch(DType::f64, {3, groups, 2}), s1 = e.scratch(DType::f64, {3, groups, 2});
             const Tensor total = e.output(DType::f64, {3, groups, 2});
@@ -218,6 +219,14 @@ void add_norms(std::vector<OpCase>& v) {
                  const Tensor g = e.input({32}, 0.5f, 1.f), b = e.input({32}, 0.5f);
                  const Tensor y = e.output({6, 32, 5, 7});
                  return [&e, x, g, b, y] { ops::group_norm(e.ctx, x, g, b, y, {8, 1e-5f, Activation::silu}); };
+               }});
+  // Groups of 2 channels x 64 pixels, runs of 128 elements: the 16-byte accesses of
+  // VINF_GPU_KERNELS=group-norm on CUDA (the case above takes its element-wise form).
+  v.push_back({"group_norm", "group_norm per frame 4x64x1x64 g32 +silu", 0, [](CaseEnv& e) -> Runner {
+                 const Tensor x = e.input({4, 64, 1, 64}, 2.f, 0.5f);
+                 const Tensor g = e.input({64}, 0.5f, 1.f), b = e.input({64}, 0.5f);
+                 const Tensor y = e.output({4, 64, 1, 64});
+                 return [&e, x, g, b, y] { ops::group_norm(e.ctx, x, g, b, y, {32, 1e-5f, Activation::silu}); };
                }});
   v.push_back({"group_norm", "group_norm temporal frame-major B2 F5 C16 3x7 g4", 0, [](CaseEnv& e) -> Runner {
                  // Storage (B*F, C, H, W); statistics per (b, group) across frames.
@@ -251,8 +260,8 @@ void add_norms(std::vector<OpCase>& v) {
                  return [&e, x, g, b, y] { ops::group_norm(e.ctx, x, g, b, y, {6, 1e-5f, Activation::silu}); };
                }});
   v.push_back(halves_summed_case("group_norm_sums + apply, two halves summed", 12, 3, false, Activation::none));
-  v.push_back(halves_summed_case("group_norm_sums + apply channels-last, two halves summed", 16, 4, true,
-                                 Activation::silu));
+  v.push_back(
+      halves_summed_case("group_norm_sums + apply channels-last, two halves summed", 16, 4, true, Activation::silu));
   v.push_back({"layer_norm", "layer_norm 37x129", 0, [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({37, 129}, 2.f, 1.f);
                  const Tensor g = e.input({129}, 0.5f, 1.f), b = e.input({129}, 0.5f);
@@ -337,13 +346,13 @@ void add_plain_linear_cases(std::vector<OpCase>& v) {
 void add_layout_linear_cases(std::vector<OpCase>& v) {
   // The temporal layers' layouts: a permuted activation read in place (one sequence of frames per
   // pixel), a product written back transposed onto a residual, and a view no product can read.
-  v.push_back({"linear", "linear on frames' pixels as rows 2x5x3x6 -> 7 +bias", 2.0 * 30 * 6 * 7,
-               [](CaseEnv& e) -> Runner {
-                 const Tensor x = e.input({2, 3, 6, 5}).permute({0, 3, 1, 2});
-                 const Tensor w = e.weight({7, 6}, 0.3f), b = e.input({7});
-                 const Tensor y = e.output({2, 5, 3, 7});
-                 return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
-               }});
+  v.push_back(
+      {"linear", "linear on frames' pixels as rows 2x5x3x6 -> 7 +bias", 2.0 * 30 * 6 * 7, [](CaseEnv& e) -> Runner {
+         const Tensor x = e.input({2, 3, 6, 5}).permute({0, 3, 1, 2});
+         const Tensor w = e.weight({7, 6}, 0.3f), b = e.input({7});
+         const Tensor y = e.output({2, 5, 3, 7});
+         return [&e, x, w, b, y] { ops::linear(e.ctx, x, w, &b, y); };
+       }});
   v.push_back({"linear", "linear_add written transposed into frames 2x5x3x6 -> 7 +bias", 2.0 * 30 * 6 * 7,
                [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({2, 5, 3, 6});
@@ -374,8 +383,10 @@ void add_layout_linear_cases(std::vector<OpCase>& v) {
                  const Tensor y = e.output({3, 7, 37});
                  return [&e, x, w, b, y] { ops::linear_geglu(e.ctx, x, w, &b, y); };
                }});
-  v.push_back({"linear", "linear_geglu into the weights' dtype, then linear_add 9x24 -> 2x33 -> 24",
-               2.0 * 9 * 24 * 66 + 2.0 * 9 * 33 * 24, [](CaseEnv& e) -> Runner {
+  v.push_back({"linear",
+               "linear_geglu into the weights' dtype, then linear_add 9x24 -> 2x33 -> 24",
+               2.0 * 9 * 24 * 66 + 2.0 * 9 * 33 * 24,
+               [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({9, 24}), y0 = e.input({9, 24});
                  const Tensor w1 = e.weight({66, 24}, 0.25f), b1 = e.input({66});
                  const Tensor w2 = e.weight({24, 33}, 0.2f), b2 = e.input({24});
@@ -391,7 +402,9 @@ void add_layout_linear_cases(std::vector<OpCase>& v) {
                "with bf16 weights on the CPU the gated activations are stored in bf16 between the two products "
                "(2^-9 relative, about 0.007 after the second product here), which the f32 reference does not do; "
                "on CUDA the dtype's own bound"});
-  v.push_back({"linear", "layer_norm into the weights' dtype, then linear 11x40 -> 19", 2.0 * 11 * 40 * 19,
+  v.push_back({"linear",
+               "layer_norm into the weights' dtype, then linear 11x40 -> 19",
+               2.0 * 11 * 40 * 19,
                [](CaseEnv& e) -> Runner {
                  const Tensor x = e.input({11, 40}, 1.5f, 0.3f), g = e.input({40}), b = e.input({40});
                  const Tensor w = e.weight({19, 40}, 0.2f), bias = e.input({19});
@@ -465,7 +478,9 @@ OpCase conv_case(std::string name, Shape xs, std::int64_t cout, int k, int strid
             const Tensor w = e.weight({cout, xs[1], k, k}, 1.f / std::sqrt(static_cast<float>(xs[1] * k * k)));
             const Tensor b = e.input({cout});
             const Tensor y = e.output(ys);
-            return [&e, x, w, b, y, stride, pad, bias] { ops::conv2d(e.ctx, x, w, bias ? &b : nullptr, y, {stride, pad}); };
+            return [&e, x, w, b, y, stride, pad, bias] {
+              ops::conv2d(e.ctx, x, w, bias ? &b : nullptr, y, {stride, pad});
+            };
           }};
 }
 
@@ -508,14 +523,12 @@ void add_misc(std::vector<OpCase>& v) {
                  const Tensor y = e.output({1, 2, 9, 13});
                  return [&e, x, y] { ops::upsample_nearest(e.ctx, x, y); };
                }});
-  v.push_back({"timestep_embedding", "timestep embedding dim 32 flip, t in {0,1,500,999}", 0,
-               [](CaseEnv& e) -> Runner {
+  v.push_back({"timestep_embedding", "timestep embedding dim 32 flip, t in {0,1,500,999}", 0, [](CaseEnv& e) -> Runner {
                  const Tensor t = e.values(DType::i64, {4}, {0, 1, 500, 999});
                  const Tensor y = e.output({4, 32});
                  return [&e, t, y] { ops::timestep_embedding(e.ctx, t, y, {true, 0.f, 10000.f}); };
                }});
-  v.push_back({"timestep_embedding", "timestep embedding dim 33 sin-first shift 1, f32 t", 0,
-               [](CaseEnv& e) -> Runner {
+  v.push_back({"timestep_embedding", "timestep embedding dim 33 sin-first shift 1, f32 t", 0, [](CaseEnv& e) -> Runner {
                  const Tensor t = e.values(DType::f32, {3}, {24, 3.5, 800});
                  const Tensor y = e.output({3, 33});
                  return [&e, t, y] { ops::timestep_embedding(e.ctx, t, y, {false, 1.f, 10000.f}); };
@@ -541,33 +554,33 @@ OpCase attention_case(std::string name, AttnShape s, ops::AttentionParams p, boo
   }
   const double flops = 2.0 * static_cast<double>(s.B * s.H) * visible * static_cast<double>(s.D + s.Dv);
   OpCase c{"attention", std::move(name), flops, [=](CaseEnv& e) -> Runner {
-            Tensor q, k, v;
-            if (split_heads) {  // heads split out of (B, L, H*d) projections: strided views
-              q = e.input({s.B, s.Lq, s.H * s.D}).reshape({s.B, s.Lq, s.H, s.D}).permute({0, 2, 1, 3});
-              k = e.input({s.B, s.Lk, s.H * s.D}).reshape({s.B, s.Lk, s.H, s.D}).permute({0, 2, 1, 3});
-              v = e.input({s.B, s.Lk, s.H * s.Dv}).reshape({s.B, s.Lk, s.H, s.Dv}).permute({0, 2, 1, 3});
-            } else {
-              q = e.input({s.B, s.H, s.Lq, s.D});
-              k = e.input({s.B, s.H, s.Lk, s.D});
-              v = e.input({s.B, s.H, s.Lk, s.Dv});
-            }
-            Tensor kg, vg;
-            if (s.G > 0) {
-              kg = e.input({s.B, s.H, s.G, s.D});
-              vg = e.input({s.B, s.H, s.G, s.Dv});
-            }
-            const Tensor y = e.output({s.B, s.H, s.Lq, s.Dv});
-            const bool global = s.G > 0;
-            ops::AttentionParams pe = p;
-            pe.bf16_products = e.weight_dtype == DType::bf16;  // as the model asks for it in bf16
-            return [&e, q, k, v, kg, vg, y, pe, global] {
-              ops::attention(e.ctx, q, k, v, global ? &kg : nullptr, global ? &vg : nullptr, y, pe);
-            };
-          }};
+             Tensor q, k, v;
+             if (split_heads) {  // heads split out of (B, L, H*d) projections: strided views
+               q = e.input({s.B, s.Lq, s.H * s.D}).reshape({s.B, s.Lq, s.H, s.D}).permute({0, 2, 1, 3});
+               k = e.input({s.B, s.Lk, s.H * s.D}).reshape({s.B, s.Lk, s.H, s.D}).permute({0, 2, 1, 3});
+               v = e.input({s.B, s.Lk, s.H * s.Dv}).reshape({s.B, s.Lk, s.H, s.Dv}).permute({0, 2, 1, 3});
+             } else {
+               q = e.input({s.B, s.H, s.Lq, s.D});
+               k = e.input({s.B, s.H, s.Lk, s.D});
+               v = e.input({s.B, s.H, s.Lk, s.Dv});
+             }
+             Tensor kg, vg;
+             if (s.G > 0) {
+               kg = e.input({s.B, s.H, s.G, s.D});
+               vg = e.input({s.B, s.H, s.G, s.Dv});
+             }
+             const Tensor y = e.output({s.B, s.H, s.Lq, s.Dv});
+             const bool global = s.G > 0;
+             ops::AttentionParams pe = p;
+             pe.bf16_products = e.weight_dtype == DType::bf16;  // as the model asks for it in bf16
+             return [&e, q, k, v, kg, vg, y, pe, global] {
+               ops::attention(e.ctx, q, k, v, global ? &kg : nullptr, global ? &vg : nullptr, y, pe);
+             };
+           }};
   c.head_dim = s.D;
   c.value_dim = s.Dv;
-  c.traffic = static_cast<double>(s.B * s.H) *
-              static_cast<double>(s.Lq * s.D + (s.Lk + s.G) * (s.D + s.Dv) + s.Lq * s.Dv);
+  c.traffic =
+      static_cast<double>(s.B * s.H) * static_cast<double>(s.Lq * s.D + (s.Lk + s.G) * (s.D + s.Dv) + s.Lq * s.Dv);
   return c;
 }
 
@@ -603,12 +616,12 @@ void add_attention(std::vector<OpCase>& v) {
   // Full attention over several query and key tiles with partial ones (flash-attention's 64-row
   // tiles), head dims 64 and 128.
   v.push_back(attention_case("attention full 2x2 100x77 d64", {2, 2, 100, 77, 0, 64, 64}, full(0.125f)));
-  v.push_back(attention_case("attention full split-head 1x2 70x130 d128", {1, 2, 70, 130, 0, 128, 128},
-                             full(0.088f), true));
+  v.push_back(
+      attention_case("attention full split-head 1x2 70x130 d128", {1, 2, 70, 130, 0, 128, 128}, full(0.088f), true));
   // The temporal layers' shape: 24 own frames, p = 4 on both sides, 8 global keys, head dim 64
   // (one block per (row, head) with VINF_GPU_KERNELS=temporal-attention).
-  v.push_back(attention_case("attention temporal F24 p4 G8 d64", {16, 4, 24, 32, 8, 64, 64},
-                             banded(0.125f, 0, 8, 0.f, 10.f)));
+  v.push_back(
+      attention_case("attention temporal F24 p4 G8 d64", {16, 4, 24, 32, 8, 64, 64}, banded(0.125f, 0, 8, 0.f, 10.f)));
   v.push_back(attention_case("attention empty band rows (global keys only)", {1, 1, 9, 4, 3, 8, 8},
                              banded(0.3f, 2, 3, 0.f, 0.f)));
   v.push_back(attention_case("attention one head d512 37x37 (VAE mid-block)", {1, 1, 37, 37, 0, 512, 512},
@@ -630,8 +643,8 @@ void add_attention(std::vector<OpCase>& v) {
   // model's split-head views, and head dims below 8.
   v.push_back(attention_case("attention small heads d8 frames 8 band [0,6] G4 biases", {3, 2, 8, 14, 4, 8, 8},
                              banded(0.3f, 0, 6, 0.5f, 1.f)));
-  v.push_back(attention_case("attention small heads split-head views 3x(4x8) 8x8", {3, 4, 8, 8, 0, 8, 8}, full(0.35f),
-                             true));
+  v.push_back(
+      attention_case("attention small heads split-head views 3x(4x8) 8x8", {3, 4, 8, 8, 0, 8, 8}, full(0.35f), true));
   v.push_back(attention_case("attention small heads d5 dv3 frames 5", {4, 3, 5, 5, 0, 5, 3}, full(0.4f)));
 }
 
@@ -676,8 +689,8 @@ std::vector<OpCase> bench_cases() {
   v.push_back(attention_case("spatial attention 1024 tokens 16x2h d32", {16, 2, 1024, 1024, 0, 32, 32},
                              full(1.f / std::sqrt(32.f))));
   // ... and its temporal attention there: B*H*W = 2*32*32 sequences of F = 16 frames.
-  v.push_back(attention_case("temporal attention F16 2048x2h d32", {2048, 2, 16, 16, 0, 32, 32},
-                             full(1.f / std::sqrt(32.f))));
+  v.push_back(
+      attention_case("temporal attention F16 2048x2h d32", {2048, 2, 16, 16, 0, 32, 32}, full(1.f / std::sqrt(32.f))));
   return v;
 }
 

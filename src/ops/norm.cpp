@@ -2,6 +2,7 @@
 
 #include "core/arena.hpp"
 #include "ops/dispatch.hpp"
+#include "exec/gpu_kernels.hpp"
 #include "ops/views.hpp"
 
 namespace vinf::ops {
@@ -68,6 +69,19 @@ void group_norm(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Te
                 const GroupNormParams& p) {
   const ProfileOp profile_op(ctx, "group_norm");
   const Tensor v = check_group_norm_input(ctx, "group_norm", x, p.groups);
+  if (ctx.device.is_cuda() && gpu_kernel_enabled(ctx, GpuKernel::group_norm)) {
+    // One kernel where the layout allows (the arguments checked as group_norm_apply checks them).
+    const char* op = "group_norm";
+    check_same_shape(op, "x", x, "y", y);
+    check_on_device(ctx, op, "y", y);
+    detail::check_compute_dtype(ctx, op, "y", y);
+    const Tensor vy = detail::as_nc_ts(op, "y", y, &x);
+    check_affine(ctx, op, gamma, v.size(1), "gamma");
+    check_affine(ctx, op, beta, v.size(1), "beta");
+    bool done = false;
+    VINF_ON_CUDA(done = cuda::group_norm_runs(ctx, v, gamma, beta, vy, p));
+    if (done) return;
+  }
   OwnedTensor sums = ctx.arena->empty(DType::f64, {v.size(0), p.groups, 2});
   group_norm_sums(ctx, x, p.groups, sums);
   const double count = static_cast<double>(v.size(1) / p.groups * v.size(2) * v.size(3));

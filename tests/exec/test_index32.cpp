@@ -114,17 +114,19 @@ TEST_CASE("VINF_GPU_KERNELS: names, all and none, and an unknown name is an inpu
   CHECK(parse_gpu_kernels("") == 0);
   CHECK(parse_gpu_kernels("none") == 0);
   CHECK(parse_gpu_kernels("all") == kAllGpuKernels);
-  CHECK(parse_gpu_kernels(" index32 , temporal-attention,staged-uploads, flash-attention,gemm-epilogues,qkv-gemm") ==
+  CHECK(parse_gpu_kernels(
+            " index32 , temporal-attention,staged-uploads, flash-attention,gemm-epilogues,qkv-gemm,group-norm") ==
         kAllGpuKernels);
   CHECK(parse_gpu_kernels("index32") == static_cast<unsigned>(GpuKernel::index32));
   CHECK(gpu_kernels_text(0) == "none");
   CHECK(gpu_kernels_text(kAllGpuKernels) ==
-        "temporal-attention,index32,staged-uploads,flash-attention,gemm-epilogues,qkv-gemm");
+        "temporal-attention,index32,staged-uploads,flash-attention,gemm-epilogues,qkv-gemm,group-norm");
   CHECK(parse_gpu_kernels(gpu_kernels_text(kAllGpuKernels)) == kAllGpuKernels);
-  CHECK_THROWS_WITH_AS(parse_gpu_kernels("index32,flash"),
-                       doctest::Contains("no kernel is called 'flash'; the names are temporal-attention, index32, "
-                                         "staged-uploads, flash-attention, gemm-epilogues, qkv-gemm, all, none"),
-                       InputError);
+  CHECK_THROWS_WITH_AS(
+      parse_gpu_kernels("index32,flash"),
+      doctest::Contains("no kernel is called 'flash'; the names are temporal-attention, index32, "
+                        "staged-uploads, flash-attention, gemm-epilogues, qkv-gemm, group-norm, all, none"),
+      InputError);
   ExecContext ctx;
   ctx.gpu_kernels = static_cast<unsigned>(GpuKernel::temporal_attention);
   CHECK(gpu_kernel_enabled(ctx, GpuKernel::temporal_attention));
