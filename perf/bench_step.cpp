@@ -35,7 +35,7 @@
 
 #include "core/error.hpp"
 #include "app/vi_options.hpp"
-#include "exec/profile_json.hpp"
+#include "ops/profile_json.hpp"
 #include "bench_main.hpp"
 #include "infinity/config.hpp"
 #include "infinity/context.hpp"

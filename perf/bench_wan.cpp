@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "bench_flags.hpp"
-#include "exec/profile_json.hpp"
+#include "ops/profile_json.hpp"
 #include "model/wan_transformer.hpp"
 #include "model/wan_vae.hpp"
 #include "ops/elementwise.hpp"

@@ -236,7 +236,7 @@ def bench_figures(path):
 
 
 def profile_figures(p, top=20):
-    """A --profile report (src/exec/profile_json.hpp) as figures: the call against its ops, the
+    """A --profile report (src/ops/profile_json.hpp) as figures: the call against its ops, the
     counters per call, and the `top` op kinds and modules by time ("name ms")."""
     figs = {"profile." + k: p.get(k) for k in ("clock", "call_s", "op_s", "gap_s", "ops_per_call",
                                                 "kernel_launches_per_call", "library_calls_per_call",

@@ -5,7 +5,7 @@
 #include <ostream>
 
 #include "core/error.hpp"
-#include "exec/profile_json.hpp"
+#include "ops/profile_json.hpp"
 
 namespace vinf::job {
 

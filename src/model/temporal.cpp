@@ -4,7 +4,7 @@
 
 #include "core/arena.hpp"
 #include "core/error.hpp"
-#include "exec/gpu_kernels.hpp"
+#include "ops/runtime.hpp"
 #include "ops/gemm.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/softmax.hpp"
