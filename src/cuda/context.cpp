@@ -50,6 +50,11 @@ cublasLtHandle_t CudaContext::cublas_lt() {
   return cublas_lt_.get();
 }
 
+void* CudaContext::lt_workspace() {
+  if (!lt_workspace_) VINF_CHECK_CUDA(cudaMalloc(lt_workspace_.put(), kLtWorkspaceBytes));
+  return lt_workspace_.get();
+}
+
 void* CudaContext::stage(std::size_t n) {
   if (n > kStagingLargest || !staging_.fits(n)) return nullptr;
   VINF_CHECK_CUDA(cudaSetDevice(device_));  // the event of staged() belongs to this device
@@ -59,7 +64,8 @@ void* CudaContext::stage(std::size_t n) {
 
 void CudaContext::staged() noexcept {
   cudaEvent_t e = nullptr;
-  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess && cudaEventRecord(e, stream_.get()) == cudaSuccess) {
+  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess &&
+      cudaEventRecord(e, stream_.get()) == cudaSuccess) {
     staging_.hold(EventFence{std::shared_ptr<CUevent_st>(e, [](cudaEvent_t x) { (void)cudaEventDestroy(x); })});
     return;
   }

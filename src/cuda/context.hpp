@@ -19,6 +19,17 @@
 
 namespace vinf::cuda {
 
+// A linear layer's cuBLASLt matmul for one shape, layout and alignment (cuda/gemm.cpp): made
+// once, with the heuristic's first algorithm for kLtWorkspaceBytes of workspace; `runs` false
+// where cuBLASLt offers none (the cuBLAS way is taken).
+struct LtPlan {
+  Owned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> desc;
+  Owned<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> w, x, y;
+  cublasLtMatmulAlgo_t algo{};
+  std::size_t workspace = 0;
+  bool runs = false;
+};
+
 struct ConvAlgo {
   cudnnConvolutionFwdAlgo_t algo;
   std::size_t workspace = 0;
@@ -49,6 +60,10 @@ class CudaContext {
   cublasLtHandle_t cublas_lt();
   const cudaDeviceProp& properties() const { return props_; }
   std::unordered_map<std::string, ConvAlgo>& conv_algos() { return conv_algos_; }
+  // cuBLASLt's plans by key, and the workspace they share on the stream (made on first use).
+  std::unordered_map<std::string, std::unique_ptr<LtPlan>>& lt_plans() { return lt_plans_; }
+  void* lt_workspace();
+  static constexpr std::size_t kLtWorkspaceBytes = 32 << 20;
   void synchronize();
   // Page-locked space for a host-to-device copy of n bytes (VINF_GPU_KERNELS=staged-uploads),
   // so that the host does not wait for it: nullptr when n is over kStagingLargest. Fill it, queue
@@ -68,6 +83,8 @@ class CudaContext {
   std::unordered_map<std::string, ConvAlgo> conv_algos_;
   Owned<void*, cudaFreeHost> staging_memory_;  // made on first use
   Owned<cublasLtHandle_t, cublasLtDestroy> cublas_lt_;  // made on first use
+  Owned<void*, cudaFree> lt_workspace_;  // made on first use
+  std::unordered_map<std::string, std::unique_ptr<LtPlan>> lt_plans_;
   exec::StagingRing<EventFence> staging_{kStagingBytes};
 };
 

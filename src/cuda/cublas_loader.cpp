@@ -68,9 +68,8 @@ Fn* find_symbol(CublasLibrary& lib, const char* name) {
   std::call_once(lib.opened, [&] { lib.handle = open_library(lib); });
   void* sym = dlsym(lib.handle, name);
   if (sym == nullptr) {
-    throw Error(detail::concat(lib.what, " (", lib.soname, ") lacks ", name,
-                               ": this vinf was built against cuBLAS ", CUBLAS_VER_MAJOR, ".", CUBLAS_VER_MINOR,
-                               " or newer; the library found is older"));
+    throw Error(detail::concat(lib.what, " (", lib.soname, ") lacks ", name, ": this vinf was built against cuBLAS ",
+                               CUBLAS_VER_MAJOR, ".", CUBLAS_VER_MINOR, " or newer; the library found is older"));
   }
   return reinterpret_cast<Fn*>(sym);
 }
@@ -111,21 +110,20 @@ VINF_HIDDEN const char* cublasGetStatusString(cublasStatus_t status) {
 }
 
 VINF_HIDDEN cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
-                                                      cublasOperation_t transb, int m, int n, int k,
-                                                      const void* alpha, const void* A, cudaDataType Atype,
-                                                      int lda, long long int strideA, const void* B,
-                                                      cudaDataType Btype, int ldb, long long int strideB,
+                                                      cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                                                      const void* A, cudaDataType Atype, int lda, long long int strideA,
+                                                      const void* B, cudaDataType Btype, int ldb, long long int strideB,
                                                       const void* beta, void* C, cudaDataType Ctype, int ldc,
                                                       long long int strideC, int batchCount,
                                                       cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
   // (The header overloads this name for C++ with an inline shim, so the type is written out.)
-  using Fn = cublasStatus_t(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
-                            const void*, cudaDataType, int, long long int, const void*, cudaDataType, int,
-                            long long int, const void*, void*, cudaDataType, int, long long int, int,
-                            cublasComputeType_t, cublasGemmAlgo_t);
+  using Fn =
+      cublasStatus_t(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*,
+                     cudaDataType, int, long long int, const void*, cudaDataType, int, long long int, const void*,
+                     void*, cudaDataType, int, long long int, int, cublasComputeType_t, cublasGemmAlgo_t);
   static auto* const real = vinf::cuda::find_symbol<Fn>(vinf::cuda::kBlas, "cublasGemmStridedBatchedEx");
-  return real(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C,
-              Ctype, ldc, strideC, batchCount, computeType, algo);
+  return real(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype,
+              ldc, strideC, batchCount, computeType, algo);
 }
 
 VINF_HIDDEN cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
@@ -142,8 +140,8 @@ VINF_HIDDEN cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmu
                                           const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
                                           cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
                                           cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
-                                          const cublasLtMatmulAlgo_t* algo, void* workspace,
-                                          size_t workspace_bytes, cudaStream_t stream) {
+                                          const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
+                                          cudaStream_t stream) {
   VINF_CUBLAS_FN(kBlasLt, cublasLtMatmul);
   return real(handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, workspace, workspace_bytes,
               stream);
@@ -167,8 +165,8 @@ VINF_HIDDEN cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d
   return real(desc, attr, buf, bytes);
 }
 
-VINF_HIDDEN cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type,
-                                                      uint64_t rows, uint64_t cols, int64_t ld) {
+VINF_HIDDEN cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
+                                                      uint64_t cols, int64_t ld) {
   VINF_CUBLAS_FN(kBlasLt, cublasLtMatrixLayoutCreate);
   return real(layout, type, rows, cols, ld);
 }
@@ -176,6 +174,32 @@ VINF_HIDDEN cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* la
 VINF_HIDDEN cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
   VINF_CUBLAS_FN(kBlasLt, cublasLtMatrixLayoutDestroy);
   return real(layout);
+}
+
+VINF_HIDDEN cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+  VINF_CUBLAS_FN(kBlasLt, cublasLtMatmulPreferenceCreate);
+  return real(pref);
+}
+
+VINF_HIDDEN cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  VINF_CUBLAS_FN(kBlasLt, cublasLtMatmulPreferenceDestroy);
+  return real(pref);
+}
+
+VINF_HIDDEN cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                                cublasLtMatmulPreferenceAttributes_t attr,
+                                                                const void* buf, size_t bytes) {
+  VINF_CUBLAS_FN(kBlasLt, cublasLtMatmulPreferenceSetAttribute);
+  return real(pref, attr, buf, bytes);
+}
+
+VINF_HIDDEN cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                                          cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                                          cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                                          cublasLtMatmulPreference_t pref, int requested,
+                                                          cublasLtMatmulHeuristicResult_t* results, int* returned) {
+  VINF_CUBLAS_FN(kBlasLt, cublasLtMatmulAlgoGetHeuristic);
+  return real(handle, desc, Adesc, Bdesc, Cdesc, Ddesc, pref, requested, results, returned);
 }
 
 }  // extern "C"

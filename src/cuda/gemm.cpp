@@ -5,6 +5,10 @@
 
 #include <cublasLt.h>
 
+#include <cstdint>
+#include <memory>
+#include <string>
+
 #include "core/error.hpp"
 #include "cuda/check.hpp"
 #include "cuda/context.hpp"
@@ -67,39 +71,89 @@ void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t att
   VINF_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
 }
 
-// y (M x N, row stride ldc) = x w^T + bias in one cuBLASLt call, the bias added by the GEMM's
-// epilogue instead of a broadcast copy that the GEMM then reads back (VINF_GPU_KERNELS=
-// gemm-epilogues). The same column-major mapping as gemm_rowmajor: D (N x M) = op(w) op(x), the
-// bias a column of N added to every one of D's M columns. False, with nothing queued, where
-// cuBLASLt has no kernel for the combination (the caller takes the two-pass way).
-bool linear_bias_epilogue(ExecContext& ctx, DType dtype, std::int64_t M, std::int64_t N, std::int64_t K,
-                          const GemmOperand& a, const GemmOperand& b, const Tensor& bias, void* out, std::int64_t ldc) {
-  if (bias.dtype != dtype || !bias.is_contiguous() || M == 0 || N == 0) return false;
+// The largest power of two up to 256 that divides the address: what cuBLASLt may assume of it.
+std::uint32_t alignment_of(const void* p) {
+  std::uint32_t a = 256;
+  while (a > 1 && reinterpret_cast<std::uintptr_t>(p) % a != 0) a /= 2;
+  return a;
+}
+
+// The cuBLASLt plan of a linear layer (see linear_lt): descriptors, layouts and the heuristic's
+// algorithm for operands of the given alignments.
+std::unique_ptr<LtPlan> make_lt_plan(ExecContext& ctx, DType dtype, std::int64_t M, std::int64_t N, std::int64_t K,
+                                     const GemmOperand& a, const GemmOperand& b, bool bias, std::int64_t ldc,
+                                     const std::uint32_t (&align)[3]) {
+  auto p = std::make_unique<LtPlan>();
   const cudaDataType_t t = cuda_dtype(dtype);
   const cublasComputeType_t compute =
       dtype == DType::f32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  Owned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> desc;
-  VINF_CHECK_CUBLAS(cublasLtMatmulDescCreate(desc.put(), compute, CUDA_R_32F));
+  VINF_CHECK_CUBLAS(cublasLtMatmulDescCreate(p->desc.put(), compute, CUDA_R_32F));
   const cublasOperation_t op_w = b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
                           op_x = a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
-  set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, op_w);
-  set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, op_x);
-  set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-  set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias.data));
-  set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(t));
+  set_attribute(p->desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, op_w);
+  set_attribute(p->desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, op_x);
+  if (bias) {
+    set_attribute(p->desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    set_attribute(p->desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(t));
+  }
   // The stored matrices, before their transposes: w is N x K (or K x N), x is K x M (or M x K).
-  Owned<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> lw, lx, ly;
   const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
-  VINF_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(lw.put(), t, op_w == CUBLAS_OP_N ? u(N) : u(K),
+  VINF_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(p->w.put(), t, op_w == CUBLAS_OP_N ? u(N) : u(K),
                                                op_w == CUBLAS_OP_N ? u(K) : u(N), b.ld));
-  VINF_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(lx.put(), t, op_x == CUBLAS_OP_N ? u(K) : u(M),
+  VINF_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(p->x.put(), t, op_x == CUBLAS_OP_N ? u(K) : u(M),
                                                op_x == CUBLAS_OP_N ? u(M) : u(K), a.ld));
-  VINF_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(ly.put(), t, u(N), u(M), std::max<std::int64_t>(ldc, 1)));
+  VINF_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(p->y.put(), t, u(N), u(M), std::max<std::int64_t>(ldc, 1)));
+  Owned<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
+  VINF_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(pref.put()));
+  const std::uint64_t workspace = CudaContext::kLtWorkspaceBytes;
+  VINF_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &workspace, sizeof workspace));
+  const cublasLtMatmulPreferenceAttributes_t aligned[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  const std::uint32_t of[] = {align[0], align[1], align[2], align[2]};  // w, x, y (C and D)
+  for (int i = 0; i < 4; ++i)
+    VINF_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), aligned[i], &of[i], sizeof of[i]));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(ctx.cuda->cublas_lt(), p->desc.get(), p->w.get(), p->x.get(),
+                                                          p->y.get(), p->y.get(), pref.get(), 1, &result, &found);
+  if (s == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    p->algo = result.algo;
+    p->workspace = result.workspaceSize;
+    p->runs = true;
+  }
+  return p;
+}
+
+// y (M x N, row stride ldc) = x w^T (+ bias) in one cuBLASLt call (VINF_GPU_KERNELS=
+// gemm-epilogues): the plan made once per shape, layout and alignment and kept by the context,
+// the workspace the context's, the bias added by the GEMM's epilogue instead of a broadcast copy
+// that the GEMM then reads back. The same column-major mapping as gemm_rowmajor: D (N x M) =
+// op(w) op(x), the bias a column of N added to every one of D's M columns. False, with nothing
+// queued, where cuBLASLt has no kernel for it (the caller takes the cuBLAS way).
+bool linear_lt(ExecContext& ctx, DType dtype, std::int64_t M, std::int64_t N, std::int64_t K, const GemmOperand& a,
+               const GemmOperand& b, const Tensor* bias, void* out, std::int64_t ldc) {
+  if ((bias && (bias->dtype != dtype || !bias->is_contiguous())) || M == 0 || N == 0 || K == 0) return false;
+  const std::uint32_t align[3] = {alignment_of(b.data), alignment_of(a.data), alignment_of(out)};
+  const std::string key =
+      detail::concat(dtype_name(dtype), ' ', M, ' ', N, ' ', K, ' ', a.transposed, b.transposed, ' ', a.ld, ' ', b.ld,
+                     ' ', ldc, ' ', bias != nullptr, allow_tf32(), ' ', align[0], ' ', align[1], ' ', align[2]);
+  auto& plans = ctx.cuda->lt_plans();
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_lt_plan(ctx, dtype, M, N, K, a, b, bias, ldc, align)).first;
+  LtPlan& p = *it->second;
+  if (!p.runs) return false;
+  if (bias) set_attribute(p.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias->data));
   const float alpha = 1.f, beta = 0.f;
   count_library_call();
-  const cublasStatus_t s = cublasLtMatmul(ctx.cuda->cublas_lt(), desc.get(), &alpha, b.data, lw.get(), a.data, lx.get(),
-                                          &beta, out, ly.get(), out, ly.get(), nullptr, nullptr, 0, ctx.cuda->stream());
-  if (s == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  const cublasStatus_t s =
+      cublasLtMatmul(ctx.cuda->cublas_lt(), p.desc.get(), &alpha, b.data, p.w.get(), a.data, p.x.get(), &beta, out,
+                     p.y.get(), out, p.y.get(), &p.algo, ctx.cuda->lt_workspace(), p.workspace, ctx.cuda->stream());
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED) {
+    p.runs = false;
+    return false;
+  }
   VINF_CHECK_CUBLAS(s);
   return true;
 }
@@ -125,8 +179,8 @@ void linear(ExecContext& ctx, const Tensor& x, const Tensor& w, const Tensor* bi
     hy = ctx.arena->empty(y.dtype, y.shape);
     out = hy;
   }
-  if (bias && gpu_kernel_enabled(ctx, GpuKernel::gemm_epilogues) &&
-      linear_bias_epilogue(ctx, y.dtype, M, N, K, a, b, *bias, out.data, M == 1 ? N : out.stride(0))) {
+  if (gpu_kernel_enabled(ctx, GpuKernel::gemm_epilogues) &&
+      linear_lt(ctx, y.dtype, M, N, K, a, b, bias, out.data, M == 1 ? N : out.stride(0))) {
     if (out.data != y.data) cuda::copy(ctx, out, y);
     return;
   }

@@ -10,8 +10,9 @@
 //   flash-attention     full attention (spatial, cross, Wan) on the tensor cores with an online
 //                       softmax, no score matrix in memory, f16/bf16 and head dims 16-128 (in
 //                       place of two GEMMs and a softmax, or of the banded kernel)
-//   gemm-epilogues      a linear layer's bias added by cuBLASLt's GEMM epilogue, not by a broadcast
-//                       copy into the output that the GEMM then reads back
+//   gemm-epilogues      linear layers through cuBLASLt, planned once per shape (the heuristic's
+//                       algorithm for a 32 MiB workspace) and the bias added by the GEMM's
+//                       epilogue, not by a broadcast copy into the output that the GEMM reads back
 //   staged-uploads      host-to-device copies of up to 64 KiB through a page-locked ring of the
 //                       context, so that the host does not wait for them (the timesteps and
 //                       other small inputs of every model call); not a kernel, but unrun as well
