@@ -134,7 +134,10 @@ std::unique_ptr<LtPlan> make_lt_plan(ExecContext& ctx, DType dtype, std::int64_t
 // queued, where cuBLASLt has no kernel for it (the caller takes the cuBLAS way).
 bool linear_lt(ExecContext& ctx, DType dtype, std::int64_t M, std::int64_t N, std::int64_t K, const GemmOperand& a,
                const GemmOperand& b, const Tensor* bias, void* out, std::int64_t ldc) {
-  if ((bias && (bias->dtype != dtype || !bias->is_contiguous())) || M == 0 || N == 0 || K == 0) return false;
+  // The bias epilogue reads the bias in 16-byte pieces: an unaligned one (a slice) takes the cuBLAS way.
+  if ((bias && (bias->dtype != dtype || !bias->is_contiguous() || alignment_of(bias->data) < 16)) || M == 0 || N == 0 ||
+      K == 0)
+    return false;
   const std::uint32_t align[3] = {alignment_of(b.data), alignment_of(a.data), alignment_of(out)};
   const std::string key =
       detail::concat(dtype_name(dtype), ' ', M, ' ', N, ' ', K, ' ', a.transposed, b.transposed, ' ', a.ld, ' ', b.ld,
@@ -146,7 +149,6 @@ bool linear_lt(ExecContext& ctx, DType dtype, std::int64_t M, std::int64_t N, st
   if (!p.runs) return false;
   if (bias) set_attribute(p.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias->data));
   const float alpha = 1.f, beta = 0.f;
-  count_library_call();
   const cublasStatus_t s =
       cublasLtMatmul(ctx.cuda->cublas_lt(), p.desc.get(), &alpha, b.data, p.w.get(), a.data, p.x.get(), &beta, out,
                      p.y.get(), out, p.y.get(), &p.algo, ctx.cuda->lt_workspace(), p.workspace, ctx.cuda->stream());
@@ -155,6 +157,7 @@ bool linear_lt(ExecContext& ctx, DType dtype, std::int64_t M, std::int64_t N, st
     return false;
   }
   VINF_CHECK_CUBLAS(s);
+  count_library_call();
   return true;
 }
 

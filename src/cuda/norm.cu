@@ -103,9 +103,10 @@ struct GroupRun {
 };
 
 template <typename T, int V>
-__global__ void group_norm_run_kernel(const T* __restrict__ x, T* __restrict__ y, GroupRun r, const void* gamma,
-                                      DType gt, std::int64_t gs, const void* beta, DType bt, std::int64_t bs) {
-  struct alignas(16) Pack {
+__global__ void __launch_bounds__(1024)
+    group_norm_run_kernel(const T* __restrict__ x, T* __restrict__ y, GroupRun r, const void* gamma, DType gt,
+                          std::int64_t gs, const void* beta, DType bt, std::int64_t bs) {
+  struct alignas(sizeof(T) * V) Pack {  // V elements: one 16-byte access, or one element
     T e[V];
   };
   extern __shared__ float2 ab[];  // the group's channels: scale, shift
@@ -261,8 +262,10 @@ void group_norm_apply(ExecContext& ctx, const Tensor& x, const Tensor& sums, dou
 
 bool group_norm_runs(ExecContext& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                      const exec::GroupNormParams& p) {
+  // (C, T, S) one run per sample: the views as_nc_ts makes fold contiguous dims into S (T = 1,
+  // its stride 0).
   const auto runs = [](const Tensor& t) {
-    return t.stride(3) == 1 && t.stride(2) == t.size(3) && t.stride(1) == t.size(2) * t.size(3);
+    return t.stride(3) == 1 && (t.size(2) == 1 || t.stride(2) == t.size(3)) && t.stride(1) == t.size(2) * t.size(3);
   };
   const std::int64_t N = x.size(0), C = x.size(1), per_channel = x.size(2) * x.size(3);
   const std::int64_t cg = C / p.groups;

@@ -39,23 +39,34 @@ int Profiler::intern(std::vector<std::string>& names, std::unordered_map<std::st
 
 void Profiler::begin_call() {
   if (call_depth_++ > 0) return;
-  timer_->clear();
-  records_.clear();
+  drop_call();
   call_begin_ = timer_->mark();
   at_begin_ = device_counters();
 }
 
-void Profiler::abandon_call() {
-  call_depth_ = 0;
+void Profiler::drop_call() noexcept {
+  failed_ = false;
   records_.clear();
   timer_->clear();
 }
 
-void Profiler::end_call() {
+void Profiler::abandon_call() noexcept {
+  failed_ = true;
+  end_call();
+}
+
+void Profiler::end_call() noexcept {
   if (call_depth_ == 0 || --call_depth_ > 0) return;
-  const std::size_t end = timer_->mark();
+  if (failed_) return drop_call();
   const DeviceCounters now = device_counters();
-  const std::vector<double> t = timer_->resolve();
+  std::vector<double> t;
+  try {
+    const std::size_t end = timer_->mark();
+    t = timer_->resolve();
+    call_s_ += t[end] - t[call_begin_];
+  } catch (...) {
+    return drop_call();  // the device's error is the run's to report, at its next wait
+  }
   kind_totals_.resize(kinds_.size());
   module_totals_.resize(modules_.size());
   for (const Record& r : records_) {
@@ -67,24 +78,31 @@ void Profiler::end_call() {
     op_s_ += s;
   }
   op_calls_ += static_cast<double>(records_.size());
-  call_s_ += t[end] - t[call_begin_];
   launches_ += static_cast<double>(now.launches - at_begin_.launches);
   library_calls_ += static_cast<double>(now.library_calls - at_begin_.library_calls);
   host_syncs_ += static_cast<double>(now.host_syncs - at_begin_.host_syncs);
   ++calls_;
-  records_.clear();
-  timer_->clear();
+  drop_call();
 }
 
 void Profiler::begin_op(std::string_view kind) {
-  if (op_depth_++ > 0 || call_depth_ == 0) return;
+  if (op_depth_ > 0 || call_depth_ == 0 || failed_) {
+    ++op_depth_;
+    return;
+  }
   const int module = module_stack_.empty() ? 0 : module_stack_.back();
-  records_.push_back({intern(kinds_, kind_ids_, kind), module, timer_->mark(), 0});
+  const int id = intern(kinds_, kind_ids_, kind);
+  records_.push_back({id, module, timer_->mark(), 0});  // a mark that throws leaves nothing begun
+  ++op_depth_;
 }
 
-void Profiler::end_op() {
-  if (op_depth_ == 0 || --op_depth_ > 0 || call_depth_ == 0 || records_.empty()) return;
-  records_.back().end = timer_->mark();
+void Profiler::end_op() noexcept {
+  if (op_depth_ == 0 || --op_depth_ > 0 || call_depth_ == 0 || failed_ || records_.empty()) return;
+  try {
+    records_.back().end = timer_->mark();
+  } catch (...) {
+    failed_ = true;
+  }
 }
 
 void Profiler::enter_module(std::string path) { module_stack_.push_back(intern(modules_, module_ids_, path)); }

@@ -91,13 +91,15 @@ class Profiler {
   Profiler& operator=(const Profiler&) = delete;
 
   // A model call: its ops are timed between these; end_call reads the marks (the one wait) and
-  // adds the call to the totals. Calls do not nest: an inner begin_call is ignored with its end.
+  // adds the call to the totals. Calls do not nest: an inner begin_call is counted with its end.
+  // A call abandoned (an exception left it), or whose marks cannot be read (a device error, which
+  // the next wait of the run reports), is dropped whole; the ends never throw.
   void begin_call();
-  void end_call();
-  void abandon_call();
-  // The hooks of ProfileOp and ProfileModule.
+  void end_call() noexcept;
+  void abandon_call() noexcept;
+  // The hooks of ProfileOp and ProfileModule (a failed mark drops the call).
   void begin_op(std::string_view kind);
-  void end_op();
+  void end_op() noexcept;
   void enter_module(std::string path);
   void exit_module();
 
@@ -115,7 +117,10 @@ class Profiler {
   int intern(std::vector<std::string>& names, std::unordered_map<std::string, int>& ids, std::string_view name);
 
   std::unique_ptr<ProfileTimer> timer_;
+  void drop_call() noexcept;
+
   int call_depth_ = 0, op_depth_ = 0;
+  bool failed_ = false;  // the call under way is dropped at its end
   std::size_t call_begin_ = 0;
   DeviceCounters at_begin_;
   std::vector<std::string> kinds_, modules_;

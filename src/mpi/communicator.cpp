@@ -253,7 +253,8 @@ Pending Communicator::start_all_gather_v(ExecContext& ctx, const Tensor& send, c
   // A group of one: the copy on the context's stream, no transport (no host staging, no wait).
   return start(ctx, CommOp::all_gather, received, [&] {
     if (size_ > 1) return do_all_gather_v(ctx, send, recv, counts);
-    if (recv.numel() > 0 && recv.data != send.data) ops::copy(ctx, send, recv);
+    if (recv.numel() > 0 && recv.data != send.data)
+      ops::copy(ctx, send.reshape({send.numel()}), recv.reshape({recv.numel()}));
     return completed();
   });
 }

@@ -16,6 +16,8 @@
 #include "model/wan_config.hpp"
 #include "model/wan_transformer.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/activation.hpp"
+#include "ops/norm.hpp"
 #include "ops/random.hpp"
 #include "ops/runtime.hpp"
 
@@ -129,6 +131,58 @@ TEST_CASE("profile: a call that throws is dropped; module kinds fold indices onl
 
 namespace {
 
+// Marks that fail from the `fail_at`-th on, as a device error would make them.
+class ProfileFailingTimer final : public ProfileTimer {
+ public:
+  explicit ProfileFailingTimer(std::size_t fail_at) : fail_at_(fail_at) {}
+  std::size_t mark() override {
+    if (++made_ >= fail_at_) throw std::runtime_error("the device failed");
+    return n_++;
+  }
+  std::vector<double> resolve() override { return std::vector<double>(n_, 0.0); }
+  void clear() override { n_ = 0; }
+  const char* clock_name() const override { return "failing"; }
+
+ private:
+  std::size_t fail_at_, made_ = 0, n_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("profile: a failing mark or an inner call's exception drops the call, never ends the process") {
+  {  // the 3rd mark (the op's end) fails inside a destructor: the call is dropped
+    Profiler p(std::make_unique<ProfileFailingTimer>(3));
+    ExecContext ctx;
+    ctx.profiler = &p;
+    {
+      const ProfileCall c(ctx);
+      const ProfileOp op(ctx, "linear");
+    }
+    CHECK(p.report().calls == 0);
+  }
+  Profiler p(std::make_unique<ProfileSteppedTimer>());
+  ExecContext ctx;
+  ctx.profiler = &p;
+  {  // an inner call throws and the outer one catches: the outer call is dropped with it
+    const ProfileCall outer(ctx);
+    try {
+      const ProfileCall inner(ctx);
+      const ProfileOp op(ctx, "linear");
+      throw std::runtime_error("fails");
+    } catch (const std::runtime_error&) {
+    }
+    const ProfileOp op(ctx, "add");
+  }
+  CHECK(p.report().calls == 0);
+  {
+    const ProfileCall c(ctx);
+    const ProfileOp op(ctx, "add");
+  }
+  CHECK(p.report().calls == 1);
+}
+
+namespace {
+
 // Two tiny-UNet calls on `rt`, profiled when `profile`; the second call's output.
 std::vector<float> profile_unet_calls(Runtime& rt, bool profile, ProfileReport* report) {
   const model::UNetConfig c = model::preset_config("tiny");
@@ -218,4 +272,28 @@ TEST_CASE("profile: a UNet call on CUDA, timed by events; launches and library c
   check_unet_profile(r);
   CHECK(r.launches > 0);
   CHECK(r.library_calls > 0);
+}
+
+TEST_CASE("VINF_GPU_KERNELS=group-norm: one kernel per GroupNorm on CUDA, as the default kernels compute") {
+  if (!test::gpu_or_skip("the fused GroupNorm")) return;
+  Runtime rt(Device::cuda(0));
+  OwnedTensor x = rt.arena().empty(DType::f32, {4, 64, 1, 64}), g = rt.arena().empty(DType::f32, {64}),
+              b = rt.arena().empty(DType::f32, {64});
+  OwnedTensor y0 = rt.arena().empty(DType::f32, x.shape), y1 = rt.arena().empty(DType::f32, x.shape);
+  ops::normal(rt.ctx(), x, 2, 1, 0);
+  ops::normal(rt.ctx(), g, 1, 2, 0);
+  ops::normal(rt.ctx(), b, 1, 3, 0);
+  const ops::GroupNormParams gp{32, 1e-5f, ops::Activation::silu};
+  rt.ctx().gpu_kernels = 0;
+  ops::group_norm(rt.ctx(), x, g, b, y0, gp);
+  rt.ctx().gpu_kernels = static_cast<unsigned>(GpuKernel::group_norm);
+  const std::uint64_t before = device_counters().launches;
+  ops::group_norm(rt.ctx(), x, g, b, y1, gp);
+  CHECK(device_counters().launches - before == 1);
+  std::vector<float> a(static_cast<std::size_t>(x.numel())), c(a.size());
+  ops::copy(rt.ctx(), y0, Tensor::wrap(a.data(), DType::f32, Device::cpu(), x.shape));
+  ops::copy(rt.ctx(), y1, Tensor::wrap(c.data(), DType::f32, Device::cpu(), x.shape));
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - c[i])));
+  CHECK(worst < 1e-5);
 }
