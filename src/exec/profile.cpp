@@ -38,10 +38,14 @@ int Profiler::intern(std::vector<std::string>& names, std::unordered_map<std::st
 }
 
 void Profiler::begin_call() {
-  if (call_depth_++ > 0) return;
+  if (call_depth_ > 0) {
+    ++call_depth_;
+    return;
+  }
   drop_call();
-  call_begin_ = timer_->mark();
+  call_begin_ = timer_->mark();  // a mark that throws leaves no call begun
   at_begin_ = device_counters();
+  call_depth_ = 1;
 }
 
 void Profiler::drop_call() noexcept {

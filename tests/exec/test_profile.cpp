@@ -160,6 +160,14 @@ TEST_CASE("profile: a failing mark or an inner call's exception drops the call, 
     }
     CHECK(p.report().calls == 0);
   }
+  {  // the call's first mark fails: nothing begun, the next call is profiled
+    Profiler p(std::make_unique<ProfileFailingTimer>(1));
+    ExecContext ctx;
+    ctx.profiler = &p;
+    CHECK_THROWS_AS([&] { const ProfileCall c(ctx); }(), std::runtime_error);
+    const ProfileOp op(ctx, "add");  // outside any call: not timed, no mark taken
+    CHECK(p.report().calls == 0);
+  }
   Profiler p(std::make_unique<ProfileSteppedTimer>());
   ExecContext ctx;
   ctx.profiler = &p;
