@@ -19,13 +19,13 @@
 //   vinf_bench_wan [--vinf_suite=bench|smoke] [--vinf_devices=cpu,cuda] [--vinf_profile=FILE] [Google Benchmark flags]
 #include <benchmark/benchmark.h>
 
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "bench_flags.hpp"
+#include "bench_main.hpp"
 #include "ops/profile_json.hpp"
 #include "model/wan_transformer.hpp"
 #include "model/wan_vae.hpp"
@@ -187,13 +187,12 @@ int main(int argc, char** argv) {
       print_profile(std::cout, report);
       j[name] = profile_json(report);
     }
-    std::ofstream f(profile_path);
-    f << j.dump(2) << "\n";
-    if (!f.good()) {
-      std::cerr << "vinf_bench_wan: error: cannot write " << profile_path << "\n";
+    try {
+      bench::write_figures(profile_path, j);
+    } catch (const std::exception& e) {
+      std::cerr << "vinf_bench_wan: error: " << e.what() << "\n";
       return 1;
     }
-    std::cout << "wrote " << profile_path << "\n";
   }
   return 0;
 }

@@ -81,7 +81,6 @@ void Profiler::end_call() noexcept {
     module_totals_[static_cast<std::size_t>(r.module)].calls += 1;
     op_s_ += s;
   }
-  op_calls_ += static_cast<double>(records_.size());
   launches_ += static_cast<double>(now.launches - at_begin_.launches);
   library_calls_ += static_cast<double>(now.library_calls - at_begin_.library_calls);
   host_syncs_ += static_cast<double>(now.host_syncs - at_begin_.host_syncs);
@@ -119,22 +118,18 @@ void Profiler::reset() {
   kind_totals_.clear();
   module_totals_.clear();
   calls_ = 0;
-  call_s_ = op_s_ = op_calls_ = launches_ = library_calls_ = host_syncs_ = 0;
+  call_s_ = op_s_ = launches_ = library_calls_ = host_syncs_ = 0;
 }
 
-namespace {
-
-std::vector<ProfileRow> profile_rows(const std::vector<std::string>& names, const std::vector<double>& seconds,
-                                     const std::vector<double>& calls, int per) {
-  std::vector<ProfileRow> rows;
-  for (std::size_t i = 0; i < seconds.size(); ++i)
-    if (calls[i] > 0) rows.push_back({names[i], seconds[i] / per, calls[i] / per});
-  std::stable_sort(rows.begin(), rows.end(),
+std::vector<ProfileRow> Profiler::rows(const std::vector<std::string>& names, const std::vector<Total>& totals,
+                                       int per) {
+  std::vector<ProfileRow> out;
+  for (std::size_t i = 0; i < totals.size(); ++i)
+    if (totals[i].calls > 0) out.push_back({names[i], totals[i].seconds / per, totals[i].calls / per});
+  std::stable_sort(out.begin(), out.end(),
                    [](const ProfileRow& a, const ProfileRow& b) { return a.seconds > b.seconds; });
-  return rows;
+  return out;
 }
-
-}  // namespace
 
 ProfileReport Profiler::report() const {
   ProfileReport r;
@@ -143,36 +138,26 @@ ProfileReport Profiler::report() const {
   if (calls_ == 0) return r;
   r.call_s = call_s_ / calls_;
   r.op_s = op_s_ / calls_;
-  r.op_calls = op_calls_ / calls_;
+  for (const Total& t : kind_totals_) r.op_calls += t.calls / calls_;
   r.launches = launches_ / calls_;
   r.library_calls = library_calls_ / calls_;
   r.host_syncs = host_syncs_ / calls_;
-  auto split = [](const std::vector<Total>& totals, std::vector<double>& s, std::vector<double>& c) {
-    for (const Total& t : totals) {
-      s.push_back(t.seconds);
-      c.push_back(t.calls);
-    }
-  };
-  std::vector<double> ks, kc, ms, mc;
-  split(kind_totals_, ks, kc);
-  split(module_totals_, ms, mc);
-  r.by_kind = profile_rows(kinds_, ks, kc, calls_);
-  r.by_module = profile_rows(modules_, ms, mc, calls_);
+  r.by_kind = rows(kinds_, kind_totals_, calls_);
+  r.by_module = rows(modules_, module_totals_, calls_);
   // The modules' kinds: the paths with their indices folded.
   std::vector<std::string> folded;
-  std::unordered_map<std::string, int> folded_ids;
-  std::vector<double> fs, fc;
-  for (std::size_t i = 0; i < ms.size(); ++i) {
-    const auto [it, added] = folded_ids.try_emplace(module_kind(modules_[i]), static_cast<int>(folded.size()));
+  std::unordered_map<std::string, std::size_t> folded_ids;
+  std::vector<Total> folded_totals;
+  for (std::size_t i = 0; i < module_totals_.size(); ++i) {
+    const auto [it, added] = folded_ids.try_emplace(module_kind(modules_[i]), folded.size());
     if (added) {
       folded.push_back(it->first);
-      fs.push_back(0);
-      fc.push_back(0);
+      folded_totals.emplace_back();
     }
-    fs[static_cast<std::size_t>(it->second)] += ms[i];
-    fc[static_cast<std::size_t>(it->second)] += mc[i];
+    folded_totals[it->second].seconds += module_totals_[i].seconds;
+    folded_totals[it->second].calls += module_totals_[i].calls;
   }
-  r.by_module_kind = profile_rows(folded, fs, fc, calls_);
+  r.by_module_kind = rows(folded, folded_totals, calls_);
   return r;
 }
 

@@ -114,6 +114,7 @@ class Profiler {
   struct Total {
     double seconds = 0, calls = 0;
   };
+  static std::vector<ProfileRow> rows(const std::vector<std::string>& names, const std::vector<Total>& totals, int per);
   int intern(std::vector<std::string>& names, std::unordered_map<std::string, int>& ids, std::string_view name);
 
   std::unique_ptr<ProfileTimer> timer_;
@@ -129,7 +130,7 @@ class Profiler {
   std::vector<Record> records_;  // this call's
   std::vector<Total> kind_totals_, module_totals_;
   int calls_ = 0;
-  double call_s_ = 0, op_s_ = 0, op_calls_ = 0, launches_ = 0, library_calls_ = 0, host_syncs_ = 0;
+  double call_s_ = 0, op_s_ = 0, launches_ = 0, library_calls_ = 0, host_syncs_ = 0;
 };
 
 // An op on ctx: timed when ctx is being profiled and no op encloses it.
@@ -148,12 +149,12 @@ class ProfileOp {
   Profiler* p_;
 };
 
-// A model module: the ops inside are attributed to `path` (built only while profiling: `path`
-// then `suffix` appended).
+// A model module: the ops inside are attributed to `path` then `suffix` (the string made only
+// while profiling).
 class ProfileModule {
  public:
-  ProfileModule(const ExecContext& ctx, const std::string& path, std::string_view suffix = {}) : p_(ctx.profiler) {
-    if (p_) p_->enter_module(path + std::string(suffix));
+  ProfileModule(const ExecContext& ctx, std::string_view path, std::string_view suffix = {}) : p_(ctx.profiler) {
+    if (p_) p_->enter_module(std::string(path).append(suffix));
   }
   ~ProfileModule() {
     if (p_) p_->exit_module();
