@@ -151,8 +151,9 @@ void read_config_file(const std::string& path, const po::options_description& op
     const std::string name = section.empty() ? key : section + "." + key;
     VINF_INPUT_CHECK(name != "help" && name != "config", where, ": '", name, "' is not a setting");
     const po::option_description* d = opts.find_nothrow(name, false);
-    VINF_INPUT_CHECK(d != nullptr, where, ": unknown key '", excerpt(key), "'", section.empty() ? "" : " in [" + section + "]",
-                     " (vinf ", command, " has no option --", name, "; ", help_hint, ")");
+    VINF_INPUT_CHECK(d != nullptr, where, ": unknown key '", excerpt(key), "'",
+                     section.empty() ? "" : " in [" + excerpt(section) + "]", " (vinf ", command, " has no option --",
+                     excerpt(name), "; ", help_hint, ")");
     // The value alone, so that a bad one is reported with its line.
     try {
       boost::any scratch;
